@@ -1,0 +1,60 @@
+// Package testenv gates tests on what the host provides (root, /dev/fuse, a
+// Docker engine) so that a missing prerequisite is a visible skip on a
+// developer's machine and a failure in CI, where LAYERFS_TEST_STRICT=1.
+package testenv
+
+import (
+	"context"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// Strict reports whether skips for missing prerequisites must fail instead.
+func Strict() bool { return os.Getenv("LAYERFS_TEST_STRICT") == "1" }
+
+// Skip skips t with reason, or fails it when Strict.
+func Skip(t testing.TB, reason string) {
+	t.Helper()
+	if Strict() {
+		t.Fatalf("LAYERFS_TEST_STRICT=1 and a prerequisite is missing: %s", reason)
+	}
+	t.Skip(reason)
+}
+
+// RequireRoot skips unless the test runs as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skip(t, "needs root")
+	}
+}
+
+// RequireFUSE skips unless the test runs as root and /dev/fuse can be opened.
+func RequireFUSE(t testing.TB) {
+	t.Helper()
+	RequireRoot(t)
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		Skip(t, "needs /dev/fuse: "+err.Error())
+	}
+	f.Close()
+}
+
+// DockerSocket is where the tests expect the Docker engine.
+const DockerSocket = "/var/run/docker.sock"
+
+// RequireDocker skips unless a Docker engine answers on DockerSocket.
+// scripts/ensure-docker starts one; make test runs it first.
+func RequireDocker(t testing.TB) {
+	t.Helper()
+	d := net.Dialer{Timeout: time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, err := d.DialContext(ctx, "unix", DockerSocket)
+	if err != nil {
+		Skip(t, "needs a Docker engine on "+DockerSocket+" (run scripts/ensure-docker): "+err.Error())
+	}
+	c.Close()
+}

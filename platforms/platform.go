@@ -1,0 +1,144 @@
+package platforms
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Errors every platform reports through errors.Is.
+var (
+	// ErrUnavailable: the platform cannot run on this host (tool missing,
+	// wrong version, no hypervisor). The wrapped message says why.
+	ErrUnavailable = errors.New("platform unavailable")
+	// ErrNotUp: a call that needs the environment was made before Up.
+	ErrNotUp = errors.New("platform is not up")
+)
+
+// Platform is where a sandbox's Linux environment runs: this host, a Docker
+// engine, or a VM. Its lifecycle is
+//
+//	New -> Up -> (Attach/Exec ... or Endpoint ...) -> Down
+//
+// Up is idempotent and may take long (a VM boot); Down removes everything Up
+// and Attach created (containers, VMs, volumes, mounts, processes) and is
+// safe to call more than once. A platform is safe for concurrent use after Up.
+//
+// A platform provides its sandboxes in one of two ways, told by Features:
+// HostMounts platforms (local, docker) implement SandboxHost and see
+// workspaces mounted on this host; RemoteDaemon platforms (lima,
+// applecontainer, libkrun) run layerfsd in a guest, which serves the mounts
+// and launches namespace sandboxes there, and implement Remote so that the
+// host drives that daemon through the same API.
+type Platform interface {
+	// Name is the platform's registry name: "local", "docker", "lima", ...
+	Name() string
+	Features() Features
+	Up(ctx context.Context) error
+	Down(ctx context.Context) error
+	// Identity describes the running environment; it needs Up.
+	Identity(ctx context.Context) (Identity, error)
+}
+
+// Features says what a platform can do.
+type Features struct {
+	HostMounts   bool // implements SandboxHost: sandboxes see host paths
+	RemoteDaemon bool // implements Remote: layerfsd runs inside the guest
+	Network      bool // can grant a sandbox the network when asked
+	MemoryLimit  bool // enforces ExecSpec.MemoryBytes
+	PidsLimit    bool // enforces ExecSpec.Pids
+}
+
+// Identity pins what a result was measured on.
+type Identity struct {
+	Platform    string `json:"platform"`
+	Kernel      string `json:"kernel"`            // uname -r inside the environment
+	CPUs        int    `json:"cpus"`              // CPUs visible inside
+	MemoryBytes int64  `json:"memory_bytes"`      // memory visible inside
+	Runtime     string `json:"runtime"`           // e.g. "docker 28.2.2", "limactl 1.2.1"
+	Image       string `json:"image,omitempty"`   // sandbox image id, where there is one
+	Details     string `json:"details,omitempty"` // anything else worth pinning
+}
+
+// SandboxHost is implemented by platforms whose sandboxes see directories of
+// this host (Features.HostMounts).
+type SandboxHost interface {
+	// Attach makes the directory at w.HostPath (a workspace's FUSE mount or,
+	// for the bench's native arm, a plain directory) the /workspace of every
+	// sandbox that the returned Sandbox launches. The directory must exist
+	// and stay mounted until Sandbox.Close returns.
+	Attach(ctx context.Context, w Workspace) (Sandbox, error)
+}
+
+// Workspace is what a platform needs to know about one workspace.
+type Workspace struct {
+	ID       string // stable id, safe in names: [a-z0-9-]
+	HostPath string // absolute path on this host
+	Network  bool   // sandboxes get the host's network (else none)
+	// RootDir, when set, is an image directory to use as the sandbox's root
+	// file system instead of the platform's default runtime.
+	RootDir string
+}
+
+// Sandbox launches execs for one attached workspace. Exec may be called
+// concurrently; each call runs in its own fresh sandbox (or, for docker, its
+// own exec in the workspace's container) and its processes are all gone when
+// Exec returns.
+type Sandbox interface {
+	Exec(ctx context.Context, spec ExecSpec, stdout, stderr io.Writer) (ExecResult, error)
+	// Close detaches the workspace and removes what Attach created.
+	Close(ctx context.Context) error
+}
+
+// Remote is implemented by platforms whose layerfsd runs in a guest
+// (Features.RemoteDaemon).
+type Remote interface {
+	// Endpoint returns the host-side address of the guest daemon's API,
+	// as "unix:///path" or "http://host:port", and the bearer token it needs
+	// ("" for none).
+	Endpoint(ctx context.Context) (addr, token string, err error)
+}
+
+// ExecSpec is one command to run in a sandbox.
+type ExecSpec struct {
+	// Argv is run exactly as given. A shell body is
+	// []string{"bash", "-o", "pipefail", "-c", body}; see ShellArgv.
+	Argv []string
+	Env  []string // KEY=VALUE; the sandbox adds PATH, HOME, TERM when absent
+	// Dir is the working directory relative to /workspace ("" for /workspace).
+	Dir     string
+	Stdin   io.Reader // nil for /dev/null
+	Timeout time.Duration
+	// OutputLimit caps stdout and stderr each; bytes past it are discarded
+	// and ExecResult.OutputTruncated is set. 0 means DefaultOutputLimit.
+	OutputLimit int64
+	UID, GID    int
+	MemoryBytes int64 // 0: no limit beyond the platform's default
+	Pids        int   // 0: DefaultPids
+	Hostname    string
+}
+
+// Defaults for ExecSpec fields left zero.
+const (
+	DefaultOutputLimit = 16 << 20
+	DefaultPids        = 1024
+	DefaultTimeout     = 10 * time.Minute
+)
+
+// ShellArgv is how a shell body is run everywhere in LayerFS.
+func ShellArgv(body string) []string { return []string{"bash", "-o", "pipefail", "-c", body} }
+
+// ExecResult is what one exec did. Times named Command are on the sandbox's
+// own clock: from just before the command was started inside the sandbox to
+// just after it ended.
+type ExecResult struct {
+	ExitCode        int           `json:"exit_code"` // 128+n when killed by signal n
+	Signal          string        `json:"signal,omitempty"`
+	TimedOut        bool          `json:"timed_out,omitempty"`
+	OutputTruncated bool          `json:"output_truncated,omitempty"`
+	Command         time.Duration `json:"command_ns"` // time of the command itself
+	Wall            time.Duration `json:"wall_ns"`    // Exec call from entry to return
+	// Launch is Wall minus Command: what the platform itself cost.
+	Launch time.Duration `json:"launch_ns"`
+}
