@@ -1,0 +1,341 @@
+package wire
+
+import "time"
+
+// APIVersion is the path prefix of every API resource.
+const APIVersion = "v1"
+
+// Version answers GET /v1/version.
+type Version struct {
+	Version   string `json:"version"`
+	API       string `json:"api"`
+	GoVersion string `json:"go_version"`
+	PID       int    `json:"pid"`
+	Store     string `json:"store"`
+}
+
+// Error codes carried in ErrorBody; each maps to one HTTP status.
+const (
+	CodeInvalid     = "invalid_argument"    // 400
+	CodeUnauth      = "unauthorized"        // 401
+	CodeNotFound    = "not_found"           // 404
+	CodeExists      = "already_exists"      // 409
+	CodeHeadMoved   = "head_moved"          // 409
+	CodeUncommitted = "uncommitted_changes" // 409
+	CodeBusy        = "busy"                // 409
+	CodeTooLarge    = "too_large"           // 413
+	CodeUnavailable = "unavailable"         // 503: shutting down, platform not available
+	CodeInternal    = "internal"            // 500
+)
+
+// ErrorBody is every error response: {"error": {"code": ..., "message": ...}}.
+type ErrorBody struct {
+	Error Error `json:"error"`
+}
+
+// Error is a typed API error.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Project is a named history.
+type Project struct {
+	Name     string    `json:"name"`
+	Created  time.Time `json:"created"`
+	Layers   int       `json:"layers"`
+	Branches int       `json:"branches"`
+}
+
+// CreateProject is POST /v1/projects. FromPath, when set, is a directory on
+// the daemon's host captured as the first layer (else the project starts
+// empty).
+type CreateProject struct {
+	Name     string `json:"name"`
+	FromPath string `json:"from_path,omitempty"`
+	Message  string `json:"message,omitempty"`
+}
+
+// Layer is one published snapshot in a project's stack (Index from 1).
+type Layer struct {
+	Project string    `json:"project"`
+	Index   int       `json:"index"`
+	Commit  string    `json:"commit"`
+	Created time.Time `json:"created"`
+}
+
+// AddLayer is POST /v1/projects/{p}/layers: promote a branch head.
+type AddLayer struct {
+	Branch string `json:"branch"`
+}
+
+// Branch is a named writable line.
+type Branch struct {
+	Project string    `json:"project"`
+	Name    string    `json:"name"`
+	Head    string    `json:"head"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+}
+
+// ForkBranch is POST /v1/projects/{p}/branches. From is a ref: "layer:N",
+// a branch name, or a commit id or unique prefix.
+type ForkBranch struct {
+	Name string `json:"name"`
+	From string `json:"from"`
+}
+
+// CommitStats summarise a commit.
+type CommitStats struct {
+	Files   int64 `json:"files"`
+	Dirs    int64 `json:"dirs"`
+	Bytes   int64 `json:"bytes"`
+	Changed int64 `json:"changed"`
+}
+
+// Commit is an immutable snapshot.
+type Commit struct {
+	ID      string      `json:"id"`
+	Root    string      `json:"root"`
+	Parent  string      `json:"parent,omitempty"`
+	Message string      `json:"message"`
+	Author  string      `json:"author"`
+	Time    time.Time   `json:"time"`
+	Stats   CommitStats `json:"stats"`
+}
+
+// CommitDir is POST /v1/projects/{p}/branches/{b}/commits: capture a
+// directory on the daemon's host as the branch's next commit.
+type CommitDir struct {
+	FromPath string `json:"from_path"`
+	Message  string `json:"message,omitempty"`
+	Author   string `json:"author,omitempty"`
+}
+
+// Publication results of a commit (compare-and-swap on the branch head).
+const (
+	Created   = "created"
+	UpToDate  = "up-to-date"
+	HeadMoved = "head-moved"
+)
+
+// CommitResult answers a commit. On head-moved nothing is lost: Commit is
+// the stored commit and Head the branch's current head.
+type CommitResult struct {
+	Commit  string   `json:"commit"`
+	Result  string   `json:"result"`
+	Head    string   `json:"head"`
+	Receipt *Receipt `json:"receipt,omitempty"`
+}
+
+// Change kinds in a diff.
+const (
+	Added       = "added"
+	Removed     = "removed"
+	Modified    = "modified"
+	TypeChanged = "type-changed"
+)
+
+// Change is one path that differs between two trees.
+type Change struct {
+	Path    string `json:"path"`
+	Kind    string `json:"kind"`
+	OldType string `json:"old_type,omitempty"`
+	NewType string `json:"new_type,omitempty"`
+}
+
+// DiffPage answers GET /v1/projects/{p}/diff?from=&to=&cursor=&limit=.
+type DiffPage struct {
+	Changes []Change `json:"changes"`
+	Next    string   `json:"next,omitempty"` // cursor of the next page; "" at the end
+}
+
+// Network modes of a workspace's sandboxes.
+const (
+	NetworkNone = "none"
+	NetworkHost = "host"
+)
+
+// WorkspaceSpec is POST /v1/workspaces.
+type WorkspaceSpec struct {
+	Project string `json:"project"`
+	Branch  string `json:"branch"`
+	// At is a ref to mount instead of the branch head; commits still go to Branch.
+	At string `json:"at,omitempty"`
+	// MountPath is where to mount; default under the Store's workspaces/.
+	MountPath string `json:"mount_path,omitempty"`
+	Platform  string `json:"platform,omitempty"` // default: the daemon's default platform
+	Network   string `json:"network,omitempty"`  // NetworkNone (default) or NetworkHost
+	// Native makes a plain directory instead of a FUSE workspace: no history,
+	// no commit. The bench's native arm uses it on every platform.
+	Native bool `json:"native,omitempty"`
+}
+
+// Workspace states.
+const (
+	StateMounted   = "mounted"
+	StateUnmounted = "unmounted" // recorded, not served (after a crash until remounted)
+)
+
+// Workspace describes one workspace.
+type Workspace struct {
+	ID        string    `json:"id"`
+	Project   string    `json:"project"`
+	Branch    string    `json:"branch"`
+	Base      string    `json:"base"` // commit mounted as the lower layer
+	Head      string    `json:"head"` // last commit made from it, or Base
+	MountPath string    `json:"mount_path"`
+	Platform  string    `json:"platform"`
+	Network   string    `json:"network"`
+	Native    bool      `json:"native,omitempty"`
+	State     string    `json:"state"`
+	Created   time.Time `json:"created"`
+	// DataPath says how file data reaches the kernel: "passthrough" or
+	// "fuse" (every read and write through the daemon).
+	DataPath string `json:"data_path,omitempty"`
+}
+
+// WorkspaceStatus answers GET /v1/workspaces/{id}.
+type WorkspaceStatus struct {
+	Workspace
+	Changes    []Change  `json:"changes"`     // against Head
+	UpperBytes int64     `json:"upper_bytes"` // disk used by the upper layer
+	FUSE       FUSEStats `json:"fuse"`        // since mount
+}
+
+// EndWorkspace is DELETE /v1/workspaces/{id}?discard=true|false.
+// A plain end refuses (uncommitted_changes) when there are changes.
+
+// CommitRequest is POST /v1/workspaces/{id}/commit.
+type CommitRequest struct {
+	Message string `json:"message,omitempty"`
+	Author  string `json:"author,omitempty"`
+}
+
+// ExecRequest is POST /v1/workspaces/{id}/execs. Exactly one of Argv and
+// Body: Argv runs exactly as given; Body runs as bash -o pipefail -c Body.
+type ExecRequest struct {
+	Argv        []string `json:"argv,omitempty"`
+	Body        string   `json:"body,omitempty"`
+	Env         []string `json:"env,omitempty"`
+	Dir         string   `json:"dir,omitempty"` // relative to /workspace
+	Stdin       []byte   `json:"stdin,omitempty"`
+	TimeoutMs   int64    `json:"timeout_ms,omitempty"`
+	OutputLimit int64    `json:"output_limit,omitempty"`
+	UID         *int     `json:"uid,omitempty"`
+	GID         *int     `json:"gid,omitempty"`
+	MemoryBytes int64    `json:"memory_bytes,omitempty"`
+	Pids        int      `json:"pids,omitempty"`
+}
+
+// ExecResult answers an exec. Stdout and Stderr are filled when the output
+// was collected whole (not streamed).
+type ExecResult struct {
+	ExitCode        int     `json:"exit_code"`
+	Signal          string  `json:"signal,omitempty"`
+	TimedOut        bool    `json:"timed_out,omitempty"`
+	OutputTruncated bool    `json:"output_truncated,omitempty"`
+	Stdout          []byte  `json:"stdout,omitempty"`
+	Stderr          []byte  `json:"stderr,omitempty"`
+	Receipt         Receipt `json:"receipt"`
+}
+
+// ExecEvent is one line of a streamed exec (application/x-ndjson): output
+// as it comes, then exactly one event with Result (or Error).
+type ExecEvent struct {
+	Stream string      `json:"stream,omitempty"` // "stdout" or "stderr"
+	Data   []byte      `json:"data,omitempty"`
+	Result *ExecResult `json:"result,omitempty"`
+	Error  *Error      `json:"error,omitempty"`
+}
+
+// OpStats is one FUSE opcode's requests and the daemon's time serving them.
+type OpStats struct {
+	Count     int64 `json:"count"`
+	ServiceNs int64 `json:"service_ns"`
+}
+
+// FUSEStats are FUSE requests by opcode.
+type FUSEStats struct {
+	Requests  int64              `json:"requests"`
+	ServiceNs int64              `json:"service_ns"`
+	ByOp      map[string]OpStats `json:"by_op,omitempty"`
+	// ServiceP50Ns is the median service time of one request.
+	ServiceP50Ns int64 `json:"service_p50_ns,omitempty"`
+}
+
+// SQLStats are SQLite statements and rows.
+type SQLStats struct {
+	Statements   int64 `json:"statements"`
+	Rows         int64 `json:"rows"`
+	Transactions int64 `json:"transactions"`
+	TxNs         int64 `json:"tx_ns"`
+}
+
+// Receipt tells what an exec or a commit cost.
+type Receipt struct {
+	WallNs    int64 `json:"wall_ns"`              // on the daemon's side, request to result
+	CommandNs int64 `json:"command_ns,omitempty"` // on the sandbox's own clock
+	LaunchNs  int64 `json:"launch_ns,omitempty"`  // WallNs - CommandNs: the platform's fixed cost
+	// Phases of a commit: capture (scan + chunk + hash), store (SQL + pack), publish.
+	CaptureNs int64     `json:"capture_ns,omitempty"`
+	FUSE      FUSEStats `json:"fuse"`
+	SQL       SQLStats  `json:"sql"`
+	// UpperBytes is the disk used by the workspace's upper layer afterwards.
+	UpperBytes int64 `json:"upper_bytes"`
+	// Store writes: payload (pack) bytes and objects new vs deduplicated.
+	StoreBytesWritten int64 `json:"store_bytes_written"`
+	NewObjects        int64 `json:"new_objects,omitempty"`
+	ReusedObjects     int64 `json:"reused_objects,omitempty"`
+	NewBytes          int64 `json:"new_bytes,omitempty"`
+	ReusedBytes       int64 `json:"reused_bytes,omitempty"`
+	Platform          string `json:"platform,omitempty"`
+	Image             string `json:"image,omitempty"`
+}
+
+// GCResult answers POST /v1/gc.
+type GCResult struct {
+	ObjectsRemoved int64 `json:"objects_removed"`
+	BytesReclaimed int64 `json:"bytes_reclaimed"` // on disk: packs and cache
+	PacksRewritten int   `json:"packs_rewritten"`
+	DurationNs     int64 `json:"duration_ns"`
+}
+
+// FsckProblem is one thing fsck found wrong.
+type FsckProblem struct {
+	Object  string `json:"object,omitempty"`
+	Where   string `json:"where"`
+	Problem string `json:"problem"`
+}
+
+// FsckReport answers POST /v1/fsck.
+type FsckReport struct {
+	OK       bool          `json:"ok"`
+	Checked  int64         `json:"checked"`
+	Problems []FsckProblem `json:"problems"`
+}
+
+// StoreStats answers GET /v1/stats.
+type StoreStats struct {
+	Objects      map[string]int64 `json:"objects"` // by kind
+	LogicalBytes int64            `json:"logical_bytes"`
+	StoredBytes  int64            `json:"stored_bytes"`
+	DedupRatio   float64          `json:"dedup_ratio"`
+	DBBytes      int64            `json:"db_bytes"`
+	PackBytes    int64            `json:"pack_bytes"`
+	CacheBytes   int64            `json:"cache_bytes"`
+}
+
+// DaemonStatus answers GET /v1/daemon.
+type DaemonStatus struct {
+	Version
+	Started    time.Time `json:"started"`
+	Workspaces int       `json:"workspaces"`
+	Execs      int       `json:"execs_running"`
+	Platforms  []string  `json:"platforms"`
+	Socket     string    `json:"socket"`
+	TCP        string    `json:"tcp,omitempty"`
+	IdleExit   string    `json:"idle_exit,omitempty"`
+}
