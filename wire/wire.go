@@ -286,11 +286,11 @@ type Receipt struct {
 	// UpperBytes is the disk used by the workspace's upper layer afterwards.
 	UpperBytes int64 `json:"upper_bytes"`
 	// Store writes: payload (pack) bytes and objects new vs deduplicated.
-	StoreBytesWritten int64 `json:"store_bytes_written"`
-	NewObjects        int64 `json:"new_objects,omitempty"`
-	ReusedObjects     int64 `json:"reused_objects,omitempty"`
-	NewBytes          int64 `json:"new_bytes,omitempty"`
-	ReusedBytes       int64 `json:"reused_bytes,omitempty"`
+	StoreBytesWritten int64  `json:"store_bytes_written"`
+	NewObjects        int64  `json:"new_objects,omitempty"`
+	ReusedObjects     int64  `json:"reused_objects,omitempty"`
+	NewBytes          int64  `json:"new_bytes,omitempty"`
+	ReusedBytes       int64  `json:"reused_bytes,omitempty"`
 	Platform          string `json:"platform,omitempty"`
 	Image             string `json:"image,omitempty"`
 }
