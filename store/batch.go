@@ -1,0 +1,405 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// BatchStats count what a batch stored since it was created.
+type BatchStats struct {
+	NewChunks      int64 `json:"new_chunks"`
+	NewChunkBytes  int64 `json:"new_chunk_bytes"` // payload bytes appended to packs
+	ReusedChunks   int64 `json:"reused_chunks"`
+	ReusedBytes    int64 `json:"reused_chunk_bytes"`
+	NewObjects     int64 `json:"new_objects"` // manifests, trees and commits
+	ReusedObjects  int64 `json:"reused_objects"`
+	NewObjectBytes int64 `json:"new_object_bytes"`
+	Flushes        int64 `json:"flushes"`
+}
+
+// Batch collects new objects and makes them durable together. PutChunk
+// appends payloads to a pack file at once (buffered); index rows and
+// manifests, trees and commits wait in memory until Flush, which fsyncs the
+// pack and then commits every row in one SQLite transaction. Until Flush
+// returns nothing of the batch is visible to readers; after it, everything
+// is. A Batch may be reused after Flush; Abort ends it. A Batch is safe for
+// concurrent use (capture hashes files on several goroutines).
+//
+// Objects should be put children first (chunks, then manifests, then the
+// trees that name them, then the commit), as Fsck expects every object's
+// references to resolve once the batch is flushed.
+type Batch struct {
+	db *DB
+
+	mu      sync.Mutex
+	done    bool
+	active  bool        // holds db.gcMu shared and counts in db.batches
+	w       *packWriter // current pack writer, nil until a new chunk
+	used    []packUse   // writers this unit appended to, in order
+	chunks  []chunkRow  // index rows to insert at Flush
+	objs    []objectRow // objects to insert at Flush
+	pending map[ID]bool // ids put in this unit
+	probe   *sql.Conn   // read connection for dedup probes
+	has     *sql.Stmt   // SELECT 1 FROM chunks WHERE id = ?
+	hasObj  *sql.Stmt   // SELECT 1 FROM objects WHERE id = ?
+	stats   BatchStats
+}
+
+type packUse struct {
+	w     *packWriter
+	start int64 // pack size when this unit first appended, for rollback
+}
+
+type chunkRow struct {
+	id       ID
+	pack     int64
+	off, len int64
+}
+
+type objectRow struct {
+	id   ID
+	kind Kind
+	data []byte
+}
+
+// NewBatch starts a batch. It blocks while GC runs in this process.
+func (db *DB) NewBatch(ctx context.Context) (*Batch, error) {
+	if err := db.check(); err != nil {
+		return nil, err
+	}
+	b := &Batch{db: db, pending: map[ID]bool{}}
+	return b, nil
+}
+
+// begin marks the batch active: GC waits for (in-process) or is refused
+// by (other processes) batches holding unflushed work, because a chunk
+// found by a dedup probe must not be collected before Flush references it.
+func (b *Batch) begin(ctx context.Context) error {
+	if b.done {
+		return errors.New("batch already aborted")
+	}
+	if b.active {
+		return nil
+	}
+	if err := b.db.check(); err != nil {
+		return err
+	}
+	b.db.gcMu.RLock()
+	b.db.batches.Add(1)
+	b.active = true
+	if b.probe == nil {
+		c, err := b.db.r.Conn(ctx)
+		if err == nil {
+			b.has, err = c.PrepareContext(ctx, `SELECT 1 FROM chunks WHERE id = ?`)
+			if err == nil {
+				b.hasObj, err = c.PrepareContext(ctx, `SELECT 1 FROM objects WHERE id = ?`)
+			}
+			if err != nil {
+				c.Close()
+			}
+		}
+		if err != nil {
+			b.end()
+			return fmt.Errorf("batch: %w", err)
+		}
+		b.probe = c
+	}
+	return nil
+}
+
+// end releases what begin took; the unit's rows must be committed or
+// dropped first.
+func (b *Batch) end() {
+	b.closeProbe()
+	if b.active {
+		b.active = false
+		b.db.batches.Add(-1)
+		b.db.gcMu.RUnlock()
+	}
+}
+
+// exists probes the index with one counted statement. It runs outside
+// withTx on purpose: a dedup probe per chunk is the hot path of capture and
+// a single autocommit SELECT is all it needs.
+func (b *Batch) exists(s *sql.Stmt, id ID) (bool, error) {
+	b.db.ctr.statements.Add(1)
+	var one int
+	err := s.QueryRow(id[:]).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	b.db.ctr.rows.Add(1)
+	return true, nil
+}
+
+// PutChunk stores a chunk whose id the caller computed as
+// Hash(KindChunk, data). If the store (or this batch) already has it,
+// nothing is written and added is false. data may be reused by the caller
+// once PutChunk returns.
+func (b *Batch) PutChunk(id ID, data []byte) (added bool, err error) {
+	if int64(len(data)) > maxChunkSize {
+		return false, fmt.Errorf("put chunk %s: %d bytes is too large", id, len(data))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.begin(context.Background()); err != nil {
+		return false, err
+	}
+	if b.pending[id] {
+		b.reused(len(data))
+		return false, nil
+	}
+	ok, err := b.exists(b.has, id)
+	if err != nil {
+		return false, fmt.Errorf("put chunk %s: %w", id, err)
+	}
+	if ok {
+		b.reused(len(data))
+		return false, nil
+	}
+	if b.w == nil {
+		w, err := b.db.packs.acquire()
+		if err != nil {
+			return false, fmt.Errorf("put chunk %s: %w", id, err)
+		}
+		b.w = w
+		b.used = append(b.used, packUse{w: w, start: w.size})
+	}
+	off, err := b.w.append(id, data)
+	if err != nil {
+		return false, fmt.Errorf("put chunk %s: %w", id, err)
+	}
+	b.chunks = append(b.chunks, chunkRow{id: id, pack: b.w.num, off: off, len: int64(len(data))})
+	b.pending[id] = true
+	if b.w.size >= b.db.opts.MaxPackSize {
+		// Roll over: later chunks of this unit go to another pack.
+		b.w.full = true
+		b.w = nil
+	}
+	b.stats.NewChunks++
+	b.stats.NewChunkBytes += int64(len(data))
+	b.db.ctr.chunksWritten.Add(1)
+	b.db.ctr.packWritten.Add(int64(recordHeader + len(data)))
+	return true, nil
+}
+
+func (b *Batch) reused(n int) {
+	b.stats.ReusedChunks++
+	b.stats.ReusedBytes += int64(n)
+	b.db.ctr.chunksReused.Add(1)
+}
+
+func (b *Batch) putObject(k Kind, data []byte) (ID, error) {
+	id := Hash(k, data)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.begin(context.Background()); err != nil {
+		return id, err
+	}
+	if b.pending[id] {
+		b.stats.ReusedObjects++
+		return id, nil
+	}
+	ok, err := b.exists(b.hasObj, id)
+	if err != nil {
+		return id, err
+	}
+	if ok {
+		b.stats.ReusedObjects++
+		return id, nil
+	}
+	b.pending[id] = true
+	b.objs = append(b.objs, objectRow{id: id, kind: k, data: data})
+	b.stats.NewObjects++
+	b.stats.NewObjectBytes += int64(len(data))
+	return id, nil
+}
+
+// PutManifest stores a chunked file's manifest and returns its id. Its
+// extents must add up to Size.
+func (b *Batch) PutManifest(m *Manifest) (ID, error) {
+	var sum int64
+	for _, x := range m.Extents {
+		if x.Length <= 0 {
+			return ZeroID, fmt.Errorf("put manifest: extent length %d", x.Length)
+		}
+		sum += x.Length
+	}
+	if sum != m.Size {
+		return ZeroID, fmt.Errorf("put manifest: extents add up to %d, size is %d", sum, m.Size)
+	}
+	id, err := b.putObject(KindManifest, m.Encode())
+	if err != nil {
+		return id, fmt.Errorf("put manifest %s: %w", id, err)
+	}
+	return id, nil
+}
+
+// PutTree validates and stores a directory and returns its id. The tree
+// must not be modified afterwards (it is encoded at once, so changes would
+// merely be lost; the rule keeps callers honest).
+func (b *Batch) PutTree(t *Tree) (ID, error) {
+	if err := t.Validate(); err != nil {
+		return ZeroID, fmt.Errorf("put tree: %w", err)
+	}
+	id, err := b.putObject(KindTree, t.Encode())
+	if err != nil {
+		return id, fmt.Errorf("put tree %s: %w", id, err)
+	}
+	return id, nil
+}
+
+// PutCommit stores a commit and returns its id.
+func (b *Batch) PutCommit(c *Commit) (ID, error) {
+	id, err := b.putObject(KindCommit, c.Encode())
+	if err != nil {
+		return id, fmt.Errorf("put commit %s: %w", id, err)
+	}
+	return id, nil
+}
+
+// Flush makes everything put since the last Flush durable and visible:
+// pack data is fsynced, then all index rows and objects are inserted in
+// one transaction. On error nothing of the unit becomes visible and the
+// pack bytes it appended are truncated away; the batch may be retried from
+// scratch or aborted.
+func (b *Batch) Flush(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return errors.New("flush: batch already aborted")
+	}
+	if !b.active {
+		return nil
+	}
+	err := b.flush(ctx)
+	if err != nil {
+		b.rollback()
+	} else {
+		b.releaseWriters()
+		b.stats.Flushes++
+	}
+	b.reset()
+	b.end()
+	if err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	return nil
+}
+
+func (b *Batch) flush(ctx context.Context) error {
+	for _, u := range b.used {
+		if err := u.w.sync(); err != nil {
+			return err
+		}
+		b.db.ctr.packSyncs.Add(1)
+	}
+	if len(b.chunks) == 0 && len(b.objs) == 0 {
+		return nil
+	}
+	return b.db.withTx(ctx, txWrite, func(tx *tx) error {
+		if len(b.chunks) > 0 {
+			// OR IGNORE: another batch may have stored the same chunk since
+			// our probe; its copy wins and ours becomes dead pack bytes.
+			s, err := tx.prepare(ctx, `INSERT OR IGNORE INTO chunks(id, pack, off, len) VALUES (?, ?, ?, ?)`)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			for i := range b.chunks {
+				c := &b.chunks[i]
+				if _, err := s.exec(ctx, c.id[:], c.pack, c.off, c.len); err != nil {
+					return fmt.Errorf("index chunk %s: %w", c.id, err)
+				}
+			}
+		}
+		if len(b.objs) > 0 {
+			s, err := tx.prepare(ctx, `INSERT OR IGNORE INTO objects(id, kind, data) VALUES (?, ?, ?)`)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			for i := range b.objs {
+				o := &b.objs[i]
+				if _, err := s.exec(ctx, o.id[:], int64(o.kind), o.data); err != nil {
+					return fmt.Errorf("store %s %s: %w", o.kind, o.id, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// rollback truncates what this unit appended and returns the writers.
+func (b *Batch) rollback() {
+	// Roll back in reverse so a writer used twice ends at its first start.
+	for i := len(b.used) - 1; i >= 0; i-- {
+		u := b.used[i]
+		if err := u.w.rollback(u.start); err != nil {
+			b.db.log.Warn("batch rollback", "err", err)
+			b.db.packs.discard(u.w)
+			b.used[i].w = nil
+		}
+	}
+	b.releaseWriters()
+}
+
+func (b *Batch) releaseWriters() {
+	seen := map[*packWriter]bool{}
+	for _, u := range b.used {
+		if u.w == nil || seen[u.w] {
+			continue
+		}
+		seen[u.w] = true
+		if err := b.db.packs.release(u.w); err != nil {
+			b.db.log.Warn("release pack", "pack", u.w.path, "err", err)
+		}
+	}
+	b.used = nil
+	b.w = nil
+}
+
+func (b *Batch) reset() {
+	b.chunks = b.chunks[:0]
+	b.objs = nil
+	clear(b.pending)
+}
+
+// Abort discards everything put since the last Flush (nothing of it ever
+// becomes visible; appended pack bytes are truncated) and ends the batch.
+// Abort after Flush just ends it. It is safe to call more than once.
+func (b *Batch) Abort() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return
+	}
+	b.done = true
+	if b.active {
+		b.rollback()
+		b.reset()
+		b.end()
+	}
+}
+
+func (b *Batch) closeProbe() {
+	if b.probe != nil {
+		b.has.Close()
+		b.hasObj.Close()
+		b.probe.Close()
+		b.probe = nil
+	}
+}
+
+// Stats returns what the batch stored so far.
+func (b *Batch) Stats() BatchStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stats
+}

@@ -1,0 +1,350 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// File and directory names inside a store directory.
+const (
+	dbFile        = "store.db"
+	lockFile      = "lock"
+	packsDir      = "packs"
+	cacheDir      = "cache"
+	workspacesDir = "workspaces"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultTreeCacheBytes = 64 << 20
+	DefaultMaxPackSize    = 1 << 30
+	DefaultBusyTimeout    = 30 * time.Second
+)
+
+// Options tune a DB. The zero value is ready to use.
+type Options struct {
+	// Logger receives rare events (migrations, GC, pack roll-over); nil is
+	// silent.
+	Logger *slog.Logger
+	// TreeCacheBytes bounds the decoded-tree LRU by the trees' encoded
+	// size; 0 means DefaultTreeCacheBytes, negative disables the cache.
+	TreeCacheBytes int64
+	// MaxPackSize is the size at which a writer starts a new pack file;
+	// 0 means DefaultMaxPackSize.
+	MaxPackSize int64
+	// BusyTimeout is how long a statement waits for another process's
+	// write lock; 0 means DefaultBusyTimeout.
+	BusyTimeout time.Duration
+	// Durable makes every SQLite commit fsync its WAL (synchronous=FULL),
+	// so acknowledged commits survive a power failure and not only a crash
+	// of the process (synchronous=NORMAL, the default, already survives
+	// that). Pack data is fsynced before its index commits either way.
+	Durable bool
+}
+
+func (o *Options) fill() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.TreeCacheBytes == 0 {
+		o.TreeCacheBytes = DefaultTreeCacheBytes
+	}
+	if o.MaxPackSize <= 0 {
+		o.MaxPackSize = DefaultMaxPackSize
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = DefaultBusyTimeout
+	}
+}
+
+// DB is an open store. It is safe for concurrent use by many goroutines,
+// and several processes may open the same store at once. Close it when done.
+type DB struct {
+	dir  string
+	opts Options
+	log  *slog.Logger
+
+	w *sql.DB // one connection: in-process writers are serialised here
+	r *sql.DB // read-only connections
+
+	lock   *os.File // shared flock for the DB's lifetime; exclusive during GC
+	lockMu sync.Mutex
+
+	// gcMu is held shared by everything that reads pack files or has
+	// unflushed batch work, and exclusively by GC while it deletes rows
+	// and rewrites packs.
+	gcMu    sync.RWMutex
+	batches atomic.Int64 // batches holding unflushed work
+
+	packs *packSet
+	trees *treeCache
+	mat   flightGroup
+
+	ctr    counters
+	closed atomic.Bool
+}
+
+// DefaultDir is $LAYERFS_HOME, else ~/.local/share/layerfs.
+func DefaultDir() string {
+	if d := os.Getenv("LAYERFS_HOME"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		home = "/root"
+	}
+	return filepath.Join(home, ".local", "share", "layerfs")
+}
+
+// Init creates a new store in dir (creating dir if needed) and opens it.
+// It fails with ErrExists, changing nothing, if dir already holds a store.
+func Init(ctx context.Context, dir string, opts Options) (*DB, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("init store %s: %w", dir, err)
+	}
+	// O_EXCL on the database file makes a second Init (even a concurrent
+	// one) fail before it touches anything.
+	f, err := os.OpenFile(filepath.Join(dir, dbFile), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("init store %s: %w", dir, ErrExists)
+		}
+		return nil, fmt.Errorf("init store %s: %w", dir, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("init store %s: %w", dir, err)
+	}
+	for _, d := range []string{packsDir, cacheDir, workspacesDir} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("init store %s: %w", dir, err)
+		}
+	}
+	db, err := open(ctx, dir, opts, true)
+	if err != nil {
+		return nil, fmt.Errorf("init store %s: %w", dir, err)
+	}
+	return db, nil
+}
+
+// Open opens the store in dir, applying pending schema migrations. It fails
+// with ErrNoStore if dir holds no store and with ErrNewerSchema, changing
+// nothing, if the store was written by a newer LayerFS.
+func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
+	st, err := os.Stat(filepath.Join(dir, dbFile))
+	if err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("open store %s: %w", dir, ErrNoStore)
+	}
+	db, err := open(ctx, dir, opts, false)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	return db, nil
+}
+
+func dsn(path string, opts Options, write bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "foreign_keys(1)")
+	if write {
+		q.Set("mode", "rw")
+		q.Set("_txlock", "immediate")
+		q.Add("_pragma", "journal_mode(WAL)")
+		if opts.Durable {
+			q.Add("_pragma", "synchronous(FULL)")
+		} else {
+			q.Add("_pragma", "synchronous(NORMAL)")
+		}
+		q.Add("_pragma", "cache_size(-16384)")
+	} else {
+		q.Set("mode", "rw") // read-only handles still need the WAL index
+		q.Add("_pragma", "query_only(1)")
+		q.Add("_pragma", "cache_size(-16384)")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, err error) {
+	opts.fill()
+	db := &DB{dir: dir, opts: opts, log: opts.Logger}
+	defer func() {
+		if err != nil {
+			db.closeAll()
+		}
+	}()
+
+	db.lock, err = os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := flock(ctx, db.lock, unix.LOCK_SH); err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+
+	path := filepath.Join(dir, dbFile)
+	if !create {
+		// Read the schema version before anything may write to the file:
+		// a newer store must be left exactly as it is.
+		if err := checkVersion(ctx, path, opts); err != nil {
+			return nil, err
+		}
+	}
+	db.w, err = sql.Open("sqlite", dsn(path, opts, true))
+	if err != nil {
+		return nil, err
+	}
+	db.w.SetMaxOpenConns(1)
+	db.w.SetMaxIdleConns(1)
+	db.w.SetConnMaxLifetime(0)
+	db.r, err = sql.Open("sqlite", dsn(path, opts, false))
+	if err != nil {
+		return nil, err
+	}
+	db.r.SetMaxOpenConns(8)
+	db.r.SetMaxIdleConns(8)
+	db.r.SetConnMaxLifetime(0)
+
+	if err := db.migrate(ctx, len(migrations), create); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{packsDir, cacheDir, workspacesDir} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	db.packs = newPackSet(db)
+	db.trees = newTreeCache(opts.TreeCacheBytes)
+	return db, nil
+}
+
+// checkVersion opens the database read-only and fails with ErrNewerSchema
+// or ErrNoStore without changing the file.
+func checkVersion(ctx context.Context, path string, opts Options) error {
+	q := url.Values{}
+	q.Set("mode", "ro")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	c, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	v, err := schemaVersion(ctx, c)
+	if err != nil {
+		return err
+	}
+	if v == 0 {
+		return fmt.Errorf("%s has no schema: %w", path, ErrNoStore)
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("schema version %d, this program knows %d: %w", v, len(migrations), ErrNewerSchema)
+	}
+	return nil
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+// schemaVersion reads the version row; 0 means an empty database.
+func schemaVersion(ctx context.Context, q queryer) (int, error) {
+	var n int
+	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type='table' AND name='meta'`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read schema: %w", err)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	var v int
+	err := q.QueryRowContext(ctx, `SELECT value FROM meta WHERE key='schema_version'`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// Dir is the store's directory.
+func (db *DB) Dir() string { return db.dir }
+
+// CacheDir is where Materialize puts file contents.
+func (db *DB) CacheDir() string { return filepath.Join(db.dir, cacheDir) }
+
+// WorkspacesDir is where workspace upper layers live; the store creates it
+// and otherwise leaves its contents to the engine.
+func (db *DB) WorkspacesDir() string { return filepath.Join(db.dir, workspacesDir) }
+
+// PacksDir is where pack files live.
+func (db *DB) PacksDir() string { return filepath.Join(db.dir, packsDir) }
+
+// Close releases the database, pack files and the store lock. Batches not
+// flushed are lost (as by Abort). Close is idempotent.
+func (db *DB) Close() error {
+	if db.closed.Swap(true) {
+		return nil
+	}
+	return db.closeAll()
+}
+
+func (db *DB) closeAll() error {
+	var errs []error
+	if db.packs != nil {
+		errs = append(errs, db.packs.close())
+	}
+	if db.r != nil {
+		errs = append(errs, db.r.Close())
+	}
+	if db.w != nil {
+		// Fold the WAL into the database so a closed store is one file.
+		if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+			db.log.Debug("checkpoint on close", "err", err)
+		}
+		errs = append(errs, db.w.Close())
+	}
+	if db.lock != nil {
+		errs = append(errs, db.lock.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close store %s: %w", db.dir, err)
+	}
+	return nil
+}
+
+func (db *DB) check() error {
+	if db.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// flock takes a lock on f, retrying a non-blocking attempt until ctx ends,
+// so a blocked open can be cancelled.
+func flock(ctx context.Context, f *os.File, how int) error {
+	for delay := time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}

@@ -1,0 +1,53 @@
+// Package store is LayerFS's durable home: one directory holding a SQLite
+// database (store.db), append-only pack files of chunk payloads (packs/), a
+// cache of materialized file contents (cache/) and workspace upper layers
+// (workspaces/). It is the only package that speaks SQL.
+//
+// # Objects
+//
+// Everything committed is an immutable object named by the BLAKE3 hash of a
+// per-kind domain prefix and its canonical bytes (see object.go). Chunks (a
+// small file's whole content or one content-defined chunk of a larger file)
+// are appended to pack files and indexed in SQLite by (pack, offset,
+// length); manifests, trees and commits are small and live in SQLite as
+// their canonical bytes. Every read verifies the bytes against the id, so a
+// flipped bit anywhere surfaces as an error wrapping ErrCorrupt that names
+// the object and where it was read from; nothing returns wrong bytes
+// silently.
+//
+// # Writing and durability
+//
+// Writers use a Batch: PutChunk appends new payloads to a pack the batch
+// holds an exclusive flock on (so several processes can write one store
+// without sharing a pack), and the index rows and objects are kept in memory
+// until Flush, which first fsyncs the pack data and then commits all rows in
+// one SQLite transaction with prepared statements. A crash therefore leaves
+// at worst unreferenced bytes at the end of a pack, never a row that points
+// at missing data. Refs (branch heads, layers) move in their own small
+// transactions after the objects they name are durable, so an acknowledged
+// commit survives any crash of the process.
+//
+// SQLite runs in WAL mode with foreign keys on and a busy timeout. In-process
+// writers share one connection and cross-process writers start transactions
+// with BEGIN IMMEDIATE, so writers are serialised on the database while
+// readers proceed. All SQL goes through DB.withTx, which rolls back on
+// error, times the transaction and counts statements and rows; Counters
+// exposes the totals for receipts.
+//
+// # Reading
+//
+// Decoded trees are immutable and cached in a bounded LRU keyed by id, so a
+// FUSE mount touches SQLite once per directory. Materialize writes a file's
+// full content into cache/<xx>/<id> (sparse where the manifest has holes),
+// atomically and once: the file is linked into place and never changes, so
+// it can back FUSE passthrough opens.
+//
+// # Locking and maintenance
+//
+// Every open holds a shared flock on the store's lock file; GC upgrades it
+// to an exclusive lock and fails fast with ErrBusy when any other process
+// has the store open. GC marks everything reachable from branch heads,
+// layers and workspaces, deletes the rest, rewrites packs whose dead bytes
+// exceed a threshold and removes unreachable cache files. Fsck checks SQLite
+// integrity, every reference, every object hash and every pack range.
+package store

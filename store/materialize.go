@@ -1,0 +1,201 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// CachePath is where Materialize puts the content named by id (ZeroID for
+// an empty file): cache/<first two hex digits>/<id>.
+func (db *DB) CachePath(id ID) string {
+	s := id.String()
+	return filepath.Join(db.dir, cacheDir, s[:2], s)
+}
+
+// Materialize returns the path of a regular, read-only file holding a file
+// entry's full content, creating it on first use: written to a temporary
+// file (sparse where the manifest has holes), verified chunk by chunk,
+// fsynced, then linked into place. A file in place never changes (a racing
+// writer's link fails and its copy is dropped), so it can back FUSE
+// passthrough opens and be cloned for copy-up. Concurrent callers for one
+// content in this process share one materialization.
+func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
+	if e.Type != TypeFile {
+		return "", fmt.Errorf("materialize %q: a %s has no content", e.Name, e.Type)
+	}
+	if err := db.check(); err != nil {
+		return "", err
+	}
+	path := db.CachePath(e.Object)
+	if _, err := os.Lstat(path); err == nil {
+		return path, nil
+	}
+	p, err := db.mat.do(e.Object.String(), func() (string, error) {
+		if _, err := os.Lstat(path); err == nil {
+			return path, nil
+		}
+		return path, db.materialize(ctx, e, path)
+	})
+	if err != nil {
+		return "", fmt.Errorf("materialize %q (%s): %w", e.Name, e.Object.Short(), err)
+	}
+	return p, nil
+}
+
+func (db *DB) materialize(ctx context.Context, e *Entry, path string) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".tmp-")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+		os.Remove(tmp)
+	}()
+
+	var size int64
+	switch {
+	case e.Object.IsZero():
+		if e.Size != 0 {
+			return fmt.Errorf("no object for %d bytes: %w", e.Size, ErrCorrupt)
+		}
+	case e.ObjectKind == KindChunk:
+		data, err := db.Chunk(ctx, e.Object)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(data); err != nil {
+			return err
+		}
+		size = int64(len(data))
+	case e.ObjectKind == KindManifest:
+		m, err := db.Manifest(ctx, e.Object)
+		if err != nil {
+			return err
+		}
+		if err := db.writeManifest(ctx, f, m); err != nil {
+			return err
+		}
+		size = m.Size
+	default:
+		return fmt.Errorf("object kind %s: %w", e.ObjectKind, ErrCorrupt)
+	}
+	if size != e.Size {
+		return fmt.Errorf("content has %d bytes, entry says %d: %w", size, e.Size, ErrCorrupt)
+	}
+	// Truncate sets the size even when the file ends in a hole.
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	if err := f.Chmod(0o444); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	err = f.Close()
+	f = nil
+	if err != nil {
+		return err
+	}
+	db.ctr.cacheBytes.Add(size)
+	// link, not rename: a file already in place is never replaced.
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// writeManifest writes a manifest's chunks at their offsets, leaving holes
+// unwritten. The chunk locations are looked up in one transaction.
+func (db *DB) writeManifest(ctx context.Context, f *os.File, m *Manifest) error {
+	type loc struct{ pack, off, len int64 }
+	locs := make(map[ID]loc, len(m.Extents))
+	db.gcMu.RLock()
+	defer db.gcMu.RUnlock()
+	err := db.withTx(ctx, txRead, func(tx *tx) error {
+		s, err := tx.prepare(ctx, `SELECT pack, off, len FROM chunks WHERE id = ?`)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		for _, x := range m.Extents {
+			if x.Chunk.IsZero() {
+				continue
+			}
+			if _, ok := locs[x.Chunk]; ok {
+				continue
+			}
+			var l loc
+			err := s.row(ctx, x.Chunk[:]).Scan(&l.pack, &l.off, &l.len)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("chunk %s: %w", x.Chunk, ErrNotFound)
+			}
+			if err != nil {
+				return fmt.Errorf("chunk %s: %w", x.Chunk, err)
+			}
+			locs[x.Chunk] = l
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var off int64
+	for _, x := range m.Extents {
+		if err := checkContext(ctx); err != nil {
+			return err
+		}
+		if !x.Chunk.IsZero() {
+			l := locs[x.Chunk]
+			if l.len != x.Length {
+				return fmt.Errorf("chunk %s has %d bytes, manifest says %d: %w", x.Chunk, l.len, x.Length, ErrCorrupt)
+			}
+			data, err := db.readChunk(x.Chunk, l.pack, l.off, l.len)
+			if err != nil {
+				return err
+			}
+			if _, err := f.WriteAt(data, off); err != nil {
+				return err
+			}
+		}
+		off += x.Length
+	}
+	return nil
+}
+
+// cacheUsage returns the bytes the cache directory takes on disk.
+func diskUsage(root string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil
+			}
+			return err
+		}
+		total += st.Blocks * 512
+		return nil
+	})
+	return total, err
+}

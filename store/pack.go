@@ -1,0 +1,368 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// A pack file is append-only: an 8-byte magic, then records of a 32-byte
+// chunk id, a 4-byte little-endian payload length and the payload. The
+// index stores the payload's offset, so reads need no header; the headers
+// make a pack self-describing for fsck and recovery.
+const (
+	packMagic     = "LFSPACK\x01"
+	recordHeader  = 32 + 4
+	packBufSize   = 4 << 20 // appends reach the file in writes of this size
+	maxChunkSize  = 1<<32 - 1
+	maxIdlePacks  = 2
+	packExt       = ".pack"
+	packNameWidth = 8
+)
+
+func packName(num int64) string { return fmt.Sprintf("%0*d%s", packNameWidth, num, packExt) }
+
+func parsePackName(name string) (int64, bool) {
+	s, ok := strings.CutSuffix(name, packExt)
+	if !ok || len(s) != packNameWidth {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n >= 0
+}
+
+// packWriter appends to one pack file on which it holds an exclusive flock,
+// so no other writer (in this process or another) appends to it.
+type packWriter struct {
+	num     int64
+	path    string
+	f       *os.File
+	size    int64 // file size including buffered bytes
+	written int64 // bytes that reached the file (size - len(buf))
+	started int64 // bytes for which writeback was started
+	buf     []byte
+	full    bool // reached MaxPackSize: retire after use
+}
+
+// packSet hands out pack writers and caches read handles.
+type packSet struct {
+	db      *DB
+	dir     string
+	maxSize int64
+
+	mu      sync.Mutex
+	idle    []*packWriter
+	held    map[int64]bool // packs with a writer in this process
+	readers map[int64]*os.File
+}
+
+func newPackSet(db *DB) *packSet {
+	return &packSet{
+		db:      db,
+		dir:     filepath.Join(db.dir, packsDir),
+		maxSize: db.opts.MaxPackSize,
+		held:    map[int64]bool{},
+		readers: map[int64]*os.File{},
+	}
+}
+
+// listPacks returns the pack numbers present in the packs directory, sorted.
+func (ps *packSet) listPacks() ([]int64, error) {
+	ents, err := os.ReadDir(ps.dir)
+	if err != nil {
+		return nil, err
+	}
+	var nums []int64
+	for _, e := range ents {
+		if n, ok := parsePackName(e.Name()); ok && e.Type().IsRegular() {
+			nums = append(nums, n)
+		}
+	}
+	sort.Slice(nums, func(i, j int) bool { return nums[i] < nums[j] })
+	return nums, nil
+}
+
+// acquire returns a writer: an idle one of this process, else an existing
+// pack with room that no one holds, else a new pack.
+func (ps *packSet) acquire() (*packWriter, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if n := len(ps.idle); n > 0 {
+		w := ps.idle[n-1]
+		ps.idle = ps.idle[:n-1]
+		return w, nil
+	}
+	nums, err := ps.listPacks()
+	if err != nil {
+		return nil, fmt.Errorf("list packs: %w", err)
+	}
+	for _, n := range nums {
+		if ps.held[n] {
+			continue
+		}
+		w, err := ps.tryOpen(n, false)
+		if err != nil {
+			return nil, err
+		}
+		if w != nil {
+			return w, nil
+		}
+	}
+	next := int64(1)
+	if len(nums) > 0 {
+		next = nums[len(nums)-1] + 1
+	}
+	for ; ; next++ {
+		w, err := ps.tryOpen(next, true)
+		if err != nil {
+			return nil, err
+		}
+		if w != nil {
+			return w, nil
+		}
+	}
+}
+
+// tryOpen opens pack num and takes its flock; it returns nil, nil when the
+// pack is taken, full or (for create) already exists.
+func (ps *packSet) tryOpen(num int64, create bool) (*packWriter, error) {
+	path := filepath.Join(ps.dir, packName(num))
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE | os.O_EXCL
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) || errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("open pack %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("lock pack %s: %w", path, err)
+	}
+	// The file may have been deleted by GC between open and flock.
+	var st1, st2 unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st1) != nil || unix.Stat(path, &st2) != nil || st1.Ino != st2.Ino {
+		f.Close()
+		return nil, nil
+	}
+	size := st1.Size
+	if size >= ps.maxSize {
+		f.Close()
+		return nil, nil
+	}
+	w := &packWriter{num: num, path: path, f: f, size: size, written: size, started: size,
+		buf: make([]byte, 0, packBufSize)}
+	if size < int64(len(packMagic)) {
+		// New, or created by a writer that died before its header landed.
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("pack %s: %w", path, err)
+		}
+		w.size, w.written, w.started = 0, 0, 0
+		w.buf = append(w.buf, packMagic...)
+		w.size = int64(len(packMagic))
+	}
+	ps.held[num] = true
+	return w, nil
+}
+
+// release returns a writer whose data is flushed and synced (or rolled
+// back) for the next batch, or retires it when it is full.
+func (ps *packSet) release(w *packWriter) error {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if w.full || w.size >= ps.maxSize || len(ps.idle) >= maxIdlePacks {
+		delete(ps.held, w.num)
+		return w.f.Close()
+	}
+	ps.idle = append(ps.idle, w)
+	return nil
+}
+
+// discard drops a writer after an error it could not roll back.
+func (ps *packSet) discard(w *packWriter) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	delete(ps.held, w.num)
+	w.f.Close()
+}
+
+// dropIdle closes all idle writers (GC does this before it rewrites packs).
+func (ps *packSet) dropIdle() error {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var errs []error
+	for _, w := range ps.idle {
+		delete(ps.held, w.num)
+		errs = append(errs, w.f.Close())
+	}
+	ps.idle = nil
+	return errors.Join(errs...)
+}
+
+// reader returns a cached read-only handle on pack num.
+func (ps *packSet) reader(num int64) (*os.File, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if f := ps.readers[num]; f != nil {
+		return f, nil
+	}
+	f, err := os.Open(filepath.Join(ps.dir, packName(num)))
+	if err != nil {
+		return nil, err
+	}
+	ps.readers[num] = f
+	return f, nil
+}
+
+// forget closes the read handle of a pack that GC removed.
+func (ps *packSet) forget(num int64) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if f := ps.readers[num]; f != nil {
+		f.Close()
+		delete(ps.readers, num)
+	}
+}
+
+func (ps *packSet) close() error {
+	var errs []error
+	errs = append(errs, ps.dropIdle())
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for n, f := range ps.readers {
+		errs = append(errs, f.Close())
+		delete(ps.readers, n)
+	}
+	return errors.Join(errs...)
+}
+
+// append adds one record and returns the payload's offset. The bytes are
+// buffered; full buffers go to the file in one write and their writeback
+// starts at once, so the fsync in sync has little left to do.
+func (w *packWriter) append(id ID, data []byte) (int64, error) {
+	rec := recordHeader + len(data)
+	if len(w.buf)+rec > cap(w.buf) {
+		if err := w.flushBuf(); err != nil {
+			return 0, err
+		}
+	}
+	var hdr [recordHeader]byte
+	copy(hdr[:32], id[:])
+	binary.LittleEndian.PutUint32(hdr[32:], uint32(len(data)))
+	if rec > cap(w.buf) {
+		// Larger than the buffer: write through.
+		if _, err := w.f.WriteAt(hdr[:], w.written); err != nil {
+			return 0, fmt.Errorf("write pack %s: %w", w.path, err)
+		}
+		if _, err := w.f.WriteAt(data, w.written+recordHeader); err != nil {
+			return 0, fmt.Errorf("write pack %s: %w", w.path, err)
+		}
+		off := w.written + recordHeader
+		w.written += int64(rec)
+		w.size = w.written
+		return off, nil
+	}
+	w.buf = append(w.buf, hdr[:]...)
+	w.buf = append(w.buf, data...)
+	off := w.size + recordHeader
+	w.size += int64(rec)
+	return off, nil
+}
+
+func (w *packWriter) flushBuf() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	if _, err := w.f.WriteAt(w.buf, w.written); err != nil {
+		return fmt.Errorf("write pack %s: %w", w.path, err)
+	}
+	w.written += int64(len(w.buf))
+	w.buf = w.buf[:0]
+	// Start writeback now; it overlaps with the caller's hashing.
+	if err := unix.SyncFileRange(int(w.f.Fd()), w.started, w.written-w.started, unix.SYNC_FILE_RANGE_WRITE); err == nil {
+		w.started = w.written
+	}
+	return nil
+}
+
+// sync makes everything appended durable.
+func (w *packWriter) sync() error {
+	if err := w.flushBuf(); err != nil {
+		return err
+	}
+	if err := unix.Fdatasync(int(w.f.Fd())); err != nil {
+		return fmt.Errorf("sync pack %s: %w", w.path, err)
+	}
+	return nil
+}
+
+// rollback forgets everything appended since the file was size bytes long.
+// Safe because this writer holds the pack's exclusive flock and no index
+// row points past size.
+func (w *packWriter) rollback(size int64) error {
+	w.buf = w.buf[:0]
+	if err := w.f.Truncate(size); err != nil {
+		return fmt.Errorf("truncate pack %s: %w", w.path, err)
+	}
+	w.size, w.written = size, size
+	w.started = min(w.started, size)
+	return nil
+}
+
+// readChunk reads and verifies the payload of chunk id at off/length in
+// pack num.
+func (db *DB) readChunk(id ID, num, off, length int64) ([]byte, error) {
+	path := filepath.Join(db.dir, packsDir, packName(num))
+	f, err := db.packs.reader(num)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("chunk %s: pack %s is missing: %w", id, path, ErrCorrupt)
+		}
+		return nil, fmt.Errorf("chunk %s: %w", id, err)
+	}
+	if off < 0 || length < 0 || length > maxChunkSize {
+		return nil, fmt.Errorf("chunk %s in %s: invalid range %d+%d: %w", id, path, off, length, ErrCorrupt)
+	}
+	data := make([]byte, length)
+	n, err := f.ReadAt(data, off)
+	db.ctr.packRead.Add(int64(n))
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("chunk %s: range %d+%d beyond the end of %s: %w", id, off, length, path, ErrCorrupt)
+		}
+		return nil, fmt.Errorf("chunk %s: read %s: %w", id, path, err)
+	}
+	db.ctr.chunksRead.Add(1)
+	if got := Hash(KindChunk, data); got != id {
+		return nil, fmt.Errorf("chunk %s at %s offset %d: content hashes to %s: %w", id, path, off, got, ErrCorrupt)
+	}
+	return data, nil
+}
+
+// checkContext is a cheap cancellation check for long loops.
+func checkContext(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+		return nil
+	}
+}

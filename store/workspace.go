@@ -1,0 +1,171 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Workspace is the durable record of a workspace, so that the engine can
+// find (and clean up or remount) its workspaces after a crash. The store
+// keeps the record and protects Base and Head from GC; the engine owns
+// what the fields mean.
+type Workspace struct {
+	ID        string    `json:"id"`
+	Project   string    `json:"project"`
+	Branch    string    `json:"branch"`
+	Base      ID        `json:"base"` // the commit the workspace was mounted on
+	Head      ID        `json:"head"` // its latest commit (Base until one is made)
+	MountPath string    `json:"mount_path"`
+	UpperDir  string    `json:"upper_dir"`
+	State     string    `json:"state"`
+	Created   time.Time `json:"created"`
+	Updated   time.Time `json:"updated"`
+	Options   []byte    `json:"options,omitempty"` // JSON owned by the engine
+}
+
+// CreateWorkspace records a new workspace. ID must be a valid name; the
+// project must exist; Base and Head, when not zero, must be stored commits.
+// Created and Updated are set by the store.
+func (db *DB) CreateWorkspace(ctx context.Context, w Workspace) (Workspace, error) {
+	if err := ValidName(w.ID); err != nil {
+		return Workspace{}, fmt.Errorf("create workspace: %w", err)
+	}
+	now := nowNs()
+	err := db.withTx(ctx, txWrite, func(tx *tx) error {
+		if err := requireProject(ctx, tx, w.Project); err != nil {
+			return err
+		}
+		if err := requireCommits(ctx, tx, w.Base, w.Head); err != nil {
+			return err
+		}
+		res, err := tx.exec(ctx, `INSERT INTO workspaces(id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			w.ID, w.Project, w.Branch, w.Base[:], w.Head[:], w.MountPath, w.UpperDir, w.State, now, now, w.Options)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrExists
+		}
+		return nil
+	})
+	if err != nil {
+		return Workspace{}, fmt.Errorf("create workspace %q: %w", w.ID, err)
+	}
+	w.Created, w.Updated = fromNs(now), fromNs(now)
+	return w, nil
+}
+
+func requireCommits(ctx context.Context, tx *tx, ids ...ID) error {
+	for _, id := range ids {
+		if id.IsZero() {
+			continue
+		}
+		if err := requireCommit(ctx, tx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const workspaceSelect = `SELECT id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options FROM workspaces`
+
+func scanWorkspace(s interface{ Scan(...any) error }) (Workspace, error) {
+	var w Workspace
+	var base, head []byte
+	var created, updated int64
+	err := s.Scan(&w.ID, &w.Project, &w.Branch, &base, &head, &w.MountPath, &w.UpperDir, &w.State, &created, &updated, &w.Options)
+	copy(w.Base[:], base)
+	copy(w.Head[:], head)
+	w.Created, w.Updated = fromNs(created), fromNs(updated)
+	return w, err
+}
+
+// Workspace returns one workspace record.
+func (db *DB) Workspace(ctx context.Context, id string) (Workspace, error) {
+	var w Workspace
+	err := db.withTx(ctx, txRead, func(tx *tx) error {
+		var err error
+		w, err = scanWorkspace(tx.row(ctx, workspaceSelect+` WHERE id = ?`, id))
+		return err
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return Workspace{}, fmt.Errorf("workspace %q: %w", id, err)
+	}
+	return w, nil
+}
+
+// Workspaces lists all workspace records by creation time.
+func (db *DB) Workspaces(ctx context.Context) ([]Workspace, error) {
+	var out []Workspace
+	err := db.withTx(ctx, txRead, func(tx *tx) error {
+		r, err := tx.query(ctx, workspaceSelect+` ORDER BY created, id`)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			w, err := scanWorkspace(r)
+			if err != nil {
+				return err
+			}
+			out = append(out, w)
+		}
+		return r.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list workspaces: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateWorkspace replaces a record's Branch, Base, Head, MountPath,
+// UpperDir, State and Options (ID, Project and Created stay). It returns
+// the stored record.
+func (db *DB) UpdateWorkspace(ctx context.Context, w Workspace) (Workspace, error) {
+	var out Workspace
+	err := db.withTx(ctx, txWrite, func(tx *tx) error {
+		if err := requireCommits(ctx, tx, w.Base, w.Head); err != nil {
+			return err
+		}
+		res, err := tx.exec(ctx, `UPDATE workspaces SET branch = ?, base = ?, head = ?, mount_path = ?, upper_dir = ?, state = ?, options = ?, updated = ?
+			WHERE id = ?`, w.Branch, w.Base[:], w.Head[:], w.MountPath, w.UpperDir, w.State, w.Options, nowNs(), w.ID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrNotFound
+		}
+		out, err = scanWorkspace(tx.row(ctx, workspaceSelect+` WHERE id = ?`, w.ID))
+		return err
+	})
+	if err != nil {
+		return Workspace{}, fmt.Errorf("update workspace %q: %w", w.ID, err)
+	}
+	return out, nil
+}
+
+// DeleteWorkspace removes a record; what it protected from GC is then
+// collectable. The upper directory is the engine's to remove.
+func (db *DB) DeleteWorkspace(ctx context.Context, id string) error {
+	err := db.withTx(ctx, txWrite, func(tx *tx) error {
+		res, err := tx.exec(ctx, `DELETE FROM workspaces WHERE id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete workspace %q: %w", id, err)
+	}
+	return nil
+}
