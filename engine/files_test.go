@@ -1,0 +1,271 @@
+package engine
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// fileTree lists every path under dir with its kind and content, for
+// "nothing changed on disk" checks.
+func fileTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			m[rel] = "link:" + l
+		case fi.IsDir():
+			m[rel] = "dir"
+		default:
+			b, _ := os.ReadFile(p)
+			m[rel] = "file:" + string(b)
+		}
+		return nil
+	})
+	return m
+}
+
+func sameTree(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// workspaceWithTraps makes a workspace directory holding symlinks that point
+// outside it, and a secret outside.
+func workspaceWithTraps(t *testing.T) (ws, outside string, root int) {
+	t.Helper()
+	base := t.TempDir()
+	ws = filepath.Join(base, "ws")
+	outside = filepath.Join(base, "outside")
+	for _, d := range []string{ws, outside, filepath.Join(ws, "sub")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("s3cret"), 0o600)
+	os.WriteFile(filepath.Join(ws, "sub", "inside"), []byte("ok"), 0o644)
+	os.Symlink(outside, filepath.Join(ws, "abs-out"))
+	os.Symlink("../outside", filepath.Join(ws, "rel-out"))
+	os.Symlink("sub", filepath.Join(ws, "in-link"))
+	fd, err := rootDir(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return ws, outside, fd
+}
+
+func TestCleanRel(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		bad      bool
+	}{
+		{"a/b", "a/b", false},
+		{"./a//b/", "a/b", false},
+		{"", "", false},
+		{".", "", false},
+		{"/etc/passwd", "", true},
+		{"../x", "", true},
+		{"a/../../x", "", true},
+		{"a/..", "", true},
+		{"a\x00b", "", true},
+	} {
+		got, err := cleanRel(tc.in)
+		if tc.bad != (err != nil) || (!tc.bad && got != tc.want) {
+			t.Errorf("cleanRel(%q) = %q, %v; want %q, bad=%v", tc.in, got, err, tc.want, tc.bad)
+		}
+		if tc.bad && !errors.Is(err, ErrInvalid) {
+			t.Errorf("cleanRel(%q) error %v does not wrap ErrInvalid", tc.in, err)
+		}
+	}
+}
+
+func TestReadWriteRefuseEscapes(t *testing.T) {
+	ws, outside, root := workspaceWithTraps(t)
+	before := fileTree(t, filepath.Dir(ws))
+	for _, p := range []string{"abs-out/secret", "rel-out/secret", "abs-out/new", "rel-out/new"} {
+		if _, _, err := openRegular(root, p); !errors.Is(err, ErrInvalid) {
+			t.Errorf("read %q: got %v, want ErrInvalid (escape)", p, err)
+		}
+		if err := writeFile(root, p, 0o644, strings.NewReader("x")); !errors.Is(err, ErrInvalid) {
+			t.Errorf("write %q: got %v, want ErrInvalid (escape)", p, err)
+		}
+	}
+	if err := writeFile(root, "abs-out", 0o644, strings.NewReader("x")); err == nil {
+		t.Errorf("writing over a symlink must not follow it")
+	}
+	if !sameTree(before, fileTree(t, filepath.Dir(ws))) {
+		t.Fatalf("refused requests changed the disk")
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "s3cret" {
+		t.Fatalf("secret changed: %q", b)
+	}
+	// Symlinks that stay inside work.
+	f, size, err := openRegular(root, "in-link/inside")
+	if err != nil || size != 2 {
+		t.Fatalf("read through an inside symlink: %v size %d", err, size)
+	}
+	f.Close()
+	if err := writeFile(root, "new/dir/file", 0o640, strings.NewReader("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "new/dir/file")); err != nil || string(b) != "hello" {
+		t.Fatalf("written file: %q %v", b, err)
+	}
+	if _, _, err := openRegular(root, "missing"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing file: %v, want ErrNotFound", err)
+	}
+	if _, _, err := openRegular(root, "sub"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("reading a directory as a file: %v, want ErrInvalid", err)
+	}
+}
+
+type tarEntry struct {
+	name, link, body string
+	typ              byte
+}
+
+func makeTar(t *testing.T, entries ...tarEntry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Linkname: e.link, Mode: 0o644, Size: int64(len(e.body)), ModTime: time.Unix(1700000000, 0)}
+		if e.typ != tar.TypeReg {
+			h.Size = 0
+		}
+		if e.typ == tar.TypeDir {
+			h.Mode = 0o755
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(tw, e.body)
+	}
+	tw.Close()
+	return buf.Bytes()
+}
+
+func TestTarRefusesEscapesBeforeWriting(t *testing.T) {
+	good := tarEntry{name: "good", body: "fine", typ: tar.TypeReg}
+	for name, bad := range map[string]tarEntry{
+		"dotdot":            {name: "../evil", body: "x", typ: tar.TypeReg},
+		"absolute":          {name: "/etc/evil", body: "x", typ: tar.TypeReg},
+		"nested dotdot":     {name: "a/../../evil", body: "x", typ: tar.TypeReg},
+		"absolute symlink":  {name: "l", link: "/etc", typ: tar.TypeSymlink},
+		"escaping symlink":  {name: "a/l", link: "../../etc", typ: tar.TypeSymlink},
+		"escaping hardlink": {name: "h", link: "../outside/secret", typ: tar.TypeLink},
+		"device":            {name: "dev", typ: tar.TypeChar},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ws, _, root := workspaceWithTraps(t)
+			before := fileTree(t, filepath.Dir(ws))
+			data := makeTar(t, good, bad)
+			err := checkTar(bytes.NewReader(data))
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("checkTar: got %v, want ErrInvalid", err)
+			}
+			if !sameTree(before, fileTree(t, filepath.Dir(ws))) {
+				t.Fatalf("disk changed")
+			}
+			_ = root
+		})
+	}
+	t.Run("entry below a symlink of the same archive", func(t *testing.T) {
+		data := makeTar(t, tarEntry{name: "l", link: "sub", typ: tar.TypeSymlink}, tarEntry{name: "l/x", body: "x", typ: tar.TypeReg})
+		if err := checkTar(bytes.NewReader(data)); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("got %v, want ErrInvalid", err)
+		}
+	})
+	t.Run("extract through a workspace symlink that escapes", func(t *testing.T) {
+		ws, _, root := workspaceWithTraps(t)
+		before := fileTree(t, filepath.Join(filepath.Dir(ws), "outside"))
+		data := makeTar(t, tarEntry{name: "rel-out/x", body: "x", typ: tar.TypeReg})
+		if err := checkTar(bytes.NewReader(data)); err != nil {
+			t.Fatalf("checkTar cannot see the workspace: %v", err)
+		}
+		if err := extractTar(root, "", bytes.NewReader(data)); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("extract: got %v, want ErrInvalid", err)
+		}
+		if !sameTree(before, fileTree(t, filepath.Join(filepath.Dir(ws), "outside"))) {
+			t.Fatalf("outside changed")
+		}
+	})
+}
+
+func TestTarRoundTrip(t *testing.T) {
+	ws, _, root := workspaceWithTraps(t)
+	data := makeTar(t,
+		tarEntry{name: "d/", typ: tar.TypeDir},
+		tarEntry{name: "d/f", body: "hello", typ: tar.TypeReg},
+		tarEntry{name: "d/l", link: "f", typ: tar.TypeSymlink},
+		tarEntry{name: "d/h", link: "d/f", typ: tar.TypeLink},
+	)
+	if err := checkTar(bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if err := extractTar(root, "up", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	var a, b unix.Stat_t
+	unix.Stat(filepath.Join(ws, "up/d/f"), &a)
+	unix.Stat(filepath.Join(ws, "up/d/h"), &b)
+	if a.Ino != b.Ino {
+		t.Errorf("hard link not preserved")
+	}
+	if l, _ := os.Readlink(filepath.Join(ws, "up/d/l")); l != "f" {
+		t.Errorf("symlink target %q", l)
+	}
+	st, _ := os.Stat(filepath.Join(ws, "up/d"))
+	if st.ModTime().Unix() != 1700000000 {
+		t.Errorf("directory mtime %v not restored", st.ModTime())
+	}
+	var out bytes.Buffer
+	if err := writeTar(root, "up/d", &out); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(&out)
+	got := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		got[h.Name] = string(h.Typeflag) + ":" + h.Linkname + ":" + string(body)
+	}
+	want := map[string]string{"d/": "5::", "d/f": "0::hello", "d/h": "0::hello", "d/l": "2:f:"}
+	if !sameTree(got, want) {
+		t.Fatalf("tar out = %v, want %v", got, want)
+	}
+	if err := writeTar(root, "abs-out", io.Discard); err != nil {
+		t.Fatalf("a symlink itself is downloadable as a link: %v", err)
+	}
+	if err := writeTar(root, "abs-out/secret", io.Discard); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("download through an escaping link: %v", err)
+	}
+}
