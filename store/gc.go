@@ -2,31 +2,51 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // GCOptions tune a collection.
 type GCOptions struct {
 	// CompactRatio: a pack whose dead bytes exceed this fraction of its
-	// size is rewritten with only its live chunks; 0 means 0.25.
+	// size is rewritten with only its live chunks; 0 means
+	// DefaultCompactRatio. Packs with no live chunk are always deleted.
 	CompactRatio float64
 	// DryRun marks and counts but deletes nothing.
 	DryRun bool
-	// Vacuum rebuilds the SQLite file afterwards to return its free pages.
+	// Vacuum rebuilds the SQLite file afterwards to return its free pages
+	// to the file system.
 	Vacuum bool
 }
 
+// DefaultCompactRatio is the dead fraction above which GC rewrites a pack.
+const DefaultCompactRatio = 0.25
+
 // GCStats report what a collection found and freed.
 type GCStats struct {
-	LiveCommits, LiveTrees, LiveManifests, LiveChunks int64
-	DeadObjects, DeadChunks                           int64 // rows deleted
-	DeadChunkBytes                                    int64 // payload bytes of deleted chunks
-	PacksRewritten, PacksDeleted                      int
-	CacheFilesRemoved                                 int
-	DiskBefore, DiskAfter                             int64 // bytes on disk of packs, cache and database
-	Reclaimed                                         int64 // DiskBefore - DiskAfter
-	Duration                                          time.Duration
+	LiveCommits       int64         `json:"live_commits"`
+	LiveTrees         int64         `json:"live_trees"`
+	LiveManifests     int64         `json:"live_manifests"`
+	LiveChunks        int64         `json:"live_chunks"`
+	DeadObjects       int64         `json:"dead_objects"` // manifest, tree and commit rows deleted
+	DeadChunks        int64         `json:"dead_chunks"`
+	DeadChunkBytes    int64         `json:"dead_chunk_bytes"` // payload bytes of deleted chunks
+	PacksRewritten    int           `json:"packs_rewritten"`
+	PacksDeleted      int           `json:"packs_deleted"`
+	CacheFilesRemoved int           `json:"cache_files_removed"`
+	DiskBefore        int64         `json:"disk_before"` // bytes on disk of packs, cache and database
+	DiskAfter         int64         `json:"disk_after"`
+	Reclaimed         int64         `json:"reclaimed"` // DiskBefore - DiskAfter
+	Duration          time.Duration `json:"duration_ns"`
 }
 
 // GC deletes everything no branch head, layer or workspace (Base and Head)
@@ -34,7 +54,557 @@ type GCStats struct {
 // packs whose dead bytes exceed the threshold, deleting the old files; and
 // removes cache files of unreachable content. It needs the store to itself:
 // it fails fast with ErrBusy when another process has the store open or a
-// batch of this process holds unflushed work.
+// batch of this process holds unflushed work. It refuses to delete anything
+// when a reachable object is missing or corrupt (run Fsck).
+//
+// Every step is crash safe: rows go first (one transaction), a rewritten
+// pack is fsynced before the index points at it, and a pack file is removed
+// only once no row names it, so an interrupted GC leaves at most files that
+// the next GC removes.
 func (db *DB) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
-	return GCStats{}, errors.New("gc: not implemented yet")
+	start := time.Now()
+	if opts.CompactRatio <= 0 {
+		opts.CompactRatio = DefaultCompactRatio
+	}
+	if err := db.check(); err != nil {
+		return GCStats{}, err
+	}
+	unlock, err := db.lockExclusive(ctx)
+	if err != nil {
+		return GCStats{}, fmt.Errorf("gc: %w", err)
+	}
+	defer unlock()
+
+	st := GCStats{}
+	st.DiskBefore, err = db.diskFootprint()
+	if err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	live, err := db.mark(ctx, &st)
+	if err != nil {
+		return st, fmt.Errorf("gc: mark: %w", err)
+	}
+	if err := db.sweep(ctx, live, &st, opts.DryRun); err != nil {
+		return st, fmt.Errorf("gc: sweep: %w", err)
+	}
+	if !opts.DryRun {
+		if err := db.compact(ctx, opts.CompactRatio, &st); err != nil {
+			return st, fmt.Errorf("gc: compact: %w", err)
+		}
+		if err := db.sweepCache(live.content, &st); err != nil {
+			return st, fmt.Errorf("gc: cache: %w", err)
+		}
+		if opts.Vacuum {
+			if _, err := db.w.ExecContext(ctx, `VACUUM`); err != nil {
+				return st, fmt.Errorf("gc: vacuum: %w", err)
+			}
+			db.ctr.statements.Add(1)
+		}
+		if _, err := db.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+			return st, fmt.Errorf("gc: checkpoint: %w", err)
+		}
+		db.ctr.statements.Add(1)
+	}
+	st.DiskAfter, err = db.diskFootprint()
+	if err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	st.Reclaimed = st.DiskBefore - st.DiskAfter
+	st.Duration = time.Since(start)
+	db.log.Info("gc done", "dir", db.dir, "reclaimed", st.Reclaimed, "dead_objects", st.DeadObjects,
+		"dead_chunks", st.DeadChunks, "packs_rewritten", st.PacksRewritten, "packs_deleted", st.PacksDeleted)
+	return st, nil
+}
+
+// lockExclusive takes the store for GC: no unflushed batch in this process
+// (and none can start until unlock), no other process with the store open.
+func (db *DB) lockExclusive(ctx context.Context) (unlock func(), err error) {
+	// Readers hold gcMu only briefly; batches hold it until Flush, so a
+	// batch in progress makes this fail rather than wait.
+	deadline := time.Now().Add(2 * time.Second)
+	for !db.gcMu.TryLock() {
+		if db.batches.Load() > 0 || time.Now().After(deadline) {
+			return nil, fmt.Errorf("a batch of this process has unflushed work: %w", ErrBusy)
+		}
+		if err := checkContext(ctx); err != nil {
+			return nil, err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	db.lockMu.Lock()
+	fd := int(db.lock.Fd())
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		// A failed conversion may have dropped our shared lock: take it back.
+		serr := flock(context.Background(), db.lock, unix.LOCK_SH)
+		db.lockMu.Unlock()
+		db.gcMu.Unlock()
+		if serr != nil {
+			return nil, errors.Join(err, serr)
+		}
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another process has the store open: %w", ErrBusy)
+		}
+		return nil, err
+	}
+	return func() {
+		if err := unix.Flock(fd, unix.LOCK_SH); err != nil {
+			db.log.Warn("gc: downgrade store lock", "err", err)
+		}
+		db.lockMu.Unlock()
+		db.gcMu.Unlock()
+	}, nil
+}
+
+// liveSet is what mark found reachable.
+type liveSet struct {
+	objects map[ID]Kind     // manifests, trees and commits
+	chunks  map[ID]struct{} // chunk ids
+	content map[ID]struct{} // file content ids (cache keys), including ZeroID
+}
+
+// mark walks the object graph from every ref in one read transaction.
+func (db *DB) mark(ctx context.Context, st *GCStats) (*liveSet, error) {
+	live := &liveSet{objects: map[ID]Kind{}, chunks: map[ID]struct{}{}, content: map[ID]struct{}{ZeroID: {}}}
+	err := db.withTx(ctx, txRead, func(tx *tx) error {
+		roots, err := refRoots(ctx, tx)
+		if err != nil {
+			return err
+		}
+		get, err := tx.prepare(ctx, `SELECT kind, data FROM objects WHERE id = ?`)
+		if err != nil {
+			return err
+		}
+		defer get.close()
+		load := func(k Kind, id ID, via string) ([]byte, error) {
+			var kind int64
+			var data []byte
+			err := get.row(ctx, id[:]).Scan(&kind, &data)
+			if errors.Is(err, sql.ErrNoRows) || (err == nil && Kind(kind) != k) {
+				return nil, fmt.Errorf("%s %s (reached from %s) is missing; run fsck: %w", k, id, via, ErrNotFound)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if Hash(k, data) != id {
+				return nil, fmt.Errorf("%s %s (reached from %s) does not match its id; run fsck: %w", k, id, via, ErrCorrupt)
+			}
+			return data, nil
+		}
+		type item struct {
+			k   Kind
+			id  ID
+			via string
+		}
+		var stack []item
+		for _, r := range roots {
+			stack = append(stack, item{KindCommit, r.id, r.via})
+		}
+		for len(stack) > 0 {
+			if err := checkContext(ctx); err != nil {
+				return err
+			}
+			it := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if it.k == KindChunk {
+				if _, ok := live.chunks[it.id]; !ok {
+					live.chunks[it.id] = struct{}{}
+					st.LiveChunks++
+				}
+				continue
+			}
+			if _, ok := live.objects[it.id]; ok {
+				continue
+			}
+			data, err := load(it.k, it.id, it.via)
+			if err != nil {
+				return err
+			}
+			live.objects[it.id] = it.k
+			via := it.k.String() + " " + it.id.Short()
+			switch it.k {
+			case KindCommit:
+				st.LiveCommits++
+				c, err := DecodeCommit(data)
+				if err != nil {
+					return fmt.Errorf("commit %s: %w", it.id, err)
+				}
+				stack = append(stack, item{KindTree, c.Root, via})
+				if !c.Parent.IsZero() {
+					stack = append(stack, item{KindCommit, c.Parent, via})
+				}
+			case KindTree:
+				st.LiveTrees++
+				t, err := DecodeTree(data)
+				if err != nil {
+					return fmt.Errorf("tree %s: %w", it.id, err)
+				}
+				for i := range t.Entries {
+					e := &t.Entries[i]
+					switch {
+					case e.Type == TypeDir:
+						stack = append(stack, item{KindTree, e.Object, via})
+					case e.Type == TypeFile:
+						live.content[e.Object] = struct{}{}
+						if e.ObjectKind == KindChunk || e.ObjectKind == KindManifest {
+							stack = append(stack, item{e.ObjectKind, e.Object, via})
+						}
+					}
+				}
+			case KindManifest:
+				st.LiveManifests++
+				m, err := DecodeManifest(data)
+				if err != nil {
+					return fmt.Errorf("manifest %s: %w", it.id, err)
+				}
+				for _, x := range m.Extents {
+					if !x.Chunk.IsZero() {
+						stack = append(stack, item{KindChunk, x.Chunk, via})
+					}
+				}
+			}
+		}
+		return nil
+	})
+	return live, err
+}
+
+type root struct {
+	id  ID
+	via string
+}
+
+// refRoots lists every commit a ref names.
+func refRoots(ctx context.Context, tx *tx) ([]root, error) {
+	var out []root
+	r, err := tx.query(ctx, `
+		SELECT head, 'branch ' || project || '/' || name FROM branches
+		UNION ALL SELECT commit_id, 'layer ' || project || ':' || idx FROM layers
+		UNION ALL SELECT base, 'workspace ' || id || ' base' FROM workspaces
+		UNION ALL SELECT head, 'workspace ' || id || ' head' FROM workspaces`)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	for r.Next() {
+		var b []byte
+		var via string
+		if err := r.Scan(&b, &via); err != nil {
+			return nil, err
+		}
+		var id ID
+		copy(id[:], b)
+		if !id.IsZero() {
+			out = append(out, root{id, via})
+		}
+	}
+	return out, r.Err()
+}
+
+// sweep deletes unmarked rows in one write transaction.
+func (db *DB) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool) error {
+	return db.withTx(ctx, txWrite, func(tx *tx) error {
+		var deadObjs, deadChunks []ID
+		r, err := tx.query(ctx, `SELECT id FROM objects`)
+		if err != nil {
+			return err
+		}
+		for r.Next() {
+			var b []byte
+			if err := r.Scan(&b); err != nil {
+				r.Close()
+				return err
+			}
+			var id ID
+			copy(id[:], b)
+			if _, ok := live.objects[id]; !ok {
+				deadObjs = append(deadObjs, id)
+			}
+		}
+		if err := r.Close(); err != nil {
+			return err
+		}
+		r, err = tx.query(ctx, `SELECT id, len FROM chunks`)
+		if err != nil {
+			return err
+		}
+		for r.Next() {
+			var b []byte
+			var n int64
+			if err := r.Scan(&b, &n); err != nil {
+				r.Close()
+				return err
+			}
+			var id ID
+			copy(id[:], b)
+			if _, ok := live.chunks[id]; !ok {
+				deadChunks = append(deadChunks, id)
+				st.DeadChunkBytes += n
+			}
+		}
+		if err := r.Close(); err != nil {
+			return err
+		}
+		st.DeadObjects, st.DeadChunks = int64(len(deadObjs)), int64(len(deadChunks))
+		if dryRun {
+			return nil
+		}
+		for _, del := range []struct {
+			q   string
+			ids []ID
+		}{{`DELETE FROM objects WHERE id = ?`, deadObjs}, {`DELETE FROM chunks WHERE id = ?`, deadChunks}} {
+			if len(del.ids) == 0 {
+				continue
+			}
+			s, err := tx.prepare(ctx, del.q)
+			if err != nil {
+				return err
+			}
+			for _, id := range del.ids {
+				if _, err := s.exec(ctx, id[:]); err != nil {
+					s.close()
+					return fmt.Errorf("delete %s: %w", id, err)
+				}
+			}
+			s.close()
+		}
+		return nil
+	})
+}
+
+// packLive is one pack's live chunks as the index has them.
+type packLive struct {
+	num    int64
+	chunks []chunkRow // sorted by offset
+	bytes  int64      // live bytes including record headers
+}
+
+// livePacks groups the chunk index by pack.
+func (db *DB) livePacks(ctx context.Context) (map[int64]*packLive, error) {
+	out := map[int64]*packLive{}
+	err := db.withTx(ctx, txRead, func(tx *tx) error {
+		r, err := tx.query(ctx, `SELECT id, pack, off, len FROM chunks ORDER BY pack, off`)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var c chunkRow
+			var b []byte
+			if err := r.Scan(&b, &c.pack, &c.off, &c.len); err != nil {
+				return err
+			}
+			copy(c.id[:], b)
+			p := out[c.pack]
+			if p == nil {
+				p = &packLive{num: c.pack}
+				out[c.pack] = p
+			}
+			p.chunks = append(p.chunks, c)
+			p.bytes += recordHeader + c.len
+		}
+		return r.Err()
+	})
+	return out, err
+}
+
+// compact deletes packs with no live chunk and rewrites those with too many
+// dead bytes into new packs.
+func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
+	if err := db.packs.dropIdle(); err != nil {
+		return err
+	}
+	live, err := db.livePacks(ctx)
+	if err != nil {
+		return err
+	}
+	nums, err := db.packs.listPacks()
+	if err != nil {
+		return err
+	}
+	var out *packWriter // the pack live chunks are copied into
+	defer func() {
+		if out != nil {
+			db.packs.discard(out)
+		}
+	}()
+	for _, num := range nums {
+		if err := checkContext(ctx); err != nil {
+			return err
+		}
+		path := filepath.Join(db.dir, packsDir, packName(num))
+		fi, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		p := live[num]
+		if p == nil {
+			if err := db.removePack(num); err != nil {
+				return err
+			}
+			st.PacksDeleted++
+			continue
+		}
+		dead := fi.Size() - int64(len(packMagic)) - p.bytes
+		if float64(dead) <= ratio*float64(fi.Size()) {
+			continue
+		}
+		// Copy the live chunks (verified) into the output pack, make them
+		// durable, then point the index at them.
+		moved := make([]chunkRow, 0, len(p.chunks))
+		for _, c := range p.chunks {
+			data, err := db.readChunk(c.id, c.pack, c.off, c.len)
+			if err != nil {
+				return fmt.Errorf("pack %s: %w", path, err)
+			}
+			if out == nil || out.size+recordHeader+c.len > db.opts.MaxPackSize {
+				if out != nil {
+					if err := out.sync(); err != nil {
+						return err
+					}
+					db.packs.discard(out)
+				}
+				out, err = db.newCompactPack()
+				if err != nil {
+					return err
+				}
+			}
+			off, err := out.append(c.id, data)
+			if err != nil {
+				return err
+			}
+			db.ctr.packWritten.Add(recordHeader + c.len)
+			moved = append(moved, chunkRow{id: c.id, pack: out.num, off: off, len: c.len})
+		}
+		if err := out.sync(); err != nil {
+			return err
+		}
+		db.ctr.packSyncs.Add(1)
+		err = db.withTx(ctx, txWrite, func(tx *tx) error {
+			s, err := tx.prepare(ctx, `UPDATE chunks SET pack = ?, off = ? WHERE id = ? AND pack = ?`)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			for _, c := range moved {
+				if _, err := s.exec(ctx, c.pack, c.off, c.id[:], num); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := db.removePack(num); err != nil {
+			return err
+		}
+		st.PacksRewritten++
+	}
+	return nil
+}
+
+// newCompactPack creates a fresh pack for compaction output.
+func (db *DB) newCompactPack() (*packWriter, error) {
+	nums, err := db.packs.listPacks()
+	if err != nil {
+		return nil, err
+	}
+	next := int64(1)
+	if len(nums) > 0 {
+		next = nums[len(nums)-1] + 1
+	}
+	db.packs.mu.Lock()
+	defer db.packs.mu.Unlock()
+	for ; ; next++ {
+		w, err := db.packs.tryOpen(next, true)
+		if err != nil {
+			return nil, err
+		}
+		if w != nil {
+			return w, nil
+		}
+	}
+}
+
+func (db *DB) removePack(num int64) error {
+	db.packs.forget(num)
+	path := filepath.Join(db.dir, packsDir, packName(num))
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	db.log.Debug("gc removed pack", "pack", path)
+	return nil
+}
+
+// sweepCache removes cache files whose content no live tree names, and
+// temporary files a crashed materialization left behind.
+func (db *DB) sweepCache(content map[ID]struct{}, st *GCStats) error {
+	root := filepath.Join(db.dir, cacheDir)
+	dirs, err := os.ReadDir(root)
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		sub := filepath.Join(root, d.Name())
+		ents, err := os.ReadDir(sub)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			name := e.Name()
+			p := filepath.Join(sub, name)
+			if strings.HasPrefix(name, ".tmp-") {
+				if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Hour {
+					os.Remove(p)
+				}
+				continue
+			}
+			id, err := ParseID(name)
+			if err == nil {
+				if _, ok := content[id]; ok {
+					continue
+				}
+			}
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			st.CacheFilesRemoved++
+		}
+	}
+	return nil
+}
+
+// diskFootprint is the bytes on disk of the packs, the cache and the
+// database files.
+func (db *DB) diskFootprint() (int64, error) {
+	var total int64
+	for _, d := range []string{packsDir, cacheDir} {
+		n, err := diskUsage(filepath.Join(db.dir, d))
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	for _, f := range dbFiles() {
+		var s unix.Stat_t
+		if err := unix.Stat(filepath.Join(db.dir, f), &s); err == nil {
+			total += s.Blocks * 512
+		}
+	}
+	return total, nil
+}
+
+func dbFiles() []string { return []string{dbFile, dbFile + "-wal", dbFile + "-shm"} }
+
+// sortedIDs returns the keys of m in order (for stable reports).
+func sortedIDs[V any](m map[ID]V) []ID {
+	out := make([]ID, 0, len(m))
+	for id := range m {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return string(out[i][:]) < string(out[j][:]) })
+	return out
 }

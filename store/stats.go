@@ -2,13 +2,15 @@ package store
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 )
 
 // KindStats count the objects of one kind.
 type KindStats struct {
 	Count int64 `json:"count"`
-	Bytes int64 `json:"bytes"` // encoded (chunks: payload) bytes
+	Bytes int64 `json:"bytes"` // encoded bytes (chunks: payload bytes)
 }
 
 // StoreStats describe a store's contents and footprint.
@@ -21,19 +23,97 @@ type StoreStats struct {
 	Branches   int64     `json:"branches"`
 	Layers     int64     `json:"layers"`
 	Workspaces int64     `json:"workspaces"`
-	// LogicalBytes is the sum of every commit's file bytes (what storing
-	// each snapshot in full would take); StoredBytes the unique chunk
-	// payload actually kept; DedupRatio their quotient.
+	// LogicalBytes is the sum of every stored commit's file bytes (what
+	// keeping each snapshot in full would take); StoredBytes is the unique
+	// chunk payload actually kept; DedupRatio is their quotient (0 when
+	// nothing is stored).
 	LogicalBytes int64   `json:"logical_bytes"`
 	StoredBytes  int64   `json:"stored_bytes"`
 	DedupRatio   float64 `json:"dedup_ratio"`
-	DBBytes      int64   `json:"db_bytes"`   // store.db and its WAL
-	PackBytes    int64   `json:"pack_bytes"` // pack files, including dead bytes
+	DBBytes      int64   `json:"db_bytes"`   // store.db and its WAL, apparent size
+	PackBytes    int64   `json:"pack_bytes"` // pack files, apparent size, dead bytes included
 	PackFiles    int     `json:"pack_files"`
-	CacheBytes   int64   `json:"cache_bytes"` // materialized files on disk
+	CacheBytes   int64   `json:"cache_bytes"` // materialized files, on disk
 }
 
-// Stats counts objects by kind and measures the store on disk.
+// Stats counts objects by kind and measures the store on disk. It decodes
+// every commit (for LogicalBytes), so it costs O(commits).
 func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
-	return StoreStats{}, errors.New("stats: not implemented yet")
+	var st StoreStats
+	err := db.withTx(ctx, txRead, func(tx *tx) error {
+		if err := tx.row(ctx, `SELECT count(*), coalesce(sum(len), 0) FROM chunks`).Scan(&st.Chunks.Count, &st.Chunks.Bytes); err != nil {
+			return err
+		}
+		r, err := tx.query(ctx, `SELECT kind, count(*), sum(length(data)) FROM objects GROUP BY kind`)
+		if err != nil {
+			return err
+		}
+		for r.Next() {
+			var k int64
+			var ks KindStats
+			if err := r.Scan(&k, &ks.Count, &ks.Bytes); err != nil {
+				r.Close()
+				return err
+			}
+			switch Kind(k) {
+			case KindManifest:
+				st.Manifests = ks
+			case KindTree:
+				st.Trees = ks
+			case KindCommit:
+				st.Commits = ks
+			}
+		}
+		if err := r.Close(); err != nil {
+			return err
+		}
+		if err := tx.row(ctx, `SELECT (SELECT count(*) FROM projects), (SELECT count(*) FROM branches),
+			(SELECT count(*) FROM layers), (SELECT count(*) FROM workspaces)`).Scan(&st.Projects, &st.Branches, &st.Layers, &st.Workspaces); err != nil {
+			return err
+		}
+		r, err = tx.query(ctx, `SELECT id, data FROM objects WHERE kind = ?`, int64(KindCommit))
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var id, data []byte
+			if err := r.Scan(&id, &data); err != nil {
+				return err
+			}
+			c, err := DecodeCommit(data)
+			if err != nil {
+				return fmt.Errorf("commit %s: %w", toID(id), err)
+			}
+			st.LogicalBytes += c.Stats.Bytes
+		}
+		return r.Err()
+	})
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	st.StoredBytes = st.Chunks.Bytes
+	if st.StoredBytes > 0 {
+		st.DedupRatio = float64(st.LogicalBytes) / float64(st.StoredBytes)
+	}
+	for _, f := range []string{dbFile, dbFile + "-wal"} {
+		if fi, err := os.Stat(filepath.Join(db.dir, f)); err == nil {
+			st.DBBytes += fi.Size()
+		}
+	}
+	nums, err := db.packs.listPacks()
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	st.PackFiles = len(nums)
+	for _, n := range nums {
+		if fi, err := os.Stat(filepath.Join(db.dir, packsDir, packName(n))); err == nil {
+			st.PackBytes += fi.Size()
+		}
+	}
+	st.CacheBytes, err = diskUsage(filepath.Join(db.dir, cacheDir))
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	return st, nil
 }
