@@ -1,0 +1,41 @@
+// Package api is the server side of LayerFS's HTTP API: JSON over HTTP,
+// resource-shaped and versioned under /v1, served by layerfsd on a unix
+// socket (and optionally TCP with a bearer token).
+//
+// The package translates HTTP into calls on an Engine, an interface declared
+// here with exactly the methods the handlers use; layerfsd passes the real
+// engine, tests pass a double. Nothing here touches the Store or a mount.
+//
+// # Input is hostile
+//
+// Every request body is decoded strictly: one JSON value, no unknown fields,
+// at most 1 MiB, and a type error names the field. Names, refs, workspace ids
+// and workspace paths are validated before the engine sees them (no absolute
+// paths, no "..", no NUL), and uploads are capped (Options.MaxUpload, 413
+// past it). A tar upload is spooled to a temporary file while every header is
+// checked, and only a tar that passes reaches the engine, so a bad entry
+// late in the archive cannot leave half an extraction behind.
+//
+// # Errors
+//
+// Every error is {"error": {"code": ..., "message": ...}} (wire.ErrorBody).
+// Engine errors are mapped with errors.Is on the engine's sentinels: not
+// found 404, exists, head moved, uncommitted changes and busy 409, invalid
+// 400, unavailable 503. Anything else is logged and answered with a generic
+// 500, so internal details do not leak to clients.
+//
+// # Streaming execs
+//
+// POST /v1/workspaces/{id}/execs answers one JSON wire.ExecResult, or, when
+// the client sends Accept: application/x-ndjson, a stream of wire.ExecEvent
+// lines flushed as output arrives and closed by one event carrying the result
+// (or an error). Once a stream has begun the status is 200 and errors travel
+// in the last event.
+//
+// # Shutdown
+//
+// Drain makes the server refuse new work (mutating requests answer 503)
+// while requests already running go on; WaitIdle waits for them and Abort
+// cancels what is left when the grace period runs out. Read-only requests
+// keep working while draining so that clients can watch the shutdown.
+package api

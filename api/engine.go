@@ -1,0 +1,54 @@
+package api
+
+import (
+	"context"
+	"io"
+	"io/fs"
+
+	"layerfs.dev/layerfs/wire"
+)
+
+// Engine is what the API needs from LayerFS's engine. Errors wrap the
+// sentinels of errors_tmp.go so that handlers can map them to statuses.
+//
+// Paths given to the file methods are relative to the workspace root, slash
+// separated and already cleaned ("." is the root); the engine still resolves
+// them inside the workspace (no symlink escapes). GetTar of a directory
+// writes its contents with names relative to it, starting with a "./"
+// directory entry; GetTar of anything else writes one entry named by the
+// path's base name. PutTar extracts into dir, which the engine creates when
+// missing.
+type Engine interface {
+	CreateProject(ctx context.Context, req wire.CreateProject) (wire.Project, error)
+	Projects(ctx context.Context) ([]wire.Project, error)
+	Project(ctx context.Context, name string) (wire.Project, error)
+	Layers(ctx context.Context, project string) ([]wire.Layer, error)
+	AddLayer(ctx context.Context, project string, req wire.AddLayer) (wire.Layer, error)
+	Branches(ctx context.Context, project string) ([]wire.Branch, error)
+	Branch(ctx context.Context, project, name string) (wire.Branch, error)
+	ForkBranch(ctx context.Context, project string, req wire.ForkBranch) (wire.Branch, error)
+	DeleteBranch(ctx context.Context, project, name string) error
+	Commit(ctx context.Context, project, ref string) (wire.Commit, error)
+	Log(ctx context.Context, project, ref string, limit int) ([]wire.Commit, error)
+	Diff(ctx context.Context, project, from, to, cursor string, limit int) (wire.DiffPage, error)
+	CommitDir(ctx context.Context, project, branch string, req wire.CommitDir) (wire.CommitResult, error)
+	Checkout(ctx context.Context, project, ref, path string) error
+
+	CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (wire.Workspace, error)
+	Workspaces(ctx context.Context) ([]wire.Workspace, error)
+	WorkspaceStatus(ctx context.Context, id string) (wire.WorkspaceStatus, error)
+	MountWorkspace(ctx context.Context, id string) (wire.Workspace, error)
+	CommitWorkspace(ctx context.Context, id string, req wire.CommitRequest) (wire.CommitResult, error)
+	EndWorkspace(ctx context.Context, id string, discard bool) error
+	Exec(ctx context.Context, id string, req wire.ExecRequest, stdout, stderr io.Writer) (wire.ExecResult, error)
+
+	WriteFile(ctx context.Context, id, path string, mode fs.FileMode, r io.Reader) error
+	ReadFile(ctx context.Context, id, path string, w io.Writer) (size int64, err error)
+	PutTar(ctx context.Context, id, dir string, r io.Reader) error
+	GetTar(ctx context.Context, id, path string, w io.Writer) error
+
+	GC(ctx context.Context) (wire.GCResult, error)
+	Fsck(ctx context.Context) (wire.FsckReport, error)
+	Stats(ctx context.Context) (wire.StoreStats, error)
+	WriteMetrics(w io.Writer) error
+}

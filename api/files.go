@@ -1,0 +1,260 @@
+package api
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path"
+	"strings"
+
+	"layerfs.dev/layerfs/wire"
+)
+
+// upload wraps a request body with the upload cap and remembers whether the
+// cap was hit, so that the answer is 413 however the engine wraps the error.
+type upload struct {
+	r   io.Reader
+	max int64
+	err error
+}
+
+func (u *upload) Read(p []byte) (int, error) {
+	n, err := u.r.Read(p)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		u.err = tooLarge("upload exceeds the limit of %s", fmtBytes(u.max))
+	}
+	return n, err
+}
+
+func (s *Server) uploadBody(w http.ResponseWriter, r *http.Request) (*upload, error) {
+	max := s.opts.MaxUpload
+	if r.ContentLength > max {
+		return nil, tooLarge("upload of %d bytes exceeds the limit of %s", r.ContentLength, fmtBytes(max))
+	}
+	return &upload{r: http.MaxBytesReader(w, r.Body, max), max: max}, nil
+}
+
+func filePath(r *http.Request) (string, string, error) {
+	id, err := idParam(r)
+	if err != nil {
+		return "", "", err
+	}
+	p, err := workspacePath("path", r.PathValue("path"), false)
+	return id, p, err
+}
+
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
+	id, p, err := filePath(r)
+	if err != nil {
+		return err
+	}
+	q, err := query(r.URL.Query(), "mode")
+	if err != nil {
+		return err
+	}
+	mode, err := modeParam(q)
+	if err != nil {
+		return err
+	}
+	body, err := s.uploadBody(w, r)
+	if err != nil {
+		return err
+	}
+	err = s.eng.WriteFile(ctxOf(r), id, p, fs.FileMode(mode), body)
+	if body.err != nil {
+		return body.err
+	}
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {
+	id, p, err := filePath(r)
+	if err != nil {
+		return err
+	}
+	lw := &lazyWriter{w: w, contentType: "application/octet-stream", log: s.log}
+	_, err = s.eng.ReadFile(ctxOf(r), id, p, lw)
+	return lw.finish(err)
+}
+
+func tarDir(r *http.Request) (string, string, error) {
+	id, err := idParam(r)
+	if err != nil {
+		return "", "", err
+	}
+	q, err := query(r.URL.Query(), "path")
+	if err != nil {
+		return "", "", err
+	}
+	p, err := workspacePath("query parameter path", q["path"], true)
+	return id, p, err
+}
+
+func (s *Server) putTar(w http.ResponseWriter, r *http.Request) error {
+	id, dir, err := tarDir(r)
+	if err != nil {
+		return err
+	}
+	body, err := s.uploadBody(w, r)
+	if err != nil {
+		return err
+	}
+	spool, err := os.CreateTemp(s.opts.SpoolDir, "layerfs-upload-*.tar")
+	if err != nil {
+		return fmt.Errorf("spool tar upload: %w", err)
+	}
+	// Unlinked at once: the open file is all that is needed, and nothing is
+	// left behind if the daemon dies.
+	if err := os.Remove(spool.Name()); err != nil {
+		spool.Close()
+		return fmt.Errorf("spool tar upload: %w", err)
+	}
+	defer spool.Close()
+	cerr := checkTar(io.TeeReader(body, spool))
+	if body.err != nil {
+		return body.err
+	}
+	if cerr != nil {
+		return cerr
+	}
+	// The rest (end-of-archive padding) goes along so the engine's reader
+	// sees a well-formed archive.
+	if _, err := io.Copy(spool, body); err != nil {
+		if body.err != nil {
+			return body.err
+		}
+		return invalid("read tar upload: %v", err)
+	}
+	if _, err := spool.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("rewind tar upload: %w", err)
+	}
+	if err := s.eng.PutTar(ctxOf(r), id, dir, spool); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// checkTar reads a whole archive and rejects entries that could land
+// outside the target directory: absolute names, "..", NUL, hard links to
+// such names, entries beneath (or replacing) a symlink of the same archive,
+// and device or FIFO nodes.
+func checkTar(r io.Reader) error {
+	tr := tar.NewReader(r)
+	symlinks := map[string]bool{}
+	for n := 0; ; n++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			if n == 0 {
+				return invalid("tar upload holds no entries (or is not a tar archive)")
+			}
+			return nil
+		}
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		if err != nil {
+			return invalid("tar upload: entry %d: %v", n+1, err)
+		}
+		name, err := tarName(h.Name)
+		if err != nil {
+			return err
+		}
+		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+			if symlinks[dir] {
+				return invalid("tar entry %q lies beneath the symlink %q of the same archive", h.Name, dir)
+			}
+		}
+		if symlinks[name] {
+			return invalid("tar entry %q replaces a symlink of the same archive", h.Name)
+		}
+		switch h.Typeflag {
+		case tar.TypeReg, tar.TypeDir, tar.TypeXGlobalHeader:
+		case tar.TypeSymlink:
+			if h.Linkname == "" || strings.ContainsRune(h.Linkname, 0) {
+				return invalid("tar entry %q: symlink target is empty or contains NUL", h.Name)
+			}
+			symlinks[name] = true
+		case tar.TypeLink:
+			if _, err := tarName(h.Linkname); err != nil {
+				return invalid("tar entry %q: hard link target: %v", h.Name, err)
+			}
+		default:
+			return invalid("tar entry %q has type %q: only files, directories and links are allowed", h.Name, h.Typeflag)
+		}
+	}
+}
+
+// tarName checks an entry name and returns it cleaned.
+func tarName(name string) (string, error) {
+	if strings.ContainsRune(name, 0) {
+		return "", invalid("tar entry name %q contains NUL", name)
+	}
+	if strings.HasPrefix(name, "/") {
+		return "", invalid("tar entry %q is absolute", name)
+	}
+	for seg := range strings.SplitSeq(name, "/") {
+		if seg == ".." {
+			return "", invalid("tar entry %q contains \"..\"", name)
+		}
+	}
+	if name == "" {
+		return "", invalid("tar entry with an empty name")
+	}
+	return path.Clean(name), nil
+}
+
+func (s *Server) getTar(w http.ResponseWriter, r *http.Request) error {
+	id, p, err := tarDir(r)
+	if err != nil {
+		return err
+	}
+	lw := &lazyWriter{w: w, contentType: wire.MediaTar, log: s.log}
+	return lw.finish(s.eng.GetTar(ctxOf(r), id, p, lw))
+}
+
+// lazyWriter sends the 200 and its headers with the first byte, so that an
+// error before any output is still answered as a JSON error.
+type lazyWriter struct {
+	w           http.ResponseWriter
+	contentType string
+	started     bool
+	log         *slog.Logger
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", l.contentType)
+		l.w.WriteHeader(http.StatusOK)
+	}
+	return l.w.Write(p)
+}
+
+// finish ends the response: a JSON error when nothing was sent yet, and an
+// aborted connection (so the client sees a truncated body, not a short
+// success) when the error came mid-stream.
+func (l *lazyWriter) finish(err error) error {
+	switch {
+	case err == nil && !l.started:
+		l.Write(nil)
+		return nil
+	case err == nil:
+		return nil
+	case !l.started:
+		return err
+	}
+	l.log.Warn("download failed mid-stream; aborting the response", "id", l.w.Header().Get("X-Request-Id"), "err", err)
+	panic(http.ErrAbortHandler)
+}

@@ -1,0 +1,189 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+
+	"layerfs.dev/layerfs/wire"
+)
+
+// apiError is an error the handlers answer as is.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func invalid(format string, args ...any) error {
+	return &apiError{http.StatusBadRequest, wire.CodeInvalid, fmt.Sprintf(format, args...)}
+}
+
+func tooLarge(format string, args ...any) error {
+	return &apiError{http.StatusRequestEntityTooLarge, wire.CodeTooLarge, fmt.Sprintf(format, args...)}
+}
+
+func unavailable(format string, args ...any) error {
+	return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, fmt.Sprintf(format, args...)}
+}
+
+// sentinelCodes maps engine sentinels to statuses, in the order checked.
+var sentinelCodes = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{ErrNotFound, http.StatusNotFound, wire.CodeNotFound},
+	{ErrExists, http.StatusConflict, wire.CodeExists},
+	{ErrHeadMoved, http.StatusConflict, wire.CodeHeadMoved},
+	{ErrUncommitted, http.StatusConflict, wire.CodeUncommitted},
+	{ErrBusy, http.StatusConflict, wire.CodeBusy},
+	{ErrInvalid, http.StatusBadRequest, wire.CodeInvalid},
+	{ErrUnavailable, http.StatusServiceUnavailable, wire.CodeUnavailable},
+}
+
+// classify maps err to a status and a typed error. internal is true when the
+// message must not reach the client.
+func classify(err error) (status int, e wire.Error, internal bool) {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.status, wire.Error{Code: ae.code, Message: ae.msg}, false
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return http.StatusRequestEntityTooLarge, wire.Error{Code: wire.CodeTooLarge,
+			Message: fmt.Sprintf("request body exceeds the limit of %d bytes", mbe.Limit)}, false
+	}
+	for _, sc := range sentinelCodes {
+		if errors.Is(err, sc.err) {
+			return sc.status, wire.Error{Code: sc.code, Message: err.Error()}, false
+		}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusServiceUnavailable, wire.Error{Code: wire.CodeUnavailable, Message: "request canceled: " + err.Error()}, false
+	}
+	return http.StatusInternalServerError, wire.Error{Code: wire.CodeInternal}, true
+}
+
+// fail answers err as a typed JSON error, logging internal errors.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, e, internal := classify(err)
+	if internal {
+		id := w.Header().Get("X-Request-Id")
+		s.log.Error("internal error", "id", id, "method", r.Method, "path", r.URL.Path, "err", err)
+		e.Message = "internal error; the daemon's log has the details under request id " + id
+	}
+	writeError(w, status, e.Code, e.Message)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, wire.ErrorBody{Error: wire.Error{Code: code, Message: msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only unsupported values fail to marshal: a programming error.
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(wire.ErrorBody{Error: wire.Error{Code: wire.CodeInternal, Message: "encode response: " + err.Error()}})
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+	b = append(b, '\n')
+	_, _ = w.Write(b) // the client is gone when this fails; nothing to do
+}
+
+// decode reads exactly one JSON value into v, strictly.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	return decodeBody(w, r, v, false)
+}
+
+// decodeOptional is decode, but an empty body leaves v as it is.
+func decodeOptional(w http.ResponseWriter, r *http.Request, v any) error {
+	return decodeBody(w, r, v, true)
+}
+
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return invalid("content type %q: want application/json", ct)
+	}
+	if r.ContentLength > MaxJSON {
+		return tooLarge("request body of %d bytes exceeds the JSON limit of %d bytes", r.ContentLength, MaxJSON)
+	}
+	body := http.MaxBytesReader(w, r.Body, MaxJSON)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if optional && err == io.EOF {
+			return nil
+		}
+		return jsonError(err)
+	}
+	var extra json.RawMessage
+	switch err := dec.Decode(&extra); {
+	case err == io.EOF:
+		return nil
+	case errors.As(err, new(*http.MaxBytesError)):
+		return jsonError(err)
+	default:
+		return invalid("request body must hold exactly one JSON value")
+	}
+}
+
+// jsonError turns a decoding error into a message a client can act on.
+func jsonError(err error) error {
+	var (
+		syn *json.SyntaxError
+		typ *json.UnmarshalTypeError
+		mbe *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return tooLarge("request body exceeds the JSON limit of %d bytes", mbe.Limit)
+	case err == io.EOF:
+		return invalid("request body is empty: want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("malformed JSON: the body ends in the middle of a value")
+	case errors.As(err, &syn):
+		return invalid("malformed JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return invalid("request body: want a JSON object, got %s", typ.Value)
+		}
+		return invalid("field %q: want %s, got %s", typ.Field, jsonKind(typ.Type), typ.Value)
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return invalid("unknown field %s", f)
+	}
+	return invalid("malformed JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(t reflect.Type) string {
+	if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
+		return "a base64 string"
+	}
+	k := t.Kind().String()
+	switch {
+	case strings.HasPrefix(k, "int"), strings.HasPrefix(k, "uint"), strings.HasPrefix(k, "float"):
+		return "a number"
+	case k == "string":
+		return "a string"
+	case k == "bool":
+		return "a boolean"
+	case k == "slice", k == "array":
+		return "an array"
+	case k == "struct", k == "map":
+		return "an object"
+	}
+	return k
+}

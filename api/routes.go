@@ -1,0 +1,76 @@
+package api
+
+import (
+	"context"
+	"net/http"
+)
+
+// handlerFunc is a handler that returns its error; the wrapper answers it.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// Route kinds: reads are served while draining; work is refused then and
+// counted for WaitIdle; execs are also counted as running execs.
+const (
+	read = iota
+	work
+	execWork
+)
+
+func (s *Server) routes() {
+	s.handle("GET /v1/version", read, s.getVersion)
+	s.handle("GET /v1/daemon", read, s.getDaemon)
+	s.handle("POST /v1/daemon/stop", read, s.stopDaemon)
+	s.mux.HandleFunc("GET /metrics", s.getMetrics)
+
+	s.handle("GET /v1/projects", read, s.listProjects)
+	s.handle("POST /v1/projects", work, s.createProject)
+	s.handle("GET /v1/projects/{p}", read, s.getProject)
+	s.handle("GET /v1/projects/{p}/layers", read, s.listLayers)
+	s.handle("POST /v1/projects/{p}/layers", work, s.addLayer)
+	s.handle("GET /v1/projects/{p}/branches", read, s.listBranches)
+	s.handle("POST /v1/projects/{p}/branches", work, s.forkBranch)
+	s.handle("GET /v1/projects/{p}/branches/{b}", read, s.getBranch)
+	s.handle("DELETE /v1/projects/{p}/branches/{b}", work, s.deleteBranch)
+	s.handle("POST /v1/projects/{p}/branches/{b}/commits", work, s.commitDir)
+	s.handle("GET /v1/projects/{p}/commits/{ref}", read, s.getCommit)
+	s.handle("GET /v1/projects/{p}/log", read, s.getLog)
+	s.handle("GET /v1/projects/{p}/diff", read, s.getDiff)
+	s.handle("POST /v1/projects/{p}/checkout", work, s.checkout)
+
+	s.handle("POST /v1/workspaces", work, s.createWorkspace)
+	s.handle("GET /v1/workspaces", read, s.listWorkspaces)
+	s.handle("GET /v1/workspaces/{id}", read, s.getWorkspace)
+	s.handle("DELETE /v1/workspaces/{id}", work, s.endWorkspace)
+	s.handle("POST /v1/workspaces/{id}/commit", work, s.commitWorkspace)
+	s.handle("POST /v1/workspaces/{id}/mount", work, s.mountWorkspace)
+	s.handle("POST /v1/workspaces/{id}/execs", execWork, s.exec)
+	s.handle("PUT /v1/workspaces/{id}/files/{path...}", work, s.putFile)
+	s.handle("GET /v1/workspaces/{id}/files/{path...}", read, s.getFile)
+	s.handle("PUT /v1/workspaces/{id}/tar", work, s.putTar)
+	s.handle("GET /v1/workspaces/{id}/tar", read, s.getTar)
+
+	s.handle("POST /v1/gc", work, s.gc)
+	s.handle("POST /v1/fsck", read, s.fsck)
+	s.handle("GET /v1/stats", read, s.stats)
+
+}
+
+func (s *Server) handle(pattern string, kind int, h handlerFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if kind != read {
+			ctx, done, ok := s.beginWork(r.Context(), kind == execWork)
+			if !ok {
+				s.fail(w, r, unavailable("the daemon is shutting down and accepts no new work"))
+				return
+			}
+			defer done()
+			r = r.WithContext(ctx)
+		}
+		if err := h(w, r); err != nil {
+			s.fail(w, r, err)
+		}
+	})
+}
+
+// ctxOf is r's context; a named helper keeps handlers short.
+func ctxOf(r *http.Request) context.Context { return r.Context() }

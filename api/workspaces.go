@@ -1,0 +1,107 @@
+package api
+
+import (
+	"net/http"
+
+	"layerfs.dev/layerfs/wire"
+)
+
+func idParam(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	return id, checkID(id)
+}
+
+func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
+	var spec wire.WorkspaceSpec
+	if err := decode(w, r, &spec); err != nil {
+		return err
+	}
+	if err := checkSpec(&spec); err != nil {
+		return err
+	}
+	ws, err := s.eng.CreateWorkspace(ctxOf(r), spec)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/workspaces/"+ws.ID)
+	writeJSON(w, http.StatusCreated, ws)
+	return nil
+}
+
+func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) error {
+	wss, err := s.eng.Workspaces(ctxOf(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, nonNil(wss))
+	return nil
+}
+
+func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request) error {
+	id, err := idParam(r)
+	if err != nil {
+		return err
+	}
+	st, err := s.eng.WorkspaceStatus(ctxOf(r), id)
+	if err != nil {
+		return err
+	}
+	if st.Changes == nil {
+		st.Changes = []wire.Change{}
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+func (s *Server) endWorkspace(w http.ResponseWriter, r *http.Request) error {
+	id, err := idParam(r)
+	if err != nil {
+		return err
+	}
+	q, err := query(r.URL.Query(), "discard")
+	if err != nil {
+		return err
+	}
+	discard, err := boolParam(q, "discard")
+	if err != nil {
+		return err
+	}
+	if err := s.eng.EndWorkspace(ctxOf(r), id, discard); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) commitWorkspace(w http.ResponseWriter, r *http.Request) error {
+	id, err := idParam(r)
+	if err != nil {
+		return err
+	}
+	var req wire.CommitRequest
+	if err := decodeOptional(w, r, &req); err != nil {
+		return err
+	}
+	if err := checkCommitText(req.Message, req.Author); err != nil {
+		return err
+	}
+	res, err := s.eng.CommitWorkspace(ctxOf(r), id, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+func (s *Server) mountWorkspace(w http.ResponseWriter, r *http.Request) error {
+	id, err := idParam(r)
+	if err != nil {
+		return err
+	}
+	ws, err := s.eng.MountWorkspace(ctxOf(r), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, ws)
+	return nil
+}
