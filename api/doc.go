@@ -12,9 +12,9 @@
 // at most 1 MiB, and a type error names the field. Names, refs, workspace ids
 // and workspace paths are validated before the engine sees them (no absolute
 // paths, no "..", no NUL), and uploads are capped (Options.MaxUpload, 413
-// past it). A tar upload is spooled to a temporary file while every header is
-// checked, and only a tar that passes reaches the engine, so a bad entry
-// late in the archive cannot leave half an extraction behind.
+// past it, up front when Content-Length says so). The engine resolves every
+// path beneath the workspace root and checks a tar upload whole before it
+// extracts anything; the API does not buffer uploads a second time.
 //
 // # Errors
 //

@@ -8,16 +8,17 @@ import (
 	"layerfs.dev/layerfs/wire"
 )
 
-// Engine is what the API needs from LayerFS's engine. Errors wrap the
-// sentinels of errors_tmp.go so that handlers can map them to statuses.
+// Engine is what the API needs from LayerFS's engine (*engine.Engine). Errors
+// wrap the engine's sentinels (engine.ErrNotFound, ...) so that handlers can
+// map them to statuses.
 //
 // Paths given to the file methods are relative to the workspace root, slash
 // separated and already cleaned ("." is the root); the engine still resolves
-// them inside the workspace (no symlink escapes). GetTar of a directory
-// writes its contents with names relative to it, starting with a "./"
-// directory entry; GetTar of anything else writes one entry named by the
-// path's base name. PutTar extracts into dir, which the engine creates when
-// missing.
+// them inside the workspace (no symlink escapes). GetTar names every entry
+// below the path's base name ("." for the root): a file is one entry, a
+// directory its own entry followed by its tree. PutTar checks the whole
+// archive before it writes anything (absolute or ".." names, links leaving
+// the tree, devices) and extracts into dir, creating it when missing.
 type Engine interface {
 	CreateProject(ctx context.Context, req wire.CreateProject) (wire.Project, error)
 	Projects(ctx context.Context) ([]wire.Project, error)

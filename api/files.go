@@ -1,16 +1,11 @@
 package api
 
 import (
-	"archive/tar"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"os"
-	"path"
-	"strings"
 
 	"layerfs.dev/layerfs/wire"
 )
@@ -109,110 +104,15 @@ func (s *Server) putTar(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	spool, err := os.CreateTemp(s.opts.SpoolDir, "layerfs-upload-*.tar")
-	if err != nil {
-		return fmt.Errorf("spool tar upload: %w", err)
-	}
-	// Unlinked at once: the open file is all that is needed, and nothing is
-	// left behind if the daemon dies.
-	if err := os.Remove(spool.Name()); err != nil {
-		spool.Close()
-		return fmt.Errorf("spool tar upload: %w", err)
-	}
-	defer spool.Close()
-	cerr := checkTar(io.TeeReader(body, spool))
+	err = s.eng.PutTar(ctxOf(r), id, dir, body)
 	if body.err != nil {
 		return body.err
 	}
-	if cerr != nil {
-		return cerr
-	}
-	// The rest (end-of-archive padding) goes along so the engine's reader
-	// sees a well-formed archive.
-	if _, err := io.Copy(spool, body); err != nil {
-		if body.err != nil {
-			return body.err
-		}
-		return invalid("read tar upload: %v", err)
-	}
-	if _, err := spool.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("rewind tar upload: %w", err)
-	}
-	if err := s.eng.PutTar(ctxOf(r), id, dir, spool); err != nil {
+	if err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-// checkTar reads a whole archive and rejects entries that could land
-// outside the target directory: absolute names, "..", NUL, hard links to
-// such names, entries beneath (or replacing) a symlink of the same archive,
-// and device or FIFO nodes.
-func checkTar(r io.Reader) error {
-	tr := tar.NewReader(r)
-	symlinks := map[string]bool{}
-	for n := 0; ; n++ {
-		h, err := tr.Next()
-		if err == io.EOF {
-			if n == 0 {
-				return invalid("tar upload holds no entries (or is not a tar archive)")
-			}
-			return nil
-		}
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		if err != nil {
-			return invalid("tar upload: entry %d: %v", n+1, err)
-		}
-		name, err := tarName(h.Name)
-		if err != nil {
-			return err
-		}
-		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-			if symlinks[dir] {
-				return invalid("tar entry %q lies beneath the symlink %q of the same archive", h.Name, dir)
-			}
-		}
-		if symlinks[name] {
-			return invalid("tar entry %q replaces a symlink of the same archive", h.Name)
-		}
-		switch h.Typeflag {
-		case tar.TypeReg, tar.TypeDir, tar.TypeXGlobalHeader:
-		case tar.TypeSymlink:
-			if h.Linkname == "" || strings.ContainsRune(h.Linkname, 0) {
-				return invalid("tar entry %q: symlink target is empty or contains NUL", h.Name)
-			}
-			symlinks[name] = true
-		case tar.TypeLink:
-			if _, err := tarName(h.Linkname); err != nil {
-				return invalid("tar entry %q: hard link target: %v", h.Name, err)
-			}
-		default:
-			return invalid("tar entry %q has type %q: only files, directories and links are allowed", h.Name, h.Typeflag)
-		}
-	}
-}
-
-// tarName checks an entry name and returns it cleaned.
-func tarName(name string) (string, error) {
-	if strings.ContainsRune(name, 0) {
-		return "", invalid("tar entry name %q contains NUL", name)
-	}
-	if strings.HasPrefix(name, "/") {
-		return "", invalid("tar entry %q is absolute", name)
-	}
-	for seg := range strings.SplitSeq(name, "/") {
-		if seg == ".." {
-			return "", invalid("tar entry %q contains \"..\"", name)
-		}
-	}
-	if name == "" {
-		return "", invalid("tar entry with an empty name")
-	}
-	return path.Clean(name), nil
 }
 
 func (s *Server) getTar(w http.ResponseWriter, r *http.Request) error {

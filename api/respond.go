@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 
+	"layerfs.dev/layerfs/engine"
 	"layerfs.dev/layerfs/wire"
 )
 
@@ -40,13 +41,13 @@ var sentinelCodes = []struct {
 	status int
 	code   string
 }{
-	{ErrNotFound, http.StatusNotFound, wire.CodeNotFound},
-	{ErrExists, http.StatusConflict, wire.CodeExists},
-	{ErrHeadMoved, http.StatusConflict, wire.CodeHeadMoved},
-	{ErrUncommitted, http.StatusConflict, wire.CodeUncommitted},
-	{ErrBusy, http.StatusConflict, wire.CodeBusy},
-	{ErrInvalid, http.StatusBadRequest, wire.CodeInvalid},
-	{ErrUnavailable, http.StatusServiceUnavailable, wire.CodeUnavailable},
+	{engine.ErrNotFound, http.StatusNotFound, wire.CodeNotFound},
+	{engine.ErrExists, http.StatusConflict, wire.CodeExists},
+	{engine.ErrHeadMoved, http.StatusConflict, wire.CodeHeadMoved},
+	{engine.ErrUncommitted, http.StatusConflict, wire.CodeUncommitted},
+	{engine.ErrBusy, http.StatusConflict, wire.CodeBusy},
+	{engine.ErrInvalid, http.StatusBadRequest, wire.CodeInvalid},
+	{engine.ErrUnavailable, http.StatusServiceUnavailable, wire.CodeUnavailable},
 }
 
 // classify maps err to a status and a typed error. internal is true when the
