@@ -1,0 +1,488 @@
+package lima
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lima-vm/lima/pkg/store"
+
+	"layerfs.dev/layerfs/platforms"
+)
+
+// Name is the platform's registry name.
+const Name = "lima"
+
+// MinVersion is the oldest limactl the platform drives: the template it
+// writes and the commands it runs are those of Lima 1.x.
+const MinVersion = "1.0.0"
+
+var minVersion = semver{1, 0, 0}
+
+// Errors of this platform, beside platforms.ErrUnavailable and ErrNotUp.
+var (
+	// ErrConfig: the Config cannot make a valid instance.
+	ErrConfig = errors.New("invalid lima configuration")
+	// ErrStart: limactl could not create or boot the instance.
+	ErrStart = errors.New("lima instance failed to start")
+	// ErrDaemon: the guest layerfsd did not answer on the forwarded socket.
+	ErrDaemon = errors.New("guest layerfsd did not answer")
+	// ErrCommand: another limactl command failed.
+	ErrCommand = errors.New("limactl command failed")
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultBootTimeout   = 10 * time.Minute // limactl start's own default
+	DefaultDaemonTimeout = 60 * time.Second
+)
+
+// Config says which instance to run and how.
+type Config struct {
+	// Project names the LayerFS project; the instance is "layerfs-" and
+	// the project's name (see InstanceName). Required.
+	Project string
+	// Daemon is the host path of a layerfsd built for the guest (linux,
+	// the guest's architecture). Required for Up.
+	Daemon string
+	// Image is a local disk image path or a URL; "" uses Debian 12's
+	// generic cloud image (downloaded by Lima on first create).
+	Image string
+	// Arch is Lima's arch name (x86_64, aarch64); "" is the host's.
+	Arch string
+	// VMType is "vz" or "qemu"; "" lets Lima choose (vz on macOS 13.5+).
+	VMType string
+	// CPUs, Memory ("4GiB") and Disk ("50GiB"); zero values take Lima's
+	// defaults.
+	CPUs   int
+	Memory string
+	Disk   string
+	// Networks adds guest networks: "lima:shared", "socket:/path" or
+	// "vzNAT". None keeps Lima's default user-mode network only.
+	Networks []string
+	// WorkDir holds the generated template while limactl create reads it;
+	// "" is os.TempDir().
+	WorkDir string
+	// Keep makes Down stop the instance but keep its disk, so the next Up
+	// boots it instead of creating it (faster, and the guest Store
+	// survives). By default Down deletes the instance.
+	Keep          bool
+	BootTimeout   time.Duration // limactl start --timeout
+	DaemonTimeout time.Duration // wait for GET /v1/version after starting layerfsd
+	Runner        Runner        // nil: ExecRunner{}
+	Logger        *slog.Logger  // nil: silent
+}
+
+// Platform runs layerfsd in a Lima instance. See the package doc.
+type Platform struct {
+	cfg  Config
+	inst string
+	run  Runner
+	log  *slog.Logger
+
+	mu         sync.Mutex
+	version    string // limactl's, once checked
+	up         bool
+	dir        string // the instance's directory on the host
+	hostSocket string
+	vmType     string
+	arch       string
+}
+
+var (
+	_ platforms.Platform = (*Platform)(nil)
+	_ platforms.Remote   = (*Platform)(nil)
+)
+
+// New checks cfg and returns a platform; it runs nothing.
+func New(cfg Config) (*Platform, error) {
+	name, err := InstanceName(cfg.Project)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range cfg.Networks {
+		if _, err := parseNetwork(n); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = DefaultBootTimeout
+	}
+	if cfg.DaemonTimeout <= 0 {
+		cfg.DaemonTimeout = DefaultDaemonTimeout
+	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = os.TempDir()
+	}
+	p := &Platform{cfg: cfg, inst: name, run: cfg.Runner, log: cfg.Logger}
+	if p.run == nil {
+		p.run = ExecRunner{}
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	return p, nil
+}
+
+// InstanceName derives the instance name from a project name: "layerfs-"
+// and the name lower-cased with every run of characters outside [a-z0-9]
+// made one "-". When that changed the name, a short hash of the original
+// keeps two projects from sharing an instance. The result is checked with
+// Lima's own instance-name validation.
+func InstanceName(project string) (string, error) {
+	if project == "" {
+		return "", fmt.Errorf("project name is empty: %w", ErrConfig)
+	}
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(project) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	clean := strings.Trim(b.String(), "-")
+	if clean != project {
+		sum := sha256.Sum256([]byte(project))
+		clean = strings.TrimPrefix(clean+"-"+hex.EncodeToString(sum[:3]), "-")
+	}
+	name := "layerfs-" + clean
+	if err := store.ValidateInstName(name); err != nil {
+		return "", fmt.Errorf("project %q: %w: %w", project, err, ErrConfig)
+	}
+	return name, nil
+}
+
+// Name implements platforms.Platform.
+func (p *Platform) Name() string { return Name }
+
+// Instance is the Lima instance name this platform drives.
+func (p *Platform) Instance() string { return p.inst }
+
+// Features implements platforms.Platform. The guest is a full Linux VM
+// with Lima's user-mode network, so layerfsd can grant a sandbox the
+// network; resource limits are the guest daemon's to report.
+func (p *Platform) Features() platforms.Features {
+	return platforms.Features{RemoteDaemon: true, Network: true}
+}
+
+// limactl runs one limactl command. Only a command that could not run at
+// all is an error here; the caller judges the exit code.
+func (p *Platform) limactl(ctx context.Context, args ...string) (Result, error) {
+	argv := append([]string{"limactl"}, args...)
+	p.log.Debug("lima: run", "argv", argv)
+	res, err := p.run.Run(ctx, argv, nil)
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return res, fmt.Errorf("lima: limactl not found in PATH (install Lima %s or newer: `brew install lima` on macOS, see https://lima-vm.io/docs/installation/): %w", MinVersion, platforms.ErrUnavailable)
+		}
+		return res, fmt.Errorf("lima: %s: %w", strings.Join(argv[:min(len(argv), 3)], " "), err)
+	}
+	// limactl refuses root for every command but --version
+	// (cmd/limactl/main.go, PersistentPreRunE).
+	if res.ExitCode != 0 && strings.Contains(string(res.Stderr), "must not run as the root user") {
+		return res, fmt.Errorf("lima: limactl refuses to run as root; run LayerFS as the user who owns the Lima instances: %w", platforms.ErrUnavailable)
+	}
+	return res, nil
+}
+
+// must runs a limactl command that has to succeed.
+func (p *Platform) must(ctx context.Context, args ...string) (Result, error) {
+	res, err := p.limactl(ctx, args...)
+	if err != nil {
+		return res, err
+	}
+	if res.ExitCode != 0 {
+		return res, fmt.Errorf("lima: limactl %s exited with status %d: %w; stderr:\n%s",
+			args[0], res.ExitCode, ErrCommand, tail(res.Stderr, 20))
+	}
+	return res, nil
+}
+
+// checkTool makes sure limactl is there and new enough.
+func (p *Platform) checkTool(ctx context.Context) error {
+	if p.version != "" {
+		return nil
+	}
+	res, err := p.limactl(ctx, "--version")
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("lima: limactl --version exited with status %d: %w; stderr:\n%s", res.ExitCode, platforms.ErrUnavailable, tail(res.Stderr, 10))
+	}
+	v, raw, err := parseVersion(res.Stdout)
+	if err != nil {
+		return fmt.Errorf("lima: %w: %w", err, platforms.ErrUnavailable)
+	}
+	if v.less(minVersion) {
+		return fmt.Errorf("lima: limactl %s is too old, LayerFS needs %s or newer (upgrade Lima: `brew upgrade lima`): %w", raw, MinVersion, platforms.ErrUnavailable)
+	}
+	p.version = raw
+	return nil
+}
+
+// find looks the instance up with `limactl list --json`.
+func (p *Platform) find(ctx context.Context) (instance, bool, error) {
+	res, err := p.must(ctx, "list", "--json")
+	if err != nil {
+		return instance{}, false, err
+	}
+	list, err := parseList(res.Stdout)
+	if err != nil {
+		return instance{}, false, fmt.Errorf("lima: %w", err)
+	}
+	for _, in := range list {
+		if in.Name == p.inst {
+			return in, true, nil
+		}
+	}
+	return instance{}, false, nil
+}
+
+// Up implements platforms.Platform: create the instance if it is missing,
+// boot it, install and start layerfsd in it, and wait until the daemon
+// answers on the forwarded socket. It does nothing more when all that is
+// already so.
+func (p *Platform) Up(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.checkTool(ctx); err != nil {
+		return err
+	}
+	in, found, err := p.find(ctx)
+	if err != nil {
+		return err
+	}
+	if !found {
+		if err := p.create(ctx); err != nil {
+			return err
+		}
+		if in, found, err = p.find(ctx); err != nil {
+			return err
+		} else if !found {
+			return fmt.Errorf("lima: instance %q was created but limactl list does not show it: %w", p.inst, ErrStart)
+		}
+	}
+	p.dir, p.vmType, p.arch = in.Dir, in.VMType, in.Arch
+	p.hostSocket = hostSocketOf(in)
+	if !in.running() {
+		p.log.Info("lima: starting instance", "instance", p.inst, "status", in.Status)
+		res, err := p.limactl(ctx, "start", "--tty=false", "--timeout="+p.cfg.BootTimeout.String(), p.inst)
+		if err != nil {
+			return err
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("lima: start instance %q: %w (limactl exited with status %d; see %s/ha.stderr.log); limactl said:\n%s",
+				p.inst, ErrStart, res.ExitCode, in.Dir, tail(res.Stderr, 20))
+		}
+	}
+	client := unixClient(p.hostSocket)
+	if v, err := probeVersion(ctx, client, "http://layerfsd", ""); err == nil {
+		p.log.Info("lima: guest layerfsd already answering", "instance", p.inst, "version", v.Version)
+		p.up = true
+		return nil
+	}
+	if err := p.startDaemon(ctx); err != nil {
+		return err
+	}
+	v, err := waitVersion(ctx, client, "http://layerfsd", "", p.cfg.DaemonTimeout)
+	if err != nil {
+		logTail := p.daemonLog(ctx)
+		return fmt.Errorf("lima: layerfsd in instance %q did not answer GET /v1/version on %s within %s (%v): %w; guest log %s:\n%s",
+			p.inst, p.hostSocket, p.cfg.DaemonTimeout, err, ErrDaemon, guestLog, logTail)
+	}
+	p.log.Info("lima: guest layerfsd is up", "instance", p.inst, "version", v.Version, "socket", p.hostSocket)
+	p.up = true
+	return nil
+}
+
+// hostSocketOf finds the host end of the daemon's socket forward in the
+// instance's configuration (Lima has filled in the absolute path), falling
+// back to where this package puts it.
+func hostSocketOf(in instance) string {
+	if in.Config != nil {
+		for _, r := range in.Config.PortForwards {
+			if r.GuestSocket == guestSocket && r.HostSocket != "" {
+				return r.HostSocket
+			}
+		}
+	}
+	return filepath.Join(in.Dir, "sock", "layerfsd.sock")
+}
+
+// create writes the template and runs limactl create.
+func (p *Platform) create(ctx context.Context) error {
+	instDir, err := store.InstanceDir(p.inst)
+	if err != nil {
+		return fmt.Errorf("lima: %w: %w", err, ErrConfig)
+	}
+	y, err := Template(p.cfg, filepath.Join(instDir, "sock", "layerfsd.sock"))
+	if err != nil {
+		return err
+	}
+	b, err := MarshalTemplate(y)
+	if err != nil {
+		return err
+	}
+	if err := ValidateTemplate(b, instDir); err != nil {
+		return fmt.Errorf("lima: instance %q: %w", p.inst, err)
+	}
+	file := filepath.Join(p.cfg.WorkDir, p.inst+".yaml")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		return fmt.Errorf("lima: write template: %w", err)
+	}
+	defer os.Remove(file)
+	p.log.Info("lima: creating instance", "instance", p.inst, "template", file)
+	res, err := p.limactl(ctx, "create", "--tty=false", "--name="+p.inst, file)
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("lima: create instance %q: %w (limactl exited with status %d); limactl said:\n%s",
+			p.inst, ErrStart, res.ExitCode, tail(res.Stderr, 20))
+	}
+	return nil
+}
+
+// startScript installs the uploaded layerfsd and starts it detached as
+// root. Lima forwards a guest socket over SSH as the guest user, who needs
+// read-write access to it (Lima's templates/default.yaml says so); the
+// daemon makes its socket 0600 root, so the script gives it to the user
+// that sudo came from.
+var startScript = strings.Join([]string{
+	"set -eu",
+	"install -m 0755 " + guestUpload + " " + guestDaemon,
+	"rm -f " + guestUpload,
+	"mkdir -p /run/layerfs " + guestStore,
+	"[ -e /dev/fuse ] || mknod -m 0666 /dev/fuse c 10 229",
+	stopScript,
+	"rm -f " + guestSocket,
+	"setsid " + guestDaemon + " serve --store " + guestStore + " --socket " + guestSocket +
+		" </dev/null >>" + guestLog + " 2>&1 &",
+	"echo $! >" + guestPID,
+	"i=0; while [ ! -S " + guestSocket + " ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done",
+	"if [ -S " + guestSocket + " ]; then chown \"${SUDO_USER:-root}\" " + guestSocket + "; fi",
+}, "\n")
+
+// stopScript stops a daemon started by startScript, waiting up to 10 s for
+// it to unmount and exit.
+var stopScript = "if [ -f " + guestPID + " ] && kill -0 \"$(cat " + guestPID + ")\" 2>/dev/null; then " +
+	"kill \"$(cat " + guestPID + ")\"; i=0; " +
+	"while kill -0 \"$(cat " + guestPID + ")\" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; fi"
+
+// startDaemon copies layerfsd into the guest and starts it.
+func (p *Platform) startDaemon(ctx context.Context) error {
+	if p.cfg.Daemon == "" {
+		return fmt.Errorf("lima: Config.Daemon (a layerfsd built for the guest) is not set: %w", ErrConfig)
+	}
+	daemon, err := filepath.Abs(p.cfg.Daemon)
+	if err != nil {
+		return fmt.Errorf("lima: %w", err)
+	}
+	if _, err := os.Stat(daemon); err != nil {
+		return fmt.Errorf("lima: layerfsd for the guest: %w: %w", err, ErrConfig)
+	}
+	if _, err := p.must(ctx, "copy", daemon, p.inst+":"+guestUpload); err != nil {
+		return err
+	}
+	if _, err := p.must(ctx, "shell", "--workdir", "/", p.inst, "sudo", "sh", "-c", startScript); err != nil {
+		return err
+	}
+	return nil
+}
+
+// daemonLog returns the tail of the guest daemon's log, or why it could
+// not be read.
+func (p *Platform) daemonLog(ctx context.Context) string {
+	res, err := p.limactl(ctx, "shell", "--workdir", "/", p.inst, "sudo", "tail", "-n", "40", guestLog)
+	if err != nil {
+		return "(cannot read it: " + err.Error() + ")"
+	}
+	if res.ExitCode != 0 {
+		return "(cannot read it: " + tail(res.Stderr, 3) + ")"
+	}
+	return tail(res.Stdout, 40)
+}
+
+// Endpoint implements platforms.Remote: the forwarded socket on this host.
+func (p *Platform) Endpoint(ctx context.Context) (string, string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.up {
+		return "", "", fmt.Errorf("lima: endpoint of %q: %w", p.inst, platforms.ErrNotUp)
+	}
+	return "unix://" + p.hostSocket, "", nil
+}
+
+// Identity implements platforms.Platform with facts read in the guest.
+func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.up {
+		return platforms.Identity{}, fmt.Errorf("lima: identity of %q: %w", p.inst, platforms.ErrNotUp)
+	}
+	res, err := p.must(ctx, "shell", "--workdir", "/", p.inst, "sh", "-c", factsScript)
+	if err != nil {
+		return platforms.Identity{}, err
+	}
+	f, err := parseFacts(res.Stdout)
+	if err != nil {
+		return platforms.Identity{}, fmt.Errorf("lima: %w", err)
+	}
+	image := p.cfg.Image
+	if image == "" {
+		image = "debian-12-genericcloud (latest)"
+	}
+	return platforms.Identity{
+		Platform:    Name,
+		Kernel:      f.Kernel,
+		CPUs:        f.CPUs,
+		MemoryBytes: f.MemoryBytes,
+		Runtime:     "limactl " + p.version,
+		Image:       image,
+		Details:     fmt.Sprintf("instance %s, vmType %s, arch %s", p.inst, p.vmType, p.arch),
+	}, nil
+}
+
+// Down implements platforms.Platform: delete the instance (with Keep: stop
+// the daemon and the instance). A missing instance is not an error, so Down
+// may be called any number of times.
+func (p *Platform) Down(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.checkTool(ctx); err != nil {
+		return err
+	}
+	p.up = false
+	in, found, err := p.find(ctx)
+	if err != nil || !found {
+		return err
+	}
+	if !p.cfg.Keep {
+		// --force stops the VM first (pkg/instance: Delete refuses a
+		// running instance otherwise).
+		_, err := p.must(ctx, "delete", "--force", p.inst)
+		return err
+	}
+	if !in.running() {
+		return nil
+	}
+	if _, err := p.must(ctx, "shell", "--workdir", "/", p.inst, "sudo", "sh", "-c", stopScript); err != nil {
+		return err
+	}
+	_, err = p.must(ctx, "stop", p.inst)
+	return err
+}
