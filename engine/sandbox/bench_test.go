@@ -1,0 +1,40 @@
+package sandbox_test
+
+import (
+	"context"
+	"io"
+	"testing"
+
+	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/internal/testenv"
+	"layerfs.dev/layerfs/platforms"
+)
+
+// BenchmarkRunTrue is the fixed cost of one exec: a sandbox running `true`.
+func BenchmarkRunTrue(b *testing.B) {
+	testenv.RequireRoot(b)
+	var l sandbox.Launcher
+	cfg := sandbox.Config{Workspace: b.TempDir(), Spec: platforms.ExecSpec{Argv: []string{"true"}}}
+	var launch int64
+	for b.Loop() {
+		res, err := l.Run(context.Background(), cfg, io.Discard, io.Discard)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("run: %+v %v", res, err)
+		}
+		launch += int64(res.Launch)
+	}
+	b.ReportMetric(float64(launch)/float64(b.N)/1e6, "launch-ms/op")
+}
+
+func TestMeasureOverhead(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	o, err := sandbox.MeasureOverhead(context.Background(), &l, t.TempDir(), 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(o)
+	if o.LaunchMedian <= 0 || o.WallMedian < o.LaunchMedian {
+		t.Fatalf("implausible figures: %v", o)
+	}
+}

@@ -1,0 +1,319 @@
+package sandbox
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// initTasks is headroom added to an exec's pids limit for the init's own
+// threads (the Go runtime's), which live in the same cgroup.
+const initTasks = 16
+
+// cgroups is where a launcher creates its per-exec cgroups: below the
+// launcher's own cgroup, in cgroup v2 when the unified hierarchy delegates
+// memory and pids there, else in the v1 memory and pids hierarchies. An
+// empty field means that controller is not available.
+type cgroups struct {
+	unified string // v2 parent directory with memory and pids delegated
+	memory  string // v1 memory parent directory
+	pids    string // v1 pids parent directory
+}
+
+func (c *cgroups) hasMemory() bool { return c.unified != "" || c.memory != "" }
+func (c *cgroups) hasPids() bool   { return c.unified != "" || c.pids != "" }
+
+// detectCgroups finds the cgroup directories of this process from
+// /proc/self/cgroup and /proc/self/mountinfo.
+func detectCgroups() (*cgroups, error) {
+	own, err := ownCgroups("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := cgroupMounts("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	c := &cgroups{}
+	dirOf := func(key string) string {
+		m, ok := mounts[key]
+		p, ok2 := own[key]
+		if !ok || !ok2 {
+			return ""
+		}
+		rel, err := filepath.Rel(m.root, p)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return "" // our cgroup is not visible through this mount
+		}
+		d := filepath.Join(m.dir, rel)
+		if unix.Access(d, unix.W_OK) != nil {
+			return ""
+		}
+		return d
+	}
+	if d := dirOf(""); d != "" && unifiedDelegates(d) {
+		c.unified = d
+		return c, nil
+	}
+	c.memory = dirOf("memory")
+	c.pids = dirOf("pids")
+	return c, nil
+}
+
+// unifiedDelegates reports whether children of the v2 cgroup d get the
+// memory and pids controllers.
+func unifiedDelegates(d string) bool {
+	b, err := os.ReadFile(filepath.Join(d, "cgroup.subtree_control"))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	has := func(s string) bool {
+		for _, x := range f {
+			if x == s {
+				return true
+			}
+		}
+		return false
+	}
+	return has("memory") && has("pids")
+}
+
+// ownCgroups maps controller ("" for the unified hierarchy) to this
+// process's cgroup path.
+func ownCgroups(file string) (map[string]string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]string{}
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		parts := strings.SplitN(s.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			out[""] = parts[2]
+			continue
+		}
+		for _, ctl := range strings.Split(parts[1], ",") {
+			out[ctl] = parts[2]
+		}
+	}
+	return out, s.Err()
+}
+
+type cgroupMount struct{ dir, root string }
+
+// cgroupMounts maps controller ("" for cgroup2) to where its hierarchy is
+// mounted and which cgroup the mount shows as its root.
+func cgroupMounts(file string) (map[string]cgroupMount, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]cgroupMount{}
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
+		pre, post, ok := strings.Cut(s.Text(), " - ")
+		if !ok {
+			continue
+		}
+		a, b := strings.Fields(pre), strings.Fields(post)
+		if len(a) < 5 || len(b) < 3 {
+			continue
+		}
+		m := cgroupMount{dir: unescapeMount(a[4]), root: unescapeMount(a[3])}
+		switch b[0] {
+		case "cgroup2":
+			if _, dup := out[""]; !dup {
+				out[""] = m
+			}
+		case "cgroup":
+			for _, opt := range strings.Split(b[2], ",") {
+				if opt == "memory" || opt == "pids" {
+					if _, dup := out[opt]; !dup {
+						out[opt] = m
+					}
+				}
+			}
+		}
+	}
+	return out, s.Err()
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// execCgroup is the cgroup (one directory per hierarchy) of one exec.
+type execCgroup struct {
+	dirs []string
+	// fd is the v2 directory for CLONE_INTO_CGROUP, -1 for v1.
+	fd int
+}
+
+// create makes the cgroup for one exec, named name, with its limits set.
+// mem 0 means no memory cgroup (nothing to limit).
+func (c *cgroups) create(name string, mem int64, pids int) (_ *execCgroup, err error) {
+	e := &execCgroup{fd: -1}
+	defer func() {
+		if err != nil {
+			_ = e.remove()
+		}
+	}()
+	mk := func(parent string) (string, error) {
+		d := filepath.Join(parent, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return "", fmt.Errorf("create cgroup: %w", err)
+		}
+		e.dirs = append(e.dirs, d)
+		return d, nil
+	}
+	limit := strconv.Itoa(pids + initTasks)
+	if c.unified != "" {
+		d, err := mk(c.unified)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeFile(d, "pids.max", limit); err != nil {
+			return nil, err
+		}
+		if mem > 0 {
+			if err := writeFile(d, "memory.max", strconv.FormatInt(mem, 10)); err != nil {
+				return nil, err
+			}
+			_ = writeFile(d, "memory.swap.max", "0") // absent without swap accounting
+		}
+		e.fd, err = unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open cgroup: %w", err)
+		}
+		return e, nil
+	}
+	if c.pids != "" {
+		d, err := mk(c.pids)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeFile(d, "pids.max", limit); err != nil {
+			return nil, err
+		}
+	}
+	if c.memory != "" && mem > 0 {
+		d, err := mk(c.memory)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeFile(d, "memory.limit_in_bytes", strconv.FormatInt(mem, 10)); err != nil {
+			return nil, err
+		}
+		// Also cap swap where swap accounting exists (memsw >= mem).
+		_ = writeFile(d, "memory.memsw.limit_in_bytes", strconv.FormatInt(mem, 10))
+	}
+	return e, nil
+}
+
+// add moves pid (the init, before it runs anything) into every v1
+// hierarchy of the exec's cgroup; v2 needs nothing, the init was cloned
+// into its cgroup.
+func (e *execCgroup) add(pid int) error {
+	if e.fd >= 0 {
+		return nil
+	}
+	for _, d := range e.dirs {
+		if err := writeFile(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// oomKilled reports whether the kernel's OOM killer acted in this cgroup.
+func (e *execCgroup) oomKilled() bool {
+	for _, d := range e.dirs {
+		for _, f := range []string{"memory.events", "memory.oom_control"} {
+			b, err := os.ReadFile(filepath.Join(d, f))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				k, v, _ := strings.Cut(line, " ")
+				if k == "oom_kill" && v != "0" {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// remove deletes the exec's cgroup directories. The init has been reaped,
+// and with it every task of its PID namespace; a v1 hierarchy can still
+// report a task for a moment, hence the short retry on EBUSY.
+func (e *execCgroup) remove() error {
+	if e.fd >= 0 {
+		unix.Close(e.fd)
+		e.fd = -1
+	}
+	var errs []error
+	for i := len(e.dirs) - 1; i >= 0; i-- {
+		d := e.dirs[i]
+		var err error
+		for delay := 100 * time.Microsecond; ; delay *= 2 {
+			err = unix.Rmdir(d)
+			if !errors.Is(err, unix.EBUSY) || delay > 200*time.Millisecond {
+				break
+			}
+			time.Sleep(delay)
+		}
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+		}
+	}
+	e.dirs = nil
+	return errors.Join(errs...)
+}
+
+func writeFile(dir, name, value string) error {
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", name, err)
+	}
+	_, werr := f.WriteString(value)
+	cerr := f.Close()
+	if werr != nil {
+		return fmt.Errorf("cgroup %s: %w", name, werr)
+	}
+	if cerr != nil {
+		return fmt.Errorf("cgroup %s: %w", name, cerr)
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+// Package sandbox runs one command in a fresh Linux sandbox: new mount, PID,
+// UTS, IPC and (unless the workspace was granted the host's) network
+// namespaces, a read-only root, the workspace at /workspace, no
+// capabilities, and cgroup limits.
+//
+// # Two processes
+//
+// The Launcher (in the daemon) never forks a child that touches a
+// workspace. A process that serves a FUSE mount and forks a child whose
+// chdir or first path lookups land on that mount can deadlock, so the
+// launcher re-executes a binary (by default its own, /proc/self/exe) as a
+// small init, with "/" as its working directory and the namespaces made by
+// clone. Everything else the init does itself, as PID 1 of the new PID
+// namespace:
+//
+//  1. reads its config as JSON from fd 3 (the launcher writes it only after
+//     the init is in its cgroup, so nothing runs outside the limits);
+//  2. brings up lo (new network namespace) and sets the hostname;
+//  3. makes all mounts private, clones (open_tree) the source trees, mounts a
+//     tmpfs as the new root and moves into it the runtime (the host's /usr,
+//     /etc and their /bin, /sbin, /lib* symlinks, or every top-level entry of
+//     an image directory), read-only with one mount_setattr each; the
+//     workspace read-write; a private /tmp; a fresh /proc with /proc/sys and
+//     friends read-only; a minimal read-only /dev (null, zero, full, random,
+//     urandom, tty, pts, shm and the fd symlinks);
+//  4. pivot_root(".", "."), detaches the old root and makes the new root
+//     read-only, so writes outside /workspace and /tmp fail with EROFS;
+//  5. on its one locked OS thread, empties the bounding, ambient and
+//     inheritable capability sets and sets no_new_privs (both are per
+//     thread), then forks the command from that same thread as the
+//     configured uid and gid, so the command starts with no capabilities;
+//  6. reaps every process until the namespace is empty, kills what the
+//     command left behind when it exits (or everything when the timeout
+//     fires: kill(-1) from PID 1 reaches the whole namespace), and reports
+//     the exit status and the command's start and end on the sandbox clock
+//     as JSON on fd 4.
+//
+// The launcher caps stdout and stderr (the excess is drained and reported
+// as truncation), kills the init when the context ends or the init
+// overstays its timeout, and removes the exec's cgroup.
+//
+// # Limits
+//
+// Memory and pids limits use a per-exec cgroup created below the launcher's
+// own: cgroup v2 when the launcher's unified cgroup delegates both
+// controllers (the init is cloned straight into it), else the v1 memory and
+// pids hierarchies (the init is moved in before it reads its config).
+// Without cgroups the init sets RLIMIT_AS and, for a non-root uid only,
+// RLIMIT_NPROC (it counts every process of the uid on the host). The pids
+// limit includes headroom for the init's own threads.
+//
+// # Using it
+//
+// A binary that launches sandboxes calls InitMain first thing in main (and
+// a test binary in TestMain); then
+//
+//	var l sandbox.Launcher
+//	res, err := l.Run(ctx, sandbox.Config{Workspace: dir, Spec: spec}, stdout, stderr)
+//
+// MeasureOverhead measures the fixed cost of an exec for the bench.
+package sandbox

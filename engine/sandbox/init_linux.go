@@ -1,0 +1,332 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// initArg0 is the argv[0] the launcher gives the init; InitMain acts only
+// on it. It is also what the init is called in ps.
+const initArg0 = "layerfs-sandbox-init"
+
+// The init's inherited descriptors.
+const (
+	configFD = 3 // JSON initConfig, read to EOF
+	reportFD = 4 // JSON initReport, written once
+)
+
+// IsInit reports whether this process was started as a sandbox init.
+func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == initArg0 }
+
+// InitMain runs the sandbox init when this process was started as one and
+// then exits; otherwise it returns false at once. It must be the first
+// thing main (and a test binary's TestMain) calls, on the main goroutine.
+func InitMain() (handled bool) {
+	if !IsInit() {
+		return false
+	}
+	// Capabilities, no_new_privs, rlimits of the fork and the wait for
+	// children all belong to one OS thread: stay on it from here on.
+	runtime.LockOSThread()
+	m := &marks{}
+	m.add("init")
+	os.Exit(initMain(m))
+	return true
+}
+
+func initMain(m *marks) int {
+	unix.CloseOnExec(configFD)
+	unix.CloseOnExec(reportFD)
+	reportFile := os.NewFile(reportFD, "report")
+	send := func(r initReport) int {
+		m.add("report")
+		r.Marks = *m
+		if err := json.NewEncoder(reportFile).Encode(r); err != nil {
+			return 3
+		}
+		if err := reportFile.Close(); err != nil {
+			return 3
+		}
+		if r.Error != "" {
+			return 1
+		}
+		return 0
+	}
+
+	var cfg initConfig
+	cfgFile := os.NewFile(configFD, "config")
+	err := json.NewDecoder(cfgFile).Decode(&cfg)
+	cfgFile.Close()
+	if err != nil {
+		return send(initReport{Error: "read config: " + err.Error()})
+	}
+	m.add("config")
+
+	// As PID 1 of its namespace the init receives only signals it handles;
+	// handling them all (and doing nothing) means a command cannot kill its
+	// own init with SIGTERM, while the command itself still starts with
+	// default dispositions (Go resets handled signals in the child).
+	signal.Notify(make(chan os.Signal, 1))
+	unix.Umask(0)
+
+	if err := setup(&cfg, m); err != nil {
+		return send(initReport{Error: err.Error()})
+	}
+	return send(run(&cfg, m))
+}
+
+// setup turns this fresh set of namespaces into the sandbox: network,
+// hostname, the new root and the working directory.
+func setup(cfg *initConfig, m *marks) error {
+	if !cfg.Network {
+		if err := loopbackUp(); err != nil {
+			return fmt.Errorf("bring up lo: %w", err)
+		}
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("set hostname: %w", err)
+	}
+	m.add("net")
+	if err := buildRoot(cfg, m); err != nil {
+		return err
+	}
+	if err := unix.Chdir(cfg.Dir); err != nil {
+		return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
+	}
+	return nil
+}
+
+// loopbackUp sets IFF_UP on lo, the only interface of a new network
+// namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// run starts the command as PID 1's only child, reaps everything until the
+// namespace is empty and reports how the command ended.
+func run(cfg *initConfig, m *marks) initReport {
+	env := cfg.Env
+	bin, err := lookPath(cfg.Argv[0], env)
+	if err != nil {
+		return notStarted(cfg.Argv[0], err)
+	}
+	if err := dropPrivileges(); err != nil {
+		return initReport{Error: err.Error()}
+	}
+	restore, err := setRlimits(cfg)
+	if err != nil {
+		return initReport{Error: err.Error()}
+	}
+	unix.Umask(0o022)
+	attr := &syscall.ProcAttr{
+		Env:   env,
+		Files: []uintptr{0, 1, 2},
+		Sys: &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), Groups: []uint32{}},
+		},
+	}
+	m.add("fork")
+	start := time.Now()
+	pid, err := syscall.ForkExec(bin, cfg.Argv, attr)
+	restore()
+	if err != nil {
+		return notStarted(cfg.Argv[0], err)
+	}
+	// The init needs no capability from here on (it signals and reaps
+	// processes of its own uid); drop them on this thread too.
+	_ = clearThreadCaps()
+
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(cfg.Timeout, func() {
+		timedOut.Store(true)
+		_ = unix.Kill(-1, unix.SIGKILL) // everything in the namespace but PID 1
+	})
+	defer timer.Stop()
+
+	var status unix.WaitStatus
+	var end time.Time
+	for {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil { // ECHILD: the namespace is empty
+			break
+		}
+		if wpid == pid {
+			end = time.Now()
+			m.add("exit")
+			status = ws
+			// The command is done; whatever it left behind goes with it.
+			_ = unix.Kill(-1, unix.SIGKILL)
+		}
+	}
+	m.add("reaped")
+	r := initReport{Started: true, Command: end.Sub(start), TimedOut: timedOut.Load()}
+	switch {
+	case status.Signaled():
+		r.ExitCode = 128 + int(status.Signal())
+		r.Signal = unix.SignalName(status.Signal())
+	default:
+		r.ExitCode = status.ExitStatus()
+	}
+	return r
+}
+
+// notStarted reports a command that could not be executed the way a shell
+// does: a message on stderr and 127 (not found) or 126 (not executable).
+func notStarted(name string, err error) initReport {
+	code := 126
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, errNotFound) {
+		code = 127
+	}
+	fmt.Fprintf(os.Stderr, "layerfs: %s: %v\n", name, err)
+	return initReport{Started: true, ExitCode: code}
+}
+
+var errNotFound = errors.New("command not found")
+
+// lookPath finds name on the sandbox's PATH (not the init's, which is empty).
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	pathVar := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	for _, dir := range filepath.SplitList(pathVar) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && unix.Access(p, unix.X_OK) == nil {
+			return p, nil
+		}
+	}
+	return "", errNotFound
+}
+
+// dropPrivileges empties this thread's bounding, ambient and inheritable
+// capability sets and sets no_new_privs. The command forked from this thread
+// inherits them; whatever uid it runs as, execve leaves it with no
+// capabilities at all, since a root execve grants only what the bounding and
+// inheritable sets hold. Permitted and effective stay until the fork so that
+// the child can still setuid/setgid to the configured ids.
+func dropPrivileges() error {
+	for c := 0; c <= 63; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			if errors.Is(err, unix.EINVAL) { // past the kernel's last capability
+				break
+			}
+			return fmt.Errorf("drop bounding capability %d: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("read capabilities: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clear inheritable capabilities: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	// Nothing in the sandbox may ptrace or read the init's memory.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear dumpable: %w", err)
+	}
+	return nil
+}
+
+// clearThreadCaps empties every capability set of this thread.
+func clearThreadCaps() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	return unix.Capset(&hdr, &data[0])
+}
+
+// setRlimits applies the limits the host has no cgroup for. Rlimits belong
+// to the process, so the init sets them just around the fork and restores
+// its own afterwards.
+func setRlimits(cfg *initConfig) (restore func(), err error) {
+	type saved struct {
+		res int
+		old unix.Rlimit
+	}
+	var undo []saved
+	restore = func() {
+		for _, s := range undo {
+			_ = unix.Setrlimit(s.res, &s.old)
+		}
+	}
+	set := func(res int, v uint64) error {
+		var old unix.Rlimit
+		if err := unix.Getrlimit(res, &old); err != nil {
+			return err
+		}
+		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: v, Max: v}); err != nil {
+			return err
+		}
+		undo = append(undo, saved{res, old})
+		return nil
+	}
+	if cfg.RlimitAS > 0 {
+		if err := set(unix.RLIMIT_AS, cfg.RlimitAS); err != nil {
+			restore()
+			return nil, fmt.Errorf("set RLIMIT_AS: %w", err)
+		}
+	}
+	if cfg.RlimitNproc > 0 {
+		if err := set(unix.RLIMIT_NPROC, cfg.RlimitNproc); err != nil {
+			restore()
+			return nil, fmt.Errorf("set RLIMIT_NPROC: %w", err)
+		}
+	}
+	return restore, nil
+}
+
+// marks records CLOCK_MONOTONIC readings of the init's phases for the
+// launcher's debug log (the clock is shared: there is no time namespace).
+type marks []mark
+
+func (m *marks) add(name string) { *m = append(*m, mark{name, monotonic()}) }
+
+func monotonic() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}

@@ -1,0 +1,332 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// stagingDir is where the new root's tmpfs is mounted, in the init's
+// private mount namespace, before pivot_root. Every source tree is cloned
+// (open_tree) before it is covered, so a workspace or image below /tmp is
+// no problem.
+const stagingDir = "/tmp"
+
+// hostRuntime is the default root: these top-level entries of the host,
+// read-only. On merged-/usr systems bin, sbin and lib* are symlinks into
+// usr and are recreated as symlinks.
+var hostRuntime = []string{"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+// reserved are the root entries the sandbox provides itself; an image's
+// entries with these names are not used.
+var reserved = map[string]bool{"workspace": true, "tmp": true, "proc": true, "dev": true, "sys": true}
+
+// procReadOnly are the parts of /proc through which a uid-0 process without
+// capabilities could still change the host (sysctls, sysrq, IRQ affinity):
+// they are bound read-only over themselves.
+var procReadOnly = []string{"sys", "sysrq-trigger", "irq", "bus", "fs"}
+
+// devNodes are the character devices of the sandbox's /dev.
+var devNodes = []struct {
+	name         string
+	major, minor uint32
+}{
+	{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7},
+	{"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0},
+}
+
+// rootEntry is one top-level entry of the new root.
+type rootEntry struct {
+	name   string
+	tree   int    // detached clone of a directory or file (-1 if none)
+	isFile bool   // tree is a file: its mount point is an empty file
+	link   string // symlink target, when this entry is a symlink
+}
+
+// buildRoot makes the sandbox's file system tree and pivots into it:
+//
+//	/            tmpfs, read-only after the pivot
+//	/usr ...     the host runtime or the image's entries, read-only
+//	/workspace   the workspace, read-write
+//	/tmp         private tmpfs
+//	/proc        fresh procfs for the new PID namespace
+//	/dev         minimal tmpfs, read-only after it is populated
+func buildRoot(cfg *initConfig, m *marks) (err error) {
+	// Nothing mounted from here on may reach the host's namespace.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	entries, err := rootEntries(cfg.RootDir)
+	defer func() {
+		for _, e := range entries {
+			if e.tree >= 0 {
+				unix.Close(e.tree)
+			}
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	ws, err := cloneTree(unix.AT_FDCWD, cfg.Workspace, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, unix.MOUNT_ATTR_RDONLY)
+	if err != nil {
+		return fmt.Errorf("clone workspace %s: %w", cfg.Workspace, err)
+	}
+	entries = append(entries, rootEntry{name: "workspace", tree: ws})
+	m.add("clone")
+
+	if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+		return fmt.Errorf("mount root tmpfs: %w", err)
+	}
+	root, err := unix.Open(stagingDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open new root: %w", err)
+	}
+	defer unix.Close(root)
+
+	for i := range entries {
+		e := &entries[i]
+		switch {
+		case e.link != "":
+			if err := unix.Symlinkat(e.link, root, e.name); err != nil {
+				return fmt.Errorf("symlink /%s: %w", e.name, err)
+			}
+			continue
+		case e.isFile:
+			fd, err := unix.Openat(root, e.name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o444)
+			if err != nil {
+				return fmt.Errorf("create /%s: %w", e.name, err)
+			}
+			unix.Close(fd)
+		default:
+			if err := unix.Mkdirat(root, e.name, 0o755); err != nil {
+				return fmt.Errorf("mkdir /%s: %w", e.name, err)
+			}
+		}
+		if err := unix.MoveMount(e.tree, "", root, e.name, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("mount /%s: %w", e.name, err)
+		}
+		unix.Close(e.tree)
+		e.tree = -1
+	}
+
+	for _, d := range []struct {
+		name string
+		mode uint32
+	}{{"tmp", 0o1777}, {"proc", 0o555}, {"dev", 0o755}} {
+		if err := unix.Mkdirat(root, d.name, d.mode); err != nil {
+			return fmt.Errorf("mkdir /%s: %w", d.name, err)
+		}
+	}
+	if err := unix.Mount("tmpfs", stagingDir+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return fmt.Errorf("mount /tmp: %w", err)
+	}
+	m.add("root")
+	if err := mountProc(stagingDir + "/proc"); err != nil {
+		return err
+	}
+	m.add("proc")
+	if err := buildDev(stagingDir + "/dev"); err != nil {
+		return err
+	}
+	m.add("dev")
+	err = pivot(stagingDir)
+	m.add("pivot")
+	return err
+}
+
+// rootEntries clones the trees that make up the new root: the host runtime
+// when image is empty, else every top-level entry of the image directory.
+func rootEntries(image string) ([]rootEntry, error) {
+	if image == "" {
+		var out []rootEntry
+		for _, name := range hostRuntime {
+			e, err := entryAt(unix.AT_FDCWD, "/"+name, name)
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			if err != nil {
+				return out, err
+			}
+			out = append(out, e)
+		}
+		return out, nil
+	}
+	dir, err := os.Open(image)
+	if err != nil {
+		return nil, fmt.Errorf("open root dir: %w", err)
+	}
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("read root dir %s: %w", image, err)
+	}
+	var out []rootEntry
+	for _, name := range names {
+		if reserved[name] {
+			continue
+		}
+		e, err := entryAt(int(dir.Fd()), name, name)
+		if err != nil {
+			return out, err
+		}
+		if e.tree < 0 && e.link == "" { // a device, socket or fifo: leave it out
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// entryAt describes path (relative to dirfd) as a root entry, cloning it
+// read-only unless it is a symlink. Symlinks are never followed.
+func entryAt(dirfd int, path, name string) (rootEntry, error) {
+	e := rootEntry{name: name, tree: -1}
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, path, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return e, fmt.Errorf("stat %s: %w", path, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		buf := make([]byte, 4096)
+		n, err := unix.Readlinkat(dirfd, path, buf)
+		if err != nil {
+			return e, fmt.Errorf("readlink %s: %w", path, err)
+		}
+		e.link = string(buf[:n])
+		return e, nil
+	case unix.S_IFDIR, unix.S_IFREG:
+		fd, err := cloneTree(dirfd, path, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0)
+		if err != nil {
+			return e, fmt.Errorf("clone %s: %w", path, err)
+		}
+		e.tree, e.isFile = fd, st.Mode&unix.S_IFMT == unix.S_IFREG
+		return e, nil
+	}
+	return e, nil
+}
+
+// cloneTree returns a detached recursive bind of path with the given mount
+// attributes set and cleared on every mount in it, ready for MoveMount.
+func cloneTree(dirfd int, path string, set, clear uint64) (int, error) {
+	fd, err := unix.OpenTree(dirfd, path,
+		unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return -1, err
+	}
+	attr := unix.MountAttr{Attr_set: set, Attr_clr: clear}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("set mount attributes: %w", err)
+	}
+	return fd, nil
+}
+
+// mountProc mounts a procfs for the new PID namespace and makes the parts
+// of it that write to the kernel read-only.
+func mountProc(dir string) error {
+	if err := unix.Mount("proc", dir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	for _, name := range procReadOnly {
+		p := dir + "/" + name
+		fd, err := cloneTree(unix.AT_FDCWD, p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("protect /proc/%s: %w", name, err)
+		}
+		err = unix.MoveMount(fd, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("protect /proc/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// buildDev makes the sandbox's /dev: a small tmpfs with the usual character
+// devices, a private devpts and /dev/shm, then read-only.
+func buildDev(dir string) error {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("mount /dev: %w", err)
+	}
+	dev, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open /dev: %w", err)
+	}
+	defer unix.Close(dev)
+	for _, n := range devNodes {
+		err := unix.Mknodat(dev, n.name, unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor)))
+		if errors.Is(err, unix.EPERM) {
+			err = bindHostDev(dev, n.name) // a host that forbids mknod
+		}
+		if err != nil {
+			return fmt.Errorf("create /dev/%s: %w", n.name, err)
+		}
+	}
+	for _, l := range [][2]string{
+		{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
+		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
+		{"pts/ptmx", "ptmx"},
+	} {
+		if err := unix.Symlinkat(l[0], dev, l[1]); err != nil {
+			return fmt.Errorf("symlink /dev/%s: %w", l[1], err)
+		}
+	}
+	for _, d := range []string{"pts", "shm"} {
+		if err := unix.Mkdirat(dev, d, 0o755); err != nil {
+			return fmt.Errorf("mkdir /dev/%s: %w", d, err)
+		}
+	}
+	if err := unix.Mount("devpts", dir+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("mount /dev/pts: %w", err)
+	}
+	if err := unix.Mount("tmpfs", dir+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777"); err != nil {
+		return fmt.Errorf("mount /dev/shm: %w", err)
+	}
+	if err := unix.MountSetattr(dev, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fmt.Errorf("make /dev read-only: %w", err)
+	}
+	return nil
+}
+
+// bindHostDev binds the host's /dev/name onto an empty file in dev.
+func bindHostDev(dev int, name string) error {
+	fd, err := unix.Openat(dev, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o666)
+	if err != nil {
+		return err
+	}
+	unix.Close(fd)
+	tree, err := cloneTree(unix.AT_FDCWD, "/dev/"+name, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tree)
+	return unix.MoveMount(tree, "", dev, name, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+// pivot makes dir the root, detaches the old root (the whole host tree this
+// namespace was copied from) and makes the new root itself read-only.
+func pivot(dir string) error {
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("chdir new root: %w", err)
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one, so
+	// no put_old directory is needed; unmounting "." then removes it.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("chdir /: %w", err)
+	}
+	if err := unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fmt.Errorf("make root read-only: %w", err)
+	}
+	return nil
+}
