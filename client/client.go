@@ -1,0 +1,238 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"layerfs.dev/layerfs/wire"
+)
+
+// Client talks to one daemon. It is safe for concurrent use.
+type Client struct {
+	base    string // scheme://host, no trailing slash
+	hc      *http.Client
+	token   string
+	version wire.Version
+}
+
+// Option configures Dial.
+type Option func(*Client)
+
+// WithToken sends "Authorization: Bearer token" with every request (needed
+// on a daemon's TCP listener).
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient replaces the HTTP client for http:// addresses (its
+// transport is kept; unix:// addresses always dial the socket).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// Dial connects to the daemon at addr ("unix:///path/to/socket", a bare
+// socket path, or "http://host:port") and checks that it speaks this API.
+func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
+	c := &Client{}
+	for _, o := range opts {
+		o(c)
+	}
+	switch {
+	case strings.HasPrefix(addr, "unix://") || strings.HasPrefix(addr, "/"):
+		sock := strings.TrimPrefix(addr, "unix://")
+		if sock == "" {
+			return nil, fmt.Errorf("dial %q: no socket path", addr)
+		}
+		tr := &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			},
+			MaxIdleConnsPerHost: 64,
+		}
+		c.hc = &http.Client{Transport: tr}
+		c.base = "http://layerfsd"
+	case strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://"):
+		u, err := url.Parse(addr)
+		if err != nil {
+			return nil, fmt.Errorf("dial %q: %w", addr, err)
+		}
+		if u.Path != "" && u.Path != "/" {
+			return nil, fmt.Errorf("dial %q: the address must not have a path", addr)
+		}
+		if c.hc == nil {
+			c.hc = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}
+		}
+		c.base = u.Scheme + "://" + u.Host
+	default:
+		return nil, fmt.Errorf("dial %q: want unix:///path/to/socket or http://host:port", addr)
+	}
+	if err := c.get(ctx, "/v1/version", nil, &c.version); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	if c.version.API != wire.APIVersion {
+		c.Close()
+		return nil, fmt.Errorf("dial %s: the daemon speaks API %q, this client %q", addr, c.version.API, wire.APIVersion)
+	}
+	return c, nil
+}
+
+// Version is what the daemon reported when dialed.
+func (c *Client) Version() wire.Version { return c.version }
+
+// Close releases idle connections.
+func (c *Client) Close() error {
+	c.hc.CloseIdleConnections()
+	return nil
+}
+
+// call describes one request.
+type call struct {
+	method string
+	path   string // already escaped
+	query  url.Values
+	body   io.Reader
+	size   int64 // Content-Length when known, else -1
+	ctype  string
+	accept string
+}
+
+// send performs a request and returns the response when its status is
+// 2xx; otherwise the typed error from its body.
+func (c *Client) send(ctx context.Context, k call) (*http.Response, error) {
+	u := c.base + k.path
+	if len(k.query) > 0 {
+		u += "?" + k.query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, k.method, u, k.body)
+	if err != nil {
+		return nil, err
+	}
+	if k.body != nil && k.size >= 0 {
+		req.ContentLength = k.size
+	}
+	if k.ctype != "" {
+		req.Header.Set("Content-Type", k.ctype)
+	}
+	if k.accept != "" {
+		req.Header.Set("Accept", k.accept)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, responseError(resp)
+}
+
+// responseError reads a failed response's typed error.
+func responseError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var eb wire.ErrorBody
+	if err := json.Unmarshal(b, &eb); err == nil && eb.Error.Code != "" {
+		return &eb.Error
+	}
+	msg := strings.TrimSpace(string(b))
+	if msg == "" {
+		msg = resp.Status
+	}
+	return &wire.Error{Code: codeForStatus(resp.StatusCode), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg)}
+}
+
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return wire.CodeInvalid
+	case http.StatusUnauthorized:
+		return wire.CodeUnauth
+	case http.StatusNotFound:
+		return wire.CodeNotFound
+	case http.StatusConflict:
+		return wire.CodeBusy
+	case http.StatusRequestEntityTooLarge:
+		return wire.CodeTooLarge
+	case http.StatusServiceUnavailable:
+		return wire.CodeUnavailable
+	}
+	return wire.CodeInternal
+}
+
+// doJSON sends in (when not nil) as JSON and decodes the answer into out
+// (when not nil).
+func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	k := call{method: method, path: path, query: q, size: -1}
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		k.body, k.size, k.ctype = bytes.NewReader(b), int64(len(b)), "application/json"
+	}
+	resp, err := c.send(ctx, k)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, err := io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode %s %s answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func (c *Client) get(ctx context.Context, path string, q url.Values, out any) error {
+	return c.doJSON(ctx, http.MethodGet, path, q, nil, out)
+}
+
+// seg escapes one path segment.
+func seg(s string) string { return url.PathEscape(s) }
+
+// Code returns the API error code of err ("" when err is not an API error).
+func Code(err error) string {
+	var e *wire.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// IsNotFound reports whether err is a not_found API error.
+func IsNotFound(err error) bool { return Code(err) == wire.CodeNotFound }
+
+// IsExists reports whether err is an already_exists API error.
+func IsExists(err error) bool { return Code(err) == wire.CodeExists }
+
+// IsHeadMoved reports whether err is a head_moved API error.
+func IsHeadMoved(err error) bool { return Code(err) == wire.CodeHeadMoved }
+
+// IsUncommitted reports whether err is an uncommitted_changes API error.
+func IsUncommitted(err error) bool { return Code(err) == wire.CodeUncommitted }
+
+// IsBusy reports whether err is a busy API error.
+func IsBusy(err error) bool { return Code(err) == wire.CodeBusy }
+
+// IsInvalid reports whether err is an invalid_argument API error.
+func IsInvalid(err error) bool { return Code(err) == wire.CodeInvalid }
+
+// IsUnauthorized reports whether err is an unauthorized API error.
+func IsUnauthorized(err error) bool { return Code(err) == wire.CodeUnauth }
+
+// IsTooLarge reports whether err is a too_large API error.
+func IsTooLarge(err error) bool { return Code(err) == wire.CodeTooLarge }
+
+// IsUnavailable reports whether err is an unavailable API error.
+func IsUnavailable(err error) bool { return Code(err) == wire.CodeUnavailable }

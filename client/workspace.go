@@ -1,0 +1,302 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"layerfs.dev/layerfs/wire"
+)
+
+// WorkspaceSpec says where a workspace starts: a project's branch head, or
+// the commit At names (commits still go to Branch).
+type WorkspaceSpec = wire.WorkspaceSpec
+
+// ExecResult is what an exec returned: ExitCode, Stdout and Stderr (when
+// collected whole), and the Receipt of what it cost.
+type ExecResult = wire.ExecResult
+
+// Workspace is a handle on one workspace of the daemon. Its lifecycle is
+//
+//	CreateWorkspace -> Exec, files ... -> Commit (any number of times) -> End
+//
+// A workspace never commits implicitly: End refuses to drop uncommitted
+// changes unless EndOptions.Discard is set.
+type Workspace struct {
+	c    *Client
+	info wire.Workspace
+}
+
+// CreateWorkspace creates and mounts a workspace.
+func (c *Client) CreateWorkspace(ctx context.Context, spec WorkspaceSpec) (*Workspace, error) {
+	var info wire.Workspace
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/workspaces", nil, spec, &info); err != nil {
+		return nil, err
+	}
+	return &Workspace{c: c, info: info}, nil
+}
+
+// Workspaces lists the daemon's workspaces.
+func (c *Client) Workspaces(ctx context.Context) ([]wire.Workspace, error) {
+	var wss []wire.Workspace
+	return wss, c.get(ctx, "/v1/workspaces", nil, &wss)
+}
+
+// Workspace returns a handle on an existing workspace.
+func (c *Client) Workspace(ctx context.Context, id string) (*Workspace, error) {
+	ws := &Workspace{c: c, info: wire.Workspace{ID: id}}
+	st, err := ws.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ws.info = st.Workspace
+	return ws, nil
+}
+
+// ID is the workspace's id.
+func (ws *Workspace) ID() string { return ws.info.ID }
+
+// Info is the workspace as last reported by the daemon.
+func (ws *Workspace) Info() wire.Workspace { return ws.info }
+
+// MountPath is where the workspace is mounted on the daemon's host.
+func (ws *Workspace) MountPath() string { return ws.info.MountPath }
+
+func (ws *Workspace) path(suffix string) string {
+	return "/v1/workspaces/" + seg(ws.info.ID) + suffix
+}
+
+// Status reports the workspace's state, its changes and its FUSE counters.
+func (ws *Workspace) Status(ctx context.Context) (wire.WorkspaceStatus, error) {
+	var st wire.WorkspaceStatus
+	if err := ws.c.get(ctx, ws.path(""), nil, &st); err != nil {
+		return st, err
+	}
+	ws.info = st.Workspace
+	return st, nil
+}
+
+// Mount mounts the workspace again (after a daemon crash left it unmounted).
+func (ws *Workspace) Mount(ctx context.Context) error {
+	var info wire.Workspace
+	if err := ws.c.doJSON(ctx, http.MethodPost, ws.path("/mount"), nil, nil, &info); err != nil {
+		return err
+	}
+	ws.info = info
+	return nil
+}
+
+// Commit captures the workspace's changes as a commit on its branch. A
+// head_moved error (IsHeadMoved) means another commit won the race; the
+// workspace keeps its changes.
+func (ws *Workspace) Commit(ctx context.Context, message string) (wire.CommitResult, error) {
+	return ws.CommitWith(ctx, wire.CommitRequest{Message: message})
+}
+
+// CommitWith is Commit with every field of the request.
+func (ws *Workspace) CommitWith(ctx context.Context, req wire.CommitRequest) (wire.CommitResult, error) {
+	var res wire.CommitResult
+	if err := ws.c.doJSON(ctx, http.MethodPost, ws.path("/commit"), nil, req, &res); err != nil {
+		return res, err
+	}
+	if res.Head != "" {
+		ws.info.Head = res.Head
+	}
+	return res, nil
+}
+
+// EndOptions configure End.
+type EndOptions struct {
+	// Discard drops uncommitted changes; without it End fails with
+	// uncommitted_changes (IsUncommitted) when there are any.
+	Discard bool
+}
+
+// End unmounts the workspace and removes its upper layer.
+func (ws *Workspace) End(ctx context.Context, opts EndOptions) error {
+	q := url.Values{"discard": {strconv.FormatBool(opts.Discard)}}
+	return ws.c.doJSON(ctx, http.MethodDelete, ws.path(""), q, nil, nil)
+}
+
+// ExecOptions configure one exec.
+type ExecOptions struct {
+	Timeout time.Duration // wall-clock limit; 0 for the daemon's default
+	Env     []string      // NAME=VALUE
+	Dir     string        // working directory relative to /workspace
+	Stdin   []byte
+	// Stdout and Stderr, when set, receive the output as the command writes
+	// it (streamed); the result's Stdout and Stderr then hold only the
+	// streams that were not redirected.
+	Stdout, Stderr io.Writer
+	OutputLimit    int64 // bytes per stream; 0 for the daemon's default
+	MemoryBytes    int64
+	Pids           int
+	UID, GID       *int
+}
+
+// Exec runs body with bash -o pipefail -c in a fresh sandbox on the
+// workspace. A non-zero exit is reported in the result, not as an error.
+func (ws *Workspace) Exec(ctx context.Context, body string, opts ExecOptions) (*ExecResult, error) {
+	return ws.exec(ctx, wire.ExecRequest{Body: body}, opts)
+}
+
+// ExecArgv runs argv exactly as given (no shell).
+func (ws *Workspace) ExecArgv(ctx context.Context, argv []string, opts ExecOptions) (*ExecResult, error) {
+	return ws.exec(ctx, wire.ExecRequest{Argv: argv}, opts)
+}
+
+func (ws *Workspace) exec(ctx context.Context, req wire.ExecRequest, opts ExecOptions) (*ExecResult, error) {
+	req.Env, req.Dir, req.Stdin = opts.Env, opts.Dir, opts.Stdin
+	req.OutputLimit, req.MemoryBytes, req.Pids, req.UID, req.GID = opts.OutputLimit, opts.MemoryBytes, opts.Pids, opts.UID, opts.GID
+	if opts.Timeout != 0 {
+		// Rounded up, and a negative timeout goes through for the daemon to refuse.
+		req.TimeoutMs = int64((opts.Timeout + time.Millisecond - 1) / time.Millisecond)
+		if opts.Timeout < 0 {
+			req.TimeoutMs = int64(opts.Timeout / time.Millisecond)
+			if req.TimeoutMs == 0 {
+				req.TimeoutMs = -1
+			}
+		}
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	k := call{method: http.MethodPost, path: ws.path("/execs"), body: bytes.NewReader(b), size: int64(len(b)), ctype: "application/json"}
+	stream := opts.Stdout != nil || opts.Stderr != nil
+	if stream {
+		k.accept = wire.MediaNDJSON
+	}
+	resp, err := ws.c.send(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if !stream || !strings.HasPrefix(resp.Header.Get("Content-Type"), wire.MediaNDJSON) {
+		var res ExecResult
+		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+			return nil, fmt.Errorf("decode exec result: %w", err)
+		}
+		if stream {
+			// The daemon answered whole: hand the output to the writers.
+			if err := deliver(opts.Stdout, &res.Stdout); err != nil {
+				return nil, err
+			}
+			if err := deliver(opts.Stderr, &res.Stderr); err != nil {
+				return nil, err
+			}
+		}
+		return &res, nil
+	}
+	return readEvents(resp.Body, opts.Stdout, opts.Stderr)
+}
+
+func deliver(w io.Writer, data *[]byte) error {
+	if w == nil {
+		return nil
+	}
+	if _, err := w.Write(*data); err != nil {
+		return err
+	}
+	*data = nil
+	return nil
+}
+
+// readEvents consumes an ExecEvent stream up to its result.
+func readEvents(r io.Reader, stdout, stderr io.Writer) (*ExecResult, error) {
+	dec := json.NewDecoder(r)
+	var out, errb bytes.Buffer
+	for {
+		var ev wire.ExecEvent
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, errors.New("exec stream ended without a result")
+			}
+			return nil, fmt.Errorf("read exec stream: %w", err)
+		}
+		switch {
+		case ev.Error != nil:
+			return nil, ev.Error
+		case ev.Result != nil:
+			res := ev.Result
+			if stdout == nil {
+				res.Stdout = out.Bytes()
+			}
+			if stderr == nil {
+				res.Stderr = errb.Bytes()
+			}
+			return res, nil
+		}
+		w := stdout
+		var buf *bytes.Buffer = &out
+		if ev.Stream == "stderr" {
+			w, buf = stderr, &errb
+		}
+		if w == nil {
+			buf.Write(ev.Data)
+			continue
+		}
+		if _, err := w.Write(ev.Data); err != nil {
+			return nil, fmt.Errorf("exec output: %w", err)
+		}
+	}
+}
+
+// filePath escapes a workspace path segment by segment.
+func filePath(p string) string {
+	parts := strings.Split(p, "/")
+	for i, s := range parts {
+		parts[i] = url.PathEscape(s)
+	}
+	return strings.Join(parts, "/")
+}
+
+// WriteFile creates or replaces the file at path (relative to the workspace
+// root) with data.
+func (ws *Workspace) WriteFile(ctx context.Context, path string, data []byte, perm fs.FileMode) error {
+	return ws.WriteFrom(ctx, path, bytes.NewReader(data), int64(len(data)), perm)
+}
+
+// WriteFrom is WriteFile streaming from r; size is r's length, or -1 when
+// unknown.
+func (ws *Workspace) WriteFrom(ctx context.Context, path string, r io.Reader, size int64, perm fs.FileMode) error {
+	q := url.Values{"mode": {fmt.Sprintf("%04o", perm.Perm())}}
+	resp, err := ws.c.send(ctx, call{method: http.MethodPut, path: ws.path("/files/" + filePath(path)), query: q,
+		body: r, size: size, ctype: "application/octet-stream"})
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+// ReadFile returns the contents of the file at path.
+func (ws *Workspace) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	var buf bytes.Buffer
+	if _, err := ws.ReadTo(ctx, path, &buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// ReadTo streams the file at path to w and returns its size.
+func (ws *Workspace) ReadTo(ctx context.Context, path string, w io.Writer) (int64, error) {
+	resp, err := ws.c.send(ctx, call{method: http.MethodGet, path: ws.path("/files/" + filePath(path)), size: -1})
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("read %s: %w", path, err)
+	}
+	return n, nil
+}
