@@ -1,0 +1,89 @@
+// Package docker is the "docker" platform: sandboxes are Docker containers
+// driven through the Engine API (github.com/docker/docker/client, API
+// version negotiated, so an engine older than the client works).
+//
+// # Lifecycle
+//
+//	New(Options) -> Up -> Attach(workspace) -> Exec ... -> Sandbox.Close -> Down
+//
+// Up pings the engine (a missing engine is platforms.ErrUnavailable, with
+// the address and how to start one in the message), reads its identity and
+// ensures the sandbox image. Attach creates one long-lived container per
+// workspace; each Exec is one docker exec in it. Down removes every
+// container and volume this Platform created (they carry the labels
+// dev.layerfs.workspace=<id> and dev.layerfs.owner=<pid>-<random>) and keeps
+// the sandbox image. Up also removes what owners that no longer run left
+// behind, so a crashed run is cleaned up by the next one, and removes
+// sandbox images of older content.
+//
+// # The sandbox image
+//
+// There is no registry: the image is assembled from this host's runtime,
+// the files of a list of Debian packages (DefaultPackages: bash, coreutils,
+// findutils, git, python3, ...) as dpkg lists them, plus every shared
+// library they need, found by reading their ELF headers (interpreter,
+// DT_NEEDED, RUNPATH) rather than by running ldd. Documentation, locales and
+// git's server programs are left out, identical files become hard links,
+// and /etc/passwd and /etc/group are written fresh. The tar stream is
+// written in a fixed order with fixed ownership, so equal host files give
+// equal bytes; its BLAKE3 hash tags the image (layerfs-sandbox:<hash>), and
+// Up only hashes (no import) when an image with that tag exists. The
+// stream is sent to ImageImport straight from Go through a pipe. The image
+// id is Identity.Image.
+//
+// # Containers
+//
+// A workspace's container runs the image with a read-only root, a tmpfs
+// /tmp, the workspace's host path (a FUSE mount or a plain directory)
+// bind-mounted at /workspace with private propagation, all capabilities
+// dropped, no-new-privileges, a private IPC namespace, memory and pids
+// limits for the container as a whole, no log driver, and network mode
+// "none", or "host" when the workspace is granted the network (the engine
+// may run without a bridge: scripts/ensure-docker starts it so).
+//
+// # Execs, and why a supervisor
+//
+// Docker has no API to kill an exec, and an exec's output stream stays
+// open while any process it started holds stdout or stderr. So every exec
+// runs under a supervisor: this very executable, bind-mounted read-only at
+// /.layerfs/layerfs-supervise and recognised by that argv[0] in an init
+// function (the re-exec pattern; it is also the container's PID 1, which
+// reaps orphans). The supervisor
+//
+//   - becomes a child subreaper, so every process the command starts, even
+//     one that double-forks or calls setsid, stays its descendant;
+//   - starts the command in its own process group and times it on the
+//     container's clock (ExecResult.Command);
+//   - enforces the timeout itself, on that clock, and on SIGTERM from the
+//     host (context cancelled) does the same: SIGKILL to all descendants,
+//     found from /proc, until none is left;
+//   - when the command ends, kills whatever it left behind, so that, as the
+//     contract says, all its processes are gone when Exec returns;
+//   - writes a fixed-size trailer (exit status, signal, flags, command time)
+//     as the last bytes of its stderr, which the host strips.
+//
+// The trailer is read from the stream rather than from ExecInspect, which
+// may still report the exec as running when the stream ends. Killing from
+// inside the container works for any engine; the host adds a backstop: if
+// the stream has not ended stopGrace after the timeout, it signals the
+// supervisor by the pid ExecInspect reports (checked to be a supervisor, so
+// an engine in another PID namespace is never confused with a local pid),
+// then kills the tree itself. A wrapper shell script was the alternative:
+// it cannot become a subreaper, so a setsid'd grandchild would escape it.
+//
+// Output is demultiplexed with stdcopy, capped per stream at
+// ExecSpec.OutputLimit (the rest is read and discarded). Stdin is copied to
+// the hijacked connection and then half-closed; with no Stdin the exec's
+// stdin is /dev/null. PATH, HOME (/tmp, since the root is read-only) and
+// TERM (dumb) are added when ExecSpec.Env lacks them.
+//
+// Limits: ExecSpec.MemoryBytes and Pids are not enforced per exec (the
+// container's limits are shared by its execs; Features says so), and
+// ExecSpec.Hostname must be empty or the container's hostname ("sandbox").
+//
+// The supervisor runs inside the image, so the image carries the shared
+// libraries of this executable when it is dynamically linked. A
+// Workspace.RootDir is imported as its own image (layerfs-rootdir:<hash>,
+// removed on Close and Down); it needs the supervisor's interpreter, or a
+// statically linked (CGO_ENABLED=0) binary.
+package docker

@@ -1,0 +1,326 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+
+	"layerfs.dev/layerfs/platforms"
+)
+
+// DefaultHost is the engine address used when Options.Host is empty.
+const DefaultHost = "unix:///var/run/docker.sock"
+
+// Labels on everything this package creates.
+const (
+	labelWorkspace = "dev.layerfs.workspace" // the workspace id
+	labelOwner     = "dev.layerfs.owner"     // "<pid>-<random>" of the Platform that created it
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultMemoryBytes = 8 << 30 // per container (workspace)
+	DefaultTmpBytes    = 1 << 30 // the /tmp tmpfs, counted in the memory limit
+)
+
+// Options configure a Platform.
+type Options struct {
+	// Host is the engine address ("unix:///path" or "tcp://host:port");
+	// "" is DefaultHost. The environment (DOCKER_HOST) is not consulted:
+	// the command that builds Options decides.
+	Host string
+	// Packages are the host's Debian packages whose files make the sandbox
+	// image; nil is DefaultPackages.
+	Packages []string
+	// MemoryBytes and Pids limit each workspace's container (all its execs
+	// together); 0 is DefaultMemoryBytes and platforms.DefaultPids.
+	MemoryBytes int64
+	Pids        int64
+	// TmpBytes is the size of each container's /tmp; 0 is DefaultTmpBytes.
+	TmpBytes int64
+	// Supervisor is the executable bind-mounted into every container to run
+	// execs; "" is this process's own executable, which must import this
+	// package (the supervisor is this package's init hook).
+	Supervisor string
+	// Logger receives lifecycle events; nil is silent.
+	Logger *slog.Logger
+}
+
+// Platform runs sandboxes as Docker containers driven through the Engine
+// API: one long-lived container per attached workspace, one docker exec per
+// Exec. See the package documentation for the design.
+//
+// Its lifecycle is New -> Up -> Attach/Exec ... -> Down; Up is idempotent,
+// Down removes every container this Platform created and keeps the sandbox
+// image, and the Platform can be brought Up again after Down.
+type Platform struct {
+	opts  Options
+	log   *slog.Logger
+	owner string
+
+	mu    sync.Mutex
+	cli   *client.Client // nil when not up
+	state upState
+}
+
+// upState is what Up learned; read-only once Up returns.
+type upState struct {
+	version    string // engine version
+	apiVersion string // negotiated API version
+	info       identityInfo
+	image      builtImage
+	supervisor string
+	imageTime  time.Duration // hashing (and, when built, importing) the image
+}
+
+type identityInfo struct {
+	kernel   string
+	cpus     int
+	memory   int64
+	driver   string
+	cgroup   string
+	security []string
+}
+
+var (
+	_ platforms.Platform    = (*Platform)(nil)
+	_ platforms.SandboxHost = (*Platform)(nil)
+)
+
+// New returns a Platform; nothing is contacted until Up.
+func New(opts Options) *Platform {
+	if opts.Host == "" {
+		opts.Host = DefaultHost
+	}
+	if opts.Packages == nil {
+		opts.Packages = DefaultPackages
+	}
+	if opts.MemoryBytes == 0 {
+		opts.MemoryBytes = DefaultMemoryBytes
+	}
+	if opts.Pids == 0 {
+		opts.Pids = platforms.DefaultPids
+	}
+	if opts.TmpBytes == 0 {
+		opts.TmpBytes = DefaultTmpBytes
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	return &Platform{opts: opts, log: log, owner: strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(rnd[:])}
+}
+
+// Name is "docker".
+func (p *Platform) Name() string { return "docker" }
+
+// Features: workspaces are host paths bind-mounted into containers; the
+// network is the host's when granted ("host" mode), else none. Memory and
+// pids limits are per container, shared by a workspace's execs, so the
+// per-exec ExecSpec limits are not enforced.
+func (p *Platform) Features() platforms.Features {
+	return platforms.Features{HostMounts: true, Network: true}
+}
+
+// Up connects to the engine, checks it, and ensures the sandbox image.
+func (p *Platform) Up(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cli != nil {
+		return nil
+	}
+	cli, err := client.NewClientWithOpts(client.WithHost(p.opts.Host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		return fmt.Errorf("docker: engine address %q: %w: %w", p.opts.Host, platforms.ErrUnavailable, err)
+	}
+	st, err := p.connect(ctx, cli)
+	if err != nil {
+		_ = cli.Close()
+		return err
+	}
+	p.cli, p.state = cli, st
+	return nil
+}
+
+func (p *Platform) connect(ctx context.Context, cli *client.Client) (upState, error) {
+	var st upState
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ping, err := cli.Ping(pctx)
+	cancel()
+	if err != nil {
+		return st, fmt.Errorf("docker: no engine answers at %s (%v): %w; start one with "+
+			"scripts/ensure-docker (as root), `dockerd &` or `systemctl start docker`, "+
+			"or point Options.Host at a running engine", p.opts.Host, err, platforms.ErrUnavailable)
+	}
+	cli.NegotiateAPIVersionPing(ping)
+	st.apiVersion = cli.ClientVersion()
+	ver, err := cli.ServerVersion(ctx)
+	if err != nil {
+		return st, fmt.Errorf("docker: engine version: %w", err)
+	}
+	st.version = ver.Version
+	info, err := cli.Info(ctx)
+	if err != nil {
+		return st, fmt.Errorf("docker: engine info: %w", err)
+	}
+	if info.OSType != "linux" {
+		return st, fmt.Errorf("docker: engine runs %q containers, need linux: %w", info.OSType, platforms.ErrUnavailable)
+	}
+	st.info = identityInfo{kernel: info.KernelVersion, cpus: info.NCPU, memory: info.MemTotal,
+		driver: info.Driver, cgroup: info.CgroupVersion, security: info.SecurityOptions}
+
+	st.supervisor = p.opts.Supervisor
+	if st.supervisor == "" {
+		if st.supervisor, err = os.Executable(); err != nil {
+			return st, fmt.Errorf("docker: find own executable for the supervisor: %w", err)
+		}
+	}
+	if st.supervisor, err = filepath.EvalSymlinks(st.supervisor); err != nil {
+		return st, fmt.Errorf("docker: supervisor: %w", err)
+	}
+
+	start := time.Now()
+	root, err := sandboxRoot(p.opts.Packages, st.supervisor)
+	if err != nil {
+		return st, fmt.Errorf("docker: assemble sandbox image: %w", err)
+	}
+	st.image, err = ensureImage(ctx, cli, sandboxRepo, "sandbox", root)
+	if err != nil {
+		return st, fmt.Errorf("docker: %w", err)
+	}
+	st.imageTime = time.Since(start)
+	p.log.Info("docker up", "engine", st.version, "api", st.apiVersion, "image", st.image.Ref,
+		"image_id", st.image.ID, "built", st.image.Built, "image_bytes", st.image.SizeBytes, "took", st.imageTime)
+
+	// Old sandbox images (the host's packages changed) and what crashed
+	// owners left behind go now; neither is worth failing Up for.
+	if err := pruneImages(ctx, cli, "sandbox", st.image.ID); err != nil {
+		p.log.Warn("docker: prune old sandbox images", "err", err)
+	}
+	if err := removeOrphans(ctx, cli); err != nil {
+		p.log.Warn("docker: remove leftovers of dead owners", "err", err)
+	}
+	return st, nil
+}
+
+// Down removes every container, volume and root-dir image this Platform
+// created, keeps the sandbox image, and disconnects. Safe to call twice.
+func (p *Platform) Down(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cli == nil {
+		return nil
+	}
+	err := removeLabelled(ctx, p.cli, labelOwner+"="+p.owner)
+	if err == nil {
+		if perr := pruneImages(ctx, p.cli, "rootdir", ""); perr != nil {
+			p.log.Warn("docker: remove root-dir images", "err", perr)
+		}
+	}
+	if cerr := p.cli.Close(); err == nil {
+		err = cerr
+	}
+	p.cli = nil
+	return err
+}
+
+// removeLabelled force-removes the containers and volumes that carry label
+// ("key=value" or "key").
+func removeLabelled(ctx context.Context, cli *client.Client, label string) error {
+	f := filters.NewArgs(filters.Arg("label", label))
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return fmt.Errorf("docker: list containers %s: %w", label, err)
+	}
+	var errs []error
+	for _, c := range cs {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("docker: remove container %s: %w", c.ID[:12], err))
+		}
+	}
+	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("docker: list volumes %s: %w", label, err))...)
+	}
+	for _, v := range vs.Volumes {
+		if err := cli.VolumeRemove(ctx, v.Name, true); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("docker: remove volume %s: %w", v.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeOrphans removes containers and volumes of owners (processes on this
+// host) that no longer exist: what a crashed run left behind.
+func removeOrphans(ctx context.Context, cli *client.Client) error {
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", labelOwner))})
+	if err != nil {
+		return err
+	}
+	dead := map[string]bool{}
+	for _, c := range cs {
+		owner := c.Labels[labelOwner]
+		pid, err := strconv.Atoi(strings.SplitN(owner, "-", 2)[0])
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); errors.Is(err, os.ErrNotExist) {
+			dead[owner] = true
+		}
+	}
+	var errs []error
+	for owner := range dead {
+		errs = append(errs, removeLabelled(ctx, cli, labelOwner+"="+owner))
+	}
+	return errors.Join(errs...)
+}
+
+// Identity describes the engine and the sandbox image.
+func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
+	_, st, err := p.current()
+	if err != nil {
+		return platforms.Identity{}, err
+	}
+	return platforms.Identity{
+		Platform:    p.Name(),
+		Kernel:      st.info.kernel,
+		CPUs:        st.info.cpus,
+		MemoryBytes: st.info.memory,
+		Runtime:     "docker " + st.version,
+		Image:       st.image.ID,
+		Details: fmt.Sprintf("api %s, storage %s, cgroup v%s, image %s (%d bytes)",
+			st.apiVersion, st.info.driver, st.info.cgroup, st.image.Ref, st.image.SizeBytes),
+	}, nil
+}
+
+// ImageID is the sandbox image's id (sha256:...); it needs Up.
+func (p *Platform) ImageID() (string, error) {
+	_, st, err := p.current()
+	return st.image.ID, err
+}
+
+func (p *Platform) current() (*client.Client, upState, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cli == nil {
+		return nil, upState{}, fmt.Errorf("docker: %w", platforms.ErrNotUp)
+	}
+	return p.cli, p.state, nil
+}
