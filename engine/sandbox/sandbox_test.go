@@ -1,0 +1,562 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/internal/testenv"
+	"layerfs.dev/layerfs/platforms"
+)
+
+type output struct {
+	res            platforms.ExecResult
+	stdout, stderr string
+}
+
+func run(t *testing.T, l *sandbox.Launcher, cfg sandbox.Config) output {
+	t.Helper()
+	var o, e bytes.Buffer
+	res, err := l.Run(context.Background(), cfg, &o, &e)
+	if err != nil {
+		t.Fatalf("run %q: %v", cfg.Spec.Argv, err)
+	}
+	return output{res, o.String(), e.String()}
+}
+
+func shell(ws, body string) sandbox.Config {
+	return sandbox.Config{Workspace: ws, Spec: platforms.ExecSpec{Argv: platforms.ShellArgv(body)}}
+}
+
+func TestExitCodes(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "noexec"), []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		argv   []string
+		code   int
+		signal string
+	}{
+		{"true", []string{"true"}, 0, ""},
+		{"false", []string{"false"}, 1, ""},
+		{"exit 42", platforms.ShellArgv("exit 42"), 42, ""},
+		{"argv as given", []string{"sh", "-c", "exit $#", "x", "a b", "c"}, 2, ""},
+		{"pipefail", platforms.ShellArgv("false | true"), 1, ""},
+		{"sigterm", platforms.ShellArgv("kill -TERM $$"), 143, "SIGTERM"},
+		{"sigkill", platforms.ShellArgv("kill -KILL $$"), 137, "SIGKILL"},
+		{"not found", []string{"no-such-command-xyz"}, 127, ""},
+		{"not executable", []string{"./noexec"}, 126, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := run(t, &l, sandbox.Config{Workspace: ws, Spec: platforms.ExecSpec{Argv: tc.argv}})
+			if o.res.ExitCode != tc.code || o.res.Signal != tc.signal {
+				t.Errorf("got exit %d signal %q, want %d %q (stderr %q)", o.res.ExitCode, o.res.Signal, tc.code, tc.signal, o.stderr)
+			}
+			if o.res.TimedOut || o.res.OutputTruncated {
+				t.Errorf("unexpected flags: %+v", o.res)
+			}
+		})
+	}
+}
+
+func TestOutput(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	ws := t.TempDir()
+	t.Run("separate streams", func(t *testing.T) {
+		o := run(t, &l, shell(ws, "echo out1; echo err1 >&2; echo out2; echo err2 >&2"))
+		if o.stdout != "out1\nout2\n" || o.stderr != "err1\nerr2\n" {
+			t.Errorf("got stdout %q stderr %q", o.stdout, o.stderr)
+		}
+	})
+	t.Run("cap", func(t *testing.T) {
+		cfg := shell(ws, "head -c 100000 /dev/zero; echo small >&2")
+		cfg.Spec.OutputLimit = 1000
+		o := run(t, &l, cfg)
+		if len(o.stdout) != 1000 || o.stderr != "small\n" || !o.res.OutputTruncated || o.res.ExitCode != 0 {
+			t.Errorf("got %d stdout bytes, stderr %q, %+v; want 1000, \"small\\n\", truncated", len(o.stdout), o.stderr, o.res)
+		}
+	})
+	t.Run("stdin", func(t *testing.T) {
+		cfg := shell(ws, "tr a-z A-Z")
+		cfg.Spec.Stdin = strings.NewReader("hello sandbox\n")
+		if o := run(t, &l, cfg); o.stdout != "HELLO SANDBOX\n" {
+			t.Errorf("got %q", o.stdout)
+		}
+		if o := run(t, &l, shell(ws, "wc -c")); strings.TrimSpace(o.stdout) != "0" {
+			t.Errorf("nil stdin: got %q, want 0 bytes", o.stdout)
+		}
+	})
+	t.Run("environment", func(t *testing.T) {
+		cfg := shell(ws, `echo "$HOME|$TERM|$FOO|$PATH|$(hostname)"`)
+		cfg.Spec.Env = []string{"FOO=bar baz", "TERM=xterm"}
+		cfg.Spec.Hostname = "box1"
+		want := "/tmp|xterm|bar baz|" + sandbox.DefaultPath + "|box1\n"
+		if o := run(t, &l, cfg); o.stdout != want {
+			t.Errorf("got %q, want %q", o.stdout, want)
+		}
+	})
+}
+
+func TestWorkspace(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "from-host"), []byte("host data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := run(t, &l, shell(ws, "pwd; cat from-host; echo sandbox data > from-sandbox"))
+	if o.stdout != "/workspace\nhost data\n" || o.res.ExitCode != 0 {
+		t.Fatalf("got %q (stderr %q, %+v)", o.stdout, o.stderr, o.res)
+	}
+	b, err := os.ReadFile(filepath.Join(ws, "from-sandbox"))
+	if err != nil || string(b) != "sandbox data\n" {
+		t.Fatalf("host reads %q, %v", b, err)
+	}
+	cfg := shell(ws, "pwd")
+	cfg.Spec.Dir = "sub"
+	if o := run(t, &l, cfg); o.stdout != "/workspace/sub\n" {
+		t.Errorf("dir sub: got %q", o.stdout)
+	}
+}
+
+func TestConcurrent(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	ws := t.TempDir()
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var o bytes.Buffer
+			res, err := l.Run(context.Background(), shell(ws, fmt.Sprintf("echo %d > f%d; cat f%d; ls | wc -l > /dev/null", i, i, i)), &o, nil)
+			if err == nil && (res.ExitCode != 0 || o.String() != fmt.Sprintf("%d\n", i)) {
+				err = fmt.Errorf("exec %d: got %q, %+v", i, o.String(), res)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	for i := range n {
+		if b, err := os.ReadFile(filepath.Join(ws, fmt.Sprintf("f%d", i))); err != nil || string(b) != fmt.Sprintf("%d\n", i) {
+			t.Errorf("f%d on host: %q %v", i, b, err)
+		}
+	}
+}
+
+func TestTimeoutKillsTree(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	marker := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1000000)
+	cfg := shell(t.TempDir(), fmt.Sprintf("sleep %s & sleep %s; wait", marker, marker))
+	cfg.Spec.Timeout = time.Second
+	t0 := time.Now()
+	o := run(t, &l, cfg)
+	if !o.res.TimedOut || o.res.ExitCode != 137 || o.res.Signal != "SIGKILL" {
+		t.Errorf("got %+v, want timed out with SIGKILL", o.res)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("took %v for a 1s timeout", d)
+	}
+	if ps := processesWith(t, marker); len(ps) > 0 {
+		t.Errorf("processes survived the sandbox: %v", ps)
+	}
+}
+
+func TestContextCancel(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	marker := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1000000+1)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := l.Run(ctx, shell(t.TempDir(), "sleep "+marker), nil, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want context.DeadlineExceeded", err)
+	}
+	if ps := processesWith(t, marker); len(ps) > 0 {
+		t.Errorf("processes survived the sandbox: %v", ps)
+	}
+}
+
+// processesWith lists host processes whose command line contains s.
+func processesWith(t *testing.T, s string) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			out = append(out, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
+}
+
+func TestIsolation(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	ws := t.TempDir()
+	sentinel := filepath.Join(t.TempDir(), "sentinel")
+	if err := os.Mkdir(sentinel, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Each line must fail inside the sandbox; the script prints the ones
+	// that did not.
+	attempts := []string{
+		"touch /newfile", "touch /usr/newfile", "touch /etc/newfile", "mkdir /dev/newdir",
+		"touch /dev/newfile", "echo 1 > /proc/sys/vm/drop_caches", "echo x > /proc/sys/kernel/domainname",
+		"ls /root", "ls /home", "ls " + sentinel, "ls " + filepath.Dir(sentinel), "ls /work",
+		"ls /sys/fs/cgroup", "ls /var", "cat /proc/1/root/etc/hostname",
+		"mount -t tmpfs none /tmp", "unshare -m true", "chroot / true", "hostname other",
+	}
+	var body strings.Builder
+	for _, a := range attempts {
+		fmt.Fprintf(&body, "if (%s) 2>/dev/null; then echo 'ALLOWED: %s'; fi\n", a, strings.ReplaceAll(a, "'", ""))
+	}
+	body.WriteString("touch /tmp/ok /dev/shm/ok /workspace/ok && echo writable")
+	o := run(t, &l, shell(ws, body.String()))
+	if o.stdout != "writable\n" {
+		t.Errorf("isolation breached or writable dirs not writable:\n%s\nstderr: %s", o.stdout, o.stderr)
+	}
+	if entries, _ := os.ReadDir(sentinel); len(entries) != 0 {
+		t.Errorf("sentinel dir changed: %v", entries)
+	}
+	o = run(t, &l, shell(ws, "touch /etc/x"))
+	if !strings.Contains(o.stderr, "Read-only file system") {
+		t.Errorf("write to /etc: stderr %q, want EROFS", o.stderr)
+	}
+}
+
+func TestPrivileges(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	ws := t.TempDir()
+	for _, id := range []struct{ uid, gid int }{{0, 0}, {1000, 1000}} {
+		t.Run(fmt.Sprintf("uid %d", id.uid), func(t *testing.T) {
+			cfg := shell(ws, "id -u; id -g; id -G; grep -E '^(Cap|NoNewPrivs)' /proc/self/status")
+			cfg.Spec.UID, cfg.Spec.GID = id.uid, id.gid
+			o := run(t, &l, cfg)
+			lines := strings.Split(strings.TrimSpace(o.stdout), "\n")
+			want := []string{fmt.Sprint(id.uid), fmt.Sprint(id.gid), fmt.Sprint(id.gid)}
+			if len(lines) < 3 || strings.Join(lines[:3], " ") != strings.Join(want, " ") {
+				t.Fatalf("ids: got %q, want %q (stderr %q)", lines, want, o.stderr)
+			}
+			fields := map[string]string{}
+			for _, line := range lines[3:] {
+				k, v, _ := strings.Cut(line, ":")
+				fields[k] = strings.TrimSpace(v)
+			}
+			for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+				if fields[k] != "0000000000000000" {
+					t.Errorf("%s = %q, want all zero", k, fields[k])
+				}
+			}
+			if fields["NoNewPrivs"] != "1" {
+				t.Errorf("NoNewPrivs = %q, want 1", fields["NoNewPrivs"])
+			}
+		})
+	}
+}
+
+func TestNetwork(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	ws := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			got <- line
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	connect := fmt.Sprintf("echo hello > /dev/tcp/127.0.0.1/%d", port)
+
+	o := run(t, &l, shell(ws, connect+"; echo connect=$?; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"))
+	if o.stdout != "connect=1\nlo\n" {
+		t.Errorf("without network: got %q, want a failed connect and only lo (stderr %q)", o.stdout, o.stderr)
+	}
+	select {
+	case line := <-got:
+		t.Errorf("the host listener got %q from a sandbox without network", line)
+	default:
+	}
+
+	cfg := shell(ws, connect)
+	cfg.Network = true
+	if o := run(t, &l, cfg); o.res.ExitCode != 0 {
+		t.Fatalf("with network: exit %d, stderr %q", o.res.ExitCode, o.stderr)
+	}
+	select {
+	case line := <-got:
+		if line != "hello\n" {
+			t.Errorf("listener got %q", line)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("with network: the host listener got nothing")
+	}
+}
+
+func TestRootDir(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	image := t.TempDir()
+	// A minimal image: bash, cat and their libraries, and a marker file.
+	for _, bin := range []string{"/usr/bin/bash", "/usr/bin/cat"} {
+		copyFile(t, bin, filepath.Join(image, bin))
+		out, err := exec.Command("ldd", bin).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if strings.HasPrefix(f, "/") {
+				real, err := filepath.EvalSymlinks(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copyFile(t, real, filepath.Join(image, f))
+			}
+		}
+	}
+	for _, d := range []string{"lib", "lib64"} {
+		if err := os.Rename(filepath.Join(image, d), filepath.Join(image, "usr", d)); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("usr/"+d, filepath.Join(image, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(image, "marker"), []byte("image\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := shell(t.TempDir(), "cat /marker; echo /*; echo x > /marker")
+	cfg.RootDir = image
+	o := run(t, &l, cfg)
+	want := "image\n/dev /lib /lib64 /marker /proc /tmp /usr /workspace\n"
+	if o.stdout != want || !strings.Contains(o.stderr, "Read-only") {
+		t.Errorf("got %q (stderr %q), want %q and a read-only /marker", o.stdout, o.stderr, want)
+	}
+}
+
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, st.Mode().Perm()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	mem, pids := l.Limits()
+	if !mem || !pids {
+		testenv.Skip(t, fmt.Sprintf("needs memory and pids cgroups (memory %v, pids %v)", mem, pids))
+	}
+	ws := t.TempDir()
+	for _, tc := range []struct {
+		name  string
+		body  string
+		apply func(*platforms.ExecSpec)
+		check func(platforms.ExecResult) error
+	}{
+		{"fork bomb", "f() { f | f & }; f; sleep 30", func(s *platforms.ExecSpec) {
+			s.Pids, s.Timeout = 64, 3*time.Second
+		}, func(r platforms.ExecResult) error {
+			if !r.TimedOut {
+				return errors.New("want it to run until the timeout")
+			}
+			return nil
+		}},
+		{"memory hog", "head -c 400m /dev/zero | tail > /dev/null", func(s *platforms.ExecSpec) {
+			s.MemoryBytes, s.Timeout = 64<<20, 30*time.Second
+		}, func(r platforms.ExecResult) error {
+			if r.ExitCode != 137 || r.TimedOut {
+				return errors.New("want the hog killed (137) before the timeout")
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := shell(ws, tc.body)
+			tc.apply(&cfg.Spec)
+			done := make(chan output, 1)
+			go func() {
+				var o, e bytes.Buffer
+				res, err := l.Run(context.Background(), cfg, &o, &e)
+				if err != nil {
+					t.Errorf("run: %v", err)
+				}
+				done <- output{res, o.String(), e.String()}
+			}()
+			// Meanwhile an ordinary exec still runs normally.
+			time.Sleep(500 * time.Millisecond)
+			if o := run(t, &l, shell(ws, "echo fine")); o.stdout != "fine\n" || o.res.ExitCode != 0 {
+				t.Errorf("concurrent exec: got %q, %+v", o.stdout, o.res)
+			}
+			o := <-done
+			if err := tc.check(o.res); err != nil {
+				t.Errorf("%v: got %+v (stderr %.300q)", err, o.res, o.stderr)
+			}
+		})
+	}
+}
+
+// TestNoLeaks checks that execs leave nothing on the host: descriptors,
+// mounts, cgroups, processes.
+func TestNoLeaks(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	ws := t.TempDir()
+	cfg := shell(ws, "sleep 0.01 & echo x > f; cat f")
+	cfg.Spec.MemoryBytes = 256 << 20
+	run(t, &l, cfg) // warm up the runtime's own descriptors
+	fds, mounts := fdCount(t), relevantMounts(t, ws)
+	for range 5 {
+		run(t, &l, cfg)
+	}
+	timeout := shell(ws, "sleep 10 & sleep 10")
+	timeout.Spec.Timeout = 200 * time.Millisecond
+	if o := run(t, &l, timeout); !o.res.TimedOut {
+		t.Errorf("want a timeout, got %+v", o.res)
+	}
+	if got := fdCount(t); got != fds {
+		t.Errorf("descriptors: %d before, %d after", fds, got)
+	}
+	if got := relevantMounts(t, ws); got != mounts {
+		t.Errorf("mounts changed:\nbefore:\n%s\nafter:\n%s", mounts, got)
+	}
+	leaks, err := l.Leaks()
+	if err != nil || len(leaks) > 0 {
+		t.Errorf("leaks: %v %v", leaks, err)
+	}
+	if kids := children(t); len(kids) > 0 {
+		t.Errorf("child processes left: %v", kids)
+	}
+}
+
+func fdCount(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// relevantMounts lists this host's mounts that a leaking sandbox would
+// add: on /tmp (where the init stages its root) or below the workspace.
+func relevantMounts(t *testing.T, ws string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == "/tmp" || strings.HasPrefix(f[4], ws)) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// children lists this process's child processes.
+func children(t *testing.T) []string {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	self := fmt.Sprint(os.Getpid())
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so cut at the last ')'.
+		s := string(b)
+		rest := s[strings.LastIndexByte(s, ')')+1:]
+		if f := strings.Fields(rest); len(f) > 1 && f[1] == self {
+			out = append(out, e.Name()+" "+s[:strings.LastIndexByte(s, ')')+1])
+		}
+	}
+	return out
+}
+
+func TestInvalidConfig(t *testing.T) {
+	var l sandbox.Launcher
+	ws := t.TempDir()
+	for name, cfg := range map[string]sandbox.Config{
+		"relative workspace": {Workspace: "rel", Spec: platforms.ExecSpec{Argv: []string{"true"}}},
+		"missing workspace":  {Workspace: filepath.Join(ws, "nope"), Spec: platforms.ExecSpec{Argv: []string{"true"}}},
+		"empty argv":         {Workspace: ws},
+		"dir escapes":        {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Dir: "a/../../etc"}},
+		"absolute dir":       {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Dir: "/etc"}},
+		"negative timeout":   {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Timeout: -time.Second}},
+		"bad env":            {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Env: []string{"NOEQUALS"}}},
+	} {
+		if _, err := l.Run(context.Background(), cfg, nil, nil); !errors.Is(err, sandbox.ErrInvalidConfig) {
+			t.Errorf("%s: got %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+func TestSetupFailure(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	cfg := shell(t.TempDir(), "true")
+	cfg.Spec.Dir = "does/not/exist"
+	if _, err := l.Run(context.Background(), cfg, nil, nil); !errors.Is(err, sandbox.ErrSetup) || !strings.Contains(err.Error(), "does/not/exist") {
+		t.Errorf("got %v, want ErrSetup naming the dir", err)
+	}
+}
