@@ -1,0 +1,13 @@
+// Package local is the platform that runs sandboxes on this Linux host:
+// each exec is a fresh set of namespaces started by engine/sandbox's
+// launcher, with the workspace (a FUSE mount, or a plain directory for the
+// bench's native arm) bound at /workspace.
+//
+// Up checks that the host can make sandboxes at all by running one (a
+// binary that does not call sandbox.InitMain first thing in main fails
+// here, not at the first exec). Attach only records the workspace: the
+// namespaces are made per exec, so there is nothing to create or remove
+// per workspace. Close and Down cancel the execs still running (killing
+// their process trees) and wait for them, so a workspace can be unmounted
+// as soon as Close returns.
+package local

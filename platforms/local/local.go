@@ -1,0 +1,248 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/platforms"
+)
+
+// ErrClosed is returned by Exec on a Sandbox that was closed (or whose
+// platform went down).
+var ErrClosed = errors.New("sandbox is closed")
+
+// probeTimeout bounds Up's trial sandbox.
+const probeTimeout = 10 * time.Second
+
+// Options configures a Platform.
+type Options struct {
+	// Exe is the binary re-executed as the sandbox init (see
+	// sandbox.Launcher.Exe); empty means this binary.
+	Exe string
+	// NoCgroups enforces limits with rlimits only.
+	NoCgroups bool
+	Logger    *slog.Logger
+}
+
+// Platform runs sandboxes on this host. Its lifecycle is the one of
+// platforms.Platform: New -> Up -> Attach/Exec ... -> Down.
+type Platform struct {
+	launcher *sandbox.Launcher
+	log      *slog.Logger
+
+	mu        sync.Mutex
+	up        bool
+	sandboxes map[*Sandbox]struct{}
+}
+
+var (
+	_ platforms.Platform    = (*Platform)(nil)
+	_ platforms.SandboxHost = (*Platform)(nil)
+)
+
+// New returns a platform that is not up yet.
+func New(o Options) *Platform {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Platform{
+		launcher:  &sandbox.Launcher{Exe: o.Exe, Logger: log, NoCgroups: o.NoCgroups},
+		log:       log,
+		sandboxes: map[*Sandbox]struct{}{},
+	}
+}
+
+// Name is "local".
+func (p *Platform) Name() string { return "local" }
+
+// Features: host paths, the host network on request, and memory and pids
+// limits where this host has the cgroup controllers for them.
+func (p *Platform) Features() platforms.Features {
+	mem, pids := p.launcher.Limits()
+	return platforms.Features{HostMounts: true, Network: true, MemoryLimit: mem, PidsLimit: pids}
+}
+
+// Up checks that this host can run sandboxes by running `true` in one.
+func (p *Platform) Up(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.up {
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("local: %w: namespace sandboxes need root", platforms.ErrUnavailable)
+	}
+	dir, err := os.MkdirTemp("", "layerfs-probe-")
+	if err != nil {
+		return fmt.Errorf("local: probe: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var stderr strings.Builder
+	res, err := p.launcher.Run(ctx, sandbox.Config{Workspace: dir, Spec: platforms.ExecSpec{
+		Argv: []string{"true"}, Timeout: probeTimeout / 2,
+	}}, io.Discard, &stderr)
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("true exited %d: %s", res.ExitCode, strings.TrimSpace(stderr.String()))
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (does the binary call sandbox.InitMain first thing in main?)", err)
+		}
+		return fmt.Errorf("local: %w: trial sandbox: %w", platforms.ErrUnavailable, err)
+	}
+	p.up = true
+	p.log.Debug("local platform up", "launch", res.Launch)
+	return nil
+}
+
+// Down cancels every running exec, waits for them and detaches every
+// workspace. It can be called more than once.
+func (p *Platform) Down(ctx context.Context) error {
+	p.mu.Lock()
+	p.up = false
+	open := make([]*Sandbox, 0, len(p.sandboxes))
+	for s := range p.sandboxes {
+		open = append(open, s)
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range open {
+		errs = append(errs, s.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Identity describes this host.
+func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
+	p.mu.Lock()
+	up := p.up
+	p.mu.Unlock()
+	if !up {
+		return platforms.Identity{}, fmt.Errorf("local: identity: %w", platforms.ErrNotUp)
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return platforms.Identity{}, fmt.Errorf("local: uname: %w", err)
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return platforms.Identity{}, fmt.Errorf("local: sysinfo: %w", err)
+	}
+	mem, pids := p.launcher.Limits()
+	return platforms.Identity{
+		Platform:    p.Name(),
+		Kernel:      unix.ByteSliceToString(u.Release[:]),
+		CPUs:        runtime.NumCPU(),
+		MemoryBytes: int64(si.Totalram) * int64(si.Unit),
+		Runtime:     "layerfs-ns " + runtime.Version(),
+		Details:     fmt.Sprintf("cgroup limits: memory %v, pids %v", mem, pids),
+	}, nil
+}
+
+// Leaks lists what execs left on this host: sandbox cgroups and inits that
+// should be gone. Empty when no exec is running means clean.
+func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
+	return p.launcher.Leaks()
+}
+
+// Attach makes w.HostPath the /workspace of the returned Sandbox's execs.
+func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms.Sandbox, error) {
+	if !filepath.IsAbs(w.HostPath) {
+		return nil, fmt.Errorf("local: attach %s: host path %q is not absolute", w.ID, w.HostPath)
+	}
+	if st, err := os.Stat(w.HostPath); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("local: attach %s: host path %q is not a directory", w.ID, w.HostPath)
+	}
+	if w.RootDir != "" {
+		if st, err := os.Stat(w.RootDir); err != nil || !st.IsDir() || !filepath.IsAbs(w.RootDir) {
+			return nil, fmt.Errorf("local: attach %s: root dir %q is not an absolute directory", w.ID, w.RootDir)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Sandbox{p: p, w: w, ctx: ctx, cancel: cancel}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.up {
+		cancel()
+		return nil, fmt.Errorf("local: attach %s: %w", w.ID, platforms.ErrNotUp)
+	}
+	p.sandboxes[s] = struct{}{}
+	return s, nil
+}
+
+// Sandbox runs the execs of one attached workspace, each in its own fresh
+// namespaces.
+type Sandbox struct {
+	p *Platform
+	w platforms.Workspace
+
+	// ctx ends when the sandbox is closed; it cancels running execs.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	running sync.WaitGroup
+}
+
+// Exec runs spec in a fresh sandbox on the workspace.
+func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, stderr io.Writer) (platforms.ExecResult, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return platforms.ExecResult{}, fmt.Errorf("local: exec in %s: %w", s.w.ID, ErrClosed)
+	}
+	s.running.Add(1)
+	s.mu.Unlock()
+	defer s.running.Done()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	res, err := s.p.launcher.Run(ctx, sandbox.Config{
+		Workspace: s.w.HostPath, RootDir: s.w.RootDir, Network: s.w.Network, Spec: spec,
+	}, stdout, stderr)
+	if err != nil {
+		if s.ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", ErrClosed, err)
+		}
+		return res, fmt.Errorf("local: exec in %s: %w", s.w.ID, err)
+	}
+	return res, nil
+}
+
+// Close cancels the workspace's running execs and waits until their
+// processes are gone (or ctx ends). It can be called more than once.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	done := make(chan struct{})
+	go func() { s.running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("local: close %s: %w", s.w.ID, ctx.Err())
+	}
+	s.p.mu.Lock()
+	delete(s.p.sandboxes, s)
+	s.p.mu.Unlock()
+	return nil
+}

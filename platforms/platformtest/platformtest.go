@@ -1,0 +1,546 @@
+// Package platformtest is the conformance suite every platforms.Platform
+// runs from its own tests:
+//
+//	func TestConformance(t *testing.T) {
+//		platformtest.Run(t, func(t *testing.T) platforms.Platform { return docker.New(...) })
+//	}
+//
+// newPlatform returns a fresh platform that is not up; the suite brings it
+// up and down itself. Workspaces are plain directories in t.TempDir(), so
+// the suite needs no FUSE and no daemon.
+//
+// What it checks: the lifecycle (Up twice, Down twice, Identity only while
+// up), exit codes and signals, separate stdout and stderr, stdin,
+// timeouts that kill the whole process tree, the output cap, the network
+// (off by default, the host's when granted and Features.Network),
+// workspace files visible both ways, concurrent execs, the limits the
+// platform claims in Features, and that nothing is left afterwards:
+// what the platform's own Leaks hook reports (see Leaker) and, on this
+// host, mounts below the workspaces, processes started by the execs, and
+// child processes of the test.
+//
+// HostMounts platforms are driven through SandboxHost. RemoteDaemon
+// platforms will be driven through the daemon's API with the client
+// package (a variant still to be written: runRemote).
+package platformtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/platforms"
+)
+
+// Leaker is implemented by platforms that can list what they left behind
+// on the host (containers, VMs, volumes, cgroups, processes). After Down it
+// must return nothing.
+type Leaker interface {
+	Leaks(ctx context.Context) ([]string, error)
+}
+
+// Timeouts the suite allows; generous because some platforms (VMs,
+// Docker) are slower than namespaces.
+const (
+	upTimeout   = 5 * time.Minute
+	execTimeout = 2 * time.Minute
+	// killSlack is how long past its timeout an exec may take to return.
+	killSlack = 10 * time.Second
+)
+
+// Run runs the conformance suite against platforms made by newPlatform.
+func Run(t *testing.T, newPlatform func(t *testing.T) platforms.Platform) {
+	before := hostSnapshot(t)
+	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, newPlatform(t)) })
+
+	p := newPlatform(t)
+	f := p.Features()
+	switch {
+	case f.HostMounts:
+		runHostMounts(t, p)
+	case f.RemoteDaemon:
+		runRemote(t, p)
+	default:
+		t.Fatalf("%s: Features has neither HostMounts nor RemoteDaemon", p.Name())
+	}
+	t.Run("NothingLeft", func(t *testing.T) { checkNothingLeft(t, p, before) })
+}
+
+// runRemote is where the client-driven variant for RemoteDaemon platforms
+// goes: Up, then the same checks through Remote.Endpoint and the client
+// package against the guest's layerfsd.
+func runRemote(t *testing.T, p platforms.Platform) {
+	t.Run("Remote", func(t *testing.T) {
+		t.Skipf("%s is a RemoteDaemon platform: the client-driven conformance variant is not written yet", p.Name())
+	})
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func testLifecycle(t *testing.T, p platforms.Platform) {
+	ctx := ctxFor(t, upTimeout)
+	if _, err := p.Identity(ctx); !errors.Is(err, platforms.ErrNotUp) {
+		t.Errorf("Identity before Up: got %v, want ErrNotUp", err)
+	}
+	for i := range 2 {
+		if err := p.Up(ctx); err != nil {
+			t.Fatalf("Up #%d: %v", i+1, err)
+		}
+	}
+	id, err := p.Identity(ctx)
+	if err != nil {
+		t.Fatalf("Identity: %v", err)
+	}
+	if id.Platform != p.Name() || id.Kernel == "" || id.CPUs <= 0 || id.MemoryBytes <= 0 || id.Runtime == "" {
+		t.Errorf("Identity incomplete: %+v", id)
+	}
+	for i := range 2 {
+		if err := p.Down(ctx); err != nil {
+			t.Errorf("Down #%d: %v", i+1, err)
+		}
+	}
+	if _, err := p.Identity(ctx); !errors.Is(err, platforms.ErrNotUp) {
+		t.Errorf("Identity after Down: got %v, want ErrNotUp", err)
+	}
+	if sh, ok := p.(platforms.SandboxHost); ok {
+		if _, err := sh.Attach(ctx, platforms.Workspace{ID: "after-down", HostPath: t.TempDir()}); !errors.Is(err, platforms.ErrNotUp) {
+			t.Errorf("Attach after Down: got %v, want ErrNotUp", err)
+		}
+	}
+}
+
+// env is a platform that is up with one attached workspace.
+type env struct {
+	p  platforms.Platform
+	sh platforms.SandboxHost
+	sb platforms.Sandbox
+	ws string // host path of the workspace
+}
+
+func (e *env) exec(t *testing.T, spec platforms.ExecSpec) (platforms.ExecResult, string, string) {
+	t.Helper()
+	var o, errb bytes.Buffer
+	res, err := e.sb.Exec(ctxFor(t, execTimeout), spec, &o, &errb)
+	if err != nil {
+		t.Fatalf("exec %q: %v", spec.Argv, err)
+	}
+	return res, o.String(), errb.String()
+}
+
+func (e *env) sh1(t *testing.T, body string) (platforms.ExecResult, string, string) {
+	t.Helper()
+	return e.exec(t, platforms.ExecSpec{Argv: platforms.ShellArgv(body)})
+}
+
+func workspaceID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "conformance-" + hex.EncodeToString(b[:])
+}
+
+func runHostMounts(t *testing.T, p platforms.Platform) {
+	sh, ok := p.(platforms.SandboxHost)
+	if !ok {
+		t.Fatalf("%s: Features.HostMounts but no SandboxHost", p.Name())
+	}
+	ctx := ctxFor(t, upTimeout)
+	if err := p.Up(ctx); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	e := &env{p: p, sh: sh, ws: t.TempDir()}
+	sb, err := sh.Attach(ctx, platforms.Workspace{ID: workspaceID(), HostPath: e.ws})
+	if err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	e.sb = sb
+
+	t.Run("ExitCodes", func(t *testing.T) { testExitCodes(t, e) })
+	t.Run("Output", func(t *testing.T) { testOutput(t, e) })
+	t.Run("Stdin", func(t *testing.T) { testStdin(t, e) })
+	t.Run("Timeout", func(t *testing.T) { testTimeout(t, e) })
+	t.Run("OutputCap", func(t *testing.T) { testOutputCap(t, e) })
+	t.Run("Workspace", func(t *testing.T) { testWorkspace(t, e) })
+	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, e) })
+	t.Run("Network", func(t *testing.T) { testNetwork(t, e) })
+	t.Run("Limits", func(t *testing.T) { testLimits(t, e) })
+
+	t.Run("Close", func(t *testing.T) {
+		for i := range 2 {
+			if err := sb.Close(ctx); err != nil {
+				t.Errorf("Close #%d: %v", i+1, err)
+			}
+		}
+		if _, err := sb.Exec(ctx, platforms.ExecSpec{Argv: []string{"true"}}, nil, nil); err == nil {
+			t.Error("Exec after Close succeeded")
+		}
+	})
+	if err := p.Down(ctx); err != nil {
+		t.Errorf("Down: %v", err)
+	}
+}
+
+func testExitCodes(t *testing.T, e *env) {
+	for _, tc := range []struct {
+		name   string
+		argv   []string
+		code   int
+		signal string
+	}{
+		{"true", []string{"true"}, 0, ""},
+		{"false", []string{"false"}, 1, ""},
+		{"exit 42", platforms.ShellArgv("exit 42"), 42, ""},
+		{"argv exact", []string{"sh", "-c", `[ "$1" = "a b" ] && [ "$2" = '$c' ] && exit $#`, "x", "a b", "$c"}, 2, ""},
+		{"pipefail", platforms.ShellArgv("false | true"), 1, ""},
+		{"SIGTERM", platforms.ShellArgv("kill -TERM $$"), 143, "SIGTERM"},
+		{"SIGKILL", platforms.ShellArgv("kill -KILL $$"), 137, "SIGKILL"},
+		{"not found", []string{"no-such-command-in-sandbox"}, 127, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, _, stderr := e.exec(t, platforms.ExecSpec{Argv: tc.argv})
+			// A platform that cannot tell a signal from exit 128+n may
+			// leave Signal empty; a wrong name is an error.
+			if res.ExitCode != tc.code || (res.Signal != "" && res.Signal != tc.signal) {
+				t.Errorf("got exit %d signal %q, want %d %q (stderr %q)", res.ExitCode, res.Signal, tc.code, tc.signal, stderr)
+			}
+			if res.TimedOut || res.OutputTruncated {
+				t.Errorf("unexpected flags: %+v", res)
+			}
+			if res.Wall <= 0 || res.Command < 0 || res.Launch < 0 || res.Command+res.Launch != res.Wall {
+				t.Errorf("times inconsistent: %+v", res)
+			}
+		})
+	}
+}
+
+func testOutput(t *testing.T, e *env) {
+	res, stdout, stderr := e.sh1(t, "echo out1; echo err1 >&2; printf 'out2'; printf 'err2' >&2")
+	if stdout != "out1\nout2" || stderr != "err1\nerr2" || res.ExitCode != 0 {
+		t.Errorf("got stdout %q stderr %q exit %d", stdout, stderr, res.ExitCode)
+	}
+	// Binary-safe, and larger than a pipe buffer.
+	_, stdout, _ = e.sh1(t, "head -c 300000 /dev/zero | tr '\\0' '\\377'")
+	if len(stdout) != 300000 || strings.Trim(stdout, "\xff") != "" {
+		t.Errorf("large output: got %d bytes", len(stdout))
+	}
+}
+
+func testStdin(t *testing.T, e *env) {
+	in := strings.Repeat("line of input\n", 10000)
+	res, stdout, _ := e.exec(t, platforms.ExecSpec{Argv: platforms.ShellArgv("wc -l; wc -c < /dev/null"), Stdin: strings.NewReader(in)})
+	if strings.Fields(stdout)[0] != "10000" || res.ExitCode != 0 {
+		t.Errorf("stdin: got %q, want 10000 lines", stdout)
+	}
+	_, stdout, _ = e.sh1(t, "cat | wc -c")
+	if strings.TrimSpace(stdout) != "0" {
+		t.Errorf("no stdin: got %q, want an empty stdin", stdout)
+	}
+}
+
+func testTimeout(t *testing.T, e *env) {
+	marker := fmt.Sprintf("1000.%06d", time.Now().UnixNano()%1000000)
+	t0 := time.Now()
+	res, _, _ := e.exec(t, platforms.ExecSpec{
+		Argv:    platforms.ShellArgv(fmt.Sprintf("sleep %s & sleep %s; wait", marker, marker)),
+		Timeout: time.Second,
+	})
+	if !res.TimedOut || res.ExitCode == 0 {
+		t.Errorf("got %+v, want timed out with a non-zero exit", res)
+	}
+	if d := time.Since(t0); d > time.Second+killSlack {
+		t.Errorf("a 1s timeout took %v", d)
+	}
+	if ps := processesWith(marker); len(ps) > 0 {
+		t.Errorf("processes survived the exec: %v", ps)
+	}
+	// The workspace still works after a timeout.
+	if res, _, _ := e.sh1(t, "true"); res.ExitCode != 0 {
+		t.Errorf("exec after timeout: %+v", res)
+	}
+}
+
+func testOutputCap(t *testing.T, e *env) {
+	res, stdout, stderr := e.exec(t, platforms.ExecSpec{
+		Argv:        platforms.ShellArgv("head -c 100000 /dev/zero; echo small >&2"),
+		OutputLimit: 1000,
+	})
+	if len(stdout) != 1000 || stderr != "small\n" || !res.OutputTruncated || res.ExitCode != 0 {
+		t.Errorf("got %d stdout bytes, stderr %q, %+v; want 1000 bytes, \"small\\n\", truncated, exit 0", len(stdout), stderr, res)
+	}
+}
+
+func testWorkspace(t *testing.T, e *env) {
+	if err := os.WriteFile(filepath.Join(e.ws, "from-host"), []byte("host data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(e.ws, "sub", "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, stdout, stderr := e.sh1(t, "pwd; cat from-host; echo sandbox data > from-sandbox; mkdir -p made/here")
+	if stdout != "/workspace\nhost data\n" || res.ExitCode != 0 {
+		t.Fatalf("got %q (stderr %q, exit %d), want the cwd /workspace and the host's file", stdout, stderr, res.ExitCode)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.ws, "from-sandbox")); err != nil || string(b) != "sandbox data\n" {
+		t.Errorf("host reads %q, %v; want the sandbox's file", b, err)
+	}
+	if st, err := os.Stat(filepath.Join(e.ws, "made", "here")); err != nil || !st.IsDir() {
+		t.Errorf("host does not see the sandbox's directory: %v", err)
+	}
+	_, stdout, _ = e.exec(t, platforms.ExecSpec{Argv: []string{"pwd"}, Dir: "sub/dir"})
+	if stdout != "/workspace/sub/dir\n" {
+		t.Errorf("Dir sub/dir: got cwd %q", stdout)
+	}
+}
+
+func testConcurrent(t *testing.T, e *env) {
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var o bytes.Buffer
+			body := fmt.Sprintf("echo %d > c%d; sleep 0.2; cat c%d", i, i, i)
+			res, err := e.sb.Exec(ctxFor(t, execTimeout), platforms.ExecSpec{Argv: platforms.ShellArgv(body)}, &o, nil)
+			if err == nil && (res.ExitCode != 0 || o.String() != fmt.Sprintf("%d\n", i)) {
+				err = fmt.Errorf("exec %d: got %q, %+v", i, o.String(), res)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	for i := range n {
+		if b, err := os.ReadFile(filepath.Join(e.ws, fmt.Sprintf("c%d", i))); err != nil || string(b) != fmt.Sprintf("%d\n", i) {
+			t.Errorf("c%d on the host: %q %v", i, b, err)
+		}
+	}
+}
+
+func testNetwork(t *testing.T, e *env) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			got <- line
+		}
+	}()
+	connect := fmt.Sprintf("echo hello > /dev/tcp/127.0.0.1/%d", ln.Addr().(*net.TCPAddr).Port)
+
+	t.Run("Off", func(t *testing.T) {
+		_, stdout, stderr := e.sh1(t, "("+connect+") 2>/dev/null; echo connect=$?; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+		if stdout != "connect=1\nlo\n" {
+			t.Errorf("got %q (stderr %q), want a failed connect and no interface but lo", stdout, stderr)
+		}
+		select {
+		case line := <-got:
+			t.Errorf("the host's listener got %q from a sandbox without network", line)
+		case <-time.After(100 * time.Millisecond):
+		}
+	})
+	t.Run("Granted", func(t *testing.T) {
+		if !e.p.Features().Network {
+			t.Skipf("%s cannot grant the network", e.p.Name())
+		}
+		ctx := ctxFor(t, upTimeout)
+		sb, err := e.sh.Attach(ctx, platforms.Workspace{ID: workspaceID(), HostPath: t.TempDir(), Network: true})
+		if err != nil {
+			t.Fatalf("Attach with network: %v", err)
+		}
+		defer func() {
+			if err := sb.Close(ctx); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		}()
+		var stderr bytes.Buffer
+		res, err := sb.Exec(ctx, platforms.ExecSpec{Argv: platforms.ShellArgv(connect)}, nil, &stderr)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("connect with network: %+v %v (stderr %q)", res, err, stderr.String())
+		}
+		select {
+		case line := <-got:
+			if line != "hello\n" {
+				t.Errorf("listener got %q", line)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("the host's listener got nothing")
+		}
+	})
+}
+
+// testLimits checks the limits a platform claims in Features, each while
+// an ordinary exec in the same workspace keeps working.
+func testLimits(t *testing.T, e *env) {
+	f := e.p.Features()
+	for _, tc := range []struct {
+		name    string
+		claimed bool
+		spec    platforms.ExecSpec
+		ok      func(platforms.ExecResult) bool
+		want    string
+	}{
+		{"Pids", f.PidsLimit, platforms.ExecSpec{
+			Argv: platforms.ShellArgv("f() { f | f & }; f; sleep 30"), Pids: 64, Timeout: 3 * time.Second,
+		}, func(r platforms.ExecResult) bool { return r.TimedOut }, "a fork bomb contained until the timeout"},
+		{"Memory", f.MemoryLimit, platforms.ExecSpec{
+			Argv: platforms.ShellArgv("head -c 400m /dev/zero | tail > /dev/null"), MemoryBytes: 64 << 20, Timeout: time.Minute,
+		}, func(r platforms.ExecResult) bool { return r.ExitCode != 0 && !r.TimedOut }, "a memory hog killed before the timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.claimed {
+				t.Skipf("%s does not claim this limit", e.p.Name())
+			}
+			done := make(chan platforms.ExecResult, 1)
+			go func() {
+				res, err := e.sb.Exec(ctxFor(t, execTimeout), tc.spec, nil, nil)
+				if err != nil {
+					t.Errorf("exec: %v", err)
+				}
+				done <- res
+			}()
+			time.Sleep(500 * time.Millisecond)
+			if res, stdout, _ := e.sh1(t, "echo fine"); res.ExitCode != 0 || stdout != "fine\n" {
+				t.Errorf("ordinary exec beside it: %q %+v", stdout, res)
+			}
+			if res := <-done; !tc.ok(res) {
+				t.Errorf("got %+v, want %s", res, tc.want)
+			}
+		})
+	}
+}
+
+// snapshot is what the host looked like before the suite.
+type snapshot struct {
+	children map[string]bool
+}
+
+func hostSnapshot(t *testing.T) snapshot {
+	s := snapshot{children: map[string]bool{}}
+	for _, c := range childProcesses() {
+		s.children[c] = true
+	}
+	return s
+}
+
+func checkNothingLeft(t *testing.T, p platforms.Platform, before snapshot) {
+	ctx := ctxFor(t, upTimeout)
+	if err := p.Down(ctx); err != nil {
+		t.Errorf("Down: %v", err)
+	}
+	if l, ok := p.(Leaker); ok {
+		leaks, err := l.Leaks(ctx)
+		if err != nil {
+			t.Errorf("Leaks: %v", err)
+		}
+		for _, leak := range leaks {
+			t.Errorf("left behind: %s", leak)
+		}
+	} else {
+		t.Logf("%s has no Leaks hook: only generic checks", p.Name())
+	}
+	// Every workspace of the suite lives in a t.TempDir below one parent.
+	parent := filepath.Dir(filepath.Dir(t.TempDir()))
+	for _, m := range mountsBelow(parent) {
+		t.Errorf("mount left below the suite's workspaces: %s", m)
+	}
+	// A process may need a moment to be reaped after Down.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var extra []string
+		for _, c := range childProcesses() {
+			if !before.children[c] {
+				extra = append(extra, c)
+			}
+		}
+		if len(extra) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("child processes left: %v", extra)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// processesWith lists host processes whose command line contains s.
+func processesWith(s string) []string {
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			out = append(out, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
+}
+
+// childProcesses lists this process's children as "pid (comm)".
+func childProcesses() []string {
+	ents, _ := os.ReadDir("/proc")
+	self := fmt.Sprint(os.Getpid())
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == self {
+			out = append(out, s[:i+1])
+		}
+	}
+	return out
+}
+
+// mountsBelow lists this host's mount points at or below dir.
+func mountsBelow(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
