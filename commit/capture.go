@@ -1,0 +1,413 @@
+package commit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/store"
+)
+
+// Writer stores new objects; *store.Batch implements it. PutChunk must not
+// keep data after it returns: capture reuses its read buffers.
+type Writer interface {
+	PutChunk(id store.ID, data []byte) (added bool, err error)
+	PutManifest(m *store.Manifest) (store.ID, error)
+	PutTree(t *store.Tree) (store.ID, error)
+}
+
+// Reader reads stored objects; *store.DB implements it.
+type Reader interface {
+	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
+	Manifest(ctx context.Context, id store.ID) (*store.Manifest, error)
+	Chunk(ctx context.Context, id store.ID) ([]byte, error)
+}
+
+// Progress counts work as it happens, for a progress display that polls it
+// from another goroutine.
+type Progress struct {
+	Entries atomic.Int64 // entries captured or written
+	Bytes   atomic.Int64 // file bytes read or written
+}
+
+// Options tune capture and checkout. The zero value (or nil) is ready to use.
+type Options struct {
+	Chunking Params    // zero value: DefaultParams
+	Workers  int       // files read and hashed in parallel; 0: GOMAXPROCS
+	Progress *Progress // optional live counters
+}
+
+// Stats tell what a Build or capture did.
+type Stats struct {
+	Changes   int64 `json:"changes"`    // changes applied
+	Entries   int64 `json:"entries"`    // entries captured from the host
+	Files     int64 `json:"files"`      // regular files whose content was read
+	Bytes     int64 `json:"bytes"`      // file content bytes read
+	Chunks    int64 `json:"chunks"`     // chunks stored (new or already present)
+	NewChunks int64 `json:"new_chunks"` // chunks the store did not have
+	NewBytes  int64 `json:"new_bytes"`  // payload bytes of the new chunks
+	Trees     int64 `json:"trees"`      // trees written
+	// Delta is the change of the tree's totals (files, dirs, logical bytes)
+	// from the base to the result.
+	Delta store.CommitStats `json:"delta"`
+}
+
+// ErrChanged is wrapped when a file changes while it is being captured.
+var ErrChanged = errors.New("file changed during capture")
+
+// hostEntry turns an lstat result into an entry (without content and xattrs).
+func hostEntry(name string, st *unix.Stat_t) (store.Entry, error) {
+	e := store.Entry{
+		Name:    name,
+		Mode:    st.Mode & 0o7777,
+		UID:     st.Uid,
+		GID:     st.Gid,
+		MtimeNs: st.Mtim.Sec*1e9 + st.Mtim.Nsec,
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		e.Type, e.Size = store.TypeFile, st.Size
+	case unix.S_IFDIR:
+		e.Type = store.TypeDir
+	case unix.S_IFLNK:
+		e.Type = store.TypeSymlink
+	case unix.S_IFIFO:
+		e.Type = store.TypeFIFO
+	case unix.S_IFCHR:
+		e.Type, e.Rdev = store.TypeChar, st.Rdev
+	case unix.S_IFBLK:
+		e.Type, e.Rdev = store.TypeBlock, st.Rdev
+	case unix.S_IFSOCK:
+		e.Type = store.TypeSocket
+	default:
+		return e, fmt.Errorf("unknown file type %#o", st.Mode&unix.S_IFMT)
+	}
+	return e, nil
+}
+
+// readXattrs returns every extended attribute of path (not following a
+// final symlink), sorted by name. A filesystem without xattr support has
+// none; any other failure is an error, never a silent skip.
+func readXattrs(path string) ([]store.Xattr, error) {
+	var buf [1024]byte
+	list := buf[:]
+	n, err := unix.Llistxattr(path, list)
+	if errors.Is(err, unix.ERANGE) {
+		if n, err = unix.Llistxattr(path, nil); err == nil {
+			list = make([]byte, n)
+			n, err = unix.Llistxattr(path, list)
+		}
+	}
+	if errors.Is(err, unix.ENOTSUP) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list xattrs of %s: %w", path, err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	var xs []store.Xattr
+	for _, name := range bytes.Split(list[:n], []byte{0}) {
+		if len(name) == 0 {
+			continue
+		}
+		v, err := getXattr(path, string(name))
+		if err != nil {
+			return nil, err
+		}
+		xs = append(xs, store.Xattr{Name: string(name), Value: v})
+	}
+	slices.SortFunc(xs, func(a, b store.Xattr) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return xs, nil
+}
+
+func getXattr(path, name string) ([]byte, error) {
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Lgetxattr(path, name, buf)
+		if errors.Is(err, unix.ERANGE) {
+			sz, err2 := unix.Lgetxattr(path, name, nil)
+			if err2 != nil {
+				return nil, fmt.Errorf("xattr %s of %s: %w", name, path, err2)
+			}
+			buf = make([]byte, sz+1)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("xattr %s of %s: %w", name, path, err)
+		}
+		return buf[:n:n], nil
+	}
+}
+
+// statEntry captures path's metadata: its lstat, xattrs and, for a symlink,
+// its target. File content is left to a contentJob.
+func statEntry(path, name string) (store.Entry, *unix.Stat_t, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return store.Entry{}, nil, fmt.Errorf("lstat %s: %w", path, err)
+	}
+	e, err := hostEntry(name, &st)
+	if err != nil {
+		return e, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if e.Type == store.TypeSymlink {
+		t, err := os.Readlink(path)
+		if err != nil {
+			return e, nil, err
+		}
+		e.Target, e.Size = t, int64(len(t))
+	}
+	if e.Xattrs, err = readXattrs(path); err != nil {
+		return e, nil, err
+	}
+	return e, &st, nil
+}
+
+// contents reads, chunks, hashes and stores regular files, several at a
+// time. Writes to the Writer are serialised by mu.
+type contents struct {
+	ch      *Chunker
+	w       Writer
+	prog    *Progress
+	mu      sync.Mutex // guards w and stats
+	stats   *Stats
+	jobs    chan contentJob
+	wg      sync.WaitGroup
+	errOnce sync.Once
+	err     error
+	cancel  context.CancelFunc
+	bufs    sync.Pool
+}
+
+type contentJob struct {
+	path string
+	st   unix.Stat_t
+	e    *store.Entry // Object and ObjectKind are filled in
+}
+
+func newContents(ctx context.Context, ch *Chunker, w Writer, stats *Stats, prog *Progress, workers int) (*contents, context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	c := &contents{ch: ch, w: w, prog: prog, stats: stats, jobs: make(chan contentJob, 4*workers), cancel: cancel}
+	blockSize := 4<<20 + ch.p.Max
+	c.bufs.New = func() any { b := make([]byte, blockSize); return &b }
+	for range workers {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for j := range c.jobs {
+				if ctx.Err() != nil {
+					continue // drain
+				}
+				if err := c.capture(ctx, j); err != nil {
+					c.fail(err)
+				}
+			}
+		}()
+	}
+	return c, ctx
+}
+
+func (c *contents) fail(err error) {
+	c.errOnce.Do(func() { c.err = err; c.cancel() })
+}
+
+// add queues a file; it blocks while the workers are busy.
+func (c *contents) add(ctx context.Context, j contentJob) error {
+	if j.st.Size == 0 {
+		j.e.Object, j.e.ObjectKind = store.ZeroID, 0
+		c.mu.Lock()
+		c.stats.Files++
+		c.mu.Unlock()
+		return nil
+	}
+	select {
+	case c.jobs <- j:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// wait stops the workers and returns the first error.
+func (c *contents) wait() error {
+	close(c.jobs)
+	c.wg.Wait()
+	c.cancel()
+	return c.err
+}
+
+func (c *contents) put(data []byte) (store.ID, error) {
+	id := store.Hash(store.KindChunk, data)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	added, err := c.w.PutChunk(id, data)
+	if err != nil {
+		return id, err
+	}
+	c.stats.Chunks++
+	if added {
+		c.stats.NewChunks++
+		c.stats.NewBytes += int64(len(data))
+	}
+	return id, nil
+}
+
+// capture stores one file's content. A file no larger than one maximum
+// chunk is one chunk; a larger one is cut into chunks listed by a manifest,
+// with holes (found with SEEK_DATA/SEEK_HOLE) kept as zero-id extents.
+func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
+	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK
+	fd, err := unix.Open(j.path, flags|unix.O_NOATIME, 0)
+	if errors.Is(err, unix.EPERM) { // O_NOATIME needs ownership or CAP_FOWNER
+		fd, err = unix.Open(j.path, flags, 0)
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", j.path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", j.path, err)
+	}
+	if st.Ino != j.st.Ino || st.Dev != j.st.Dev || st.Size != j.st.Size || st.Mtim != j.st.Mtim {
+		return fmt.Errorf("%s: %w", j.path, ErrChanged)
+	}
+	bp := c.bufs.Get().(*[]byte)
+	defer c.bufs.Put(bp)
+	buf := *bp
+	size := st.Size
+	if size <= int64(c.ch.p.Max) {
+		if err := preadFull(fd, buf[:size], 0, j.path); err != nil {
+			return err
+		}
+		id, err := c.put(buf[:size])
+		if err != nil {
+			return fmt.Errorf("store %s: %w", j.path, err)
+		}
+		j.e.Object, j.e.ObjectKind = id, store.KindChunk
+		c.account(size)
+		return nil
+	}
+	m := &store.Manifest{Size: size}
+	var off int64
+	for off < size {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) { // no data after off: a trailing hole
+			data = size
+		} else if err != nil {
+			return fmt.Errorf("seek data in %s: %w", j.path, err)
+		}
+		if data > size {
+			data = size
+		}
+		if data > off {
+			m.Extents = append(m.Extents, store.Extent{Length: data - off})
+			off = data
+			if off >= size {
+				break
+			}
+		}
+		hole, err := unix.Seek(fd, off, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seek hole in %s: %w", j.path, err)
+		}
+		if hole > size {
+			hole = size
+		}
+		if hole <= off { // raced with a writer
+			return fmt.Errorf("%s: %w", j.path, ErrChanged)
+		}
+		if err := c.chunkRange(fd, j.path, off, hole, buf, m); err != nil {
+			return err
+		}
+		off = hole
+	}
+	id, err := func() (store.ID, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.w.PutManifest(m)
+	}()
+	if err != nil {
+		return fmt.Errorf("store manifest of %s: %w", j.path, err)
+	}
+	j.e.Object, j.e.ObjectKind = id, store.KindManifest
+	c.account(size)
+	return nil
+}
+
+func (c *contents) account(size int64) {
+	c.mu.Lock()
+	c.stats.Files++
+	c.stats.Bytes += size
+	c.mu.Unlock()
+	if c.prog != nil {
+		c.prog.Bytes.Add(size)
+	}
+}
+
+// chunkRange cuts the bytes [off, end) of fd into chunks, reading in blocks
+// and carrying an unfinished chunk over to the next block.
+func (c *contents) chunkRange(fd int, path string, off, end int64, buf []byte, m *store.Manifest) error {
+	carry := 0
+	for off < end || carry > 0 {
+		n := int(min(int64(len(buf)-carry), end-off))
+		if err := preadFull(fd, buf[carry:carry+n], off, path); err != nil {
+			return err
+		}
+		off += int64(n)
+		data := buf[:carry+n]
+		last := off >= end
+		for len(data) > 0 {
+			if !last && len(data) < c.ch.p.Max {
+				break
+			}
+			k := c.ch.Cut(data)
+			id, err := c.put(data[:k])
+			if err != nil {
+				return fmt.Errorf("store chunk of %s: %w", path, err)
+			}
+			m.Extents = append(m.Extents, store.Extent{Chunk: id, Length: int64(k)})
+			data = data[k:]
+		}
+		carry = copy(buf, data)
+	}
+	return nil
+}
+
+func preadFull(fd int, b []byte, off int64, path string) error {
+	for len(b) > 0 {
+		n, err := unix.Pread(fd, b, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("read %s: %w (%w)", path, ErrChanged, io.ErrUnexpectedEOF)
+		}
+		b, off = b[n:], off+int64(n)
+	}
+	return nil
+}
