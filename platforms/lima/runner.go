@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"time"
 )
 
 // Runner runs one limactl command line. Every limactl call the platform
@@ -45,6 +46,9 @@ func (r ExecRunner) Run(ctx context.Context, argv []string, stdin io.Reader) (Re
 	}
 	cmd := exec.CommandContext(ctx, path, argv[1:]...)
 	cmd.Env = r.Env
+	// A tool that leaves children holding its pipes (ssh control masters)
+	// must not hang Run after it exits or is killed.
+	cmd.WaitDelay = 5 * time.Second
 	cmd.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -1,0 +1,301 @@
+package lima
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/wire"
+)
+
+// fixture sets up what a replayed scenario refers to: a LIMA_HOME, a work
+// directory for the template, and a daemon binary to copy.
+type fixture struct {
+	limaHome, workDir, daemon string
+	vars                      map[string]string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{limaHome: t.TempDir(), workDir: t.TempDir()}
+	f.daemon = filepath.Join(t.TempDir(), "layerfsd")
+	if err := os.WriteFile(f.daemon, []byte("#!/bin/false\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LIMA_HOME", f.limaHome)
+	f.vars = map[string]string{"LIMA_HOME": f.limaHome, "WORKDIR": f.workDir, "DAEMON": f.daemon}
+	return f
+}
+
+func (f *fixture) platform(t *testing.T, r Runner, mod func(*Config)) *Platform {
+	t.Helper()
+	cfg := Config{Project: "demo", Daemon: f.daemon, WorkDir: f.workDir, Runner: r, DaemonTimeout: 5 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// hostSocket is where the scenarios' instance forwards the daemon socket.
+func (f *fixture) hostSocket() string {
+	return filepath.Join(f.limaHome, "layerfs-demo", "sock", "layerfsd.sock")
+}
+
+// serveDaemon answers GET /v1/version on the forwarded socket's host path,
+// as Lima's SSH forward would once the guest daemon runs.
+func (f *fixture) serveDaemon(t *testing.T) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(f.hostSocket()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", f.hostSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/v1/version" {
+			http.NotFound(w, r)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(wire.Version{Version: "0.1.0-test", API: "v1", Store: guestStore})
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+}
+
+// checkTemplate compares the template limactl create is handed with a
+// golden file.
+func (f *fixture) checkTemplate(t *testing.T, golden string) {
+	t.Helper()
+	got, err := os.ReadFile(filepath.Join(f.workDir, "layerfs-demo.yaml"))
+	if err != nil {
+		t.Fatalf("template handed to limactl create: %v", err)
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", golden))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.ReplaceAll(string(want), "$LIMA_HOME", f.limaHome); string(got) != w {
+		t.Errorf("template handed to limactl create:\n%s\nwant (%s):\n%s", got, golden, w)
+	}
+}
+
+func TestUpCreatesStartsAndTearsDown(t *testing.T) {
+	f := newFixture(t)
+	r := newReplayer(t, "up-create.json", f.vars)
+	r.hooks["check-template"] = func() { f.checkTemplate(t, "template-default.golden.yaml") }
+	r.hooks["serve-daemon"] = func() { f.serveDaemon(t) }
+	p := f.platform(t, r, nil)
+	ctx := context.Background()
+
+	if _, _, err := p.Endpoint(ctx); !errors.Is(err, platforms.ErrNotUp) {
+		t.Fatalf("Endpoint before Up: got %v, want ErrNotUp", err)
+	}
+	if err := p.Up(ctx); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	addr, token, err := p.Endpoint(ctx)
+	if err != nil || addr != "unix://"+f.hostSocket() || token != "" {
+		t.Fatalf("Endpoint = %q, %q, %v; want unix://%s", addr, token, err, f.hostSocket())
+	}
+	id, err := p.Identity(ctx)
+	if err != nil {
+		t.Fatalf("Identity: %v", err)
+	}
+	want := platforms.Identity{Platform: "lima", Kernel: "6.1.0-37-cloud-arm64", CPUs: 4, MemoryBytes: 4010536 * 1024,
+		Runtime: "limactl 1.2.1", Image: "debian-12-genericcloud (latest)", Details: "instance layerfs-demo, vmType vz, arch aarch64"}
+	if id != want {
+		t.Errorf("Identity:\n got %+v\nwant %+v", id, want)
+	}
+	if _, err := os.Stat(filepath.Join(f.workDir, "layerfs-demo.yaml")); !os.IsNotExist(err) {
+		t.Errorf("the generated template was left behind: %v", err)
+	}
+	if err := p.Down(ctx); err != nil {
+		t.Fatalf("Down: %v", err)
+	}
+	if err := p.Down(ctx); err != nil {
+		t.Fatalf("second Down: %v", err)
+	}
+	if _, err := p.Identity(ctx); !errors.Is(err, platforms.ErrNotUp) {
+		t.Errorf("Identity after Down: got %v, want ErrNotUp", err)
+	}
+}
+
+func TestUpIsIdempotentWhenDaemonAnswers(t *testing.T) {
+	f := newFixture(t)
+	f.serveDaemon(t)
+	p := f.platform(t, newReplayer(t, "up-running.json", f.vars), nil)
+	for i := range 2 {
+		if err := p.Up(context.Background()); err != nil {
+			t.Fatalf("Up #%d: %v", i+1, err)
+		}
+	}
+}
+
+func TestUpReportsBootFailureWithStderr(t *testing.T) {
+	f := newFixture(t)
+	p := f.platform(t, newReplayer(t, "start-fails.json", f.vars), nil)
+	err := p.Up(context.Background())
+	if !errors.Is(err, ErrStart) {
+		t.Fatalf("Up: got %v, want ErrStart", err)
+	}
+	for _, s := range []string{`start instance "layerfs-demo"`, "status 1", "Virtualization is not available on this hardware", "ha.stderr.log"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error does not mention %q:\n%v", s, err)
+		}
+	}
+}
+
+func TestUpReportsSilentDaemonWithGuestLog(t *testing.T) {
+	f := newFixture(t)
+	p := f.platform(t, newReplayer(t, "daemon-timeout.json", f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
+	start := time.Now()
+	err := p.Up(context.Background())
+	if !errors.Is(err, ErrDaemon) {
+		t.Fatalf("Up: got %v, want ErrDaemon", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Up took %s with a 1s daemon timeout", d)
+	}
+	for _, s := range []string{"did not answer GET /v1/version", f.hostSocket(), "within 1s", "open /dev/fuse: operation not permitted"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error does not mention %q:\n%v", s, err)
+		}
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		scenario string
+		mentions []string
+	}{
+		{"missing.json", []string{"limactl not found", "brew install lima", "1.0.0"}},
+		{"too-old.json", []string{"limactl 0.23.2 is too old", "needs 1.0.0 or newer"}},
+		{"root.json", []string{"refuses to run as root"}},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			f := newFixture(t)
+			p := f.platform(t, newReplayer(t, tc.scenario, f.vars), nil)
+			err := p.Up(context.Background())
+			if !errors.Is(err, platforms.ErrUnavailable) {
+				t.Fatalf("Up: got %v, want ErrUnavailable", err)
+			}
+			for _, s := range tc.mentions {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error does not mention %q: %v", s, err)
+				}
+			}
+		})
+	}
+}
+
+func TestDownKeepStopsWithoutDeleting(t *testing.T) {
+	f := newFixture(t)
+	p := f.platform(t, newReplayer(t, "down-keep.json", f.vars), func(c *Config) { c.Keep = true })
+	if err := p.Down(context.Background()); err != nil {
+		t.Fatalf("Down: %v", err)
+	}
+}
+
+func TestTemplateLocalImage(t *testing.T) {
+	f := newFixture(t)
+	cfg := Config{Project: "demo", Image: "/Users/dev/images/debian-12-arm64.qcow2", Arch: "aarch64", VMType: "vz",
+		CPUs: 2, Memory: "3GiB", Disk: "20GiB", Networks: []string{"vzNAT"}}
+	y, err := Template(cfg, f.hostSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := MarshalTemplate(y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("testdata/template-local-image.golden.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.ReplaceAll(string(want), "$LIMA_HOME", f.limaHome); string(b) != w {
+		t.Errorf("template:\n%s\nwant:\n%s", b, w)
+	}
+	// vz needs the host's architecture, so Lima's validation only accepts
+	// this one on an arm64 host; the default template must pass anywhere.
+	def, err := Template(Config{Project: "demo"}, f.hostSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = MarshalTemplate(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")); err != nil {
+		t.Errorf("default template fails Lima's validation: %v", err)
+	}
+}
+
+func TestTemplateRejectedByLimaValidation(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		name     string
+		cfg      Config
+		socket   string
+		mentions string
+	}{
+		{"memory", Config{Project: "demo", Memory: "lots"}, f.hostSocket(), "field `memory` has an invalid value"},
+		{"disk", Config{Project: "demo", Disk: "-"}, f.hostSocket(), "field `disk` has an invalid value"},
+		{"socket path", Config{Project: "demo"}, "/" + strings.Repeat("s", 120) + "/layerfsd.sock", "UNIX_PATH_MAX"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			y, err := Template(tc.cfg, tc.socket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := MarshalTemplate(y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo"))
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.mentions) {
+				t.Errorf("ValidateTemplate: got %v, want ErrConfig mentioning %q", err, tc.mentions)
+			}
+		})
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{},
+		{Project: "demo", Networks: []string{"bridged"}},
+		{Project: "demo", Networks: []string{"socket:relative/path"}},
+		{Project: strings.Repeat("p", 80)},
+	} {
+		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
+			t.Errorf("New(%+v): got %v, want ErrConfig", cfg, err)
+		}
+	}
+}
+
+func TestInstanceName(t *testing.T) {
+	for _, tc := range []struct{ project, want string }{
+		{"demo", "layerfs-demo"},
+		{"my-app2", "layerfs-my-app2"},
+		{"My App", "layerfs-my-app-96c6f4"},
+		{"my_app", "layerfs-my-app-3fe582"},
+		{"../../etc", "layerfs-etc-74ccf3"},
+	} {
+		got, err := InstanceName(tc.project)
+		if err != nil || got != tc.want {
+			t.Errorf("InstanceName(%q) = %q, %v; want %q", tc.project, got, err, tc.want)
+		}
+	}
+}

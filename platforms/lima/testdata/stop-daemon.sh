@@ -1,0 +1,1 @@
+if [ -f /run/layerfs/layerfsd.pid ] && kill -0 "$(cat /run/layerfs/layerfsd.pid)" 2>/dev/null; then kill "$(cat /run/layerfs/layerfsd.pid)"; i=0; while kill -0 "$(cat /run/layerfs/layerfsd.pid)" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; fi
