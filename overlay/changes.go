@@ -1,0 +1,455 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/store"
+)
+
+// Change is one path of the merged view that differs from the base tree.
+// It has the fields of commit.Change, in the same order, so a
+// commit.Change(c) conversion hands it to commit.Build. Changes are listed
+// parents before children, each path once, and apply in order; each
+// replaces what its Path is in the tree built so far:
+//
+//   - Delete: Path is removed with its subtree (a no-op if it is absent).
+//   - Entry: Path is this known object (Entry.Name is the base name):
+//     lower content that moved or whose metadata changed (a metacopy), or
+//     a lower directory tree that was renamed (later changes edit it; a new
+//     directory that must be described entry by entry has the empty tree,
+//     store.ZeroID).
+//   - Source, Recursive: Path is the upper directory Source with its
+//     whole subtree, captured from disk.
+//   - Source, not Recursive: Path is the file, symlink or special file at
+//     Source; for a directory, only its own metadata comes from Source and
+//     its entries stay what they are (none if it is new), later changes
+//     adding to them.
+type Change struct {
+	Path      string
+	Delete    bool
+	Entry     *store.Entry
+	Source    string
+	Recursive bool
+}
+
+// ChangeSet is the result of Changes: apply Changes to the tree Base.
+type ChangeSet struct {
+	Base    store.ID
+	Changes []Change
+	seq     uint64
+	full    bool
+}
+
+// dirtyEnt records that a name in a directory changed since the last
+// commit, or that something below it did.
+type dirtyEnt struct {
+	seq     uint64
+	inBase  bool // the name existed in the merged view before its first change
+	changed bool // the name's binding, content or metadata changed
+	meta    bool // only the directory's own metadata changed
+	walk    bool // descendants have dirty entries
+}
+
+func (o *Overlay) dirtyEnt(d *Node, name string) *dirtyEnt {
+	ds := d.dir
+	if ds.dirty == nil {
+		ds.dirty = map[string]*dirtyEnt{}
+	}
+	e := ds.dirty[name]
+	if e == nil {
+		e = &dirtyEnt{inBase: ds.children[name] != nil}
+		ds.dirty[name] = e
+	}
+	return e
+}
+
+// touch marks d/name changed. Call it before the change, so the entry
+// records whether the name was there before. Needs o.mu.
+func (o *Overlay) touch(d *Node, name string, meta bool) {
+	if d == nil || d.dir == nil {
+		return
+	}
+	o.seq++
+	e := o.dirtyEnt(d, name)
+	if !e.changed {
+		e.changed, e.meta = true, meta
+	} else if !meta {
+		e.meta = false
+	}
+	e.seq = o.seq
+	o.markWalk(d)
+}
+
+// markWalk records on d's ancestors that d has dirty entries.
+func (o *Overlay) markWalk(d *Node) {
+	for p := d; p != o.root && p.parent != nil; p = p.parent {
+		e := o.dirtyEnt(p.parent, p.name)
+		if e.walk {
+			return
+		}
+		e.walk = true
+	}
+}
+
+// touchMeta marks directory d's own metadata (its mtime) changed.
+func (o *Overlay) touchMeta(d *Node) {
+	if d != o.root && d.parent != nil {
+		o.touch(d.parent, d.name, true)
+	}
+}
+
+// touchNode marks every name of n changed.
+func (o *Overlay) touchNode(n *Node) {
+	if n.IsDir() {
+		o.touchMeta(n)
+		return
+	}
+	if n.parent != nil {
+		o.touch(n.parent, n.name, false)
+	}
+	for _, a := range n.aliases {
+		o.touch(a.parent, a.name, false)
+	}
+}
+
+var errRetry = errors.New("overlay changed while listing changes")
+
+// Changes lists what differs between the merged view and the base tree
+// (the last commit's root, see MarkCommitted). It visits only dirty paths;
+// after a remount it lists the whole upper layer relative to the lower
+// root instead. Files open for writing always count as changed.
+func (o *Overlay) Changes(ctx context.Context) (*ChangeSet, error) {
+	for try := 0; ; try++ {
+		need := o.dirsToLoad()
+		for _, d := range need {
+			if err := o.loadUpperSubtree(ctx, d); err != nil {
+				return nil, err
+			}
+		}
+		cs, err := o.changesLocked()
+		if errors.Is(err, errRetry) && try < 10 {
+			continue
+		}
+		return cs, err
+	}
+}
+
+// dirsToLoad returns the directories whose whole upper subtree a Changes
+// walk will describe.
+func (o *Overlay) dirsToLoad() []*Node {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if o.rootDirty {
+		return []*Node{o.root}
+	}
+	var out []*Node
+	var walk func(d *Node)
+	walk = func(d *Node) {
+		for name, e := range d.dir.dirty {
+			c := d.dir.children[name]
+			if c == nil || !c.IsDir() {
+				continue
+			}
+			if e.changed && !e.meta {
+				out = append(out, c)
+			} else if e.walk && c.dir.loaded {
+				walk(c)
+			}
+		}
+	}
+	walk(o.root)
+	return out
+}
+
+// loadUpperSubtree loads d and every directory below it that has an upper
+// directory.
+func (o *Overlay) loadUpperSubtree(ctx context.Context, d *Node) error {
+	if err := o.ensureLoaded(ctx, d); err != nil {
+		return err
+	}
+	o.mu.RLock()
+	var kids []*Node
+	for _, c := range d.dir.children {
+		if c.IsDir() && c.state != stateLower {
+			kids = append(kids, c)
+		}
+	}
+	o.mu.RUnlock()
+	for _, c := range kids {
+		if err := o.loadUpperSubtree(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *Overlay) changesLocked() (*ChangeSet, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for n := range o.writers {
+		o.touchNode(n)
+	}
+	cs := &ChangeSet{Base: o.base, seq: o.seq}
+	var err error
+	if o.rootDirty {
+		cs.Base, cs.full = o.lowerRoot, true
+		err = o.emitDirBody(cs, o.root, "")
+	} else {
+		err = o.walkDirty(cs, o.root, "")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cs, nil
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (o *Overlay) walkDirty(cs *ChangeSet, d *Node, dir string) error {
+	for _, name := range sortedKeys(d.dir.dirty) {
+		e := d.dir.dirty[name]
+		p := join(dir, name)
+		c := d.dir.children[name]
+		if c == nil {
+			if e.changed && e.inBase {
+				cs.Changes = append(cs.Changes, Change{Path: p, Delete: true})
+			}
+			continue
+		}
+		if e.changed {
+			if !c.IsDir() {
+				if err := o.emitFile(cs, c, d, name, p); err != nil {
+					return err
+				}
+				continue
+			}
+			if !e.meta {
+				if err := o.emitFull(cs, c, p); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := o.emitDirMeta(cs, c, p); err != nil {
+				return err
+			}
+		}
+		if e.walk && c.IsDir() && c.dir.loaded {
+			if err := o.walkDirty(cs, c, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// emitFull describes node n at path p completely, relative to its lower.
+func (o *Overlay) emitFull(cs *ChangeSet, n *Node, p string) error {
+	if !n.IsDir() {
+		return o.emitFile(cs, n, n.parent, n.name, p)
+	}
+	if n.state == stateLower {
+		e := *n.lower
+		e.Name = path.Base(p)
+		cs.Changes = append(cs.Changes, Change{Path: p, Entry: &e})
+		return nil
+	}
+	if !n.dir.loaded {
+		return errRetry
+	}
+	src := o.upperDir + "/" + p
+	if n.dir.lowerTree == nil && o.pureUpper(n) {
+		cs.Changes = append(cs.Changes, Change{Path: p, Source: src, Recursive: true})
+		return nil
+	}
+	// The directory's own metadata over its lower tree, or over an empty
+	// tree (store.ZeroID) for a new directory, then its upper entries.
+	var tree store.ID
+	if n.dir.lowerTree != nil {
+		tree = n.dir.lowerID
+	}
+	e, err := o.dirEntryFromUpper(src, path.Base(p), tree)
+	if err != nil {
+		return err
+	}
+	cs.Changes = append(cs.Changes, Change{Path: p, Entry: e})
+	return o.emitDirBody(cs, n, p)
+}
+
+// emitDirBody describes the upper entries and whiteouts of d relative to
+// d's lower tree.
+func (o *Overlay) emitDirBody(cs *ChangeSet, d *Node, p string) error {
+	if !d.dir.loaded {
+		return errRetry
+	}
+	names := map[string]bool{}
+	for name := range d.dir.whiteouts {
+		names[name] = true
+	}
+	for name, c := range d.dir.children {
+		if c.state != stateLower || lowerHas(d, name) == nil {
+			names[name] = true
+		}
+	}
+	for _, name := range sortedKeys(names) {
+		c := d.dir.children[name]
+		cp := join(p, name)
+		if c == nil {
+			cs.Changes = append(cs.Changes, Change{Path: cp, Delete: true})
+			continue
+		}
+		if err := o.emitFull(cs, c, cp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pureUpper reports whether d's whole subtree is plain upper files, which
+// a commit can capture from disk as it is.
+func (o *Overlay) pureUpper(d *Node) bool {
+	if !d.dir.loaded || len(d.dir.whiteouts) > 0 || d.dir.redirect != "" {
+		return false
+	}
+	for _, c := range d.dir.children {
+		if c.state != stateUpper {
+			return false
+		}
+		if c.IsDir() && (c.dir.lowerTree != nil || !o.pureUpper(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+func (o *Overlay) emitDirMeta(cs *ChangeSet, n *Node, p string) error {
+	if n.state == stateLower {
+		return nil // unchanged lower metadata
+	}
+	cs.Changes = append(cs.Changes, Change{Path: p, Source: o.upperDir + "/" + p})
+	return nil
+}
+
+// emitFile describes the non-directory n, known as d/name, at path p.
+func (o *Overlay) emitFile(cs *ChangeSet, n *Node, d *Node, name, p string) error {
+	switch n.state {
+	case stateLower:
+		e := *n.lower
+		e.Name = name
+		cs.Changes = append(cs.Changes, Change{Path: p, Entry: &e})
+	case stateMeta:
+		src := o.upperDir + "/" + p
+		var st unix.Stat_t
+		if err := unix.Lstat(src, &st); err != nil {
+			return fmt.Errorf("changes: %w", err)
+		}
+		e := *n.lower
+		e.Name = name
+		e.Mode = st.Mode & 07777
+		e.UID, e.GID = st.Uid, st.Gid
+		e.MtimeNs = st.Mtim.Nano()
+		e.Link = 0
+		xs, err := upperXattrs(src)
+		if err != nil {
+			return err
+		}
+		e.Xattrs = xs
+		cs.Changes = append(cs.Changes, Change{Path: p, Entry: &e})
+	default:
+		cs.Changes = append(cs.Changes, Change{Path: p, Source: o.upperDir + "/" + p})
+	}
+	return nil
+}
+
+func upperXattrs(p string) ([]store.Xattr, error) {
+	names, err := llistxattr(p)
+	if err != nil {
+		if notSupported(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("changes: %w", err)
+	}
+	var xs []store.Xattr
+	sort.Strings(names)
+	for _, n := range names {
+		if reservedXattr(n) {
+			continue
+		}
+		v, err := lgetxattr(p, n)
+		if err != nil {
+			if errors.Is(err, syscall.ENODATA) {
+				continue
+			}
+			return nil, fmt.Errorf("changes: %w", err)
+		}
+		xs = append(xs, store.Xattr{Name: n, Value: v})
+	}
+	return xs, nil
+}
+
+// dirEntryFromUpper describes a directory whose entries are the lower tree
+// id (to be modified by later changes) and whose metadata is the upper's.
+func (o *Overlay) dirEntryFromUpper(src, name string, tree store.ID) (*store.Entry, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(src, &st); err != nil {
+		return nil, fmt.Errorf("changes: %w", err)
+	}
+	xs, err := upperXattrs(src)
+	if err != nil {
+		return nil, err
+	}
+	return &store.Entry{Name: name, Type: store.TypeDir, Mode: st.Mode & 07777, UID: st.Uid, GID: st.Gid,
+		MtimeNs: st.Mtim.Nano(), Object: tree, ObjectKind: store.KindTree, Xattrs: xs}, nil
+}
+
+// MarkCommitted records that cs was committed as root newRoot: the next
+// Changes is relative to it. Changes made after cs was listed stay dirty.
+// The merged view does not change (the lower stays what it was mounted on).
+func (o *Overlay) MarkCommitted(newRoot store.ID, cs *ChangeSet) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.base = newRoot
+	if cs.full {
+		o.rootDirty = false
+	}
+	o.prune(o.root, cs.seq)
+}
+
+// prune drops dirty entries listed at or before seq; it reports whether d
+// still has any.
+func (o *Overlay) prune(d *Node, seq uint64) bool {
+	for name, e := range d.dir.dirty {
+		if e.changed && e.seq <= seq {
+			e.changed, e.meta = false, false
+			e.inBase = d.dir.children[name] != nil
+		}
+		if e.walk {
+			c := d.dir.children[name]
+			e.walk = c != nil && c.IsDir() && o.prune(c, seq)
+		}
+		if !e.changed && !e.walk {
+			delete(d.dir.dirty, name)
+		}
+	}
+	return len(d.dir.dirty) > 0
+}

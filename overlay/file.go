@@ -1,0 +1,157 @@
+package overlay
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// File is an open regular file of the merged view: either the upper file
+// (read-write) or, for a file whose data is still the lower content, the
+// Store's materialized copy (read-only, never changing). Either can back a
+// FUSE passthrough open.
+type File struct {
+	n       *Node
+	f       *os.File
+	lowerFd bool
+	write   bool
+	closed  bool
+}
+
+// Node returns the node f is a handle of.
+func (f *File) Node() *Node { return f.n }
+
+// Fd returns the backing file descriptor.
+func (f *File) Fd() int { return int(f.f.Fd()) }
+
+// OSFile returns the backing file.
+func (f *File) OSFile() *os.File { return f.f }
+
+// Lower reports whether f reads the immutable lower content: its data may
+// be cached by the kernel across opens.
+func (f *File) Lower() bool { return f.lowerFd }
+
+// BackingIno is the inode number of the backing file, which identifies
+// which file a kernel passthrough registration refers to.
+func (f *File) BackingIno() uint64 {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.f.Fd()), &st); err != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// Close releases the handle. Errors from closing a written file are
+// reported.
+func (f *File) Close() error {
+	if f.closed {
+		return os.ErrClosed
+	}
+	f.closed = true
+	o := f.n.o
+	o.mu.Lock()
+	f.n.opens--
+	if f.write {
+		if o.writers[f.n]--; o.writers[f.n] <= 0 {
+			delete(o.writers, f.n)
+		}
+		// Writes since the last Changes reached the file without the
+		// overlay seeing them: keep it in the next commit.
+		o.touchNode(f.n)
+	}
+	o.mu.Unlock()
+	return f.f.Close()
+}
+
+// ReadAt reads from the backing file.
+func (f *File) ReadAt(p []byte, off int64) (int, error) { return f.f.ReadAt(p, off) }
+
+// WriteAt writes to the upper file.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	if f.lowerFd {
+		return 0, syscall.EBADF
+	}
+	return f.f.WriteAt(p, off)
+}
+
+// openedLocked wraps an open upper or lower file and does the accounting:
+// open handles keep an unlinked node usable, and files open for writing
+// stay in the dirty set (writes through passthrough or shared mmap never
+// reach the overlay). Needs o.mu.
+func (o *Overlay) openedLocked(n *Node, f *os.File, lower bool, flags int) *File {
+	write := flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0
+	n.opens++
+	if write {
+		o.writers[n]++
+		o.touchNode(n)
+	}
+	return &File{n: n, f: f, lowerFd: lower, write: write}
+}
+
+// Open opens the regular file n. A read-only open of a file whose data is
+// in the lower opens the Store's cache file; opening it for writing copies
+// the data up first, except with O_TRUNC, which needs no data at all.
+func (o *Overlay) Open(ctx context.Context, n *Node, flags int) (*File, error) {
+	if n.mode != syscall.S_IFREG {
+		if n.mode == syscall.S_IFDIR {
+			return nil, syscall.EISDIR
+		}
+		return nil, syscall.EINVAL
+	}
+	write := flags&unix.O_ACCMODE != unix.O_RDONLY
+	trunc := flags&unix.O_TRUNC != 0 && write
+	o.mu.RLock()
+	state := n.state
+	o.mu.RUnlock()
+	if state != stateUpper && !write {
+		p, err := o.lowerContent(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("open lower content: %w", err)
+		}
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return o.openedLocked(n, f, true, flags), nil
+	}
+	if state != stateUpper {
+		kind := copyData
+		if trunc {
+			kind = copyTrunc
+		}
+		f, err := o.copyUp(ctx, n, kind)
+		if err != nil {
+			return nil, err
+		}
+		if f != nil {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			return o.openedLocked(n, f, false, flags), nil
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !n.linked() {
+		return nil, syscall.ENOENT
+	}
+	mode := os.O_RDONLY
+	if write {
+		mode = os.O_RDWR
+	}
+	f, err := os.OpenFile(o.upperPath(n), mode|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	if trunc {
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return o.openedLocked(n, f, false, flags), nil
+}
