@@ -79,7 +79,7 @@
 //
 // Limits: ExecSpec.MemoryBytes and Pids are not enforced per exec (the
 // container's limits are shared by its execs; Features says so), and
-// ExecSpec.Hostname must be empty or the container's hostname ("sandbox").
+// ExecSpec.Hostname must be empty or the container's hostname ("layerfs").
 //
 // The supervisor runs inside the image, so the image carries the shared
 // libraries of this executable when it is dynamically linked. A

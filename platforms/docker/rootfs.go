@@ -26,7 +26,7 @@ import (
 // packages need not be listed.
 var DefaultPackages = []string{
 	"bash", "coreutils", "findutils", "grep", "sed", "mawk", "diffutils",
-	"git", "tar", "gzip", "ca-certificates", "procps", "util-linux",
+	"git", "tar", "gzip", "ca-certificates", "procps", "util-linux", "hostname",
 	"python3-minimal", "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib",
 }
 

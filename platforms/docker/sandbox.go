@@ -41,7 +41,7 @@ const (
 	workspaceDir = "/workspace"
 	defaultHome  = "/tmp" // the root file system is read-only; /tmp is not
 	defaultTerm  = "dumb"
-	hostname     = "sandbox"
+	hostname     = "layerfs" // as engine/sandbox.DefaultHostname
 )
 
 // stopGrace is how long the host waits, after the supervisor's own

@@ -1,11 +1,193 @@
 package docker
 
-import "testing"
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
 
 func TestTrailerRoundTrip(t *testing.T) {
-	want := trailer{Exit: 137, Signal: 9, Flags: flagTimedOut, Command: 1234567}
-	got, err := decodeTrailer(encodeTrailer(want))
-	if err != nil || got != want {
-		t.Fatalf("decode(encode(%+v)) = %+v, %v", want, got, err)
+	for _, want := range []trailer{
+		{},
+		{Exit: 137, Signal: 9, Flags: flagTimedOut | flagCancelled, Command: 1234567},
+		{Exit: 255, Command: 10 * time.Minute},
+	} {
+		b := encodeTrailer(want)
+		if len(b) != trailerLen {
+			t.Fatalf("encoded length %d, want %d", len(b), trailerLen)
+		}
+		got, err := decodeTrailer(b)
+		if err != nil || got != want {
+			t.Fatalf("decode(encode(%+v)) = %+v, %v", want, got, err)
+		}
+	}
+	for _, bad := range [][]byte{nil, []byte("hello"), bytes.Repeat([]byte("x"), trailerLen)} {
+		if _, err := decodeTrailer(bad); err == nil {
+			t.Errorf("decodeTrailer(%q) succeeded", bad)
+		}
+	}
+}
+
+// runSupervisor runs this test binary as the supervisor on the host, as
+// docker runs it in a container, and splits its stderr from its trailer.
+func runSupervisor(t *testing.T, timeout time.Duration, argv ...string) (trailer, string, string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := &exec.Cmd{Path: exe, Args: append([]string{supervisorName, "exec", strconv.FormatInt(int64(timeout), 10), "--"}, argv...)}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	runErr := cmd.Run()
+	e := errb.Bytes()
+	if len(e) < trailerLen {
+		t.Fatalf("supervisor %v: stderr %q too short for a trailer (%v)", argv, e, runErr)
+	}
+	tr, err := decodeTrailer(e[len(e)-trailerLen:])
+	if err != nil {
+		t.Fatalf("supervisor %v: %v in %q", argv, err, e)
+	}
+	if got := cmd.ProcessState.ExitCode(); got != tr.Exit {
+		t.Errorf("supervisor exit code %d, trailer says %d", got, tr.Exit)
+	}
+	return tr, out.String(), string(e[:len(e)-trailerLen])
+}
+
+func TestSuperviseExitStatus(t *testing.T) {
+	tests := []struct {
+		name     string
+		argv     []string
+		exit     int
+		signal   int
+		flags    int
+		out, err string
+	}{
+		{"ok", []string{"sh", "-c", "echo out; echo err >&2"}, 0, 0, 0, "out\n", "err\n"},
+		{"exit code", []string{"sh", "-c", "exit 7"}, 7, 0, 0, "", ""},
+		{"killed by signal", []string{"sh", "-c", "kill -TERM $$"}, 128 + 15, 15, 0, "", ""},
+		{"not found", []string{"no-such-command-here"}, 127, 0, flagNoStart, "", "layerfs-supervise: exec: \"no-such-command-here\": executable file not found in $PATH\n"},
+		{"not executable", []string{"/etc/hostname"}, 126, 0, flagNoStart, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, out, errs := runSupervisor(t, time.Minute, tt.argv...)
+			if tr.Exit != tt.exit || tr.Signal != tt.signal || tr.Flags != tt.flags {
+				t.Errorf("trailer %+v, want exit %d signal %d flags %d", tr, tt.exit, tt.signal, tt.flags)
+			}
+			if out != tt.out || (tt.err != "" && errs != tt.err) {
+				t.Errorf("stdout %q stderr %q, want %q %q", out, errs, tt.out, tt.err)
+			}
+		})
+	}
+}
+
+func TestSuperviseCommandTime(t *testing.T) {
+	tr, _, _ := runSupervisor(t, time.Minute, "sleep", "0.2")
+	if tr.Command < 200*time.Millisecond || tr.Command > 5*time.Second {
+		t.Fatalf("command time %v for sleep 0.2", tr.Command)
+	}
+}
+
+// marker makes a sleep whose command line is unique to this test run, so
+// that its processes can be found (or not) in /proc.
+func marker(t *testing.T) string {
+	return "3" + strconv.Itoa(os.Getpid()%1000) + "." + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+}
+
+// sleepers lists host processes running `sleep ARG`.
+func sleepers(arg string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if strings.TrimRight(string(b), "\x00") == "sleep\x00"+arg {
+			if _, state, ok := procStat(pid); ok && state != 'Z' {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// escapers starts sleeps that leave the command's process group and parent
+// every way a shell can: a background job, a setsid'd one and a
+// double-forked orphan; then the command waits (or returns).
+func escapers(arg, end string) []string {
+	return []string{"bash", "-c", "sleep " + arg + " & setsid sleep " + arg + " & (sleep " + arg + " &); sleep 0.2; echo started; " + end}
+}
+
+func TestSuperviseTimeoutKillsTree(t *testing.T) {
+	arg := marker(t)
+	start := time.Now()
+	tr, out, _ := runSupervisor(t, time.Second, escapers(arg, "sleep "+arg)...)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("timed-out exec took %v", took)
+	}
+	if tr.Flags&flagTimedOut == 0 || tr.Exit != 128+9 || tr.Signal != 9 {
+		t.Errorf("trailer %+v, want timed out, SIGKILL", tr)
+	}
+	if out != "started\n" {
+		t.Errorf("stdout %q", out)
+	}
+	if left := sleepers(arg); len(left) != 0 {
+		t.Fatalf("processes left after the timeout: %v", left)
+	}
+}
+
+func TestSuperviseKillsLeftovers(t *testing.T) {
+	arg := marker(t)
+	start := time.Now()
+	tr, out, _ := runSupervisor(t, time.Minute, escapers(arg, "exit 0")...)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("exec took %v: leftovers kept it open", took)
+	}
+	if tr.Exit != 0 || tr.Flags != 0 || out != "started\n" {
+		t.Errorf("trailer %+v stdout %q", tr, out)
+	}
+	if left := sleepers(arg); len(left) != 0 {
+		t.Fatalf("processes left after the command ended: %v", left)
+	}
+}
+
+func TestSuperviseSIGTERMKillsTree(t *testing.T) {
+	arg := marker(t)
+	exe, _ := os.Executable()
+	cmd := &exec.Cmd{Path: exe, Args: append([]string{supervisorName, "exec", strconv.FormatInt(int64(time.Minute), 10), "--"}, escapers(arg, "sleep "+arg)...)}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sleepers(arg)) < 4 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(sleepers(arg)); n < 4 {
+		t.Fatalf("%d sleepers started, want 4", n)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	e := errb.Bytes()
+	tr, err := decodeTrailer(e[max(len(e)-trailerLen, 0):])
+	if err != nil || tr.Flags&flagCancelled == 0 {
+		t.Errorf("trailer %+v, %v; want cancelled", tr, err)
+	}
+	if left := sleepers(arg); len(left) != 0 {
+		t.Fatalf("processes left after SIGTERM: %v", left)
 	}
 }
