@@ -125,7 +125,10 @@ func TestHistory(t *testing.T) {
 		{"bad branch name", func() error { _, err := Fork(ctx, db, "e", "-x", "main"); return err }(), store.ErrInvalidName},
 		{"existing branch", func() error { _, err := Fork(ctx, db, "e", "dev", "main"); return err }(), store.ErrExists},
 		{"unknown branch", func() error { _, _, err := CommitDir(ctx, db, "e", "nope", dir, Meta{}, nil); return err }(), store.ErrNotFound},
-		{"commit missing dir", func() error { _, _, err := CommitDir(ctx, db, "e", "dev", filepath.Join(dir, "nope"), Meta{}, nil); return err }(), os.ErrNotExist},
+		{"commit missing dir", func() error {
+			_, _, err := CommitDir(ctx, db, "e", "dev", filepath.Join(dir, "nope"), Meta{}, nil)
+			return err
+		}(), os.ErrNotExist},
 	}
 	for _, c := range bad {
 		if !errors.Is(c.err, c.want) {
