@@ -1,0 +1,1 @@
+chmod 0755 /usr/local/bin/layerfsd && echo $$ >/var/lib/layerfs/run/layerfsd.pid && exec /usr/local/bin/layerfsd serve --store /var/lib/layerfs/store --socket /var/lib/layerfs/run/layerfsd.sock </dev/null >>/var/log/layerfsd.log 2>&1
