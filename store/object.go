@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -235,7 +236,9 @@ func (d *dec) fail(what string) {
 
 func (d *dec) u() uint64 {
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
+	// Only the minimal encoding is canonical: "\x80\x00" must not decode
+	// to the same value as "\x00", or one object would have two ids.
+	if n <= 0 || n != uvarintLen(v) {
 		d.fail("uvarint")
 		return 0
 	}
@@ -243,15 +246,44 @@ func (d *dec) u() uint64 {
 	return v
 }
 
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+// u32 and u8 read a uvarint that must fit the field it fills.
+func (d *dec) u32() uint32 {
+	v := d.u()
+	if v > math.MaxUint32 {
+		d.fail("32-bit field")
+		return 0
+	}
+	return uint32(v)
+}
+
+func (d *dec) u8() uint8 {
+	v := d.u()
+	if v > math.MaxUint8 {
+		d.fail("8-bit field")
+		return 0
+	}
+	return uint8(v)
+}
+
 func (d *dec) i() int64 {
 	v, n := binary.Varint(d.b)
-	if n <= 0 {
+	if n <= 0 || n != uvarintLen(zigzag(v)) {
 		d.fail("varint")
 		return 0
 	}
 	d.b = d.b[n:]
 	return v
 }
+
+func zigzag(v int64) uint64 { return uint64(v<<1) ^ uint64(v>>63) }
 
 func (d *dec) raw(n uint64) []byte {
 	if n > uint64(len(d.b)) {
@@ -367,13 +399,13 @@ func DecodeTree(b []byte) (*Tree, error) {
 	for i := range t.Entries {
 		x := &t.Entries[i]
 		x.Name = d.s()
-		x.Type = EntryType(d.u())
-		x.Mode = uint32(d.u())
-		x.UID = uint32(d.u())
-		x.GID = uint32(d.u())
+		x.Type = EntryType(d.u8())
+		x.Mode = d.u32()
+		x.UID = d.u32()
+		x.GID = d.u32()
 		x.Size = d.i()
 		x.MtimeNs = d.i()
-		x.ObjectKind = Kind(d.u())
+		x.ObjectKind = Kind(d.u8())
 		if x.ObjectKind != 0 {
 			x.Object = d.id()
 		}
@@ -434,8 +466,15 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	var sum int64
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var x Extent
-		if d.u() == 1 {
-			x.Chunk = d.id()
+		switch d.u() {
+		case 0:
+		case 1:
+			// A zero id is written as a hole (flag 0), never as flag 1.
+			if x.Chunk = d.id(); x.Chunk.IsZero() {
+				d.fail("extent chunk")
+			}
+		default:
+			d.fail("extent flag")
 		}
 		x.Length = d.i()
 		if x.Length <= 0 {

@@ -1,0 +1,174 @@
+package store
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"os"
+	"testing"
+)
+
+// testChunkSize splits test files into fixed-size chunks; the real
+// chunker lives in the commit package.
+const testChunkSize = 64 << 10
+
+func newDB(t testing.TB) *DB {
+	t.Helper()
+	db, err := Init(context.Background(), t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return db
+}
+
+func randBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		v := r.Uint64()
+		for j := 0; j < 8; j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	for i := n &^ 7; i < n; i++ {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// putContent stores data as one chunk (up to testChunkSize) or as a
+// manifest of fixed-size chunks, and returns a file entry for it.
+func putContent(t testing.TB, b *Batch, name string, data []byte) Entry {
+	t.Helper()
+	e := Entry{Name: name, Type: TypeFile, Mode: 0o644, Size: int64(len(data))}
+	switch {
+	case len(data) == 0:
+	case len(data) <= testChunkSize:
+		e.Object, e.ObjectKind = Hash(KindChunk, data), KindChunk
+		if _, err := b.PutChunk(e.Object, data); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		m := &Manifest{Size: int64(len(data))}
+		for off := 0; off < len(data); off += testChunkSize {
+			c := data[off:min(off+testChunkSize, len(data))]
+			id := Hash(KindChunk, c)
+			if _, err := b.PutChunk(id, c); err != nil {
+				t.Fatal(err)
+			}
+			m.Extents = append(m.Extents, Extent{Chunk: id, Length: int64(len(c))})
+		}
+		id, err := b.PutManifest(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Object, e.ObjectKind = id, KindManifest
+	}
+	return e
+}
+
+// commitFiles stores a flat tree of files and a commit on parent, flushes,
+// and returns the commit id.
+func commitFiles(t testing.TB, db *DB, parent ID, msg string, files map[string][]byte) ID {
+	t.Helper()
+	ctx := context.Background()
+	b, err := db.NewBatch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &Tree{}
+	for _, name := range sortedKeys(files) {
+		tr.Entries = append(tr.Entries, putContent(t, b, name, files[name]))
+	}
+	root, err := b.PutTree(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size int64
+	for _, d := range files {
+		size += int64(len(d))
+	}
+	c, err := b.PutCommit(&Commit{Root: root, Parent: parent, Message: msg, TimeNs: 1, Stats: CommitStats{Files: int64(len(files)), Bytes: size}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j] < out[j-1]; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// readAll reads every file of commit c's (flat) tree.
+func readAll(t testing.TB, db *DB, c ID) map[string][]byte {
+	t.Helper()
+	ctx := context.Background()
+	cm, err := db.Commit(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := db.Tree(ctx, cm.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for i := range tr.Entries {
+		e := &tr.Entries[i]
+		rc, err := db.OpenContent(ctx, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := readCloser(rc)
+		if err != nil {
+			t.Fatalf("read %s: %v", e.Name, err)
+		}
+		out[e.Name] = data
+	}
+	return out
+}
+
+func mustFsck(t testing.TB, db *DB) FsckReport {
+	t.Helper()
+	rep, err := db.Fsck(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func fileBytes(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func readCloser(rc io.ReadCloser) ([]byte, error) {
+	data, err := io.ReadAll(rc)
+	if cerr := rc.Close(); err == nil {
+		err = cerr
+	}
+	return data, err
+}

@@ -1,0 +1,229 @@
+package store
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+func sampleTree() *Tree {
+	chunk := Hash(KindChunk, []byte("x"))
+	man := Hash(KindManifest, []byte("m"))
+	sub := Hash(KindTree, []byte("t"))
+	return &Tree{Entries: []Entry{
+		{Name: "a b", Type: TypeFile, Mode: 0o4755, Size: 100 << 20, MtimeNs: 1700000000123456789, Object: man, ObjectKind: KindManifest, Link: 42},
+		{Name: "dev", Type: TypeChar, Mode: 0o600, Rdev: 0x0501},
+		{Name: "dir", Type: TypeDir, Mode: 0o1777, Object: sub, ObjectKind: KindTree,
+			Xattrs: []Xattr{{Name: "trusted.overlay.opaque", Value: []byte("y")}, {Name: "user.k", Value: []byte{0, 1, 2}}}},
+		{Name: "empty", Type: TypeFile, Mode: 0o644},
+		{Name: "fifo", Type: TypeFIFO, Mode: 0o644},
+		{Name: "line\nbreak", Type: TypeSymlink, Mode: 0o777, Size: 9, Target: "../\x01target"},
+		{Name: "sock", Type: TypeSocket, Mode: 0o755},
+		{Name: "\xff\xfebin", Type: TypeFile, Mode: 0o755, UID: 1000, GID: 1000, Size: 1, MtimeNs: -5, Object: chunk, ObjectKind: KindChunk},
+	}}
+}
+
+func TestTreeRoundTrip(t *testing.T) {
+	for _, tr := range []*Tree{{}, sampleTree()} {
+		if err := tr.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		b := tr.Encode()
+		got, err := DecodeTree(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tr.Entries) == 0 {
+			if len(got.Entries) != 0 {
+				t.Fatalf("got %d entries, want 0", len(got.Entries))
+			}
+			continue
+		}
+		if !reflect.DeepEqual(got, tr) {
+			t.Fatalf("round trip:\ngot  %+v\nwant %+v", got, tr)
+		}
+		if again := got.Encode(); string(again) != string(b) {
+			t.Fatal("re-encoding differs: encoding is not canonical")
+		}
+		if e, ok := got.Find("line\nbreak"); !ok || e.Target != "../\x01target" {
+			t.Fatalf("Find: got %v %v", e, ok)
+		}
+		if _, ok := got.Find("nope"); ok {
+			t.Fatal("Find found a missing name")
+		}
+	}
+}
+
+func TestTreeValidate(t *testing.T) {
+	id := Hash(KindChunk, nil)
+	cases := map[string][]Entry{
+		"empty name":  {{Name: "", Type: TypeFile}},
+		"dot":         {{Name: ".", Type: TypeDir, ObjectKind: KindTree}},
+		"dotdot":      {{Name: "..", Type: TypeDir, ObjectKind: KindTree}},
+		"slash":       {{Name: "a/b", Type: TypeFile}},
+		"nul":         {{Name: "a\x00", Type: TypeFile}},
+		"unsorted":    {{Name: "b", Type: TypeFile}, {Name: "a", Type: TypeFile}},
+		"duplicate":   {{Name: "a", Type: TypeFile}, {Name: "a", Type: TypeFile}},
+		"dir no tree": {{Name: "d", Type: TypeDir, Object: id, ObjectKind: KindChunk}},
+		"file a tree": {{Name: "f", Type: TypeFile, Object: id, ObjectKind: KindTree}},
+		"fifo object": {{Name: "p", Type: TypeFIFO, Object: id, ObjectKind: KindChunk}},
+		"xattr order": {{Name: "f", Type: TypeFile, Xattrs: []Xattr{{Name: "user.b"}, {Name: "user.a"}}}},
+		"xattr dup":   {{Name: "f", Type: TypeFile, Xattrs: []Xattr{{Name: "user.a"}, {Name: "user.a"}}}},
+	}
+	for name, entries := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := (&Tree{Entries: entries}).Validate()
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Validate = %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
+func TestManifestRoundTrip(t *testing.T) {
+	a, b := Hash(KindChunk, []byte("a")), Hash(KindChunk, []byte("b"))
+	m := &Manifest{Size: 1<<20 + 10, Extents: []Extent{{Chunk: a, Length: 5}, {Length: 1 << 20}, {Chunk: b, Length: 5}}}
+	got, err := DecodeManifest(m.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, m) {
+		t.Fatalf("got %+v, want %+v", got, m)
+	}
+	bad := &Manifest{Size: 11, Extents: m.Extents}
+	if _, err := DecodeManifest(bad.Encode()); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("size mismatch: got %v, want ErrCorrupt", err)
+	}
+	zero := &Manifest{Size: 0, Extents: []Extent{{Chunk: a, Length: 0}}}
+	if _, err := DecodeManifest(zero.Encode()); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("zero-length extent: got %v, want ErrCorrupt", err)
+	}
+}
+
+func TestCommitRoundTrip(t *testing.T) {
+	c := &Commit{Root: Hash(KindTree, nil), Parent: Hash(KindCommit, []byte("p")), Message: "msg\nwith lines \xff",
+		Author: "agent", TimeNs: 1234567890123, Stats: CommitStats{Files: 3, Dirs: 2, Bytes: 1 << 40, Changed: -1}}
+	got, err := DecodeCommit(c.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, c) {
+		t.Fatalf("got %+v, want %+v", got, c)
+	}
+}
+
+func TestDecodeRejectsDamage(t *testing.T) {
+	enc := map[string][]byte{
+		"tree":     sampleTree().Encode(),
+		"manifest": (&Manifest{Size: 3, Extents: []Extent{{Length: 3}}}).Encode(),
+		"commit":   (&Commit{Message: "m"}).Encode(),
+	}
+	decode := map[string]func([]byte) error{
+		"tree":     func(b []byte) error { _, err := DecodeTree(b); return err },
+		"manifest": func(b []byte) error { _, err := DecodeManifest(b); return err },
+		"commit":   func(b []byte) error { _, err := DecodeCommit(b); return err },
+	}
+	for kind, b := range enc {
+		f := decode[kind]
+		for n := 0; n < len(b); n++ {
+			if err := f(b[:n]); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("%s truncated to %d bytes: got %v, want ErrCorrupt", kind, n, err)
+			}
+		}
+		if err := f(append(append([]byte(nil), b...), 0)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s with a trailing byte: got %v, want ErrCorrupt", kind, err)
+		}
+		v := append([]byte(nil), b...)
+		v[0] = 99
+		if err := f(v); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s with version 99: got %v, want ErrCorrupt", kind, err)
+		}
+	}
+}
+
+func TestIDText(t *testing.T) {
+	id := Hash(KindCommit, []byte("x"))
+	b, _ := id.MarshalText()
+	var got ID
+	if err := got.UnmarshalText(b); err != nil || got != id {
+		t.Fatalf("UnmarshalText = %v, %v", got, err)
+	}
+	if _, err := ParseID("abc"); err == nil {
+		t.Fatal("ParseID accepted a short id")
+	}
+	if _, err := ParseID(string(b[:63]) + "g"); err == nil {
+		t.Fatal("ParseID accepted a non-hex id")
+	}
+	if len(id.Short()) != 12 || Hash(KindTree, []byte("x")) == id {
+		t.Fatal("kinds must not share ids")
+	}
+}
+
+// Fuzz the decoders: never panic, and whatever decodes re-encodes to the
+// same canonical bytes.
+func FuzzDecodeTree(f *testing.F) {
+	f.Add(sampleTree().Encode())
+	f.Add((&Tree{}).Encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tr, err := DecodeTree(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
+			}
+			return
+		}
+		if string(tr.Encode()) != string(b) {
+			t.Fatalf("decoded tree re-encodes differently")
+		}
+	})
+}
+
+func FuzzDecodeManifest(f *testing.F) {
+	f.Add((&Manifest{Size: 3, Extents: []Extent{{Chunk: Hash(KindChunk, nil), Length: 3}}}).Encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeManifest(b)
+		if err != nil {
+			return
+		}
+		if string(m.Encode()) != string(b) {
+			t.Fatalf("decoded manifest re-encodes differently")
+		}
+	})
+}
+
+func FuzzDecodeCommit(f *testing.F) {
+	f.Add((&Commit{Message: "m", Stats: CommitStats{Files: 1}}).Encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := DecodeCommit(b)
+		if err != nil {
+			return
+		}
+		if string(c.Encode()) != string(b) {
+			t.Fatalf("decoded commit re-encodes differently")
+		}
+	})
+}
+
+// BenchmarkHash is the evidence for BLAKE3 over SHA-256 in object ids.
+func BenchmarkHash(b *testing.B) {
+	for _, size := range []int{8 << 10, 64 << 10, 1 << 20} {
+		data := randBytes(1, size)
+		b.Run(fmt.Sprintf("blake3/%dKiB", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				Hash(KindChunk, data)
+			}
+		})
+		b.Run(fmt.Sprintf("sha256/%dKiB", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				h := sha256.New()
+				h.Write([]byte(kindPrefix[KindChunk]))
+				h.Write(data)
+				h.Sum(nil)
+			}
+		})
+	}
+}
