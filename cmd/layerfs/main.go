@@ -1,0 +1,37 @@
+// Command layerfs is the LayerFS command line: history verbs over a Store
+// (init, project, branch, layer, log, diff, checkout, commit, gc, fsck,
+// stats) and the store bench. Each verb group lives in its own file and is
+// added to the root command here.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// commands lists the verb groups; new groups are appended here.
+func commands(a *app) {
+	a.root.AddCommand(
+		initCmd(a),
+		projectCmd(a),
+		branchCmd(a),
+		layerCmd(a),
+		logCmd(a),
+		diffCmd(a),
+		checkoutCmd(a),
+		commitCmd(a),
+		gcCmd(a),
+		fsckCmd(a),
+		statsCmd(a),
+		benchCmd(a),
+	)
+}
