@@ -1,0 +1,99 @@
+package docker
+
+import (
+	"context"
+	"io"
+	"slices"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/internal/testenv"
+	"layerfs.dev/layerfs/platforms"
+)
+
+// BenchmarkExecOverhead measures the fixed cost of an exec (wall minus the
+// command's own time, ExecResult.Launch) of `true`, through docker exec and
+// through a direct namespace launch (engine/sandbox), alternating the two in
+// one loop so both see the same machine. It reports the median launch of
+// each and their ratio:
+//
+//	go test -run '^$' -bench ExecOverhead -benchtime 50x ./platforms/docker/
+func BenchmarkExecOverhead(b *testing.B) {
+	testenv.RequireRoot(b)
+	testenv.RequireDocker(b)
+	ctx := context.Background()
+	p := New(Options{})
+	if err := p.Up(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer p.Down(ctx)
+	dir := b.TempDir()
+	sb, err := p.Attach(ctx, platforms.Workspace{ID: "bench-overhead", HostPath: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	var l sandbox.Launcher
+	spec := platforms.ExecSpec{Argv: []string{"true"}}
+	cfg := sandbox.Config{Workspace: dir, Spec: spec}
+	runDocker := func() time.Duration {
+		res, err := sb.Exec(ctx, spec, io.Discard, io.Discard)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("docker exec: %+v %v", res, err)
+		}
+		return res.Launch
+	}
+	runNS := func() time.Duration {
+		res, err := l.Run(ctx, cfg, io.Discard, io.Discard)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("namespace launch: %+v %v", res, err)
+		}
+		return res.Launch
+	}
+	runDocker() // warm both paths
+	runNS()
+	var dockerL, nsL []time.Duration
+	for b.Loop() {
+		dockerL = append(dockerL, runDocker())
+		nsL = append(nsL, runNS())
+	}
+	d, n := median(dockerL), median(nsL)
+	b.ReportMetric(ms(d), "docker-launch-ms")
+	b.ReportMetric(ms(n), "ns-launch-ms")
+	b.ReportMetric(float64(d)/float64(n), "docker/ns")
+	b.ReportMetric(0, "ns/op") // the loop runs both: per-op time means nothing
+}
+
+// BenchmarkDockerExecTrue is one docker exec of `true` per op.
+func BenchmarkDockerExecTrue(b *testing.B) {
+	testenv.RequireDocker(b)
+	ctx := context.Background()
+	p := New(Options{})
+	if err := p.Up(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer p.Down(ctx)
+	sb, err := p.Attach(ctx, platforms.Workspace{ID: "bench-true", HostPath: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	var launch []time.Duration
+	for b.Loop() {
+		res, err := sb.Exec(ctx, platforms.ExecSpec{Argv: []string{"true"}}, io.Discard, io.Discard)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %+v %v", res, err)
+		}
+		launch = append(launch, res.Launch)
+	}
+	b.ReportMetric(ms(median(launch)), "launch-ms")
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
