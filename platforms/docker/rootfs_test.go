@@ -160,7 +160,9 @@ func TestContentHash(t *testing.T) {
 		name string
 		do   func() error
 	}{
-		{"content", func() error { return os.WriteFile(filepath.Join(dir, "data/big"), []byte(strings.Repeat("y", 5000)), 0o644) }},
+		{"content", func() error {
+			return os.WriteFile(filepath.Join(dir, "data/big"), []byte(strings.Repeat("y", 5000)), 0o644)
+		}},
 		{"mode", func() error { return os.Chmod(filepath.Join(dir, "bin/tool"), 0o755) }},
 		{"new file", func() error { return os.WriteFile(filepath.Join(dir, "etc/new"), nil, 0o644) }},
 		{"link target", func() error {
