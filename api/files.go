@@ -105,6 +105,11 @@ func (s *Server) putTar(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	err = s.eng.PutTar(ctxOf(r), id, dir, body)
+	if err == nil {
+		// Whatever follows the end of the archive is read too, so that an
+		// oversized body is still refused rather than cut off silently.
+		_, err = io.Copy(io.Discard, body)
+	}
 	if body.err != nil {
 		return body.err
 	}
