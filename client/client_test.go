@@ -1,0 +1,358 @@
+package client_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/api"
+	"layerfs.dev/layerfs/api/apitest"
+	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/wire"
+)
+
+func dial(t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.Dial(context.Background(), daemonAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func project(t *testing.T, c *client.Client) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if _, err := c.CreateProject(context.Background(), wire.CreateProject{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// TestWorkflow is the issue's end-to-end sequence through the SDK (against
+// the engine double here; the same sequence runs against a real layerfsd in
+// cmd/layerfsd's tests).
+func TestWorkflow(t *testing.T) {
+	ctx := context.Background()
+	c := dial(t)
+	p := project(t, c)
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ws.Exec(ctx, "write data/out.txt forty two", client.ExecOptions{Timeout: time.Second}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("write: %+v %v", res, err)
+	}
+	res, err := ws.ExecArgv(ctx, []string{"cat", "data/out.txt"}, client.ExecOptions{})
+	if err != nil || string(res.Stdout) != "forty two\n" {
+		t.Fatalf("cat: %+v %v", res, err)
+	}
+	dst := filepath.Join(t.TempDir(), "out.txt")
+	if err := ws.Download(ctx, "data/out.txt", dst); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(dst); string(b) != "forty two\n" {
+		t.Errorf("downloaded %q", b)
+	}
+	cr, err := ws.Commit(ctx, "answer")
+	if err != nil || cr.Result != wire.Created {
+		t.Fatalf("commit: %+v %v", cr, err)
+	}
+	if _, err := c.ForkBranch(ctx, p, "second", cr.Commit); err != nil {
+		t.Fatal(err)
+	}
+	ws2, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "second"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ws2.ReadFile(ctx, "data/out.txt"); err != nil || string(b) != "forty two\n" {
+		t.Errorf("second workspace reads %q, %v", b, err)
+	}
+	log, err := c.Log(ctx, p, "second", 0)
+	if err != nil || len(log) != 2 || log[0].Message != "answer" {
+		t.Errorf("log = %+v, %v", log, err)
+	}
+	changes, err := c.DiffAll(ctx, p, "layer:1", "second")
+	if err != nil || len(changes) != 2 {
+		t.Errorf("diff = %+v, %v", changes, err)
+	}
+	again, err := c.Workspace(ctx, ws2.ID())
+	if err != nil || again.Info().Branch != "second" {
+		t.Errorf("attach: %+v %v", again, err)
+	}
+	for _, w := range []*client.Workspace{ws, ws2} {
+		if err := w.End(ctx, client.EndOptions{}); err != nil {
+			t.Errorf("end %s: %v", w.ID(), err)
+		}
+	}
+	wss, _ := c.Workspaces(ctx)
+	for _, w := range wss {
+		if w.ID == ws.ID() || w.ID == ws2.ID() {
+			t.Errorf("workspace %s still listed after End", w.ID)
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	ctx := context.Background()
+	c := dial(t)
+	p := project(t, c)
+	a, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "main"})
+	b, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "main"})
+	a.WriteFile(ctx, "x", []byte("a"), 0o644)
+	b.WriteFile(ctx, "x", []byte("b"), 0o644)
+	if _, err := a.Commit(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Commit(ctx, "b")
+	var we *wire.Error
+	if !client.IsHeadMoved(err) || !errors.As(err, &we) || we.Code != wire.CodeHeadMoved {
+		t.Errorf("second commit: %v", err)
+	}
+	if err := b.End(ctx, client.EndOptions{}); !client.IsUncommitted(err) {
+		t.Errorf("end with changes: %v", err)
+	}
+	if _, err := a.Exec(ctx, "echo", client.ExecOptions{Timeout: -time.Second}); !client.IsInvalid(err) || !strings.Contains(err.Error(), "timeout_ms") {
+		t.Errorf("negative timeout: %v", err)
+	}
+	if _, err := c.Workspace(ctx, "ws-ffffff"); !client.IsNotFound(err) {
+		t.Errorf("unknown workspace: %v", err)
+	}
+	if _, err := a.ReadFile(ctx, "../etc/passwd"); !client.IsInvalid(err) {
+		t.Errorf("read ../etc/passwd: %v", err)
+	}
+	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: p}); !client.IsExists(err) {
+		t.Errorf("project twice: %v", err)
+	}
+	if client.Code(errors.New("plain")) != "" || client.IsNotFound(nil) {
+		t.Error("Code of a non-API error")
+	}
+}
+
+func TestExecStreams(t *testing.T) {
+	ctx := context.Background()
+	c := dial(t)
+	ws, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project(t, c), Branch: "main"})
+	var out, errb bytes.Buffer
+	res, err := ws.Exec(ctx, "error oops", client.ExecOptions{Stdout: &out, Stderr: &errb})
+	if err != nil || errb.String() != "oops\n" || len(res.Stderr) != 0 {
+		t.Errorf("stderr streamed %q, result %+v, %v", errb.String(), res, err)
+	}
+	// Only stdout redirected: stderr is collected in the result.
+	out.Reset()
+	res, err = ws.Exec(ctx, "error oops", client.ExecOptions{Stdout: &out})
+	if err != nil || string(res.Stderr) != "oops\n" {
+		t.Errorf("stderr collected %q, %v", res.Stderr, err)
+	}
+	// Output arrives while the command runs.
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ws.Exec(ctx, "stream 3 200", client.ExecOptions{Stdout: pw})
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	start := time.Now()
+	buf := make([]byte, 64)
+	n, err := pr.Read(buf)
+	if err != nil || string(buf[:n]) != "line 0\n" || time.Since(start) > 400*time.Millisecond {
+		t.Errorf("first chunk %q after %v, %v", buf[:n], time.Since(start), err)
+	}
+	io.Copy(io.Discard, pr)
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+}
+
+func TestUploadDownloadTree(t *testing.T) {
+	ctx := context.Background()
+	c := dial(t)
+	ws, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project(t, c), Branch: "main"})
+	src := t.TempDir()
+	files := map[string]string{"a.txt": "A", "sub/b.txt": "B", "sub/deep/c.txt": "C"}
+	for n, d := range files {
+		os.MkdirAll(filepath.Join(src, filepath.Dir(n)), 0o755)
+		os.WriteFile(filepath.Join(src, n), []byte(d), 0o640)
+	}
+	os.Symlink("b.txt", filepath.Join(src, "sub", "link"))
+	if err := ws.Upload(ctx, src, "tree"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.Upload(ctx, filepath.Join(src, "a.txt"), "single.txt"); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "copy")
+	if err := ws.Download(ctx, "tree", dst); err != nil {
+		t.Fatal(err)
+	}
+	for n, d := range files {
+		b, err := os.ReadFile(filepath.Join(dst, n))
+		if err != nil || string(b) != d {
+			t.Errorf("%s = %q, %v", n, b, err)
+		}
+		if fi, _ := os.Stat(filepath.Join(dst, n)); fi == nil || fi.Mode().Perm() != 0o640 {
+			t.Errorf("%s mode %v", n, fi)
+		}
+	}
+	if l, err := os.Readlink(filepath.Join(dst, "sub", "link")); err != nil || l != "b.txt" {
+		t.Errorf("link = %q, %v", l, err)
+	}
+	// Into an existing directory, the copy goes under the base name (cp -r).
+	existing := t.TempDir()
+	if err := ws.Download(ctx, "tree/sub", existing); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(existing, "sub", "deep", "c.txt")); string(b) != "C" {
+		t.Errorf("cp into dir: %q", b)
+	}
+	// The root merges into an existing directory.
+	root := t.TempDir()
+	if err := ws.Download(ctx, ".", root); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "single.txt")); string(b) != "A" {
+		t.Errorf("root download: single.txt = %q", b)
+	}
+	if err := ws.Download(ctx, "nope", t.TempDir()); !client.IsNotFound(err) {
+		t.Errorf("download of a missing path: %v", err)
+	}
+}
+
+// evil serves a crafted tar for every download.
+type evil struct {
+	*apitest.Engine
+	tar []byte
+}
+
+func (e *evil) GetTar(ctx context.Context, id, path string, w io.Writer) error {
+	_, err := w.Write(e.tar)
+	return err
+}
+
+func craft(t *testing.T, hs ...tar.Header) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range hs {
+		if h.Typeflag == tar.TypeReg {
+			h.Size = 4
+		}
+		h.Mode = 0o644
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write([]byte("evil"))
+		}
+	}
+	tw.Close()
+	return buf.Bytes()
+}
+
+// TestDownloadSafety: whatever the daemon sends, Download writes nothing
+// outside the destination.
+func TestDownloadSafety(t *testing.T) {
+	ctx := context.Background()
+	eng := &evil{Engine: apitest.New()}
+	srv := httptest.NewServer(api.NewServer(eng, api.Options{}).Handler(api.ListenerOptions{}))
+	defer srv.Close()
+	c, err := client.Dial(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := func(n string) tar.Header { return tar.Header{Name: n, Typeflag: tar.TypeDir} }
+	reg := func(n string) tar.Header { return tar.Header{Name: n, Typeflag: tar.TypeReg} }
+	sym := func(n, to string) tar.Header { return tar.Header{Name: n, Typeflag: tar.TypeSymlink, Linkname: to} }
+	hard := func(n, to string) tar.Header { return tar.Header{Name: n, Typeflag: tar.TypeLink, Linkname: to} }
+	for _, c := range []struct {
+		name    string
+		entries []tar.Header
+	}{
+		{"dotdot", []tar.Header{dir("d/"), reg("d/../../outside/x")}},
+		{"absolute", []tar.Header{dir("d/"), reg("/tmp/outside-x")}},
+		{"outside top", []tar.Header{dir("d/"), reg("other/x")}},
+		{"absolute symlink", []tar.Header{dir("d/"), sym("d/l", "/etc")}},
+		{"escaping symlink", []tar.Header{dir("d/"), sym("d/l", "../../outside")}},
+		{"write through symlink", []tar.Header{dir("d/"), sym("d/l", "."), reg("d/l/../../../outside/x")}},
+		{"escaping hard link", []tar.Header{dir("d/"), hard("d/h", "../outside/secret")}},
+		{"device", []tar.Header{dir("d/"), {Name: "d/null", Typeflag: tar.TypeChar}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			eng.tar = craft(t, c.entries...)
+			base := t.TempDir()
+			outside := filepath.Join(base, "outside")
+			os.Mkdir(outside, 0o755)
+			os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o600)
+			dest := filepath.Join(base, "in", "dest")
+			os.MkdirAll(filepath.Dir(dest), 0o755)
+			err := ws.Download(ctx, "d", dest)
+			if err == nil {
+				t.Fatal("download succeeded")
+			}
+			var got []string
+			filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+				if rel, _ := filepath.Rel(base, p); !strings.HasPrefix(rel, "in") && rel != "." {
+					got = append(got, rel)
+				}
+				return nil
+			})
+			if strings.Join(got, ",") != "outside,outside/secret" {
+				t.Errorf("outside the destination: %v (err %v)", got, err)
+			}
+			if _, serr := os.Stat("/tmp/outside-x"); serr == nil {
+				t.Errorf("wrote /tmp/outside-x")
+			}
+		})
+	}
+}
+
+func TestToken(t *testing.T) {
+	ctx := context.Background()
+	srv := httptest.NewServer(api.NewServer(apitest.New(), api.Options{}).Handler(api.ListenerOptions{Token: "tok"}))
+	defer srv.Close()
+	if _, err := client.Dial(ctx, srv.URL); !client.IsUnauthorized(err) {
+		t.Errorf("dial without token: %v", err)
+	}
+	if _, err := client.Dial(ctx, srv.URL, client.WithToken("nope")); !client.IsUnauthorized(err) {
+		t.Errorf("dial with a wrong token: %v", err)
+	}
+	c, err := client.Dial(ctx, srv.URL, client.WithToken("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Projects(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestDialErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, addr := range []string{"ftp://x", "unix://", "http://h/with/path", "unix:///nonexistent/sock"} {
+		if _, err := client.Dial(ctx, addr); err == nil {
+			t.Errorf("Dial(%q) succeeded", addr)
+		}
+	}
+	// A server that is not layerfsd.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"api": "v0"}`))
+	}))
+	defer srv.Close()
+	if _, err := client.Dial(ctx, srv.URL); err == nil || !strings.Contains(err.Error(), "v0") {
+		t.Errorf("Dial to a v0 server: %v", err)
+	}
+}
