@@ -77,8 +77,17 @@
 // stdin is /dev/null. PATH, HOME (/tmp, since the root is read-only) and
 // TERM (dumb) are added when ExecSpec.Env lacks them.
 //
-// Limits: ExecSpec.MemoryBytes and Pids are not enforced per exec (the
-// container's limits are shared by its execs; Features says so), and
+// # Limits
+//
+// The container's memory and pids limits (Options) bound a workspace's
+// execs together. An exec that sets ExecSpec.MemoryBytes or Pids gets its
+// own limits too, where the engine is local and the host has cgroup v1
+// (Features tells): it is created with "wait", the host reads the
+// supervisor's pid from ExecInspect, makes child cgroups of the
+// container's memory and pids cgroups with the exec's limits, moves the
+// supervisor in, and only then sends the one byte on stdin that lets the
+// supervisor start the command; the cgroups are removed when the exec
+// ends. Execs without explicit limits skip this round trip.
 // ExecSpec.Hostname must be empty or the container's hostname ("layerfs").
 //
 // The supervisor runs inside the image, so the image carries the shared

@@ -73,6 +73,9 @@ type Platform struct {
 	log   *slog.Logger
 	owner string
 
+	cg   *cgroupV1 // nil: per-exec limits are not available
+	noCg error     // why not
+
 	mu    sync.Mutex
 	cli   *client.Client // nil when not up
 	state upState
@@ -125,18 +128,27 @@ func New(opts Options) *Platform {
 	}
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
-	return &Platform{opts: opts, log: log, owner: strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(rnd[:])}
+	p := &Platform{opts: opts, log: log, owner: strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(rnd[:])}
+	// Per-exec cgroups need the engine's processes visible here: a local
+	// engine (a unix socket) on a cgroup v1 host.
+	if !strings.HasPrefix(opts.Host, "unix://") {
+		p.noCg = fmt.Errorf("engine %s is not local", opts.Host)
+	} else {
+		p.cg, p.noCg = detectCgroupV1()
+	}
+	return p
 }
 
 // Name is "docker".
 func (p *Platform) Name() string { return "docker" }
 
 // Features: workspaces are host paths bind-mounted into containers; the
-// network is the host's when granted ("host" mode), else none. Memory and
-// pids limits are per container, shared by a workspace's execs, so the
-// per-exec ExecSpec limits are not enforced.
+// network is the host's when granted ("host" mode), else none. ExecSpec's
+// memory and pids limits are enforced per exec where the engine is local
+// and the host has cgroup v1 (see cgroup.go); elsewhere only the
+// container's limits (Options), shared by a workspace's execs, apply.
 func (p *Platform) Features() platforms.Features {
-	return platforms.Features{HostMounts: true, Network: true}
+	return platforms.Features{HostMounts: true, Network: true, MemoryLimit: p.cg != nil, PidsLimit: p.cg != nil}
 }
 
 // Up connects to the engine, checks it, and ensures the sandbox image.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -529,5 +530,52 @@ func TestMarkerUnique(t *testing.T) {
 	a := marker(t)
 	if _, err := strconv.ParseFloat(a, 64); err != nil {
 		t.Fatalf("marker %q is not a sleep duration", a)
+	}
+}
+
+func TestPerExecLimits(t *testing.T) {
+	p := shared.get(t)
+	if !p.Features().MemoryLimit || !p.Features().PidsLimit {
+		testenv.Skip(t, "no per-exec limits here: "+fmt.Sprint(p.noCg))
+	}
+	sb := attach(t, p, platforms.Workspace{})
+	// Within the limits, with and without stdin.
+	res, out, errs := run(t, sb, platforms.ExecSpec{Argv: []string{"wc", "-c"}, MemoryBytes: 256 << 20, Pids: 64})
+	if res.ExitCode != 0 || strings.TrimSpace(out) != "0" {
+		t.Errorf("limited exec without stdin: %+v %q %q", res, out, errs)
+	}
+	res, out, _ = run(t, sb, platforms.ExecSpec{Argv: []string{"tr", "a-z", "A-Z"}, Stdin: strings.NewReader("abc"), Pids: 64})
+	if res.ExitCode != 0 || out != "ABC" {
+		t.Errorf("limited exec with stdin: %+v %q", res, out)
+	}
+	// The exec runs in its own cgroups, below the container's.
+	_, out, _ = run(t, sb, platforms.ExecSpec{Argv: []string{"cat", "/proc/self/cgroup"}, MemoryBytes: 128 << 20, Pids: 50})
+	for _, ctrl := range []string{"memory", "pids"} {
+		if !regexp.MustCompile(`:` + ctrl + `:/docker/[0-9a-f]{64}/layerfs-exec-`).MatchString(out) {
+			t.Errorf("exec not in its own %s cgroup:\n%s", ctrl, out)
+		}
+	}
+	// Memory: 200 MiB in a 64 MiB exec is killed by the OOM killer.
+	res, _, errs = run(t, sb, platforms.ExecSpec{Argv: []string{"python3", "-c", "b = bytearray(200 << 20); b[::4096] = b'x' * len(b[::4096]); print('survived')"}, MemoryBytes: 64 << 20})
+	if res.ExitCode != 137 || res.Signal != "SIGKILL" {
+		t.Errorf("200 MiB in a 64 MiB exec: %+v %q", res, errs)
+	}
+	// The same without a limit succeeds: the container's limit is larger.
+	res, out, _ = run(t, sb, platforms.ExecSpec{Argv: []string{"python3", "-c", "b = bytearray(200 << 20); b[::4096] = b'x' * len(b[::4096]); print('survived')"}})
+	if res.ExitCode != 0 || out != "survived\n" {
+		t.Errorf("200 MiB with no exec limit: %+v %q", res, out)
+	}
+	// Pids: 40 sleeps in a 20-pid exec fail to fork.
+	res, out, errs = run(t, sb, platforms.ExecSpec{Argv: platforms.ShellArgv("for i in $(seq 40); do sleep 1 & done; wait; exit 0"), Pids: 20})
+	if !strings.Contains(errs, "Resource temporarily unavailable") {
+		t.Errorf("40 processes in a 20-pid exec: %+v stdout %q stderr %q", res, out, errs)
+	}
+	// No exec cgroup outlives its exec.
+	s := sb.(*Sandbox)
+	for _, ctrl := range []mountPoint{s.cg.memory, s.cg.pids} {
+		matches, _ := filepath.Glob(filepath.Join(ctrl.dir, "docker", s.id, "layerfs-exec-*"))
+		if len(matches) != 0 {
+			t.Errorf("exec cgroups left: %v", matches)
+		}
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +57,8 @@ var workspaceID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 // is the workspace's host path. Exec may be called concurrently.
 type Sandbox struct {
 	cli      *client.Client
+	cg       *cgroupV1 // nil: no per-exec limits
+	log      *slog.Logger
 	id       string // container id
 	ws       platforms.Workspace
 	hostname string
@@ -81,7 +85,7 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	if fi, err := os.Stat(w.HostPath); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: not a directory (%v)", w.ID, w.HostPath, ErrBadWorkspace, err)
 	}
-	s := &Sandbox{cli: cli, ws: w}
+	s := &Sandbox{cli: cli, ws: w, cg: p.cg, log: p.log}
 	img := st.image.ID
 	if w.RootDir != "" {
 		if img, err = p.rootDirImage(ctx, cli, st, w.RootDir); err != nil {
@@ -221,6 +225,12 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 		limit = platforms.DefaultOutputLimit
 	}
 
+	limited := s.cg != nil && (spec.MemoryBytes > 0 || spec.Pids > 0)
+	if limited {
+		opts.AttachStdin = true
+		opts.Cmd = slices.Insert(opts.Cmd, 3, "wait")
+	}
+
 	created, err := s.cli.ContainerExecCreate(ctx, s.id, opts)
 	if err != nil {
 		return res, fmt.Errorf("docker: exec in %s: create: %w", s.ws.ID, err)
@@ -230,6 +240,26 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 		return res, fmt.Errorf("docker: exec in %s: start: %w", s.ws.ID, err)
 	}
 	defer hj.Close()
+	if limited {
+		cg, err := s.limit(ctx, created.ID, spec)
+		if cg != nil {
+			defer func() {
+				if rerr := cg.remove(); rerr != nil {
+					s.log.Warn("docker: exec cgroup left behind", "err", rerr)
+				}
+			}()
+		}
+		if err == nil {
+			_, err = hj.Conn.Write([]byte{'\n'})
+		}
+		if err != nil {
+			hj.Close() // the supervisor reads EOF and exits without starting the command
+			return res, fmt.Errorf("docker: exec in %s: limits: %w", s.ws.ID, err)
+		}
+	}
+	if spec.Stdin == nil && limited {
+		_ = hj.CloseWrite()
+	}
 	if spec.Stdin != nil {
 		go func() {
 			// A command that exits without reading all its input makes
@@ -293,6 +323,44 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 		return res, fmt.Errorf("docker: exec in %s: write output: %w", s.ws.ID, err)
 	}
 	return res, nil
+}
+
+// limit puts the exec's supervisor into cgroups with the spec's limits.
+func (s *Sandbox) limit(ctx context.Context, execID string, spec platforms.ExecSpec) (*execCgroup, error) {
+	pid, err := s.supervisorPid(ctx, execID)
+	if err != nil {
+		return nil, err
+	}
+	pids := int64(spec.Pids)
+	if pids <= 0 {
+		pids = platforms.DefaultPids
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	return s.cg.limit(pid, "layerfs-exec-"+hex.EncodeToString(rnd[:]), spec.MemoryBytes, pids)
+}
+
+// supervisorPid waits until the engine reports the exec's pid, which it
+// does only once the process runs, and checks that it is a supervisor.
+func (s *Sandbox) supervisorPid(ctx context.Context, execID string) (int, error) {
+	deadline := time.Now().Add(stopGrace)
+	for delay := 200 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		ins, err := s.cli.ContainerExecInspect(ctx, execID)
+		if err != nil {
+			return 0, err
+		}
+		// Until runc has exec'd it, the process is "runc init".
+		if ins.Pid > 0 && isSupervisor(ins.Pid) {
+			return ins.Pid, nil
+		}
+		if time.Now().After(deadline) {
+			if ins.Pid > 0 {
+				return 0, fmt.Errorf("exec pid %d is not a supervisor visible from this host", ins.Pid)
+			}
+			return 0, fmt.Errorf("exec %s did not start", execID[:12])
+		}
+		time.Sleep(delay)
+	}
 }
 
 // execOptions turns a spec into the docker exec that runs it under the

@@ -20,14 +20,16 @@ import (
 // container at supervisorPath and recognised by its argv[0]. It is the
 // container's idle PID 1 ("idle") and the parent of every exec ("exec"):
 //
-//	layerfs-supervise exec TIMEOUT_NS -- ARGV...
+//	layerfs-supervise exec TIMEOUT_NS [wait] -- ARGV...
 //
 // runs ARGV in a new process group as a child subreaper, so that every
 // process the command starts, even one that double-forks or calls setsid,
 // stays its descendant; when the command ends, times out or the supervisor
 // gets SIGTERM/SIGINT/SIGHUP, it SIGKILLs all descendants, reaps them, and
 // writes a fixed-size trailer (exit status, signal, flags, command time on
-// the container's clock) as the very last bytes of its stderr.
+// the container's clock) as the very last bytes of its stderr. With "wait"
+// it first reads one byte from stdin: the host's word that it has moved the
+// supervisor into the exec's cgroups (see cgroup.go).
 const (
 	supervisorName = "layerfs-supervise"
 	supervisorDir  = "/.layerfs"
@@ -93,14 +95,28 @@ func superviseMain(args []string) int {
 	if len(args) >= 1 && args[0] == "idle" {
 		return idle()
 	}
+	wait := len(args) > 2 && args[2] == "wait"
+	if wait {
+		args = append(args[:2:2], args[3:]...)
+	}
 	if len(args) < 4 || args[0] != "exec" || args[2] != "--" {
-		fmt.Fprintf(os.Stderr, "usage: %s idle | exec TIMEOUT_NS -- ARGV...\n", supervisorName)
+		fmt.Fprintf(os.Stderr, "usage: %s idle | exec TIMEOUT_NS [wait] -- ARGV...\n", supervisorName)
 		return 2
 	}
 	timeout, err := strconv.ParseInt(args[1], 10, 64)
 	if err != nil || timeout <= 0 {
 		fmt.Fprintf(os.Stderr, "%s: bad timeout %q\n", supervisorName, args[1])
 		return 2
+	}
+	if wait {
+		// The host moves us into the exec's cgroups, then sends one byte;
+		// the rest of stdin is the command's. EOF: the host gave up.
+		var b [1]byte
+		if n, _ := unix.Read(0, b[:]); n != 1 {
+			t := trailer{Exit: 125, Flags: flagNoStart | flagCancelled}
+			_, _ = os.Stderr.Write(encodeTrailer(t))
+			return t.Exit
+		}
 	}
 	t := supervise(args[3:], time.Duration(timeout))
 	if _, err := os.Stderr.Write(encodeTrailer(t)); err != nil {

@@ -1,0 +1,166 @@
+package docker
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Per-exec limits. Docker's limits are per container, shared by all of a
+// workspace's execs; ExecSpec.MemoryBytes and Pids are per exec. Where the
+// engine runs on this host with cgroup v1 (memory and pids hierarchies
+// writable by us), the host puts each limited exec's supervisor into a
+// child cgroup of its container's, with the exec's limits, before the
+// supervisor starts the command: the supervisor waits for one byte on its
+// stdin, which the host sends once the move is done. (cgroup v2 would need
+// the container's own cgroup to hold no processes, which PID 1 breaks.)
+
+// supervisorTasks is headroom in an exec's pids limit for the supervisor's
+// own threads (the Go runtime's), which share the cgroup.
+const supervisorTasks = 16
+
+// cgroupV1 is where this host's v1 memory and pids hierarchies are mounted.
+type cgroupV1 struct {
+	memory, pids mountPoint
+}
+
+type mountPoint struct{ dir, root string }
+
+// detectCgroupV1 finds writable v1 memory and pids hierarchies, or says why
+// there are none.
+func detectCgroupV1() (*cgroupV1, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	c := &cgroupV1{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint opts... - fstype source superopts
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		pf, qf := strings.Fields(pre), strings.Fields(post)
+		if len(pf) < 5 || len(qf) < 3 || qf[0] != "cgroup" {
+			continue
+		}
+		for _, opt := range strings.Split(qf[2], ",") {
+			switch opt {
+			case "memory":
+				c.memory = mountPoint{dir: pf[4], root: pf[3]}
+			case "pids":
+				c.pids = mountPoint{dir: pf[4], root: pf[3]}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if c.memory.dir == "" || c.pids.dir == "" {
+		return nil, errors.New("no cgroup v1 memory and pids hierarchies")
+	}
+	for _, d := range []string{c.memory.dir, c.pids.dir} {
+		if err := unix.Access(d, unix.W_OK); err != nil {
+			return nil, fmt.Errorf("cgroup %s: %w", d, err)
+		}
+	}
+	return c, nil
+}
+
+// execCgroup is one exec's pair of cgroups.
+type execCgroup struct{ dirs []string }
+
+// limit creates cgroups for the process pid (the supervisor), beside it in
+// its container's cgroup, sets the limits and moves pid in.
+func (c *cgroupV1) limit(pid int, name string, memory, pids int64) (*execCgroup, error) {
+	own, err := procCgroups(pid)
+	if err != nil {
+		return nil, err
+	}
+	ec := &execCgroup{}
+	for _, h := range []struct {
+		ctrl  string
+		mp    mountPoint
+		files [][2]string
+	}{
+		{"memory", c.memory, [][2]string{{"memory.limit_in_bytes", strconv.FormatInt(memory, 10)}}},
+		{"pids", c.pids, [][2]string{{"pids.max", strconv.FormatInt(pids+supervisorTasks, 10)}}},
+	} {
+		if (h.ctrl == "memory" && memory <= 0) || (h.ctrl == "pids" && pids <= 0) {
+			continue
+		}
+		p, ok := own[h.ctrl]
+		if !ok {
+			return ec, fmt.Errorf("pid %d has no %s cgroup", pid, h.ctrl)
+		}
+		rel, err := filepath.Rel(h.mp.root, p)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return ec, fmt.Errorf("%s cgroup %s of pid %d is not under %s", h.ctrl, p, pid, h.mp.dir)
+		}
+		dir := filepath.Join(h.mp.dir, rel, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return ec, err
+		}
+		ec.dirs = append(ec.dirs, dir)
+		for _, kv := range h.files {
+			if err := os.WriteFile(filepath.Join(dir, kv[0]), []byte(kv[1]), 0); err != nil {
+				return ec, fmt.Errorf("%s: %w", kv[0], err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return ec, fmt.Errorf("move pid %d into %s: %w", pid, dir, err)
+		}
+	}
+	return ec, nil
+}
+
+// remove deletes the exec's cgroups once their processes are gone; a
+// process being reaped keeps a cgroup busy for a moment.
+func (ec *execCgroup) remove() error {
+	var errs []error
+	for _, d := range ec.dirs {
+		var err error
+		for range 200 {
+			if err = unix.Rmdir(d); err == nil || errors.Is(err, unix.ENOENT) {
+				err = nil
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// procCgroups maps v1 controller names to the cgroup paths of pid.
+func procCgroups(pid int) (map[string]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		for _, ctrl := range strings.Split(f[1], ",") {
+			out[ctrl] = f[2]
+		}
+	}
+	return out, nil
+}
