@@ -256,18 +256,22 @@ func (c *contents) wait() error {
 
 func (c *contents) put(data []byte) (store.ID, error) {
 	id := store.Hash(store.KindChunk, data)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	return id, c.putHashed(id, data)
+}
+
+func (c *contents) putHashed(id store.ID, data []byte) error {
 	added, err := c.w.PutChunk(id, data)
 	if err != nil {
-		return id, err
+		return err
 	}
+	c.mu.Lock()
 	c.stats.Chunks++
 	if added {
 		c.stats.NewChunks++
 		c.stats.NewBytes += int64(len(data))
 	}
-	return id, nil
+	c.mu.Unlock()
+	return nil
 }
 
 // capture stores one file's content. A file no larger than one maximum
@@ -338,7 +342,7 @@ func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
 		if hole <= off { // raced with a writer
 			return fmt.Errorf("%s: %w", j.path, ErrChanged)
 		}
-		if err := c.chunkRange(fd, j.path, off, hole, buf, m); err != nil {
+		if err := c.chunkRange(fd, j.path, off, hole, m); err != nil {
 			return err
 		}
 		off = hole
@@ -366,32 +370,72 @@ func (c *contents) account(size int64) {
 	}
 }
 
-// chunkRange cuts the bytes [off, end) of fd into chunks, reading in blocks
-// and carrying an unfinished chunk over to the next block.
-func (c *contents) chunkRange(fd int, path string, off, end int64, buf []byte, m *store.Manifest) error {
+// block is one read buffer's worth of cut and hashed chunks, on its way to
+// the store.
+type block struct {
+	buf    *[]byte
+	chunks [][]byte
+	ids    []store.ID
+}
+
+// chunkRange cuts the bytes [off, end) of fd into chunks, reading in
+// blocks and carrying an unfinished chunk over to the next block. Cutting
+// and hashing run here while a second goroutine stores the previous
+// block's chunks, so a large file keeps both cores busy.
+func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Manifest) (err error) {
+	blocks := make(chan *block, 1)
+	putErr := make(chan error, 1)
+	go func() {
+		var perr error
+		for b := range blocks {
+			for i, data := range b.chunks {
+				if perr == nil {
+					if e := c.putHashed(b.ids[i], data); e != nil {
+						perr = fmt.Errorf("store chunk of %s: %w", path, e)
+					}
+				}
+			}
+			c.bufs.Put(b.buf)
+		}
+		putErr <- perr
+	}()
+	defer func() {
+		close(blocks)
+		if perr := <-putErr; err == nil {
+			err = perr
+		}
+	}()
+	bp := c.bufs.Get().(*[]byte)
 	carry := 0
 	for off < end || carry > 0 {
+		buf := *bp
 		n := int(min(int64(len(buf)-carry), end-off))
 		if err := preadFull(fd, buf[carry:carry+n], off, path); err != nil {
+			c.bufs.Put(bp)
 			return err
 		}
 		off += int64(n)
 		data := buf[:carry+n]
 		last := off >= end
+		b := &block{buf: bp}
 		for len(data) > 0 {
 			if !last && len(data) < c.ch.p.Max {
 				break
 			}
 			k := c.ch.Cut(data)
-			id, err := c.put(data[:k])
-			if err != nil {
-				return fmt.Errorf("store chunk of %s: %w", path, err)
-			}
+			id := store.Hash(store.KindChunk, data[:k])
+			b.chunks = append(b.chunks, data[:k])
+			b.ids = append(b.ids, id)
 			m.Extents = append(m.Extents, store.Extent{Chunk: id, Length: int64(k)})
 			data = data[k:]
 		}
-		carry = copy(buf, data)
+		// The unfinished tail moves to the next buffer; this one goes to
+		// the store goroutine, which returns it to the pool.
+		bp = c.bufs.Get().(*[]byte)
+		carry = copy(*bp, data)
+		blocks <- b
 	}
+	c.bufs.Put(bp)
 	return nil
 }
 

@@ -18,10 +18,10 @@ type Params struct {
 // large enough that a 64 MiB file stays a few thousand chunks.
 var DefaultParams = Params{Min: 2 << 10, Avg: 8 << 10, Max: 32 << 10}
 
-// Validate checks Min < Avg < Max, Avg a power of two, and sane bounds.
+// Validate checks Min < Avg < Max and sane bounds.
 func (p Params) Validate() error {
-	if p.Min < 64 || p.Avg <= p.Min || p.Max <= p.Avg || p.Avg&(p.Avg-1) != 0 || p.Max > 64<<20 {
-		return fmt.Errorf("chunk params %d/%d/%d: want 64 <= min < avg < max <= 64 MiB, avg a power of two", p.Min, p.Avg, p.Max)
+	if p.Min < 64 || p.Avg <= p.Min || p.Max <= p.Avg || p.Max > 64<<20 {
+		return fmt.Errorf("chunk params %d/%d/%d: want 64 <= min < avg < max <= 64 MiB, avg", p.Min, p.Avg, p.Max)
 	}
 	return nil
 }
@@ -55,7 +55,7 @@ func NewChunker(p Params) (*Chunker, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	b := bits.Len(uint(p.Avg)) - 1 // log2(avg)
+	b := bits.Len(uint(p.Avg)) - 1 // floor(log2(avg))
 	// The masks test the hash's top bits: bit k of the gear hash depends on
 	// the last k+1 bytes, so the top bits see a 64-byte window.
 	return &Chunker{
