@@ -1,0 +1,80 @@
+// Command layerfsd is the LayerFS daemon. `layerfsd serve` owns one Store
+// and every workspace mounted from it, and serves the HTTP API (package
+// api) on a unix socket (mode 0600, default <store>/layerfsd.sock) and,
+// optionally, on TCP behind a bearer token.
+//
+// The same binary is the sandbox init: an exec re-executes layerfsd, which
+// recognises that role before anything else happens in main, so that the
+// process serving FUSE mounts never forks a child into one of them.
+//
+// Lifecycle: take the Store's daemon lock, refuse to start when another
+// daemon answers on the socket (a stale socket is removed), open the Store
+// (creating it when missing), build the engine and recover the workspaces a
+// previous daemon left, then serve. SIGTERM or SIGINT (or POST
+// /v1/daemon/stop, or --idle-exit without requests and workspaces) drain:
+// new work is refused with 503, running execs get --grace to finish and are
+// then killed, mounts are unmounted, the socket is removed, exit 0.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"layerfs.dev/layerfs/engine/sandbox"
+)
+
+func main() {
+	if sandbox.InitMain() {
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := &cobra.Command{
+		Use:           "layerfsd",
+		Short:         "The LayerFS daemon",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetArgs(args)
+	root.AddCommand(serveCmd(), versionCmd())
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "layerfsd: "+err.Error())
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the daemon's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), version())
+			return err
+		},
+	}
+}

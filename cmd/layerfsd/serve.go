@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"layerfs.dev/layerfs/api"
+	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/wire"
+)
+
+// SocketName is the daemon's socket inside the Store directory.
+const SocketName = "layerfsd.sock"
+
+// lockName is the file whose flock marks the Store's daemon.
+const lockName = "layerfsd.lock"
+
+type serveFlags struct {
+	store     string
+	socket    string
+	tcp       string
+	tokenFile string
+	idleExit  time.Duration
+	grace     time.Duration
+	platforms []string
+	logLevel  string
+	maxUpload int64
+}
+
+func serveCmd() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve a Store's workspaces and the API",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(cmd.Context(), f, cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.store, "store", "", "store directory (default $LAYERFS_HOME or ~/.local/share/layerfs); created when missing")
+	fl.StringVar(&f.socket, "socket", "", "unix socket path (default <store>/"+SocketName+")")
+	fl.StringVar(&f.tcp, "tcp", "", "also listen on this TCP address (needs --token-file)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token TCP clients must send")
+	fl.DurationVar(&f.idleExit, "idle-exit", 0, "exit after this long without requests and without workspaces (0: never)")
+	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running execs may take before they are killed")
+	fl.StringSliceVar(&f.platforms, "platform", []string{"local"}, "sandbox platforms to bring up; the first is the default")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.Int64Var(&f.maxUpload, "max-upload", api.DefaultMaxUpload, "largest accepted upload in bytes")
+	return cmd
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", level)}
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
+	log, err := newLogger(stderr, f.logLevel)
+	if err != nil {
+		return err
+	}
+	if f.store == "" {
+		f.store = store.DefaultDir()
+	}
+	if f.store, err = filepath.Abs(f.store); err != nil {
+		return err
+	}
+	if f.socket == "" {
+		f.socket = filepath.Join(f.store, SocketName)
+	}
+	if f.socket, err = filepath.Abs(f.socket); err != nil {
+		return err
+	}
+	if f.idleExit < 0 || f.grace < 0 {
+		return usageError{errors.New("--idle-exit and --grace must not be negative")}
+	}
+	var token string
+	if f.tcp != "" {
+		if token, err = readToken(f.tokenFile, log); err != nil {
+			return err
+		}
+	} else if f.tokenFile != "" {
+		return usageError{errors.New("--token-file is only used with --tcp")}
+	}
+	if err := os.MkdirAll(f.store, 0o700); err != nil {
+		return err
+	}
+
+	// One daemon per Store: the lock is held for the process's life and
+	// released by the kernel however it ends.
+	lock, err := lockStore(f.store)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := claimSocket(ctx, f.socket, log); err != nil {
+		return err
+	}
+
+	db, err := openStore(ctx, f.store, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := db.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close store: %w", cerr)
+		}
+	}()
+
+	eng, err := newEngine(ctx, db, f.platforms, log)
+	if err != nil {
+		return err
+	}
+	if err := eng.Recover(ctx); err != nil {
+		return fmt.Errorf("recover workspaces: %w", err)
+	}
+
+	stopReq := make(chan struct{}, 1)
+	status := wire.DaemonStatus{
+		Version:   wire.Version{Version: version(), Store: f.store},
+		Platforms: eng.Platforms(),
+		Socket:    f.socket,
+		TCP:       f.tcp,
+	}
+	if f.idleExit > 0 {
+		status.IdleExit = f.idleExit.String()
+	}
+	srv := api.NewServer(eng, api.Options{
+		Logger:    log,
+		MaxUpload: f.maxUpload,
+		Daemon:    status,
+		Stop: func() {
+			select {
+			case stopReq <- struct{}{}:
+			default:
+			}
+		},
+	})
+
+	unixL, err := listenUnix(f.socket)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.socket)
+	servers := []*http.Server{newHTTPServer(srv.Handler(api.ListenerOptions{}), log)}
+	listeners := []net.Listener{unixL}
+	if f.tcp != "" {
+		tcpL, err := net.Listen("tcp", f.tcp)
+		if err != nil {
+			unixL.Close()
+			return fmt.Errorf("listen on %s: %w", f.tcp, err)
+		}
+		servers = append(servers, newHTTPServer(srv.Handler(api.ListenerOptions{Token: token}), log))
+		listeners = append(listeners, tcpL)
+	}
+	serveErr := make(chan error, len(servers))
+	for i, hs := range servers {
+		go func() {
+			if err := hs.Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		}()
+	}
+	log.Info("serving", "store", f.store, "socket", f.socket, "tcp", f.tcp, "platforms", eng.Platforms(),
+		"idle_exit", f.idleExit.String(), "pid", os.Getpid(), "version", version())
+
+	reason := wait(ctx, srv, eng, f.idleExit, stopReq, serveErr)
+	log.Info("shutting down", "reason", reason, "grace", f.grace.String())
+	return shutdown(srv, eng, servers, f.grace, log)
+}
+
+// wait blocks until a reason to stop and names it.
+func wait(ctx context.Context, srv *api.Server, eng daemonEngine, idle time.Duration, stop <-chan struct{}, serveErr <-chan error) string {
+	var tick <-chan time.Time
+	if idle > 0 {
+		t := time.NewTicker(min(idle/4, time.Second))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return "signal"
+		case <-stop:
+			return "stop requested through the API"
+		case err := <-serveErr:
+			return "listener failed: " + err.Error()
+		case <-tick:
+			if srv.Idle() >= idle && eng.LiveWorkspaces() == 0 {
+				return "idle for " + idle.String()
+			}
+		}
+	}
+}
+
+// shutdown drains the API, gives running execs the grace period, kills
+// what is left, then stops the listeners and unmounts.
+func shutdown(srv *api.Server, eng daemonEngine, servers []*http.Server, grace time.Duration, log *slog.Logger) error {
+	srv.Drain()
+	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
+	err := srv.WaitIdle(graceCtx)
+	cancel()
+	if err != nil {
+		log.Warn("grace period over: killing running execs", "running", srv.RunningExecs())
+		srv.Abort()
+		late, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := srv.WaitIdle(late); err != nil {
+			log.Error("requests still running after abort", "err", err)
+		}
+		cancel()
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := eng.Drain(stopCtx); err != nil {
+		log.Warn("engine drain", "err", err)
+	}
+	var errs []error
+	for _, hs := range servers {
+		if err := hs.Shutdown(stopCtx); err != nil {
+			errs = append(errs, fmt.Errorf("stop listener: %w", err))
+			hs.Close()
+		}
+	}
+	if err := eng.Shutdown(stopCtx); err != nil {
+		errs = append(errs, fmt.Errorf("unmount workspaces: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler: h,
+		// No write timeout: exec streams and downloads last as long as they do.
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// readToken reads the bearer token for TCP.
+func readToken(path string, log *slog.Logger) (string, error) {
+	if path == "" {
+		return "", usageError{errors.New("--tcp needs --token-file: the TCP listener never runs without a token")}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		log.Warn("token file is readable by other users", "path", path, "mode", fi.Mode().Perm().String())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("token file %s: want one non-empty token without spaces", path)
+	}
+	return tok, nil
+}
+
+// lockStore takes the Store's daemon lock without waiting.
+func lockStore(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("daemon lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another layerfsd already serves the store %s", dir)
+		}
+		return nil, fmt.Errorf("daemon lock: %w", err)
+	}
+	return f, nil
+}
+
+// claimSocket makes sure nothing answers at path and removes a stale
+// socket a dead daemon left.
+func claimSocket(ctx context.Context, path string, log *slog.Logger) error {
+	if len(path) >= 108 {
+		return fmt.Errorf("socket path %s is %d bytes; unix sockets allow at most 107 (use --socket)", path, len(path))
+	}
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("%s exists and is not a socket; refusing to replace it", path)
+	}
+	d := net.Dialer{Timeout: time.Second}
+	c, err := d.DialContext(ctx, "unix", path)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("another daemon answers on %s", path)
+	}
+	log.Info("removing a stale socket", "path", path, "dial_err", err.Error())
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	return nil
+}
+
+// listenUnix listens at path with mode 0600 from the start (the umask
+// covers the moment between bind and chmod).
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	old := syscall.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	// The socket is removed by serve itself, after the listeners stop.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	return l, nil
+}
+
+func openStore(ctx context.Context, dir string, log *slog.Logger) (*store.DB, error) {
+	db, err := store.Open(ctx, dir, store.Options{Logger: log})
+	if errors.Is(err, store.ErrNoStore) {
+		log.Info("creating a new store", "dir", dir)
+		db, err = store.Init(ctx, dir, store.Options{Logger: log})
+	}
+	return db, err
+}
