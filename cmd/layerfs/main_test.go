@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	_ "modernc.org/sqlite"
+)
+
+// cli runs the command in-process against one store.
+type cli struct {
+	t     *testing.T
+	store string
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (c *cli) run(args ...string) result {
+	c.t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append([]string{"--store", c.store}, args...), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+// ok runs a command that must succeed.
+func (c *cli) ok(args ...string) string {
+	c.t.Helper()
+	r := c.run(args...)
+	if r.code != 0 {
+		c.t.Fatalf("layerfs %s: exit %d, stderr %q", strings.Join(args, " "), r.code, r.stderr)
+	}
+	return r.stdout
+}
+
+// fail runs a command that must fail with code and a one-line error
+// containing want.
+func (c *cli) fail(code int, want string, args ...string) {
+	c.t.Helper()
+	r := c.run(args...)
+	if r.code != code || !strings.Contains(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+		c.t.Errorf("layerfs %s: exit %d, stderr %q; want exit %d and one line containing %q", strings.Join(args, " "), r.code, r.stderr, code, want)
+	}
+}
+
+func (c *cli) json(v any, args ...string) {
+	c.t.Helper()
+	out := c.ok(append(args, "--json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		c.t.Fatalf("layerfs %s --json: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func writeFile(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newCLI(t *testing.T) *cli {
+	c := &cli{t: t, store: filepath.Join(t.TempDir(), "store")}
+	c.ok("init")
+	return c
+}
+
+func TestCLIFlow(t *testing.T) {
+	c := newCLI(t)
+	src := filepath.Join(t.TempDir(), "src")
+	writeFile(t, filepath.Join(src, "README"), "hello\n")
+	writeFile(t, filepath.Join(src, "pkg/a.go"), "package pkg\n")
+	writeFile(t, filepath.Join(src, "odd\nname"), "x")
+
+	var created struct {
+		Commit string
+		Stats  struct{ Delta struct{ Files int } }
+	}
+	c.json(&created, "project", "create", "demo", "--from", src, "-m", "import")
+	if created.Stats.Delta.Files != 3 || len(created.Commit) != 64 {
+		t.Fatalf("project create: %+v", created)
+	}
+	c.ok("project", "create", "empty")
+	var projects []struct {
+		Name     string
+		Layers   int
+		Branches int
+	}
+	c.json(&projects, "project", "list")
+	if len(projects) != 2 || projects[0].Name != "demo" || projects[0].Layers != 1 || projects[0].Branches != 1 {
+		t.Fatalf("project list: %+v", projects)
+	}
+	if out := c.ok("project", "list"); !strings.Contains(out, "NAME") || !strings.Contains(out, "demo") {
+		t.Errorf("project list table:\n%s", out)
+	}
+
+	c.ok("branch", "fork", "demo", "dev", "--from", "layer:1")
+	work := filepath.Join(t.TempDir(), "work")
+	c.ok("checkout", "demo", "dev", work)
+	if b, err := os.ReadFile(filepath.Join(work, "odd\nname")); err != nil || string(b) != "x" {
+		t.Fatalf("checkout: odd name: %q %v", b, err)
+	}
+	writeFile(t, filepath.Join(work, "pkg/b.go"), "package pkg // b\n")
+	if err := os.Remove(filepath.Join(work, "README")); err != nil {
+		t.Fatal(err)
+	}
+	var pub struct {
+		Result string
+		Commit string
+	}
+	c.json(&pub, "commit", "demo", "dev", "--from", work, "-m", "add b, drop README")
+	if pub.Result != "created" {
+		t.Fatalf("commit: %+v", pub)
+	}
+	c.json(&pub, "commit", "demo", "dev", "--from", work)
+	if pub.Result != "up-to-date" {
+		t.Fatalf("second commit of the same tree: %+v", pub)
+	}
+	var log []struct {
+		ID      string
+		Message string
+	}
+	c.json(&log, "log", "demo", "dev")
+	if len(log) != 2 || log[0].Message != "add b, drop README" || log[1].Message != "import" {
+		t.Fatalf("log: %+v", log)
+	}
+	var diff struct {
+		Diffs []struct{ Path, Kind string }
+		Next  string
+	}
+	c.json(&diff, "diff", "demo", "main", "dev")
+	got := []string{}
+	for _, d := range diff.Diffs {
+		got = append(got, d.Kind+" "+d.Path)
+	}
+	if strings.Join(got, ",") != "removed README,modified pkg,added pkg/b.go" {
+		t.Errorf("diff: %q", got)
+	}
+	c.json(&diff, "diff", "demo", "main", "dev", "--limit", "1")
+	if len(diff.Diffs) != 1 || diff.Next != "README" {
+		t.Errorf("diff page 1: %+v", diff)
+	}
+	if out := c.ok("diff", "demo", "main", log[0].ID[:10]); !strings.Contains(out, "added") {
+		t.Errorf("diff by commit prefix:\n%s", out)
+	}
+	var layer struct{ Index int }
+	c.json(&layer, "layer", "add", "demo", "dev")
+	if layer.Index != 2 {
+		t.Errorf("layer add: %+v", layer)
+	}
+	var layers []struct{ Index int }
+	c.json(&layers, "layer", "list", "demo")
+	if len(layers) != 2 {
+		t.Errorf("layer list: %+v", layers)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	c.ok("checkout", "demo", "layer:2", out)
+	if b, _ := os.ReadFile(filepath.Join(out, "pkg/b.go")); string(b) != "package pkg // b\n" {
+		t.Errorf("checkout layer:2: b.go = %q", b)
+	}
+	var branches []struct{ Name string }
+	c.json(&branches, "branch", "list", "demo")
+	if len(branches) != 2 {
+		t.Errorf("branch list: %+v", branches)
+	}
+	c.ok("branch", "delete", "demo", "dev")
+	c.json(&branches, "branch", "list", "demo")
+	if len(branches) != 1 {
+		t.Errorf("branch list after delete: %+v", branches)
+	}
+	var fsck struct{ Problems []any }
+	c.json(&fsck, "fsck")
+	if len(fsck.Problems) != 0 {
+		t.Errorf("fsck: %+v", fsck)
+	}
+	var stats struct {
+		Commits struct{ Count int }
+	}
+	c.json(&stats, "stats")
+	if stats.Commits.Count < 3 {
+		t.Errorf("stats: %+v", stats)
+	}
+	c.ok("gc")
+	c.ok("stats")
+}
+
+func TestCLIBadInput(t *testing.T) {
+	c := newCLI(t)
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "f"), "f")
+	c.ok("project", "create", "p", "--from", src)
+	before := c.ok("project", "list", "--json")
+
+	c.fail(1, "already exists", "init")
+	c.fail(1, "already exists", "project", "create", "p")
+	c.fail(1, "invalid name", "project", "create", "Not_Valid")
+	c.fail(1, "invalid name", "project", "create", "-", "--from", src)
+	c.fail(1, "no such file or directory", "project", "create", "q", "--from", filepath.Join(src, "missing"))
+	c.fail(1, "not found", "branch", "list", "nope")
+	c.fail(1, "not found", "log", "nope", "main")
+	c.fail(1, "not found", "log", "p", "nope")
+	c.fail(1, "not found", "diff", "p", "main", "layer:7")
+	c.fail(1, "not found", "checkout", "p", "nope", filepath.Join(t.TempDir(), "x"))
+	c.fail(1, "not found", "branch", "fork", "p", "b", "--from", "nope")
+	c.fail(1, "invalid name", "branch", "fork", "p", "B A D", "--from", "main")
+	c.fail(1, "already exists", "branch", "fork", "p", "main", "--from", "main")
+	c.fail(1, "not found", "branch", "delete", "p", "nope")
+	c.fail(1, "not found", "layer", "add", "p", "nope")
+	c.fail(1, "no such file or directory", "commit", "p", "main", "--from", filepath.Join(src, "missing"))
+	c.fail(1, "not empty", "checkout", "p", "main", src)
+	// Usage errors exit 2.
+	c.fail(2, "accepts 1 arg", "project", "create")
+	c.fail(2, "unknown flag", "project", "list", "--bogus")
+	c.fail(2, "--from REF is required", "branch", "fork", "p", "b")
+	c.fail(2, "--from DIR is required", "commit", "p", "main")
+	c.fail(2, "unknown command", "frobnicate")
+	// Nothing changed.
+	if after := c.ok("project", "list", "--json"); after != before {
+		t.Errorf("failed commands changed the projects:\n%s\n%s", before, after)
+	}
+	var branches []struct{ Name string }
+	c.json(&branches, "branch", "list", "p")
+	if len(branches) != 1 {
+		t.Errorf("branches: %+v", branches)
+	}
+	// No store.
+	none := &cli{t: t, store: filepath.Join(t.TempDir(), "none")}
+	none.fail(1, "no store", "project", "list")
+	if _, err := os.Stat(none.store); err == nil {
+		t.Errorf("a failed verb created the store directory")
+	}
+}
+
+func TestCLINewerSchema(t *testing.T) {
+	c := newCLI(t)
+	c.ok("project", "create", "p")
+	// Forge a store written by a newer LayerFS.
+	db, err := sql.Open("sqlite", filepath.Join(c.store, "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE meta SET value = 999 WHERE key = 'schema_version'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.fail(1, "newer", "project", "list")
+	c.fail(1, "newer", "project", "create", "q")
+	c.fail(1, "newer", "fsck")
+	db, err = sql.Open("sqlite", filepath.Join(c.store, "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v, n int
+	if err := db.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v); err != nil || v != 999 {
+		t.Errorf("schema version %d (%v): the newer store was touched", v, err)
+	}
+	if err := db.QueryRow(`SELECT count(*) FROM projects`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d projects (%v), want 1", n, err)
+	}
+}
+
+// TestCLIGCAndCorruption: deleting a branch that holds 50 MiB of unique
+// data and collecting reclaims it; a flipped pack byte is named by fsck.
+func TestCLIGCAndCorruption(t *testing.T) {
+	c := newCLI(t)
+	src := filepath.Join(t.TempDir(), "src")
+	writeFile(t, filepath.Join(src, "keep"), "kept content\n")
+	c.ok("project", "create", "p", "--from", src)
+	c.ok("branch", "fork", "p", "big", "--from", "main")
+	work := filepath.Join(t.TempDir(), "work")
+	c.ok("checkout", "p", "big", work)
+	big := make([]byte, 50<<20)
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i+8 <= len(big); i += 8 {
+		v := r.Uint64()
+		for j := range 8 {
+			big[i+j] = byte(v >> (8 * j))
+		}
+	}
+	if err := os.WriteFile(filepath.Join(work, "big"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.ok("commit", "p", "big", "--from", work)
+	c.ok("branch", "delete", "p", "big")
+	var gc struct{ Reclaimed int64 }
+	c.json(&gc, "gc")
+	if gc.Reclaimed < 45<<20 {
+		t.Errorf("gc reclaimed %d bytes, want at least 45 MiB", gc.Reclaimed)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	c.ok("checkout", "p", "main", out)
+	if b, _ := os.ReadFile(filepath.Join(out, "keep")); string(b) != "kept content\n" {
+		t.Errorf("after gc: keep = %q", b)
+	}
+	c.ok("fsck")
+
+	// Flip a byte of the kept content in its pack.
+	packs, _ := filepath.Glob(filepath.Join(c.store, "packs", "*"))
+	flipped := false
+	for _, p := range packs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if i := bytes.Index(b, []byte("kept content")); i >= 0 {
+			b[i] ^= 0x20
+			if err := os.WriteFile(p, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			flipped = true
+		}
+	}
+	if !flipped {
+		t.Fatalf("kept content not found in packs %v", packs)
+	}
+	r2 := c.run("fsck")
+	if r2.code != 1 || !strings.Contains(r2.stdout+r2.stderr, "pack") {
+		t.Errorf("fsck after a flipped byte: exit %d\n%s%s", r2.code, r2.stdout, r2.stderr)
+	}
+	c.fail(1, "corrupt", "checkout", "p", "main", filepath.Join(t.TempDir(), "bad"))
+}
