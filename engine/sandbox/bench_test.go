@@ -34,7 +34,7 @@ func TestMeasureOverhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(o)
-	if o.LaunchMedian <= 0 || o.WallMedian < o.LaunchMedian {
+	if o.Launch.Median <= 0 || o.Wall.Median < o.Launch.Median || o.Spawn.Median <= 0 {
 		t.Fatalf("implausible figures: %v", o)
 	}
 }

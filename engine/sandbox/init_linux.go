@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -52,6 +51,11 @@ func initMain(m *marks) int {
 	send := func(r initReport) int {
 		m.add("report")
 		r.Marks = *m
+		// Every process of the namespace is gone: closing the init's stdio
+		// ends the launcher's output streams now, not at the init's exit.
+		for fd := 0; fd <= 2; fd++ {
+			unix.Close(fd)
+		}
 		if err := json.NewEncoder(reportFile).Encode(r); err != nil {
 			return 3
 		}
@@ -73,11 +77,6 @@ func initMain(m *marks) int {
 	}
 	m.add("config")
 
-	// As PID 1 of its namespace the init receives only signals it handles;
-	// handling them all (and doing nothing) means a command cannot kill its
-	// own init with SIGTERM, while the command itself still starts with
-	// default dispositions (Go resets handled signals in the child).
-	signal.Notify(make(chan os.Signal, 1))
 	unix.Umask(0)
 
 	if err := setup(&cfg, m); err != nil {
@@ -94,6 +93,7 @@ func setup(cfg *initConfig, m *marks) error {
 			return fmt.Errorf("bring up lo: %w", err)
 		}
 	}
+	m.add("lo")
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("set hostname: %w", err)
 	}
@@ -147,6 +147,9 @@ func run(cfg *initConfig, m *marks) initReport {
 		Files: []uintptr{0, 1, 2},
 		Sys: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), Groups: []uint32{}},
+			// Its own process group, so that a script's `kill 0` stays
+			// within its own processes and does not reach the init.
+			Setpgid: true,
 		},
 	}
 	m.add("fork")

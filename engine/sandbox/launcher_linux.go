@@ -50,9 +50,13 @@ type Launcher struct {
 
 	mu      sync.Mutex
 	running map[int]bool // pids of live inits
+	// reaping holds the inits being reaped in the background, each closed
+	// when done.
+	reaping map[chan struct{}]bool
 
-	// trace, when set, gets every exec's phase marks (tests).
-	trace func([]mark)
+	// trace, when set, gets every exec's phase marks and the CPU time of
+	// the init and everything it reaped (tests).
+	trace func(marks []mark, cpu time.Duration)
 }
 
 func (l *Launcher) init() {
@@ -61,6 +65,7 @@ func (l *Launcher) init() {
 		_, _ = rand.Read(b[:])
 		l.prefix = "layerfs-" + hex.EncodeToString(b[:]) + "-"
 		l.running = map[int]bool{}
+		l.reaping = map[chan struct{}]bool{}
 		if l.NoCgroups {
 			l.cg = &cgroups{}
 			return
@@ -114,11 +119,6 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		if err != nil {
 			return res, fmt.Errorf("%w: %v", ErrSetup, err)
 		}
-		defer func() {
-			if err := cg.remove(); err != nil {
-				l.logger().Warn("sandbox cgroup left behind", "err", err)
-			}
-		}()
 	}
 	if !l.cg.hasMemory() && spec.MemoryBytes > 0 {
 		ic.RlimitAS = uint64(spec.MemoryBytes)
@@ -129,17 +129,14 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		ic.RlimitNproc = uint64(ic.pids)
 	}
 
-	cfgR, cfgW, err := os.Pipe()
+	p, err := newPipes()
 	if err != nil {
+		if cg != nil {
+			_ = cg.remove()
+		}
 		return res, err
 	}
-	defer cfgW.Close()
-	repR, repW, err := os.Pipe()
-	if err != nil {
-		cfgR.Close()
-		return res, err
-	}
-	defer repR.Close()
+	defer p.closeParent()
 
 	limit := spec.OutputLimit
 	if limit == 0 {
@@ -160,66 +157,110 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		Args:       []string{initArg0},
 		Env:        []string{},
 		Dir:        "/", // never the workspace: see the package comment
-		Stdin:      spec.Stdin,
-		Stdout:     outW,
-		Stderr:     errW,
-		ExtraFiles: []*os.File{cfgR, repW},
+		Stdout:     p.outW,
+		Stderr:     p.errW,
+		ExtraFiles: []*os.File{p.cfgR, p.repW},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: flags,
 			Setsid:     true,
 			Pdeathsig:  syscall.SIGKILL,
 		},
-		// Everything that could hold the output pipes dies with the init;
-		// this only bounds a Stdin reader that never returns.
-		WaitDelay: time.Second,
+	}
+	if f, ok := spec.Stdin.(*os.File); ok {
+		cmd.Stdin = f
+	} else if spec.Stdin != nil {
+		cmd.Stdin = p.inR
 	}
 	if cg != nil && cg.fd >= 0 {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = cg.fd
 	}
 	err = cmd.Start()
-	cfgR.Close()
-	repW.Close()
+	p.closeChild()
 	if err != nil {
+		if cg != nil {
+			_ = cg.remove()
+		}
 		return res, fmt.Errorf("%w: start init: %v", ErrSetup, err)
 	}
 	lm.add("started")
 	pid := cmd.Process.Pid
 	l.track(pid, true)
-	defer l.track(pid, false)
 
 	var killed atomic.Bool
 	kill := func() { killed.Store(true); _ = cmd.Process.Kill() }
 	stopCtx := context.AfterFunc(ctx, kill)
-	defer stopCtx()
 	backstop := time.AfterFunc(ic.Timeout+killGrace, kill)
-	defer backstop.Stop()
+	// reap waits for the init, then removes what the exec left on the host.
+	// It runs in the background once the init has reported: by then the
+	// command and every process of its namespace are gone and the init has
+	// closed its stdio, so only its own exit and namespace teardown remain.
+	var waitErr error
+	reap := func() {
+		waitErr = cmd.Wait()
+		stopCtx()
+		backstop.Stop()
+		if cg != nil {
+			if err := cg.remove(); err != nil {
+				l.logger().Warn("sandbox cgroup left behind", "err", err)
+			}
+		}
+		l.track(pid, false)
+	}
+
+	outDone := p.copy(p.outR, outW)
+	errDone := p.copy(p.errR, errW)
+	if cmd.Stdin == p.inR {
+		go func() {
+			_, _ = io.Copy(p.inW, spec.Stdin) // ends with EPIPE once the sandbox is gone
+			p.inW.Close()
+		}()
+	}
 
 	// The init waits for its config, so it runs nothing before it is in
 	// its cgroup.
+	var werr error
 	if cg != nil {
-		if err := cg.add(pid); err != nil {
-			kill()
-			_ = cmd.Wait()
-			return res, fmt.Errorf("%w: %v", ErrSetup, err)
-		}
+		werr = cg.add(pid)
 	}
-	werr := json.NewEncoder(cfgW).Encode(ic)
-	if cerr := cfgW.Close(); werr == nil {
+	if werr == nil {
+		werr = json.NewEncoder(p.cfgW).Encode(ic)
+	}
+	if cerr := p.cfgW.Close(); werr == nil {
 		werr = cerr
 	}
 	lm.add("sent")
-	raw, rerr := io.ReadAll(repR)
-	lm.add("got")
-	waitErr := cmd.Wait()
-	lm.add("waited")
-	if werr != nil {
-		return res, fmt.Errorf("%w: send config: %v", ErrSetup, werr)
+	var raw []byte
+	if werr == nil {
+		raw, _ = io.ReadAll(p.repR)
+	} else {
+		kill()
 	}
-
+	lm.add("got")
 	var rep initReport
-	reported := rerr == nil && len(raw) > 0 && json.Unmarshal(raw, &rep) == nil
+	reported := len(raw) > 0 && json.Unmarshal(raw, &rep) == nil
+	reaped := make(chan struct{})
+	if reported && rep.Error == "" && ctx.Err() == nil {
+		l.mu.Lock()
+		l.reaping[reaped] = true
+		l.mu.Unlock()
+		go func() {
+			reap()
+			l.mu.Lock()
+			delete(l.reaping, reaped)
+			l.mu.Unlock()
+			close(reaped)
+		}()
+	} else {
+		reap()
+		close(reaped)
+	}
+	p.waitOutput(outDone, errDone)
+	lm.add("output")
+
 	switch {
+	case werr != nil:
+		return res, fmt.Errorf("%w: start init: %v", ErrSetup, werr)
 	case ctx.Err() != nil:
 		return res, fmt.Errorf("sandbox exec: %w", ctx.Err())
 	case reported && rep.Error != "":
@@ -238,21 +279,21 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 				res.ExitCode, res.Signal = 128+int(ws.Signal()), unix.SignalName(ws.Signal())
 			}
 		}
-		l.logger().Warn("sandbox init ended without a report", "workspace", cfg.Workspace,
-			"wait", waitErr, "oom", cg != nil && cg.oomKilled())
-	}
-	if cg != nil && res.ExitCode == 137 && cg.oomKilled() {
-		l.logger().Info("sandbox hit its memory limit", "workspace", cfg.Workspace, "limit", spec.MemoryBytes)
+		l.logger().Warn("sandbox init ended without a report", "workspace", cfg.Workspace, "wait", waitErr)
 	}
 	res.OutputTruncated = outW.truncated || errW.truncated
-	if cg != nil {
-		if err := cg.remove(); err != nil {
-			l.logger().Warn("sandbox cgroup left behind", "err", err)
-		}
-	}
 	res.Wall = time.Since(t0)
 	lm.add("done")
-	l.tracePhases(lm, rep.Marks)
+	if l.trace != nil || l.logger().Enabled(ctx, slog.LevelDebug) {
+		go func() {
+			<-reaped // the init's CPU time is known once it is reaped
+			var cpu time.Duration
+			if ps := cmd.ProcessState; ps != nil {
+				cpu = ps.UserTime() + ps.SystemTime()
+			}
+			l.tracePhases(lm, rep.Marks, cpu)
+		}()
+	}
 	if res.Command == 0 || res.Command > res.Wall {
 		res.Command = res.Wall
 	}
@@ -332,11 +373,29 @@ func (l *Launcher) track(pid int, on bool) {
 	}
 }
 
+// Settle waits until the inits of execs that have returned are reaped and
+// their cgroups removed. Run returns as soon as the command's processes are
+// gone; the init's own exit and the teardown of its namespaces finish in
+// the background, off the exec's latency.
+func (l *Launcher) Settle() {
+	l.init()
+	l.mu.Lock()
+	chans := make([]chan struct{}, 0, len(l.reaping))
+	for c := range l.reaping {
+		chans = append(chans, c)
+	}
+	l.mu.Unlock()
+	for _, c := range chans {
+		<-c
+	}
+}
+
 // Leaks lists what this launcher's past execs left behind on the host:
 // cgroups that were not removed and inits still running. Empty while no
 // exec is in flight means clean.
 func (l *Launcher) Leaks() ([]string, error) {
 	l.init()
+	l.Settle()
 	var out []string
 	l.mu.Lock()
 	for pid := range l.running {
@@ -388,18 +447,90 @@ func (c *capWriter) Write(p []byte) (int, error) {
 
 // tracePhases logs (at debug level) how long each phase of an exec took,
 // merging the launcher's and the init's marks on their shared clock.
-func (l *Launcher) tracePhases(launcher, init marks) {
+func (l *Launcher) tracePhases(launcher, init marks, cpu time.Duration) {
 	all := append(slices.Clone(launcher), init...)
 	slices.SortStableFunc(all, func(a, b mark) int { return cmp.Compare(a.NS, b.NS) })
 	if l.trace != nil {
-		l.trace(all)
+		l.trace(all, cpu)
 	}
 	if !l.logger().Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	attrs := make([]any, 0, 2*len(all))
+	attrs := make([]any, 0, 2*len(all)+2)
+	attrs = append(attrs, "init_cpu", cpu)
 	for i := 1; i < len(all); i++ {
 		attrs = append(attrs, all[i].Name, time.Duration(all[i].NS-all[i-1].NS))
 	}
 	l.logger().Debug("sandbox phases", attrs...)
+}
+
+// pipes are the descriptors between the launcher and one init.
+type pipes struct {
+	cfgR, cfgW *os.File // config, to the init's fd 3
+	repR, repW *os.File // report, from the init's fd 4
+	outR, outW *os.File
+	errR, errW *os.File
+	inR, inW   *os.File
+}
+
+func newPipes() (*pipes, error) {
+	p := &pipes{}
+	for _, pair := range []struct{ r, w **os.File }{
+		{&p.cfgR, &p.cfgW}, {&p.repR, &p.repW}, {&p.outR, &p.outW}, {&p.errR, &p.errW}, {&p.inR, &p.inW},
+	} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			p.closeChild()
+			p.closeParent()
+			return nil, fmt.Errorf("sandbox pipes: %w", err)
+		}
+		*pair.r, *pair.w = r, w
+	}
+	return p, nil
+}
+
+// closeChild closes the ends the init inherited.
+func (p *pipes) closeChild() {
+	for _, f := range []*os.File{p.cfgR, p.repW, p.outW, p.errW, p.inR} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// closeParent closes the launcher's ends (closing twice is harmless).
+func (p *pipes) closeParent() {
+	for _, f := range []*os.File{p.cfgW, p.repR, p.outR, p.errR, p.inW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// copy drains r into w until EOF and closes the returned channel.
+func (p *pipes) copy(r *os.File, w io.Writer) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(w, r)
+	}()
+	return done
+}
+
+// outputGrace bounds the wait for output EOF after the init reported: only
+// a descriptor smuggled out of the sandbox could keep a pipe open longer.
+const outputGrace = 5 * time.Second
+
+func (p *pipes) waitOutput(done ...<-chan struct{}) {
+	t := time.NewTimer(outputGrace)
+	defer t.Stop()
+	for _, d := range done {
+		select {
+		case <-d:
+		case <-t.C:
+			p.outR.Close()
+			p.errR.Close()
+			<-d
+		}
+	}
 }

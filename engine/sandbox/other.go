@@ -25,6 +25,9 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 // Limits reports that nothing is enforced.
 func (l *Launcher) Limits() (memory, pids bool) { return false, false }
 
+// Settle returns at once: nothing was started.
+func (l *Launcher) Settle() {}
+
 // Leaks reports nothing: nothing was started.
 func (l *Launcher) Leaks() ([]string, error) { return nil, nil }
 

@@ -1,10 +1,12 @@
+//go:build linux
+
 package sandbox
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,31 +15,60 @@ import (
 	"layerfs.dev/layerfs/platforms"
 )
 
-// TestPhases prints the median time of each phase of an exec of `true`
-// (go test -run Phases -v): where the fixed cost goes.
+// TestPhases logs the median time of each phase of an exec of `true`
+// (go test -run Phases -v): where the fixed cost goes. LAYERFS_SANDBOX_EXES
+// (colon-separated) adds other init binaries, measured interleaved with the
+// test binary itself.
 func TestPhases(t *testing.T) {
 	testenv.RequireRoot(t)
-	per := map[string][]time.Duration{}
-	var order []string
-	l := &Launcher{trace: func(ms []mark) {
-		for i := 1; i < len(ms); i++ {
-			k := ms[i-1].Name + "->" + ms[i].Name
-			if _, ok := per[k]; !ok && len(order) < len(ms)-1 {
-				order = append(order, k)
+	exes := []string{""}
+	if v := os.Getenv("LAYERFS_SANDBOX_EXES"); v != "" {
+		exes = append(exes, strings.Split(v, ":")...)
+	}
+	type acc struct {
+		order  []string
+		per    map[string][]time.Duration
+		launch []time.Duration
+		cpu    []time.Duration
+	}
+	accs := make([]*acc, len(exes))
+	ls := make([]*Launcher, len(exes))
+	for i, exe := range exes {
+		a := &acc{per: map[string][]time.Duration{}}
+		accs[i] = a
+		ls[i] = &Launcher{Exe: exe, trace: func(ms []mark, cpu time.Duration) {
+			a.cpu = append(a.cpu, cpu)
+			for j := 1; j < len(ms); j++ {
+				k := ms[j-1].Name + "->" + ms[j].Name
+				if _, ok := a.per[k]; !ok {
+					a.order = append(a.order, k)
+				}
+				a.per[k] = append(a.per[k], time.Duration(ms[j].NS-ms[j-1].NS))
 			}
-			per[k] = append(per[k], time.Duration(ms[i].NS-ms[i-1].NS))
-		}
-	}}
+		}}
+	}
 	cfg := Config{Workspace: t.TempDir(), Spec: platforms.ExecSpec{Argv: []string{"true"}}}
-	for range 40 {
-		if _, err := l.Run(context.Background(), cfg, io.Discard, io.Discard); err != nil {
-			t.Fatal(err)
+	cfg.Network = os.Getenv("LAYERFS_SANDBOX_NETWORK") == "1"
+	n := 40
+	if testing.Short() {
+		n = 5
+	}
+	for range n {
+		for i, l := range ls {
+			res, err := l.Run(context.Background(), cfg, io.Discard, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			accs[i].launch = append(accs[i].launch, res.Launch)
 		}
 	}
-	var b strings.Builder
-	for _, k := range order {
-		fmt.Fprintf(&b, "%-16s %8.3f ms\n", k, float64(quantile(per[k], 0.5))/1e6)
+	for i, a := range accs {
+		var b strings.Builder
+		fmt.Fprintf(&b, "exe %q: launch median %.3f ms, p10 %.3f ms; init CPU median %.3f ms\n", exes[i],
+			float64(quantile(a.launch, 0.5))/1e6, float64(quantile(a.launch, 0.1))/1e6, float64(quantile(a.cpu, 0.5))/1e6)
+		for _, k := range a.order {
+			fmt.Fprintf(&b, "  %-16s %8.3f ms (p10 %.3f)\n", k, float64(quantile(a.per[k], 0.5))/1e6, float64(quantile(a.per[k], 0.1))/1e6)
+		}
+		t.Log("\n" + b.String())
 	}
-	t.Log("\n" + b.String())
-	_ = slices.Clone[[]string]
 }

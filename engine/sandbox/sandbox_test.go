@@ -461,6 +461,7 @@ func TestNoLeaks(t *testing.T) {
 	cfg := shell(ws, "sleep 0.01 & echo x > f; cat f")
 	cfg.Spec.MemoryBytes = 256 << 20
 	run(t, &l, cfg) // warm up the runtime's own descriptors
+	l.Settle()
 	fds, mounts := fdCount(t), relevantMounts(t, ws)
 	for range 5 {
 		run(t, &l, cfg)
@@ -470,6 +471,7 @@ func TestNoLeaks(t *testing.T) {
 	if o := run(t, &l, timeout); !o.res.TimedOut {
 		t.Errorf("want a timeout, got %+v", o.res)
 	}
+	l.Settle() // Run returns before the init's own exit is reaped
 	if got := fdCount(t); got != fds {
 		t.Errorf("descriptors: %d before, %d after", fds, got)
 	}

@@ -235,7 +235,12 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	s.cancel()
 	done := make(chan struct{})
-	go func() { s.running.Wait(); close(done) }()
+	go func() {
+		s.running.Wait()
+		// The inits' namespaces hold the workspace until they are reaped.
+		s.p.launcher.Settle()
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -6,7 +6,8 @@
 //	}
 //
 // newPlatform returns a fresh platform that is not up; the suite brings it
-// up and down itself. Workspaces are plain directories in t.TempDir(), so
+// up and down itself. Workspaces are plain directories below one temporary
+// directory (any mount left below it afterwards is a leak), so
 // the suite needs no FUSE and no daemon.
 //
 // What it checks: the lifecycle (Up twice, Down twice, Identity only while
@@ -62,19 +63,33 @@ const (
 // Run runs the conformance suite against platforms made by newPlatform.
 func Run(t *testing.T, newPlatform func(t *testing.T) platforms.Platform) {
 	before := hostSnapshot(t)
-	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, newPlatform(t)) })
+	// Every workspace of the suite is a directory below root, so that
+	// anything mounted there afterwards is the platform's leak.
+	root, err := os.MkdirTemp("", "platformtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	newWorkspace := func(t *testing.T) string {
+		d, err := os.MkdirTemp(root, "ws-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, newPlatform(t), newWorkspace(t)) })
 
 	p := newPlatform(t)
 	f := p.Features()
 	switch {
 	case f.HostMounts:
-		runHostMounts(t, p)
+		runHostMounts(t, p, newWorkspace)
 	case f.RemoteDaemon:
 		runRemote(t, p)
 	default:
 		t.Fatalf("%s: Features has neither HostMounts nor RemoteDaemon", p.Name())
 	}
-	t.Run("NothingLeft", func(t *testing.T) { checkNothingLeft(t, p, before) })
+	t.Run("NothingLeft", func(t *testing.T) { checkNothingLeft(t, p, before, root) })
 }
 
 // runRemote is where the client-driven variant for RemoteDaemon platforms
@@ -92,7 +107,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func testLifecycle(t *testing.T, p platforms.Platform) {
+func testLifecycle(t *testing.T, p platforms.Platform, ws string) {
 	ctx := ctxFor(t, upTimeout)
 	if _, err := p.Identity(ctx); !errors.Is(err, platforms.ErrNotUp) {
 		t.Errorf("Identity before Up: got %v, want ErrNotUp", err)
@@ -118,7 +133,7 @@ func testLifecycle(t *testing.T, p platforms.Platform) {
 		t.Errorf("Identity after Down: got %v, want ErrNotUp", err)
 	}
 	if sh, ok := p.(platforms.SandboxHost); ok {
-		if _, err := sh.Attach(ctx, platforms.Workspace{ID: "after-down", HostPath: t.TempDir()}); !errors.Is(err, platforms.ErrNotUp) {
+		if _, err := sh.Attach(ctx, platforms.Workspace{ID: "after-down", HostPath: ws}); !errors.Is(err, platforms.ErrNotUp) {
 			t.Errorf("Attach after Down: got %v, want ErrNotUp", err)
 		}
 	}
@@ -130,6 +145,8 @@ type env struct {
 	sh platforms.SandboxHost
 	sb platforms.Sandbox
 	ws string // host path of the workspace
+
+	newWorkspace func(t *testing.T) string
 }
 
 func (e *env) exec(t *testing.T, spec platforms.ExecSpec) (platforms.ExecResult, string, string) {
@@ -153,7 +170,7 @@ func workspaceID() string {
 	return "conformance-" + hex.EncodeToString(b[:])
 }
 
-func runHostMounts(t *testing.T, p platforms.Platform) {
+func runHostMounts(t *testing.T, p platforms.Platform, newWorkspace func(t *testing.T) string) {
 	sh, ok := p.(platforms.SandboxHost)
 	if !ok {
 		t.Fatalf("%s: Features.HostMounts but no SandboxHost", p.Name())
@@ -162,7 +179,7 @@ func runHostMounts(t *testing.T, p platforms.Platform) {
 	if err := p.Up(ctx); err != nil {
 		t.Fatalf("Up: %v", err)
 	}
-	e := &env{p: p, sh: sh, ws: t.TempDir()}
+	e := &env{p: p, sh: sh, ws: newWorkspace(t), newWorkspace: newWorkspace}
 	sb, err := sh.Attach(ctx, platforms.Workspace{ID: workspaceID(), HostPath: e.ws})
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
@@ -374,7 +391,7 @@ func testNetwork(t *testing.T, e *env) {
 			t.Skipf("%s cannot grant the network", e.p.Name())
 		}
 		ctx := ctxFor(t, upTimeout)
-		sb, err := e.sh.Attach(ctx, platforms.Workspace{ID: workspaceID(), HostPath: t.TempDir(), Network: true})
+		sb, err := e.sh.Attach(ctx, platforms.Workspace{ID: workspaceID(), HostPath: e.newWorkspace(t), Network: true})
 		if err != nil {
 			t.Fatalf("Attach with network: %v", err)
 		}
@@ -453,7 +470,7 @@ func hostSnapshot(t *testing.T) snapshot {
 	return s
 }
 
-func checkNothingLeft(t *testing.T, p platforms.Platform, before snapshot) {
+func checkNothingLeft(t *testing.T, p platforms.Platform, before snapshot, root string) {
 	ctx := ctxFor(t, upTimeout)
 	if err := p.Down(ctx); err != nil {
 		t.Errorf("Down: %v", err)
@@ -469,9 +486,7 @@ func checkNothingLeft(t *testing.T, p platforms.Platform, before snapshot) {
 	} else {
 		t.Logf("%s has no Leaks hook: only generic checks", p.Name())
 	}
-	// Every workspace of the suite lives in a t.TempDir below one parent.
-	parent := filepath.Dir(filepath.Dir(t.TempDir()))
-	for _, m := range mountsBelow(parent) {
+	for _, m := range mountsBelow(root) {
 		t.Errorf("mount left below the suite's workspaces: %s", m)
 	}
 	// A process may need a moment to be reaped after Down.
