@@ -1,0 +1,27 @@
+# LayerFS. `make help` lists the targets; CI runs `make test` through .ci/run.
+GO ?= go
+export PATH := /usr/local/go/bin:$(PATH)
+
+.DEFAULT_GOAL := help
+.PHONY: help build layerfs test demo bench-store
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## build every command (./cmd/...) into bin/
+	@mkdir -p bin
+	$(GO) build -o bin/ ./cmd/...
+
+layerfs: ## build only bin/layerfs
+	@mkdir -p bin
+	$(GO) build -o bin/layerfs ./cmd/layerfs
+
+test: ## the whole test suite: scripts/test-setup, then go test ./...
+	scripts/test-setup
+	$(GO) test -count=1 -timeout 60m ./...
+
+demo: layerfs ## import a directory, make history, diff and check out (scripts/demo)
+	scripts/demo
+
+bench-store: layerfs ## dedup growth, capture throughput and fork time against the issue-2 targets
+	bin/layerfs bench store
