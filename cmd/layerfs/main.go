@@ -33,5 +33,7 @@ func commands(a *app) {
 		fsckCmd(a),
 		statsCmd(a),
 		benchCmd(a),
+		daemonCmd(a),
+		wsCmd(a),
 	)
 }

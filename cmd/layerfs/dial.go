@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"layerfs.dev/layerfs/client"
+)
+
+// Daemon discovery for the verbs that talk to layerfsd:
+//
+//   - $LAYERFS_DAEMON (unix:///path or http://host:port, with $LAYERFS_TOKEN
+//     for TCP) names a daemon explicitly; it is never auto-started.
+//   - Otherwise the daemon of the selected Store answers on
+//     <store>/layerfsd.sock, and verbs that need one start it when nothing
+//     answers there: `layerfsd serve --store DIR --idle-exit 10m` in its own
+//     session, logging to <store>/layerfsd.log, so that it outlives the
+//     command and exits by itself when unused.
+
+const (
+	daemonSocket = "layerfsd.sock"
+	daemonLog    = "layerfsd.log"
+	// startTimeout bounds the wait for an auto-started daemon to answer.
+	startTimeout = 30 * time.Second
+	// defaultIdleExit is how long an auto-started daemon stays up unused
+	// ($LAYERFS_IDLE_EXIT overrides).
+	defaultIdleExit = "10m"
+)
+
+func (a *app) socketPath() string { return filepath.Join(a.dir(), daemonSocket) }
+
+// daemonAddr is the address to dial and whether it is the Store's own
+// socket (which may be auto-started).
+func (a *app) daemonAddr() (addr string, own bool) {
+	if env := os.Getenv("LAYERFS_DAEMON"); env != "" {
+		return env, false
+	}
+	return "unix://" + a.socketPath(), true
+}
+
+// dial connects to a running daemon without starting one.
+func (a *app) dial(ctx context.Context) (*client.Client, error) {
+	addr, _ := a.daemonAddr()
+	var opts []client.Option
+	if tok := os.Getenv("LAYERFS_TOKEN"); tok != "" {
+		opts = append(opts, client.WithToken(tok))
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return client.Dial(dctx, addr, opts...)
+}
+
+// daemon connects to the daemon, starting the Store's own when none answers.
+func (a *app) daemon(ctx context.Context) (*client.Client, error) {
+	c, err := a.dial(ctx)
+	if err == nil {
+		return c, nil
+	}
+	addr, own := a.daemonAddr()
+	if !own || !notListening(err) {
+		return nil, fmt.Errorf("no daemon answers on %s: %w", addr, err)
+	}
+	if _, err := a.startDaemon(ctx, os.Getenv("LAYERFS_IDLE_EXIT")); err != nil {
+		return nil, err
+	}
+	return a.dial(ctx)
+}
+
+// notListening tells a missing or dead socket from other dial failures.
+func notListening(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// findDaemon locates layerfsd: next to this executable, else on PATH.
+func findDaemon() (string, error) {
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "layerfsd")
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("layerfsd"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("cannot start a daemon: layerfsd is neither next to the layerfs executable nor on PATH")
+}
+
+// startDaemon starts layerfsd for the Store in the background and waits
+// (bounded) until it answers. It returns the daemon's pid.
+func (a *app) startDaemon(ctx context.Context, idleExit string) (int, error) {
+	bin, err := findDaemon()
+	if err != nil {
+		return 0, err
+	}
+	if idleExit == "" {
+		idleExit = defaultIdleExit
+	}
+	dir := a.dir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, err
+	}
+	logPath := filepath.Join(dir, daemonLog)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("daemon log: %w", err)
+	}
+	defer logf.Close()
+	start, _ := logf.Seek(0, 2)
+	cmd := exec.Command(bin, "serve", "--store", dir, "--idle-exit", idleExit)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own session: the daemon survives this command and its terminal.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Dir = "/"
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	fmt.Fprintf(a.stderr, "layerfs: started layerfsd (pid %d) for %s; it exits after %s unused\n", cmd.Process.Pid, dir, idleExit)
+
+	deadline := time.Now().Add(startTimeout)
+	for {
+		c, err := a.dial(ctx)
+		if err == nil {
+			c.Close()
+			return cmd.Process.Pid, nil
+		}
+		select {
+		case werr := <-exited:
+			return 0, fmt.Errorf("layerfsd exited at start (%v): %s", werr, logTail(logPath, start))
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("layerfsd (pid %d) did not answer within %s; see %s", cmd.Process.Pid, startTimeout, logPath)
+		}
+	}
+}
+
+// logTail returns the last lines the daemon logged since offset.
+func logTail(path string, offset int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return "see " + path
+	}
+	lines := strings.Split(strings.TrimSpace(string(bytes.TrimSpace(b[offset:]))), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}

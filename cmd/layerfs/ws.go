@@ -1,0 +1,380 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/wire"
+)
+
+// The ws verbs drive workspaces through the daemon (auto-started when none
+// answers): create, list, status, exec, cp, commit, end, mount.
+
+func wsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ws",
+		Short: "Workspaces: create, exec, cp, commit, end (through the daemon)",
+	}
+	cmd.AddCommand(wsCreateCmd(a), wsListCmd(a), wsStatusCmd(a), wsExecCmd(a), wsCpCmd(a),
+		wsCommitCmd(a), wsEndCmd(a), wsMountCmd(a))
+	return cmd
+}
+
+// withDaemon runs fn with a client of the (auto-started) daemon.
+func (a *app) withDaemon(cmd *cobra.Command, fn func(c *client.Client) error) error {
+	c, err := a.daemon(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
+func wsCreateCmd(a *app) *cobra.Command {
+	var spec wire.WorkspaceSpec
+	cmd := &cobra.Command{
+		Use:   "create PROJECT BRANCH",
+		Short: "Create and mount a workspace on a branch head (prints its id and mount path)",
+		Args:  args(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			spec.Project, spec.Branch = argv[0], argv[1]
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				ws, err := c.CreateWorkspace(cmd.Context(), spec)
+				if err != nil {
+					return err
+				}
+				info := ws.Info()
+				return a.emit(info, func(w io.Writer) {
+					fmt.Fprintln(w, "ID\tPATH")
+					fmt.Fprintf(w, "%s\t%s\n", info.ID, showPath(info.MountPath))
+				})
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&spec.At, "at", "", "mount this ref instead of the branch head (commits still go to the branch)")
+	f.StringVar(&spec.MountPath, "path", "", "mount here (absolute path on the daemon's host; default under the store)")
+	f.StringVar(&spec.Network, "network", "", "sandbox network: none (default) or host")
+	f.StringVar(&spec.Platform, "platform", "", "sandbox platform (default: the daemon's first)")
+	return cmd
+}
+
+func wsListCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List workspaces",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				wss, err := c.Workspaces(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if wss == nil {
+					wss = []wire.Workspace{}
+				}
+				return a.emit(wss, func(w io.Writer) {
+					fmt.Fprintln(w, "ID\tPROJECT\tBRANCH\tHEAD\tSTATE\tPLATFORM\tPATH\tCREATED")
+					for _, ws := range wss {
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ws.ID, ws.Project, ws.Branch, short(ws.Head),
+							ws.State, ws.Platform, showPath(ws.MountPath), showTime(ws.Created))
+					}
+				})
+			})
+		},
+	}
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func wsStatusCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status WS",
+		Short: "Show a workspace: changed paths, upper-layer bytes, FUSE requests",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				ws, err := c.Workspace(cmd.Context(), argv[0])
+				if err != nil {
+					return err
+				}
+				st, err := ws.Status(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return a.emit(st, func(w io.Writer) {
+					fmt.Fprintf(w, "workspace\t%s (%s)\n", st.ID, st.State)
+					fmt.Fprintf(w, "project\t%s, branch %s\n", st.Project, st.Branch)
+					fmt.Fprintf(w, "base\t%s\n", st.Base)
+					fmt.Fprintf(w, "head\t%s\n", st.Head)
+					fmt.Fprintf(w, "path\t%s\n", showPath(st.MountPath))
+					fmt.Fprintf(w, "platform\t%s, network %s\n", st.Platform, st.Network)
+					if st.DataPath != "" {
+						fmt.Fprintf(w, "data path\t%s\n", st.DataPath)
+					}
+					fmt.Fprintf(w, "upper layer\t%s\n", showBytes(st.UpperBytes))
+					fmt.Fprintf(w, "fuse requests\t%d (%s in the daemon)\n", st.FUSE.Requests, time.Duration(st.FUSE.ServiceNs))
+					fmt.Fprintf(w, "changes\t%d\n", len(st.Changes))
+					for _, ch := range st.Changes {
+						fmt.Fprintf(w, "  %s\t%s\n", ch.Kind, showPath(ch.Path))
+					}
+				})
+			})
+		},
+	}
+}
+
+func wsCommitCmd(a *app) *cobra.Command {
+	var req wire.CommitRequest
+	cmd := &cobra.Command{
+		Use:   "commit WS",
+		Short: "Commit a workspace's changes to its branch (the workspace stays mounted)",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				ws, err := c.Workspace(cmd.Context(), argv[0])
+				if err != nil {
+					return err
+				}
+				res, err := ws.CommitWith(cmd.Context(), req)
+				if err != nil {
+					if client.IsHeadMoved(err) {
+						return fmt.Errorf("%w (nothing is lost: the workspace keeps its changes)", err)
+					}
+					return err
+				}
+				return a.emit(res, func(w io.Writer) {
+					fmt.Fprintln(w, "COMMIT\tRESULT\tHEAD")
+					fmt.Fprintf(w, "%s\t%s\t%s\n", res.Commit, res.Result, res.Head)
+				})
+			})
+		},
+	}
+	cmd.Flags().StringVarP(&req.Message, "message", "m", "", "commit message")
+	cmd.Flags().StringVar(&req.Author, "author", "", "commit author (default: the daemon's)")
+	return cmd
+}
+
+func wsEndCmd(a *app) *cobra.Command {
+	var opts client.EndOptions
+	cmd := &cobra.Command{
+		Use:   "end WS",
+		Short: "Unmount a workspace and remove it (refuses uncommitted changes without --discard)",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				ws, err := c.Workspace(cmd.Context(), argv[0])
+				if err != nil {
+					return err
+				}
+				if err := ws.End(cmd.Context(), opts); err != nil {
+					if client.IsUncommitted(err) {
+						return fmt.Errorf("%w (commit them, or end with --discard)", err)
+					}
+					return err
+				}
+				if a.json {
+					return a.emit(map[string]any{"id": argv[0], "ended": true, "discarded": opts.Discard}, nil)
+				}
+				fmt.Fprintf(a.stdout, "ended %s\n", argv[0])
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&opts.Discard, "discard", false, "drop uncommitted changes")
+	return cmd
+}
+
+func wsMountCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "mount WS",
+		Short: "Mount a workspace again (after a crash left it unmounted)",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				ws, err := c.Workspace(cmd.Context(), argv[0])
+				if err != nil {
+					return err
+				}
+				if err := ws.Mount(cmd.Context()); err != nil {
+					return err
+				}
+				info := ws.Info()
+				return a.emit(info, func(w io.Writer) {
+					fmt.Fprintln(w, "ID\tSTATE\tPATH")
+					fmt.Fprintf(w, "%s\t%s\t%s\n", info.ID, info.State, showPath(info.MountPath))
+				})
+			})
+		},
+	}
+}
+
+func wsExecCmd(a *app) *cobra.Command {
+	var (
+		body    string
+		opts    client.ExecOptions
+		stdin   bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "exec WS (-c BODY | -- CMD [ARGS...])",
+		Short: "Run a command in a fresh sandbox on the workspace; its exit code becomes this command's",
+		Long: `Run a command in a fresh sandbox with the workspace at /workspace.
+  layerfs ws exec WS -- CMD [ARGS...]   runs CMD with ARGS exactly as given (no shell)
+  layerfs ws exec WS -c 'BODY'          runs BODY with bash -o pipefail -c
+Output streams as the command writes it (with --json it is collected into one
+JSON result instead). The command's exit code becomes layerfs's.`,
+		Args: func(cmd *cobra.Command, argv []string) error {
+			dash := cmd.ArgsLenAtDash()
+			switch {
+			case len(argv) == 0:
+				return usageError{errors.New("ws exec: name a workspace")}
+			case body != "" && len(argv) > 1:
+				return usageError{errors.New("ws exec: give -c BODY or -- CMD [ARGS...], not both")}
+			case body == "" && (dash != 1 || len(argv) < 2):
+				return usageError{errors.New("ws exec: give -c BODY or -- CMD [ARGS...] after the workspace")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			opts.Timeout = timeout
+			if stdin {
+				b, err := io.ReadAll(os.Stdin)
+				if err != nil {
+					return err
+				}
+				opts.Stdin = b
+			}
+			var code int
+			err := a.withDaemon(cmd, func(c *client.Client) error {
+				ws, err := c.Workspace(cmd.Context(), argv[0])
+				if err != nil {
+					return err
+				}
+				if !a.json {
+					opts.Stdout, opts.Stderr = a.stdout, a.stderr
+				}
+				var res *client.ExecResult
+				if body != "" {
+					res, err = ws.Exec(cmd.Context(), body, opts)
+				} else {
+					res, err = ws.ExecArgv(cmd.Context(), argv[1:], opts)
+				}
+				if err != nil {
+					return err
+				}
+				code = res.ExitCode
+				if a.json {
+					return a.emit(res, nil)
+				}
+				switch {
+				case res.TimedOut:
+					fmt.Fprintf(a.stderr, "layerfs: the command timed out after %s\n", timeout)
+				case res.Signal != "":
+					fmt.Fprintf(a.stderr, "layerfs: the command was killed by %s\n", res.Signal)
+				}
+				if res.OutputTruncated {
+					fmt.Fprintln(a.stderr, "layerfs: output was truncated at the exec's output limit")
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				exitWith(a, code)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&body, "command", "c", "", "run BODY with bash -o pipefail -c")
+	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default: the daemon's)")
+	f.StringArrayVarP(&opts.Env, "env", "e", nil, "set NAME=VALUE in the command's environment (repeatable)")
+	f.StringVarP(&opts.Dir, "workdir", "w", "", "working directory relative to /workspace")
+	f.BoolVarP(&stdin, "interactive", "i", false, "pass this command's standard input to the command")
+	f.Int64Var(&opts.OutputLimit, "output-limit", 0, "cap each output stream at this many bytes (default: the daemon's)")
+	return cmd
+}
+
+// exitWith ends the process with the exec's exit code. run() maps every
+// error to 1, so the code cannot travel back as an error; output is
+// flushed first (stdout and stderr are unbuffered files).
+func exitWith(a *app, code int) {
+	if f, ok := a.stdout.(*os.File); ok {
+		f.Sync()
+	}
+	os.Exit(code)
+}
+
+// wsRef matches WS:PATH (a workspace id, a colon, a path).
+var wsRef = regexp.MustCompile(`^([a-z0-9][a-z0-9-]*):(.*)$`)
+
+func splitRef(s string) (id, p string, ok bool) {
+	m := wsRef.FindStringSubmatch(s)
+	if m == nil {
+		return "", "", false
+	}
+	if m[2] == "" {
+		m[2] = "."
+	}
+	return m[1], m[2], true
+}
+
+func wsCpCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy files or directories between this host and a workspace (one side WS:PATH)",
+		Long: `Copy a file or a directory tree into or out of a workspace, like cp -r:
+  layerfs ws cp ./src WS:app        upload (a directory's contents go into app/)
+  layerfs ws cp WS:out/report.txt . download (into an existing directory, under the base name)
+Workspace paths are relative to the workspace root; WS: alone is the root.
+A local path containing a colon can be written as ./name:with:colons.`,
+		Args: args(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			srcID, srcPath, srcWS := splitRef(argv[0])
+			dstID, dstPath, dstWS := splitRef(argv[1])
+			switch {
+			case srcWS && dstWS:
+				return usageError{errors.New("ws cp: copy between two workspaces by way of a local directory")}
+			case !srcWS && !dstWS:
+				return usageError{errors.New("ws cp: one side must be WS:PATH")}
+			}
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				ctx := cmd.Context()
+				if srcWS {
+					ws, err := c.Workspace(ctx, srcID)
+					if err != nil {
+						return err
+					}
+					return ws.Download(ctx, srcPath, argv[1])
+				}
+				ws, err := c.Workspace(ctx, dstID)
+				if err != nil {
+					return err
+				}
+				// A file copied to a directory (the root, or a path ending
+				// in "/") keeps its name, as cp does.
+				if fi, err := os.Stat(argv[0]); err == nil && !fi.IsDir() && (dstPath == "." || strings.HasSuffix(dstPath, "/")) {
+					dstPath = path.Join(dstPath, filepath.Base(argv[0]))
+				}
+				return ws.Upload(ctx, argv[0], path.Clean(dstPath))
+			})
+		},
+	}
+}
