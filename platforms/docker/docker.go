@@ -54,8 +54,10 @@ type Options struct {
 	// TmpBytes is the size of each container's /tmp; 0 is DefaultTmpBytes.
 	TmpBytes int64
 	// Supervisor is the executable bind-mounted into every container to run
-	// execs; "" is this process's own executable, which must import this
-	// package (the supervisor is this package's init hook).
+	// execs: a build of cmd/layerfs-supervise, or any binary that imports
+	// this package (its init hook is the supervisor too). "" is
+	// layerfs-supervise beside this process's executable if it is there,
+	// else this executable itself.
 	Supervisor string
 	// Logger receives lifecycle events; nil is silent.
 	Logger *slog.Logger
@@ -200,8 +202,8 @@ func (p *Platform) connect(ctx context.Context, cli *client.Client) (upState, er
 
 	st.supervisor = p.opts.Supervisor
 	if st.supervisor == "" {
-		if st.supervisor, err = os.Executable(); err != nil {
-			return st, fmt.Errorf("docker: find own executable for the supervisor: %w", err)
+		if st.supervisor, err = defaultSupervisor(); err != nil {
+			return st, fmt.Errorf("docker: find the supervisor: %w", err)
 		}
 	}
 	if st.supervisor, err = filepath.EvalSymlinks(st.supervisor); err != nil {

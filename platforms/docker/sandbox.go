@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/docker/internal/supervise"
 )
 
 // Errors of Attach and Exec.
@@ -270,7 +271,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	}
 	outW := &capWriter{w: stdout, limit: limit}
 	errCap := &capWriter{w: stderr, limit: limit}
-	errW := &tailWriter{next: errCap, keep: trailerLen}
+	errW := &tailWriter{next: errCap, keep: supervise.TrailerLen}
 	done := make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(outW, errW, hj.Reader)
@@ -292,7 +293,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 		stopErr = fmt.Errorf("docker: exec in %s: read output: %w", s.ws.ID, err)
 	}
 
-	tr, terr := decodeTrailer(errW.tail())
+	tr, terr := supervise.DecodeTrailer(errW.tail())
 	if terr != nil {
 		_, _ = errCap.Write(errW.tail()) // it was the command's, or the engine's, stderr
 		code := -1
@@ -311,7 +312,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	if tr.Signal != 0 {
 		res.Signal = unix.SignalName(unix.Signal(tr.Signal))
 	}
-	res.TimedOut = res.TimedOut || tr.Flags&flagTimedOut != 0
+	res.TimedOut = res.TimedOut || tr.Flags&supervise.FlagTimedOut != 0
 	res.OutputTruncated = outW.truncated || errCap.truncated
 	res.Command = tr.Command
 	res.Wall = time.Since(start)
@@ -443,7 +444,7 @@ func (s *Sandbox) stop(ctx context.Context, execID string, hj interface{ Close()
 			return err
 		case <-time.After(stopGrace):
 		}
-		for _, p := range append(descendants(pid), pid) {
+		for _, p := range append(supervise.Descendants(pid), pid) {
 			_ = unix.Kill(p, unix.SIGKILL)
 		}
 		select {
@@ -513,5 +514,5 @@ func isSupervisor(pid int) bool {
 		return false
 	}
 	argv0, _, _ := strings.Cut(string(b), "\x00")
-	return path.Base(argv0) == supervisorName
+	return path.Base(argv0) == supervise.Name
 }

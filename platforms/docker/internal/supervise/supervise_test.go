@@ -1,9 +1,10 @@
-package docker
+package supervise
 
 import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -11,52 +12,60 @@ import (
 	"time"
 )
 
+// The test binary is also the supervisor, as the docker package's is.
+func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == Name {
+		os.Exit(Main(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
 func TestTrailerRoundTrip(t *testing.T) {
-	for _, want := range []trailer{
+	for _, want := range []Trailer{
 		{},
-		{Exit: 137, Signal: 9, Flags: flagTimedOut | flagCancelled, Command: 1234567},
+		{Exit: 137, Signal: 9, Flags: FlagTimedOut | FlagCancelled, Command: 1234567},
 		{Exit: 255, Command: 10 * time.Minute},
 	} {
-		b := encodeTrailer(want)
-		if len(b) != trailerLen {
-			t.Fatalf("encoded length %d, want %d", len(b), trailerLen)
+		b := want.Encode()
+		if len(b) != TrailerLen {
+			t.Fatalf("encoded length %d, want %d", len(b), TrailerLen)
 		}
-		got, err := decodeTrailer(b)
+		got, err := DecodeTrailer(b)
 		if err != nil || got != want {
 			t.Fatalf("decode(encode(%+v)) = %+v, %v", want, got, err)
 		}
 	}
-	for _, bad := range [][]byte{nil, []byte("hello"), bytes.Repeat([]byte("x"), trailerLen)} {
-		if _, err := decodeTrailer(bad); err == nil {
-			t.Errorf("decodeTrailer(%q) succeeded", bad)
+	for _, bad := range [][]byte{nil, []byte("hello"), bytes.Repeat([]byte("x"), TrailerLen)} {
+		if _, err := DecodeTrailer(bad); err == nil {
+			t.Errorf("DecodeTrailer(%q) succeeded", bad)
 		}
 	}
 }
 
 // runSupervisor runs this test binary as the supervisor on the host, as
 // docker runs it in a container, and splits its stderr from its trailer.
-func runSupervisor(t *testing.T, timeout time.Duration, argv ...string) (trailer, string, string) {
+func runSupervisor(t *testing.T, timeout time.Duration, argv ...string) (Trailer, string, string) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := &exec.Cmd{Path: exe, Args: append([]string{supervisorName, "exec", strconv.FormatInt(int64(timeout), 10), "--"}, argv...)}
+	cmd := &exec.Cmd{Path: exe, Args: append([]string{Name, "exec", strconv.FormatInt(int64(timeout), 10), "--"}, argv...)}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	runErr := cmd.Run()
 	e := errb.Bytes()
-	if len(e) < trailerLen {
+	if len(e) < TrailerLen {
 		t.Fatalf("supervisor %v: stderr %q too short for a trailer (%v)", argv, e, runErr)
 	}
-	tr, err := decodeTrailer(e[len(e)-trailerLen:])
+	tr, err := DecodeTrailer(e[len(e)-TrailerLen:])
 	if err != nil {
 		t.Fatalf("supervisor %v: %v in %q", argv, err, e)
 	}
 	if got := cmd.ProcessState.ExitCode(); got != tr.Exit {
 		t.Errorf("supervisor exit code %d, trailer says %d", got, tr.Exit)
 	}
-	return tr, out.String(), string(e[:len(e)-trailerLen])
+	return tr, out.String(), string(e[:len(e)-TrailerLen])
 }
 
 func TestSuperviseExitStatus(t *testing.T) {
@@ -71,8 +80,8 @@ func TestSuperviseExitStatus(t *testing.T) {
 		{"ok", []string{"sh", "-c", "echo out; echo err >&2"}, 0, 0, 0, "out\n", "err\n"},
 		{"exit code", []string{"sh", "-c", "exit 7"}, 7, 0, 0, "", ""},
 		{"killed by signal", []string{"sh", "-c", "kill -TERM $$"}, 128 + 15, 15, 0, "", ""},
-		{"not found", []string{"no-such-command-here"}, 127, 0, flagNoStart, "", "layerfs-supervise: exec: \"no-such-command-here\": executable file not found in $PATH\n"},
-		{"not executable", []string{"/etc/hostname"}, 126, 0, flagNoStart, "", ""},
+		{"not found", []string{"no-such-command-here"}, 127, 0, FlagNoStart, "", "layerfs-supervise: exec: \"no-such-command-here\": executable file not found in $PATH\n"},
+		{"not executable", []string{"/etc/hostname"}, 126, 0, FlagNoStart, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,7 +123,7 @@ func sleepers(arg string) []int {
 			continue
 		}
 		if strings.TrimRight(string(b), "\x00") == "sleep\x00"+arg {
-			if _, state, ok := procStat(pid); ok && state != 'Z' {
+			if _, state, ok := ProcStat(pid); ok && state != 'Z' {
 				pids = append(pids, pid)
 			}
 		}
@@ -136,7 +145,7 @@ func TestSuperviseTimeoutKillsTree(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("timed-out exec took %v", took)
 	}
-	if tr.Flags&flagTimedOut == 0 || tr.Exit != 128+9 || tr.Signal != 9 {
+	if tr.Flags&FlagTimedOut == 0 || tr.Exit != 128+9 || tr.Signal != 9 {
 		t.Errorf("trailer %+v, want timed out, SIGKILL", tr)
 	}
 	if out != "started\n" {
@@ -165,7 +174,7 @@ func TestSuperviseKillsLeftovers(t *testing.T) {
 func TestSuperviseSIGTERMKillsTree(t *testing.T) {
 	arg := marker(t)
 	exe, _ := os.Executable()
-	cmd := &exec.Cmd{Path: exe, Args: append([]string{supervisorName, "exec", strconv.FormatInt(int64(time.Minute), 10), "--"}, escapers(arg, "sleep "+arg)...)}
+	cmd := &exec.Cmd{Path: exe, Args: append([]string{Name, "exec", strconv.FormatInt(int64(time.Minute), 10), "--"}, escapers(arg, "sleep "+arg)...)}
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
@@ -183,8 +192,8 @@ func TestSuperviseSIGTERMKillsTree(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	e := errb.Bytes()
-	tr, err := decodeTrailer(e[max(len(e)-trailerLen, 0):])
-	if err != nil || tr.Flags&flagCancelled == 0 {
+	tr, err := DecodeTrailer(e[max(len(e)-TrailerLen, 0):])
+	if err != nil || tr.Flags&FlagCancelled == 0 {
 		t.Errorf("trailer %+v, %v; want cancelled", tr, err)
 	}
 	if left := sleepers(arg); len(left) != 0 {

@@ -1,4 +1,4 @@
-package docker
+package supervise
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,82 +15,65 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The supervisor is this same executable, bind-mounted read-only into every
-// container at supervisorPath and recognised by its argv[0]. It is the
-// container's idle PID 1 ("idle") and the parent of every exec ("exec"):
-//
-//	layerfs-supervise exec TIMEOUT_NS [wait] -- ARGV...
-//
-// runs ARGV in a new process group as a child subreaper, so that every
-// process the command starts, even one that double-forks or calls setsid,
-// stays its descendant; when the command ends, times out or the supervisor
-// gets SIGTERM/SIGINT/SIGHUP, it SIGKILLs all descendants, reaps them, and
-// writes a fixed-size trailer (exit status, signal, flags, command time on
-// the container's clock) as the very last bytes of its stderr. With "wait"
-// it first reads one byte from stdin: the host's word that it has moved the
-// supervisor into the exec's cgroups (see cgroup.go).
-const (
-	supervisorName = "layerfs-supervise"
-	supervisorDir  = "/.layerfs"
-	supervisorPath = supervisorDir + "/" + supervisorName
-)
+// Name is the supervisor's program name; a binary run under it (argv[0]'s
+// base name) is a supervisor.
+const Name = "layerfs-supervise"
 
-// init turns the process into the supervisor when it runs under that name,
-// before main or a test binary's flag parsing. This is the re-exec pattern:
-// the binary that drives Docker is also the program it runs inside.
-func init() {
-	if filepath.Base(os.Args[0]) == supervisorName {
-		os.Exit(superviseMain(os.Args[1:]))
-	}
-}
-
-// trailer flags.
+// Trailer flags.
 const (
-	flagTimedOut  = 1 << 0 // the supervisor's own deadline passed
-	flagCancelled = 1 << 1 // the host asked it to stop (SIGTERM/SIGINT/SIGHUP)
-	flagNoStart   = 1 << 2 // the command could not be started
+	FlagTimedOut  = 1 << 0 // the supervisor's own deadline passed
+	FlagCancelled = 1 << 1 // the host asked it to stop (SIGTERM/SIGINT/SIGHUP)
+	FlagNoStart   = 1 << 2 // the command could not be started
 )
 
 // trailerMagic starts the trailer; a NUL keeps it out of ordinary text.
 const trailerMagic = "\x00layerfs-exec\x00"
 
-// trailerLen is the fixed length of an encoded trailer.
-var trailerLen = len(encodeTrailer(trailer{}))
+// TrailerLen is the fixed length of an encoded trailer.
+var TrailerLen = len(Trailer{}.Encode())
 
-// trailer is what the supervisor reports about one exec.
-type trailer struct {
+// Trailer is what the supervisor reports about one exec.
+type Trailer struct {
 	Exit    int           // exit status 0-255, or 128+signal
 	Signal  int           // signal that ended the command, or 0
 	Flags   int           // flag* bits
 	Command time.Duration // from just before fork to just after the command was reaped
 }
 
-func encodeTrailer(t trailer) []byte {
+// Encode returns the trailer's fixed-size text form.
+func (t Trailer) Encode() []byte {
 	return fmt.Appendf(nil, "%s%03d %03d %03d %020d\n", trailerMagic, t.Exit, t.Signal, t.Flags, int64(t.Command))
 }
 
-var errNoTrailer = errors.New("supervisor trailer missing")
+// ErrNoTrailer: the bytes are not a trailer.
+var ErrNoTrailer = errors.New("supervisor trailer missing")
 
-func decodeTrailer(b []byte) (trailer, error) {
-	if len(b) != trailerLen || !bytes.HasPrefix(b, []byte(trailerMagic)) || b[len(b)-1] != '\n' {
-		return trailer{}, errNoTrailer
+// DecodeTrailer parses a trailer of exactly TrailerLen bytes.
+func DecodeTrailer(b []byte) (Trailer, error) {
+	if len(b) != TrailerLen || !bytes.HasPrefix(b, []byte(trailerMagic)) || b[len(b)-1] != '\n' {
+		return Trailer{}, ErrNoTrailer
 	}
 	f := strings.Fields(string(b[len(trailerMagic) : len(b)-1]))
 	if len(f) != 4 {
-		return trailer{}, fmt.Errorf("%w: %d fields", errNoTrailer, len(f))
+		return Trailer{}, fmt.Errorf("%w: %d fields", ErrNoTrailer, len(f))
 	}
 	var n [4]int64
 	for i, s := range f {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return trailer{}, fmt.Errorf("%w: %v", errNoTrailer, err)
+			return Trailer{}, fmt.Errorf("%w: %v", ErrNoTrailer, err)
 		}
 		n[i] = v
 	}
-	return trailer{Exit: int(n[0]), Signal: int(n[1]), Flags: int(n[2]), Command: time.Duration(n[3])}, nil
+	return Trailer{Exit: int(n[0]), Signal: int(n[1]), Flags: int(n[2]), Command: time.Duration(n[3])}, nil
 }
 
-func superviseMain(args []string) int {
+// Main runs the supervisor with its arguments (os.Args[1:]) and returns its
+// exit status:
+//
+//	idle                          the container's PID 1: reap orphans, exit on SIGTERM
+//	exec TIMEOUT_NS [wait] -- ARGV  run ARGV; see the package documentation
+func Main(args []string) int {
 	if len(args) >= 1 && args[0] == "idle" {
 		return idle()
 	}
@@ -100,12 +82,12 @@ func superviseMain(args []string) int {
 		args = append(args[:2:2], args[3:]...)
 	}
 	if len(args) < 4 || args[0] != "exec" || args[2] != "--" {
-		fmt.Fprintf(os.Stderr, "usage: %s idle | exec TIMEOUT_NS [wait] -- ARGV...\n", supervisorName)
+		fmt.Fprintf(os.Stderr, "usage: %s idle | exec TIMEOUT_NS [wait] -- ARGV...\n", Name)
 		return 2
 	}
 	timeout, err := strconv.ParseInt(args[1], 10, 64)
 	if err != nil || timeout <= 0 {
-		fmt.Fprintf(os.Stderr, "%s: bad timeout %q\n", supervisorName, args[1])
+		fmt.Fprintf(os.Stderr, "%s: bad timeout %q\n", Name, args[1])
 		return 2
 	}
 	if wait {
@@ -113,13 +95,13 @@ func superviseMain(args []string) int {
 		// the rest of stdin is the command's. EOF: the host gave up.
 		var b [1]byte
 		if n, _ := unix.Read(0, b[:]); n != 1 {
-			t := trailer{Exit: 125, Flags: flagNoStart | flagCancelled}
-			_, _ = os.Stderr.Write(encodeTrailer(t))
+			t := Trailer{Exit: 125, Flags: FlagNoStart | FlagCancelled}
+			_, _ = os.Stderr.Write(t.Encode())
 			return t.Exit
 		}
 	}
 	t := supervise(args[3:], time.Duration(timeout))
-	if _, err := os.Stderr.Write(encodeTrailer(t)); err != nil {
+	if _, err := os.Stderr.Write(t.Encode()); err != nil {
 		return 125
 	}
 	return t.Exit
@@ -146,18 +128,18 @@ func idle() int {
 
 // supervise runs argv and returns its trailer once the command and every
 // process it started are gone.
-func supervise(argv []string, timeout time.Duration) trailer {
+func supervise(argv []string, timeout time.Duration) Trailer {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: cannot become a subreaper: %v\n", supervisorName, err)
-		return trailer{Exit: 126, Flags: flagNoStart}
+		fmt.Fprintf(os.Stderr, "%s: cannot become a subreaper: %v\n", Name, err)
+		return Trailer{Exit: 126, Flags: FlagNoStart}
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", supervisorName, err)
-		return trailer{Exit: noStartCode(err), Flags: flagNoStart}
+		fmt.Fprintf(os.Stderr, "%s: %v\n", Name, err)
+		return Trailer{Exit: noStartCode(err), Flags: FlagNoStart}
 	}
 	start := time.Now()
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
@@ -166,8 +148,8 @@ func supervise(argv []string, timeout time.Duration) trailer {
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: exec %s: %v\n", supervisorName, argv[0], err)
-		return trailer{Exit: noStartCode(err), Flags: flagNoStart}
+		fmt.Fprintf(os.Stderr, "%s: exec %s: %v\n", Name, argv[0], err)
+		return Trailer{Exit: noStartCode(err), Flags: FlagNoStart}
 	}
 
 	// The deadline and the host's signals kill the tree from a goroutine;
@@ -179,16 +161,16 @@ func supervise(argv []string, timeout time.Duration) trailer {
 		defer timer.Stop()
 		select {
 		case <-timer.C:
-			flags <- flagTimedOut
+			flags <- FlagTimedOut
 		case <-sigs:
-			flags <- flagCancelled
+			flags <- FlagCancelled
 		case <-stop:
 			return
 		}
-		killDescendants()
+		KillDescendants(os.Getpid())
 	}()
 
-	var t trailer
+	var t Trailer
 	for {
 		var ws unix.WaitStatus
 		wpid, err := unix.Wait4(-1, &ws, 0, nil)
@@ -210,7 +192,7 @@ func supervise(argv []string, timeout time.Duration) trailer {
 			t.Exit = 128 + t.Signal
 		}
 		// The command is done; whatever it left behind goes with it.
-		killDescendants()
+		KillDescendants(os.Getpid())
 	}
 	close(stop)
 	select {
@@ -228,12 +210,12 @@ func noStartCode(err error) int {
 	return 126
 }
 
-// killDescendants SIGKILLs every live descendant of this process until none
-// is left. Being a subreaper, every process the command started is one.
-func killDescendants() {
-	self := os.Getpid()
+// KillDescendants SIGKILLs every live descendant of root until none is
+// left. In the supervisor (a subreaper, root itself), every process the
+// command started is one.
+func KillDescendants(root int) {
 	for range 1000 {
-		ds := descendants(self)
+		ds := Descendants(root)
 		if len(ds) == 0 {
 			return
 		}
@@ -244,8 +226,8 @@ func killDescendants() {
 	}
 }
 
-// descendants lists the live (non-zombie) descendants of root from /proc.
-func descendants(root int) []int {
+// Descendants lists the live (non-zombie) descendants of root from /proc.
+func Descendants(root int) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -256,7 +238,7 @@ func descendants(root int) []int {
 		if err != nil {
 			continue
 		}
-		ppid, state, ok := procStat(pid)
+		ppid, state, ok := ProcStat(pid)
 		if !ok || state == 'Z' || state == 'X' {
 			continue
 		}
@@ -275,8 +257,8 @@ func descendants(root int) []int {
 	return out
 }
 
-// procStat reads the parent pid and state of pid from /proc/PID/stat.
-func procStat(pid int) (ppid int, state byte, ok bool) {
+// ProcStat reads the parent pid and state of pid from /proc/PID/stat.
+func ProcStat(pid int) (ppid int, state byte, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, 0, false
