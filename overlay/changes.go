@@ -45,6 +45,8 @@ type ChangeSet struct {
 	Changes []Change
 	seq     uint64
 	full    bool
+	emitted map[string]bool // paths of emitted files
+	linked  []*Node         // emitted hard-linked files, to emit all names of
 }
 
 // dirtyEnt records that a name in a directory changed since the last
@@ -196,7 +198,7 @@ func (o *Overlay) changesLocked() (*ChangeSet, error) {
 	for n := range o.writers {
 		o.touchNode(n)
 	}
-	cs := &ChangeSet{Base: o.base, seq: o.seq}
+	cs := &ChangeSet{Base: o.base, seq: o.seq, emitted: map[string]bool{}}
 	var err error
 	if o.rootDirty {
 		cs.Base, cs.full = o.lowerRoot, true
@@ -207,6 +209,25 @@ func (o *Overlay) changesLocked() (*ChangeSet, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A commit groups hard links by the upper inode among the files it
+	// captures: every name of a hard-linked file it captures must be in
+	// the change set, or the link is lost.
+	for len(cs.linked) > 0 {
+		n := cs.linked[0]
+		cs.linked = cs.linked[1:]
+		for _, a := range append([]alias{{n.parent, n.name}}, n.aliases...) {
+			if a.parent == nil || a.parent.dir.children[a.name] != n {
+				continue
+			}
+			p := join(o.relPath(a.parent), a.name)
+			if !cs.emitted[p] {
+				if err := o.emitFile(cs, n, a.parent, a.name, p); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	cs.emitted, cs.linked = nil, nil
 	return cs, nil
 }
 
@@ -332,8 +353,8 @@ func (o *Overlay) pureUpper(d *Node) bool {
 		return false
 	}
 	for _, c := range d.dir.children {
-		if c.state != stateUpper {
-			return false
+		if c.state != stateUpper || len(c.aliases) > 0 {
+			return false // hard links are emitted name by name
 		}
 		if c.IsDir() && (c.dir.lowerTree != nil || !o.pureUpper(c)) {
 			return false
@@ -377,6 +398,12 @@ func (o *Overlay) emitFile(cs *ChangeSet, n *Node, d *Node, name, p string) erro
 		cs.Changes = append(cs.Changes, Change{Path: p, Entry: &e})
 	default:
 		cs.Changes = append(cs.Changes, Change{Path: p, Source: o.upperDir + "/" + p})
+	}
+	if cs.emitted != nil {
+		cs.emitted[p] = true
+		if len(n.aliases) > 0 && n.state != stateLower {
+			cs.linked = append(cs.linked, n)
+		}
 	}
 	return nil
 }

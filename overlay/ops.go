@@ -506,6 +506,9 @@ func (o *Overlay) Rename(ctx context.Context, od *Node, oname string, nd *Node, 
 	if s.IsDir() && o.isAncestor(s, nd) || t != nil && t.IsDir() && exchange && o.isAncestor(t, od) {
 		return syscall.EINVAL
 	}
+	if t != nil && t.IsDir() && !exchange && o.isAncestor(t, od) {
+		return syscall.ENOTEMPTY // the target contains the source
+	}
 	if t != nil && !exchange {
 		switch {
 		case s.IsDir() && !t.IsDir():
@@ -616,6 +619,11 @@ func (o *Overlay) rebindLocked(d *Node, name string, n *Node) {
 	d.dir.listing = nil
 	if n.IsDir() {
 		o.renames++
+		// Keep the moved directory's dirty entries reachable.
+		if len(n.dir.dirty) > 0 {
+			o.dirtyEnt(d, name).walk = true
+			o.markWalk(d)
+		}
 	}
 }
 

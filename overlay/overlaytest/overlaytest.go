@@ -1,0 +1,427 @@
+// Package overlaytest drives workspaces in tests: a seeded, reproducible
+// sequence of random file system operations applied in lockstep to two
+// targets (a plain directory and a workspace, mounted or through the overlay
+// API), and a comparison of two directory trees.
+package overlaytest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Target is a directory tree the operations act on; paths are relative,
+// slash-separated.
+type Target interface {
+	WriteFile(path string, data []byte, mode uint32) error // create or truncate
+	WriteAt(path string, off int64, data []byte) error     // an existing file
+	Truncate(path string, size int64) error
+	Rename(from, to string) error
+	Link(from, to string) error
+	Unlink(path string) error
+	Mkdir(path string, mode uint32) error
+	Rmdir(path string) error
+	Chmod(path string, mode uint32) error
+	Symlink(target, path string) error
+}
+
+// Dir is a Target on a real directory (a plain one, or a mount).
+type Dir string
+
+func (d Dir) p(path string) string { return filepath.Join(string(d), path) }
+
+func (d Dir) WriteFile(path string, data []byte, mode uint32) error {
+	f, err := os.OpenFile(d.p(path), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, fs.FileMode(mode))
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (d Dir) WriteAt(path string, off int64, data []byte) error {
+	f, err := os.OpenFile(d.p(path), os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(data, off)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (d Dir) Truncate(path string, size int64) error { return unix.Truncate(d.p(path), size) }
+func (d Dir) Rename(from, to string) error           { return unix.Rename(d.p(from), d.p(to)) }
+func (d Dir) Link(from, to string) error             { return unix.Link(d.p(from), d.p(to)) }
+func (d Dir) Unlink(path string) error               { return unix.Unlink(d.p(path)) }
+func (d Dir) Mkdir(path string, mode uint32) error   { return unix.Mkdir(d.p(path), mode) }
+func (d Dir) Rmdir(path string) error                { return unix.Rmdir(d.p(path)) }
+func (d Dir) Chmod(path string, mode uint32) error {
+	return unix.Fchmodat(unix.AT_FDCWD, d.p(path), mode, 0)
+}
+func (d Dir) Symlink(target, path string) error { return unix.Symlink(target, d.p(path)) }
+
+// Errno reduces an error to its errno (0 for nil), so two targets can be
+// compared by outcome.
+func Errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return syscall.EIO
+}
+
+// Op is one generated operation.
+type Op struct {
+	Kind string
+	A, B string
+	Off  int64
+	Size int64
+	Mode uint32
+	Data []byte
+}
+
+func (op Op) String() string {
+	return fmt.Sprintf("%s %q %q off=%d size=%d mode=%o len=%d", op.Kind, op.A, op.B, op.Off, op.Size, op.Mode, len(op.Data))
+}
+
+// Apply runs op on t.
+func (op Op) Apply(t Target) error {
+	switch op.Kind {
+	case "create":
+		return t.WriteFile(op.A, op.Data, op.Mode)
+	case "write":
+		return t.WriteAt(op.A, op.Off, op.Data)
+	case "truncate":
+		return t.Truncate(op.A, op.Size)
+	case "rename":
+		return t.Rename(op.A, op.B)
+	case "link":
+		return t.Link(op.A, op.B)
+	case "unlink":
+		return t.Unlink(op.A)
+	case "mkdir":
+		return t.Mkdir(op.A, op.Mode)
+	case "rmdir":
+		return t.Rmdir(op.A)
+	case "chmod":
+		return t.Chmod(op.A, op.Mode)
+	case "symlink":
+		return t.Symlink(op.B, op.A)
+	}
+	return fmt.Errorf("unknown op %q", op.Kind)
+}
+
+// Gen generates operations from a seed. It keeps a model of the tree built
+// from the outcomes reported to Done, so most operations are valid and some
+// deliberately fail the same way on both targets.
+type Gen struct {
+	r     *rand.Rand
+	files []string
+	dirs  []string
+	n     int
+}
+
+// NewGen starts a generator over a tree whose existing files and
+// directories (relative paths, "" is the root) are given.
+func NewGen(seed uint64, files, dirs []string) *Gen {
+	g := &Gen{r: rand.New(rand.NewPCG(seed, seed^0x5eed)), files: slices.Clone(files), dirs: slices.Clone(dirs)}
+	if !slices.Contains(g.dirs, "") {
+		g.dirs = append(g.dirs, "")
+	}
+	sort.Strings(g.files)
+	sort.Strings(g.dirs)
+	return g
+}
+
+func (g *Gen) pick(l []string) string {
+	if len(l) == 0 {
+		return ""
+	}
+	return l[g.r.IntN(len(l))]
+}
+
+func (g *Gen) newName(dir string) string {
+	g.n++
+	name := fmt.Sprintf("n%d", g.r.IntN(40))
+	if g.r.IntN(4) == 0 {
+		name = fmt.Sprintf("u%d", g.n)
+	}
+	return join(dir, name)
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+func (g *Gen) data(max int) []byte {
+	b := make([]byte, g.r.IntN(max+1))
+	for i := range b {
+		b[i] = byte(g.r.Uint32())
+	}
+	return b
+}
+
+// Next returns the next operation.
+func (g *Gen) Next() Op {
+	for {
+		switch k := g.r.IntN(100); {
+		case k < 18:
+			return Op{Kind: "create", A: g.newName(g.pick(g.dirs)), Data: g.data(3000), Mode: 0o644}
+		case k < 38 && len(g.files) > 0:
+			return Op{Kind: "write", A: g.pick(g.files), Off: int64(g.r.IntN(9000)), Data: g.data(5000)}
+		case k < 46 && len(g.files) > 0:
+			return Op{Kind: "truncate", A: g.pick(g.files), Size: int64(g.r.IntN(12000))}
+		case k < 58:
+			from := g.pick(g.files)
+			if g.r.IntN(3) == 0 || from == "" {
+				from = g.pick(g.dirs)
+			}
+			if from == "" {
+				continue
+			}
+			to := g.newName(g.pick(g.dirs))
+			if g.r.IntN(3) == 0 && len(g.files) > 0 {
+				to = g.pick(g.files) // over an existing file
+			}
+			return Op{Kind: "rename", A: from, B: to}
+		case k < 64 && len(g.files) > 0:
+			return Op{Kind: "link", A: g.pick(g.files), B: g.newName(g.pick(g.dirs))}
+		case k < 74 && len(g.files) > 0:
+			return Op{Kind: "unlink", A: g.pick(g.files)}
+		case k < 82:
+			return Op{Kind: "mkdir", A: g.newName(g.pick(g.dirs)), Mode: 0o755}
+		case k < 88 && len(g.dirs) > 1:
+			d := g.pick(g.dirs)
+			if d == "" {
+				continue
+			}
+			return Op{Kind: "rmdir", A: d}
+		case k < 96 && len(g.files) > 0:
+			return Op{Kind: "chmod", A: g.pick(g.files), Mode: []uint32{0o600, 0o644, 0o755, 0o700}[g.r.IntN(4)]}
+		case k >= 96:
+			return Op{Kind: "symlink", A: g.newName(g.pick(g.dirs)), B: "target-" + fmt.Sprint(g.r.IntN(5))}
+		}
+	}
+}
+
+// Done updates the model after op succeeded on the reference target,
+// whose tree is at root.
+func (g *Gen) Done(op Op, root string) {
+	switch op.Kind {
+	case "create", "link":
+		p := op.A
+		if op.Kind == "link" {
+			p = op.B
+		}
+		g.addFile(p)
+	case "unlink":
+		g.files = remove(g.files, op.A)
+	case "mkdir":
+		g.dirs = insert(g.dirs, op.A)
+	case "rmdir":
+		g.dirs = remove(g.dirs, op.A)
+	case "rename":
+		if _, err := os.Lstat(filepath.Join(root, op.A)); err == nil {
+			return // two names of one file: nothing happened
+		}
+		from, to := op.A, op.B
+		if i, found := slices.BinarySearch(g.dirs, from); found {
+			g.dirs = slices.Delete(g.dirs, i, i+1)
+			g.dirs = remove(g.dirs, to) // an empty directory replaced
+			g.dirs = insert(g.dirs, to)
+			g.files = movePrefix(g.files, from+"/", to+"/")
+			g.dirs = movePrefix(g.dirs, from+"/", to+"/")
+			return
+		}
+		g.files = remove(g.files, from)
+		g.addFile(to)
+	}
+}
+
+func movePrefix(l []string, from, to string) []string {
+	changed := false
+	for i, s := range l {
+		if strings.HasPrefix(s, from) {
+			l[i] = to + s[len(from):]
+			changed = true
+		}
+	}
+	if changed {
+		sort.Strings(l)
+	}
+	return l
+}
+
+func (g *Gen) addFile(p string) {
+	if !slices.Contains(g.files, p) {
+		g.files = insert(g.files, p)
+	}
+}
+
+func insert(l []string, s string) []string {
+	i, found := slices.BinarySearch(l, s)
+	if found {
+		return l
+	}
+	return slices.Insert(l, i, s)
+}
+
+func remove(l []string, s string) []string {
+	i, found := slices.BinarySearch(l, s)
+	if !found {
+		return l
+	}
+	return slices.Delete(l, i, i+1)
+}
+
+// Scan lists the regular files and directories under root (relative).
+func Scan(root string) (files, dirs []string) {
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			rel = ""
+		}
+		switch {
+		case d.IsDir():
+			dirs = append(dirs, rel)
+		case d.Type().IsRegular():
+			files = append(files, rel)
+		}
+		return nil
+	})
+	sort.Strings(files)
+	sort.Strings(dirs)
+	return files, dirs
+}
+
+// Compare returns the differences between the trees at want and got: types,
+// permission bits, sizes, contents, symlink targets, user xattrs and which
+// paths are hard links of one another. Times and owners are not compared.
+func Compare(want, got string) []string {
+	a, errA := describe(want)
+	b, errB := describe(got)
+	var out []string
+	if errA != nil || errB != nil {
+		return []string{fmt.Sprintf("scan: %v %v", errA, errB)}
+	}
+	for p, x := range a {
+		y, ok := b[p]
+		if !ok {
+			out = append(out, fmt.Sprintf("%q missing", p))
+			continue
+		}
+		if x.desc != y.desc {
+			out = append(out, fmt.Sprintf("%q: got %s, want %s", p, y.desc, x.desc))
+		}
+		if !bytes.Equal(x.content, y.content) {
+			out = append(out, fmt.Sprintf("%q: content differs (%d vs %d bytes)", p, len(y.content), len(x.content)))
+		}
+		if x.group != y.group {
+			out = append(out, fmt.Sprintf("%q: hard links %s, want %s", p, y.group, x.group))
+		}
+	}
+	for p := range b {
+		if _, ok := a[p]; !ok {
+			out = append(out, fmt.Sprintf("%q unexpected", p))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+type info struct {
+	desc    string
+	content []byte
+	group   string
+}
+
+func describe(root string) (map[string]*info, error) {
+	out := map[string]*info{}
+	byIno := map[uint64][]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			return nil
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		x := &info{}
+		typ := st.Mode & unix.S_IFMT
+		x.desc = fmt.Sprintf("type=%o perm=%o", typ, st.Mode&07777)
+		switch typ {
+		case unix.S_IFREG:
+			x.desc += fmt.Sprintf(" size=%d nlink=%d", st.Size, st.Nlink)
+			if x.content, err = os.ReadFile(p); err != nil {
+				return err
+			}
+			if st.Nlink > 1 {
+				byIno[st.Ino] = append(byIno[st.Ino], rel)
+			}
+		case unix.S_IFLNK:
+			t, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			x.desc += " target=" + t
+		}
+		if names, err := listUserXattrs(p); err == nil && len(names) > 0 {
+			x.desc += " xattrs=" + strings.Join(names, ",")
+		}
+		out[rel] = x
+		return nil
+	})
+	for _, paths := range byIno {
+		sort.Strings(paths)
+		g := strings.Join(paths, "+")
+		for _, p := range paths {
+			out[p].group = g
+		}
+	}
+	return out, err
+}
+
+func listUserXattrs(p string) ([]string, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Llistxattr(p, buf)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, s := range strings.Split(string(buf[:n]), "\x00") {
+		if strings.HasPrefix(s, "user.") {
+			v, _ := unix.Lgetxattr(p, s, buf[n:])
+			names = append(names, fmt.Sprintf("%s=%q", s, buf[n:n+max(v, 0)]))
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
