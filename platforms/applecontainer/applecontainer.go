@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/internal/guest"
 )
 
 // Name is the platform's registry name.
@@ -26,7 +27,7 @@ const Name = "applecontainer"
 // namespaces need), and the 1.x line has `container copy`.
 const MinVersion = "1.1.0"
 
-var minVersion = semver{1, 1, 0}
+var minVersion = guest.Semver{1, 1, 0}
 
 // DefaultImage is the guest's root file system when Config.Image is empty.
 const DefaultImage = "docker.io/library/debian:bookworm-slim"
@@ -201,7 +202,7 @@ func (p *Platform) must(ctx context.Context, args ...string) (Result, error) {
 	}
 	if res.ExitCode != 0 {
 		return res, fmt.Errorf("applecontainer: container %s exited with status %d: %w; stderr:\n%s",
-			args[0], res.ExitCode, ErrCommand, tail(res.Stderr, 20))
+			args[0], res.ExitCode, ErrCommand, guest.Tail(res.Stderr, 20))
 	}
 	return res, nil
 }
@@ -215,13 +216,13 @@ func (p *Platform) checkTool(ctx context.Context) error {
 		return err
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("applecontainer: container --version exited with status %d: %w; stderr:\n%s", res.ExitCode, platforms.ErrUnavailable, tail(res.Stderr, 10))
+		return fmt.Errorf("applecontainer: container --version exited with status %d: %w; stderr:\n%s", res.ExitCode, platforms.ErrUnavailable, guest.Tail(res.Stderr, 10))
 	}
 	v, raw, err := parseVersion(res.Stdout)
 	if err != nil {
 		return fmt.Errorf("applecontainer: %w: %w", err, platforms.ErrUnavailable)
 	}
-	if v.less(minVersion) {
+	if v.Less(minVersion) {
 		return fmt.Errorf("applecontainer: container %s is too old, LayerFS needs %s or newer (install the newer signed package from https://github.com/apple/container/releases): %w", raw, MinVersion, platforms.ErrUnavailable)
 	}
 	p.version = raw
@@ -247,7 +248,7 @@ func (p *Platform) ensureSystem(ctx context.Context) error {
 	}
 	if res.ExitCode != 0 {
 		return fmt.Errorf("applecontainer: container services did not start: %w (container system start exited with status %d); it said:\n%s",
-			ErrStart, res.ExitCode, tail(append(res.Stdout, res.Stderr...), 20))
+			ErrStart, res.ExitCode, guest.Tail(append(res.Stdout, res.Stderr...), 20))
 	}
 	return nil
 }
@@ -348,8 +349,8 @@ func (p *Platform) Up(ctx context.Context) error {
 		return fmt.Errorf("applecontainer: container %q is not running after start (state %q): %w", p.name, c.state(), ErrStart)
 	}
 	p.info = c
-	client := unixClient(p.hostSocket)
-	if v, err := probeVersion(ctx, client, "http://layerfsd", ""); err == nil {
+	daemon := guest.UnixDaemon(p.hostSocket)
+	if v, err := daemon.Version(ctx); err == nil {
 		p.log.Info("applecontainer: guest layerfsd already answering", "container", p.name, "version", v.Version)
 		p.up = true
 		return nil
@@ -357,7 +358,7 @@ func (p *Platform) Up(ctx context.Context) error {
 	if err := p.startDaemon(ctx); err != nil {
 		return err
 	}
-	v, err := waitVersion(ctx, client, "http://layerfsd", "", p.cfg.DaemonTimeout)
+	v, err := daemon.Wait(ctx, p.cfg.DaemonTimeout)
 	if err != nil {
 		return fmt.Errorf("applecontainer: layerfsd in container %q did not answer GET /v1/version on %s within %s (%v): %w; guest log %s:\n%s",
 			p.name, p.hostSocket, p.cfg.DaemonTimeout, err, ErrDaemon, guestLog, p.daemonLog(ctx))
@@ -375,7 +376,7 @@ func (p *Platform) startOrFail(ctx context.Context, args ...string) error {
 	}
 	if res.ExitCode != 0 {
 		return fmt.Errorf("applecontainer: %s container %q: %w (container exited with status %d); it said:\n%s",
-			args[0], p.name, ErrStart, res.ExitCode, tail(res.Stderr, 20))
+			args[0], p.name, ErrStart, res.ExitCode, guest.Tail(res.Stderr, 20))
 	}
 	return nil
 }
@@ -403,14 +404,7 @@ func (p *Platform) startDaemon(ctx context.Context) error {
 }
 
 func (p *Platform) daemonLog(ctx context.Context) string {
-	res, err := p.tool(ctx, "exec", p.name, "tail", "-n", "40", guestLog)
-	if err != nil {
-		return "(cannot read it: " + err.Error() + ")"
-	}
-	if res.ExitCode != 0 {
-		return "(cannot read it: " + tail(res.Stderr, 3) + ")"
-	}
-	return tail(res.Stdout, 40)
+	return guest.LogTail(p.tool(ctx, "exec", p.name, "tail", "-n", "40", guestLog))
 }
 
 // Endpoint implements platforms.Remote: the published socket on this host.
@@ -430,23 +424,17 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 	if !p.up {
 		return platforms.Identity{}, fmt.Errorf("applecontainer: identity of %q: %w", p.name, platforms.ErrNotUp)
 	}
-	res, err := p.must(ctx, "exec", p.name, "sh", "-c", factsScript)
+	res, err := p.must(ctx, "exec", p.name, "sh", "-c", guest.FactsScript)
 	if err != nil {
 		return platforms.Identity{}, err
 	}
-	f, err := parseFacts(res.Stdout)
+	id, err := guest.ParseFacts(res.Stdout)
 	if err != nil {
 		return platforms.Identity{}, fmt.Errorf("applecontainer: %w", err)
 	}
-	return platforms.Identity{
-		Platform:    Name,
-		Kernel:      f.Kernel,
-		CPUs:        f.CPUs,
-		MemoryBytes: f.MemoryBytes,
-		Runtime:     "container " + p.version,
-		Image:       p.info.image(),
-		Details:     fmt.Sprintf("container %s", p.name),
-	}, nil
+	id.Platform, id.Runtime, id.Image = Name, "container "+p.version, p.info.image()
+	id.Details = fmt.Sprintf("container %s", p.name)
+	return id, nil
 }
 
 // Down implements platforms.Platform: delete the container (and so its VM

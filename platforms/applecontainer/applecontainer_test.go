@@ -13,9 +13,15 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/internal/guest"
+	"layerfs.dev/layerfs/platforms/internal/guest/guesttest"
 	"layerfs.dev/layerfs/wire"
 )
 
+// fixture sets up what a replayed scenario refers to: a run directory for
+// the host socket and a daemon binary to copy. The scenarios in testdata/
+// (guesttest.Scenario) use them as $RUNDIR and $DAEMON; their outputs
+// follow apple/container's sources (see doc.go).
 type fixture struct {
 	runDir, daemon string
 	vars           map[string]string
@@ -68,8 +74,8 @@ func (f *fixture) serveDaemon(t *testing.T) {
 
 func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 	f := newFixture(t)
-	r := newReplayer(t, "up-create.json", f.vars)
-	r.hooks["serve-daemon"] = func() { f.serveDaemon(t) }
+	r := guesttest.NewReplayer(t, "up-create.json", f.vars)
+	r.Hooks["serve-daemon"] = func() { f.serveDaemon(t) }
 	p := f.platform(t, r, nil)
 	ctx := context.Background()
 	if err := p.Up(ctx); err != nil {
@@ -107,7 +113,7 @@ func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 func TestUpIsIdempotentWhenDaemonAnswers(t *testing.T) {
 	f := newFixture(t)
 	f.serveDaemon(t)
-	p := f.platform(t, newReplayer(t, "up-running.json", f.vars), nil)
+	p := f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), nil)
 	for i := range 2 {
 		if err := p.Up(context.Background()); err != nil {
 			t.Fatalf("Up #%d: %v", i+1, err)
@@ -129,7 +135,7 @@ func TestUpFailures(t *testing.T) {
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			f := newFixture(t)
-			p := f.platform(t, newReplayer(t, tc.scenario, f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
+			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
 			err := p.Up(context.Background())
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Up: got %v, want %v", err, tc.want)
@@ -210,11 +216,11 @@ func TestParseList(t *testing.T) {
 func TestParseVersion(t *testing.T) {
 	for _, tc := range []struct {
 		out  string
-		want semver
+		want guest.Semver
 		bad  bool
 	}{
-		{out: "container CLI version 1.2.1 (build: release, commit: n/a)\n", want: semver{1, 2, 1}},
-		{out: "container CLI version 0.4.1 (build: release, commit: 4ac18b5)\n", want: semver{0, 4, 1}},
+		{out: "container CLI version 1.2.1 (build: release, commit: n/a)\n", want: guest.Semver{1, 2, 1}},
+		{out: "container CLI version 0.4.1 (build: release, commit: 4ac18b5)\n", want: guest.Semver{0, 4, 1}},
 		{out: "container CLI version  (build: release, commit: )\n", bad: true},
 		{out: "Error: unknown option '--version'\n", bad: true},
 	} {

@@ -14,6 +14,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/internal/guest"
 )
 
 // TestConformance runs remoteConformance against a real container VM
@@ -64,7 +65,9 @@ func remoteConformance(t *testing.T, p platforms.Platform, exists func(context.C
 	if !ok {
 		t.Fatalf("Endpoint %q is not a unix socket", addr)
 	}
-	if _, err := probeVersion(ctx, unixClient(sock), "http://layerfsd", token); err != nil {
+	daemon := guest.UnixDaemon(sock)
+	daemon.Token = token
+	if _, err := daemon.Version(ctx); err != nil {
 		t.Fatalf("GET /v1/version through %s: %v", addr, err)
 	}
 	id, err := p.Identity(ctx)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"layerfs.dev/layerfs/platforms/internal/guest"
 )
 
 // containerInfo is the part of one element of `container list --all
@@ -65,7 +67,7 @@ func parseList(out []byte) ([]containerInfo, error) {
 	}
 	var list []containerInfo
 	if err := json.Unmarshal(out, &list); err != nil {
-		return nil, fmt.Errorf("parse container list --format json %q: %w", truncate(string(out), 200), err)
+		return nil, fmt.Errorf("parse container list --format json %q: %w", guest.Truncate(string(out), 200), err)
 	}
 	for _, c := range list {
 		if c.Configuration.ID == "" {
@@ -78,23 +80,16 @@ func parseList(out []byte) ([]containerInfo, error) {
 // parseVersion reads `container --version`: "container CLI version 1.2.1
 // (build: release, commit: 0a1b2c3)" (the version command of
 // apple/container; a source build may leave the version empty).
-func parseVersion(out []byte) (semver, string, error) {
+func parseVersion(out []byte) (guest.Semver, string, error) {
 	s := strings.TrimSpace(string(out))
 	rest, ok := strings.CutPrefix(s, "container CLI version ")
 	if !ok {
-		return semver{}, "", fmt.Errorf("unexpected container --version output %q", truncate(s, 200))
+		return guest.Semver{}, "", fmt.Errorf("unexpected container --version output %q", guest.Truncate(s, 200))
 	}
 	raw, _, _ := strings.Cut(rest, " ")
-	v, err := parseSemver(raw)
+	v, err := guest.ParseSemver(raw)
 	if err != nil {
-		return semver{}, "", fmt.Errorf("container --version: %w", err)
+		return guest.Semver{}, "", fmt.Errorf("container --version: %w", err)
 	}
 	return v, raw, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

@@ -4,27 +4,20 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/internal/guest/guesttest"
 )
 
 // TestUpWithFakeCLI runs Up through the real os/exec runner against the
 // fake CLI in testdata/fakebin, whose `container run` fails.
 func TestUpWithFakeCLI(t *testing.T) {
-	bin, err := filepath.Abs("testdata/fakebin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := filepath.Join(t.TempDir(), "argv.log")
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	t.Setenv("FAKE_CONTAINER_LOG", log)
+	log := guesttest.FakeBin(t, "FAKE_CONTAINER_LOG")
 	f := newFixture(t)
 	p := f.platform(t, nil, func(c *Config) { c.CPUs, c.Memory = 0, "" })
-	err = p.Up(context.Background())
+	err := p.Up(context.Background())
 	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "nested virtualization is not available") {
 		t.Fatalf("Up: got %v, want ErrStart with the CLI's error", err)
 	}
@@ -41,11 +34,11 @@ func TestUpWithFakeCLI(t *testing.T) {
 	}
 }
 
-func TestExecRunnerMissingTool(t *testing.T) {
+// TestUpWithoutCLI runs Up through the real os/exec runner without the
+// container CLI on PATH. (ExecRunner itself is tested in
+// platforms/internal/guest.)
+func TestUpWithoutCLI(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	if _, err := (ExecRunner{}).Run(context.Background(), []string{"container", "--version"}, nil); !errors.Is(err, exec.ErrNotFound) {
-		t.Fatalf("got %v, want exec.ErrNotFound", err)
-	}
 	p, err := New(Config{Project: "demo"})
 	if err != nil {
 		t.Fatal(err)

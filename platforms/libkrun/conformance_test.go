@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/internal/guest"
 )
 
 // TestConformance runs remoteConformance against a real microVM wherever
@@ -61,11 +61,10 @@ func remoteConformance(t *testing.T, p platforms.Platform, exists func(context.C
 	if err != nil {
 		t.Fatalf("Endpoint: %v", err)
 	}
-	c := &http.Client{Timeout: 5 * time.Second}
-	if _, err := probeVersion(ctx, c, addr, token); err != nil {
+	if _, err := guest.TCPDaemon(addr, token).Version(ctx); err != nil {
 		t.Fatalf("GET /v1/version on %s: %v", addr, err)
 	}
-	if _, err := probeVersion(ctx, c, addr, "wrong"); err == nil {
+	if _, err := guest.TCPDaemon(addr, "wrong").Version(ctx); err == nil {
 		t.Errorf("the daemon on %s answered a wrong token", addr)
 	}
 	id, err := p.Identity(ctx)

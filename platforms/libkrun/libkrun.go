@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/internal/guest"
 )
 
 // Name is the platform's registry name.
@@ -31,7 +31,7 @@ const Name = "libkrun"
 // rm --force) are those of that line.
 const MinVersion = "0.7.3"
 
-var minVersion = semver{0, 7, 3}
+var minVersion = guest.Semver{0, 7, 3}
 
 // DefaultImage is the guest's root file system when Config.Image is empty.
 const DefaultImage = "debian:bookworm-slim"
@@ -202,7 +202,7 @@ func (p *Platform) must(ctx context.Context, args ...string) (Result, error) {
 		return res, err
 	}
 	if res.ExitCode != 0 {
-		return res, fmt.Errorf("libkrun: msb %s exited with status %d: %w; stderr:\n%s", args[0], res.ExitCode, ErrCommand, tail(res.Stderr, 20))
+		return res, fmt.Errorf("libkrun: msb %s exited with status %d: %w; stderr:\n%s", args[0], res.ExitCode, ErrCommand, guest.Tail(res.Stderr, 20))
 	}
 	return res, nil
 }
@@ -216,13 +216,13 @@ func (p *Platform) checkTool(ctx context.Context) error {
 		return err
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("libkrun: msb --version exited with status %d: %w; stderr:\n%s", res.ExitCode, platforms.ErrUnavailable, tail(res.Stderr, 10))
+		return fmt.Errorf("libkrun: msb --version exited with status %d: %w; stderr:\n%s", res.ExitCode, platforms.ErrUnavailable, guest.Tail(res.Stderr, 10))
 	}
 	v, raw, err := parseVersion(res.Stdout)
 	if err != nil {
 		return fmt.Errorf("libkrun: %w: %w", err, platforms.ErrUnavailable)
 	}
-	if v.less(minVersion) {
+	if v.Less(minVersion) {
 		return fmt.Errorf("libkrun: msb %s is too old, LayerFS needs %s or newer (upgrade: msb self update): %w", raw, MinVersion, platforms.ErrUnavailable)
 	}
 	p.version = raw
@@ -355,10 +355,9 @@ func (p *Platform) Up(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	client := &http.Client{Timeout: 5 * time.Second}
 	if found {
 		if st, ok := p.loadState(); ok && s.running() {
-			if _, err := probeVersion(ctx, client, p.url(st), st.Token); err == nil {
+			if _, err := guest.TCPDaemon(p.url(st), st.Token).Version(ctx); err == nil {
 				p.st, p.up = st, true
 				return nil
 			}
@@ -388,9 +387,9 @@ func (p *Platform) Up(ctx context.Context) error {
 		return err
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("libkrun: run microVM %q: %w (msb exited with status %d); it said:\n%s", p.name, ErrStart, res.ExitCode, tail(res.Stderr, 20))
+		return fmt.Errorf("libkrun: run microVM %q: %w (msb exited with status %d); it said:\n%s", p.name, ErrStart, res.ExitCode, guest.Tail(res.Stderr, 20))
 	}
-	v, err := waitVersion(ctx, client, p.url(st), st.Token, p.cfg.DaemonTimeout)
+	v, err := guest.TCPDaemon(p.url(st), st.Token).Wait(ctx, p.cfg.DaemonTimeout)
 	if err != nil {
 		return fmt.Errorf("libkrun: layerfsd in microVM %q did not answer GET /v1/version on %s within %s (%v): %w; guest log %s:\n%s",
 			p.name, p.url(st), p.cfg.DaemonTimeout, err, ErrDaemon, guestLog, p.daemonLog(ctx))
@@ -401,14 +400,7 @@ func (p *Platform) Up(ctx context.Context) error {
 }
 
 func (p *Platform) daemonLog(ctx context.Context) string {
-	res, err := p.msb(ctx, "exec", "--no-tty", p.name, "--", "tail", "-n", "40", guestLog)
-	if err != nil {
-		return "(cannot read it: " + err.Error() + ")"
-	}
-	if res.ExitCode != 0 {
-		return "(cannot read it: " + tail(res.Stderr, 3) + ")"
-	}
-	return tail(res.Stdout, 40)
+	return guest.LogTail(p.msb(ctx, "exec", "--no-tty", p.name, "--", "tail", "-n", "40", guestLog))
 }
 
 // Endpoint implements platforms.Remote: the published loopback port and the
@@ -429,23 +421,17 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 	if !p.up {
 		return platforms.Identity{}, fmt.Errorf("libkrun: identity of %q: %w", p.name, platforms.ErrNotUp)
 	}
-	res, err := p.must(ctx, "exec", "--no-tty", p.name, "--", "sh", "-c", factsScript)
+	res, err := p.must(ctx, "exec", "--no-tty", p.name, "--", "sh", "-c", guest.FactsScript)
 	if err != nil {
 		return platforms.Identity{}, err
 	}
-	f, err := parseFacts(res.Stdout)
+	id, err := guest.ParseFacts(res.Stdout)
 	if err != nil {
 		return platforms.Identity{}, fmt.Errorf("libkrun: %w", err)
 	}
-	return platforms.Identity{
-		Platform:    Name,
-		Kernel:      f.Kernel,
-		CPUs:        f.CPUs,
-		MemoryBytes: f.MemoryBytes,
-		Runtime:     "msb " + p.version,
-		Image:       p.cfg.Image,
-		Details:     fmt.Sprintf("sandbox %s (libkrun microVM)", p.name),
-	}, nil
+	id.Platform, id.Runtime, id.Image = Name, "msb "+p.version, p.cfg.Image
+	id.Details = fmt.Sprintf("sandbox %s (libkrun microVM)", p.name)
+	return id, nil
 }
 
 // Down implements platforms.Platform: remove the microVM (and so the guest

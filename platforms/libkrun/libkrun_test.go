@@ -14,9 +14,15 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/internal/guest"
+	"layerfs.dev/layerfs/platforms/internal/guest/guesttest"
 	"layerfs.dev/layerfs/wire"
 )
 
+// fixture sets up what a replayed scenario refers to: a state directory,
+// a daemon binary to copy, and a free port. The scenarios in testdata/
+// (guesttest.Scenario) use them as $STATEDIR, $DAEMON and $PORT; their
+// outputs follow microsandbox's sources (see doc.go).
 type fixture struct {
 	stateDir, daemon string
 	port             int
@@ -76,8 +82,8 @@ func (f *fixture) serveDaemon(t *testing.T) {
 
 func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 	f := newFixture(t)
-	r := newReplayer(t, "up-create.json", f.vars)
-	r.hooks["serve-daemon"] = func() { f.serveDaemon(t) }
+	r := guesttest.NewReplayer(t, "up-create.json", f.vars)
+	r.Hooks["serve-daemon"] = func() { f.serveDaemon(t) }
 	p := f.platform(t, r, nil)
 	ctx := context.Background()
 	if err := p.Up(ctx); err != nil {
@@ -125,7 +131,7 @@ func TestUpReusesAnsweringDaemon(t *testing.T) {
 	}
 	f.serveDaemon(t)
 	// Another process: no port in its Config, it reads the saved one.
-	p := f.platform(t, newReplayer(t, "up-running.json", f.vars), func(c *Config) { c.HostPort = 0 })
+	p := f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), func(c *Config) { c.HostPort = 0 })
 	for i := range 2 {
 		if err := p.Up(context.Background()); err != nil {
 			t.Fatalf("Up #%d: %v", i+1, err)
@@ -138,8 +144,8 @@ func TestUpReusesAnsweringDaemon(t *testing.T) {
 
 func TestUpReplacesStoppedMicroVM(t *testing.T) {
 	f := newFixture(t)
-	r := newReplayer(t, "up-replace-stopped.json", f.vars)
-	r.hooks["serve-daemon"] = func() { f.serveDaemon(t) }
+	r := guesttest.NewReplayer(t, "up-replace-stopped.json", f.vars)
+	r.Hooks["serve-daemon"] = func() { f.serveDaemon(t) }
 	if err := f.platform(t, r, nil).Up(context.Background()); err != nil {
 		t.Fatalf("Up: %v", err)
 	}
@@ -158,7 +164,7 @@ func TestUpFailures(t *testing.T) {
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			f := newFixture(t)
-			p := f.platform(t, newReplayer(t, tc.scenario, f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
+			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
 			err := p.Up(context.Background())
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Up: got %v, want %v", err, tc.want)
@@ -195,7 +201,7 @@ func TestParseListAndVersion(t *testing.T) {
 			t.Errorf("parseList(%q) accepted it", bad)
 		}
 	}
-	if v, raw, err := parseVersion([]byte("msb 0.7.8\n")); err != nil || v != (semver{0, 7, 8}) || raw != "0.7.8" {
+	if v, raw, err := parseVersion([]byte("msb 0.7.8\n")); err != nil || v != (guest.Semver{0, 7, 8}) || raw != "0.7.8" {
 		t.Errorf("parseVersion = %v %q %v", v, raw, err)
 	}
 	if _, _, err := parseVersion([]byte("microsandbox 0.7.8\n")); err == nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"layerfs.dev/layerfs/platforms/internal/guest"
 )
 
 // sandboxInfo is one element of `msb ls --format json`, which msb prints
@@ -28,7 +30,7 @@ func parseList(out []byte) ([]sandboxInfo, error) {
 	}
 	var list []sandboxInfo
 	if err := json.Unmarshal(out, &list); err != nil {
-		return nil, fmt.Errorf("parse msb ls --format json %q: %w", truncate(string(out), 200), err)
+		return nil, fmt.Errorf("parse msb ls --format json %q: %w", guest.Truncate(string(out), 200), err)
 	}
 	for _, s := range list {
 		if s.Name == "" {
@@ -39,22 +41,15 @@ func parseList(out []byte) ([]sandboxInfo, error) {
 }
 
 // parseVersion reads `msb --version`, clap's "msb 0.7.8".
-func parseVersion(out []byte) (semver, string, error) {
+func parseVersion(out []byte) (guest.Semver, string, error) {
 	s := strings.TrimSpace(string(out))
 	rest, ok := strings.CutPrefix(s, "msb ")
 	if !ok {
-		return semver{}, "", fmt.Errorf("unexpected msb --version output %q", truncate(s, 200))
+		return guest.Semver{}, "", fmt.Errorf("unexpected msb --version output %q", guest.Truncate(s, 200))
 	}
-	v, err := parseSemver(rest)
+	v, err := guest.ParseSemver(rest)
 	if err != nil {
-		return semver{}, "", fmt.Errorf("msb --version: %w", err)
+		return guest.Semver{}, "", fmt.Errorf("msb --version: %w", err)
 	}
 	return v, rest, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

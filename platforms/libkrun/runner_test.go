@@ -4,28 +4,22 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/internal/guest/guesttest"
 )
 
 // TestUpWithFakeMsb runs Up through the real os/exec runner against the
 // fake msb in testdata/fakebin, which cannot boot a microVM here.
 func TestUpWithFakeMsb(t *testing.T) {
-	bin, err := filepath.Abs("testdata/fakebin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := filepath.Join(t.TempDir(), "argv.log")
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	t.Setenv("FAKE_MSB_LOG", log)
+	log := guesttest.FakeBin(t, "FAKE_MSB_LOG")
 	f := newFixture(t)
 	p := f.platform(t, nil, func(c *Config) { c.CPUs, c.Memory = 0, "" })
-	err = p.Up(context.Background())
+	err := p.Up(context.Background())
 	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "KVM is not available") {
 		t.Fatalf("Up: got %v, want ErrStart with msb's error", err)
 	}
@@ -48,11 +42,10 @@ func TestUpWithFakeMsb(t *testing.T) {
 	}
 }
 
-func TestExecRunnerMissingTool(t *testing.T) {
+// TestUpWithoutMsb runs Up through the real os/exec runner with no msb on
+// PATH. (ExecRunner itself is tested in platforms/internal/guest.)
+func TestUpWithoutMsb(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	if _, err := (ExecRunner{}).Run(context.Background(), []string{"msb", "--version"}, nil); !errors.Is(err, exec.ErrNotFound) {
-		t.Fatalf("got %v, want exec.ErrNotFound", err)
-	}
 	p, err := New(Config{Project: "demo"})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/internal/guest"
 )
 
 // TestConformance boots a real Lima instance and runs remoteConformance
@@ -74,7 +75,9 @@ func remoteConformance(t *testing.T, p platforms.Platform, exists func(context.C
 	if !ok {
 		t.Fatalf("Endpoint %q is not a unix socket", addr)
 	}
-	v, err := probeVersion(ctx, unixClient(sock), "http://layerfsd", token)
+	daemon := guest.UnixDaemon(sock)
+	daemon.Token = token
+	v, err := daemon.Version(ctx)
 	if err != nil {
 		t.Fatalf("GET /v1/version through %s: %v", addr, err)
 	}

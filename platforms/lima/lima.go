@@ -17,6 +17,7 @@ import (
 	"github.com/lima-vm/lima/pkg/store"
 
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/internal/guest"
 )
 
 // Name is the platform's registry name.
@@ -26,7 +27,7 @@ const Name = "lima"
 // writes and the commands it runs are those of Lima 1.x.
 const MinVersion = "1.0.0"
 
-var minVersion = semver{1, 0, 0}
+var minVersion = guest.Semver{1, 0, 0}
 
 // Errors of this platform, beside platforms.ErrUnavailable and ErrNotUp.
 var (
@@ -206,7 +207,7 @@ func (p *Platform) must(ctx context.Context, args ...string) (Result, error) {
 	}
 	if res.ExitCode != 0 {
 		return res, fmt.Errorf("lima: limactl %s exited with status %d: %w; stderr:\n%s",
-			args[0], res.ExitCode, ErrCommand, tail(res.Stderr, 20))
+			args[0], res.ExitCode, ErrCommand, guest.Tail(res.Stderr, 20))
 	}
 	return res, nil
 }
@@ -221,13 +222,13 @@ func (p *Platform) checkTool(ctx context.Context) error {
 		return err
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("lima: limactl --version exited with status %d: %w; stderr:\n%s", res.ExitCode, platforms.ErrUnavailable, tail(res.Stderr, 10))
+		return fmt.Errorf("lima: limactl --version exited with status %d: %w; stderr:\n%s", res.ExitCode, platforms.ErrUnavailable, guest.Tail(res.Stderr, 10))
 	}
 	v, raw, err := parseVersion(res.Stdout)
 	if err != nil {
 		return fmt.Errorf("lima: %w: %w", err, platforms.ErrUnavailable)
 	}
-	if v.less(minVersion) {
+	if v.Less(minVersion) {
 		return fmt.Errorf("lima: limactl %s is too old, LayerFS needs %s or newer (upgrade Lima: `brew upgrade lima`): %w", raw, MinVersion, platforms.ErrUnavailable)
 	}
 	p.version = raw
@@ -286,11 +287,11 @@ func (p *Platform) Up(ctx context.Context) error {
 		}
 		if res.ExitCode != 0 {
 			return fmt.Errorf("lima: start instance %q: %w (limactl exited with status %d; see %s/ha.stderr.log); limactl said:\n%s",
-				p.inst, ErrStart, res.ExitCode, in.Dir, tail(res.Stderr, 20))
+				p.inst, ErrStart, res.ExitCode, in.Dir, guest.Tail(res.Stderr, 20))
 		}
 	}
-	client := unixClient(p.hostSocket)
-	if v, err := probeVersion(ctx, client, "http://layerfsd", ""); err == nil {
+	daemon := guest.UnixDaemon(p.hostSocket)
+	if v, err := daemon.Version(ctx); err == nil {
 		p.log.Info("lima: guest layerfsd already answering", "instance", p.inst, "version", v.Version)
 		p.up = true
 		return nil
@@ -298,7 +299,7 @@ func (p *Platform) Up(ctx context.Context) error {
 	if err := p.startDaemon(ctx); err != nil {
 		return err
 	}
-	v, err := waitVersion(ctx, client, "http://layerfsd", "", p.cfg.DaemonTimeout)
+	v, err := daemon.Wait(ctx, p.cfg.DaemonTimeout)
 	if err != nil {
 		logTail := p.daemonLog(ctx)
 		return fmt.Errorf("lima: layerfsd in instance %q did not answer GET /v1/version on %s within %s (%v): %w; guest log %s:\n%s",
@@ -352,7 +353,7 @@ func (p *Platform) create(ctx context.Context) error {
 	}
 	if res.ExitCode != 0 {
 		return fmt.Errorf("lima: create instance %q: %w (limactl exited with status %d); limactl said:\n%s",
-			p.inst, ErrStart, res.ExitCode, tail(res.Stderr, 20))
+			p.inst, ErrStart, res.ExitCode, guest.Tail(res.Stderr, 20))
 	}
 	return nil
 }
@@ -407,14 +408,7 @@ func (p *Platform) startDaemon(ctx context.Context) error {
 // daemonLog returns the tail of the guest daemon's log, or why it could
 // not be read.
 func (p *Platform) daemonLog(ctx context.Context) string {
-	res, err := p.limactl(ctx, "shell", "--workdir", "/", p.inst, "sudo", "tail", "-n", "40", guestLog)
-	if err != nil {
-		return "(cannot read it: " + err.Error() + ")"
-	}
-	if res.ExitCode != 0 {
-		return "(cannot read it: " + tail(res.Stderr, 3) + ")"
-	}
-	return tail(res.Stdout, 40)
+	return guest.LogTail(p.limactl(ctx, "shell", "--workdir", "/", p.inst, "sudo", "tail", "-n", "40", guestLog))
 }
 
 // Endpoint implements platforms.Remote: the forwarded socket on this host.
@@ -434,27 +428,20 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 	if !p.up {
 		return platforms.Identity{}, fmt.Errorf("lima: identity of %q: %w", p.inst, platforms.ErrNotUp)
 	}
-	res, err := p.must(ctx, "shell", "--workdir", "/", p.inst, "sh", "-c", factsScript)
+	res, err := p.must(ctx, "shell", "--workdir", "/", p.inst, "sh", "-c", guest.FactsScript)
 	if err != nil {
 		return platforms.Identity{}, err
 	}
-	f, err := parseFacts(res.Stdout)
+	id, err := guest.ParseFacts(res.Stdout)
 	if err != nil {
 		return platforms.Identity{}, fmt.Errorf("lima: %w", err)
 	}
-	image := p.cfg.Image
-	if image == "" {
-		image = "debian-12-genericcloud (latest)"
+	id.Platform, id.Runtime, id.Image = Name, "limactl "+p.version, p.cfg.Image
+	if id.Image == "" {
+		id.Image = "debian-12-genericcloud (latest)"
 	}
-	return platforms.Identity{
-		Platform:    Name,
-		Kernel:      f.Kernel,
-		CPUs:        f.CPUs,
-		MemoryBytes: f.MemoryBytes,
-		Runtime:     "limactl " + p.version,
-		Image:       image,
-		Details:     fmt.Sprintf("instance %s, vmType %s, arch %s", p.inst, p.vmType, p.arch),
-	}, nil
+	id.Details = fmt.Sprintf("instance %s, vmType %s, arch %s", p.inst, p.vmType, p.arch)
+	return id, nil
 }
 
 // Down implements platforms.Platform: delete the instance (with Keep: stop

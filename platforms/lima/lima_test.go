@@ -13,11 +13,15 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/internal/guest/guesttest"
 	"layerfs.dev/layerfs/wire"
 )
 
 // fixture sets up what a replayed scenario refers to: a LIMA_HOME, a work
-// directory for the template, and a daemon binary to copy.
+// directory for the template, and a daemon binary to copy. The scenarios
+// in testdata/ (guesttest.Scenario) use them as $LIMA_HOME, $WORKDIR and
+// $DAEMON; their outputs come from Lima v1.2.1's own code paths (see
+// doc.go).
 type fixture struct {
 	limaHome, workDir, daemon string
 	vars                      map[string]string
@@ -94,9 +98,9 @@ func (f *fixture) checkTemplate(t *testing.T, golden string) {
 
 func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 	f := newFixture(t)
-	r := newReplayer(t, "up-create.json", f.vars)
-	r.hooks["check-template"] = func() { f.checkTemplate(t, "template-default.golden.yaml") }
-	r.hooks["serve-daemon"] = func() { f.serveDaemon(t) }
+	r := guesttest.NewReplayer(t, "up-create.json", f.vars)
+	r.Hooks["check-template"] = func() { f.checkTemplate(t, "template-default.golden.yaml") }
+	r.Hooks["serve-daemon"] = func() { f.serveDaemon(t) }
 	p := f.platform(t, r, nil)
 	ctx := context.Background()
 
@@ -136,7 +140,7 @@ func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 func TestUpIsIdempotentWhenDaemonAnswers(t *testing.T) {
 	f := newFixture(t)
 	f.serveDaemon(t)
-	p := f.platform(t, newReplayer(t, "up-running.json", f.vars), nil)
+	p := f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), nil)
 	for i := range 2 {
 		if err := p.Up(context.Background()); err != nil {
 			t.Fatalf("Up #%d: %v", i+1, err)
@@ -146,7 +150,7 @@ func TestUpIsIdempotentWhenDaemonAnswers(t *testing.T) {
 
 func TestUpReportsBootFailureWithStderr(t *testing.T) {
 	f := newFixture(t)
-	p := f.platform(t, newReplayer(t, "start-fails.json", f.vars), nil)
+	p := f.platform(t, guesttest.NewReplayer(t, "start-fails.json", f.vars), nil)
 	err := p.Up(context.Background())
 	if !errors.Is(err, ErrStart) {
 		t.Fatalf("Up: got %v, want ErrStart", err)
@@ -160,7 +164,7 @@ func TestUpReportsBootFailureWithStderr(t *testing.T) {
 
 func TestUpReportsSilentDaemonWithGuestLog(t *testing.T) {
 	f := newFixture(t)
-	p := f.platform(t, newReplayer(t, "daemon-timeout.json", f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
+	p := f.platform(t, guesttest.NewReplayer(t, "daemon-timeout.json", f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
 	start := time.Now()
 	err := p.Up(context.Background())
 	if !errors.Is(err, ErrDaemon) {
@@ -187,7 +191,7 @@ func TestUnavailable(t *testing.T) {
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			f := newFixture(t)
-			p := f.platform(t, newReplayer(t, tc.scenario, f.vars), nil)
+			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), nil)
 			err := p.Up(context.Background())
 			if !errors.Is(err, platforms.ErrUnavailable) {
 				t.Fatalf("Up: got %v, want ErrUnavailable", err)
@@ -203,7 +207,7 @@ func TestUnavailable(t *testing.T) {
 
 func TestDownKeepStopsWithoutDeleting(t *testing.T) {
 	f := newFixture(t)
-	p := f.platform(t, newReplayer(t, "down-keep.json", f.vars), func(c *Config) { c.Keep = true })
+	p := f.platform(t, guesttest.NewReplayer(t, "down-keep.json", f.vars), func(c *Config) { c.Keep = true })
 	if err := p.Down(context.Background()); err != nil {
 		t.Fatalf("Down: %v", err)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/lima-vm/lima/pkg/limayaml"
 	"github.com/lima-vm/lima/pkg/store"
+
+	"layerfs.dev/layerfs/platforms/internal/guest"
 )
 
 // instance is the part of one `limactl list --json` line that the platform
@@ -44,10 +46,10 @@ func parseList(out []byte) ([]instance, error) {
 		}
 		var in instance
 		if err := json.Unmarshal([]byte(line), &in); err != nil {
-			return nil, fmt.Errorf("parse limactl list --json line %q: %w", truncate(line, 200), err)
+			return nil, fmt.Errorf("parse limactl list --json line %q: %w", guest.Truncate(line, 200), err)
 		}
 		if in.Name == "" {
-			return nil, fmt.Errorf("parse limactl list --json: an instance has no name: %q", truncate(line, 200))
+			return nil, fmt.Errorf("parse limactl list --json: an instance has no name: %q", guest.Truncate(line, 200))
 		}
 		list = append(list, in)
 	}
@@ -60,22 +62,15 @@ func parseList(out []byte) ([]instance, error) {
 // parseVersion reads `limactl --version`, which cobra prints as
 // "limactl version 1.2.1" (Lima sets the root command's Version from its
 // build's git describe, without the leading "v").
-func parseVersion(out []byte) (semver, string, error) {
+func parseVersion(out []byte) (guest.Semver, string, error) {
 	s := strings.TrimSpace(string(out))
 	rest, ok := strings.CutPrefix(s, "limactl version ")
 	if !ok {
-		return semver{}, "", fmt.Errorf("unexpected limactl --version output %q", truncate(s, 200))
+		return guest.Semver{}, "", fmt.Errorf("unexpected limactl --version output %q", guest.Truncate(s, 200))
 	}
-	v, err := parseSemver(rest)
+	v, err := guest.ParseSemver(rest)
 	if err != nil {
-		return semver{}, "", fmt.Errorf("limactl --version: %w", err)
+		return guest.Semver{}, "", fmt.Errorf("limactl --version: %w", err)
 	}
 	return v, rest, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

@@ -3,11 +3,12 @@ package lima
 import (
 	"bytes"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/lima-vm/lima/pkg/limayaml"
 	"github.com/lima-vm/lima/pkg/store"
+
+	"layerfs.dev/layerfs/platforms/internal/guest"
 )
 
 // TestParseListOfLimaPrintInstances decodes what limactl itself prints:
@@ -93,12 +94,12 @@ func TestParseListFixtures(t *testing.T) {
 func TestParseVersion(t *testing.T) {
 	for _, tc := range []struct {
 		out, raw string
-		want     semver
+		want     guest.Semver
 		bad      bool
 	}{
-		{out: "limactl version 1.2.1\n", raw: "1.2.1", want: semver{1, 2, 1}},
-		{out: "limactl version 2.0.0-beta.0\n", raw: "2.0.0-beta.0", want: semver{2, 0, 0}},
-		{out: "limactl version 1.1.1-12-g0a1b2c3\n", raw: "1.1.1-12-g0a1b2c3", want: semver{1, 1, 1}},
+		{out: "limactl version 1.2.1\n", raw: "1.2.1", want: guest.Semver{1, 2, 1}},
+		{out: "limactl version 2.0.0-beta.0\n", raw: "2.0.0-beta.0", want: guest.Semver{2, 0, 0}},
+		{out: "limactl version 1.1.1-12-g0a1b2c3\n", raw: "1.1.1-12-g0a1b2c3", want: guest.Semver{1, 1, 1}},
 		{out: "limactl version <unknown>\n", bad: true},
 		{out: "Lima 1.2.1\n", bad: true},
 	} {
@@ -113,28 +114,7 @@ func TestParseVersion(t *testing.T) {
 			t.Errorf("parseVersion(%q) = %v, %q, %v; want %v, %q", tc.out, v, raw, err, tc.want, tc.raw)
 		}
 	}
-	if !(semver{0, 23, 2}).less(minVersion) || (semver{1, 0, 0}).less(minVersion) {
+	if !(guest.Semver{0, 23, 2}).Less(minVersion) || (guest.Semver{1, 0, 0}).Less(minVersion) {
 		t.Error("version comparison is wrong")
-	}
-}
-
-func TestParseFacts(t *testing.T) {
-	f, err := parseFacts([]byte("6.8.0-51-generic\n2\nMemTotal:        8127228 kB\n"))
-	if err != nil || f.Kernel != "6.8.0-51-generic" || f.CPUs != 2 || f.MemoryBytes != 8127228*1024 {
-		t.Errorf("parseFacts = %+v, %v", f, err)
-	}
-	for _, bad := range []string{"", "6.8\n2\n", "6.8\nzero\nMemTotal: 1 kB\n", "6.8\n2\nMemTotal: 1 MB\n", "6.8\n2\nMemFree: 1 kB\n"} {
-		if _, err := parseFacts([]byte(bad)); err == nil {
-			t.Errorf("parseFacts(%q) accepted it", bad)
-		}
-	}
-}
-
-func TestTail(t *testing.T) {
-	if got := tail([]byte("a\nb\nc\nd\n"), 2); got != "c\nd" {
-		t.Errorf("tail = %q", got)
-	}
-	if got := tail([]byte(strings.Repeat("x\n", 3)), 10); got != "x\nx\nx" {
-		t.Errorf("tail = %q", got)
 	}
 }

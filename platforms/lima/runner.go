@@ -1,72 +1,18 @@
 package lima
 
-import (
-	"bytes"
-	"context"
-	"errors"
-	"fmt"
-	"io"
-	"os/exec"
-	"time"
-)
+import "layerfs.dev/layerfs/platforms/internal/guest"
 
-// Runner runs one limactl command line. Every limactl call the platform
-// makes goes through it, so tests can check the exact argv against recorded
-// fixtures and replay the tool's recorded outputs.
-type Runner interface {
-	// Run runs argv (argv[0] is the tool, "limactl") to completion. A
-	// non-zero exit is reported in Result.ExitCode with a nil error; the
-	// error is for a command that could not be run at all (the tool is
-	// missing: wraps exec.ErrNotFound) or was cut short by ctx.
-	Run(ctx context.Context, argv []string, stdin io.Reader) (Result, error)
-}
+// Runner runs one limactl command line (argv[0] is "limactl"). Every
+// limactl call the platform makes goes through it, so tests can check the
+// exact argv against recorded fixtures and replay limactl's recorded
+// outputs. A non-zero exit is a Result, not an error; the error is for a
+// command that could not run at all (limactl missing: wraps
+// exec.ErrNotFound) or was cut short by ctx.
+type Runner = guest.Runner
 
 // Result is what one command printed and how it ended.
-type Result struct {
-	Stdout   []byte
-	Stderr   []byte
-	ExitCode int
-}
+type Result = guest.Result
 
-// ExecRunner runs commands with os/exec, finding the tool on PATH.
-type ExecRunner struct {
-	// Env, when set, is the whole environment of the tool (e.g. with
-	// LIMA_HOME); nil inherits this process's environment.
-	Env []string
-}
-
-// Run implements Runner.
-func (r ExecRunner) Run(ctx context.Context, argv []string, stdin io.Reader) (Result, error) {
-	if len(argv) == 0 {
-		return Result{}, errors.New("empty command line")
-	}
-	path, err := exec.LookPath(argv[0])
-	if err != nil {
-		return Result{}, fmt.Errorf("find %s: %w", argv[0], err)
-	}
-	cmd := exec.CommandContext(ctx, path, argv[1:]...)
-	cmd.Env = r.Env
-	// A tool that leaves children holding its pipes (ssh control masters)
-	// must not hang Run after it exits or is killed.
-	cmd.WaitDelay = 5 * time.Second
-	cmd.Stdin = stdin
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
-	var exitErr *exec.ExitError
-	switch {
-	case err == nil:
-		return res, nil
-	case ctx.Err() != nil:
-		return res, fmt.Errorf("%s: %w", argv[0], ctx.Err())
-	case errors.As(err, &exitErr):
-		res.ExitCode = exitErr.ExitCode()
-		if res.ExitCode < 0 { // killed by a signal
-			res.ExitCode = 128 + 9
-		}
-		return res, nil
-	default:
-		return res, fmt.Errorf("run %s: %w", argv[0], err)
-	}
-}
+// ExecRunner runs limactl with os/exec, finding it on PATH; its Env, when
+// set, is limactl's whole environment (e.g. with LIMA_HOME).
+type ExecRunner = guest.ExecRunner
