@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -46,4 +47,30 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkCaptureSmallFiles captures 10,000 small files in 100
+// directories into a fresh store, flush included.
+func BenchmarkCaptureSmallFiles(b *testing.B) {
+	dir := b.TempDir()
+	for i := range 10000 {
+		sub := filepath.Join(dir, "d"+strconv.Itoa(i%100))
+		must(b, os.MkdirAll(sub, 0o755))
+		must(b, os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(i)), randBytes(uint64(i), 200+i%2000), 0o644))
+	}
+	ctx := context.Background()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		b.StopTimer()
+		db := newDB(b)
+		b.StartTimer()
+		bt, err := db.NewBatch(ctx)
+		must(b, err)
+		_, _, err = CaptureDir(ctx, bt, db, dir, nil)
+		must(b, err)
+		must(b, bt.Flush(ctx))
+		bt.Abort()
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(10000/b.Elapsed().Seconds()*float64(b.N), "files/s")
 }

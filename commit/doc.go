@@ -1,7 +1,9 @@
 // Package commit turns directories into LayerFS history and back: it
 // chunks and hashes file content, captures trees, rebuilds trees along only
 // the paths that changed, publishes commits to branches by compare-and-swap,
-// diffs trees and materializes them into directories.
+// diffs trees and materializes them into directories. It reads and writes
+// objects through two small interfaces, Reader (*store.DB) and Writer
+// (*store.Batch); the history operations take a *store.DB.
 //
 // # Chunking
 //
@@ -10,5 +12,43 @@
 // Params.Avg, a loose one until Params.Max. The gear table is generated from
 // a fixed seed (see gear), so cuts are a pure function of the bytes: an edit
 // or a prepend changes only the chunks around it and the rest deduplicate.
-// Smaller files are one chunk with no manifest.
+// DefaultParams (2/8/32 KiB) were chosen with `layerfs bench store`: the
+// chunk that holds a random byte averages about 10 KiB, which keeps sixteen
+// scattered small edits of a large file under 0.25 MiB of new payload.
+// Files no larger than Params.Max are one chunk and need no manifest. Sparse
+// files are read with SEEK_DATA/SEEK_HOLE: only data is chunked, and holes
+// become extents with a zero chunk id.
+//
+// # Capture and Build
+//
+// Build applies a list of Changes (delete a path; set it to an entry that is
+// already stored; capture it from a host path, a directory with or without
+// its subtree) to a base tree. It loads only the trees on the changed paths
+// and their ancestors, applies changes parent before child, and writes one
+// new tree per touched directory, so committing one file of a huge tree
+// costs its depth. CaptureDir is the same machinery with the whole directory
+// as the change. Directory walking and tree assembly run on the calling
+// goroutine; regular files are read, chunked and hashed by Options.Workers
+// goroutines, and a large file's chunks are stored by a second goroutine
+// while the next block is cut. Hard links found in one Build (same device
+// and inode) share one content and a Link value derived from that content
+// and the group's first path, so an unchanged tree captures to the same ids.
+// Everything a tree entry holds is captured: type, mode bits including
+// setuid/setgid/sticky, owner, size, mtime in nanoseconds, symlink target,
+// device numbers and every extended attribute the host lets the process
+// read; an xattr that cannot be read is an error, never a silent omission.
+//
+// Nothing is durable until the caller flushes its batch. Publish then writes
+// the commit and moves the branch head by compare-and-swap, last, so a
+// crash at any point leaves either the old head or a complete new commit.
+//
+// # Checkout
+//
+// Checkout writes a tree through directory file descriptors it created or
+// opened with O_NOFOLLOW, creates files with O_EXCL, links hard links with
+// openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), and sets metadata on the
+// objects themselves (fchown, fchmod, fsetxattr, futimens; the
+// AT_SYMLINK_NOFOLLOW forms for symlinks and devices), so nothing in a tree
+// or already in the target can make it write outside the target.
+// Directories get their mode and mtime after their children.
 package commit
