@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -50,8 +51,8 @@ type Launcher struct {
 
 	mu      sync.Mutex
 	running map[int]bool // pids of live inits
-	// reaping holds the inits being reaped in the background, each closed
-	// when done.
+	// reaping holds, for each exec that returned, a channel closed once
+	// its init is reaped and its cgroup removed.
 	reaping map[chan struct{}]bool
 
 	// trace, when set, gets every exec's phase marks and the CPU time of
@@ -107,6 +108,9 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	if err := cfg.validate(); err != nil {
 		return res, err
 	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("sandbox exec: %w", err)
+	}
 	ic, err := l.initConfig(cfg)
 	if err != nil {
 		return res, err
@@ -144,6 +148,12 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	}
 	outW := &capWriter{w: stdout, limit: limit}
 	errW := &capWriter{w: stderr, limit: limit}
+	if sameWriter(stdout, stderr) {
+		// As os/exec does: one writer for both streams gets one Write at
+		// a time.
+		mu := &sync.Mutex{}
+		outW.mu, errW.mu = mu, mu
+	}
 	flags := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
 	if !cfg.Network {
 		flags |= unix.CLONE_NEWNET
@@ -239,18 +249,28 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	lm.add("got")
 	var rep initReport
 	reported := len(raw) > 0 && json.Unmarshal(raw, &rep) == nil
-	reaped := make(chan struct{})
-	if reported && rep.Error == "" && ctx.Err() == nil {
-		l.mu.Lock()
-		l.reaping[reaped] = true
-		l.mu.Unlock()
+	reaped, settled := make(chan struct{}), make(chan struct{})
+	l.mu.Lock()
+	l.reaping[settled] = true
+	l.mu.Unlock()
+	defer func() {
 		go func() {
-			reap()
+			<-reaped
+			if l.trace != nil || l.logger().Enabled(context.Background(), slog.LevelDebug) {
+				var cpu time.Duration // the init's, known once it is reaped
+				if ps := cmd.ProcessState; ps != nil {
+					cpu = ps.UserTime() + ps.SystemTime()
+				}
+				l.tracePhases(lm, rep.Marks, cpu)
+			}
 			l.mu.Lock()
-			delete(l.reaping, reaped)
+			delete(l.reaping, settled)
 			l.mu.Unlock()
-			close(reaped)
+			close(settled)
 		}()
+	}()
+	if reported && rep.Error == "" && ctx.Err() == nil {
+		go func() { reap(); close(reaped) }()
 	} else {
 		reap()
 		close(reaped)
@@ -284,16 +304,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	res.OutputTruncated = outW.truncated || errW.truncated
 	res.Wall = time.Since(t0)
 	lm.add("done")
-	if l.trace != nil || l.logger().Enabled(ctx, slog.LevelDebug) {
-		go func() {
-			<-reaped // the init's CPU time is known once it is reaped
-			var cpu time.Duration
-			if ps := cmd.ProcessState; ps != nil {
-				cpu = ps.UserTime() + ps.SystemTime()
-			}
-			l.tracePhases(lm, rep.Marks, cpu)
-		}()
-	}
+
 	if res.Command == 0 || res.Command > res.Wall {
 		res.Command = res.Wall
 	}
@@ -425,12 +436,17 @@ func (l *Launcher) Leaks() ([]string, error) {
 // the stream still drained.
 type capWriter struct {
 	w         io.Writer
+	mu        *sync.Mutex // shared with the other stream's when w is the same
 	limit, n  int64
 	truncated bool
 	err       error
 }
 
 func (c *capWriter) Write(p []byte) (int, error) {
+	if c.mu != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+	}
 	keep := p
 	if room := c.limit - c.n; int64(len(p)) > room {
 		keep = p[:max(room, 0)]
@@ -533,4 +549,13 @@ func (p *pipes) waitOutput(done ...<-chan struct{}) {
 			<-d
 		}
 	}
+}
+
+// sameWriter reports whether a and b are the same comparable writer.
+func sameWriter(a, b io.Writer) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
 }

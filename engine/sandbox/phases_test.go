@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,11 +33,14 @@ func TestPhases(t *testing.T) {
 		cpu    []time.Duration
 	}
 	accs := make([]*acc, len(exes))
+	var mu sync.Mutex // traces arrive from the launchers' reaping goroutines
 	ls := make([]*Launcher, len(exes))
 	for i, exe := range exes {
 		a := &acc{per: map[string][]time.Duration{}}
 		accs[i] = a
 		ls[i] = &Launcher{Exe: exe, trace: func(ms []mark, cpu time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
 			a.cpu = append(a.cpu, cpu)
 			for j := 1; j < len(ms); j++ {
 				k := ms[j-1].Name + "->" + ms[j].Name
@@ -59,9 +63,16 @@ func TestPhases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			mu.Lock()
 			accs[i].launch = append(accs[i].launch, res.Launch)
+			mu.Unlock()
 		}
 	}
+	for _, l := range ls {
+		l.Settle()
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	for i, a := range accs {
 		var b strings.Builder
 		fmt.Fprintf(&b, "exe %q: launch median %.3f ms, p10 %.3f ms; init CPU median %.3f ms\n", exes[i],

@@ -84,6 +84,16 @@ func TestOutput(t *testing.T) {
 			t.Errorf("got stdout %q stderr %q", o.stdout, o.stderr)
 		}
 	})
+	t.Run("one writer for both", func(t *testing.T) {
+		var both bytes.Buffer // not safe for concurrent writes: the launcher serializes them
+		res, err := l.Run(context.Background(), shell(ws, "for i in $(seq 200); do echo o$i; echo e$i >&2; done"), &both, &both)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%+v %v", res, err)
+		}
+		if n := strings.Count(both.String(), "\n"); n != 400 {
+			t.Errorf("got %d lines, want 400", n)
+		}
+	})
 	t.Run("cap", func(t *testing.T) {
 		cfg := shell(ws, "head -c 100000 /dev/zero; echo small >&2")
 		cfg.Spec.OutputLimit = 1000
