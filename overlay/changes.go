@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"path"
 	"sort"
 	"syscall"
@@ -389,7 +390,7 @@ func (o *Overlay) emitFile(cs *ChangeSet, n *Node, d *Node, name, p string) erro
 		e.Mode = st.Mode & 07777
 		e.UID, e.GID = st.Uid, st.Gid
 		e.MtimeNs = st.Mtim.Nano()
-		e.Link = 0
+		e.Link = o.linkValue(n)
 		xs, err := upperXattrs(src)
 		if err != nil {
 			return err
@@ -406,6 +407,22 @@ func (o *Overlay) emitFile(cs *ChangeSet, n *Node, d *Node, name, p string) erro
 		}
 	}
 	return nil
+}
+
+// linkValue is the Link of a metacopy's entries: one non-zero value for
+// all names of a hard-linked node (the lower group's own when known), 0
+// for a single name. Needs o.mu.
+func (o *Overlay) linkValue(n *Node) uint64 {
+	if len(n.aliases) == 0 {
+		return 0
+	}
+	if n.lower.Link != 0 {
+		return n.lower.Link
+	}
+	h := fnv.New64a()
+	h.Write(n.lower.Object[:])
+	h.Write([]byte(o.relPath(n)))
+	return h.Sum64() | 1
 }
 
 func upperXattrs(p string) ([]store.Xattr, error) {

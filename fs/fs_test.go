@@ -1,0 +1,291 @@
+package fs_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/posixtest"
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/commit"
+	"layerfs.dev/layerfs/fs"
+	"layerfs.dev/layerfs/internal/testenv"
+	"layerfs.dev/layerfs/overlay"
+	"layerfs.dev/layerfs/overlay/overlaytest"
+	"layerfs.dev/layerfs/store"
+)
+
+type env struct {
+	t    testing.TB
+	ctx  context.Context
+	db   *store.DB
+	root store.ID
+	base string
+	n    int
+}
+
+func newEnv(t testing.TB, populated bool) *env {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	ctx := context.Background()
+	tmp := t.TempDir()
+	db, err := store.Init(ctx, filepath.Join(tmp, "store"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	e := &env{t: t, ctx: ctx, db: db, base: filepath.Join(tmp, "base")}
+	if err := os.Mkdir(e.base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if populated {
+		populate(t, e.base)
+		e.root = e.capture(e.base)
+	}
+	return e
+}
+
+func populate(t testing.TB, dir string) {
+	t.Helper()
+	for p, data := range map[string]string{
+		"f1": "hello\n", "a/f2": strings.Repeat("abc", 40000), "a/b/f3": "three", "d/e/f5": "five", "h1": "hard",
+	} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../f1", filepath.Join(dir, "a/link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(dir, "h1"), filepath.Join(dir, "d/h2")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) capture(dir string) store.ID {
+	e.t.Helper()
+	b, err := e.db.NewBatch(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer b.Abort()
+	id, _, err := commit.CaptureDir(e.ctx, b, e.db, dir, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := b.Flush(e.ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}
+
+// mount opens a fresh workspace over root and mounts it.
+func (e *env) mount(root store.ID) (*fs.Server, string) {
+	e.t.Helper()
+	e.n++
+	ws := filepath.Join(e.db.WorkspacesDir(), fmt.Sprint("w", e.n))
+	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.db, Root: root, UpperDir: filepath.Join(ws, "upper")})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	mnt := filepath.Join(e.t.TempDir(), "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	m, err := fs.Mount(e.ctx, mnt, ov, fs.Options{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { m.Unmount(context.Background()) })
+	return m, mnt
+}
+
+func (e *env) commit(ov *overlay.Overlay) store.ID {
+	e.t.Helper()
+	cs, err := ov.Changes(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	changes := make([]commit.Change, len(cs.Changes))
+	for i, c := range cs.Changes {
+		changes[i] = commit.Change(c)
+	}
+	b, err := e.db.NewBatch(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer b.Abort()
+	id, _, err := commit.Build(e.ctx, b, e.db, cs.Base, changes, nil)
+	if err != nil {
+		e.t.Fatalf("build: %v", err)
+	}
+	if err := b.Flush(e.ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	ov.MarkCommitted(id, cs)
+	return id
+}
+
+func (e *env) checkout(root store.ID) string {
+	e.t.Helper()
+	dir := filepath.Join(e.t.TempDir(), "co")
+	if _, err := commit.Checkout(e.ctx, e.db, root, dir, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	return dir
+}
+
+func compare(t testing.TB, want, got, what string) {
+	t.Helper()
+	if diffs := overlaytest.Compare(want, got); len(diffs) > 0 {
+		if len(diffs) > 20 {
+			diffs = append(diffs[:20], fmt.Sprintf("... %d more", len(diffs)-20))
+		}
+		t.Fatalf("%s differs:\n%s", what, strings.Join(diffs, "\n"))
+	}
+}
+
+// sh runs a shell body in dir, started outside the mount: the serving
+// process must never fork with its working directory on the mount.
+func sh(t testing.TB, dir, body string) string {
+	t.Helper()
+	cmd := exec.Command("bash", "-o", "pipefail", "-c", "cd "+dir+" && {\n"+body+"\n}")
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", body, err, out)
+	}
+	return string(out)
+}
+
+func TestPosix(t *testing.T) {
+	for _, populated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("populated=%v", populated), func(t *testing.T) {
+			e := newEnv(t, populated)
+			m, mnt := e.mount(e.root)
+			names := make([]string, 0, len(posixtest.All))
+			for name := range posixtest.All {
+				names = append(names, name)
+			}
+			sort.Strings(names)
+			for _, name := range names {
+				switch name {
+				case "OpenSymlinkRace":
+					continue // a 1000-iteration race probe
+				case "FcntlFlockLocksFile":
+					// Expects two fds of one process to conflict under
+					// POSIX locks, which they never do (go-fuse skips it
+					// in its own run of the suite).
+					continue
+				}
+				t.Run(name, func(t *testing.T) {
+					sub := filepath.Join(mnt, name)
+					if err := os.Mkdir(sub, 0o755); err != nil {
+						t.Fatal(err)
+					}
+					posixtest.All[name](t, sub)
+				})
+			}
+			t.Logf("data path %s, %d requests", m.DataPath(), m.Stats().Requests())
+		})
+	}
+}
+
+// TestBehaviours checks the overlay's behaviours on a live mount over a
+// populated lower, then after a commit in a fresh workspace on it.
+func TestBehaviours(t *testing.T) {
+	e := newEnv(t, true)
+	m, mnt := e.mount(e.root)
+	body := `
+set -e
+echo new > created
+echo more >> f1                     # copy-up of a lower file
+chmod 600 a/b/f3                    # metadata-only change of a lower file
+setfattr -n user.k -v v a/f2 2>/dev/null || python3 -c 'import os; os.setxattr("a/f2", "user.k", b"v")'
+mv a/f2 moved                       # rename of a lower file
+mv d dd                             # rename of a lower directory
+ln h1 h3                            # hard link to a lower file
+ln -s f1 sym
+mkdir -p n/m && echo deep > n/m/x
+truncate -s 3 a/b/f3
+rm a/link
+mkfifo fifo
+dd if=/dev/zero of=sparse bs=1 count=1 seek=1048575 status=none
+rmdir a/b/c 2>/dev/null || true
+`
+	sh(t, mnt, body)
+	ref := filepath.Join(t.TempDir(), "ref")
+	sh(t, "/", "cp -a "+e.base+" "+ref)
+	sh(t, ref, body)
+	compare(t, ref, mnt, "live mount")
+	if got, want := m.DataPath(), "passthrough"; got != want {
+		t.Logf("data path: %s", got)
+	}
+	root := e.commit(m.Overlay())
+	compare(t, ref, e.checkout(root), "checkout of the commit")
+	_, mnt2 := e.mount(root)
+	compare(t, ref, mnt2, "fresh workspace on the commit")
+	// The mount stays live after the commit.
+	sh(t, mnt, "echo after > after")
+	sh(t, ref, "echo after > after")
+	root2 := e.commit(m.Overlay())
+	compare(t, ref, e.checkout(root2), "checkout of the second commit")
+}
+
+func TestRandomOpsMount(t *testing.T) {
+	n := 20000
+	if testing.Short() {
+		n = 3000
+	}
+	for _, populated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("populated=%v", populated), func(t *testing.T) {
+			e := newEnv(t, populated)
+			m, mnt := e.mount(e.root)
+			ref := filepath.Join(t.TempDir(), "ref")
+			sh(t, "/", "cp -a "+e.base+" "+ref)
+			files, dirs := overlaytest.Scan(ref)
+			g := overlaytest.NewGen(7, files, dirs)
+			start := m.Stats()
+			t0 := time.Now()
+			var root store.ID
+			for i := 0; i < n; i++ {
+				op := g.Next()
+				werr := op.Apply(overlaytest.Dir(ref))
+				gerr := op.Apply(overlaytest.Dir(mnt))
+				if w, g := overlaytest.Errno(werr), overlaytest.Errno(gerr); w != g {
+					t.Fatalf("op %d %v: mount says %v, plain directory %v", i, op, gerr, werr)
+				}
+				if werr == nil {
+					g.Done(op, ref)
+				}
+				if (i+1)%(n/4) == 0 {
+					compare(t, ref, mnt, fmt.Sprintf("live mount after op %d", i))
+					root = e.commit(m.Overlay())
+					compare(t, ref, e.checkout(root), fmt.Sprintf("checkout after op %d", i))
+				}
+			}
+			d := m.Stats().Sub(start)
+			t.Logf("%d ops in %v: %d requests, median service %v, data path %s", n, time.Since(t0), d.Requests(), d.Quantile(0.5), d.DataPath)
+			_, mnt2 := e.mount(root)
+			compare(t, ref, mnt2, "fresh workspace on the last commit")
+		})
+	}
+}
+
+func TestStaleMountCleanup(t *testing.T) {
+	testenv.RequireFUSE(t)
+	if err := fs.CleanStale(t.TempDir()); err != nil {
+		t.Fatalf("clean of a plain directory: %v", err)
+	}
+	_ = unix.ENOTCONN
+}

@@ -1,0 +1,391 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/overlay"
+)
+
+// node is the go-fuse inode of one overlay node.
+type node struct {
+	gofs.Inode
+	m  *Server
+	on *overlay.Node
+
+	bmu   sync.Mutex
+	upper int32 // passthrough registration of the upper file, 0 if none
+	lower int32 // of the lower (cache) file
+}
+
+var (
+	_ gofs.NodeLookuper      = (*node)(nil)
+	_ gofs.NodeGetattrer     = (*node)(nil)
+	_ gofs.NodeSetattrer     = (*node)(nil)
+	_ gofs.NodeReaddirer     = (*node)(nil)
+	_ gofs.NodeMkdirer       = (*node)(nil)
+	_ gofs.NodeMknoder       = (*node)(nil)
+	_ gofs.NodeCreater       = (*node)(nil)
+	_ gofs.NodeOpener        = (*node)(nil)
+	_ gofs.NodeUnlinker      = (*node)(nil)
+	_ gofs.NodeRmdirer       = (*node)(nil)
+	_ gofs.NodeRenamer       = (*node)(nil)
+	_ gofs.NodeLinker        = (*node)(nil)
+	_ gofs.NodeSymlinker     = (*node)(nil)
+	_ gofs.NodeReadlinker    = (*node)(nil)
+	_ gofs.NodeGetxattrer    = (*node)(nil)
+	_ gofs.NodeSetxattrer    = (*node)(nil)
+	_ gofs.NodeListxattrer   = (*node)(nil)
+	_ gofs.NodeRemovexattrer = (*node)(nil)
+	_ gofs.NodeStatfser      = (*node)(nil)
+	_ gofs.NodeOnForgetter   = (*node)(nil)
+	_ gofs.NodeFlusher       = (*node)(nil)
+)
+
+func caller(ctx context.Context) overlay.Caller {
+	if c, ok := ctx.(*fuse.Context); ok {
+		return overlay.Caller{UID: c.Uid, GID: c.Gid}
+	}
+	return overlay.Caller{}
+}
+
+func fillAttr(a *overlay.Attr, out *fuse.Attr) {
+	out.Ino = a.Ino
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.UID, a.GID
+	out.Size = uint64(a.Size)
+	out.Blocks = uint64(a.Blocks)
+	out.Rdev = uint32(a.Rdev)
+	out.Blksize = 4096
+	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
+	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
+	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
+}
+
+// child wraps an overlay node in a go-fuse inode (reusing the live one of
+// the same inode number) and fills out.
+func (n *node) child(ctx context.Context, c *overlay.Node, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	a, err := n.m.ov.Getattr(ctx, c, nil)
+	if err != nil {
+		return nil, n.m.errno(err)
+	}
+	fillAttr(&a, &out.Attr)
+	return n.NewInode(ctx, &node{m: n.m, on: c}, gofs.StableAttr{Mode: c.Mode(), Ino: c.Ino()}), 0
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	c, err := n.m.ov.Lookup(ctx, n.on, name)
+	if err != nil {
+		return nil, n.m.errno(err)
+	}
+	return n.child(ctx, c, out)
+}
+
+func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	var f *overlay.File
+	if h, ok := fh.(*handle); ok {
+		f = h.f
+	}
+	a, err := n.m.ov.Getattr(ctx, n.on, f)
+	if err != nil {
+		return n.m.errno(err)
+	}
+	fillAttr(&a, &out.Attr)
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	var s overlay.SetAttr
+	if m, ok := in.GetMode(); ok {
+		s.Valid |= overlay.SetMode
+		s.Mode = m
+	}
+	if u, ok := in.GetUID(); ok {
+		s.Valid |= overlay.SetUID
+		s.UID = u
+	}
+	if g, ok := in.GetGID(); ok {
+		s.Valid |= overlay.SetGID
+		s.GID = g
+	}
+	if sz, ok := in.GetSize(); ok {
+		s.Valid |= overlay.SetSize
+		s.Size = int64(sz)
+	}
+	if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+		s.Valid |= overlay.SetAtimeNow
+	} else if t, ok := in.GetATime(); ok {
+		s.Valid |= overlay.SetAtime
+		s.Atime = t.UnixNano()
+	}
+	if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+		s.Valid |= overlay.SetMtimeNow
+	} else if t, ok := in.GetMTime(); ok {
+		s.Valid |= overlay.SetMtime
+		s.Mtime = t.UnixNano()
+	}
+	var f *overlay.File
+	if h, ok := fh.(*handle); ok {
+		f = h.f
+	}
+	a, err := n.m.ov.Setattr(ctx, n.on, s, f)
+	if err != nil {
+		return n.m.errno(err)
+	}
+	fillAttr(&a, &out.Attr)
+	return 0
+}
+
+func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	l, err := n.m.ov.Readdir(ctx, n.on)
+	if err != nil {
+		return nil, n.m.errno(err)
+	}
+	ents := make([]fuse.DirEntry, len(l))
+	for i, e := range l {
+		ents[i] = fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Mode}
+	}
+	return gofs.NewListDirStream(ents), 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	c, err := n.m.ov.Mkdir(ctx, n.on, name, mode, caller(ctx))
+	if err != nil {
+		return nil, n.m.errno(err)
+	}
+	return n.child(ctx, c, out)
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	c, err := n.m.ov.Mknod(ctx, n.on, name, mode, uint64(dev), caller(ctx))
+	if err != nil {
+		return nil, n.m.errno(err)
+	}
+	return n.child(ctx, c, out)
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	c, err := n.m.ov.Symlink(ctx, n.on, name, target, caller(ctx))
+	if err != nil {
+		return nil, n.m.errno(err)
+	}
+	return n.child(ctx, c, out)
+}
+
+func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	if err := n.m.ov.Link(ctx, t.on, n.on, name); err != nil {
+		return nil, n.m.errno(err)
+	}
+	return n.child(ctx, t.on, out)
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	s, err := n.m.ov.Readlink(ctx, n.on)
+	if err != nil {
+		return nil, n.m.errno(err)
+	}
+	return []byte(s), 0
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	return n.m.errno(n.m.ov.Unlink(ctx, n.on, name))
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.m.errno(n.m.ov.Rmdir(ctx, n.on, name))
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	return n.m.errno(n.m.ov.Rename(ctx, n.on, name, np.on, newName, flags))
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	v, err := n.m.ov.Getxattr(ctx, n.on, attr)
+	if err != nil {
+		return 0, n.m.errno(err)
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return n.m.errno(n.m.ov.Setxattr(ctx, n.on, attr, data, int(flags)))
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return n.m.errno(n.m.ov.Removexattr(ctx, n.on, attr))
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	names, err := n.m.ov.Listxattr(ctx, n.on)
+	if err != nil {
+		return 0, n.m.errno(err)
+	}
+	sz := 0
+	for _, s := range names {
+		sz += len(s) + 1
+	}
+	if len(dest) < sz {
+		return uint32(sz), syscall.ERANGE
+	}
+	off := 0
+	for _, s := range names {
+		off += copy(dest[off:], s)
+		dest[off] = 0
+		off++
+	}
+	return uint32(sz), 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	st, err := n.m.ov.Statfs(ctx)
+	if err != nil {
+		return n.m.errno(err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bavail
+	out.Files, out.Ffree = st.Files, st.Ffree
+	out.Bsize, out.Frsize = uint32(st.Bsize), uint32(st.Frsize)
+	out.NameLen = uint32(st.Namelen)
+	return 0
+}
+
+// Flush answers ENOSYS: the kernel then stops sending FLUSH on close for
+// the whole mount (opens also carry FOPEN_NOFLUSH). Data is in the upper
+// file as soon as a write returns; there is nothing to flush.
+func (n *node) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
+	return syscall.ENOSYS
+}
+
+func (n *node) OnForget() {
+	n.bmu.Lock()
+	defer n.bmu.Unlock()
+	for _, id := range []*int32{&n.upper, &n.lower} {
+		if *id != 0 {
+			n.m.unregister(*id)
+			*id = 0
+		}
+	}
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	c, f, err := n.m.ov.Create(ctx, n.on, name, int(flags), mode, caller(ctx))
+	if err != nil {
+		return nil, nil, 0, n.m.errno(err)
+	}
+	a, err := n.m.ov.Getattr(ctx, c, f)
+	if err != nil {
+		f.Close()
+		return nil, nil, 0, n.m.errno(err)
+	}
+	fillAttr(&a, &out.Attr)
+	child := &node{m: n.m, on: c}
+	ino := n.NewInode(ctx, child, gofs.StableAttr{Mode: c.Mode(), Ino: c.Ino()})
+	cn := ino.Operations().(*node)
+	h, fl := cn.newHandle(ctx, f)
+	return ino, h, fl, 0
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	f, err := n.m.ov.Open(ctx, n.on, int(flags))
+	if err != nil {
+		return nil, 0, n.m.errno(err)
+	}
+	h, fl := n.newHandle(ctx, f)
+	return h, fl, 0
+}
+
+// newHandle wraps an open overlay file, registering its backing file for
+// passthrough. The registration of a node's upper or lower file is made
+// once and kept until the kernel forgets the node, so re-opens cost no
+// ioctl; the wrapper around the bridge puts the id in the OPEN reply.
+func (n *node) newHandle(ctx context.Context, f *overlay.File) (*handle, uint32) {
+	h := &handle{m: n.m, f: f}
+	flags := uint32(fuse.FOPEN_NOFLUSH)
+	if n.m.passthrough.Load() {
+		n.bmu.Lock()
+		slot := &n.upper
+		if f.Lower() {
+			slot = &n.lower
+		}
+		if *slot == 0 {
+			*slot = n.m.register(f.Fd())
+		}
+		id := *slot
+		n.bmu.Unlock()
+		if id != 0 {
+			if c, ok := ctx.(*fuse.Context); ok {
+				n.m.pending.Store(c.Cancel, id)
+				h.passthrough = true
+				return h, flags
+			}
+		}
+	}
+	if f.Lower() {
+		flags |= fuse.FOPEN_KEEP_CACHE // immutable content
+	}
+	return h, flags
+}
+
+// handle is an open file.
+type handle struct {
+	m           *Server
+	f           *overlay.File
+	passthrough bool
+}
+
+var (
+	_ gofs.FileReader    = (*handle)(nil)
+	_ gofs.FileWriter    = (*handle)(nil)
+	_ gofs.FileReleaser  = (*handle)(nil)
+	_ gofs.FileFsyncer   = (*handle)(nil)
+	_ gofs.FileLseeker   = (*handle)(nil)
+	_ gofs.FileAllocater = (*handle)(nil)
+)
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return fuse.ReadResultFd(uintptr(h.f.Fd()), off, len(dest)), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	n, err := h.f.WriteAt(data, off)
+	return uint32(n), h.m.errno(err)
+}
+
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	return h.m.errno(h.f.Close())
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if h.f.Lower() {
+		return 0 // immutable, already durable in the Store
+	}
+	return h.m.errno(unix.Fsync(h.f.Fd()))
+}
+
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	n, err := unix.Seek(h.f.Fd(), int64(off), int(whence))
+	return uint64(n), h.m.errno(err)
+}
+
+func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	if h.f.Lower() {
+		return syscall.EBADF
+	}
+	return h.m.errno(unix.Fallocate(h.f.Fd(), mode, int64(off), int64(size)))
+}
