@@ -159,9 +159,9 @@ func run(cfg *initConfig, m *marks) initReport {
 	if err != nil {
 		return notStarted(cfg.Argv[0], err)
 	}
-	// The init needs no capability from here on (it signals and reaps
-	// processes of its own uid); drop them on this thread too.
-	_ = clearThreadCaps()
+	// From here on the init only signals and reaps: on this thread it keeps
+	// CAP_KILL alone, which it needs for a command running as another uid.
+	_ = keepOnlyKill()
 
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(cfg.Timeout, func() {
@@ -275,10 +275,13 @@ func dropPrivileges() error {
 	return nil
 }
 
-// clearThreadCaps empties every capability set of this thread.
-func clearThreadCaps() error {
+// keepOnlyKill reduces this thread's permitted and effective capabilities
+// to CAP_KILL.
+func keepOnlyKill() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
+	data[0].Permitted = 1 << unix.CAP_KILL
+	data[0].Effective = 1 << unix.CAP_KILL
 	return unix.Capset(&hdr, &data[0])
 }
 

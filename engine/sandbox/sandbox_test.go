@@ -184,19 +184,48 @@ func TestConcurrent(t *testing.T) {
 func TestTimeoutKillsTree(t *testing.T) {
 	testenv.RequireRoot(t)
 	var l sandbox.Launcher
-	marker := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1000000)
-	cfg := shell(t.TempDir(), fmt.Sprintf("sleep %s & sleep %s; wait", marker, marker))
-	cfg.Spec.Timeout = time.Second
-	t0 := time.Now()
-	o := run(t, &l, cfg)
-	if !o.res.TimedOut || o.res.ExitCode != 137 || o.res.Signal != "SIGKILL" {
-		t.Errorf("got %+v, want timed out with SIGKILL", o.res)
+	for _, uid := range []int{0, 1000} {
+		t.Run(fmt.Sprintf("uid %d", uid), func(t *testing.T) {
+			marker := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1000000)
+			cfg := shell(t.TempDir(), fmt.Sprintf("sleep %s & sleep %s; wait", marker, marker))
+			cfg.Spec.Timeout, cfg.Spec.UID, cfg.Spec.GID = time.Second, uid, uid
+			t0 := time.Now()
+			o := run(t, &l, cfg)
+			if !o.res.TimedOut || o.res.ExitCode != 137 || o.res.Signal != "SIGKILL" {
+				t.Errorf("got %+v, want timed out with SIGKILL", o.res)
+			}
+			if d := time.Since(t0); d > 5*time.Second {
+				t.Errorf("took %v for a 1s timeout", d)
+			}
+			if ps := processesWith(t, marker); len(ps) > 0 {
+				t.Errorf("processes survived the sandbox: %v", ps)
+			}
+		})
 	}
-	if d := time.Since(t0); d > 5*time.Second {
-		t.Errorf("took %v for a 1s timeout", d)
-	}
-	if ps := processesWith(t, marker); len(ps) > 0 {
-		t.Errorf("processes survived the sandbox: %v", ps)
+}
+
+// TestLeftBehind: what a command leaves running when it exits is killed
+// with it, whatever its uid, and does not hold the exec up.
+func TestLeftBehind(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	for _, uid := range []int{0, 1000} {
+		t.Run(fmt.Sprintf("uid %d", uid), func(t *testing.T) {
+			marker := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1000000+7)
+			cfg := shell(t.TempDir(), fmt.Sprintf("sleep %s & (sleep %s &) ; echo left", marker, marker))
+			cfg.Spec.UID, cfg.Spec.GID = uid, uid
+			t0 := time.Now()
+			o := run(t, &l, cfg)
+			if o.stdout != "left\n" || o.res.ExitCode != 0 {
+				t.Errorf("got %q %+v", o.stdout, o.res)
+			}
+			if d := time.Since(t0); d > 3*time.Second {
+				t.Errorf("took %v: the leftover processes held the exec", d)
+			}
+			if ps := processesWith(t, marker); len(ps) > 0 {
+				t.Errorf("processes survived the sandbox: %v", ps)
+			}
+		})
 	}
 }
 
@@ -428,7 +457,7 @@ func TestLimits(t *testing.T) {
 			}
 			return nil
 		}},
-		{"memory hog", "head -c 400m /dev/zero | tail > /dev/null", func(s *platforms.ExecSpec) {
+		{"memory hog", "dd if=/dev/zero of=/dev/null bs=256M count=1", func(s *platforms.ExecSpec) {
 			s.MemoryBytes, s.Timeout = 64<<20, 30*time.Second
 		}, func(r platforms.ExecResult) error {
 			if r.ExitCode != 137 || r.TimedOut {
@@ -570,5 +599,33 @@ func TestSetupFailure(t *testing.T) {
 	cfg.Spec.Dir = "does/not/exist"
 	if _, err := l.Run(context.Background(), cfg, nil, nil); !errors.Is(err, sandbox.ErrSetup) || !strings.Contains(err.Error(), "does/not/exist") {
 		t.Errorf("got %v, want ErrSetup naming the dir", err)
+	}
+}
+
+// TestRlimitFallback runs the limits without cgroups: RLIMIT_AS for
+// memory, RLIMIT_NPROC for pids (only for a non-root uid: it counts every
+// process of the uid on the host).
+func TestRlimitFallback(t *testing.T) {
+	testenv.RequireRoot(t)
+	l := sandbox.Launcher{NoCgroups: true}
+	if mem, pids := l.Limits(); mem || pids {
+		t.Fatalf("NoCgroups launcher reports cgroup limits (%v, %v)", mem, pids)
+	}
+	ws := t.TempDir()
+	cfg := shell(ws, "dd if=/dev/zero of=/dev/null bs=256M count=1")
+	cfg.Spec.MemoryBytes, cfg.Spec.Timeout = 64<<20, 30*time.Second
+	if o := run(t, &l, cfg); o.res.ExitCode == 0 || o.res.TimedOut {
+		t.Errorf("memory hog under RLIMIT_AS: got %+v (stderr %.200q), want a failure before the timeout", o.res, o.stderr)
+	}
+	// dash, unlike bash, does not retry a failed fork.
+	cfg = sandbox.Config{Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"sh", "-c",
+		"grep 'Max processes' /proc/self/limits | tr -s ' ' | cut -d' ' -f3; for i in $(seq 40); do sleep 5 & done; echo all started"}}}
+	cfg.Spec.UID, cfg.Spec.GID, cfg.Spec.Pids, cfg.Spec.Timeout = 4242, 4242, 10, 20*time.Second
+	o := run(t, &l, cfg)
+	if o.stdout != "10\n" || o.res.ExitCode == 0 || !strings.Contains(o.stderr, "fork") {
+		t.Errorf("RLIMIT_NPROC 10: got %q, %+v (stderr %.200q); want the limit 10 and a failed fork", o.stdout, o.res, o.stderr)
+	}
+	if o := run(t, &l, shell(ws, "echo fine")); o.stdout != "fine\n" {
+		t.Errorf("ordinary exec: %q", o.stdout)
 	}
 }

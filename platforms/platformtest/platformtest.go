@@ -431,7 +431,7 @@ func testLimits(t *testing.T, e *env) {
 			Argv: platforms.ShellArgv("f() { f | f & }; f; sleep 30"), Pids: 64, Timeout: 3 * time.Second,
 		}, func(r platforms.ExecResult) bool { return r.TimedOut }, "a fork bomb contained until the timeout"},
 		{"Memory", f.MemoryLimit, platforms.ExecSpec{
-			Argv: platforms.ShellArgv("head -c 400m /dev/zero | tail > /dev/null"), MemoryBytes: 64 << 20, Timeout: time.Minute,
+			Argv: platforms.ShellArgv("dd if=/dev/zero of=/dev/null bs=256M count=1"), MemoryBytes: 64 << 20, Timeout: time.Minute,
 		}, func(r platforms.ExecResult) bool { return r.ExitCode != 0 && !r.TimedOut }, "a memory hog killed before the timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
