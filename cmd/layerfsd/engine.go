@@ -28,6 +28,9 @@ type daemonEngine interface {
 //
 //	plats := []platforms.Platform{local.New(local.Options{Logger: log})} // per name, each Up
 //	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: plats, Logger: log})
-func newEngine(ctx context.Context, db *store.DB, platformNames []string, log *slog.Logger) (daemonEngine, error) {
-	return nil, errors.New("this build has no engine yet (engine.New has not landed)")
+//
+// down takes the platforms down again; it is never nil.
+func newEngine(ctx context.Context, db *store.DB, platformNames []string, log *slog.Logger) (daemonEngine, func(context.Context) error, error) {
+	down := func(context.Context) error { return nil }
+	return nil, down, errors.New("this build has no engine yet (engine.New has not landed)")
 }

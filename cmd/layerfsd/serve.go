@@ -131,7 +131,15 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		}
 	}()
 
-	eng, err := newEngine(ctx, db, f.platforms, log)
+	eng, down, err := newEngine(ctx, db, f.platforms, log)
+	defer func() {
+		// Platforms go down last, after every workspace is unmounted.
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if derr := down(dctx); derr != nil {
+			log.Warn("platforms down", "err", derr)
+		}
+	}()
 	if err != nil {
 		return err
 	}
