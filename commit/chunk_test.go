@@ -95,7 +95,7 @@ func TestChunkerDeterministic(t *testing.T) {
 }
 
 func TestParamsValidate(t *testing.T) {
-	for _, p := range []Params{{0, 8, 16}, {4096, 3000, 8192}, {2048, 6000, 32768}, {2048, 8192, 8192}} {
+	for _, p := range []Params{{0, 8, 16}, {4096, 3000, 8192}, {2048, 8192, 8192}} {
 		if p.Validate() == nil {
 			t.Errorf("Validate(%v) = nil, want an error", p)
 		}
