@@ -9,6 +9,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -322,4 +323,104 @@ func TestTCPToken(t *testing.T) {
 	if _, err := c.Projects(ctx); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestLoad: 16 workspaces each running 20 execs concurrently through the
+// SDK; every result is correct, and afterwards the daemon has no more
+// mounts, child processes or file descriptors than before.
+func TestLoad(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := context.Background()
+	c := d.client(t)
+	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "load"}); err != nil {
+		t.Fatal(err)
+	}
+	pid := d.cmd.Process.Pid
+	fdsBefore, kidsBefore := countFDs(t, pid), countChildren(t, pid)
+	mountsBefore := mountsUnder(t, d.store)
+
+	const workspaces, execs = 16, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, workspaces*execs)
+	for w := range workspaces {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "load", Branch: "main"})
+			if err != nil {
+				errs <- err
+				return
+			}
+			var inner sync.WaitGroup
+			for i := range execs {
+				inner.Add(1)
+				go func() {
+					defer inner.Done()
+					want := fmt.Sprintf("w%d-e%d", w, i)
+					res, err := ws.Exec(ctx, fmt.Sprintf("echo %s > f-%d && cat f-%d", want, i, i), client.ExecOptions{Timeout: 2 * time.Minute})
+					switch {
+					case err != nil:
+						errs <- err
+					case res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != want:
+						errs <- fmt.Errorf("workspace %d exec %d: exit %d, stdout %q, stderr %q", w, i, res.ExitCode, res.Stdout, res.Stderr)
+					}
+				}()
+			}
+			inner.Wait()
+			if err := ws.End(ctx, client.EndOptions{Discard: true}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		if n++; n <= 5 {
+			t.Error(err)
+		}
+	}
+	if n > 5 {
+		t.Errorf("... and %d more errors", n-5)
+	}
+	// Idle connections of this client hold daemon fds: drop them first.
+	c.Close()
+	var fds, kids, mounts int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		fds, kids, mounts = countFDs(t, pid), countChildren(t, pid), mountsUnder(t, d.store)
+		if fds <= fdsBefore && kids <= kidsBefore && mounts <= mountsBefore {
+			return
+		}
+	}
+	t.Errorf("leaks: fds %d -> %d, children %d -> %d, mounts %d -> %d", fdsBefore, fds, kidsBefore, kids, mountsBefore, mounts)
+}
+
+func countFDs(t *testing.T, pid int) int {
+	es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+// countChildren counts the processes whose parent is pid.
+func countChildren(t *testing.T, pid int) int {
+	es, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range es {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == fmt.Sprint(pid) {
+				n++
+			}
+		}
+	}
+	return n
 }
