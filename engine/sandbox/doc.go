@@ -27,17 +27,42 @@
 //     read-only, so writes outside /workspace and /tmp fail with EROFS;
 //  5. on its one locked OS thread, empties the bounding, ambient and
 //     inheritable capability sets and sets no_new_privs (both are per
-//     thread), then forks the command from that same thread as the
-//     configured uid and gid, so the command starts with no capabilities;
+//     thread), then forks the command from that same thread, in its own
+//     process group, as the configured uid and gid, so the command starts
+//     with no capabilities at all; the init thread then keeps only CAP_KILL;
 //  6. reaps every process until the namespace is empty, kills what the
 //     command left behind when it exits (or everything when the timeout
-//     fires: kill(-1) from PID 1 reaches the whole namespace), and reports
-//     the exit status and the command's start and end on the sandbox clock
-//     as JSON on fd 4.
+//     fires: kill(-1) from PID 1 reaches the whole namespace), closes its
+//     stdio and reports the exit status and the command's start and end on
+//     the sandbox clock as JSON on fd 4.
 //
 // The launcher caps stdout and stderr (the excess is drained and reported
-// as truncation), kills the init when the context ends or the init
-// overstays its timeout, and removes the exec's cgroup.
+// as truncation) and kills the init when the context ends or the init
+// overstays its timeout. Run returns as soon as the report and the end of
+// both output streams are in: the command's processes are gone by then.
+// The init's own exit, the teardown of its namespaces and the removal of
+// the exec's cgroup finish in the background (Settle waits for them).
+//
+// A command that signals PID 1 on purpose ends its own exec (the init is a
+// Go program and dies of SIGTERM); the result then reports that signal.
+// It cannot reach anything outside its sandbox.
+//
+// # The binary that is re-executed
+//
+// Go runs every linked package's init functions before main, so
+// re-executing layerfsd (SQLite, go-fuse, the Docker client) costs several
+// times what re-executing a binary that only holds the init costs. The
+// launcher re-executes whatever Launcher.Exe names; InitBinary finds the
+// dedicated init (cmd/layerfs-sandbox-init here) installed next to the
+// daemon, and the default is the running binary itself. To compare them:
+//
+//	go build -o /tmp/init ./engine/sandbox/cmd/layerfs-sandbox-init
+//	go build -o /tmp/heavy ./engine/sandbox/internal/initbench/heavy
+//	go test -c -o /tmp/sandbox.test ./engine/sandbox
+//	LAYERFS_SANDBOX_EXES=/tmp/init:/tmp/heavy /tmp/sandbox.test -test.run Phases -test.v
+//
+// which prints the median of every phase of an exec of `true` for each
+// binary, interleaved.
 //
 // # Limits
 //
@@ -54,8 +79,9 @@
 // A binary that launches sandboxes calls InitMain first thing in main (and
 // a test binary in TestMain); then
 //
-//	var l sandbox.Launcher
+//	l := &sandbox.Launcher{Exe: sandbox.InitBinary(), Logger: log}
 //	res, err := l.Run(ctx, sandbox.Config{Workspace: dir, Spec: spec}, stdout, stderr)
 //
-// MeasureOverhead measures the fixed cost of an exec for the bench.
+// MeasureOverhead measures the fixed cost of an exec for the bench, beside
+// a plain spawn of the same command as the yardstick of the moment.
 package sandbox
