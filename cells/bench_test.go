@@ -1,0 +1,48 @@
+package cells
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// BenchmarkNative times each cell's body run natively with bash in a fresh
+// copy of its base on the disk of the temporary directory: the floor the
+// LayerFS arm is compared with, and the check that every extended cell
+// stays well under two seconds. The base build and the copy are untimed.
+//
+//	go test ./cells -run '^$' -bench Native -benchtime 5x
+func BenchmarkNative(b *testing.B) {
+	ctx := context.Background()
+	for _, c := range All() {
+		b.Run(c.ID, func(b *testing.B) {
+			base := b.TempDir()
+			if err := c.WriteBase(ctx, base); err != nil {
+				if errors.Is(err, ErrUnavailable) {
+					b.Skip(err)
+				}
+				b.Fatal(err)
+			}
+			if err := Eligible(ctx, bash{base}, c); err != nil {
+				b.Skip(err)
+			}
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				dir := filepath.Join(b.TempDir(), "ws"+strconv.Itoa(i))
+				if out, err := exec.Command("cp", "-a", base, dir).CombinedOutput(); err != nil {
+					b.Fatalf("copy base: %v: %s", err, out)
+				}
+				cmd := exec.Command("bash", "-o", "pipefail", "-c", Wrap(c.Body))
+				cmd.Dir = dir
+				b.StartTimer()
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					b.Fatalf("body: %v: %s", err, out)
+				}
+			}
+		})
+	}
+}
