@@ -580,8 +580,9 @@ func TestPerExecLimits(t *testing.T) {
 	if res.ExitCode != 0 || out != "survived\n" {
 		t.Errorf("200 MiB with no exec limit: %+v %q", res, out)
 	}
-	// Pids: 40 sleeps in a 20-pid exec fail to fork.
-	res, out, errs = run(t, sb, platforms.ExecSpec{Argv: platforms.ShellArgv("for i in $(seq 40); do sleep 1 & done; wait; exit 0"), Pids: 20})
+	// Pids: 40 sleeps in a 20-pid exec fail to fork (the supervisor kills
+	// those that started when the shell exits).
+	res, out, errs = run(t, sb, platforms.ExecSpec{Argv: platforms.ShellArgv("for i in $(seq 40); do sleep 60 & done; exit 0"), Pids: 20})
 	if !strings.Contains(errs, "Resource temporarily unavailable") {
 		t.Errorf("40 processes in a 20-pid exec: %+v stdout %q stderr %q", res, out, errs)
 	}
