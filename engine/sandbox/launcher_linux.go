@@ -431,6 +431,41 @@ func (l *Launcher) Leaks() ([]string, error) {
 	return out, nil
 }
 
+// RemoveStale removes exec cgroups that launchers (of this process or of a
+// daemon that crashed) left below this process's cgroups: empty
+// "layerfs-*" cgroups created more than olderThan ago. A cgroup that still
+// holds a task cannot be removed and is reported in the error.
+func (l *Launcher) RemoveStale(olderThan time.Duration) (removed []string, err error) {
+	l.init()
+	var errs []error
+	for _, parent := range []string{l.cg.unified, l.cg.memory, l.cg.pids} {
+		if parent == "" {
+			continue
+		}
+		ents, err := os.ReadDir(parent)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range ents {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), "layerfs-") {
+				continue
+			}
+			info, err := e.Info()
+			if err != nil || time.Since(info.ModTime()) < olderThan {
+				continue
+			}
+			d := filepath.Join(parent, e.Name())
+			if err := unix.Rmdir(d); err != nil {
+				errs = append(errs, fmt.Errorf("remove stale cgroup %s: %w", d, err))
+				continue
+			}
+			removed = append(removed, d)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
 // capWriter passes the first limit bytes to w and drains the rest, so a
 // chatty command never blocks on a full pipe. A failing w is remembered and
 // the stream still drained.

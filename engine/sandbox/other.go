@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"time"
 
 	"layerfs.dev/layerfs/platforms"
 )
@@ -27,6 +28,9 @@ func (l *Launcher) Limits() (memory, pids bool) { return false, false }
 
 // Settle returns at once: nothing was started.
 func (l *Launcher) Settle() {}
+
+// RemoveStale removes nothing: nothing was started.
+func (l *Launcher) RemoveStale(olderThan time.Duration) ([]string, error) { return nil, nil }
 
 // Leaks reports nothing: nothing was started.
 func (l *Launcher) Leaks() ([]string, error) { return nil, nil }

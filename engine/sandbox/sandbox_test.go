@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -628,4 +629,55 @@ func TestRlimitFallback(t *testing.T) {
 	if o := run(t, &l, shell(ws, "echo fine")); o.stdout != "fine\n" {
 		t.Errorf("ordinary exec: %q", o.stdout)
 	}
+}
+
+func TestRemoveStale(t *testing.T) {
+	testenv.RequireRoot(t)
+	var l sandbox.Launcher
+	if _, pids := l.Limits(); !pids {
+		testenv.Skip(t, "needs the pids cgroup")
+	}
+	// A cgroup left by a crashed daemon looks like this.
+	parent := pidsParent(t)
+	stale := filepath.Join(parent, "layerfs-crashed-1")
+	if err := os.Mkdir(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(stale)
+	// Only old ones go: other launchers on this host may be between
+	// creating a cgroup and moving their init into it.
+	if removed, _ := l.RemoveStale(time.Hour); slices.Contains(removed, stale) {
+		t.Errorf("a fresh cgroup was removed")
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if removed, _ := l.RemoveStale(time.Hour); !slices.Contains(removed, stale) {
+		t.Errorf("got %v, want %s removed", removed, stale)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale cgroup still there: %v", err)
+	}
+}
+
+// pidsParent is this process's pids cgroup directory (v1 here, v2 elsewhere).
+func pidsParent(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && parts[1] == "pids" {
+			return filepath.Join("/sys/fs/cgroup/pids", parts[2])
+		}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join("/sys/fs/cgroup", p)
+		}
+	}
+	t.Skip("no pids cgroup found")
+	return ""
 }
