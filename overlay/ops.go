@@ -358,6 +358,9 @@ func (o *Overlay) emptyUpperDirLocked(c *Node, path string) error {
 // unbindLocked forgets that d/name is a name of c. Needs o.mu.
 func (o *Overlay) unbindLocked(d *Node, name string, c *Node) {
 	delete(d.dir.children, name)
+	if c.state == stateLower && c.nlink > 1 {
+		c.nlink--
+	}
 	d.dir.listing = nil
 	if c.parent == d && c.name == name {
 		if len(c.aliases) > 0 {
@@ -609,6 +612,9 @@ func (o *Overlay) Rename(ctx context.Context, od *Node, oname string, nd *Node, 
 
 // rebindLocked makes d/name a name of n (after unbindLocked). Needs o.mu.
 func (o *Overlay) rebindLocked(d *Node, name string, n *Node) {
+	if n.state == stateLower && n.nlink > 0 && n.lower != nil && n.lower.Link != 0 {
+		n.nlink++ // a move: unbind counted it out
+	}
 	if n.parent == nil {
 		n.parent, n.name = d, name
 	} else {

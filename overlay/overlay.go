@@ -70,6 +70,11 @@ type Overlay struct {
 	nextIno  atomic.Uint64
 	byLink   map[uint64]*Node // lower hard-link groups
 	byUpper  map[uint64]*Node // upper inode number -> node, for upper hard links
+	// linkCounts is the size of every lower hard-link group, counted over
+	// the whole lower tree the first time a directory with one is loaded.
+	linkCounts map[uint64]int
+	linksOnce  sync.Once
+	linksErr   error
 	tmpSeq   atomic.Uint64
 	renames  uint64 // bumped by directory renames: invalidates cached paths
 	lowerRoot store.ID
@@ -217,6 +222,7 @@ type Node struct {
 	lower   *store.Entry // lower entry: metadata of a lower node, content origin of meta/partial nodes
 	cache   string       // materialized lower content, once known
 	backing uint64       // upper inode number once known
+	nlink   int          // names of a lower-only node in a hard-link group
 	dir     *dirState
 	opens   int // open handles, for unlinked-but-open nodes
 }
@@ -349,6 +355,14 @@ func (o *Overlay) ensureLoaded(ctx context.Context, d *Node) error {
 			return fmt.Errorf("load directory tree %s: %w", id.Short(), err)
 		}
 		tree = t
+		for i := range t.Entries {
+			if t.Entries[i].Link != 0 {
+				if err := o.countLinks(ctx); err != nil {
+					return err
+				}
+				break
+			}
+		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -497,6 +511,10 @@ func (o *Overlay) lowerChild(d *Node, e *store.Entry) (*Node, bool) {
 	}
 	n := o.newNode(typeMode(e.Type), stateLower)
 	n.parent, n.name, n.lower = d, e.Name, e
+	n.nlink = 1
+	if e.Link != 0 && o.linkCounts[e.Link] > 1 {
+		n.nlink = o.linkCounts[e.Link]
+	}
 	if e.Type == store.TypeDir {
 		lp := ""
 		if d.dir.lowerPath != "" {
@@ -586,4 +604,40 @@ func typeMode(t store.EntryType) uint32 {
 		return syscall.S_IFSOCK
 	}
 	return syscall.S_IFREG
+}
+
+// countLinks counts the names of every lower hard-link group, once, by
+// walking the whole lower tree: a lower file's link count must be right
+// before all its directories are loaded.
+func (o *Overlay) countLinks(ctx context.Context) error {
+	o.linksOnce.Do(func() {
+		counts := map[uint64]int{}
+		var walk func(id store.ID) error
+		walk = func(id store.ID) error {
+			t, err := o.lower.Tree(ctx, id)
+			if err != nil {
+				return err
+			}
+			for i := range t.Entries {
+				e := &t.Entries[i]
+				if e.Type == store.TypeDir {
+					if err := walk(e.Object); err != nil {
+						return err
+					}
+				} else if e.Link != 0 {
+					counts[e.Link]++
+				}
+			}
+			return nil
+		}
+		if o.linksErr = walk(o.lowerRoot); o.linksErr == nil {
+			o.mu.Lock()
+			o.linkCounts = counts
+			o.mu.Unlock()
+		}
+	})
+	if o.linksErr != nil {
+		return fmt.Errorf("count lower hard links: %w", o.linksErr)
+	}
+	return nil
 }

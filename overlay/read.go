@@ -85,8 +85,7 @@ func (o *Overlay) getattrLocked(n *Node, f *File) (Attr, error) {
 	var a Attr
 	if n.state == stateLower {
 		a = lowerAttr(n.lower)
-		// Names of a lower hard-link group that are loaded.
-		a.Nlink = uint32(1 + len(n.aliases))
+		a.Nlink = uint32(max(n.nlink, 1))
 		if !n.linked() {
 			a.Nlink = 0
 		}
