@@ -2,9 +2,9 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -42,9 +42,7 @@ type Batch struct {
 	chunks  []chunkRow  // index rows to insert at Flush
 	objs    []objectRow // objects to insert at Flush
 	pending map[ID]bool // ids put in this unit
-	probe   *sql.Conn   // read connection for dedup probes
-	has     *sql.Stmt   // SELECT 1 FROM chunks WHERE id = ?
-	hasObj  *sql.Stmt   // SELECT 1 FROM objects WHERE id = ?
+	probe   *prober     // dedup probes, open while active
 	stats   BatchStats
 }
 
@@ -90,23 +88,12 @@ func (b *Batch) begin(ctx context.Context) error {
 	b.db.gcMu.RLock()
 	b.db.batches.Add(1)
 	b.active = true
-	if b.probe == nil {
-		c, err := b.db.r.Conn(ctx)
-		if err == nil {
-			b.has, err = c.PrepareContext(ctx, `SELECT 1 FROM chunks WHERE id = ?`)
-			if err == nil {
-				b.hasObj, err = c.PrepareContext(ctx, `SELECT 1 FROM objects WHERE id = ?`)
-			}
-			if err != nil {
-				c.Close()
-			}
-		}
-		if err != nil {
-			b.end()
-			return fmt.Errorf("batch: %w", err)
-		}
-		b.probe = c
+	p, err := openProber(ctx, b.db)
+	if err != nil {
+		b.end()
+		return fmt.Errorf("batch: %w", err)
 	}
+	b.probe = p
 	return nil
 }
 
@@ -119,23 +106,6 @@ func (b *Batch) end() {
 		b.db.batches.Add(-1)
 		b.db.gcMu.RUnlock()
 	}
-}
-
-// exists probes the index with one counted statement. It runs outside
-// withTx on purpose: a dedup probe per chunk is the hot path of capture and
-// a single autocommit SELECT is all it needs.
-func (b *Batch) exists(s *sql.Stmt, id ID) (bool, error) {
-	b.db.ctr.statements.Add(1)
-	var one int
-	err := s.QueryRow(id[:]).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	b.db.ctr.rows.Add(1)
-	return true, nil
 }
 
 // PutChunk stores a chunk whose id the caller computed as
@@ -155,7 +125,7 @@ func (b *Batch) PutChunk(id ID, data []byte) (added bool, err error) {
 		b.reused(len(data))
 		return false, nil
 	}
-	ok, err := b.exists(b.has, id)
+	ok, err := b.probe.has(id, false)
 	if err != nil {
 		return false, fmt.Errorf("put chunk %s: %w", id, err)
 	}
@@ -206,7 +176,7 @@ func (b *Batch) putObject(k Kind, data []byte) (ID, error) {
 		b.stats.ReusedObjects++
 		return id, nil
 	}
-	ok, err := b.exists(b.hasObj, id)
+	ok, err := b.probe.has(id, true)
 	if err != nil {
 		return id, err
 	}
@@ -294,6 +264,10 @@ func (b *Batch) Flush(ctx context.Context) error {
 }
 
 func (b *Batch) flush(ctx context.Context) error {
+	// Leave the probes' read snapshot before waiting for the write lock: a
+	// checkpoint in another process may hold that lock while it waits for
+	// old snapshots to end.
+	b.closeProbe()
 	for _, u := range b.used {
 		if err := u.w.sync(); err != nil {
 			return err
@@ -304,36 +278,65 @@ func (b *Batch) flush(ctx context.Context) error {
 		return nil
 	}
 	return b.db.withTx(ctx, txWrite, func(tx *tx) error {
-		if len(b.chunks) > 0 {
-			// OR IGNORE: another batch may have stored the same chunk since
-			// our probe; its copy wins and ours becomes dead pack bytes.
-			s, err := tx.prepare(ctx, `INSERT OR IGNORE INTO chunks(id, pack, off, len) VALUES (?, ?, ?, ?)`)
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			for i := range b.chunks {
+		// OR IGNORE: another batch may have stored the same chunk since
+		// our probe; its copy wins and ours becomes dead pack bytes.
+		err := insertRows(ctx, tx, `INSERT OR IGNORE INTO chunks(id, pack, off, len) VALUES `, "(?, ?, ?, ?)",
+			len(b.chunks), func(i int, args []any) []any {
 				c := &b.chunks[i]
-				if _, err := s.exec(ctx, c.id[:], c.pack, c.off, c.len); err != nil {
-					return fmt.Errorf("index chunk %s: %w", c.id, err)
-				}
-			}
+				return append(args, c.id[:], c.pack, c.off, c.len)
+			})
+		if err != nil {
+			return fmt.Errorf("index chunks: %w", err)
 		}
-		if len(b.objs) > 0 {
-			s, err := tx.prepare(ctx, `INSERT OR IGNORE INTO objects(id, kind, data) VALUES (?, ?, ?)`)
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			for i := range b.objs {
+		err = insertRows(ctx, tx, `INSERT OR IGNORE INTO objects(id, kind, data) VALUES `, "(?, ?, ?)",
+			len(b.objs), func(i int, args []any) []any {
 				o := &b.objs[i]
-				if _, err := s.exec(ctx, o.id[:], int64(o.kind), o.data); err != nil {
-					return fmt.Errorf("store %s %s: %w", o.kind, o.id, err)
-				}
-			}
+				return append(args, o.id[:], int64(o.kind), o.data)
+			})
+		if err != nil {
+			return fmt.Errorf("store objects: %w", err)
 		}
 		return nil
 	})
+}
+
+// rowsPerInsert rows go in one INSERT statement: per-statement overhead
+// (database/sql and the driver) dominated one-row inserts.
+const rowsPerInsert = 128
+
+// insertRows inserts n rows with multi-row INSERT statements, prepared once
+// per statement size; row appends row i's values to args.
+func insertRows(ctx context.Context, tx *tx, head, tuple string, n int, row func(i int, args []any) []any) error {
+	var s *stmt
+	size := 0
+	defer func() {
+		if s != nil {
+			s.close()
+		}
+	}()
+	args := make([]any, 0, rowsPerInsert*4)
+	for i := 0; i < n; i += rowsPerInsert {
+		k := min(rowsPerInsert, n-i)
+		if k != size {
+			if s != nil {
+				s.close()
+			}
+			var err error
+			s, err = tx.prepare(ctx, head+strings.Repeat(tuple+", ", k-1)+tuple)
+			if err != nil {
+				return err
+			}
+			size = k
+		}
+		args = args[:0]
+		for j := i; j < i+k; j++ {
+			args = row(j, args)
+		}
+		if _, err := s.exec(ctx, args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // rollback truncates what this unit appended and returns the writers.
@@ -390,9 +393,7 @@ func (b *Batch) Abort() {
 
 func (b *Batch) closeProbe() {
 	if b.probe != nil {
-		b.has.Close()
-		b.hasObj.Close()
-		b.probe.Close()
+		b.probe.close()
 		b.probe = nil
 	}
 }

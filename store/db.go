@@ -168,6 +168,9 @@ func dsn(path string, opts Options, write bool) string {
 			q.Add("_pragma", "synchronous(NORMAL)")
 		}
 		q.Add("_pragma", "cache_size(-16384)")
+		// Multi-row inserts need a statement journal; keep it in memory
+		// rather than in a temporary file written on every statement.
+		q.Add("_pragma", "temp_store(MEMORY)")
 	} else {
 		q.Set("mode", "rw") // read-only handles still need the WAL index
 		q.Add("_pragma", "query_only(1)")
@@ -308,10 +311,12 @@ func (db *DB) closeAll() error {
 		errs = append(errs, db.r.Close())
 	}
 	if db.w != nil {
-		// Fold the WAL into the database so a closed store is one file.
-		if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
-			db.log.Debug("checkpoint on close", "err", err)
-		}
+		// No explicit checkpoint here: a TRUNCATE checkpoint takes the
+		// write lock and then waits for other processes' readers, and a
+		// reader that is about to write waits for that lock, so the two
+		// stall each other until the busy timeout. SQLite checkpoints
+		// (passively) on its own, and folds the WAL in when the last
+		// connection to the store closes.
 		errs = append(errs, db.w.Close())
 	}
 	if db.lock != nil {

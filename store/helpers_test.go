@@ -131,6 +131,9 @@ func readAll(t testing.TB, db *DB, c ID) map[string][]byte {
 	out := map[string][]byte{}
 	for i := range tr.Entries {
 		e := &tr.Entries[i]
+		if e.Type != TypeFile {
+			continue
+		}
 		rc, err := db.OpenContent(ctx, e)
 		if err != nil {
 			t.Fatal(err)

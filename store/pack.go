@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,7 +25,7 @@ import (
 const (
 	packMagic     = "LFSPACK\x01"
 	recordHeader  = 32 + 4
-	packBufSize   = 4 << 20 // appends reach the file in writes of this size
+	packBufSize   = 4 << 20 // appends reach the file in writes of this size (a multiple of directAlign)
 	maxChunkSize  = 1<<32 - 1
 	maxIdlePacks  = 2
 	packExt       = ".pack"
@@ -44,15 +45,82 @@ func parsePackName(name string) (int64, bool) {
 
 // packWriter appends to one pack file on which it holds an exclusive flock,
 // so no other writer (in this process or another) appends to it.
+//
+// Appends are collected in an aligned buffer that reaches the file in large
+// writes. Where the file system supports it the writes use O_DIRECT: on
+// this machine kind, buffered writes that need fresh page-cache pages ran
+// at 50-150 MB/s while direct writes of the same data ran at 400-800 MB/s,
+// and a capture should not evict the page cache anyway. Direct writes need
+// aligned offsets and lengths, so the buffer starts at the block boundary
+// below the end of what is on disk (re-writing that partial block with the
+// same bytes), and a sync pads the last block and truncates the padding off.
 type packWriter struct {
-	num     int64
-	path    string
-	f       *os.File
-	size    int64 // file size including buffered bytes
-	written int64 // bytes that reached the file (size - len(buf))
-	started int64 // bytes for which writeback was started
-	buf     []byte
-	full    bool // reached MaxPackSize: retire after use
+	num  int64
+	path string
+	f    *os.File // O_RDWR: flock, truncate, fdatasync, buffered fallback
+	d    *os.File // O_WRONLY|O_DIRECT, nil where unsupported
+	base int64    // file offset of buf[0]; block aligned when d != nil
+	size int64    // logical size: base + len(buf)
+	// started is how far buffered writeback was started (fallback only).
+	started int64
+	buf     []byte // cap is packBufSize, block aligned
+	full    bool   // reached MaxPackSize: retire after use
+}
+
+const directAlign = 4096
+
+func alignedBuffer(n int) []byte {
+	raw := make([]byte, n+directAlign)
+	off := (directAlign - int(uintptr(unsafe.Pointer(&raw[0]))&(directAlign-1))) & (directAlign - 1)
+	return raw[off : off : off+n]
+}
+
+// openWriter prepares appends at the end of a locked pack file of the
+// given size.
+func openWriter(num int64, path string, f *os.File, size int64) (*packWriter, error) {
+	w := &packWriter{num: num, path: path, f: f, buf: alignedBuffer(packBufSize)}
+	if d, err := os.OpenFile(path, os.O_WRONLY|unix.O_DIRECT, 0); err == nil {
+		w.d = d
+	}
+	if size < int64(len(packMagic)) {
+		// New, or created by a writer that died before its header landed.
+		if err := f.Truncate(0); err != nil {
+			w.close()
+			return nil, fmt.Errorf("pack %s: %w", path, err)
+		}
+		w.buf = append(w.buf, packMagic...)
+		w.size = int64(len(packMagic))
+		return w, nil
+	}
+	if err := w.load(size); err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// load positions the buffer for appends at size, reading the partial
+// block below it when writes are direct.
+func (w *packWriter) load(size int64) error {
+	w.base, w.size, w.started = size, size, size
+	w.buf = w.buf[:0]
+	if w.d == nil {
+		return nil
+	}
+	w.base = size &^ (directAlign - 1)
+	w.buf = w.buf[:size-w.base]
+	if _, err := w.f.ReadAt(w.buf, w.base); err != nil {
+		return fmt.Errorf("read pack %s: %w", w.path, err)
+	}
+	return nil
+}
+
+func (w *packWriter) close() error {
+	var err error
+	if w.d != nil {
+		err = w.d.Close()
+	}
+	return errors.Join(err, w.f.Close())
 }
 
 // packSet hands out pack writers and caches read handles.
@@ -162,22 +230,13 @@ func (ps *packSet) tryOpen(num int64, create bool) (*packWriter, error) {
 		f.Close()
 		return nil, nil
 	}
-	size := st1.Size
-	if size >= ps.maxSize {
+	if st1.Size >= ps.maxSize {
 		f.Close()
 		return nil, nil
 	}
-	w := &packWriter{num: num, path: path, f: f, size: size, written: size, started: size,
-		buf: make([]byte, 0, packBufSize)}
-	if size < int64(len(packMagic)) {
-		// New, or created by a writer that died before its header landed.
-		if err := f.Truncate(0); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("pack %s: %w", path, err)
-		}
-		w.size, w.written, w.started = 0, 0, 0
-		w.buf = append(w.buf, packMagic...)
-		w.size = int64(len(packMagic))
+	w, err := openWriter(num, path, f, st1.Size)
+	if err != nil {
+		return nil, err
 	}
 	ps.held[num] = true
 	return w, nil
@@ -190,7 +249,7 @@ func (ps *packSet) release(w *packWriter) error {
 	defer ps.mu.Unlock()
 	if w.full || w.size >= ps.maxSize || len(ps.idle) >= maxIdlePacks {
 		delete(ps.held, w.num)
-		return w.f.Close()
+		return w.close()
 	}
 	ps.idle = append(ps.idle, w)
 	return nil
@@ -201,7 +260,7 @@ func (ps *packSet) discard(w *packWriter) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	delete(ps.held, w.num)
-	w.f.Close()
+	w.close()
 }
 
 // dropIdle closes all idle writers (GC does this before it rewrites packs).
@@ -211,7 +270,7 @@ func (ps *packSet) dropIdle() error {
 	var errs []error
 	for _, w := range ps.idle {
 		delete(ps.held, w.num)
-		errs = append(errs, w.f.Close())
+		errs = append(errs, w.close())
 	}
 	ps.idle = nil
 	return errors.Join(errs...)
@@ -254,59 +313,83 @@ func (ps *packSet) close() error {
 	return errors.Join(errs...)
 }
 
-// append adds one record and returns the payload's offset. The bytes are
-// buffered; full buffers go to the file in one write and their writeback
-// starts at once, so the fsync in sync has little left to do.
+// append adds one record and returns the payload's offset.
 func (w *packWriter) append(id ID, data []byte) (int64, error) {
-	rec := recordHeader + len(data)
-	if len(w.buf)+rec > cap(w.buf) {
-		if err := w.flushBuf(); err != nil {
-			return 0, err
-		}
-	}
 	var hdr [recordHeader]byte
 	copy(hdr[:32], id[:])
 	binary.LittleEndian.PutUint32(hdr[32:], uint32(len(data)))
-	if rec > cap(w.buf) {
-		// Larger than the buffer: write through.
-		if _, err := w.f.WriteAt(hdr[:], w.written); err != nil {
-			return 0, fmt.Errorf("write pack %s: %w", w.path, err)
-		}
-		if _, err := w.f.WriteAt(data, w.written+recordHeader); err != nil {
-			return 0, fmt.Errorf("write pack %s: %w", w.path, err)
-		}
-		off := w.written + recordHeader
-		w.written += int64(rec)
-		w.size = w.written
-		return off, nil
-	}
-	w.buf = append(w.buf, hdr[:]...)
-	w.buf = append(w.buf, data...)
 	off := w.size + recordHeader
-	w.size += int64(rec)
+	for _, part := range [][]byte{hdr[:], data} {
+		for len(part) > 0 {
+			if len(w.buf) == cap(w.buf) {
+				if err := w.writeFull(); err != nil {
+					return 0, err
+				}
+			}
+			n := copy(w.buf[len(w.buf):cap(w.buf)], part)
+			w.buf = w.buf[:len(w.buf)+n]
+			part = part[n:]
+		}
+	}
+	w.size += int64(len(hdr) + len(data))
 	return off, nil
 }
 
-func (w *packWriter) flushBuf() error {
-	if len(w.buf) == 0 {
+// writeFull writes the full buffer and empties it.
+func (w *packWriter) writeFull() error {
+	if err := w.write(w.buf); err != nil {
+		return err
+	}
+	w.base += int64(len(w.buf))
+	w.buf = w.buf[:0]
+	return nil
+}
+
+func (w *packWriter) write(b []byte) error {
+	if w.d != nil {
+		if _, err := w.d.WriteAt(b, w.base); err != nil {
+			return fmt.Errorf("write pack %s: %w", w.path, err)
+		}
 		return nil
 	}
-	if _, err := w.f.WriteAt(w.buf, w.written); err != nil {
+	if _, err := w.f.WriteAt(b, w.base); err != nil {
 		return fmt.Errorf("write pack %s: %w", w.path, err)
 	}
-	w.written += int64(len(w.buf))
-	w.buf = w.buf[:0]
-	// Start writeback now; it overlaps with the caller's hashing.
-	if err := unix.SyncFileRange(int(w.f.Fd()), w.started, w.written-w.started, unix.SYNC_FILE_RANGE_WRITE); err == nil {
-		w.started = w.written
+	// Start writeback now so that sync has little left to wait for.
+	end := w.base + int64(len(b))
+	if err := unix.SyncFileRange(int(w.f.Fd()), w.started, end-w.started, unix.SYNC_FILE_RANGE_WRITE); err == nil {
+		w.started = end
 	}
 	return nil
 }
 
 // sync makes everything appended durable.
 func (w *packWriter) sync() error {
-	if err := w.flushBuf(); err != nil {
-		return err
+	if n := len(w.buf); n > 0 {
+		if w.d != nil {
+			// Pad to the block size, write, cut the padding off, and keep
+			// the partial last block for the next append.
+			padded := (n + directAlign - 1) &^ (directAlign - 1)
+			clear(w.buf[n:padded])
+			if err := w.write(w.buf[:padded]); err != nil {
+				return err
+			}
+			if padded != n {
+				if err := w.f.Truncate(w.size); err != nil {
+					return fmt.Errorf("truncate pack %s: %w", w.path, err)
+				}
+			}
+			keep := n &^ (directAlign - 1)
+			copy(w.buf, w.buf[keep:n])
+			w.buf = w.buf[:n-keep]
+			w.base += int64(keep)
+		} else {
+			if err := w.write(w.buf); err != nil {
+				return err
+			}
+			w.base += int64(n)
+			w.buf = w.buf[:0]
+		}
 	}
 	if err := unix.Fdatasync(int(w.f.Fd())); err != nil {
 		return fmt.Errorf("sync pack %s: %w", w.path, err)
@@ -318,13 +401,10 @@ func (w *packWriter) sync() error {
 // Safe because this writer holds the pack's exclusive flock and no index
 // row points past size.
 func (w *packWriter) rollback(size int64) error {
-	w.buf = w.buf[:0]
 	if err := w.f.Truncate(size); err != nil {
 		return fmt.Errorf("truncate pack %s: %w", w.path, err)
 	}
-	w.size, w.written = size, size
-	w.started = min(w.started, size)
-	return nil
+	return w.load(size)
 }
 
 // readChunk reads and verifies the payload of chunk id at off/length in

@@ -17,14 +17,15 @@ CREATE TABLE meta (
 ) STRICT;
 
 -- Chunk payloads live in packs/NNNNNNNN.pack; off is where the payload
--- starts (after its record header), len its length.
+-- starts (after its record header), len its length. No index on pack:
+-- only GC and fsck group by pack, and a second b-tree would tax every
+-- insert on the capture path.
 CREATE TABLE chunks (
 	id   BLOB PRIMARY KEY CHECK (length(id) = 32),
 	pack INTEGER NOT NULL,
 	off  INTEGER NOT NULL,
 	len  INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
-CREATE INDEX chunks_pack ON chunks(pack, off);
 
 -- Manifests, trees and commits: canonical bytes keyed by id.
 CREATE TABLE objects (
@@ -32,7 +33,6 @@ CREATE TABLE objects (
 	kind INTEGER NOT NULL CHECK (kind IN (2, 3, 4)),
 	data BLOB NOT NULL
 ) STRICT;
-CREATE INDEX objects_kind ON objects(kind, id);
 
 CREATE TABLE projects (
 	name    TEXT PRIMARY KEY,

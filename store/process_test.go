@@ -1,0 +1,469 @@
+package store
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary re-executes itself as a child process that opens the
+// same store; childEnv selects what the child does.
+const (
+	childEnv    = "LAYERFS_STORE_TEST_CHILD"
+	childDirEnv = "LAYERFS_STORE_TEST_DIR"
+	childArgEnv = "LAYERFS_STORE_TEST_ARG"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		if err := runChild(mode, os.Getenv(childDirEnv), os.Getenv(childArgEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(mode, dir, arg string) error {
+	ctx := context.Background()
+	db, err := Open(ctx, dir, Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	out := os.Stdout // unbuffered: a printed line is acknowledged
+	switch mode {
+	case "hold":
+		fmt.Fprintln(out, "ready")
+		_, err := io.Copy(io.Discard, os.Stdin)
+		return err
+	case "writer":
+		// arg is "branch count": commit count times on branch, CAS-publishing each.
+		branch, n, _ := strings.Cut(arg, " ")
+		count, _ := strconv.Atoi(n)
+		for i := 0; i < count; i++ {
+			if err := publishOne(ctx, db, out, branch, uint64(os.Getpid())<<24|uint64(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "crash":
+		fmt.Fprintln(out, "ready")
+		for i := 0; ; i++ {
+			if err := publishOne(ctx, db, out, "main", uint64(os.Getpid())<<24|uint64(i)); err != nil {
+				return err
+			}
+		}
+	}
+	return fmt.Errorf("unknown mode %q", mode)
+}
+
+// publishOne writes a commit on the branch's head and publishes it,
+// printing "ACK <id>" once SetBranchHead reported it created.
+func publishOne(ctx context.Context, db *DB, out io.Writer, branch string, seed uint64) error {
+	for {
+		b, err := db.Branch(ctx, "p", branch)
+		if err != nil {
+			return err
+		}
+		c, err := writeSeeded(ctx, db, b.Head, seed)
+		if err != nil {
+			return err
+		}
+		r, err := db.SetBranchHead(ctx, "p", branch, b.Head, c)
+		if err != nil {
+			return err
+		}
+		if r == PublishCreated {
+			_, err := fmt.Fprintf(out, "ACK %s\n", c)
+			return err
+		}
+	}
+}
+
+// seededFiles is the content of the commit made from seed: a small file,
+// a multi-chunk file, a file shared by all commits and one in a subdir.
+func seededFiles(seed uint64) (files map[string][]byte, sub []byte) {
+	r := rand.New(rand.NewPCG(seed, 1))
+	return map[string][]byte{
+		"a":      randBytes(seed, r.IntN(8<<10)),
+		"b":      randBytes(seed+1, testChunkSize+r.IntN(6*testChunkSize)),
+		"shared": randBytes(42, 100<<10),
+	}, randBytes(seed+2, r.IntN(3000))
+}
+
+func writeSeeded(ctx context.Context, db *DB, parent ID, seed uint64) (ID, error) {
+	b, err := db.NewBatch(ctx)
+	if err != nil {
+		return ZeroID, err
+	}
+	defer b.Abort()
+	files, subData := seededFiles(seed)
+	put := func(name string, data []byte) (Entry, error) {
+		e := Entry{Name: name, Type: TypeFile, Mode: 0o644, Size: int64(len(data))}
+		if len(data) == 0 {
+			return e, nil
+		}
+		if len(data) <= testChunkSize {
+			e.Object, e.ObjectKind = Hash(KindChunk, data), KindChunk
+			_, err := b.PutChunk(e.Object, data)
+			return e, err
+		}
+		m := &Manifest{Size: int64(len(data))}
+		for off := 0; off < len(data); off += testChunkSize {
+			c := data[off:min(off+testChunkSize, len(data))]
+			id := Hash(KindChunk, c)
+			if _, err := b.PutChunk(id, c); err != nil {
+				return e, err
+			}
+			m.Extents = append(m.Extents, Extent{Chunk: id, Length: int64(len(c))})
+		}
+		id, err := b.PutManifest(m)
+		e.Object, e.ObjectKind = id, KindManifest
+		return e, err
+	}
+	se, err := put("c", subData)
+	if err != nil {
+		return ZeroID, err
+	}
+	subID, err := b.PutTree(&Tree{Entries: []Entry{se}})
+	if err != nil {
+		return ZeroID, err
+	}
+	root := &Tree{}
+	for _, name := range sortedKeys(files) {
+		e, err := put(name, files[name])
+		if err != nil {
+			return ZeroID, err
+		}
+		root.Entries = append(root.Entries, e)
+	}
+	root.Entries = append(root.Entries, Entry{Name: "sub", Type: TypeDir, Mode: 0o755, Object: subID, ObjectKind: KindTree})
+	rootID, err := b.PutTree(root)
+	if err != nil {
+		return ZeroID, err
+	}
+	c, err := b.PutCommit(&Commit{Root: rootID, Parent: parent, Message: fmt.Sprint("seed ", seed), TimeNs: time.Now().UnixNano()})
+	if err != nil {
+		return ZeroID, err
+	}
+	return c, b.Flush(ctx)
+}
+
+// verifySeeded checks that commit c holds exactly what its seed made.
+func verifySeeded(t *testing.T, db *DB, c ID) {
+	t.Helper()
+	ctx := context.Background()
+	cm, err := db.Commit(ctx, c)
+	if err != nil {
+		t.Fatalf("acknowledged commit %s: %v", c.Short(), err)
+	}
+	seed, err := strconv.ParseUint(strings.TrimPrefix(cm.Message, "seed "), 10, 64)
+	if err != nil {
+		t.Fatalf("commit %s message %q", c.Short(), cm.Message)
+	}
+	files, subData := seededFiles(seed)
+	got := readAll(t, db, c)
+	for n, want := range files {
+		if string(got[n]) != string(want) {
+			t.Fatalf("commit %s: %s reads back wrong", c.Short(), n)
+		}
+	}
+	tr, _ := db.Tree(ctx, cm.Root)
+	se, _ := tr.Find("sub")
+	sub, err := db.Tree(ctx, se.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := db.OpenContent(ctx, &sub.Entries[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := readCloser(rc); err != nil || string(d) != string(subData) {
+		t.Fatalf("commit %s: sub/c reads back wrong: %v", c.Short(), err)
+	}
+}
+
+func child(t *testing.T, dir, mode, arg string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode, childDirEnv+"="+dir, childArgEnv+"="+arg)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// acks collects the ACK lines of a child's stdout; ready is closed at its
+// "ready" line.
+func acks(t *testing.T, cmd *exec.Cmd) (ready chan struct{}, done func() []ID) {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready = make(chan struct{})
+	var ids []ID
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "ready" {
+				close(ready)
+				continue
+			}
+			if s, ok := strings.CutPrefix(line, "ACK "); ok {
+				if id, err := ParseID(s); err == nil {
+					ids = append(ids, id)
+				}
+			}
+		}
+	}()
+	return ready, func() []ID { wg.Wait(); return ids }
+}
+
+// newProjectStore makes a store with project p whose main head is a
+// seeded commit, and closes it.
+func newProjectStore(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := Init(ctx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := writeSeeded(ctx, db, ZeroID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreateProject(ctx, "p", c); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestTwoProcessesWrite(t *testing.T) {
+	ctx := context.Background()
+	dir := newProjectStore(t)
+	db, err := Open(ctx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var waits []func() []ID
+	var cmds []*exec.Cmd
+	for _, br := range []string{"b1", "b2", "b3"} {
+		b, _ := db.Branch(ctx, "p", "main")
+		if _, err := db.CreateBranch(ctx, "p", br, b.Head); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, br := range []string{"b1", "b2"} {
+		cmd := child(t, dir, "writer", br+" 15")
+		_, done := acks(t, cmd)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+		waits = append(waits, done)
+	}
+	// This process writes at the same time, from two goroutines.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var mine []ID
+	for g := 0; g < 2; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				var out strings.Builder
+				if err := publishOne(ctx, db, &out, "b3", uint64(1000+g*100+i)); err != nil {
+					t.Error(err)
+					return
+				}
+				id, _ := ParseID(strings.TrimSpace(strings.TrimPrefix(out.String(), "ACK ")))
+				mu.Lock()
+				mine = append(mine, id)
+				mu.Unlock()
+			}
+		}(g)
+	}
+	wg.Wait()
+	var all []ID
+	for i, cmd := range cmds {
+		ids := waits[i]()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("child %d: %v", i, err)
+		}
+		if len(ids) != 15 {
+			t.Fatalf("child %d acknowledged %d commits, want 15", i, len(ids))
+		}
+		all = append(all, ids...)
+	}
+	if len(mine) != 20 {
+		t.Fatalf("this process published %d, want 20", len(mine))
+	}
+	all = append(all, mine...)
+	for _, c := range all {
+		verifySeeded(t, db, c)
+	}
+	for _, br := range []string{"b1", "b2", "b3"} {
+		b, _ := db.Branch(ctx, "p", br)
+		n := 0
+		for c := b.Head; !c.IsZero(); n++ {
+			c = mustCommit(t, db, c).Parent
+		}
+		want := map[string]int{"b1": 17, "b2": 17, "b3": 22}[br] // + the first commit and the genesis parent chain
+		if n != want-1 {
+			t.Errorf("branch %s has %d commits, want %d", br, n, want-1)
+		}
+	}
+	nums, _ := db.packs.listPacks()
+	if len(nums) < 3 {
+		t.Errorf("three writing processes shared %d packs; each writer needs its own", len(nums))
+	}
+	mustFsck(t, db)
+}
+
+func TestGCBusyWhileAnotherProcessHasTheStore(t *testing.T) {
+	ctx := context.Background()
+	dir := newProjectStore(t)
+	cmd := child(t, dir, "hold", "")
+	stdin, _ := cmd.StdinPipe()
+	ready, done := acks(t, cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-ready
+	db, err := Open(ctx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	start := time.Now()
+	if _, err := db.GC(ctx, GCOptions{}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("GC = %v, want ErrBusy", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Fatalf("GC took %v to fail; it must fail fast", time.Since(start))
+	}
+	// The failed attempt must not have lost this handle's shared lock:
+	// the store still works and GC succeeds once the other process left.
+	readAll(t, db, mustBranch(t, db, "main"))
+	stdin.Close()
+	done()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.GC(ctx, GCOptions{}); err != nil {
+		t.Fatalf("GC after the other process closed: %v", err)
+	}
+}
+
+func mustBranch(t *testing.T, db *DB, name string) ID {
+	t.Helper()
+	b, err := db.Branch(context.Background(), "p", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Head
+}
+
+// TestCrashSafety SIGKILLs a child that writes batches and publishes
+// commits in a loop, at random points, many times. After each kill the
+// store opens, passes Fsck, and holds every acknowledged commit intact.
+func TestCrashSafety(t *testing.T) {
+	kills := 60
+	if testing.Short() {
+		kills = 10
+	}
+	ctx := context.Background()
+	dir := newProjectStore(t)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	var acked []ID
+	for k := 0; k < kills; k++ {
+		cmd := child(t, dir, "crash", "")
+		ready, done := acks(t, cmd)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ready:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Fatal("child did not start")
+		}
+		time.Sleep(time.Duration(rng.IntN(150_000)) * time.Microsecond)
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		ids := done()
+		err := cmd.Wait()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+			t.Fatalf("kill %d: child ended on its own: %v", k, err)
+		}
+
+		db, err := Open(ctx, dir, Options{})
+		if err != nil {
+			t.Fatalf("kill %d: open: %v", k, err)
+		}
+		rep, err := db.Fsck(ctx, nil)
+		if err != nil || !rep.OK() {
+			t.Fatalf("kill %d: fsck: %v %v", k, err, rep.Err())
+		}
+		for _, c := range ids {
+			verifySeeded(t, db, c)
+		}
+		// Every acknowledged commit is on main's history: the head is the
+		// last one or a commit published after it.
+		if len(ids) > 0 {
+			last := ids[len(ids)-1]
+			found := false
+			for c := mustBranch(t, db, "main"); !c.IsZero() && !found; c = mustCommit(t, db, c).Parent {
+				found = c == last
+			}
+			if !found {
+				t.Fatalf("kill %d: acknowledged commit %s is not in main's history", k, last.Short())
+			}
+		}
+		acked = append(acked, ids...)
+		// Earlier rounds' commits are still there (a sample, to stay fast).
+		for i := 0; i < 3 && len(acked) > 0; i++ {
+			verifySeeded(t, db, acked[rng.IntN(len(acked))])
+		}
+		if k%20 == 19 {
+			// GC after crashes: dead pack tails and orphans go, nothing live.
+			if _, err := db.GC(ctx, GCOptions{}); err != nil {
+				t.Fatalf("kill %d: gc: %v", k, err)
+			}
+			mustFsck(t, db)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d kills, %d acknowledged commits", kills, len(acked))
+	if len(acked) < kills/2 {
+		t.Fatalf("only %d commits acknowledged over %d runs: the test exercised little", len(acked), kills)
+	}
+}
