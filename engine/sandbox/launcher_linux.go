@@ -305,9 +305,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	res.Wall = time.Since(t0)
 	lm.add("done")
 
-	if res.Command == 0 || res.Command > res.Wall {
-		res.Command = res.Wall
-	}
+	res.Command = min(res.Command, res.Wall) // 0 when the command never ran
 	res.Launch = res.Wall - res.Command
 	if err := errors.Join(outW.err, errW.err); err != nil {
 		return res, fmt.Errorf("sandbox output: %w", err)
