@@ -1,0 +1,33 @@
+// Package engine owns a Store's workspaces: it mounts each as a
+// copy-on-write FUSE view (overlay served by fs) over a committed tree,
+// attaches it to the platform its sandboxes run on, runs execs there,
+// commits what changed (commit.CommitChanges over the overlay's dirty set)
+// and ends it. It also offers the Store's history operations in the API's
+// terms, so the api package needs nothing else.
+//
+// # Lifecycle of a workspace
+//
+//	CreateWorkspace -> (Exec | WriteFile | PutTar | ...)* -> CommitWorkspace* -> EndWorkspace
+//
+// A workspace is recorded in the Store before it is mounted and removed
+// after it is unmounted, so a daemon killed at any point leaves a record
+// and an upper layer that Recover (or MountWorkspace) serves again, with
+// nothing written lost. Execs hold a workspace shared; commit, end and
+// remount hold it exclusively, so a commit sees no half-finished exec.
+//
+// A commit that finds the branch head moved stores the commit and returns
+// it with head-moved; the workspace keeps its changes uncommitted. End
+// refuses to drop uncommitted changes unless asked to discard them.
+//
+// # Native workspaces
+//
+// A native workspace is a plain directory on the Store's file system, with
+// no history, served through the same platform and sandbox: the bench's
+// reference arm. It lives in memory only.
+//
+// # Paths from requests
+//
+// File transfers resolve every path below the workspace root with
+// openat2(RESOLVE_BENEATH), so neither ".." nor a symlink can lead
+// outside; a tar upload is checked whole before anything is written.
+package engine

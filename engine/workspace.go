@@ -1,0 +1,586 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"layerfs.dev/layerfs/commit"
+	lfs "layerfs.dev/layerfs/fs"
+	"layerfs.dev/layerfs/overlay"
+	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/wire"
+)
+
+// wsOptions are the workspace settings kept in the Store record's Options.
+type wsOptions struct {
+	Platform string `json:"platform"`
+	Network  string `json:"network"`
+	Native   bool   `json:"native,omitempty"`
+	// Root is the tree the upper layer lies over: the base commit's root,
+	// kept so a remount never needs the commit.
+	Root store.ID `json:"root"`
+	// HeadRoot is the root tree of Head, what the next commit is relative to.
+	HeadRoot store.ID `json:"head_root"`
+}
+
+// workspace is one served workspace. mu serialises what changes its state
+// (commit, end, remount) against execs, which hold it shared.
+type workspace struct {
+	mu   sync.RWMutex
+	rec  store.Workspace
+	opts wsOptions
+	ov   *overlay.Overlay // nil for a native workspace
+	mnt  *lfs.Server      // nil for a native workspace
+	sb   platforms.Sandbox
+}
+
+func (w *workspace) info() wire.Workspace {
+	out := wire.Workspace{
+		ID: w.rec.ID, Project: w.rec.Project, Branch: w.rec.Branch,
+		Base: idString(w.rec.Base), Head: idString(w.rec.Head),
+		MountPath: w.rec.MountPath, Platform: w.opts.Platform, Network: w.opts.Network,
+		Native: w.opts.Native, State: w.rec.State, Created: w.rec.Created,
+	}
+	if w.mnt != nil {
+		out.DataPath = w.mnt.DataPath()
+	}
+	return out
+}
+
+func newID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "ws-" + hex.EncodeToString(b[:])
+}
+
+// workspaceDirs are a workspace's directories under the Store.
+func (e *Engine) workspaceDir(id string) string { return filepath.Join(e.db.WorkspacesDir(), id) }
+
+// CreateWorkspace mounts a new workspace on a branch head (or the ref At)
+// and attaches it to its platform.
+func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (wire.Workspace, error) {
+	if err := e.checkOpen(); err != nil {
+		return wire.Workspace{}, err
+	}
+	opts, err := e.workspaceOptions(spec)
+	if err != nil {
+		return wire.Workspace{}, err
+	}
+	id := newID()
+	dir := e.workspaceDir(id)
+	rec := store.Workspace{ID: id, Project: spec.Project, Branch: spec.Branch, Created: e.now().UTC(), State: wire.StateMounted}
+	if !opts.Native {
+		b, err := e.db.Branch(ctx, spec.Project, spec.Branch)
+		if err != nil {
+			return wire.Workspace{}, classify(err)
+		}
+		rec.Base = b.Head
+		if spec.At != "" {
+			if rec.Base, err = e.db.ResolveRef(ctx, spec.Project, spec.At); err != nil {
+				return wire.Workspace{}, classify(err)
+			}
+		}
+		c, err := e.db.Commit(ctx, rec.Base)
+		if err != nil {
+			return wire.Workspace{}, err
+		}
+		rec.Head, opts.Root, opts.HeadRoot = rec.Base, c.Root, c.Root
+		rec.UpperDir = filepath.Join(dir, "upper")
+	} else if spec.Project != "" || spec.Branch != "" || spec.At != "" {
+		return wire.Workspace{}, fmt.Errorf("%w: a native workspace has no project, branch or ref", ErrInvalid)
+	}
+	rec.MountPath = filepath.Join(dir, "mnt")
+	if opts.Native {
+		rec.MountPath = filepath.Join(dir, "native")
+	}
+	if spec.MountPath != "" {
+		if rec.MountPath, err = mountTarget(spec.MountPath); err != nil {
+			return wire.Workspace{}, err
+		}
+	}
+	if rec.Options, err = json.Marshal(opts); err != nil {
+		return wire.Workspace{}, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return wire.Workspace{}, err
+	}
+	// Native workspaces have no history and nothing to recover: they live
+	// in memory only.
+	if !opts.Native {
+		if rec, err = e.db.CreateWorkspace(ctx, rec); err != nil {
+			os.RemoveAll(dir)
+			return wire.Workspace{}, classify(err)
+		}
+	}
+	w := &workspace{rec: rec, opts: opts}
+	if err := e.serve(ctx, w); err != nil {
+		if !opts.Native {
+			e.db.DeleteWorkspace(context.WithoutCancel(ctx), id)
+		}
+		os.RemoveAll(dir)
+		return wire.Workspace{}, err
+	}
+	e.mu.Lock()
+	e.live[id] = w
+	e.mu.Unlock()
+	e.metrics.workspacesCreated.Add(1)
+	e.log.Info("workspace created", "id", id, "project", rec.Project, "branch", rec.Branch, "mount", rec.MountPath, "platform", opts.Platform)
+	return w.info(), nil
+}
+
+func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
+	o := wsOptions{Platform: spec.Platform, Network: spec.Network, Native: spec.Native}
+	if o.Platform == "" {
+		o.Platform = e.defaultPlat
+	}
+	if _, ok := e.plats[o.Platform]; !ok {
+		return o, fmt.Errorf("%w: unknown platform %q (this daemon has %v)", ErrInvalid, o.Platform, e.Platforms())
+	}
+	switch o.Network {
+	case "":
+		o.Network = wire.NetworkNone
+	case wire.NetworkNone, wire.NetworkHost:
+	default:
+		return o, fmt.Errorf("%w: network %q: want %q or %q", ErrInvalid, o.Network, wire.NetworkNone, wire.NetworkHost)
+	}
+	if !o.Native {
+		if err := store.ValidName(spec.Project); err != nil {
+			return o, fmt.Errorf("%w: project: %w", ErrInvalid, err)
+		}
+		if err := store.ValidName(spec.Branch); err != nil {
+			return o, fmt.Errorf("%w: branch: %w", ErrInvalid, err)
+		}
+	}
+	return o, nil
+}
+
+// mountTarget checks a requested mount path: absolute, and an empty
+// directory or absent (then created).
+func mountTarget(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("%w: mount path %q must be absolute", ErrInvalid, p)
+	}
+	p = filepath.Clean(p)
+	ents, err := os.ReadDir(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return p, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: mount path %q: %v", ErrInvalid, p, err)
+	}
+	if len(ents) > 0 {
+		return "", fmt.Errorf("%w: mount path %q is not empty", ErrInvalid, p)
+	}
+	return p, nil
+}
+
+// serve mounts w (or makes its native directory) and attaches it to its
+// platform.
+func (e *Engine) serve(ctx context.Context, w *workspace) error {
+	if err := os.MkdirAll(w.rec.MountPath, 0o755); err != nil {
+		return err
+	}
+	if !w.opts.Native {
+		ov, err := overlay.Open(ctx, overlay.Config{
+			Lower:    e.db,
+			Root:     w.opts.Root,
+			Base:     w.opts.HeadRoot,
+			UpperDir: w.rec.UpperDir,
+			Logger:   e.log,
+		})
+		if err != nil {
+			return fmt.Errorf("open workspace %s: %w", w.rec.ID, err)
+		}
+		m, err := lfs.Mount(ctx, w.rec.MountPath, ov, lfs.Options{Logger: e.log})
+		if err != nil {
+			ov.Close()
+			return fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)
+		}
+		w.ov, w.mnt = ov, m
+	}
+	host := e.plats[w.opts.Platform].(platforms.SandboxHost)
+	sb, err := host.Attach(ctx, platforms.Workspace{ID: w.rec.ID, HostPath: w.rec.MountPath, Network: w.opts.Network == wire.NetworkHost})
+	if err != nil {
+		e.unserve(context.WithoutCancel(ctx), w)
+		return fmt.Errorf("attach workspace %s to %s: %w", w.rec.ID, w.opts.Platform, err)
+	}
+	w.sb = sb
+	return nil
+}
+
+// unserve detaches and unmounts w, keeping its upper layer and record.
+func (e *Engine) unserve(ctx context.Context, w *workspace) error {
+	var errs []error
+	if w.sb != nil {
+		errs = append(errs, w.sb.Close(ctx))
+		w.sb = nil
+	}
+	if w.mnt != nil {
+		errs = append(errs, w.mnt.Unmount(ctx))
+		w.mnt = nil
+	}
+	if w.ov != nil {
+		errs = append(errs, w.ov.Close())
+		w.ov = nil
+	}
+	return errors.Join(errs...)
+}
+
+// get returns a live workspace.
+func (e *Engine) get(ctx context.Context, id string) (*workspace, error) {
+	e.mu.Lock()
+	w := e.live[id]
+	e.mu.Unlock()
+	if w != nil {
+		return w, nil
+	}
+	if _, err := e.db.Workspace(ctx, id); err == nil {
+		return nil, fmt.Errorf("%w: workspace %s is not mounted (remount it)", ErrInvalid, id)
+	}
+	return nil, fmt.Errorf("workspace %q: %w", id, ErrNotFound)
+}
+
+// Workspaces lists every recorded workspace, served or not.
+func (e *Engine) Workspaces(ctx context.Context) ([]wire.Workspace, error) {
+	recs, err := e.db.Workspaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]wire.Workspace, 0, len(recs))
+	for _, w := range e.liveWorkspaces() {
+		if w.opts.Native {
+			out = append(out, w.info())
+		}
+	}
+	for _, r := range recs {
+		e.mu.Lock()
+		w := e.live[r.ID]
+		e.mu.Unlock()
+		if w != nil {
+			w.mu.RLock()
+			out = append(out, w.info())
+			w.mu.RUnlock()
+			continue
+		}
+		w = &workspace{rec: r}
+		json.Unmarshal(r.Options, &w.opts)
+		w.rec.State = wire.StateUnmounted
+		out = append(out, w.info())
+	}
+	return out, nil
+}
+
+// WorkspaceStatus tells what changed in a workspace since its last commit,
+// what its upper layer holds and what its mount served.
+func (e *Engine) WorkspaceStatus(ctx context.Context, id string) (wire.WorkspaceStatus, error) {
+	w, err := e.get(ctx, id)
+	if err != nil {
+		return wire.WorkspaceStatus{}, err
+	}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	st := wire.WorkspaceStatus{Workspace: w.info(), Changes: []wire.Change{}}
+	if w.opts.Native {
+		st.UpperBytes, _ = diskUsage(w.rec.MountPath)
+		return st, nil
+	}
+	cs, err := w.ov.Changes(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, c := range cs.Changes {
+		st.Changes = append(st.Changes, e.describe(ctx, cs.Base, c))
+	}
+	st.UpperBytes, _ = diskUsage(w.rec.UpperDir)
+	st.FUSE = fuseStats(w.mnt.Stats())
+	return st, nil
+}
+
+// describe turns an overlay change into a diff line against base.
+func (e *Engine) describe(ctx context.Context, base store.ID, c overlay.Change) wire.Change {
+	old, _ := e.lookup(ctx, base, c.Path)
+	out := wire.Change{Path: c.Path}
+	if old != nil {
+		out.OldType = old.Type.String()
+	}
+	switch {
+	case c.Delete:
+		out.Kind = wire.Removed
+	case old == nil:
+		out.Kind = wire.Added
+	default:
+		out.Kind = wire.Modified
+	}
+	if !c.Delete {
+		if c.Entry != nil {
+			out.NewType = c.Entry.Type.String()
+		} else if fi, err := os.Lstat(c.Source); err == nil {
+			out.NewType = entryTypeOf(fi.Mode())
+		}
+		if old != nil && out.NewType != "" && out.NewType != out.OldType {
+			out.Kind = wire.TypeChanged
+		}
+	}
+	return out
+}
+
+// lookup finds the entry at rel in the tree root, or nil.
+func (e *Engine) lookup(ctx context.Context, root store.ID, rel string) (*store.Entry, error) {
+	if root.IsZero() {
+		return nil, nil
+	}
+	id := root
+	var ent *store.Entry
+	for _, name := range splitPath(rel) {
+		if ent != nil && ent.Type != store.TypeDir {
+			return nil, nil
+		}
+		t, err := e.db.Tree(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		var ok bool
+		if ent, ok = t.Find(name); !ok {
+			return nil, nil
+		}
+		id = ent.Object
+	}
+	return ent, nil
+}
+
+func entryTypeOf(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return store.TypeDir.String()
+	case m&fs.ModeSymlink != 0:
+		return store.TypeSymlink.String()
+	case m.IsRegular():
+		return store.TypeFile.String()
+	case m&fs.ModeNamedPipe != 0:
+		return store.TypeFIFO.String()
+	case m&fs.ModeSocket != 0:
+		return store.TypeSocket.String()
+	case m&fs.ModeCharDevice != 0:
+		return store.TypeChar.String()
+	}
+	return store.TypeBlock.String()
+}
+
+// CommitWorkspace captures what changed since the workspace's last commit
+// and publishes it on its branch by compare-and-swap. The mount stays live.
+// On head-moved the commit is stored (its id is returned), the workspace
+// keeps its changes, and nothing is lost.
+func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.CommitRequest) (wire.CommitResult, error) {
+	if err := e.checkOpen(); err != nil {
+		return wire.CommitResult{}, err
+	}
+	w, err := e.get(ctx, id)
+	if err != nil {
+		return wire.CommitResult{}, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.opts.Native {
+		return wire.CommitResult{}, fmt.Errorf("%w: workspace %s is native: it has no history", ErrInvalid, id)
+	}
+	t0 := time.Now()
+	before := e.db.Counters()
+	fuseBefore := w.mnt.Stats()
+	cs, err := w.ov.Changes(ctx)
+	if err != nil {
+		return wire.CommitResult{}, fmt.Errorf("list changes of %s: %w", id, err)
+	}
+	changes := make([]commit.Change, len(cs.Changes))
+	for i, c := range cs.Changes {
+		changes[i] = commit.Change(c)
+	}
+	tCapture := time.Now()
+	p, st, err := commit.CommitChanges(ctx, e.db, w.rec.Project, w.rec.Branch, w.rec.Head, changes, e.meta(req.Message, req.Author), nil)
+	if err != nil {
+		return wire.CommitResult{}, classify(err)
+	}
+	captureNs := time.Since(tCapture).Nanoseconds()
+	res := wire.CommitResult{Commit: p.Commit.String(), Result: publishResult(p.Result), Head: p.Head.String()}
+	if p.Result != store.PublishHeadMoved {
+		c, err := e.db.Commit(ctx, p.Commit)
+		if err != nil {
+			return res, err
+		}
+		w.ov.MarkCommitted(c.Root, cs)
+		w.rec.Head = p.Commit
+		w.opts.HeadRoot = c.Root
+		if w.rec.Options, err = json.Marshal(w.opts); err != nil {
+			return res, err
+		}
+		w.rec.Updated = e.now().UTC()
+		if w.rec, err = e.db.UpdateWorkspace(ctx, w.rec); err != nil {
+			return res, fmt.Errorf("record commit of %s: %w", id, err)
+		}
+	}
+	r := storeReceipt(e.db.Counters().Sub(before), st)
+	r.WallNs = time.Since(t0).Nanoseconds()
+	r.CaptureNs = captureNs
+	r.FUSE = fuseStats(w.mnt.Stats().Sub(fuseBefore))
+	r.UpperBytes, _ = diskUsage(w.rec.UpperDir)
+	res.Receipt = &r
+	e.metrics.commits.Add(1)
+	e.log.Info("workspace commit", "id", id, "result", res.Result, "commit", p.Commit.Short(), "changes", len(changes), "ms", float64(r.WallNs)/1e6)
+	return res, nil
+}
+
+// EndWorkspace unmounts a workspace and removes its upper layer. It refuses
+// when there are uncommitted changes, unless discard is set.
+func (e *Engine) EndWorkspace(ctx context.Context, id string, discard bool) error {
+	e.mu.Lock()
+	w := e.live[id]
+	e.mu.Unlock()
+	if w == nil {
+		rec, err := e.db.Workspace(ctx, id)
+		if err != nil {
+			return classify(err)
+		}
+		if !discard {
+			return fmt.Errorf("workspace %s is not mounted, so its changes cannot be checked; remount it or end it with discard: %w", id, ErrUncommitted)
+		}
+		return e.remove(ctx, rec)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !discard && !w.opts.Native {
+		cs, err := w.ov.Changes(ctx)
+		if err != nil {
+			return err
+		}
+		if n := len(cs.Changes); n > 0 {
+			return fmt.Errorf("workspace %s has %d uncommitted changes (commit them or end with discard): %w", id, n, ErrUncommitted)
+		}
+	}
+	if err := e.unserve(ctx, w); err != nil {
+		return fmt.Errorf("end workspace %s: %w", id, err)
+	}
+	e.mu.Lock()
+	delete(e.live, id)
+	e.mu.Unlock()
+	e.log.Info("workspace ended", "id", id, "discard", discard)
+	return e.remove(ctx, w.rec)
+}
+
+// remove deletes an unserved workspace's directories and record.
+func (e *Engine) remove(ctx context.Context, rec store.Workspace) error {
+	lfs.CleanStale(rec.MountPath)
+	dir := e.workspaceDir(rec.ID)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove workspace %s: %w", rec.ID, err)
+	}
+	if rec.MountPath != "" && !isBelow(rec.MountPath, dir) {
+		os.Remove(rec.MountPath) // a requested mount path: remove it only when empty
+	}
+	if rec.Project == "" { // native: never recorded
+		return nil
+	}
+	return classify(e.db.DeleteWorkspace(ctx, rec.ID))
+}
+
+func isBelow(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
+}
+
+// MountWorkspace serves again a recorded workspace that is not served (after
+// a crash of the daemon that served it): a stale mount is cleaned up and the
+// upper layer is mounted over the same lower tree, nothing lost.
+func (e *Engine) MountWorkspace(ctx context.Context, id string) (wire.Workspace, error) {
+	if err := e.checkOpen(); err != nil {
+		return wire.Workspace{}, err
+	}
+	e.mu.Lock()
+	if w := e.live[id]; w != nil {
+		e.mu.Unlock()
+		w.mu.RLock()
+		defer w.mu.RUnlock()
+		return w.info(), nil
+	}
+	e.mu.Unlock()
+	rec, err := e.db.Workspace(ctx, id)
+	if err != nil {
+		return wire.Workspace{}, classify(err)
+	}
+	w := &workspace{rec: rec}
+	if err := json.Unmarshal(rec.Options, &w.opts); err != nil {
+		return wire.Workspace{}, fmt.Errorf("workspace %s: bad options: %w", id, err)
+	}
+	if _, ok := e.plats[w.opts.Platform]; !ok {
+		return wire.Workspace{}, fmt.Errorf("workspace %s needs platform %q, which this daemon lacks: %w", id, w.opts.Platform, ErrUnavailable)
+	}
+	if err := lfs.CleanStale(rec.MountPath); err != nil {
+		return wire.Workspace{}, fmt.Errorf("clean stale mount of %s: %w", id, err)
+	}
+	if err := e.serve(ctx, w); err != nil {
+		return wire.Workspace{}, err
+	}
+	w.rec.State = wire.StateMounted
+	e.mu.Lock()
+	e.live[id] = w
+	e.mu.Unlock()
+	return w.info(), nil
+}
+
+// Recover remounts every recorded workspace that this process does not
+// serve: the daemon calls it on start. Failures are logged and the
+// workspace stays recorded (unmounted) so nothing is lost.
+func (e *Engine) Recover(ctx context.Context) error {
+	recs, err := e.db.Workspaces(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if _, err := e.MountWorkspace(ctx, r.ID); err != nil {
+			e.log.Error("recover workspace", "id", r.ID, "err", err)
+			continue
+		}
+		e.log.Info("workspace recovered", "id", r.ID, "mount", r.MountPath)
+	}
+	return nil
+}
+
+// diskUsage is the space the files under root take on disk.
+func diskUsage(root string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			n += st.Blocks * 512
+		}
+		return nil
+	})
+	return n, err
+}
+
+// splitPath splits a clean relative path into its names ("" has none).
+func splitPath(rel string) []string {
+	if rel == "" {
+		return nil
+	}
+	return strings.Split(rel, "/")
+}
