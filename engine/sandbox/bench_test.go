@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"io"
+	"os"
 	"testing"
 
 	"layerfs.dev/layerfs/engine/sandbox"
@@ -13,7 +14,8 @@ import (
 // BenchmarkRunTrue is the fixed cost of one exec: a sandbox running `true`.
 func BenchmarkRunTrue(b *testing.B) {
 	testenv.RequireRoot(b)
-	var l sandbox.Launcher
+	// LAYERFS_SANDBOX_EXE picks the init binary (default: this test binary).
+	l := sandbox.Launcher{Exe: os.Getenv("LAYERFS_SANDBOX_EXE")}
 	cfg := sandbox.Config{Workspace: b.TempDir(), Spec: platforms.ExecSpec{Argv: []string{"true"}}}
 	var launch int64
 	for b.Loop() {
@@ -28,7 +30,7 @@ func BenchmarkRunTrue(b *testing.B) {
 
 func TestMeasureOverhead(t *testing.T) {
 	testenv.RequireRoot(t)
-	var l sandbox.Launcher
+	l := sandbox.Launcher{Exe: os.Getenv("LAYERFS_SANDBOX_EXE")}
 	o, err := sandbox.MeasureOverhead(context.Background(), &l, t.TempDir(), 30)
 	if err != nil {
 		t.Fatal(err)

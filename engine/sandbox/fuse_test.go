@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -59,5 +60,5 @@ func TestFUSEWorkspace(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	l.Settle()
+	l.Settle(context.Background())
 }

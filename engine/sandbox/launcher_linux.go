@@ -386,7 +386,7 @@ func (l *Launcher) track(pid int, on bool) {
 // their cgroups removed. Run returns as soon as the command's processes are
 // gone; the init's own exit and the teardown of its namespaces finish in
 // the background, off the exec's latency.
-func (l *Launcher) Settle() {
+func (l *Launcher) Settle(ctx context.Context) error {
 	l.init()
 	l.mu.Lock()
 	chans := make([]chan struct{}, 0, len(l.reaping))
@@ -395,16 +395,23 @@ func (l *Launcher) Settle() {
 	}
 	l.mu.Unlock()
 	for _, c := range chans {
-		<-c
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox settle: %w", ctx.Err())
+		}
 	}
+	return nil
 }
 
 // Leaks lists what this launcher's past execs left behind on the host:
 // cgroups that were not removed and inits still running. Empty while no
 // exec is in flight means clean.
-func (l *Launcher) Leaks() ([]string, error) {
+func (l *Launcher) Leaks(ctx context.Context) ([]string, error) {
 	l.init()
-	l.Settle()
+	if err := l.Settle(ctx); err != nil {
+		return nil, err
+	}
 	var out []string
 	l.mu.Lock()
 	for pid := range l.running {

@@ -27,13 +27,13 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 func (l *Launcher) Limits() (memory, pids bool) { return false, false }
 
 // Settle returns at once: nothing was started.
-func (l *Launcher) Settle() {}
+func (l *Launcher) Settle(ctx context.Context) error { return nil }
 
 // RemoveStale removes nothing: nothing was started.
 func (l *Launcher) RemoveStale(olderThan time.Duration) ([]string, error) { return nil, nil }
 
 // Leaks reports nothing: nothing was started.
-func (l *Launcher) Leaks() ([]string, error) { return nil, nil }
+func (l *Launcher) Leaks(ctx context.Context) ([]string, error) { return nil, nil }
 
 // IsInit is false: there are no sandbox inits here.
 func IsInit() bool { return false }

@@ -69,7 +69,7 @@ func TestPhases(t *testing.T) {
 		}
 	}
 	for _, l := range ls {
-		l.Settle()
+		l.Settle(context.Background())
 	}
 	mu.Lock()
 	defer mu.Unlock()

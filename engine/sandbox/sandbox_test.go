@@ -501,7 +501,7 @@ func TestNoLeaks(t *testing.T) {
 	cfg := shell(ws, "sleep 0.01 & echo x > f; cat f")
 	cfg.Spec.MemoryBytes = 256 << 20
 	run(t, &l, cfg) // warm up the runtime's own descriptors
-	l.Settle()
+	l.Settle(context.Background())
 	fds, mounts := fdCount(t), relevantMounts(t, ws)
 	for range 5 {
 		run(t, &l, cfg)
@@ -511,14 +511,14 @@ func TestNoLeaks(t *testing.T) {
 	if o := run(t, &l, timeout); !o.res.TimedOut {
 		t.Errorf("want a timeout, got %+v", o.res)
 	}
-	l.Settle() // Run returns before the init's own exit is reaped
+	l.Settle(context.Background()) // Run returns before the init's own exit is reaped
 	if got := fdCount(t); got != fds {
 		t.Errorf("descriptors: %d before, %d after", fds, got)
 	}
 	if got := relevantMounts(t, ws); got != mounts {
 		t.Errorf("mounts changed:\nbefore:\n%s\nafter:\n%s", mounts, got)
 	}
-	leaks, err := l.Leaks()
+	leaks, err := l.Leaks(context.Background())
 	if err != nil || len(leaks) > 0 {
 		t.Errorf("leaks: %v %v", leaks, err)
 	}

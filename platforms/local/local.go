@@ -157,7 +157,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 // Leaks lists what execs left on this host: sandbox cgroups and inits that
 // should be gone. Empty when no exec is running means clean.
 func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
-	return p.launcher.Leaks()
+	return p.launcher.Leaks(ctx)
 }
 
 // Attach makes w.HostPath the /workspace of the returned Sandbox's execs.
@@ -235,16 +235,15 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	s.cancel()
 	done := make(chan struct{})
-	go func() {
-		s.running.Wait()
-		// The inits' namespaces hold the workspace until they are reaped.
-		s.p.launcher.Settle()
-		close(done)
-	}()
+	go func() { s.running.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
 		return fmt.Errorf("local: close %s: %w", s.w.ID, ctx.Err())
+	}
+	// The inits' namespaces hold the workspace until they are reaped.
+	if err := s.p.launcher.Settle(ctx); err != nil {
+		return fmt.Errorf("local: close %s: %w", s.w.ID, err)
 	}
 	s.p.mu.Lock()
 	delete(s.p.sandboxes, s)
