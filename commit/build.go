@@ -437,10 +437,13 @@ func (b *builder) walk(ctx context.Context, d *pdir, host, rel string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	f, err := os.Open(host)
+	// O_NOFOLLOW: a directory swapped for a symlink after its lstat must
+	// not lead the walk elsewhere.
+	fd, err := unix.Open(host, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("capture: %w", err)
+		return fmt.Errorf("capture: open %s: %w", host, err)
 	}
+	f := os.NewFile(uintptr(fd), host)
 	names, err := f.Readdirnames(-1)
 	if cerr := f.Close(); err == nil {
 		err = cerr
