@@ -105,8 +105,13 @@ func (r *runner) newStore(ctx context.Context, name string) (*store.DB, error) {
 	return store.Init(ctx, filepath.Join(r.dir, fmt.Sprintf("%s-%d", name, r.n)), store.Options{})
 }
 
-// Run measures everything and returns the report.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
+func defaultConfig() Config {
+	var c Config
+	c.fill()
+	return c
+}
+
+func (cfg *Config) fill() {
 	if cfg.Runs <= 0 {
 		cfg.Runs = 3
 	}
@@ -122,6 +127,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Chunking == (commit.Params{}) {
 		cfg.Chunking = commit.DefaultParams
 	}
+}
+
+// Run measures everything and returns the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.fill()
 	r := &runner{cfg: cfg, dir: cfg.Dir}
 	if r.dir == "" {
 		d, err := os.MkdirTemp("", "layerfs-bench-")

@@ -1,0 +1,51 @@
+package storebench
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestDedupTargets runs the dedup part of the bench at full size: its
+// figures are deterministic, so a change to chunking that breaks a target
+// fails here, not only in a bench run.
+func TestDedupTargets(t *testing.T) {
+	r := &runner{cfg: Config{Chunking: defaultConfig().Chunking}, dir: t.TempDir()}
+	rows, err := r.dedup(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3", len(rows))
+	}
+	for _, x := range rows {
+		t.Logf("%s: %.4f %s (target %s)", x.Name, x.Value, x.Unit, x.Target)
+		if !x.Pass {
+			t.Errorf("%s: %.4f %s misses %s", x.Name, x.Value, x.Unit, x.Target)
+		}
+	}
+}
+
+// TestSmallRun exercises the throughput and fork steps at a small scale.
+func TestSmallRun(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Runs, cfg.Forks, cfg.BigTree, cfg.SmallFile = 1, 5, 3000, 300
+	r := &runner{cfg: cfg, dir: t.TempDir()}
+	rows, err := r.smallFiles(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr, err := r.forks(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = append(rows, fr...)
+	rep := &Report{Chunking: cfg.Chunking, Rows: rows}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "fork a branch of a 3000-file tree") || !strings.Contains(b.String(), "capture 300 small files") {
+		t.Errorf("table:\n%s", b.String())
+	}
+}
