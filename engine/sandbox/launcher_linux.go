@@ -154,7 +154,8 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		mu := &sync.Mutex{}
 		outW.mu, errW.mu = mu, mu
 	}
-	flags := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
+	// The init makes its own mount namespace (see buildRoot).
+	flags := uintptr(unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
 	if !cfg.Network {
 		flags |= unix.CLONE_NEWNET
 	}

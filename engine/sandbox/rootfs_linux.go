@@ -54,6 +54,15 @@ type rootEntry struct {
 //	/proc        fresh procfs for the new PID namespace
 //	/dev         minimal tmpfs, read-only after it is populated
 func buildRoot(cfg *initConfig, m *marks) (err error) {
+	// The mount namespace is made here, by this (locked) thread, rather
+	// than by clone: the copy of the host's mounts is then taken when the
+	// config arrives, so an init started ahead of its exec still sees a
+	// workspace mounted after it started. Only this thread (and the command
+	// it forks) moves to the new namespace; the runtime's other threads
+	// never touch a path.
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("new mount namespace: %w", err)
+	}
 	// Nothing mounted from here on may reach the host's namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
