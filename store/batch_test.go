@@ -100,32 +100,38 @@ func TestBatchConcurrentGoroutines(t *testing.T) {
 	const workers, commits = 4, 10
 	var wg sync.WaitGroup
 	ids := make([][]ID, workers)
-	errs := make(chan error, workers)
+	errs := make(chan error, workers+4)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < commits; i++ {
-				files := map[string][]byte{
-					"shared": randBytes(999, 50<<10), // the same in every commit
-					"own":    randBytes(uint64(w*1000+i), 100<<10+i),
+				c, err := writeSeeded(ctx, db, ZeroID, uint64(w*1000+i))
+				if err != nil {
+					errs <- err
+					return
 				}
-				ids[w] = append(ids[w], commitFiles(t, db, ZeroID, fmt.Sprint(w, i), files))
+				ids[w] = append(ids[w], c)
 			}
 		}(w)
 	}
 	// And one batch shared by goroutines, as capture uses it.
 	b, _ := db.NewBatch(ctx)
-	var shared []Entry
 	var mu sync.Mutex
+	var shared []ID
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
 			for i := 0; i < 20; i++ {
-				e := putContent(t, b, fmt.Sprintf("g%d-%02d", g, i), randBytes(uint64(50000+g*100+i), 20<<10))
+				d := randBytes(uint64(50000+g*100+i), 20<<10)
+				id := Hash(KindChunk, d)
+				if _, err := b.PutChunk(id, d); err != nil {
+					errs <- err
+					return
+				}
 				mu.Lock()
-				shared = append(shared, e)
+				shared = append(shared, id)
 				mu.Unlock()
 			}
 		}(g)
@@ -139,17 +145,20 @@ func TestBatchConcurrentGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	for w := range ids {
-		for i, c := range ids[w] {
-			got := readAll(t, db, c)
-			if string(got["own"]) != string(randBytes(uint64(w*1000+i), 100<<10+i)) {
-				t.Fatalf("worker %d commit %d reads back wrong", w, i)
-			}
+		if len(ids[w]) != commits {
+			t.Fatalf("worker %d made %d commits", w, len(ids[w]))
+		}
+		for _, c := range ids[w] {
+			verifySeeded(t, db, c)
 		}
 	}
-	for i := range shared {
-		if _, err := db.OpenContent(ctx, &shared[i]); err != nil {
+	for _, id := range shared {
+		if _, err := db.Chunk(ctx, id); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if st := b.Stats(); st.NewChunks != 80 {
+		t.Fatalf("shared batch stored %d chunks, want 80", st.NewChunks)
 	}
 	mustFsck(t, db)
 }

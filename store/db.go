@@ -134,6 +134,10 @@ func Init(ctx context.Context, dir string, opts Options) (*DB, error) {
 	}
 	db, err := open(ctx, dir, opts, true)
 	if err != nil {
+		// Leave no half-made database behind: a retry must find none.
+		for _, f := range dbFiles() {
+			os.Remove(filepath.Join(dir, f))
+		}
 		return nil, fmt.Errorf("init store %s: %w", dir, err)
 	}
 	return db, nil

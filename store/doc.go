@@ -21,11 +21,21 @@
 // holds an exclusive flock on (so several processes can write one store
 // without sharing a pack), and the index rows and objects are kept in memory
 // until Flush, which first fsyncs the pack data and then commits all rows in
-// one SQLite transaction with prepared statements. A crash therefore leaves
-// at worst unreferenced bytes at the end of a pack, never a row that points
-// at missing data. Refs (branch heads, layers) move in their own small
-// transactions after the objects they name are durable, so an acknowledged
-// commit survives any crash of the process.
+// one SQLite transaction with prepared multi-row inserts. A crash therefore
+// leaves at worst unreferenced bytes at the end of a pack, never a row that
+// points at missing data. Refs (branch heads, layers) move in their own
+// small transactions after the objects they name are durable, so an
+// acknowledged commit survives any crash of the process.
+//
+// Capture speed is decided by three measured costs on this machine kind.
+// Buffered writes that need fresh page-cache pages ran at 50-150 MB/s, while
+// O_DIRECT writes of the same data ran at 400-800 MB/s, so packs are
+// appended with aligned direct writes of 4 MiB where the file system allows
+// (see packWriter). A dedup probe per chunk as an autocommit query through
+// database/sql cost about four times the lookup itself, so a batch's probes
+// run in one read snapshot through the driver's prepared statements (see
+// prober). One-row inserts were dominated by per-statement overhead, so the
+// index is written 128 rows per statement.
 //
 // SQLite runs in WAL mode with foreign keys on and a busy timeout. In-process
 // writers share one connection and cross-process writers start transactions
