@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"testing"
+	"time"
 )
 
 func sampleTree() *Tree {
@@ -226,4 +228,38 @@ func BenchmarkHash(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkHashSideBySide times BLAKE3 and SHA-256 alternately on the same
+// buffer and reports the median of each and the median ratio, so that the
+// comparison holds on a loaded machine where absolute rates drift.
+func BenchmarkHashSideBySide(b *testing.B) {
+	for _, size := range []int{8 << 10, 64 << 10} {
+		data := randBytes(2, size)
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			var tb, ts, ratio []float64
+			for b.Loop() {
+				t0 := time.Now()
+				Hash(KindChunk, data)
+				t1 := time.Now()
+				h := sha256.New()
+				h.Write([]byte(kindPrefix[KindChunk]))
+				h.Write(data)
+				h.Sum(nil)
+				t2 := time.Now()
+				db, ds := t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds()
+				tb, ts, ratio = append(tb, db), append(ts, ds), append(ratio, ds/db)
+			}
+			mb := float64(size) / 1e6
+			b.ReportMetric(mb/median(tb), "blake3-MB/s")
+			b.ReportMetric(mb/median(ts), "sha256-MB/s")
+			b.ReportMetric(median(ratio), "sha256/blake3")
+		})
+	}
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
