@@ -79,7 +79,7 @@ func (r Results) cellGrid() grid {
 			cols := make([]string, len(cellColumns))
 			switch {
 			case gm.Value == nil:
-				cols[2] = "FAIL"
+				cols[2] = "–" // no cell of the group has a ratio; the rows say why
 			case gm.Cells < gm.Of:
 				cols[2] = fmt.Sprintf("%s (%d of %d cells)", ratio(*gm.Value), gm.Cells, gm.Of)
 			default:
