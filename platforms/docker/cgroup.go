@@ -22,6 +22,9 @@ import (
 // stdin, which the host sends once the move is done. (cgroup v2 would need
 // the container's own cgroup to hold no processes, which PID 1 breaks.)
 
+// execCgroupPrefix names per-exec cgroups.
+const execCgroupPrefix = "layerfs-exec-"
+
 // supervisorTasks is headroom in an exec's pids limit for the supervisor's
 // own threads (the Go runtime's), which share the cgroup.
 const supervisorTasks = 16

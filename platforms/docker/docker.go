@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
@@ -78,9 +81,10 @@ type Platform struct {
 	cg   *cgroupV1 // nil: per-exec limits are not available
 	noCg error     // why not
 
-	mu    sync.Mutex
-	cli   *client.Client // nil when not up
-	state upState
+	mu         sync.Mutex
+	cli        *client.Client // nil when not up
+	state      upState
+	containers map[string]bool // ids of every container Attach created, for Leaks
 }
 
 // upState is what Up learned; read-only once Up returns.
@@ -304,6 +308,56 @@ func removeOrphans(ctx context.Context, cli *client.Client) error {
 		errs = append(errs, removeLabelled(ctx, cli, labelOwner+"="+owner))
 	}
 	return errors.Join(errs...)
+}
+
+// Leaks lists what this Platform left on the engine and the host: its
+// containers and volumes, root-dir images, and per-exec cgroups. After Down
+// it must be empty (platformtest checks).
+func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
+	cli, err := client.NewClientWithOpts(client.WithHost(p.opts.Host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	var out []string
+	f := filters.NewArgs(filters.Arg("label", labelOwner+"="+p.owner))
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("docker: list containers: %w", err)
+	}
+	for _, c := range cs {
+		out = append(out, "container "+c.ID[:12]+" "+strings.Join(c.Names, ","))
+	}
+	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("docker: list volumes: %w", err)
+	}
+	for _, v := range vs.Volumes {
+		out = append(out, "volume "+v.Name)
+	}
+	imgs, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", labelImage+"=rootdir"))})
+	if err != nil {
+		return nil, fmt.Errorf("docker: list images: %w", err)
+	}
+	for _, im := range imgs {
+		out = append(out, "root-dir image "+im.ID)
+	}
+	if p.cg != nil {
+		p.mu.Lock()
+		ids := slices.Collect(maps.Keys(p.containers))
+		p.mu.Unlock()
+		for _, id := range ids {
+			for _, mp := range []mountPoint{p.cg.memory, p.cg.pids} {
+				// The container's cgroup is below the mount, at a path
+				// that depends on the engine's cgroup parent and driver.
+				left, _ := filepath.Glob(filepath.Join(mp.dir, "*", "*"+id+"*", execCgroupPrefix+"*"))
+				for _, d := range left {
+					out = append(out, "cgroup "+d)
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // Identity describes the engine and the sandbox image.

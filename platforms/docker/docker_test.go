@@ -22,6 +22,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/platformtest"
 )
 
 // fuseTestName names this package's test FUSE mounts in mountinfo.
@@ -594,4 +595,11 @@ func TestPerExecLimits(t *testing.T) {
 			t.Errorf("exec cgroups left: %v", matches)
 		}
 	}
+}
+
+// TestConformance runs the suite every platform runs.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	testenv.RequireDocker(t)
+	platformtest.Run(t, func(t *testing.T) platforms.Platform { return New(Options{Supervisor: supervisorBin}) })
 }

@@ -25,7 +25,7 @@ import (
 // Shared libraries they need are found from their ELF headers, so library
 // packages need not be listed.
 var DefaultPackages = []string{
-	"bash", "coreutils", "findutils", "grep", "sed", "mawk", "diffutils",
+	"bash", "dash", "coreutils", "findutils", "grep", "sed", "mawk", "diffutils",
 	"git", "tar", "gzip", "ca-certificates", "procps", "util-linux", "hostname",
 	"python3-minimal", "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib",
 }
@@ -34,6 +34,7 @@ var DefaultPackages = []string{
 // alternatives links and files generated at install time.
 var defaultExtraPaths = []string{
 	"/usr/bin/awk",                       // -> /etc/alternatives/awk -> mawk
+	"/usr/bin/sh",                        // -> dash (the merged-/usr twin of /bin/sh)
 	"/etc/ssl/certs/ca-certificates.crt", // made by update-ca-certificates
 	"/etc/os-release",
 }

@@ -31,7 +31,7 @@ func TestSandboxRootFromHost(t *testing.T) {
 	}
 	// The cells' programs, by the names a shell finds them.
 	for _, prog := range []string{"bash", "seq", "echo", "stat", "rm", "mkdir", "touch", "find", "wc",
-		"dd", "cp", "cat", "date", "git", "python3", "awk", "sed", "grep", "tar", "gzip", "ps", "env", "sort"} {
+		"dd", "cp", "cat", "date", "git", "python3", "awk", "sh", "sed", "grep", "tar", "gzip", "ps", "env", "sort"} {
 		if !r.resolves(t, "/usr/bin/"+prog) && !r.resolves(t, "/usr/sbin/"+prog) {
 			t.Errorf("%s is not in the image", prog)
 		}

@@ -138,6 +138,12 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 		return nil, fmt.Errorf("docker: attach %s: create container: %w", w.ID, err)
 	}
 	s.id = created.ID
+	p.mu.Lock()
+	if p.containers == nil {
+		p.containers = map[string]bool{}
+	}
+	p.containers[s.id] = true
+	p.mu.Unlock()
 	if err := cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
 		cerr := s.Close(context.WithoutCancel(ctx))
 		return nil, errors.Join(fmt.Errorf("docker: attach %s: start container: %w", w.ID, err), cerr)
@@ -338,7 +344,7 @@ func (s *Sandbox) limit(ctx context.Context, execID string, spec platforms.ExecS
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	return s.cg.limit(pid, "layerfs-exec-"+hex.EncodeToString(rnd[:]), spec.MemoryBytes, pids)
+	return s.cg.limit(pid, execCgroupPrefix+hex.EncodeToString(rnd[:]), spec.MemoryBytes, pids)
 }
 
 // supervisorPid waits until the engine reports the exec's pid, which it

@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -91,6 +93,10 @@ func Main(args []string) int {
 		return 2
 	}
 	if wait {
+		// In a pids cgroup that the command may fill (a fork bomb), the Go
+		// runtime must not need a new thread later: a failed clone of its
+		// own is fatal. Idle threads are kept, so make them now.
+		warmThreads(spareThreads)
 		// The host moves us into the exec's cgroups, then sends one byte;
 		// the rest of stdin is the command's. EOF: the host gave up.
 		var b [1]byte
@@ -105,6 +111,32 @@ func Main(args []string) int {
 		return 125
 	}
 	return t.Exit
+}
+
+// spareThreads is how many OS threads the supervisor makes before it
+// starts a command under a pids limit; the host's limit has headroom for
+// them (and the runtime's own).
+const spareThreads = 6
+
+// warmThreads makes the runtime start n OS threads and keep them idle.
+func warmThreads(n int) {
+	var started sync.WaitGroup
+	release := make(chan struct{})
+	var done sync.WaitGroup
+	for range n {
+		started.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread() // a thread of its own, until unlocked
+			started.Done()
+			<-release
+			runtime.UnlockOSThread() // back to the idle pool, not exited
+		}()
+	}
+	started.Wait()
+	close(release)
+	done.Wait()
 }
 
 // idle is the container's PID 1: it reaps orphans and exits on SIGTERM.
