@@ -27,7 +27,8 @@ type Change struct {
 	// Entry sets Path to this entry as is: its object is already stored (a
 	// renamed lower file or directory). Its Name is taken from Path. A moved
 	// directory whose own metadata changed is passed with the new metadata;
-	// changes below it apply to its stored tree.
+	// changes below it apply to its stored tree. A directory entry whose
+	// Object is ZeroID is an empty directory (filled by changes below it).
 	Entry *store.Entry
 	// Source, when Delete is false and Entry is nil, is the host path Path
 	// is captured from (a file, symlink, directory, device, ...).
@@ -335,7 +336,9 @@ func (b *builder) apply(ctx context.Context, dir *pdir, n *node, rel string) err
 			if err := b.add(ctx, &pe.e); err != nil {
 				return err
 			}
-			if len(cn.children) > 0 {
+			// A directory entry with the zero id is a new, empty directory:
+			// it gets a real (empty) tree, as do directories changed below.
+			if len(cn.children) > 0 || pe.e.Type == store.TypeDir && pe.e.Object.IsZero() {
 				if pe.e.Type != store.TypeDir {
 					return fmt.Errorf("change below %q, which becomes a %s: %w", path, pe.e.Type, ErrInvalidChange)
 				}

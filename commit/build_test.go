@@ -420,3 +420,28 @@ func TestBuildEdgeCases(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildEmptyDirEntry: a directory Entry with the zero id becomes a real
+// empty tree, and changes below it fill it.
+func TestBuildEmptyDirEntry(t *testing.T) {
+	db := newDB(t)
+	f := filepath.Join(t.TempDir(), "f")
+	must(t, os.WriteFile(f, []byte("x"), 0o644))
+	dirEntry := &store.Entry{Type: store.TypeDir, Mode: 0o755, ObjectKind: store.KindTree}
+	root, _ := buildT(t, db, store.ZeroID, []Change{{Path: "e", Entry: dirEntry}, {Path: "n", Entry: dirEntry}, {Path: "n/f", Source: f}})
+	e := lookup(t, db, root, "e")
+	if e == nil || e.Object.IsZero() {
+		t.Fatalf("e = %+v, want a directory naming a stored empty tree", e)
+	}
+	if tr, err := db.Tree(context.Background(), e.Object); err != nil || len(tr.Entries) != 0 {
+		t.Errorf("e's tree: %v %v", tr, err)
+	}
+	if lookup(t, db, root, "n/f") == nil {
+		t.Errorf("n/f missing")
+	}
+	rep, err := db.Fsck(context.Background(), nil)
+	must(t, err)
+	if !rep.OK() {
+		t.Errorf("fsck: %v", rep.Err())
+	}
+}

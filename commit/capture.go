@@ -294,11 +294,11 @@ func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
 	if st.Ino != j.st.Ino || st.Dev != j.st.Dev || st.Size != j.st.Size || st.Mtim != j.st.Mtim {
 		return fmt.Errorf("%s: %w", j.path, ErrChanged)
 	}
-	bp := c.bufs.Get().(*[]byte)
-	defer c.bufs.Put(bp)
-	buf := *bp
 	size := st.Size
 	if size <= int64(c.ch.p.Max) {
+		bp := c.bufs.Get().(*[]byte)
+		defer c.bufs.Put(bp)
+		buf := *bp
 		if err := preadFull(fd, buf[:size], 0, j.path); err != nil {
 			return err
 		}
