@@ -17,9 +17,26 @@ import (
 // Extended returns realistic agent workloads beyond the twelve: git on a
 // real repository, archive extraction, an incremental go build, log appends
 // and create/delete churn. Each runs in well under two seconds natively
-// (see BenchmarkNative). Their results that a body prints are written to
-// files (under .git for the git cells, so that git itself does not see
-// them) and checked by the verifier.
+// (see BenchmarkNative). Results a body prints are written to files (under
+// .git for the git cells, so that git itself does not see them) and checked.
+//
+// What "exactly" means for each:
+//
+//   - X01-X04 (base: the repository): the work tree outside .git is exactly
+//     the branch's tree (main; feature for X04), bytes and execute bits,
+//     with X01's edits (one file appended to, one removed, NOTES.md added);
+//     .git is opaque and checked in the sandbox: git fsck, the branch name,
+//     the commit count, and git status (clean, or X01's three changes).
+//     The output file under .git must hold what the generator predicts.
+//   - X05: src.tar.gz unchanged, and out/ exactly the archive's tree:
+//     directories, file bytes, execute bits and the symlink's text.
+//   - X06: the module's sources (with the edit), bin/app executable and
+//     out.txt "hello 6!!!"; .cache is opaque; ./bin/app run in the sandbox
+//     prints the same.
+//   - X07: logs/app.log is the base's 20,000 lines and the 2,000 appended.
+//   - X08: keep.txt, cache/c1..c100 with their new contents (c101..c200
+//     gone), work/f0..f29 with the last value renamed over each, and no
+//     scratch files.
 func Extended() []Cell {
 	return []Cell{
 		{

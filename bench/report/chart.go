@@ -31,6 +31,7 @@ func (r Results) WriteChart(w io.Writer, width, height int) error {
 	if width <= 0 || height <= 0 {
 		return fmt.Errorf("chart size %dx%d: want positive pixels", width, height)
 	}
+	r = r.complete()
 	sums := r.Summarize()
 	by := map[[2]string]Summary{}
 	for _, s := range sums {

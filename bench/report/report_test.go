@@ -425,3 +425,14 @@ func TestWriteAll(t *testing.T) {
 		}
 	}
 }
+
+// A sample log alone renders: platforms and cells come from the samples.
+func TestFromSamplesAlone(t *testing.T) {
+	full := fixture(false)
+	bare := Results{Samples: full.Samples}
+	sums := bare.Summarize()
+	if len(sums) != len(full.Cells) || sums[0].Platform != "local" || sums[0].Cell != "C01" {
+		t.Fatalf("got %d summaries, first %s/%s", len(sums), sums[0].Platform, sums[0].Cell)
+	}
+	near(t, "C01 ratio", sums[0].Ratio, 1.2)
+}

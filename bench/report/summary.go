@@ -112,6 +112,7 @@ type Summary struct {
 // Summarize returns one Summary per platform and cell, platforms outermost,
 // in the order of r.Platforms and r.Cells.
 func (r Results) Summarize() []Summary {
+	r = r.complete()
 	var out []Summary
 	for _, p := range r.Platforms {
 		for _, c := range r.Cells {
@@ -119,6 +120,31 @@ func (r Results) Summarize() []Summary {
 		}
 	}
 	return out
+}
+
+// complete fills Platforms and Cells, when empty, from the samples in order
+// of first appearance, so that a sample log alone can be rendered again.
+func (r Results) complete() Results {
+	if len(r.Platforms) == 0 {
+		seen := map[string]bool{}
+		for _, x := range r.Samples {
+			if !seen[x.Platform] {
+				seen[x.Platform] = true
+				id := x.Identity
+				r.Platforms = append(r.Platforms, Platform{Name: x.Platform, Identity: &id})
+			}
+		}
+	}
+	if len(r.Cells) == 0 {
+		seen := map[string]bool{}
+		for _, x := range r.Samples {
+			if !seen[x.Cell] {
+				seen[x.Cell] = true
+				r.Cells = append(r.Cells, Cell{ID: x.Cell})
+			}
+		}
+	}
+	return r
 }
 
 func summarize(p Platform, c Cell, all []Sample) Summary {

@@ -26,6 +26,7 @@ type span struct {
 var cellColumns = []string{"native ms", "LayerFS ms", "ratio [min-max]", "requests", "µs/req", "commit ms", "overlay", "Store", "verified"}
 
 func (r Results) cellGrid() grid {
+	r = r.complete()
 	sums := r.Summarize()
 	by := map[[2]string]Summary{}
 	for _, s := range sums {
