@@ -59,6 +59,10 @@ func runChild(mode, dir, arg string) error {
 			}
 		}
 		return nil
+	case "gc":
+		fmt.Fprintln(out, "ready")
+		_, err := db.GC(ctx, GCOptions{})
+		return err
 	case "crash":
 		fmt.Fprintln(out, "ready")
 		for i := 0; ; i++ {
@@ -466,4 +470,104 @@ func TestCrashSafety(t *testing.T) {
 	if len(acked) < kills/2 {
 		t.Fatalf("only %d commits acknowledged over %d runs: the test exercised little", len(acked), kills)
 	}
+}
+
+// TestGCCrashSafety SIGKILLs a GC at random points while it deletes rows,
+// rewrites packs and removes files. After each kill the store opens,
+// passes Fsck and every published commit reads back.
+func TestGCCrashSafety(t *testing.T) {
+	rounds := 10
+	if testing.Short() {
+		rounds = 4
+	}
+	ctx := context.Background()
+	dir := newProjectStore(t)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
+	var live []ID
+	killed := 0
+	for k := 0; k < rounds; k++ {
+		db, err := Open(ctx, dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Live commits on main and dead ones on a deleted branch, mixed
+		// in the same packs so that GC must rewrite them.
+		for i := 0; i < 3; i++ {
+			var out strings.Builder
+			if err := publishOne(ctx, db, &out, "main", uint64(k*100+i)); err != nil {
+				t.Fatal(err)
+			}
+			id, _ := ParseID(strings.TrimSpace(strings.TrimPrefix(out.String(), "ACK ")))
+			live = append(live, id)
+		}
+		head := mustBranch(t, db, "main")
+		if _, err := db.CreateBranch(ctx, "p", "doomed", head); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			if err := publishOne(ctx, db, io.Discard, "doomed", uint64(k*100+50+i)); err != nil {
+				t.Fatal(err)
+			}
+			commitFiles(t, db, head, "dead", map[string][]byte{"x": randBytes(uint64(k*1000+i), 2<<20)})
+		}
+		if err := db.DeleteBranch(ctx, "p", "doomed"); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		cmd := child(t, dir, "gc", "")
+		ready, done := acks(t, cmd)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		<-ready
+		time.Sleep(time.Duration(rng.IntN(250_000)) * time.Microsecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		done()
+		cmd.Wait()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			killed++
+		}
+
+		db, err = Open(ctx, dir, Options{})
+		if err != nil {
+			t.Fatalf("round %d: open: %v", k, err)
+		}
+		rep, err := db.Fsck(ctx, nil)
+		if err != nil || !rep.OK() {
+			t.Fatalf("round %d: fsck after a killed GC: %v %v", k, err, rep.Err())
+		}
+		for _, c := range live {
+			verifySeeded(t, db, c)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d of %d GCs killed before they finished", killed, rounds)
+	if killed < rounds/3 {
+		t.Fatalf("only %d of %d GCs were killed mid-way: the test exercised little", killed, rounds)
+	}
+	// A GC that completes leaves no pack without live chunks behind.
+	db, err := Open(ctx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.GC(ctx, GCOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	packs, _ := db.livePacks(ctx)
+	nums, _ := db.packs.listPacks()
+	for _, n := range nums {
+		if packs[n] == nil {
+			t.Errorf("pack %d has no live chunk after GC", n)
+		}
+	}
+	for _, c := range live {
+		verifySeeded(t, db, c)
+	}
+	mustFsck(t, db)
 }
