@@ -19,8 +19,8 @@
 // # The sandbox image
 //
 // There is no registry: the image is assembled from this host's runtime,
-// the files of a list of Debian packages (DefaultPackages: bash, coreutils,
-// findutils, git, python3, ...) as dpkg lists them, plus every shared
+// the files of a list of Debian packages (DefaultPackages: bash, dash as
+// sh, coreutils, findutils, git, python3, ...) as dpkg lists them, plus every shared
 // library they need, found by reading their ELF headers (interpreter,
 // DT_NEEDED, RUNPATH) rather than by running ldd. Documentation, locales and
 // git's server programs are left out, identical files become hard links,
@@ -45,27 +45,31 @@
 //
 // Docker has no API to kill an exec, and an exec's output stream stays
 // open while any process it started holds stdout or stderr. So every exec
-// runs under a supervisor: this very executable, bind-mounted read-only at
-// /.layerfs/layerfs-supervise and recognised by that argv[0] in an init
-// function (the re-exec pattern; it is also the container's PID 1, which
-// reaps orphans). The supervisor
+// runs under a supervisor (package internal/supervise), bind-mounted
+// read-only at /.layerfs/layerfs-supervise; it is also the container's
+// PID 1, which reaps orphans. It becomes a child subreaper, starts the
+// command in its own process group, times it on the container's clock
+// (ExecResult.Command), enforces the timeout on that clock, and on SIGTERM
+// from the host does the same: SIGKILL to every descendant until none is
+// left. When the command ends it kills what it left behind, so that, as
+// the contract says, all its processes are gone when Exec returns; then it
+// writes a fixed-size trailer (exit status, signal, flags, command time)
+// as the last bytes of its stderr, which the host strips.
 //
-//   - becomes a child subreaper, so every process the command starts, even
-//     one that double-forks or calls setsid, stays its descendant;
-//   - starts the command in its own process group and times it on the
-//     container's clock (ExecResult.Command);
-//   - enforces the timeout itself, on that clock, and on SIGTERM from the
-//     host (context cancelled) does the same: SIGKILL to all descendants,
-//     found from /proc, until none is left;
-//   - when the command ends, kills whatever it left behind, so that, as the
-//     contract says, all its processes are gone when Exec returns;
-//   - writes a fixed-size trailer (exit status, signal, flags, command time)
-//     as the last bytes of its stderr, which the host strips.
+// The supervisor's start-up is part of every exec's fixed cost, so it is a
+// small static program, cmd/layerfs-supervise, found beside the running
+// executable (or named by Options.Supervisor). Where it is not installed,
+// the running executable itself is mounted instead: this package's init
+// hook runs the supervisor when the process is started under that name
+// (the re-exec pattern); it costs a larger binary's start-up, and needs its
+// shared libraries in the image, which are added when it is dynamically
+// linked.
 //
 // The trailer is read from the stream rather than from ExecInspect, which
 // may still report the exec as running when the stream ends. Killing from
-// inside the container works for any engine; the host adds a backstop: if
-// the stream has not ended stopGrace after the timeout, it signals the
+// inside the container works for any engine; the host adds a backstop: when
+// the context ends, or the stream has not ended stopGrace after the
+// timeout, it signals the
 // supervisor by the pid ExecInspect reports (checked to be a supervisor, so
 // an engine in another PID namespace is never confused with a local pid),
 // then kills the tree itself. A wrapper shell script was the alternative:
@@ -73,8 +77,8 @@
 //
 // Output is demultiplexed with stdcopy, capped per stream at
 // ExecSpec.OutputLimit (the rest is read and discarded). Stdin is copied to
-// the hijacked connection and then half-closed; with no Stdin the exec's
-// stdin is /dev/null. PATH, HOME (/tmp, since the root is read-only) and
+// the hijacked connection and then half-closed; with no Stdin the command
+// reads end-of-file at once. PATH, HOME (/tmp, since the root is read-only) and
 // TERM (dumb) are added when ExecSpec.Env lacks them.
 //
 // # Limits
@@ -90,9 +94,7 @@
 // ends. Execs without explicit limits skip this round trip.
 // ExecSpec.Hostname must be empty or the container's hostname ("layerfs").
 //
-// The supervisor runs inside the image, so the image carries the shared
-// libraries of this executable when it is dynamically linked. A
-// Workspace.RootDir is imported as its own image (layerfs-rootdir:<hash>,
-// removed on Close and Down); it needs the supervisor's interpreter, or a
-// statically linked (CGO_ENABLED=0) binary.
+// A Workspace.RootDir is imported as its own image (layerfs-rootdir:<hash>,
+// removed on Close and Down); a dynamically linked supervisor needs its
+// interpreter there, which Attach checks.
 package docker

@@ -373,9 +373,16 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 		MemoryBytes: st.info.memory,
 		Runtime:     "docker " + st.version,
 		Image:       st.image.ID,
-		Details: fmt.Sprintf("api %s, storage %s, cgroup v%s, image %s (%d bytes)",
-			st.apiVersion, st.info.driver, st.info.cgroup, st.image.Ref, st.image.SizeBytes),
+		Details: fmt.Sprintf("api %s, storage %s, cgroup v%s, image %s (%d bytes), supervisor %s, per-exec limits: %s",
+			st.apiVersion, st.info.driver, st.info.cgroup, st.image.Ref, st.image.SizeBytes, st.supervisor, p.limitsNote()),
 	}, nil
+}
+
+func (p *Platform) limitsNote() string {
+	if p.cg != nil {
+		return "cgroup v1"
+	}
+	return "none (" + p.noCg.Error() + ")"
 }
 
 // ImageID is the sandbox image's id (sha256:...); it needs Up.
