@@ -3,9 +3,15 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"layerfs.dev/layerfs/api"
+	"layerfs.dev/layerfs/engine"
+	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/docker"
+	"layerfs.dev/layerfs/platforms/local"
 	"layerfs.dev/layerfs/store"
 )
 
@@ -22,15 +28,37 @@ type daemonEngine interface {
 	LiveWorkspaces() int
 }
 
-// newEngine wires the engine: the platforms named (brought up) and the
-// Store. This is the one place that knows how; it is finished when
-// engine.New lands:
-//
-//	plats := []platforms.Platform{local.New(local.Options{Logger: log})} // per name, each Up
-//	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: plats, Logger: log})
-//
-// down takes the platforms down again; it is never nil.
-func newEngine(ctx context.Context, db *store.DB, platformNames []string, log *slog.Logger) (daemonEngine, func(context.Context) error, error) {
-	down := func(context.Context) error { return nil }
-	return nil, down, errors.New("this build has no engine yet (engine.New has not landed)")
+var _ daemonEngine = (*engine.Engine)(nil)
+
+// newEngine brings up the named platforms and builds the engine over the
+// Store. down takes the platforms down again (after the engine's Shutdown).
+func newEngine(ctx context.Context, db *store.DB, names []string, log *slog.Logger) (daemonEngine, func(context.Context) error, error) {
+	var plats []platforms.Platform
+	down := func(ctx context.Context) error {
+		var errs []error
+		for _, p := range plats {
+			errs = append(errs, p.Down(ctx))
+		}
+		return errors.Join(errs...)
+	}
+	for _, n := range names {
+		var p platforms.Platform
+		switch n {
+		case "local":
+			p = local.New(local.Options{Exe: sandbox.InitBinary(), Logger: log.With("platform", "local")})
+		case "docker":
+			p = docker.New(docker.Options{})
+		default:
+			return nil, down, usageError{fmt.Errorf("--platform %q: this daemon runs sandboxes on local or docker", n)}
+		}
+		if err := p.Up(ctx); err != nil {
+			return nil, down, fmt.Errorf("platform %s: %w", n, err)
+		}
+		plats = append(plats, p)
+	}
+	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: plats, Logger: log})
+	if err != nil {
+		return nil, down, err
+	}
+	return e, down, nil
 }
