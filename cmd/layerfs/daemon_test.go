@@ -1,9 +1,3 @@
-// These tests need a daemon that runs the real engine. They are built with
-// -tags daemon_e2e until newEngine (cmd/layerfsd/engine.go) is wired; the
-// wiring commit removes this constraint so that make test runs them.
-
-//go:build daemon_e2e
-
 package main
 
 import (
@@ -14,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/wire"
@@ -81,6 +76,8 @@ func newProc(t *testing.T) *proc {
 
 func (p *proc) run(args ...string) result {
 	p.t.Helper()
+	start := time.Now()
+	defer func() { p.t.Logf("layerfs %s: %v", strings.Join(args, " "), time.Since(start).Round(time.Millisecond)) }()
 	cmd := exec.Command(p.bin, append([]string{"--store", p.store}, args...)...)
 	cmd.Env = append(os.Environ(), "LAYERFS_DAEMON=", "LAYERFS_IDLE_EXIT=2m")
 	var out, errb strings.Builder
@@ -177,10 +174,11 @@ func TestWsVerbs(t *testing.T) {
 	if r.code != 3 || r.stdout != "a b\n" || r.stderr != "err\n" {
 		t.Errorf("exec argv: %+v", r)
 	}
-	r = p.run("ws", "exec", ws.ID, "-c", "echo hi > hello.txt && false | true")
-	if r.code != 0 {
+	r = p.run("ws", "exec", ws.ID, "-c", "echo hi > hello.txt && cat hello.txt")
+	if r.code != 0 || r.stdout != "hi\n" {
 		t.Errorf("exec body: %+v", r)
 	}
+	// -c runs bash -o pipefail.
 	r = p.run("ws", "exec", ws.ID, "-c", "false | true")
 	if r.code != 1 {
 		t.Errorf("pipefail: exit %d, want 1", r.code)
