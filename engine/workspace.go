@@ -125,6 +125,7 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 		}
 	}
 	w := &workspace{rec: rec, opts: opts}
+	t0, before := time.Now(), e.db.Counters()
 	if err := e.serve(ctx, w); err != nil {
 		if !opts.Native {
 			e.db.DeleteWorkspace(context.WithoutCancel(ctx), id)
@@ -137,7 +138,11 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 	e.mu.Unlock()
 	e.metrics.workspacesCreated.Add(1)
 	e.log.Info("workspace created", "id", id, "project", rec.Project, "branch", rec.Branch, "mount", rec.MountPath, "platform", opts.Platform)
-	return w.info(), nil
+	info := w.info()
+	r := storeReceipt(e.db.Counters().Sub(before), commit.Stats{})
+	r.WallNs, r.Platform = time.Since(t0).Nanoseconds(), opts.Platform
+	info.Receipt = &r
+	return info, nil
 }
 
 func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {

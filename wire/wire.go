@@ -195,6 +195,9 @@ type Workspace struct {
 	// DataPath says how file data reaches the kernel: "passthrough" or
 	// "fuse" (every read and write through the daemon).
 	DataPath string `json:"data_path,omitempty"`
+	// Receipt, on the answer to a create or a remount, tells what mounting
+	// cost.
+	Receipt *Receipt `json:"receipt,omitempty"`
 }
 
 // WorkspaceStatus answers GET /v1/workspaces/{id}.
@@ -283,7 +286,8 @@ type Receipt struct {
 	CaptureNs int64     `json:"capture_ns,omitempty"`
 	FUSE      FUSEStats `json:"fuse"`
 	SQL       SQLStats  `json:"sql"`
-	// UpperBytes is the disk used by the workspace's upper layer afterwards.
+	// UpperBytes is the disk used by the workspace's upper layer after a
+	// commit (execs leave it 0: measuring it walks the upper layer).
 	UpperBytes int64 `json:"upper_bytes"`
 	// Store writes: payload (pack) bytes and objects new vs deduplicated.
 	StoreBytesWritten int64  `json:"store_bytes_written"`

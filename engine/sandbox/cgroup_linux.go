@@ -241,13 +241,9 @@ func (c *cgroups) create(name string, mem int64, pids int) (_ *execCgroup, err e
 	return e, nil
 }
 
-// add moves pid (the init, before it runs anything) into every v1
-// hierarchy of the exec's cgroup; v2 needs nothing, the init was cloned
-// into its cgroup.
+// add moves pid (the init, before it runs anything) into the exec's
+// cgroup in every hierarchy.
 func (e *execCgroup) add(pid int) error {
-	if e.fd >= 0 {
-		return nil
-	}
 	for _, d := range e.dirs {
 		if err := writeFile(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return err

@@ -55,6 +55,21 @@ type Launcher struct {
 	// its init is reaped and its cgroup removed.
 	reaping map[chan struct{}]bool
 
+	// Warm is how many inits the launcher keeps started ahead: each is a
+	// fresh process in fresh PID, UTS, IPC and network namespaces, blocked
+	// on reading its config (its mount namespace is made once the config
+	// arrives, so it sees the host's mounts of that moment). An exec
+	// without network takes one instead of starting its own, which moves
+	// the process start off its latency; execs with network, and execs
+	// that find the pool empty, start their init on demand. Set it before
+	// the first Run; Close kills the waiting ones.
+	Warm int
+
+	pool    chan *initProc
+	warming int            // inits being started for the pool
+	refills sync.WaitGroup // goroutines starting them
+	closed  bool           // Close was called: no more warming
+
 	// trace, when set, gets every exec's phase marks and the CPU time of
 	// the init and everything it reaped (tests).
 	trace func(marks []mark, cpu time.Duration)
@@ -67,6 +82,7 @@ func (l *Launcher) init() {
 		l.prefix = "layerfs-" + hex.EncodeToString(b[:]) + "-"
 		l.running = map[int]bool{}
 		l.reaping = map[chan struct{}]bool{}
+		l.pool = make(chan *initProc, max(l.Warm, 0))
 		if l.NoCgroups {
 			l.cg = &cgroups{}
 			return
@@ -133,15 +149,6 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		ic.RlimitNproc = uint64(ic.pids)
 	}
 
-	p, err := newPipes()
-	if err != nil {
-		if cg != nil {
-			_ = cg.remove()
-		}
-		return res, err
-	}
-	defer p.closeParent()
-
 	limit := spec.OutputLimit
 	if limit == 0 {
 		limit = platforms.DefaultOutputLimit
@@ -154,47 +161,32 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		mu := &sync.Mutex{}
 		outW.mu, errW.mu = mu, mu
 	}
-	// The init makes its own mount namespace (see buildRoot).
-	flags := uintptr(unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
-	if !cfg.Network {
-		flags |= unix.CLONE_NEWNET
+
+	// An init from the warm pool, else one started now; a warm init found
+	// dead (its config cannot be delivered) is replaced by a new one.
+	var ip *initProc
+	var werr error
+	for attempt := 0; attempt < 2; attempt++ {
+		ip, werr = l.obtain(cfg.Network, attempt == 0, cg, spec.Stdin)
+		if werr != nil {
+			break
+		}
+		werr = ip.send(cg, ic)
+		if werr == nil || !ip.pooled {
+			break
+		}
+		l.logger().Warn("sandbox warm init unusable, starting another", "err", werr)
+		ip.discard()
 	}
-	exe := l.Exe
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
-	cmd := &exec.Cmd{
-		Path:       exe,
-		Args:       []string{initArg0},
-		Env:        []string{},
-		Dir:        "/", // never the workspace: see the package comment
-		Stdout:     p.outW,
-		Stderr:     p.errW,
-		ExtraFiles: []*os.File{p.cfgR, p.repW},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: flags,
-			Setsid:     true,
-			Pdeathsig:  syscall.SIGKILL,
-		},
-	}
-	if f, ok := spec.Stdin.(*os.File); ok {
-		cmd.Stdin = f
-	} else if spec.Stdin != nil {
-		cmd.Stdin = p.inR
-	}
-	if cg != nil && cg.fd >= 0 {
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = cg.fd
-	}
-	err = cmd.Start()
-	p.closeChild()
-	if err != nil {
+	if ip == nil {
 		if cg != nil {
 			_ = cg.remove()
 		}
-		return res, fmt.Errorf("%w: start init: %v", ErrSetup, err)
+		return res, werr
 	}
-	lm.add("started")
+	p, cmd := ip.p, ip.cmd
+	defer p.closeParent()
+	lm.add("sent")
 	pid := cmd.Process.Pid
 	l.track(pid, true)
 
@@ -222,25 +214,16 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	outDone := p.copy(p.outR, outW)
 	errDone := p.copy(p.errR, errW)
 	if cmd.Stdin == p.inR {
-		go func() {
-			_, _ = io.Copy(p.inW, spec.Stdin) // ends with EPIPE once the sandbox is gone
-			p.inW.Close()
-		}()
+		if spec.Stdin == nil {
+			p.inW.Close() // the command reads EOF at once, as from /dev/null
+		} else {
+			go func() {
+				_, _ = io.Copy(p.inW, spec.Stdin) // ends with EPIPE once the sandbox is gone
+				p.inW.Close()
+			}()
+		}
 	}
 
-	// The init waits for its config, so it runs nothing before it is in
-	// its cgroup.
-	var werr error
-	if cg != nil {
-		werr = cg.add(pid)
-	}
-	if werr == nil {
-		werr = json.NewEncoder(p.cfgW).Encode(ic)
-	}
-	if cerr := p.cfgW.Close(); werr == nil {
-		werr = cerr
-	}
-	lm.add("sent")
 	var raw []byte
 	if werr == nil {
 		raw, _ = io.ReadAll(p.repR)
@@ -281,7 +264,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 
 	switch {
 	case werr != nil:
-		return res, fmt.Errorf("%w: start init: %v", ErrSetup, werr)
+		return res, werr
 	case ctx.Err() != nil:
 		return res, fmt.Errorf("sandbox exec: %w", ctx.Err())
 	case reported && rep.Error != "":
