@@ -1,10 +1,14 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -451,3 +455,122 @@ func countChildren(t *testing.T, pid int) int {
 	}
 	return n
 }
+
+// TestBadInputReal sends hostile requests to a real daemon: each gets a 4xx
+// with a JSON error, and neither the host nor the workspace changes.
+func TestBadInputReal(t *testing.T) {
+	d := startDaemon(t, "", "--max-upload", "1048576")
+	ctx := context.Background()
+	c := d.client(t)
+	c.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir() // a host directory the workspace must not reach
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("host secret"), 0o600)
+	res, err := ws.Exec(ctx, "ln -s "+outside+" abs && ln -s ../../../../../../../.. up && echo keep > keep.txt", client.ExecOptions{})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("setup exec: %+v %v", res, err)
+	}
+	if _, err := ws.Commit(ctx, "links"); err != nil {
+		t.Fatal(err)
+	}
+
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var dd net.Dialer
+		return dd.DialContext(ctx, "unix", d.socket)
+	}}}
+	base := "http://layerfsd/v1/workspaces/" + ws.ID()
+	var evilTar bytes.Buffer
+	tw := tar.NewWriter(&evilTar)
+	for _, h := range []*tar.Header{
+		{Name: "fine.txt", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644},
+		{Name: "../../escape.txt", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644},
+	} {
+		tw.WriteHeader(h)
+		tw.Write([]byte("x"))
+	}
+	tw.Close()
+	var fineTar bytes.Buffer
+	tw = tar.NewWriter(&fineTar)
+	tw.WriteHeader(&tar.Header{Name: "fine.txt", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644})
+	tw.Write([]byte("x"))
+	tw.Close()
+	var linkTar bytes.Buffer
+	tw = tar.NewWriter(&linkTar)
+	tw.WriteHeader(&tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: outside, Mode: 0o777})
+	tw.WriteHeader(&tar.Header{Name: "l/planted", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644})
+	tw.Write([]byte("x"))
+	tw.Close()
+
+	for _, c := range []struct {
+		name, method, url string
+		body              io.Reader
+		status            int
+	}{
+		{"write through an absolute symlink", "PUT", base + "/files/abs/planted", strings.NewReader("x"), 0},
+		{"write through a climbing symlink", "PUT", base + "/files/up/tmp/planted", strings.NewReader("x"), 0},
+		{"read through an absolute symlink", "GET", base + "/files/abs/secret", nil, 0},
+		{"read through a climbing symlink", "GET", base + "/files/up/etc/hostname", nil, 0},
+		{"tar into a symlink", "PUT", base + "/tar?path=abs", bytes.NewReader(fineTar.Bytes()), 0},
+		{"read dotdot", "GET", base + "/files/%2e%2e/%2e%2e/etc/passwd", nil, 400},
+		{"write absolute", "PUT", base + "/files/%2Fetc%2Fplanted", strings.NewReader("x"), 400},
+		{"tar with dotdot", "PUT", base + "/tar", bytes.NewReader(evilTar.Bytes()), 400},
+		{"tar through its own symlink", "PUT", base + "/tar", bytes.NewReader(linkTar.Bytes()), 400},
+		{"tar path dotdot", "GET", base + "/tar?path=../..", nil, 400},
+		{"negative timeout", "POST", base + "/execs", strings.NewReader(`{"body": "true", "timeout_ms": -1}`), 400},
+		{"unknown field", "POST", base + "/execs", strings.NewReader(`{"body": "true", "timeout": 5}`), 400},
+		{"unknown workspace", "POST", "http://layerfsd/v1/workspaces/ws-000000000000/execs", strings.NewReader(`{"body": "true"}`), 404},
+		{"project name with a slash", "POST", "http://layerfsd/v1/projects", strings.NewReader(`{"name": "a/b"}`), 400},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(c.method, c.url, c.body)
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var eb wire.ErrorBody
+			if resp.StatusCode < 400 || resp.StatusCode >= 500 || json.Unmarshal(b, &eb) != nil || eb.Error.Code == "" {
+				t.Errorf("status %d, body %q: want a 4xx JSON error", resp.StatusCode, b)
+			}
+			if c.status != 0 && resp.StatusCode != c.status {
+				t.Errorf("status %d, want %d (%s)", resp.StatusCode, c.status, b)
+			}
+		})
+	}
+	// 2 GiB bodies are refused, streamed and never held whole.
+	for _, length := range []int64{2 << 30, -1} {
+		req, _ := http.NewRequest("PUT", base+"/files/big", io.LimitReader(zeroReader{}, 2<<30))
+		req.ContentLength = length
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("2 GiB upload (length %d): %v", length, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 413 || !strings.Contains(string(b), wire.CodeTooLarge) {
+			t.Errorf("2 GiB upload (length %d): %d %s", length, resp.StatusCode, b)
+		}
+	}
+
+	// Nothing reached the host, and the workspace is as committed.
+	if es, _ := os.ReadDir(outside); len(es) != 1 {
+		t.Errorf("the outside directory changed: %v", es)
+	}
+	for _, p := range []string{"/etc/planted", "/tmp/planted", "/escape.txt"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s was created on the host", p)
+		}
+	}
+	st, err := ws.Status(ctx)
+	if err != nil || len(st.Changes) != 0 {
+		t.Errorf("workspace changed: %+v %v", st.Changes, err)
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
