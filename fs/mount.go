@@ -86,7 +86,7 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 			Options:           []string{"default_permissions"},
 			MaxWrite:          1 << 20,
 			MaxStackDepth:     2,
-			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
 			Debug:             opts.Debug,
 		},
 		EntryTimeout:    &timeout,
@@ -195,19 +195,23 @@ func (m *Server) fillOpen(cancel <-chan struct{}, out *fuse.OpenOut) {
 	out.OpenFlags &^= fuse.FOPEN_KEEP_CACHE
 }
 
-// CleanStale detaches a mount at dir left by a server that died (the
-// mountpoint answers ENOTCONN), so dir can be mounted again.
+// CleanStale detaches a mount at dir left by a server that died, so dir
+// can be mounted again. A dead FUSE mount answers ENOTCONN; statfs is used
+// because it always reaches the server (stat may be answered from the
+// kernel's attribute cache).
 func CleanStale(dir string) error {
-	var st unix.Stat_t
-	err := unix.Stat(dir, &st)
-	if err == nil || !errors.Is(err, unix.ENOTCONN) {
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("mountpoint %s: %w", dir, err)
+	for i := 0; i < 8; i++ {
+		var st unix.Statfs_t
+		err := unix.Statfs(dir, &st)
+		if err == nil || !errors.Is(err, unix.ENOTCONN) {
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("mountpoint %s: %w", dir, err)
+			}
+			return nil
 		}
-		return nil
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("clean %s: %w: %w", dir, ErrStale, err)
+		}
 	}
-	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("clean %s: %w: %w", dir, ErrStale, err)
-	}
-	return nil
+	return fmt.Errorf("clean %s: %w: still not connected", dir, ErrStale)
 }
