@@ -71,4 +71,3 @@ func BenchmarkExecStreamed(b *testing.B) {
 		}
 	}
 }
-

@@ -32,7 +32,9 @@ var (
 	buildErr  error
 )
 
-func daemonBinary(t *testing.T) string {
+func daemonBinary(t *testing.T) string { return daemonBinaryB(t) }
+
+func daemonBinaryB(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "layerfsd-test-")
@@ -574,3 +576,42 @@ func TestBadInputReal(t *testing.T) {
 type zeroReader struct{}
 
 func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// BenchmarkExecTrue is `true` through the SDK against a real daemon: the
+// wall time a client sees, and (reported) the daemon's receipt of it.
+func BenchmarkExecTrue(b *testing.B) {
+	testenv.RequireFUSE(b)
+	store := filepath.Join(b.TempDir(), "store")
+	cmd := exec.Command(daemonBinaryB(b), "serve", "--store", store)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	ctx := context.Background()
+	var c *client.Client
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if c, err = client.Dial(ctx, "unix://"+filepath.Join(store, SocketName)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal(err)
+		}
+	}
+	c.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var launch, wall int64
+	for b.Loop() {
+		res, err := ws.ExecArgv(ctx, []string{"true"}, client.ExecOptions{})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatal(res, err)
+		}
+		launch += res.Receipt.LaunchNs
+		wall += res.Receipt.WallNs
+	}
+	b.ReportMetric(float64(wall)/float64(b.N)/1e3, "daemon-wall-µs/op")
+	b.ReportMetric(float64(launch)/float64(b.N)/1e3, "launch-µs/op")
+}
