@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"strconv"
 	"testing"
 
 	"layerfs.dev/layerfs/engine/sandbox"
@@ -14,8 +15,11 @@ import (
 // BenchmarkRunTrue is the fixed cost of one exec: a sandbox running `true`.
 func BenchmarkRunTrue(b *testing.B) {
 	testenv.RequireRoot(b)
-	// LAYERFS_SANDBOX_EXE picks the init binary (default: this test binary).
-	l := sandbox.Launcher{Exe: os.Getenv("LAYERFS_SANDBOX_EXE")}
+	// LAYERFS_SANDBOX_EXE picks the init binary (default: this test
+	// binary), LAYERFS_SANDBOX_WARM how many inits are kept started ahead.
+	warm, _ := strconv.Atoi(os.Getenv("LAYERFS_SANDBOX_WARM"))
+	l := sandbox.Launcher{Exe: os.Getenv("LAYERFS_SANDBOX_EXE"), Warm: warm}
+	defer l.Close(context.Background())
 	cfg := sandbox.Config{Workspace: b.TempDir(), Spec: platforms.ExecSpec{Argv: []string{"true"}}}
 	var launch int64
 	for b.Loop() {
@@ -30,7 +34,9 @@ func BenchmarkRunTrue(b *testing.B) {
 
 func TestMeasureOverhead(t *testing.T) {
 	testenv.RequireRoot(t)
-	l := sandbox.Launcher{Exe: os.Getenv("LAYERFS_SANDBOX_EXE")}
+	warm, _ := strconv.Atoi(os.Getenv("LAYERFS_SANDBOX_WARM"))
+	l := sandbox.Launcher{Exe: os.Getenv("LAYERFS_SANDBOX_EXE"), Warm: warm}
+	defer l.Close(context.Background())
 	o, err := sandbox.MeasureOverhead(context.Background(), &l, t.TempDir(), 30)
 	if err != nil {
 		t.Fatal(err)

@@ -186,6 +186,9 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	}
 	p, cmd := ip.p, ip.cmd
 	defer p.closeParent()
+	if ip.pooled {
+		lm.add("warm")
+	}
 	lm.add("sent")
 	pid := cmd.Process.Pid
 	l.track(pid, true)

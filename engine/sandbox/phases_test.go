@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +20,7 @@ import (
 // TestPhases logs the median time of each phase of an exec of `true`
 // (go test -run Phases -v): where the fixed cost goes. LAYERFS_SANDBOX_EXES
 // (colon-separated) adds other init binaries, measured interleaved with the
-// test binary itself.
+// test binary itself; LAYERFS_SANDBOX_WARM=n keeps n inits started ahead.
 func TestPhases(t *testing.T) {
 	testenv.RequireRoot(t)
 	exes := []string{""}
@@ -38,7 +39,8 @@ func TestPhases(t *testing.T) {
 	for i, exe := range exes {
 		a := &acc{per: map[string][]time.Duration{}}
 		accs[i] = a
-		ls[i] = &Launcher{Exe: exe, trace: func(ms []mark, cpu time.Duration) {
+		warm, _ := strconv.Atoi(os.Getenv("LAYERFS_SANDBOX_WARM"))
+		ls[i] = &Launcher{Exe: exe, Warm: warm, trace: func(ms []mark, cpu time.Duration) {
 			mu.Lock()
 			defer mu.Unlock()
 			a.cpu = append(a.cpu, cpu)

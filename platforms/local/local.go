@@ -33,18 +33,30 @@ type Options struct {
 	Exe string
 	// NoCgroups enforces limits with rlimits only.
 	NoCgroups bool
-	Logger    *slog.Logger
+	// Warm is how many sandbox inits are kept started ahead, taking the
+	// process start off the latency of execs without network (see
+	// sandbox.Launcher.Warm); 0 starts each on demand.
+	Warm   int
+	Logger *slog.Logger
 }
 
 // Platform runs sandboxes on this host. Its lifecycle is the one of
 // platforms.Platform: New -> Up -> Attach/Exec ... -> Down.
 type Platform struct {
-	launcher *sandbox.Launcher
+	opts     Options
+	launcher *sandbox.Launcher // replaced by Up after a Down
 	log      *slog.Logger
 
 	mu        sync.Mutex
 	up        bool
+	down      bool // the launcher was closed by Down
 	sandboxes map[*Sandbox]struct{}
+}
+
+func (p *Platform) current() *sandbox.Launcher {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.launcher
 }
 
 var (
@@ -58,11 +70,13 @@ func New(o Options) *Platform {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Platform{
-		launcher:  &sandbox.Launcher{Exe: o.Exe, Logger: log, NoCgroups: o.NoCgroups},
-		log:       log,
-		sandboxes: map[*Sandbox]struct{}{},
-	}
+	p := &Platform{opts: o, log: log, sandboxes: map[*Sandbox]struct{}{}}
+	p.launcher = p.newLauncher()
+	return p
+}
+
+func (p *Platform) newLauncher() *sandbox.Launcher {
+	return &sandbox.Launcher{Exe: p.opts.Exe, Logger: p.log, NoCgroups: p.opts.NoCgroups, Warm: p.opts.Warm}
 }
 
 // Name is "local".
@@ -71,7 +85,7 @@ func (p *Platform) Name() string { return "local" }
 // Features: host paths, the host network on request, and memory and pids
 // limits where this host has the cgroup controllers for them.
 func (p *Platform) Features() platforms.Features {
-	mem, pids := p.launcher.Limits()
+	mem, pids := p.current().Limits()
 	return platforms.Features{HostMounts: true, Network: true, MemoryLimit: mem, PidsLimit: pids}
 }
 
@@ -81,6 +95,9 @@ func (p *Platform) Up(ctx context.Context) error {
 	defer p.mu.Unlock()
 	if p.up {
 		return nil
+	}
+	if p.down {
+		p.launcher, p.down = p.newLauncher(), false
 	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("local: %w: namespace sandboxes need root", platforms.ErrUnavailable)
@@ -114,7 +131,8 @@ func (p *Platform) Up(ctx context.Context) error {
 // workspace. It can be called more than once.
 func (p *Platform) Down(ctx context.Context) error {
 	p.mu.Lock()
-	p.up = false
+	p.up, p.down = false, true
+	l := p.launcher
 	open := make([]*Sandbox, 0, len(p.sandboxes))
 	for s := range p.sandboxes {
 		open = append(open, s)
@@ -124,6 +142,7 @@ func (p *Platform) Down(ctx context.Context) error {
 	for _, s := range open {
 		errs = append(errs, s.Close(ctx))
 	}
+	errs = append(errs, l.Close(ctx))
 	return errors.Join(errs...)
 }
 
@@ -143,7 +162,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 	if err := unix.Sysinfo(&si); err != nil {
 		return platforms.Identity{}, fmt.Errorf("local: sysinfo: %w", err)
 	}
-	mem, pids := p.launcher.Limits()
+	mem, pids := p.current().Limits()
 	return platforms.Identity{
 		Platform:    p.Name(),
 		Kernel:      unix.ByteSliceToString(u.Release[:]),
@@ -157,7 +176,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 // Leaks lists what execs left on this host: sandbox cgroups and inits that
 // should be gone. Empty when no exec is running means clean.
 func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
-	return p.launcher.Leaks(ctx)
+	return p.current().Leaks(ctx)
 }
 
 // Attach makes w.HostPath the /workspace of the returned Sandbox's execs.
@@ -174,13 +193,13 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Sandbox{p: p, w: w, ctx: ctx, cancel: cancel}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.up {
 		cancel()
 		return nil, fmt.Errorf("local: attach %s: %w", w.ID, platforms.ErrNotUp)
 	}
+	s := &Sandbox{p: p, launcher: p.launcher, w: w, ctx: ctx, cancel: cancel}
 	p.sandboxes[s] = struct{}{}
 	return s, nil
 }
@@ -188,8 +207,9 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 // Sandbox runs the execs of one attached workspace, each in its own fresh
 // namespaces.
 type Sandbox struct {
-	p *Platform
-	w platforms.Workspace
+	p        *Platform
+	launcher *sandbox.Launcher
+	w        platforms.Workspace
 
 	// ctx ends when the sandbox is closed; it cancels running execs.
 	ctx    context.Context
@@ -215,7 +235,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
-	res, err := s.p.launcher.Run(ctx, sandbox.Config{
+	res, err := s.launcher.Run(ctx, sandbox.Config{
 		Workspace: s.w.HostPath, RootDir: s.w.RootDir, Network: s.w.Network, Spec: spec,
 	}, stdout, stderr)
 	if err != nil {
@@ -242,7 +262,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		return fmt.Errorf("local: close %s: %w", s.w.ID, ctx.Err())
 	}
 	// The inits' namespaces hold the workspace until they are reaped.
-	if err := s.p.launcher.Settle(ctx); err != nil {
+	if err := s.launcher.Settle(ctx); err != nil {
 		return fmt.Errorf("local: close %s: %w", s.w.ID, err)
 	}
 	s.p.mu.Lock()

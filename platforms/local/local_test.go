@@ -28,3 +28,8 @@ func TestConformanceWithoutCgroups(t *testing.T) {
 	testenv.RequireRoot(t)
 	platformtest.Run(t, func(t *testing.T) platforms.Platform { return local.New(local.Options{NoCgroups: true}) })
 }
+
+func TestConformanceWarm(t *testing.T) {
+	testenv.RequireRoot(t)
+	platformtest.Run(t, func(t *testing.T) platforms.Platform { return local.New(local.Options{Warm: 2}) })
+}
