@@ -113,8 +113,13 @@ func Check(ctx context.Context, fsys fs.FS, e cells.Expectation, r Runner) error
 			continue
 		}
 		info, err := fs.Lstat(fsys, en.Path)
-		if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
 			continue // reported as missing below
+		}
+		if err != nil {
+			add(fmt.Errorf("%s: %w", en.Path, err))
+			seen[en.Path] = nil // looked at; not missing
+			continue
 		}
 		got := kindOf(info.Mode().Type())
 		if got != en.Kind {
@@ -127,7 +132,7 @@ func Check(ctx context.Context, fsys fs.FS, e cells.Expectation, r Runner) error
 
 	for _, en := range e.Entries {
 		d, ok := seen[en.Path]
-		if !ok || kindOf(d.Type()) != en.Kind {
+		if !ok || d == nil || kindOf(d.Type()) != en.Kind {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -198,7 +203,9 @@ func missing(v *index, seen map[string]fs.DirEntry) error {
 		}
 	}
 	for p := range v.dirs {
-		if _, ok := seen[p]; !ok {
+		// Directories inside opaque ones are not walked; the entries below
+		// them are looked up one by one and reported if missing.
+		if _, ok := seen[p]; !ok && !v.underOpaque(p) {
 			paths = append(paths, p)
 		}
 	}

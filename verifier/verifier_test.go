@@ -399,3 +399,26 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// Entries listed inside an opaque directory are checked; the rest of it is not.
+func TestOpaque(t *testing.T) {
+	var b cells.Builder
+	e := b.Opaque(".git").File(".git/sub/out", cells.Text("ok\n")).File("a", cells.Text("a\n")).Build()
+	dir := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(dir, ".git/sub"), 0o755))
+	write(t, dir, ".git/sub/out", []byte("ok\n"))
+	write(t, dir, ".git/anything", []byte("whatever"))
+	write(t, dir, "a", []byte("a\n"))
+	fsys := os.DirFS(dir)
+	if err := verifier.Check(context.Background(), fsys, e, nil); err != nil {
+		t.Fatalf("correct state: %v", err)
+	}
+	write(t, dir, ".git/sub/out", []byte("no\n"))
+	if err := verifier.Check(context.Background(), fsys, e, nil); err == nil || !hasLine(err, `.git/sub/out: content "no\n", want "ok\n"`) {
+		t.Errorf("changed entry in an opaque dir: %v", err)
+	}
+	must(t, os.RemoveAll(filepath.Join(dir, ".git/sub")))
+	if err := verifier.Check(context.Background(), fsys, e, nil); err == nil || err.Error() != ".git/sub/out: missing" {
+		t.Errorf("missing entry in an opaque dir: %v", err)
+	}
+}
