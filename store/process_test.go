@@ -61,8 +61,12 @@ func runChild(mode, dir, arg string) error {
 		return nil
 	case "gc":
 		fmt.Fprintln(out, "ready")
-		_, err := db.GC(ctx, GCOptions{})
-		return err
+		start := time.Now()
+		if _, err := db.GC(ctx, GCOptions{}); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "took", time.Since(start).Nanoseconds())
+		return nil
 	case "crash":
 		fmt.Fprintln(out, "ready")
 		for i := 0; ; i++ {
@@ -215,12 +219,18 @@ func child(t *testing.T, dir, mode, arg string) *exec.Cmd {
 // acks collects the ACK lines of a child's stdout; ready is closed at its
 // "ready" line.
 func acks(t *testing.T, cmd *exec.Cmd) (ready chan struct{}, done func() []ID) {
+	ready, _, done = acksFirst(t, cmd)
+	return ready, done
+}
+
+// acksFirst is acks with a channel closed at the first ACK.
+func acksFirst(t *testing.T, cmd *exec.Cmd) (ready, first chan struct{}, done func() []ID) {
 	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready = make(chan struct{})
+	ready, first = make(chan struct{}), make(chan struct{})
 	var ids []ID
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -235,12 +245,15 @@ func acks(t *testing.T, cmd *exec.Cmd) (ready chan struct{}, done func() []ID) {
 			}
 			if s, ok := strings.CutPrefix(line, "ACK "); ok {
 				if id, err := ParseID(s); err == nil {
+					if len(ids) == 0 {
+						close(first)
+					}
 					ids = append(ids, id)
 				}
 			}
 		}
 	}()
-	return ready, func() []ID { wg.Wait(); return ids }
+	return ready, first, func() []ID { wg.Wait(); return ids }
 }
 
 // newProjectStore makes a store with project p whose main head is a
@@ -407,13 +420,20 @@ func TestCrashSafety(t *testing.T) {
 	var acked []ID
 	for k := 0; k < kills; k++ {
 		cmd := child(t, dir, "crash", "")
-		ready, done := acks(t, cmd)
+		ready, first, done := acksFirst(t, cmd)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// Every other round lets the child publish at least once, so the
+		// test keeps checking acknowledged commits however slow the
+		// machine is; the others may kill it anywhere from the start.
+		start := ready
+		if k%2 == 1 {
+			start = first
+		}
 		select {
-		case <-ready:
-		case <-time.After(30 * time.Second):
+		case <-start:
+		case <-time.After(60 * time.Second):
 			cmd.Process.Kill()
 			t.Fatal("child did not start")
 		}
@@ -485,6 +505,7 @@ func TestGCCrashSafety(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 	var live []ID
 	killed := 0
+	window := 100 * time.Millisecond
 	for k := 0; k < rounds; k++ {
 		db, err := Open(ctx, dir, Options{})
 		if err != nil {
@@ -518,14 +539,26 @@ func TestGCCrashSafety(t *testing.T) {
 		}
 
 		cmd := child(t, dir, "gc", "")
-		ready, done := acks(t, cmd)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		<-ready
-		time.Sleep(time.Duration(rng.IntN(250_000)) * time.Microsecond)
+		sc := bufio.NewScanner(out)
+		sc.Scan() // ready
+		time.Sleep(time.Duration(rng.Int64N(int64(window))))
 		cmd.Process.Signal(syscall.SIGKILL)
-		done()
+		for sc.Scan() {
+			// A GC that finished first says how long it took: aim the
+			// next kills inside that span.
+			if ns, ok := strings.CutPrefix(sc.Text(), "took "); ok {
+				if n, err := strconv.ParseInt(ns, 10, 64); err == nil {
+					window = time.Duration(n)
+				}
+			}
+		}
 		cmd.Wait()
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			killed++
