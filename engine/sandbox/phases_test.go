@@ -20,7 +20,8 @@ import (
 // TestPhases logs the median time of each phase of an exec of `true`
 // (go test -run Phases -v): where the fixed cost goes. LAYERFS_SANDBOX_EXES
 // (colon-separated) adds other init binaries, measured interleaved with the
-// test binary itself; LAYERFS_SANDBOX_WARM=n keeps n inits started ahead.
+// test binary itself; LAYERFS_SANDBOX_WARM=n keeps n inits started ahead,
+// LAYERFS_SANDBOX_GAP (a duration) idles between execs.
 func TestPhases(t *testing.T) {
 	testenv.RequireRoot(t)
 	exes := []string{""}
@@ -59,8 +60,10 @@ func TestPhases(t *testing.T) {
 	if testing.Short() {
 		n = 5
 	}
+	gap, _ := time.ParseDuration(os.Getenv("LAYERFS_SANDBOX_GAP")) // idle time between execs
 	for range n {
 		for i, l := range ls {
+			time.Sleep(gap)
 			res, err := l.Run(context.Background(), cfg, io.Discard, io.Discard)
 			if err != nil {
 				t.Fatal(err)
