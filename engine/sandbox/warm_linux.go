@@ -24,7 +24,7 @@ type initProc struct {
 // namespaces; it makes its mount namespace itself when its config comes.
 // cgroupFD >= 0 clones it straight into that v2 cgroup. stdin, when not
 // nil, is given to the init as is; otherwise the init reads the stdin pipe.
-func (l *Launcher) spawn(network bool, cgroupFD int, stdin *os.File) (*initProc, error) {
+func (l *Launcher) spawn(network bool, cgroupFD int, stdin *os.File, env ...string) (*initProc, error) {
 	p, err := newPipes()
 	if err != nil {
 		return nil, err
@@ -40,7 +40,7 @@ func (l *Launcher) spawn(network bool, cgroupFD int, stdin *os.File) (*initProc,
 	cmd := &exec.Cmd{
 		Path:       exe,
 		Args:       []string{initArg0},
-		Env:        []string{},
+		Env:        append([]string{}, env...),
 		Dir:        "/", // never the workspace: see the package comment
 		Stdin:      p.inR,
 		Stdout:     p.outW,
@@ -124,7 +124,7 @@ func (l *Launcher) topUp() {
 
 func (l *Launcher) warmOne() {
 	defer l.refills.Done()
-	ip, err := l.spawn(false, -1, nil)
+	ip, err := l.spawn(false, -1, nil, prewarmEnv+"=1")
 	l.mu.Lock()
 	l.warming--
 	if err == nil && !l.closed {
