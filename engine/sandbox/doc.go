@@ -9,14 +9,17 @@
 // workspace. A process that serves a FUSE mount and forks a child whose
 // chdir or first path lookups land on that mount can deadlock, so the
 // launcher re-executes a binary (by default its own, /proc/self/exe) as a
-// small init, with "/" as its working directory and the namespaces made by
-// clone. Everything else the init does itself, as PID 1 of the new PID
-// namespace:
+// small init, with "/" as its working directory and new PID, UTS, IPC and
+// network namespaces made by clone. Everything else the init does itself,
+// as PID 1 of the new PID namespace:
 //
 //  1. reads its config as JSON from fd 3 (the launcher writes it only after
 //     the init is in its cgroup, so nothing runs outside the limits);
 //  2. brings up lo (new network namespace) and sets the hostname;
-//  3. makes all mounts private, clones (open_tree) the source trees, mounts a
+//  3. makes a new mount namespace on its locked OS thread (unshare: the copy
+//     of the host's mounts is taken now, when the config has come, not when
+//     the process started), makes all mounts private, clones (open_tree) the
+//     source trees, mounts a
 //     tmpfs as the new root and moves into it the runtime (the host's /usr,
 //     /etc and their /bin, /sbin, /lib* symlinks, or every top-level entry of
 //     an image directory), read-only with one mount_setattr each; the
@@ -42,6 +45,17 @@
 // both output streams are in: the command's processes are gone by then.
 // The init's own exit, the teardown of its namespaces and the removal of
 // the exec's cgroup finish in the background (Settle waits for them).
+//
+// # Warm inits
+//
+// With Launcher.Warm > 0 the launcher keeps that many inits started ahead:
+// each is an ordinary fresh init (its own new process, PID, UTS, IPC and
+// network namespaces) blocked on reading its config, having already paid
+// for starting the Go runtime; it makes its mount namespace only when the
+// config comes, so it sees workspaces mounted after it started. An exec
+// without network takes one and a replacement is started in the
+// background; execs with network, and execs that find the pool empty,
+// start their own. Close kills the waiting ones.
 //
 // A command that signals PID 1 on purpose ends its own exec (the init is a
 // Go program and dies of SIGTERM); the result then reports that signal.
