@@ -53,6 +53,9 @@ type Options struct {
 	// of the process (synchronous=NORMAL, the default, already survives
 	// that). Pack data is fsynced before its index commits either way.
 	Durable bool
+	// BufferedPacks writes packs through the page cache instead of with
+	// O_DIRECT (which is used where the file system supports it).
+	BufferedPacks bool
 }
 
 func (o *Options) fill() {

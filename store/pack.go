@@ -77,10 +77,12 @@ func alignedBuffer(n int) []byte {
 
 // openWriter prepares appends at the end of a locked pack file of the
 // given size.
-func openWriter(num int64, path string, f *os.File, size int64) (*packWriter, error) {
+func openWriter(num int64, path string, f *os.File, size int64, direct bool) (*packWriter, error) {
 	w := &packWriter{num: num, path: path, f: f, buf: alignedBuffer(packBufSize)}
-	if d, err := os.OpenFile(path, os.O_WRONLY|unix.O_DIRECT, 0); err == nil {
-		w.d = d
+	if direct {
+		if d, err := os.OpenFile(path, os.O_WRONLY|unix.O_DIRECT, 0); err == nil {
+			w.d = d
+		}
 	}
 	if size < int64(len(packMagic)) {
 		// New, or created by a writer that died before its header landed.
@@ -128,6 +130,7 @@ type packSet struct {
 	db      *DB
 	dir     string
 	maxSize int64
+	direct  bool // try O_DIRECT appends
 
 	mu      sync.Mutex
 	idle    []*packWriter
@@ -140,6 +143,7 @@ func newPackSet(db *DB) *packSet {
 		db:      db,
 		dir:     filepath.Join(db.dir, packsDir),
 		maxSize: db.opts.MaxPackSize,
+		direct:  !db.opts.BufferedPacks,
 		held:    map[int64]bool{},
 		readers: map[int64]*os.File{},
 	}
@@ -234,7 +238,7 @@ func (ps *packSet) tryOpen(num int64, create bool) (*packWriter, error) {
 		f.Close()
 		return nil, nil
 	}
-	w, err := openWriter(num, path, f, st1.Size)
+	w, err := openWriter(num, path, f, st1.Size, ps.direct)
 	if err != nil {
 		return nil, err
 	}
