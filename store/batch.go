@@ -63,7 +63,9 @@ type objectRow struct {
 	data []byte
 }
 
-// NewBatch starts a batch. It blocks while GC runs in this process.
+// NewBatch starts a batch. Its first Put waits while GC runs in this
+// process (GC in another process cannot run while this one has the store
+// open).
 func (db *DB) NewBatch(ctx context.Context) (*Batch, error) {
 	if err := db.check(); err != nil {
 		return nil, err

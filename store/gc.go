@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -598,13 +597,3 @@ func (db *DB) diskFootprint() (int64, error) {
 }
 
 func dbFiles() []string { return []string{dbFile, dbFile + "-wal", dbFile + "-shm"} }
-
-// sortedIDs returns the keys of m in order (for stable reports).
-func sortedIDs[V any](m map[ID]V) []ID {
-	out := make([]ID, 0, len(m))
-	for id := range m {
-		out = append(out, id)
-	}
-	sort.Slice(out, func(i, j int) bool { return string(out[i][:]) < string(out[j][:]) })
-	return out
-}

@@ -177,7 +177,7 @@ func (db *DB) writeManifest(ctx context.Context, f *os.File, m *Manifest) error 
 	return nil
 }
 
-// cacheUsage returns the bytes the cache directory takes on disk.
+// diskUsage returns the bytes the files under root take on disk.
 func diskUsage(root string) (int64, error) {
 	var total int64
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
