@@ -107,11 +107,19 @@ func checkText(field, s string, max int) error {
 }
 
 func checkSpec(spec *wire.WorkspaceSpec) error {
-	if err := checkName("project", spec.Project); err != nil {
-		return err
-	}
-	if err := checkName("branch", spec.Branch); err != nil {
-		return err
+	switch {
+	case spec.Native:
+		// A native workspace is a plain directory: no history to name.
+		if spec.Project != "" || spec.Branch != "" || spec.At != "" {
+			return invalid("a native workspace has no project, branch or at")
+		}
+	default:
+		if err := checkName("project", spec.Project); err != nil {
+			return err
+		}
+		if err := checkName("branch", spec.Branch); err != nil {
+			return err
+		}
 	}
 	if spec.At != "" {
 		if err := checkRef("at", spec.At); err != nil {
