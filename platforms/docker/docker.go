@@ -232,8 +232,11 @@ func (p *Platform) connect(ctx context.Context, cli *client.Client) (upState, er
 	if err := pruneImages(ctx, cli, "sandbox", st.image.ID); err != nil {
 		p.log.Warn("docker: prune old sandbox images", "err", err)
 	}
-	if err := removeOrphans(ctx, cli); err != nil {
-		p.log.Warn("docker: remove leftovers of dead owners", "err", err)
+	// Owners are pids of this host: only a local engine's can be checked.
+	if strings.HasPrefix(p.opts.Host, "unix://") {
+		if err := removeOrphans(ctx, cli); err != nil {
+			p.log.Warn("docker: remove leftovers of dead owners", "err", err)
+		}
 	}
 	return st, nil
 }
