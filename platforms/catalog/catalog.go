@@ -1,0 +1,52 @@
+// Package catalog makes a platform from its name: the one place that knows
+// every implementation, used by the commands (layerfsd, layerfs cells run).
+package catalog
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/applecontainer"
+	"layerfs.dev/layerfs/platforms/docker"
+	"layerfs.dev/layerfs/platforms/libkrun"
+	"layerfs.dev/layerfs/platforms/lima"
+	"layerfs.dev/layerfs/platforms/local"
+)
+
+// Names lists the platforms, host platforms first.
+var Names = []string{"local", "docker", "lima", "applecontainer", "libkrun"}
+
+// Options are the settings the platforms share.
+type Options struct {
+	Logger *slog.Logger
+	// Project names the VM (one per project) of the VM platforms.
+	Project string
+	// GuestDaemon is the layerfsd binary the VM platforms copy into their
+	// guest (built for the guest's architecture).
+	GuestDaemon string
+}
+
+// New makes the platform called name; it is not Up yet.
+func New(name string, o Options) (platforms.Platform, error) {
+	if o.Project == "" {
+		o.Project = "default"
+	}
+	switch name {
+	case "local":
+		// The small init binary installed beside this one, when there is
+		// one, is re-executed much faster than this binary.
+		return local.New(local.Options{Exe: sandbox.InitBinary(), Logger: o.Logger}), nil
+	case "docker":
+		return docker.New(docker.Options{Logger: o.Logger}), nil
+	case "lima":
+		return lima.New(lima.Config{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger})
+	case "applecontainer":
+		return applecontainer.New(applecontainer.Config{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger})
+	case "libkrun":
+		return libkrun.New(libkrun.Config{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger})
+	}
+	return nil, fmt.Errorf("unknown platform %q (known: %s)", name, strings.Join(Names, ", "))
+}
