@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -566,4 +567,36 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	testenv.RequireDocker(t)
 	platformtest.Run(t, func(t *testing.T) platforms.Platform { return New(Options{Supervisor: supervisorBin}) })
+}
+
+// TestCrashedOwnerCleanedUp: what an owner left when it died is removed by
+// the next Up on this host.
+func TestCrashedOwnerCleanedUp(t *testing.T) {
+	t.Parallel()
+	testenv.RequireDocker(t)
+	ctx := context.Background()
+	// A pid that no longer exists: a process that has exited.
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	crashed := New(Options{Supervisor: supervisorBin})
+	crashed.owner = strconv.Itoa(cmd.Process.Pid) + "-crashed"
+	if err := crashed.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb := attach(t, crashed, platforms.Workspace{ID: "crashed-owner"})
+	id := sb.(*Sandbox).id
+	next := New(Options{Supervisor: supervisorBin})
+	if err := next.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer next.Down(ctx)
+	cli, _, _ := next.current()
+	if _, err := cli.ContainerInspect(ctx, id); err == nil {
+		t.Errorf("container %.12s of a dead owner survived the next Up", id)
+	}
+	if err := crashed.Down(ctx); err != nil {
+		t.Errorf("Down of the crashed owner: %v", err)
+	}
 }
