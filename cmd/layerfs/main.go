@@ -9,9 +9,16 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"layerfs.dev/layerfs/engine/sandbox"
 )
 
 func main() {
+	// The local platform re-executes this binary as the sandbox init when
+	// the small init binary is not installed beside it.
+	if sandbox.InitMain() {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -35,5 +42,6 @@ func commands(a *app) {
 		benchCmd(a),
 		daemonCmd(a),
 		wsCmd(a),
+		cellsCmd(a),
 	)
 }

@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"layerfs.dev/layerfs/bench/report"
+	"layerfs.dev/layerfs/cells"
+	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/internal/testenv"
+	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/local"
+)
+
+func TestMain(m *testing.M) {
+	if sandbox.InitMain() {
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func localOnly(name string) (platforms.Platform, error) {
+	if name != "local" {
+		return nil, platforms.ErrUnavailable
+	}
+	return local.New(local.Options{}), nil
+}
+
+func TestCommandTime(t *testing.T) {
+	d, err := commandTime([]byte("noise\n" + clockMark + " 1000 4000\n"))
+	if err != nil || d != 3000 {
+		t.Fatalf("got %v %v", d, err)
+	}
+	if _, err := commandTime([]byte("no clock here")); err == nil {
+		t.Fatal("missing readings must fail the sample")
+	}
+}
+
+// TestRunCells runs every twelve-cell with one sample on the local
+// platform, as the README's main job does with five.
+func TestRunCells(t *testing.T) {
+	testenv.RequireFUSE(t)
+	out := t.TempDir()
+	res, err := Run(context.Background(), Config{
+		Cells:       cells.Twelve(),
+		Platforms:   []string{"local", "nowhere"},
+		Samples:     1,
+		OutDir:      out,
+		NewPlatform: localOnly,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range res.Samples {
+		if !s.Good() {
+			t.Errorf("%s %s %s: %s", s.Cell, s.Platform, s.Arm, s.Reason())
+		}
+		if s.Arm == report.LayerFS && s.TotalRequests() == 0 {
+			t.Errorf("%s: no FUSE requests counted", s.Cell)
+		}
+	}
+	if len(res.Samples) != 24 {
+		t.Fatalf("%d samples, want 24", len(res.Samples))
+	}
+	for _, f := range []string{report.SamplesFile, report.SummaryFile, report.TableMarkdownFile, report.ChartFile} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("output %s: %v", f, err)
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(out, report.TableMarkdownFile))
+	if !strings.Contains(string(md), "not run") {
+		t.Errorf("an unavailable platform must appear as not run:\n%s", md)
+	}
+	t.Logf("\n%s", md)
+}

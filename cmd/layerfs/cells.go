@@ -1,0 +1,212 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/bench"
+	"layerfs.dev/layerfs/bench/report"
+	"layerfs.dev/layerfs/cells"
+	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/catalog"
+)
+
+func cellsCmd(a *app) *cobra.Command {
+	c := &cobra.Command{Use: "cells", Short: "The twelve cells: LayerFS against a plain directory, per platform"}
+	c.AddCommand(cellsListCmd(a), cellsRunCmd(a))
+	return c
+}
+
+func cellsListCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the cells and their bodies",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			all := cells.All()
+			return a.emit(all, func(w io.Writer) {
+				fmt.Fprintln(w, "CELL\tGROUP\tTITLE\tBASE\tBODY")
+				for _, c := range all {
+					g := c.Group
+					if g == "" {
+						g = "twelve"
+					}
+					b := c.Base.Name
+					if b == "" {
+						b = "empty"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", c.ID, g, c.Title, b, c.Body)
+				}
+			})
+		},
+	}
+}
+
+// selectCells reads --cells: ids, "twelve" (the default), "extended" or "all".
+func selectCells(spec string) ([]cells.Cell, error) {
+	switch spec {
+	case "", "twelve":
+		return cells.Twelve(), nil
+	case "extended":
+		return cells.Extended(), nil
+	case "all":
+		return cells.All(), nil
+	}
+	return cells.Select(strings.Split(spec, ","))
+}
+
+func cellsRunCmd(a *app) *cobra.Command {
+	var (
+		platformList, cellList, out, guestDaemon string
+		samples                                  int
+		seed                                     int64
+		keep                                     bool
+	)
+	c := &cobra.Command{
+		Use:   "run [--platform local,docker,...] [--cells C01,...] [--samples N] [--out DIR]",
+		Short: "Run the cells on each platform, LayerFS and native, and print the comparison",
+		Long: `Runs every cell on every platform, in a LayerFS workspace and in a plain
+directory on the same file system through the same sandbox, following the
+method of docs/benchmarks.md: a fresh Store per sample, the base committed
+first, one untimed warm-up run, then a fresh mount for the timed run, verified
+live and again from its commit. Writes samples.jsonl, summary.json, cells.md,
+cells.txt and ratios.png to the output directory and prints the table.`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cs, err := selectCells(cellList)
+			if err != nil {
+				return usageError{err}
+			}
+			if samples < 1 {
+				return usageError{fmt.Errorf("--samples %d: want at least 1", samples)}
+			}
+			plats := strings.Split(platformList, ",")
+			for _, p := range plats {
+				if !contains(catalog.Names, p) {
+					return usageError{fmt.Errorf("--platform %q: known platforms are %s", p, strings.Join(catalog.Names, ", "))}
+				}
+			}
+			if out == "" {
+				out = "layerfs-cells-" + time.Now().Format("20060102-150405")
+			}
+			if out, err = filepath.Abs(out); err != nil {
+				return err
+			}
+			if guestDaemon == "" {
+				guestDaemon, _ = findDaemon()
+			}
+			cfg := bench.Config{
+				Cells:     cs,
+				Platforms: plats,
+				Samples:   samples,
+				OutDir:    out,
+				Seed:      seed,
+				Keep:      keep,
+				Command:   "layerfs " + strings.Join(os.Args[1:], " "),
+				Machine:   machine(out),
+				NewPlatform: func(name string) (platforms.Platform, error) {
+					return catalog.New(name, catalog.Options{Project: "cells", GuestDaemon: guestDaemon})
+				},
+			}
+			finish := a.cellsProgress(&cfg)
+			res, err := bench.Run(cmd.Context(), cfg)
+			finish()
+			if err != nil {
+				return err
+			}
+			if a.json {
+				if err := a.emit(res.Summarize(), nil); err != nil {
+					return err
+				}
+			} else {
+				if err := res.WriteText(a.stdout); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "\nresults in %s\n", out)
+			}
+			bad := 0
+			for _, s := range res.Samples {
+				if !s.Good() {
+					bad++
+				}
+			}
+			if bad > 0 {
+				return fmt.Errorf("%d of %d samples failed or did not verify (see %s)", bad, len(res.Samples), filepath.Join(out, report.SamplesFile))
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&platformList, "platform", "local", "comma-separated platforms: "+strings.Join(catalog.Names, ", "))
+	f.StringVar(&cellList, "cells", "twelve", "comma-separated cell ids, or twelve, extended, all")
+	f.IntVar(&samples, "samples", 5, "timed samples per cell, platform and arm")
+	f.StringVar(&out, "out", "", "output directory (default ./layerfs-cells-DATE)")
+	f.Int64Var(&seed, "seed", 0, "seed of the randomised sample order (default: from the clock)")
+	f.BoolVar(&keep, "keep", false, "keep each sample's Store and directories under OUT/work")
+	f.StringVar(&guestDaemon, "guest-daemon", "", "layerfsd binary for VM guests (default: the one beside layerfs)")
+	return c
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// machine describes this host for the notes under the tables.
+func machine(dir string) string {
+	var u unix.Utsname
+	unix.Uname(&u)
+	var si unix.Sysinfo_t
+	unix.Sysinfo(&si)
+	os.MkdirAll(dir, 0o755)
+	return fmt.Sprintf("%s, kernel %s, %d CPUs, %.0f GiB, %s; output on %s",
+		runtime.GOOS+"/"+runtime.GOARCH, unix.ByteSliceToString(u.Release[:]), runtime.NumCPU(),
+		float64(si.Totalram)*float64(si.Unit)/(1<<30), runtime.Version(), bench.DescribeFS(dir))
+}
+
+// cellsProgress shows a bar of samples on a terminal; it returns the
+// function that clears it.
+func (a *app) cellsProgress(cfg *bench.Config) func() {
+	f, ok := a.stderr.(*os.File)
+	if !ok || !isatty.IsTerminal(f.Fd()) {
+		cfg.Progress = func(done, total int, what string) {
+			if done < total {
+				fmt.Fprintf(a.stderr, "[%d/%d] %s\n", done+1, total, what)
+			}
+		}
+		return func() {}
+	}
+	var bar *progressbar.ProgressBar
+	cfg.Progress = func(done, total int, what string) {
+		if bar == nil {
+			bar = progressbar.NewOptions(total,
+				progressbar.OptionSetWriter(f),
+				progressbar.OptionShowCount(),
+				progressbar.OptionSetElapsedTime(true),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionClearOnFinish(),
+			)
+		}
+		bar.Describe(what)
+		bar.Set(done)
+	}
+	return func() {
+		if bar != nil {
+			bar.Finish()
+		}
+	}
+}
