@@ -24,27 +24,28 @@ type node struct {
 }
 
 var (
-	_ gofs.NodeLookuper      = (*node)(nil)
-	_ gofs.NodeGetattrer     = (*node)(nil)
-	_ gofs.NodeSetattrer     = (*node)(nil)
-	_ gofs.NodeReaddirer     = (*node)(nil)
-	_ gofs.NodeMkdirer       = (*node)(nil)
-	_ gofs.NodeMknoder       = (*node)(nil)
-	_ gofs.NodeCreater       = (*node)(nil)
-	_ gofs.NodeOpener        = (*node)(nil)
-	_ gofs.NodeUnlinker      = (*node)(nil)
-	_ gofs.NodeRmdirer       = (*node)(nil)
-	_ gofs.NodeRenamer       = (*node)(nil)
-	_ gofs.NodeLinker        = (*node)(nil)
-	_ gofs.NodeSymlinker     = (*node)(nil)
-	_ gofs.NodeReadlinker    = (*node)(nil)
-	_ gofs.NodeGetxattrer    = (*node)(nil)
-	_ gofs.NodeSetxattrer    = (*node)(nil)
-	_ gofs.NodeListxattrer   = (*node)(nil)
-	_ gofs.NodeRemovexattrer = (*node)(nil)
-	_ gofs.NodeStatfser      = (*node)(nil)
-	_ gofs.NodeOnForgetter   = (*node)(nil)
-	_ gofs.NodeFlusher       = (*node)(nil)
+	_ gofs.NodeLookuper       = (*node)(nil)
+	_ gofs.NodeGetattrer      = (*node)(nil)
+	_ gofs.NodeSetattrer      = (*node)(nil)
+	_ gofs.NodeReaddirer      = (*node)(nil)
+	_ gofs.NodeMkdirer        = (*node)(nil)
+	_ gofs.NodeMknoder        = (*node)(nil)
+	_ gofs.NodeCreater        = (*node)(nil)
+	_ gofs.NodeOpener         = (*node)(nil)
+	_ gofs.NodeUnlinker       = (*node)(nil)
+	_ gofs.NodeRmdirer        = (*node)(nil)
+	_ gofs.NodeRenamer        = (*node)(nil)
+	_ gofs.NodeLinker         = (*node)(nil)
+	_ gofs.NodeSymlinker      = (*node)(nil)
+	_ gofs.NodeReadlinker     = (*node)(nil)
+	_ gofs.NodeGetxattrer     = (*node)(nil)
+	_ gofs.NodeSetxattrer     = (*node)(nil)
+	_ gofs.NodeListxattrer    = (*node)(nil)
+	_ gofs.NodeRemovexattrer  = (*node)(nil)
+	_ gofs.NodeStatfser       = (*node)(nil)
+	_ gofs.NodeOnForgetter    = (*node)(nil)
+	_ gofs.NodeFlusher        = (*node)(nil)
+	_ gofs.NodeCopyFileRanger = (*node)(nil)
 )
 
 func caller(ctx context.Context) overlay.Caller {
@@ -270,6 +271,26 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // file as soon as a write returns; there is nothing to flush.
 func (n *node) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
 	return syscall.ENOSYS
+}
+
+// CopyFileRange copies between the backing files in the kernel of the
+// upper file system, which clones extents where it can (reflinks), instead
+// of the kernel's fallback of reading and writing through the mount.
+func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode, fhOut gofs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
+	hi, ok1 := fhIn.(*handle)
+	ho, ok2 := fhOut.(*handle)
+	if !ok1 || !ok2 || ho.f.Lower() {
+		return 0, syscall.EBADF
+	}
+	if length > 1<<30 {
+		length = 1 << 30
+	}
+	ri, ro := int64(offIn), int64(offOut)
+	w, err := unix.CopyFileRange(hi.f.Fd(), &ri, ho.f.Fd(), &ro, int(length), 0)
+	if err != nil {
+		return 0, n.m.errno(err)
+	}
+	return uint32(w), 0
 }
 
 func (n *node) OnForget() {

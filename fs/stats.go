@@ -203,7 +203,7 @@ func (s Stats) ByOp() []OpCount {
 // counting wraps the go-fuse bridge and times every request.
 type counting struct {
 	fuse.RawFileSystem
-	t     *telemetry
+	t      *telemetry
 	onOpen func(cancel <-chan struct{}, out *fuse.OpenOut)
 }
 

@@ -39,9 +39,9 @@ func reservedXattr(name string) bool {
 
 // origin is the decoded trusted.layerfs.origin xattr.
 type origin struct {
-	Kind    store.Kind
-	Object  store.ID
-	Size    int64
+	Kind   store.Kind
+	Object store.ID
+	Size   int64
 }
 
 const originVersion = 1

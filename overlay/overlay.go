@@ -66,18 +66,18 @@ type Overlay struct {
 	// mu guards the tree: every node's names, state and directory
 	// fields, the identity tables and the dirty set. Data copies run
 	// outside it under the node's own cmu.
-	mu       sync.RWMutex
-	nextIno  atomic.Uint64
-	byLink   map[uint64]*Node // lower hard-link groups
-	byUpper  map[uint64]*Node // upper inode number -> node, for upper hard links
+	mu      sync.RWMutex
+	nextIno atomic.Uint64
+	byLink  map[uint64]*Node // lower hard-link groups
+	byUpper map[uint64]*Node // upper inode number -> node, for upper hard links
 	// linkCounts is the size of every lower hard-link group, counted over
 	// the whole lower tree the first time a directory with one is loaded.
 	linkCounts map[uint64]int
 	linksOnce  sync.Once
 	linksErr   error
-	tmpSeq   atomic.Uint64
-	renames  uint64 // bumped by directory renames: invalidates cached paths
-	lowerRoot store.ID
+	tmpSeq     atomic.Uint64
+	renames    uint64 // bumped by directory renames: invalidates cached paths
+	lowerRoot  store.ID
 
 	// dirty set, see changes.go
 	seq       uint64
@@ -91,11 +91,11 @@ type Overlay struct {
 
 // Stats counts the overlay's expensive events.
 type Stats struct {
-	DirLoads      atomic.Int64
-	CopyUps       atomic.Int64 // data copy-ups
-	CopyUpBytes   atomic.Int64
-	MetaCopyUps   atomic.Int64
-	Clones        atomic.Int64
+	DirLoads    atomic.Int64
+	CopyUps     atomic.Int64 // data copy-ups
+	CopyUpBytes atomic.Int64
+	MetaCopyUps atomic.Int64
+	Clones      atomic.Int64
 }
 
 // Stats returns the overlay's counters.
@@ -199,9 +199,9 @@ func (o *Overlay) UpperDir() string { return o.upperDir }
 type nodeState uint8
 
 const (
-	stateLower   nodeState = iota // only in the lower tree
-	stateUpper                    // an upper node with its own data (dirs: an upper dir exists)
-	stateMeta                     // upper regular file whose data is still the lower content
+	stateLower nodeState = iota // only in the lower tree
+	stateUpper                  // an upper node with its own data (dirs: an upper dir exists)
+	stateMeta                   // upper regular file whose data is still the lower content
 )
 
 // Node is one merged inode: a file, directory, symlink or special file. Its

@@ -3,7 +3,8 @@
 // The lead's CLI wires the same package as `layerfs bench fs`.
 //
 //	fsbench -dir /tmp/fsb                  # on the file system of /tmp
-//	fsbench -loop-ext4 4G                  # on a loop-mounted journaled ext4
+//	fsbench -loop ext4:8G                  # on a loop-mounted journaled ext4
+//	fsbench -loop xfs:8G                   # on a loop-mounted XFS (reflinks)
 package main
 
 import (
@@ -25,7 +26,7 @@ func main() {
 	dir := flag.String("dir", "/tmp/fsbench", "scratch directory on the file system under test")
 	samples := flag.Int("samples", 5, "samples per arm and cell")
 	cells := flag.String("cells", "", "comma-separated cells (default all)")
-	loop := flag.String("loop-ext4", "", "make a journaled ext4 image of this size, loop-mount it and run there")
+	loop := flag.String("loop", "", "FSTYPE:SIZE: make a file system image (ext4 with a journal, or xfs), loop-mount it under -dir and run there")
 	noPT := flag.Bool("no-passthrough", false, "serve file data through the daemon")
 	cpu := flag.String("cpuprofile", "", "write a CPU profile of this process (the daemon side) here")
 	verbose := flag.Bool("v", false, "log progress")
@@ -36,7 +37,7 @@ func main() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	if *loop != "" {
-		mnt, cleanup, err := loopExt4(*dir, *loop)
+		mnt, cleanup, err := loopFS(*dir, *loop)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fsbench:", err)
 			os.Exit(1)
@@ -66,14 +67,18 @@ func main() {
 	rep.Table(os.Stdout)
 }
 
-// loopExt4 makes a journaled ext4 file system in an image under dir and
-// mounts it.
-func loopExt4(dir, size string) (string, func(), error) {
+// loopFS makes a file system ("ext4:8G", "xfs:8G") in an image under dir
+// and mounts it.
+func loopFS(dir, spec string) (string, func(), error) {
+	fstype, size, ok := strings.Cut(spec, ":")
+	if !ok {
+		return "", nil, fmt.Errorf("-loop %q: want FSTYPE:SIZE", spec)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", nil, err
 	}
-	img := filepath.Join(dir, "ext4.img")
-	mnt := filepath.Join(dir, "ext4")
+	img := filepath.Join(dir, fstype+".img")
+	mnt := filepath.Join(dir, fstype)
 	run := func(name string, args ...string) error {
 		out, err := exec.Command(name, args...).CombinedOutput()
 		if err != nil {
@@ -86,8 +91,17 @@ func loopExt4(dir, size string) (string, func(), error) {
 	if err := run("truncate", "-s", size, img); err != nil {
 		return "", nil, err
 	}
-	if err := run("mkfs.ext4", "-q", "-F", "-j", img); err != nil {
-		return "", nil, err
+	var mkfs error
+	switch fstype {
+	case "ext4":
+		mkfs = run("mkfs.ext4", "-q", "-F", "-j", img)
+	case "xfs":
+		mkfs = run("mkfs.xfs", "-q", "-f", "-m", "reflink=1", img)
+	default:
+		mkfs = fmt.Errorf("-loop: unsupported file system %q", fstype)
+	}
+	if mkfs != nil {
+		return "", nil, mkfs
 	}
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		return "", nil, err

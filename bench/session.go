@@ -1,0 +1,347 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"layerfs.dev/layerfs/bench/report"
+	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/wire"
+)
+
+// SessionConfig is one run of the session and scale figures.
+type SessionConfig struct {
+	Platforms   []string
+	Calls       int // samples per latency figure; default 30
+	Idle        int // workspaces held open for the memory figure; default 100
+	WorkDir     string
+	NewPlatform func(name string) (platforms.Platform, error)
+	Logger      *slog.Logger
+	Progress    func(what string)
+}
+
+// More session figures than report names: what issue 4's bench asks.
+const (
+	FigExecTrue     = "exec true, SDK wall"
+	FigExecOverhead = "exec true, fixed overhead"
+	FigExecPython   = "exec python3 JSON, 10,000 records"
+	FigCommitSmall  = "commit of a small change"
+)
+
+// pythonJSON builds, encodes, decodes and sums 10,000 records in python3.
+const pythonJSON = `python3 -c '
+import json
+rs = [{"id": i, "name": "record-%d" % i, "tags": ["a", "b", "c"], "score": i * 0.5} for i in range(10000)]
+s = json.dumps(rs)
+back = json.loads(s)
+print(len(s), sum(r["score"] for r in back))
+'`
+
+// RunSession measures, per platform, on a daemon over a fresh Store:
+// workspace open and close, warm exec latency (true, and a python3 JSON
+// workload), commit of a small change, fork plus workspace create, exec
+// throughput at 1, 4 and 16 workers, and memory per idle mounted workspace.
+func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure, error) {
+	if cfg.Calls <= 0 {
+		cfg.Calls = 30
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = 100
+	}
+	if len(cfg.Platforms) == 0 {
+		cfg.Platforms = []string{"local"}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	say := func(s string) {
+		if cfg.Progress != nil {
+			cfg.Progress(s)
+		}
+	}
+	var figs []report.SessionFigure
+	for _, name := range cfg.Platforms {
+		t, err := prepare(ctx, Config{NewPlatform: cfg.NewPlatform}, name, log)
+		if err != nil {
+			for _, n := range []string{report.FigOpen, report.FigClose, report.FigWarmExec, FigExecOverhead, FigExecPython, FigCommitSmall, report.FigForkCreate, report.FigThroughput1, report.FigThroughput4, report.FigThroughput16, report.FigIdleMemory} {
+				figs = append(figs, report.SessionFigure{Platform: name, Name: n, NotRun: err.Error()})
+			}
+			continue
+		}
+		dir := filepath.Join(cfg.WorkDir, "session-"+name)
+		os.RemoveAll(dir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.p.Down(ctx)
+			return figs, err
+		}
+		c, release, err := t.connect(ctx, filepath.Join(dir, "store"))
+		if err != nil {
+			t.p.Down(ctx)
+			return figs, fmt.Errorf("%s: %w", name, err)
+		}
+		s := &session{ctx: ctx, c: c, platform: name, calls: cfg.Calls, say: say}
+		err = s.run(cfg.Idle, t.hostFS)
+		release()
+		t.p.Down(context.WithoutCancel(ctx))
+		os.RemoveAll(dir)
+		figs = append(figs, s.figs...)
+		if err != nil {
+			return figs, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return figs, nil
+}
+
+type session struct {
+	ctx      context.Context
+	c        *client.Client
+	platform string
+	calls    int
+	say      func(string)
+	figs     []report.SessionFigure
+}
+
+func (s *session) fig(name, unit string) *report.SessionFigure {
+	s.figs = append(s.figs, report.SessionFigure{Platform: s.platform, Name: name, Unit: unit})
+	return &s.figs[len(s.figs)-1]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (s *session) spec() client.WorkspaceSpec {
+	return client.WorkspaceSpec{Project: "session", Branch: "main", Platform: s.platform}
+}
+
+func (s *session) run(idle int, hostFS bool) error {
+	ctx, c := s.ctx, s.c
+	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "session"}); err != nil {
+		return err
+	}
+	// A small base: a few files, committed, so that workspaces show something.
+	ws, err := c.CreateWorkspace(ctx, s.spec())
+	if err != nil {
+		return err
+	}
+	if res, err := ws.Exec(ctx, "mkdir -p src && for i in $(seq 1 50); do echo $i > src/f$i; done", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		return fmt.Errorf("base: %v %v", err, res)
+	}
+	if _, err := ws.Commit(ctx, "base"); err != nil {
+		return err
+	}
+	if err := ws.End(ctx, client.EndOptions{}); err != nil {
+		return err
+	}
+
+	s.say(s.platform + ": workspace open and close")
+	open, closeFig := s.fig(report.FigOpen, "ms"), s.fig(report.FigClose, "ms")
+	for range s.calls {
+		t0 := time.Now()
+		w, err := c.CreateWorkspace(ctx, s.spec())
+		if err != nil {
+			open.Failures = append(open.Failures, err.Error())
+			continue
+		}
+		open.Values = append(open.Values, ms(time.Since(t0)))
+		t1 := time.Now()
+		if err := w.End(ctx, client.EndOptions{}); err != nil {
+			closeFig.Failures = append(closeFig.Failures, err.Error())
+			continue
+		}
+		closeFig.Values = append(closeFig.Values, ms(time.Since(t1)))
+	}
+
+	ws, err = c.CreateWorkspace(ctx, s.spec())
+	if err != nil {
+		return err
+	}
+	defer ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+	s.say(s.platform + ": warm exec latency")
+	warm, over := s.fig(report.FigWarmExec, "ms"), s.fig(FigExecOverhead, "ms")
+	ws.Exec(ctx, "true", client.ExecOptions{}) // the first exec may pay one-off costs
+	for range s.calls {
+		t0 := time.Now()
+		res, err := ws.Exec(ctx, "true", client.ExecOptions{})
+		wall := time.Since(t0)
+		if err != nil || res.ExitCode != 0 {
+			warm.Failures = append(warm.Failures, fmt.Sprint(err, res))
+			continue
+		}
+		warm.Values = append(warm.Values, ms(wall))
+		over.Values = append(over.Values, ms(wall-time.Duration(res.Receipt.CommandNs)))
+	}
+
+	s.say(s.platform + ": python3 JSON workload")
+	py := s.fig(FigExecPython, "ms")
+	for range s.calls {
+		t0 := time.Now()
+		res, err := ws.Exec(ctx, pythonJSON, client.ExecOptions{})
+		switch {
+		case err != nil:
+			py.Failures = append(py.Failures, err.Error())
+		case res.ExitCode != 0 || !strings.HasSuffix(strings.TrimSpace(string(res.Stdout)), " 24997500.0"):
+			py.Failures = append(py.Failures, fmt.Sprintf("exit %d: %s%s", res.ExitCode, res.Stdout, tail(res.Stderr)))
+		default:
+			py.Values = append(py.Values, ms(time.Since(t0)))
+		}
+	}
+
+	s.say(s.platform + ": commit of a small change")
+	cm := s.fig(FigCommitSmall, "ms")
+	for i := range s.calls {
+		if res, err := ws.Exec(ctx, "echo "+strconv.Itoa(i)+" >> src/log", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+			cm.Failures = append(cm.Failures, fmt.Sprint(err, res))
+			continue
+		}
+		t0 := time.Now()
+		if r, err := ws.Commit(ctx, "small change"); err != nil || r.Result != wire.Created {
+			cm.Failures = append(cm.Failures, fmt.Sprint(err, r.Result))
+			continue
+		}
+		cm.Values = append(cm.Values, ms(time.Since(t0)))
+	}
+
+	s.say(s.platform + ": fork and create")
+	fork := s.fig(report.FigForkCreate, "ms")
+	for i := range s.calls {
+		b := fmt.Sprintf("fork-%d", i)
+		t0 := time.Now()
+		_, err := c.ForkBranch(ctx, "session", b, "main")
+		var w *client.Workspace
+		if err == nil {
+			w, err = c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "session", Branch: b, Platform: s.platform})
+		}
+		if err != nil {
+			fork.Failures = append(fork.Failures, err.Error())
+			continue
+		}
+		fork.Values = append(fork.Values, ms(time.Since(t0)))
+		w.End(ctx, client.EndOptions{})
+	}
+
+	for _, n := range []struct {
+		workers int
+		name    string
+	}{{1, report.FigThroughput1}, {4, report.FigThroughput4}, {16, report.FigThroughput16}} {
+		s.say(fmt.Sprintf("%s: throughput with %d workers", s.platform, n.workers))
+		f := s.fig(n.name, "execs/s")
+		for range 3 {
+			v, err := s.throughput(n.workers, 10)
+			if err != nil {
+				f.Failures = append(f.Failures, err.Error())
+				continue
+			}
+			f.Values = append(f.Values, v)
+		}
+	}
+
+	if hostFS {
+		s.say(fmt.Sprintf("%s: memory with %d idle workspaces", s.platform, idle))
+		mem := s.fig(report.FigIdleMemory, "MiB")
+		v, err := s.idleMemory(idle)
+		if err != nil {
+			mem.Failures = append(mem.Failures, err.Error())
+		} else {
+			mem.Values = append(mem.Values, v)
+		}
+	}
+	return nil
+}
+
+// throughput runs workers workspaces, each running per execs of true one
+// after the other, all at once, and returns execs per second.
+func (s *session) throughput(workers, per int) (float64, error) {
+	ctx := s.ctx
+	wss := make([]*client.Workspace, workers)
+	for i := range wss {
+		w, err := s.c.CreateWorkspace(ctx, s.spec())
+		if err != nil {
+			return 0, err
+		}
+		defer w.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+		wss[i] = w
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	t0 := time.Now()
+	for _, w := range wss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range per {
+				res, err := w.Exec(ctx, "true", client.ExecOptions{})
+				if err == nil && res.ExitCode != 0 {
+					err = fmt.Errorf("exit %d", res.ExitCode)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0)
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return float64(workers*per) / el.Seconds(), nil
+}
+
+// idleMemory opens n workspaces and returns the growth of this process's
+// resident memory (the daemon is served from it) per workspace, in MiB.
+func (s *session) idleMemory(n int) (float64, error) {
+	runtime.GC()
+	before, err := rss()
+	if err != nil {
+		return 0, err
+	}
+	var wss []*client.Workspace
+	defer func() {
+		for _, w := range wss {
+			w.End(context.WithoutCancel(s.ctx), client.EndOptions{Discard: true})
+		}
+	}()
+	for range n {
+		w, err := s.c.CreateWorkspace(s.ctx, s.spec())
+		if err != nil {
+			return 0, err
+		}
+		wss = append(wss, w)
+		// Touch the mount so that it is really served: a lookup and a read.
+		if res, err := w.Exec(s.ctx, "cat src/f1 >/dev/null", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+			return 0, fmt.Errorf("touch workspace: %v %v", err, res)
+		}
+	}
+	runtime.GC()
+	after, err := rss()
+	if err != nil {
+		return 0, err
+	}
+	return float64(after-before) / float64(n) / (1 << 20), nil
+}
+
+// rss reads this process's resident set size.
+func rss() (int64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/self/status")
+}
