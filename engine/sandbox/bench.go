@@ -36,8 +36,10 @@ func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // MeasureOverhead runs `true` n times in sandboxes on workspace, each
 // followed by a plain spawn of `true`, after one unmeasured warm-up of
-// each, and returns medians and 95th percentiles.
-func MeasureOverhead(ctx context.Context, l *Launcher, workspace string, n int) (Overhead, error) {
+// each, and returns medians and 95th percentiles. gap is idle time before
+// each exec, as an agent's think time between execs: it lets a launcher's
+// warm pool refill (back to back, the refill competes with the next exec).
+func MeasureOverhead(ctx context.Context, l *Launcher, workspace string, n int, gap time.Duration) (Overhead, error) {
 	if n <= 0 {
 		return Overhead{}, fmt.Errorf("measure overhead: n must be positive, got %d", n)
 	}
@@ -48,6 +50,13 @@ func MeasureOverhead(ctx context.Context, l *Launcher, workspace string, n int) 
 	cfg := Config{Workspace: workspace, Spec: platforms.ExecSpec{Argv: []string{"true"}}}
 	var launch, wall, spawn []time.Duration
 	for i := -1; i < n; i++ {
+		if gap > 0 {
+			select {
+			case <-time.After(gap):
+			case <-ctx.Done():
+				return Overhead{}, fmt.Errorf("measure overhead: %w", ctx.Err())
+			}
+		}
 		res, err := l.Run(ctx, cfg, io.Discard, io.Discard)
 		if err != nil {
 			return Overhead{}, fmt.Errorf("measure overhead: %w", err)

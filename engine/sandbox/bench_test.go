@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"layerfs.dev/layerfs/engine/sandbox"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -37,7 +38,8 @@ func TestMeasureOverhead(t *testing.T) {
 	warm, _ := strconv.Atoi(os.Getenv("LAYERFS_SANDBOX_WARM"))
 	l := sandbox.Launcher{Exe: os.Getenv("LAYERFS_SANDBOX_EXE"), Warm: warm}
 	defer l.Close(context.Background())
-	o, err := sandbox.MeasureOverhead(context.Background(), &l, t.TempDir(), 30)
+	gap, _ := time.ParseDuration(os.Getenv("LAYERFS_SANDBOX_GAP"))
+	o, err := sandbox.MeasureOverhead(context.Background(), &l, t.TempDir(), 30, gap)
 	if err != nil {
 		t.Fatal(err)
 	}

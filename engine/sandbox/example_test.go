@@ -32,7 +32,7 @@ func ExampleLauncher_Run() {
 // MeasureOverhead is what the bench calls for the fixed cost of an exec.
 func ExampleMeasureOverhead() {
 	l := &sandbox.Launcher{}
-	o, err := sandbox.MeasureOverhead(context.Background(), l, os.TempDir(), 30)
+	o, err := sandbox.MeasureOverhead(context.Background(), l, os.TempDir(), 30, 0)
 	if err != nil {
 		fmt.Println(err)
 		return
