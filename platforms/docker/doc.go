@@ -39,7 +39,9 @@
 // dropped, no-new-privileges, a private IPC namespace, memory and pids
 // limits for the container as a whole, no log driver, and network mode
 // "none", or "host" when the workspace is granted the network (the engine
-// may run without a bridge: scripts/ensure-docker starts it so).
+// may run without a bridge: scripts/ensure-docker starts it so). The bind
+// holds a FUSE workspace's connection until the container is removed, so a
+// workspace's Sandbox must be closed before its FUSE mount is unmounted.
 //
 // # Execs, and why a supervisor
 //

@@ -71,7 +71,10 @@ type Sandbox struct {
 
 var _ platforms.Sandbox = (*Sandbox)(nil)
 
-// Attach creates and starts the workspace's container.
+// Attach creates and starts the workspace's container. Close the Sandbox
+// before unmounting a FUSE workspace: the container's bind mount holds the
+// FUSE connection, and go-fuse's Unmount was seen here to block until the
+// container is removed.
 func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms.Sandbox, error) {
 	cli, st, err := p.current()
 	if err != nil {
