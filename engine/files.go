@@ -121,7 +121,9 @@ func mkdirAll(root int, rel string, mode uint32) error {
 }
 
 // writeFile creates or replaces the regular file rel below root with r's
-// bytes, creating parent directories.
+// bytes, creating parent directories. The bytes go to a temporary file in
+// the same directory that is renamed over rel only once they are all
+// written, so a failed or interrupted upload leaves rel as it was.
 func writeFile(root int, rel string, mode fs.FileMode, r io.Reader) error {
 	if rel == "" {
 		return fmt.Errorf("%w: a file path is required", ErrInvalid)
@@ -136,16 +138,35 @@ func writeFile(root int, rel string, mode fs.FileMode, r io.Reader) error {
 		return err
 	}
 	defer d.Close()
-	fd, err := unix.Openat(int(d.Fd()), base, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(d.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%w: %q exists and is not a regular file", ErrInvalid, rel)
+	}
+	tmp := fmt.Sprintf(".%s.upload-%d", base, time.Now().UnixNano())
+	if len(tmp) > 255 {
+		tmp = fmt.Sprintf(".upload-%d", time.Now().UnixNano())
+	}
+	fd, err := unix.Openat(int(d.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
 	if err != nil {
 		return pathError(rel, err)
 	}
 	f := os.NewFile(uintptr(fd), rel)
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
+	_, err = io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		// The umask applied at create; the requested mode is what counts.
+		err = unix.Fchmodat(int(d.Fd()), tmp, uint32(mode.Perm()), 0)
+	}
+	if err == nil {
+		err = unix.Renameat(int(d.Fd()), tmp, int(d.Fd()), base)
+	}
+	if err != nil {
+		unix.Unlinkat(int(d.Fd()), tmp, 0)
 		return fmt.Errorf("write %q: %w", rel, err)
 	}
-	return f.Close()
+	return nil
 }
 
 // openRegular opens the regular file rel below root for reading.

@@ -269,3 +269,40 @@ func TestTarRoundTrip(t *testing.T) {
 		t.Fatalf("download through an escaping link: %v", err)
 	}
 }
+
+// failingReader delivers some bytes and then fails, like a client that
+// disconnects in the middle of an upload.
+type failingReader struct{ n int }
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		return 0, errors.New("connection reset")
+	}
+	n := min(len(p), r.n)
+	r.n -= n
+	return n, nil
+}
+
+func TestFailedUploadLeavesFileAsItWas(t *testing.T) {
+	ws, _, root := workspaceWithTraps(t)
+	os.WriteFile(filepath.Join(ws, "keep"), []byte("original"), 0o644)
+	before := fileTree(t, ws)
+	if err := writeFile(root, "keep", 0o644, &failingReader{n: 1 << 20}); err == nil {
+		t.Fatal("a failed upload must report an error")
+	}
+	if err := writeFile(root, "new", 0o644, &failingReader{n: 10}); err == nil {
+		t.Fatal("a failed upload must report an error")
+	}
+	if !sameTree(before, fileTree(t, ws)) {
+		t.Fatalf("a failed upload changed the workspace:\n%v\n%v", before, fileTree(t, ws))
+	}
+	if err := writeFile(root, "sub", 0o644, strings.NewReader("x")); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("uploading over a directory: %v", err)
+	}
+	if err := writeFile(root, "keep", 0o600, strings.NewReader("new")); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(filepath.Join(ws, "keep")); st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, want 0600", st.Mode().Perm())
+	}
+}
