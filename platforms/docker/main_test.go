@@ -171,6 +171,16 @@ func checkLeftovers() error {
 	for _, im := range imgs {
 		problems = append(problems, "image: "+im.ID)
 	}
+	// An exec cgroup under a container that is gone kept docker from
+	// removing the container's cgroup.
+	for _, ctrl := range []string{"memory", "pids"} {
+		left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", ctrl, "*", "*", execCgroupPrefix+"*"))
+		for _, d := range left {
+			if id := filepath.Base(filepath.Dir(d)); !live[id] {
+				problems = append(problems, "cgroup: "+d)
+			}
+		}
+	}
 	// Other test binaries create and remove containers meanwhile, so a
 	// process counts only if it outlives its container by seconds.
 	suspects := orphanProcesses(live)
