@@ -64,7 +64,10 @@ type packWriter struct {
 	// started is how far buffered writeback was started (fallback only).
 	started int64
 	buf     []byte // cap is packBufSize, block aligned
-	full    bool   // reached MaxPackSize: retire after use
+	spare   []byte // the other buffer, being written while inflight is set
+	// inflight receives the result of the background write of spare.
+	inflight chan error
+	full     bool // reached MaxPackSize: retire after use
 }
 
 const directAlign = 4096
@@ -118,6 +121,7 @@ func (w *packWriter) load(size int64) error {
 }
 
 func (w *packWriter) close() error {
+	w.wait()
 	var err error
 	if w.d != nil {
 		err = w.d.Close()
@@ -339,28 +343,48 @@ func (w *packWriter) append(id ID, data []byte) (int64, error) {
 	return off, nil
 }
 
-// writeFull writes the full buffer and empties it.
+// writeFull hands the full buffer to a background write and continues in
+// the spare one, so that filling one buffer (the caller hashing and
+// appending) overlaps with the disk taking the other. At most one write is
+// in flight; its error surfaces at the next writeFull, sync or rollback.
 func (w *packWriter) writeFull() error {
-	if err := w.write(w.buf); err != nil {
+	if err := w.wait(); err != nil {
 		return err
 	}
-	w.base += int64(len(w.buf))
-	w.buf = w.buf[:0]
+	if w.spare == nil {
+		w.spare = alignedBuffer(packBufSize)
+	}
+	full, at := w.buf, w.base
+	w.base += int64(len(full))
+	w.buf, w.spare = w.spare[:0], full
+	done := make(chan error, 1)
+	w.inflight = done
+	go func() { done <- w.writeAt(full, at) }()
 	return nil
 }
 
-func (w *packWriter) write(b []byte) error {
+// wait waits for the write in flight, if any.
+func (w *packWriter) wait() error {
+	if w.inflight == nil {
+		return nil
+	}
+	err := <-w.inflight
+	w.inflight = nil
+	return err
+}
+
+func (w *packWriter) writeAt(b []byte, at int64) error {
 	if w.d != nil {
-		if _, err := w.d.WriteAt(b, w.base); err != nil {
+		if _, err := w.d.WriteAt(b, at); err != nil {
 			return fmt.Errorf("write pack %s: %w", w.path, err)
 		}
 		return nil
 	}
-	if _, err := w.f.WriteAt(b, w.base); err != nil {
+	if _, err := w.f.WriteAt(b, at); err != nil {
 		return fmt.Errorf("write pack %s: %w", w.path, err)
 	}
 	// Start writeback now so that sync has little left to wait for.
-	end := w.base + int64(len(b))
+	end := at + int64(len(b))
 	if err := unix.SyncFileRange(int(w.f.Fd()), w.started, end-w.started, unix.SYNC_FILE_RANGE_WRITE); err == nil {
 		w.started = end
 	}
@@ -369,13 +393,16 @@ func (w *packWriter) write(b []byte) error {
 
 // sync makes everything appended durable.
 func (w *packWriter) sync() error {
+	if err := w.wait(); err != nil {
+		return err
+	}
 	if n := len(w.buf); n > 0 {
 		if w.d != nil {
 			// Pad to the block size, write, cut the padding off, and keep
 			// the partial last block for the next append.
 			padded := (n + directAlign - 1) &^ (directAlign - 1)
 			clear(w.buf[n:padded])
-			if err := w.write(w.buf[:padded]); err != nil {
+			if err := w.writeAt(w.buf[:padded], w.base); err != nil {
 				return err
 			}
 			if padded != n {
@@ -388,7 +415,7 @@ func (w *packWriter) sync() error {
 			w.buf = w.buf[:n-keep]
 			w.base += int64(keep)
 		} else {
-			if err := w.write(w.buf); err != nil {
+			if err := w.writeAt(w.buf, w.base); err != nil {
 				return err
 			}
 			w.base += int64(n)
@@ -405,6 +432,7 @@ func (w *packWriter) sync() error {
 // Safe because this writer holds the pack's exclusive flock and no index
 // row points past size.
 func (w *packWriter) rollback(size int64) error {
+	w.wait() // its bytes are being cut off anyway
 	if err := w.f.Truncate(size); err != nil {
 		return fmt.Errorf("truncate pack %s: %w", w.path, err)
 	}
