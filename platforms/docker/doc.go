@@ -20,9 +20,9 @@
 //
 // There is no registry: the image is assembled from this host's runtime,
 // the files of a list of Debian packages (DefaultPackages: bash, dash as
-// sh, coreutils, findutils, git, python3, ...) as dpkg lists them, plus every shared
-// library they need, found by reading their ELF headers (interpreter,
-// DT_NEEDED, RUNPATH) rather than by running ldd. Documentation, locales and
+// sh, coreutils, findutils, git, python3, ...) as dpkg lists them, plus
+// every shared library they need, found by reading their ELF headers
+// (interpreter, DT_NEEDED, RUNPATH) rather than by running ldd. Documentation, locales and
 // git's server programs are left out, identical files become hard links,
 // and /etc/passwd and /etc/group are written fresh. The tar stream is
 // written in a fixed order with fixed ownership, so equal host files give
