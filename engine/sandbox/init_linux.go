@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -68,8 +69,20 @@ func initMain(m *marks) int {
 		return 0
 	}
 
+	// A warm init does all it can before its config comes: its runtime's
+	// one-time work, lo, and the default root.
+	ns := -1
 	if os.Getenv(prewarmEnv) == "1" {
 		prewarm()
+		spareThreads()
+		if err := loopbackUp(); err != nil {
+			return send(initReport{Error: "bring up lo: " + err.Error()})
+		}
+		unix.Umask(0)
+		var err error
+		if ns, err = prepareRoot("", m); err != nil {
+			return send(initReport{Error: err.Error()})
+		}
 		m.add("prewarmed")
 	}
 	var cfg initConfig
@@ -81,34 +94,39 @@ func initMain(m *marks) int {
 	}
 	m.add("config")
 
-	unix.Umask(0)
-
-	if err := setup(&cfg, m); err != nil {
+	if ns >= 0 && (cfg.RootDir != "" || cfg.Network) { // not what was prepared
+		unix.Close(ns)
+		ns = -1
+	}
+	if err := setup(&cfg, ns, m); err != nil {
 		return send(initReport{Error: err.Error()})
 	}
 	return send(run(&cfg, m))
 }
 
 // setup turns this fresh set of namespaces into the sandbox: network,
-// hostname, the new root and the working directory.
-func setup(cfg *initConfig, m *marks) error {
-	if !cfg.Network {
-		if err := loopbackUp(); err != nil {
-			return fmt.Errorf("bring up lo: %w", err)
+// hostname, the new root (unless ns is one prepared ahead) and the
+// workspace, and the working directory.
+func setup(cfg *initConfig, ns int, m *marks) error {
+	if ns < 0 {
+		if !cfg.Network {
+			if err := loopbackUp(); err != nil {
+				return fmt.Errorf("bring up lo: %w", err)
+			}
+		}
+		unix.Umask(0)
+		var err error
+		if ns, err = prepareRoot(cfg.RootDir, m); err != nil {
+			return err
 		}
 	}
-	m.add("lo")
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		unix.Close(ns)
 		return fmt.Errorf("set hostname: %w", err)
 	}
-	m.add("net")
-	if err := buildRoot(cfg, m); err != nil {
-		return err
-	}
-	if err := unix.Chdir(cfg.Dir); err != nil {
-		return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
-	}
-	return nil
+	err := enterRoot(ns, cfg.Workspace, cfg.Dir)
+	m.add("entered")
+	return err
 }
 
 // loopbackUp sets IFF_UP on lo, the only interface of a new network
@@ -156,6 +174,7 @@ func run(cfg *initConfig, m *marks) initReport {
 			Setpgid: true,
 		},
 	}
+	spareThreads()
 	m.add("fork")
 	start := time.Now()
 	pid, err := syscall.ForkExec(bin, cfg.Argv, attr)
@@ -203,6 +222,28 @@ func run(cfg *initConfig, m *marks) initReport {
 		r.ExitCode = status.ExitStatus()
 	}
 	return r
+}
+
+// spareThreads makes sure the runtime has idle threads for the timeout
+// timer and the reaping to run on: once a fork bomb has used up the pids
+// cgroup, the init can make no new thread, and a runtime that needs one and
+// cannot make it dies. Threads that were locked and then unlocked stay
+// with the runtime, idle.
+func spareThreads() {
+	const n = 3
+	var ready, release sync.WaitGroup
+	ready.Add(n)
+	release.Add(1)
+	for range n {
+		go func() {
+			runtime.LockOSThread()
+			ready.Done()
+			release.Wait() // all n hold a thread at once
+			runtime.UnlockOSThread()
+		}()
+	}
+	ready.Wait()
+	release.Done()
 }
 
 // notStarted reports a command that could not be executed the way a shell

@@ -167,7 +167,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	var ip *initProc
 	var werr error
 	for attempt := 0; attempt < 2; attempt++ {
-		ip, werr = l.obtain(cfg.Network, attempt == 0, cg, spec.Stdin)
+		ip, werr = l.obtain(cfg.Network, attempt == 0 && ic.RootDir == "", cg, spec.Stdin)
 		if werr != nil {
 			break
 		}

@@ -4,14 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
 
 // stagingDir is where the new root's tmpfs is mounted, in the init's
 // private mount namespace, before pivot_root. Every source tree is cloned
-// (open_tree) before it is covered, so a workspace or image below /tmp is
-// no problem.
+// (open_tree) before, and the workspace after, so a workspace or image
+// below /tmp is no problem.
 const stagingDir = "/tmp"
 
 // hostRuntime is the default root: these top-level entries of the host,
@@ -45,29 +46,42 @@ type rootEntry struct {
 	link   string // symlink target, when this entry is a symlink
 }
 
-// buildRoot makes the sandbox's file system tree and pivots into it:
+// prepareRoot builds the sandbox's file system tree, all but /workspace,
+// in a new mount namespace, and returns an fd of that namespace:
 //
 //	/            tmpfs, read-only after the pivot
 //	/usr ...     the host runtime or the image's entries, read-only
-//	/workspace   the workspace, read-write
+//	/workspace   an empty mount point (enterRoot mounts the workspace)
 //	/tmp         private tmpfs
 //	/proc        fresh procfs for the new PID namespace
 //	/dev         minimal tmpfs, read-only after it is populated
-func buildRoot(cfg *initConfig, m *marks) (err error) {
-	// The mount namespace is made here, by this (locked) thread, rather
-	// than by clone: the copy of the host's mounts is then taken when the
-	// config arrives, so an init started ahead of its exec still sees a
-	// workspace mounted after it started. Only this thread (and the command
-	// it forks) moves to the new namespace; the runtime's other threads
-	// never touch a path.
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("new mount namespace: %w", err)
+//
+// It runs on a thread of its own, which unshares its mount namespace and
+// pivots into the new root and then ends (its goroutine returns while
+// locked): the runtime's other threads, the init's main thread among them,
+// stay in the host's mount namespace and keep its current view, so that
+// the workspace can be cloned from it whenever the config comes. A warm
+// init prepares its root this way long before its exec.
+func prepareRoot(image string, m *marks) (int, error) {
+	type result struct {
+		ns  int
+		err error
 	}
-	// Nothing mounted from here on may reach the host's namespace.
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
-	}
-	entries, err := rootEntries(cfg.RootDir)
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		ns, err := buildRoot(image, m)
+		ch <- result{ns, err}
+	}()
+	r := <-ch
+	return r.ns, r.err
+}
+
+// buildRoot does prepareRoot's work on the calling (locked) thread.
+func buildRoot(image string, m *marks) (ns int, err error) {
+	// The source trees are cloned while this thread still sees the host's
+	// mounts; the clones are detached and can be moved into the new tree.
+	entries, err := rootEntries(image)
 	defer func() {
 		for _, e := range entries {
 			if e.tree >= 0 {
@@ -76,21 +90,22 @@ func buildRoot(cfg *initConfig, m *marks) (err error) {
 		}
 	}()
 	if err != nil {
-		return err
+		return -1, err
 	}
-	ws, err := cloneTree(unix.AT_FDCWD, cfg.Workspace, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, unix.MOUNT_ATTR_RDONLY)
-	if err != nil {
-		return fmt.Errorf("clone workspace %s: %w", cfg.Workspace, err)
-	}
-	entries = append(entries, rootEntry{name: "workspace", tree: ws})
 	m.add("clone")
-
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return -1, fmt.Errorf("new mount namespace: %w", err)
+	}
+	// Nothing mounted from here on may reach the host's namespace.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return -1, fmt.Errorf("make mounts private: %w", err)
+	}
 	if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
-		return fmt.Errorf("mount root tmpfs: %w", err)
+		return -1, fmt.Errorf("mount root tmpfs: %w", err)
 	}
 	root, err := unix.Open(stagingDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open new root: %w", err)
+		return -1, fmt.Errorf("open new root: %w", err)
 	}
 	defer unix.Close(root)
 
@@ -99,22 +114,22 @@ func buildRoot(cfg *initConfig, m *marks) (err error) {
 		switch {
 		case e.link != "":
 			if err := unix.Symlinkat(e.link, root, e.name); err != nil {
-				return fmt.Errorf("symlink /%s: %w", e.name, err)
+				return -1, fmt.Errorf("symlink /%s: %w", e.name, err)
 			}
 			continue
 		case e.isFile:
 			fd, err := unix.Openat(root, e.name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o444)
 			if err != nil {
-				return fmt.Errorf("create /%s: %w", e.name, err)
+				return -1, fmt.Errorf("create /%s: %w", e.name, err)
 			}
 			unix.Close(fd)
 		default:
 			if err := unix.Mkdirat(root, e.name, 0o755); err != nil {
-				return fmt.Errorf("mkdir /%s: %w", e.name, err)
+				return -1, fmt.Errorf("mkdir /%s: %w", e.name, err)
 			}
 		}
 		if err := unix.MoveMount(e.tree, "", root, e.name, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("mount /%s: %w", e.name, err)
+			return -1, fmt.Errorf("mount /%s: %w", e.name, err)
 		}
 		unix.Close(e.tree)
 		e.tree = -1
@@ -123,26 +138,58 @@ func buildRoot(cfg *initConfig, m *marks) (err error) {
 	for _, d := range []struct {
 		name string
 		mode uint32
-	}{{"tmp", 0o1777}, {"proc", 0o555}, {"dev", 0o755}} {
+	}{{"workspace", 0o755}, {"tmp", 0o1777}, {"proc", 0o555}, {"dev", 0o755}} {
 		if err := unix.Mkdirat(root, d.name, d.mode); err != nil {
-			return fmt.Errorf("mkdir /%s: %w", d.name, err)
+			return -1, fmt.Errorf("mkdir /%s: %w", d.name, err)
 		}
 	}
 	if err := unix.Mount("tmpfs", stagingDir+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
-		return fmt.Errorf("mount /tmp: %w", err)
+		return -1, fmt.Errorf("mount /tmp: %w", err)
 	}
 	m.add("root")
 	if err := mountProc(stagingDir + "/proc"); err != nil {
-		return err
+		return -1, err
 	}
 	m.add("proc")
 	if err := buildDev(stagingDir + "/dev"); err != nil {
-		return err
+		return -1, err
 	}
 	m.add("dev")
-	err = pivot(stagingDir)
+	if err := pivot(stagingDir); err != nil {
+		return -1, err
+	}
 	m.add("pivot")
-	return err
+	ns, err = unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the new mount namespace: %w", err)
+	}
+	return ns, nil
+}
+
+// enterRoot moves the calling thread (the init's main thread, which forks
+// the command) into the prepared namespace ns with the workspace, cloned
+// from the host's current mounts, at /workspace, and chdirs to dir.
+func enterRoot(ns int, workspace, dir string) error {
+	defer unix.Close(ns)
+	ws, err := cloneTree(unix.AT_FDCWD, workspace, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, unix.MOUNT_ATTR_RDONLY)
+	if err != nil {
+		return fmt.Errorf("clone workspace %s: %w", workspace, err)
+	}
+	defer unix.Close(ws)
+	// setns to a mount namespace needs a root and cwd of this thread's own.
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare fs: %w", err)
+	}
+	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("enter the sandbox's mount namespace: %w", err)
+	}
+	if err := unix.MoveMount(ws, "", unix.AT_FDCWD, "/workspace", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount /workspace: %w", err)
+	}
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("chdir %s: %w", dir, err)
+	}
+	return nil
 }
 
 // rootEntries clones the trees that make up the new root: the host runtime

@@ -177,7 +177,7 @@ func (l *Launcher) Close(ctx context.Context) error {
 // (no network) and one is ready, else a new one, cloned straight into the
 // exec's cgroup where that is v2.
 func (l *Launcher) obtain(network, mayTake bool, cg *execCgroup, stdin io.Reader) (*initProc, error) {
-	if !network && mayTake {
+	if !network && mayTake { // warm inits have prepared the default root
 		if ip := l.take(); ip != nil {
 			ip.pooled = true
 			return ip, nil
