@@ -2,12 +2,10 @@ package api
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"os"
 
 	"layerfs.dev/layerfs/wire"
 )
@@ -37,31 +35,6 @@ func (s *Server) uploadBody(w http.ResponseWriter, r *http.Request) (*upload, er
 	return &upload{r: http.MaxBytesReader(w, r.Body, max), max: max}, nil
 }
 
-// spool copies an upload of unknown length to an unlinked temporary file
-// and returns it rewound.
-func (s *Server) spool(body *upload) (*os.File, error) {
-	f, err := os.CreateTemp(s.opts.SpoolDir, ".upload-*")
-	if err != nil {
-		return nil, fmt.Errorf("spool upload: %w", err)
-	}
-	if err := os.Remove(f.Name()); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("spool upload: %w", err)
-	}
-	if _, err := io.Copy(f, body); err != nil {
-		f.Close()
-		if body.err != nil {
-			return nil, body.err
-		}
-		return nil, fmt.Errorf("spool upload: %w", err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("spool upload: %w", err)
-	}
-	return f, nil
-}
-
 func filePath(r *http.Request) (string, string, error) {
 	id, err := idParam(r)
 	if err != nil {
@@ -88,19 +61,9 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var src io.Reader = body
-	if r.ContentLength < 0 {
-		// Without a length the cap can only trip mid-stream, after the
-		// engine has started the file: receive the body whole first, so
-		// that a refused upload changes nothing.
-		spool, err := s.spool(body)
-		if err != nil {
-			return err
-		}
-		defer spool.Close()
-		src = spool
-	}
-	err = s.eng.WriteFile(ctxOf(r), id, p, fs.FileMode(mode), src)
+	// The engine writes to a temporary file that replaces the target only
+	// when the body is whole, so a cap tripped mid-stream changes nothing.
+	err = s.eng.WriteFile(ctxOf(r), id, p, fs.FileMode(mode), body)
 	if body.err != nil {
 		return body.err
 	}

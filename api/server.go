@@ -35,9 +35,6 @@ type Options struct {
 	// collected whole (DefaultMaxExecOutput when 0); streamed output is not
 	// buffered and only the engine's output limit applies.
 	MaxExecOutput int64
-	// SpoolDir holds uploads of unknown length while they arrive
-	// (os.TempDir() when ""); put it on the Store's file system.
-	SpoolDir string
 	// Daemon is the static part of GET /v1/daemon and GET /v1/version; the
 	// server fills in its start time, the running execs and the workspaces.
 	Daemon wire.DaemonStatus
@@ -88,9 +85,6 @@ func NewServer(eng Engine, opts Options) *Server {
 	}
 	if opts.MaxExecOutput <= 0 {
 		opts.MaxExecOutput = DefaultMaxExecOutput
-	}
-	if opts.SpoolDir == "" {
-		opts.SpoolDir = os.TempDir()
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

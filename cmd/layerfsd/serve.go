@@ -160,7 +160,6 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 	srv := api.NewServer(eng, api.Options{
 		Logger:    log,
 		MaxUpload: f.maxUpload,
-		SpoolDir:  f.store,
 		Daemon:    status,
 		Stop: func() {
 			select {
