@@ -94,7 +94,9 @@ func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure,
 		release()
 		t.p.Down(context.WithoutCancel(ctx))
 		os.RemoveAll(dir)
-		figs = append(figs, s.figs...)
+		for _, f := range s.figs {
+			figs = append(figs, *f)
+		}
 		if err != nil {
 			return figs, fmt.Errorf("%s: %w", name, err)
 		}
@@ -108,12 +110,13 @@ type session struct {
 	platform string
 	calls    int
 	say      func(string)
-	figs     []report.SessionFigure
+	figs     []*report.SessionFigure // pointers: figures fill while others are added
 }
 
 func (s *session) fig(name, unit string) *report.SessionFigure {
-	s.figs = append(s.figs, report.SessionFigure{Platform: s.platform, Name: name, Unit: unit})
-	return &s.figs[len(s.figs)-1]
+	f := &report.SessionFigure{Platform: s.platform, Name: name, Unit: unit}
+	s.figs = append(s.figs, f)
+	return f
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"layerfs.dev/layerfs/bench"
+	"layerfs.dev/layerfs/bench/report"
+	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/catalog"
+)
+
+// benchSessionCmd measures the session and scale figures: workspace open
+// and close, exec latency and overhead, commit, fork, throughput, memory.
+func benchSessionCmd(a *app) *cobra.Command {
+	var platformList, dir string
+	var calls, idle int
+	c := &cobra.Command{
+		Use:   "session [--platform local,docker] [--calls N]",
+		Short: "Measure workspace open/close, exec latency and overhead, commit, fork+create, throughput and idle memory",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if calls < 1 || idle < 1 {
+				return usageError{fmt.Errorf("--calls and --idle must be at least 1")}
+			}
+			if dir == "" {
+				d, err := os.MkdirTemp("", "layerfs-session-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(d)
+				dir = d
+			}
+			dir, _ = filepath.Abs(dir)
+			cfg := bench.SessionConfig{
+				Platforms: strings.Split(platformList, ","),
+				Calls:     calls,
+				Idle:      idle,
+				WorkDir:   dir,
+				NewPlatform: func(name string) (platforms.Platform, error) {
+					return catalog.New(name, catalog.Options{Project: "session"})
+				},
+				Progress: func(what string) {
+					if !a.json {
+						fmt.Fprintln(a.stderr, what)
+					}
+				},
+			}
+			figs, err := bench.RunSession(cmd.Context(), cfg)
+			res := report.Results{Session: figs, Machine: machine(dir), Command: "layerfs " + strings.Join(os.Args[1:], " ")}
+			if a.json {
+				if jerr := report.WriteSessionJSON(a.stdout, figs); jerr != nil {
+					return jerr
+				}
+			} else if terr := res.WriteSessionText(a.stdout); terr != nil {
+				return terr
+			}
+			return err
+		},
+	}
+	c.Flags().StringVar(&platformList, "platform", "local", "comma-separated platforms")
+	c.Flags().IntVar(&calls, "calls", 30, "samples per latency figure")
+	c.Flags().IntVar(&idle, "idle", 100, "workspaces held open for the memory figure")
+	c.Flags().StringVar(&dir, "dir", "", "directory for the Store (default: a temporary one, removed after)")
+	return c
+}
