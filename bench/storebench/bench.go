@@ -315,6 +315,9 @@ func (r *runner) bigFile(ctx context.Context) ([]Row, error) {
 	if err := os.WriteFile(filepath.Join(dir, "random"), randomBytes(3, 64*mib), 0o644); err != nil {
 		return nil, err
 	}
+	// Write the input back now, so that its writeback does not compete
+	// with the pack fsync being measured.
+	syscall.Sync()
 	var ts, cs []time.Duration
 	for range r.cfg.Runs {
 		d, c, _, err := r.captureOnce(ctx, dir)
@@ -345,6 +348,7 @@ func (r *runner) smallFiles(ctx context.Context) ([]Row, error) {
 			return nil, err
 		}
 	}
+	syscall.Sync()
 	var ts, cs []time.Duration
 	for range r.cfg.Runs {
 		d, c, st, err := r.captureOnce(ctx, dir)
