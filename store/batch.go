@@ -270,36 +270,59 @@ func (b *Batch) flush(ctx context.Context) error {
 	// checkpoint in another process may hold that lock while it waits for
 	// old snapshots to end.
 	b.closeProbe()
-	for _, u := range b.used {
-		if err := u.w.sync(); err != nil {
+	// The packs' fsync (mostly the device flushing its cache: ~40 ms here
+	// whatever the size) runs while the rows are inserted; the
+	// transaction waits for it before it commits, so no committed row
+	// ever points at data that is not durable.
+	synced := make(chan error, 1)
+	go func() {
+		for _, u := range b.used {
+			if err := u.w.sync(); err != nil {
+				synced <- err
+				return
+			}
+			b.db.ctr.packSyncs.Add(1)
+		}
+		synced <- nil
+	}()
+	if len(b.chunks) == 0 && len(b.objs) == 0 {
+		return <-synced
+	}
+	waited := false
+	err := b.db.withTx(ctx, txWrite, func(tx *tx) error {
+		if err := b.insert(ctx, tx); err != nil {
 			return err
 		}
-		b.db.ctr.packSyncs.Add(1)
-	}
-	if len(b.chunks) == 0 && len(b.objs) == 0 {
-		return nil
-	}
-	return b.db.withTx(ctx, txWrite, func(tx *tx) error {
-		// OR IGNORE: another batch may have stored the same chunk since
-		// our probe; its copy wins and ours becomes dead pack bytes.
-		err := insertRows(ctx, tx, `INSERT OR IGNORE INTO chunks(id, pack, off, len) VALUES `, "(?, ?, ?, ?)",
-			len(b.chunks), func(i int, args []any) []any {
-				c := &b.chunks[i]
-				return append(args, c.id[:], c.pack, c.off, c.len)
-			})
-		if err != nil {
-			return fmt.Errorf("index chunks: %w", err)
-		}
-		err = insertRows(ctx, tx, `INSERT OR IGNORE INTO objects(id, kind, data) VALUES `, "(?, ?, ?)",
-			len(b.objs), func(i int, args []any) []any {
-				o := &b.objs[i]
-				return append(args, o.id[:], int64(o.kind), o.data)
-			})
-		if err != nil {
-			return fmt.Errorf("store objects: %w", err)
-		}
-		return nil
+		waited = true
+		return <-synced
 	})
+	if !waited {
+		<-synced // never leave a sync running under a rollback
+	}
+	return err
+}
+
+// insert writes the unit's index rows and objects.
+func (b *Batch) insert(ctx context.Context, tx *tx) error {
+	// OR IGNORE: another batch may have stored the same chunk since our
+	// probe; its copy wins and ours becomes dead pack bytes.
+	err := insertRows(ctx, tx, `INSERT OR IGNORE INTO chunks(id, pack, off, len) VALUES `, "(?, ?, ?, ?)",
+		len(b.chunks), func(i int, args []any) []any {
+			c := &b.chunks[i]
+			return append(args, c.id[:], c.pack, c.off, c.len)
+		})
+	if err != nil {
+		return fmt.Errorf("index chunks: %w", err)
+	}
+	err = insertRows(ctx, tx, `INSERT OR IGNORE INTO objects(id, kind, data) VALUES `, "(?, ?, ?)",
+		len(b.objs), func(i int, args []any) []any {
+			o := &b.objs[i]
+			return append(args, o.id[:], int64(o.kind), o.data)
+		})
+	if err != nil {
+		return fmt.Errorf("store objects: %w", err)
+	}
+	return nil
 }
 
 // rowsPerInsert rows go in one INSERT statement: per-statement overhead
