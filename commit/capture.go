@@ -206,7 +206,7 @@ type contentJob struct {
 func newContents(ctx context.Context, ch *Chunker, w Writer, stats *Stats, prog *Progress, workers int) (*contents, context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	c := &contents{ch: ch, w: w, prog: prog, stats: stats, jobs: make(chan contentJob, 4*workers), cancel: cancel}
-	blockSize := 4<<20 + ch.p.Max
+	blockSize := 2<<20 + ch.p.Max
 	c.bufs.New = func() any { b := make([]byte, blockSize); return &b }
 	for range workers {
 		c.wg.Add(1)
@@ -370,24 +370,36 @@ func (c *contents) account(size int64) {
 	}
 }
 
-// block is one read buffer's worth of cut and hashed chunks, on its way to
-// the store.
+// block is one read buffer's worth of chunks on their way through the
+// pipeline of chunkRange.
 type block struct {
 	buf    *[]byte
 	chunks [][]byte
 	ids    []store.ID
+	first  int // index of the first chunk's extent in the manifest
 }
 
-// chunkRange cuts the bytes [off, end) of fd into chunks, reading in
-// blocks and carrying an unfinished chunk over to the next block. Cutting
-// and hashing run here while a second goroutine stores the previous
-// block's chunks, so a large file keeps both cores busy.
+// chunkRange cuts the bytes [off, end) of fd into chunks and appends their
+// extents to m. It runs as a three-stage pipeline over read blocks, so a
+// large file keeps both cores busy: this goroutine reads and cuts, a second
+// hashes, a third stores the chunks in order and recycles the buffers. An
+// unfinished chunk at the end of a block is carried over to the next.
 func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Manifest) (err error) {
-	blocks := make(chan *block, 1)
+	toHash := make(chan *block, 2)
+	toPut := make(chan *block, 2)
 	putErr := make(chan error, 1)
 	go func() {
+		for b := range toHash {
+			for i, data := range b.chunks {
+				b.ids[i] = store.Hash(store.KindChunk, data)
+			}
+			toPut <- b
+		}
+		close(toPut)
+	}()
+	go func() {
 		var perr error
-		for b := range blocks {
+		for b := range toPut {
 			for i, data := range b.chunks {
 				if perr == nil {
 					if e := c.putHashed(b.ids[i], data); e != nil {
@@ -396,13 +408,22 @@ func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Mani
 				}
 			}
 			c.bufs.Put(b.buf)
+			b.buf, b.chunks = nil, nil
 		}
 		putErr <- perr
 	}()
+	var sent []*block
 	defer func() {
-		close(blocks)
+		close(toHash)
 		if perr := <-putErr; err == nil {
 			err = perr
+		}
+		if err == nil {
+			for _, b := range sent {
+				for i, id := range b.ids {
+					m.Extents[b.first+i].Chunk = id
+				}
+			}
 		}
 	}()
 	bp := c.bufs.Get().(*[]byte)
@@ -417,23 +438,23 @@ func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Mani
 		off += int64(n)
 		data := buf[:carry+n]
 		last := off >= end
-		b := &block{buf: bp}
+		b := &block{buf: bp, first: len(m.Extents)}
 		for len(data) > 0 {
 			if !last && len(data) < c.ch.p.Max {
 				break
 			}
 			k := c.ch.Cut(data)
-			id := store.Hash(store.KindChunk, data[:k])
 			b.chunks = append(b.chunks, data[:k])
-			b.ids = append(b.ids, id)
-			m.Extents = append(m.Extents, store.Extent{Chunk: id, Length: int64(k)})
+			m.Extents = append(m.Extents, store.Extent{Length: int64(k)})
 			data = data[k:]
 		}
-		// The unfinished tail moves to the next buffer; this one goes to
-		// the store goroutine, which returns it to the pool.
+		b.ids = make([]store.ID, len(b.chunks))
+		// The unfinished tail moves to the next buffer; this one travels
+		// down the pipeline and back to the pool.
 		bp = c.bufs.Get().(*[]byte)
 		carry = copy(*bp, data)
-		blocks <- b
+		sent = append(sent, b)
+		toHash <- b
 	}
 	c.bufs.Put(bp)
 	return nil

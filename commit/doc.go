@@ -29,8 +29,8 @@
 // costs its depth. CaptureDir is the same machinery with the whole directory
 // as the change. Directory walking and tree assembly run on the calling
 // goroutine; regular files are read, chunked and hashed by Options.Workers
-// goroutines, and a large file's chunks are stored by a second goroutine
-// while the next block is cut. Hard links found in one Build (same device
+// goroutines, and a large file goes through a three-stage pipeline (read
+// and cut, hash, store) so that one big file keeps both cores busy. Hard links found in one Build (same device
 // and inode) share one content and a Link value derived from that content
 // and the group's first path, so an unchanged tree captures to the same ids.
 // Everything a tree entry holds is captured: type, mode bits including
