@@ -175,76 +175,100 @@ func unescapeMount(s string) string {
 
 // execCgroup is the cgroup (one directory per hierarchy) of one exec.
 type execCgroup struct {
-	dirs []string
+	unified, memory, pids string // directories, "" where there is none
 	// fd is the v2 directory for CLONE_INTO_CGROUP, -1 for v1.
 	fd int
 }
 
-// create makes the cgroup for one exec, named name, with its limits set.
-// mem 0 means no memory cgroup (nothing to limit).
-func (c *cgroups) create(name string, mem int64, pids int) (_ *execCgroup, err error) {
+func (e *execCgroup) dirs() []string {
+	var out []string
+	for _, d := range []string{e.unified, e.pids, e.memory} {
+		if d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// create makes the cgroup for one exec, named name; withMemory makes its v1
+// memory cgroup too (v2 always has one). Limits are set by limit.
+func (c *cgroups) create(name string, withMemory bool) (_ *execCgroup, err error) {
 	e := &execCgroup{fd: -1}
 	defer func() {
 		if err != nil {
 			_ = e.remove()
 		}
 	}()
-	mk := func(parent string) (string, error) {
+	mk := func(parent string, dir *string) error {
 		d := filepath.Join(parent, name)
 		if err := os.Mkdir(d, 0o755); err != nil {
-			return "", fmt.Errorf("create cgroup: %w", err)
+			return fmt.Errorf("create cgroup: %w", err)
 		}
-		e.dirs = append(e.dirs, d)
-		return d, nil
+		*dir = d
+		return nil
 	}
-	limit := strconv.Itoa(pids + initTasks)
 	if c.unified != "" {
-		d, err := mk(c.unified)
-		if err != nil {
+		if err := mk(c.unified, &e.unified); err != nil {
 			return nil, err
 		}
-		if err := writeFile(d, "pids.max", limit); err != nil {
-			return nil, err
-		}
-		if mem > 0 {
-			if err := writeFile(d, "memory.max", strconv.FormatInt(mem, 10)); err != nil {
-				return nil, err
-			}
-			_ = writeFile(d, "memory.swap.max", "0") // absent without swap accounting
-		}
-		e.fd, err = unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		e.fd, err = unix.Open(e.unified, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, fmt.Errorf("open cgroup: %w", err)
 		}
 		return e, nil
 	}
 	if c.pids != "" {
-		d, err := mk(c.pids)
-		if err != nil {
-			return nil, err
-		}
-		if err := writeFile(d, "pids.max", limit); err != nil {
+		if err := mk(c.pids, &e.pids); err != nil {
 			return nil, err
 		}
 	}
-	if c.memory != "" && mem > 0 {
-		d, err := mk(c.memory)
-		if err != nil {
+	if c.memory != "" && withMemory {
+		if err := mk(c.memory, &e.memory); err != nil {
 			return nil, err
 		}
-		if err := writeFile(d, "memory.limit_in_bytes", strconv.FormatInt(mem, 10)); err != nil {
-			return nil, err
-		}
-		// Also cap swap where swap accounting exists (memsw >= mem).
-		_ = writeFile(d, "memory.memsw.limit_in_bytes", strconv.FormatInt(mem, 10))
 	}
 	return e, nil
+}
+
+// limit sets the exec's limits: pids (plus the init's own threads) and,
+// when mem > 0, memory without swap.
+func (e *execCgroup) limit(mem int64, pids int) error {
+	max := strconv.Itoa(pids + initTasks)
+	memory := strconv.FormatInt(mem, 10)
+	if e.unified != "" {
+		if err := writeFile(e.unified, "pids.max", max); err != nil {
+			return err
+		}
+		if mem > 0 {
+			if err := writeFile(e.unified, "memory.max", memory); err != nil {
+				return err
+			}
+			_ = writeFile(e.unified, "memory.swap.max", "0") // absent without swap accounting
+		}
+		return nil
+	}
+	if e.pids != "" {
+		if err := writeFile(e.pids, "pids.max", max); err != nil {
+			return err
+		}
+	}
+	if mem > 0 {
+		if e.memory == "" {
+			return errors.New("cgroup: no memory cgroup for a memory limit")
+		}
+		if err := writeFile(e.memory, "memory.limit_in_bytes", memory); err != nil {
+			return err
+		}
+		// Also cap swap where swap accounting exists (memsw >= mem).
+		_ = writeFile(e.memory, "memory.memsw.limit_in_bytes", memory)
+	}
+	return nil
 }
 
 // add moves pid (the init, before it runs anything) into the exec's
 // cgroup in every hierarchy.
 func (e *execCgroup) add(pid int) error {
-	for _, d := range e.dirs {
+	for _, d := range e.dirs() {
 		if err := writeFile(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return err
 		}
@@ -254,7 +278,7 @@ func (e *execCgroup) add(pid int) error {
 
 // oomKilled reports whether the kernel's OOM killer acted in this cgroup.
 func (e *execCgroup) oomKilled() bool {
-	for _, d := range e.dirs {
+	for _, d := range e.dirs() {
 		for _, f := range []string{"memory.events", "memory.oom_control"} {
 			b, err := os.ReadFile(filepath.Join(d, f))
 			if err != nil {
@@ -280,8 +304,7 @@ func (e *execCgroup) remove() error {
 		e.fd = -1
 	}
 	var errs []error
-	for i := len(e.dirs) - 1; i >= 0; i-- {
-		d := e.dirs[i]
+	for _, d := range e.dirs() {
 		var err error
 		for delay := 100 * time.Microsecond; ; delay *= 2 {
 			err = unix.Rmdir(d)
@@ -294,7 +317,7 @@ func (e *execCgroup) remove() error {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 		}
 	}
-	e.dirs = nil
+	e.unified, e.memory, e.pids = "", "", ""
 	return errors.Join(errs...)
 }
 

@@ -72,9 +72,14 @@ func initMain(m *marks) int {
 	// A warm init does all it can before its config comes: its runtime's
 	// one-time work, lo, and the default root.
 	ns := -1
+	dropped := false // privileges of the main thread (see dropPrivileges)
 	if os.Getenv(prewarmEnv) == "1" {
 		prewarm()
 		spareThreads()
+		if err := dropPrivileges(); err != nil {
+			return send(initReport{Error: err.Error()})
+		}
+		dropped = true
 		if err := loopbackUp(); err != nil {
 			return send(initReport{Error: "bring up lo: " + err.Error()})
 		}
@@ -101,7 +106,7 @@ func initMain(m *marks) int {
 	if err := setup(&cfg, ns, m); err != nil {
 		return send(initReport{Error: err.Error()})
 	}
-	return send(run(&cfg, m))
+	return send(run(&cfg, dropped, m))
 }
 
 // setup turns this fresh set of namespaces into the sandbox: network,
@@ -150,14 +155,16 @@ func loopbackUp() error {
 
 // run starts the command as PID 1's only child, reaps everything until the
 // namespace is empty and reports how the command ended.
-func run(cfg *initConfig, m *marks) initReport {
+func run(cfg *initConfig, dropped bool, m *marks) initReport {
 	env := cfg.Env
 	bin, err := lookPath(cfg.Argv[0], env)
 	if err != nil {
 		return notStarted(cfg.Argv[0], err)
 	}
-	if err := dropPrivileges(); err != nil {
-		return initReport{Error: err.Error()}
+	if !dropped {
+		if err := dropPrivileges(); err != nil {
+			return initReport{Error: err.Error()}
+		}
 	}
 	restore, err := setRlimits(cfg)
 	if err != nil {
@@ -288,7 +295,9 @@ func lookPath(name string, env []string) (string, error) {
 // inherits them; whatever uid it runs as, execve leaves it with no
 // capabilities at all, since a root execve grants only what the bounding and
 // inheritable sets hold. Permitted and effective stay until the fork so that
-// the child can still setuid/setgid to the configured ids.
+// the init can still enter its mount namespace and mount the workspace, and
+// the child can setuid/setgid to the configured ids; a warm init drops the
+// rest ahead.
 func dropPrivileges() error {
 	for c := 0; c <= 63; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {

@@ -65,10 +65,11 @@ type Launcher struct {
 	// the first Run; Close kills the waiting ones.
 	Warm int
 
-	pool    chan *initProc
-	warming int            // inits being started for the pool
-	refills sync.WaitGroup // goroutines starting them
-	closed  bool           // Close was called: no more warming
+	pool     chan *initProc
+	warmPids map[int]bool   // pids of the inits in pool
+	warming  int            // inits being started for the pool
+	refills  sync.WaitGroup // goroutines starting them
+	closed   bool           // Close was called: no more warming
 
 	// trace, when set, gets every exec's phase marks and the CPU time of
 	// the init and everything it reaped (tests).
@@ -83,6 +84,7 @@ func (l *Launcher) init() {
 		l.running = map[int]bool{}
 		l.reaping = map[chan struct{}]bool{}
 		l.pool = make(chan *initProc, max(l.Warm, 0))
+		l.warmPids = map[int]bool{}
 		if l.NoCgroups {
 			l.cg = &cgroups{}
 			return
@@ -101,6 +103,10 @@ func (l *Launcher) logger() *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return l.Logger
+}
+
+func (l *Launcher) cgroupName() string {
+	return l.prefix + strconv.FormatUint(l.seq.Add(1), 10)
 }
 
 // Limits tells which limits this launcher enforces with cgroups (the rest
@@ -133,13 +139,6 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	}
 	spec := cfg.Spec
 
-	var cg *execCgroup
-	if l.cg.hasMemory() || l.cg.hasPids() {
-		cg, err = l.cg.create(l.prefix+strconv.FormatUint(l.seq.Add(1), 10), spec.MemoryBytes, ic.pids)
-		if err != nil {
-			return res, fmt.Errorf("%w: %v", ErrSetup, err)
-		}
-	}
 	if !l.cg.hasMemory() && spec.MemoryBytes > 0 {
 		ic.RlimitAS = uint64(spec.MemoryBytes)
 	}
@@ -162,27 +161,36 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		outW.mu, errW.mu = mu, mu
 	}
 
-	// An init from the warm pool, else one started now; a warm init found
-	// dead (its config cannot be delivered) is replaced by a new one.
+	// A warm init (already in a cgroup of its own, its root prepared), else
+	// one started now; a warm init found dead is replaced by a new one.
 	var ip *initProc
+	var cg *execCgroup
 	var werr error
-	for attempt := 0; attempt < 2; attempt++ {
-		ip, werr = l.obtain(cfg.Network, attempt == 0 && ic.RootDir == "", cg, spec.Stdin)
-		if werr != nil {
-			break
+	if !cfg.Network && ic.RootDir == "" {
+		if ip = l.take(); ip != nil {
+			cg = ip.cg
+			if werr = ip.send(spec.MemoryBytes, ic); werr != nil {
+				l.logger().Warn("sandbox warm init unusable, starting another", "err", werr)
+				ip.discard()
+				ip, cg = nil, nil
+			}
 		}
-		werr = ip.send(cg, ic)
-		if werr == nil || !ip.pooled {
-			break
-		}
-		l.logger().Warn("sandbox warm init unusable, starting another", "err", werr)
-		ip.discard()
 	}
 	if ip == nil {
-		if cg != nil {
-			_ = cg.remove()
+		if l.cg.hasMemory() || l.cg.hasPids() {
+			cg, err = l.cg.create(l.cgroupName(), spec.MemoryBytes > 0)
+			if err != nil {
+				return res, fmt.Errorf("%w: %v", ErrSetup, err)
+			}
 		}
-		return res, werr
+		ip, werr = l.spawn(cfg.Network, cg, spec.Stdin)
+		if werr != nil {
+			if cg != nil {
+				_ = cg.remove()
+			}
+			return res, werr
+		}
+		werr = ip.send(spec.MemoryBytes, ic)
 	}
 	p, cmd := ip.p, ip.cmd
 	defer p.closeParent()
@@ -400,9 +408,13 @@ func (l *Launcher) Leaks(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var out []string
+	warm := map[string]bool{} // warm inits hold a cgroup of their own
 	l.mu.Lock()
 	for pid := range l.running {
 		out = append(out, "sandbox init still running: pid "+strconv.Itoa(pid))
+	}
+	for pid := range l.warmPids {
+		warm[strconv.Itoa(pid)] = true
 	}
 	l.mu.Unlock()
 	for _, parent := range []string{l.cg.unified, l.cg.memory, l.cg.pids} {
@@ -414,9 +426,15 @@ func (l *Launcher) Leaks(ctx context.Context) ([]string, error) {
 			return out, err
 		}
 		for _, e := range ents {
-			if e.IsDir() && strings.HasPrefix(e.Name(), l.prefix) {
-				out = append(out, "sandbox cgroup left behind: "+filepath.Join(parent, e.Name()))
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), l.prefix) {
+				continue
 			}
+			d := filepath.Join(parent, e.Name())
+			b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			if procs := strings.Fields(string(b)); len(procs) == 1 && warm[procs[0]] {
+				continue
+			}
+			out = append(out, "sandbox cgroup left behind: "+d)
 		}
 	}
 	sort.Strings(out)

@@ -264,7 +264,20 @@ func processesWith(t *testing.T, s string) []string {
 
 func TestIsolation(t *testing.T) {
 	testenv.RequireRoot(t)
-	var l sandbox.Launcher
+	for _, warm := range []int{0, 1} {
+		t.Run(fmt.Sprintf("warm %d", warm), func(t *testing.T) {
+			l := &sandbox.Launcher{Warm: warm}
+			defer l.Close(context.Background())
+			if warm > 0 {
+				run(t, l, shell(t.TempDir(), "true")) // fills the pool
+				time.Sleep(300 * time.Millisecond)
+			}
+			testIsolation(t, l)
+		})
+	}
+}
+
+func testIsolation(t *testing.T, l *sandbox.Launcher) {
 	ws := t.TempDir()
 	sentinel := filepath.Join(t.TempDir(), "sentinel")
 	if err := os.Mkdir(sentinel, 0o755); err != nil {
@@ -288,14 +301,14 @@ func TestIsolation(t *testing.T) {
 	body.WriteString("[ $(ls /proc/1/task | wc -l) -gt 1 ] || echo 'the init has one thread: nothing tested'\n")
 	body.WriteString("for t in $(ls /proc/1/task); do for d in /proc/1/task/$t/root/ /proc/1/task/$t/cwd/; do ls $d >/dev/null 2>&1 && echo \"ALLOWED: ls $d\"; done; done\n")
 	body.WriteString("touch /tmp/ok /dev/shm/ok /workspace/ok && echo writable")
-	o := run(t, &l, shell(ws, body.String()))
+	o := run(t, l, shell(ws, body.String()))
 	if o.stdout != "writable\n" {
 		t.Errorf("isolation breached or writable dirs not writable:\n%s\nstderr: %s", o.stdout, o.stderr)
 	}
 	if entries, _ := os.ReadDir(sentinel); len(entries) != 0 {
 		t.Errorf("sentinel dir changed: %v", entries)
 	}
-	o = run(t, &l, shell(ws, "touch /etc/x"))
+	o = run(t, l, shell(ws, "touch /etc/x"))
 	if !strings.Contains(o.stderr, "Read-only file system") {
 		t.Errorf("write to /etc: stderr %q, want EROFS", o.stderr)
 	}

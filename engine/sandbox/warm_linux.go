@@ -12,19 +12,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// initProc is one started init and the launcher's ends of its pipes.
+// initProc is one started init, the launcher's ends of its pipes and its
+// cgroup (nil without cgroups).
 type initProc struct {
 	cmd    *exec.Cmd
 	p      *pipes
+	cg     *execCgroup
 	pooled bool // started ahead, by the warm pool
-	cloned bool // cloned into the exec's v2 cgroup
 }
 
 // spawn starts an init in fresh PID, UTS, IPC and (unless network) network
-// namespaces; it makes its mount namespace itself when its config comes.
-// cgroupFD >= 0 clones it straight into that v2 cgroup. stdin, when not
-// nil, is given to the init as is; otherwise the init reads the stdin pipe.
-func (l *Launcher) spawn(network bool, cgroupFD int, stdin *os.File, env ...string) (*initProc, error) {
+// namespaces, in cgroup cg: cloned straight into it where that is v2, moved
+// into it right after the start otherwise (the init waits for its config,
+// so it runs nothing of the exec before). stdin, when it is a file, is
+// given to the init as is; otherwise the init reads the stdin pipe.
+func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, env ...string) (*initProc, error) {
 	p, err := newPipes()
 	if err != nil {
 		return nil, err
@@ -52,12 +54,12 @@ func (l *Launcher) spawn(network bool, cgroupFD int, stdin *os.File, env ...stri
 			Pdeathsig:  syscall.SIGKILL,
 		},
 	}
-	if stdin != nil {
-		cmd.Stdin = stdin
+	if f, ok := stdin.(*os.File); ok {
+		cmd.Stdin = f
 	}
-	if cgroupFD >= 0 {
+	if cg != nil && cg.fd >= 0 {
 		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = cgroupFD
+		cmd.SysProcAttr.CgroupFD = cg.fd
 	}
 	err = cmd.Start()
 	p.closeChild()
@@ -65,14 +67,25 @@ func (l *Launcher) spawn(network bool, cgroupFD int, stdin *os.File, env ...stri
 		p.closeParent()
 		return nil, fmt.Errorf("%w: start init: %v", ErrSetup, err)
 	}
-	return &initProc{cmd: cmd, p: p}, nil
+	ip := &initProc{cmd: cmd, p: p, cg: cg}
+	if cg != nil && cg.fd < 0 {
+		if err := cg.add(cmd.Process.Pid); err != nil {
+			ip.discard()
+			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+		}
+	}
+	return ip, nil
 }
 
-// discard kills an init that will not be used and reaps it.
+// discard kills an init that will not be used, reaps it and removes its
+// cgroup.
 func (ip *initProc) discard() {
 	_ = ip.cmd.Process.Kill()
 	_ = ip.cmd.Wait()
 	ip.p.closeParent()
+	if ip.cg != nil {
+		_ = ip.cg.remove()
+	}
 }
 
 // take returns a warm init for an exec without network, or nil, and starts
@@ -85,7 +98,11 @@ func (l *Launcher) take() *initProc {
 	for {
 		select {
 		case ip := <-l.pool:
+			l.mu.Lock()
+			delete(l.warmPids, ip.cmd.Process.Pid)
+			l.mu.Unlock()
 			if !ip.gone() {
+				ip.pooled = true
 				return ip
 			}
 			l.logger().Warn("sandbox warm init died while waiting", "pid", ip.cmd.Process.Pid)
@@ -124,12 +141,27 @@ func (l *Launcher) topUp() {
 
 func (l *Launcher) warmOne() {
 	defer l.refills.Done()
-	ip, err := l.spawn(false, -1, nil, prewarmEnv+"=1")
+	var cg *execCgroup
+	if l.cg.hasMemory() || l.cg.hasPids() {
+		var err error
+		if cg, err = l.cg.create(l.cgroupName(), true); err != nil {
+			l.logger().Warn("sandbox warm init", "err", err)
+			l.mu.Lock()
+			l.warming--
+			l.mu.Unlock()
+			return
+		}
+	}
+	ip, err := l.spawn(false, cg, nil, prewarmEnv+"=1")
+	if err != nil && cg != nil {
+		_ = cg.remove()
+	}
 	l.mu.Lock()
 	l.warming--
 	if err == nil && !l.closed {
 		select {
 		case l.pool <- ip:
+			l.warmPids[ip.cmd.Process.Pid] = true
 			l.mu.Unlock()
 			return
 		default:
@@ -157,6 +189,9 @@ func (l *Launcher) Close(ctx context.Context) error {
 		for {
 			select {
 			case ip := <-l.pool:
+				l.mu.Lock()
+				delete(l.warmPids, ip.cmd.Process.Pid)
+				l.mu.Unlock()
 				ip.discard()
 				continue
 			default:
@@ -173,35 +208,12 @@ func (l *Launcher) Close(ctx context.Context) error {
 	}
 }
 
-// obtain returns the init for one exec: from the warm pool when allowed
-// (no network) and one is ready, else a new one, cloned straight into the
-// exec's cgroup where that is v2.
-func (l *Launcher) obtain(network, mayTake bool, cg *execCgroup, stdin io.Reader) (*initProc, error) {
-	if !network && mayTake { // warm inits have prepared the default root
-		if ip := l.take(); ip != nil {
-			ip.pooled = true
-			return ip, nil
-		}
-	}
-	cgroupFD := -1
-	if cg != nil && cg.fd >= 0 {
-		cgroupFD = cg.fd
-	}
-	f, _ := stdin.(*os.File)
-	ip, err := l.spawn(network, cgroupFD, f)
-	if err != nil {
-		return nil, err
-	}
-	ip.cloned = cgroupFD >= 0
-	return ip, nil
-}
-
-// send moves the init into the exec's cgroup, unless it was cloned into it,
-// and then sends its config: the init runs nothing before it has it.
-func (ip *initProc) send(cg *execCgroup, ic initConfigX) error {
+// send sets the exec's limits on the init's cgroup and then sends its
+// config: the init runs nothing of the exec before it has it.
+func (ip *initProc) send(mem int64, ic initConfigX) error {
 	var err error
-	if cg != nil && !ip.cloned {
-		err = cg.add(ip.cmd.Process.Pid)
+	if ip.cg != nil {
+		err = ip.cg.limit(mem, ic.pids)
 	}
 	if err == nil {
 		err = json.NewEncoder(ip.p.cfgW).Encode(ic)

@@ -69,9 +69,10 @@ func TestWarmPool(t *testing.T) {
 	waitWarm(t, l, 2)
 
 	t.Run("used", func(t *testing.T) {
-		_, out := runShell(t, l, ws, "echo warm > f; cat f")
-		if out != "warm\n" {
-			t.Errorf("got %q", out)
+		_, out := runShell(t, l, ws, "echo warm > f; cat f; pwd; hostname; grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status | tr -d '\t'; touch /etc/x 2>/dev/null || echo ro")
+		want := "warm\n/workspace\nlayerfs\nCapEff:0000000000000000\nCapBnd:0000000000000000\nNoNewPrivs:1\nro\n"
+		if out != want {
+			t.Errorf("got %q, want %q", out, want)
 		}
 		if err := l.Settle(context.Background()); err != nil {
 			t.Fatal(err)
