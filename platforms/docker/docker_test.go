@@ -93,7 +93,7 @@ func TestNoEngine(t *testing.T) {
 
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
-	testenv.RequireDocker(t)
+	shared.get(t) // the image exists: this Up must not race another import
 	ctx := context.Background()
 	p := New(Options{})
 	if p.Name() != "docker" || !p.Features().HostMounts || p.Features().RemoteDaemon {
@@ -186,8 +186,8 @@ func TestImageRebuildSkipped(t *testing.T) {
 	defer p.Down(ctx)
 	t.Logf("Up with the image present took %v (image %s, tar %d bytes, engine size %d bytes)",
 		time.Since(start), p.state.image.Ref, p.state.image.TarBytes, p.state.image.SizeBytes)
-	if p.state.image.Built {
-		t.Errorf("second Up imported the image again")
+	if p.state.image.Built || p.state.image.TarBytes != 0 {
+		t.Errorf("second Up imported (%v) or hashed (%d bytes) the image again", p.state.image.Built, p.state.image.TarBytes)
 	}
 	if p.state.image.ID != first.state.image.ID || p.state.image.Ref != first.state.image.Ref {
 		t.Errorf("second Up image %+v, first %+v", p.state.image, first.state.image)
@@ -566,6 +566,7 @@ func TestPerExecLimits(t *testing.T) {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	testenv.RequireDocker(t)
+	shared.get(t) // the image exists: no Up of the suite races another import
 	platformtest.Run(t, func(t *testing.T) platforms.Platform { return New(Options{Supervisor: supervisorBin}) })
 }
 
@@ -573,7 +574,7 @@ func TestConformance(t *testing.T) {
 // the next Up on this host.
 func TestCrashedOwnerCleanedUp(t *testing.T) {
 	t.Parallel()
-	testenv.RequireDocker(t)
+	shared.get(t) // the image exists: these Ups do not import it again
 	ctx := context.Background()
 	// A pid that no longer exists: a process that has exited.
 	cmd := exec.Command("true")

@@ -23,6 +23,8 @@ const (
 	sandboxRepo = "layerfs-sandbox"
 	rootDirRepo = "layerfs-rootdir"
 	labelImage  = "dev.layerfs.image" // "sandbox" or "rootdir"
+	// labelFingerprint is the hash of the root's metadata (see ensureImage).
+	labelFingerprint = "dev.layerfs.fingerprint"
 )
 
 // imagePath is the PATH of every sandbox, and of the images' config.
@@ -166,16 +168,44 @@ type builtImage struct {
 
 // ensureImage makes sure the engine has repo:<content hash of r>, importing
 // r when it does not. An unchanged root file system is hashed, not sent.
+//
+// Hashing reads every file (~75 MB for the default image), so an image also
+// carries a fingerprint of the root's metadata (names, modes, sizes,
+// modification times, inodes, link targets); an image with the same
+// fingerprint is taken without hashing. Package upgrades change all of
+// those; only a file rewritten in place with its size and time kept would
+// slip through, and Options.Packages names what is trusted anyway.
 func ensureImage(ctx context.Context, cli *client.Client, repo, kind string, r *rootFS) (builtImage, error) {
+	fp, err := r.fingerprint()
+	if err != nil {
+		return builtImage{}, fmt.Errorf("fingerprint image root: %w", err)
+	}
+	imgs, err := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", labelImage+"="+kind), filters.Arg("label", labelFingerprint+"="+fp))})
+	if err != nil {
+		return builtImage{}, fmt.Errorf("list images: %w", err)
+	}
+	for _, im := range imgs {
+		for _, tag := range im.RepoTags {
+			if strings.HasPrefix(tag, repo+":") {
+				return builtImage{Ref: tag, ID: im.ID, SizeBytes: im.Size}, nil
+			}
+		}
+	}
+
 	hash, tarBytes, err := contentHash(r)
 	if err != nil {
 		return builtImage{}, fmt.Errorf("hash image root: %w", err)
 	}
 	b := builtImage{Ref: repo + ":" + hash, TarBytes: tarBytes}
-	if ins, err := cli.ImageInspect(ctx, b.Ref); err == nil {
+	ins, err := cli.ImageInspect(ctx, b.Ref)
+	if err == nil && ins.Config != nil && ins.Config.Labels[labelFingerprint] == fp {
 		b.ID, b.SizeBytes = ins.ID, ins.Size
 		return b, nil
-	} else if !cerrdefs.IsNotFound(err) {
+	}
+	// The same content with other metadata (or from before fingerprints)
+	// is imported again, so that the next Up need not hash.
+	if err != nil && !cerrdefs.IsNotFound(err) {
 		return b, fmt.Errorf("inspect image %s: %w", b.Ref, err)
 	}
 
@@ -191,7 +221,7 @@ func ensureImage(ctx context.Context, cli *client.Client, repo, kind string, r *
 		Message: "layerfs " + kind + " image",
 		Changes: []string{
 			"ENV PATH=" + imagePath,
-			"LABEL " + labelImage + "=" + kind,
+			"LABEL " + labelImage + "=" + kind + " " + labelFingerprint + "=" + fp,
 			`CMD ["` + supervisorPath + `", "idle"]`,
 		},
 	})
@@ -212,7 +242,7 @@ func ensureImage(ctx context.Context, cli *client.Client, repo, kind string, r *
 		_, _ = cli.ImageRemove(ctx, id, image.RemoveOptions{})
 		return b, fmt.Errorf("import image %s: the root file system changed while it was imported; retry", b.Ref)
 	}
-	ins, err := cli.ImageInspect(ctx, b.Ref)
+	ins, err = cli.ImageInspect(ctx, b.Ref)
 	if err != nil {
 		return b, fmt.Errorf("inspect imported image %s: %w", b.Ref, err)
 	}

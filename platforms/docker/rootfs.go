@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"debug/elf"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -495,4 +496,54 @@ func fileHash(file string) ([32]byte, error) {
 	}
 	copy(sum[:], h.Sum(nil))
 	return sum, nil
+}
+
+// fingerprint hashes the metadata of every entry (see ensureImage): names,
+// modes; for files also sizes, modification times, device and inode
+// numbers and link targets; and the synthesized files' contents.
+func (r *rootFS) fingerprint() (string, error) {
+	names := make([]string, 0, len(r.files)+len(r.dirs)+len(r.inline))
+	for p := range r.files {
+		names = append(names, "f"+p)
+	}
+	for p := range r.dirs {
+		names = append(names, "d"+p)
+	}
+	for p := range r.inline {
+		names = append(names, "i"+p)
+	}
+	sort.Strings(names)
+	h := blake3.New()
+	for _, n := range names {
+		kind, p := n[0], n[1:]
+		fmt.Fprintf(h, "%c %q", kind, p)
+		switch kind {
+		case 'i':
+			fmt.Fprintf(h, " %x", blake3.Sum256(r.inline[p]))
+		case 'd':
+			// Only a directory's mode goes into the archive; its time
+			// changes whenever an entry does (/tmp: all the time).
+			if fi, err := os.Stat(r.hostPath(p)); err == nil {
+				fmt.Fprintf(h, " %o", fi.Mode())
+			}
+		case 'f':
+			fi, err := os.Lstat(r.hostPath(p))
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(h, " %o %d %d", fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				fmt.Fprintf(h, " %d %d", st.Dev, st.Ino)
+			}
+			if fi.Mode()&fs.ModeSymlink != 0 {
+				target, err := os.Readlink(r.hostPath(p))
+				if err != nil {
+					return "", err
+				}
+				fmt.Fprintf(h, " -> %q", target)
+			}
+		}
+		h.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:24], nil
 }

@@ -137,6 +137,7 @@ func writeTree(t *testing.T) string {
 	return dir
 }
 
+// treeHash is the content hash and the metadata fingerprint of a tree.
 func treeHash(t *testing.T, dir string) string {
 	t.Helper()
 	r, err := rootDirFS(dir)
@@ -147,7 +148,11 @@ func treeHash(t *testing.T, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return h
+	fp, err := r.fingerprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h + "/" + fp
 }
 
 func TestContentHash(t *testing.T) {
@@ -179,8 +184,10 @@ func TestContentHash(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := treeHash(t, dir)
-		if h == prev {
-			t.Errorf("changing the %s left the hash at %s", c.name, h)
+		ph, pf, _ := strings.Cut(prev, "/")
+		nh, nf, _ := strings.Cut(h, "/")
+		if nh == ph || nf == pf {
+			t.Errorf("changing the %s: hash/fingerprint %s, was %s", c.name, h, prev)
 		}
 		prev = h
 	}
