@@ -60,7 +60,7 @@
 //
 // The supervisor's start-up is part of every exec's fixed cost, so it is a
 // small static program, cmd/layerfs-supervise, found beside the running
-// executable (or named by Options.Supervisor). Where it is not installed,
+// executable or on PATH (or named by Options.Supervisor). Where it is not installed,
 // the running executable itself is mounted instead: this package's init
 // hook runs the supervisor when the process is started under that name
 // (the re-exec pattern); it costs a larger binary's start-up, and needs its

@@ -59,8 +59,8 @@ type Options struct {
 	// Supervisor is the executable bind-mounted into every container to run
 	// execs: a build of cmd/layerfs-supervise, or any binary that imports
 	// this package (its init hook is the supervisor too). "" is
-	// layerfs-supervise beside this process's executable if it is there,
-	// else this executable itself.
+	// layerfs-supervise beside this process's executable or on PATH, else
+	// this executable itself.
 	Supervisor string
 	// Logger receives lifecycle events; nil is silent.
 	Logger *slog.Logger

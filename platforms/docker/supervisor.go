@@ -2,6 +2,7 @@ package docker
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 
 	"layerfs.dev/layerfs/platforms/docker/internal/supervise"
@@ -23,8 +24,8 @@ func init() {
 }
 
 // defaultSupervisor is the supervisor executable used when
-// Options.Supervisor is empty: layerfs-supervise beside this executable
-// when it is there (small, static, quick to start), else this executable
+// Options.Supervisor is empty: layerfs-supervise beside this executable or
+// else on PATH (small, static, quick to start), else this executable
 // itself, which the init hook above turns into the supervisor.
 func defaultSupervisor() (string, error) {
 	exe, err := os.Executable()
@@ -34,6 +35,9 @@ func defaultSupervisor() (string, error) {
 	beside := filepath.Join(filepath.Dir(exe), supervise.Name)
 	if fi, err := os.Stat(beside); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 		return beside, nil
+	}
+	if p, err := exec.LookPath(supervise.Name); err == nil {
+		return filepath.Abs(p)
 	}
 	return exe, nil
 }
