@@ -5,7 +5,10 @@
 //
 // Up checks that the host can make sandboxes at all by running one (a
 // binary that does not call sandbox.InitMain first thing in main fails
-// here, not at the first exec). Attach only records the workspace: the
+// here, not at the first exec). By default the platform keeps DefaultWarm
+// inits started ahead (fresh processes in fresh namespaces, their root
+// already built, waiting for their config), which takes most of the fixed
+// cost off an exec's latency; Down kills them. Attach only records the workspace: the
 // namespaces are made per exec, so there is nothing to create or remove
 // per workspace. Close and Down cancel the execs still running (killing
 // their process trees) and wait for them, so a workspace can be unmounted

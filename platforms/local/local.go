@@ -34,8 +34,9 @@ type Options struct {
 	// NoCgroups enforces limits with rlimits only.
 	NoCgroups bool
 	// Warm is how many sandbox inits are kept started ahead, taking the
-	// process start off the latency of execs without network (see
-	// sandbox.Launcher.Warm); 0 starts each on demand.
+	// process start and the root's construction off the latency of execs
+	// without network (see sandbox.Launcher.Warm): 0 means DefaultWarm, a
+	// negative number none.
 	Warm   int
 	Logger *slog.Logger
 }
@@ -75,8 +76,20 @@ func New(o Options) *Platform {
 	return p
 }
 
+// DefaultWarm is how many inits a platform keeps started ahead unless
+// Options.Warm says otherwise: enough for an exec and the one after it
+// while the first replacement starts.
+const DefaultWarm = 2
+
 func (p *Platform) newLauncher() *sandbox.Launcher {
-	return &sandbox.Launcher{Exe: p.opts.Exe, Logger: p.log, NoCgroups: p.opts.NoCgroups, Warm: p.opts.Warm}
+	warm := p.opts.Warm
+	switch {
+	case warm == 0:
+		warm = DefaultWarm
+	case warm < 0:
+		warm = 0
+	}
+	return &sandbox.Launcher{Exe: p.opts.Exe, Logger: p.log, NoCgroups: p.opts.NoCgroups, Warm: warm}
 }
 
 // Name is "local".

@@ -24,12 +24,12 @@ func TestConformance(t *testing.T) {
 	platformtest.Run(t, func(t *testing.T) platforms.Platform { return local.New(local.Options{}) })
 }
 
-func TestConformanceWithoutCgroups(t *testing.T) {
+func TestConformanceCold(t *testing.T) {
 	testenv.RequireRoot(t)
-	platformtest.Run(t, func(t *testing.T) platforms.Platform { return local.New(local.Options{NoCgroups: true}) })
+	platformtest.Run(t, func(t *testing.T) platforms.Platform { return local.New(local.Options{Warm: -1}) })
 }
 
-func TestConformanceWarm(t *testing.T) {
+func TestConformanceWithoutCgroups(t *testing.T) {
 	testenv.RequireRoot(t)
-	platformtest.Run(t, func(t *testing.T) platforms.Platform { return local.New(local.Options{Warm: 2}) })
+	platformtest.Run(t, func(t *testing.T) platforms.Platform { return local.New(local.Options{NoCgroups: true, Warm: 1}) })
 }
