@@ -16,21 +16,23 @@
 //  1. reads its config as JSON from fd 3 (the launcher writes it only after
 //     the init is in its cgroup, so nothing runs outside the limits);
 //  2. brings up lo (new network namespace) and sets the hostname;
-//  3. makes a new mount namespace on its locked OS thread (unshare: the copy
-//     of the host's mounts is taken now, when the config has come, not when
-//     the process started), makes all mounts private, clones (open_tree) the
-//     source trees, mounts a
-//     tmpfs as the new root and moves into it the runtime (the host's /usr,
-//     /etc and their /bin, /sbin, /lib* symlinks, or every top-level entry of
-//     an image directory), read-only with one mount_setattr each; the
-//     workspace read-write; a private /tmp; a fresh /proc with /proc/sys and
-//     friends read-only; a minimal read-only /dev (null, zero, full, random,
-//     urandom, tty, pts, shm and the fd symlinks);
-//  4. pivot_root(".", "."), detaches the old root and makes the new root
-//     read-only, so writes outside /workspace and /tmp fail with EROFS;
-//  5. on its one locked OS thread, empties the bounding, ambient and
-//     inheritable capability sets and sets no_new_privs (both are per
-//     thread), then forks the command from that same thread, in its own
+//  3. builds the root on a thread of its own, which unshares a mount
+//     namespace, makes all mounts private, mounts a tmpfs as the new root
+//     and moves into it clones (open_tree) of the runtime (the host's /usr,
+//     /etc and their /bin, /sbin, /lib* symlinks, or every top-level entry
+//     of an image directory), read-only with one mount_setattr each; a
+//     private /tmp; a fresh /proc with /proc/sys and friends read-only; a
+//     minimal read-only /dev (null, zero, full, random, urandom, tty, pts,
+//     shm and the fd symlinks); then pivot_root(".", "."), detaches the old
+//     root and makes the new root read-only (writes outside /workspace and
+//     /tmp fail with EROFS), and ends, leaving the namespace to an fd;
+//  4. on its main thread, which has stayed in the host's mount namespace
+//     and so sees the host's mounts as they are now, clones the workspace,
+//     enters the new namespace (unshare CLONE_FS, setns) and mounts the
+//     clone read-write at /workspace, then chdirs there;
+//  5. on its main thread, locked to its OS thread, empties the bounding,
+//     ambient and inheritable capability sets and sets no_new_privs (both
+//     are per thread), then forks the command from that thread, in its own
 //     process group, as the configured uid and gid, so the command starts
 //     with no capabilities at all; the init thread then keeps only CAP_KILL;
 //  6. reaps every process until the namespace is empty, kills what the
@@ -50,12 +52,14 @@
 //
 // With Launcher.Warm > 0 the launcher keeps that many inits started ahead:
 // each is an ordinary fresh init (its own new process, PID, UTS, IPC and
-// network namespaces) blocked on reading its config, having already paid
-// for starting the Go runtime; it makes its mount namespace only when the
-// config comes, so it sees workspaces mounted after it started. An exec
-// without network takes one and a replacement is started in the
-// background; execs with network, and execs that find the pool empty,
-// start their own. Close kills the waiting ones.
+// network namespaces and cgroup) that has already started the Go runtime,
+// brought up lo, built the default root (step 3) and dropped its
+// privileges, and is blocked on reading its config. The workspace is still
+// cloned when the config comes (step 4), so it sees workspaces mounted
+// after it started. An exec without network or image takes one, sets its
+// cgroup's limits and sends the config; a replacement starts in the
+// background. Execs with network or an image directory, and execs that find
+// the pool empty, start their own. Close kills the waiting ones.
 //
 // A command that signals PID 1 on purpose ends its own exec (the init is a
 // Go program and dies of SIGTERM); the result then reports that signal.
