@@ -66,7 +66,11 @@ var supervisorBin string
 // buildSupervisor builds cmd/layerfs-supervise into dir, static.
 func buildSupervisor(dir string) (string, error) {
 	out := filepath.Join(dir, "layerfs-supervise")
-	cmd := exec.Command("go", "build", "-o", out, "layerfs.dev/layerfs/platforms/docker/cmd/layerfs-supervise")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go") // go test's own toolchain
+	}
+	cmd := exec.Command(gobin, "build", "-o", out, "layerfs.dev/layerfs/platforms/docker/cmd/layerfs-supervise")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stderr = os.Stderr
 	return out, cmd.Run()
