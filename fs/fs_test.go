@@ -254,7 +254,7 @@ func TestRandomOpsMount(t *testing.T) {
 			ref := filepath.Join(t.TempDir(), "ref")
 			sh(t, "/", "cp -a "+e.base+" "+ref)
 			files, dirs := overlaytest.Scan(ref)
-			g := overlaytest.NewGen(7, files, dirs)
+			g := overlaytest.NewGen(42, files, dirs) // the seed of the overlay API test
 			start := m.Stats()
 			t0 := time.Now()
 			var root store.ID
@@ -288,4 +288,120 @@ func TestStaleMountCleanup(t *testing.T) {
 		t.Fatalf("clean of a plain directory: %v", err)
 	}
 	_ = unix.ENOTCONN
+}
+
+// TestMoreBehaviours covers the rest of the overlay's behaviours: renames
+// over existing files and directories (lower, upper and merged), chown and
+// utimens of lower files, devices, O_TRUNC of a lower file, unlinked but
+// open files, rmdir of lower directories; the upper's on-disk format; and a
+// remount of the same upper, whose Changes then list the whole upper.
+func TestMoreBehaviours(t *testing.T) {
+	e := newEnv(t, true)
+	m, mnt := e.mount(e.root)
+	ino := func(p string) uint64 {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(mnt, p), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	inoF1 := ino("f1")
+	// Unlinked but open: the data stays readable and writable.
+	f, err := os.OpenFile(filepath.Join(mnt, "a/b/f3"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `
+set -e
+chown 1234:5678 f1                       # lower file, metadata only
+touch -d @1000000000 a/f2                 # utimens of a lower file
+mv f1 a/b/f3                              # rename over an existing lower file
+mkdir -p x/y && echo y > x/y/z
+rm -r d/e && mv -T x d/e                 # rename onto a removed lower directory
+mkdir -p e2 && mv -T d/e e2/e             # and move it again
+mv -T e2/e d/e
+mv -T a d/e/y/moved                       # a merged directory into a new one
+echo t > h1                               # O_TRUNC of a lower hard-linked file
+mknod cdev c 1 3
+mv d/e/y/moved/b/f3 d/e/y/f3 && rm -r d/e/y/moved/b   # rmdir of a lower directory
+ln -s dangling d/sym
+mv d/sym d/sym2
+`
+	sh(t, mnt, body)
+	if _, err := f.WriteAt([]byte("open"), 0); err != nil {
+		t.Fatalf("write to an unlinked open file: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Nlink != 0 {
+		t.Fatalf("fstat of an unlinked open file: nlink %d, %v", st.Nlink, err)
+	}
+	buf := make([]byte, 4)
+	if _, err := f.ReadAt(buf, 0); err != nil || string(buf) != "open" {
+		t.Fatalf("read of an unlinked open file: %q %v", buf, err)
+	}
+	f.Close()
+	if got := ino("d/e/y/f3"); got != inoF1 {
+		t.Errorf("inode number changed by rename: %d, want %d", got, inoF1)
+	}
+	ref := filepath.Join(t.TempDir(), "ref")
+	sh(t, "/", "cp -a "+e.base+" "+ref)
+	sh(t, ref, body)
+	compare(t, ref, mnt, "live mount")
+	var own unix.Stat_t
+	if err := unix.Lstat(filepath.Join(mnt, "d/e/y/f3"), &own); err != nil || own.Uid != 1234 || own.Gid != 5678 {
+		t.Errorf("chown of a lower file: %d:%d, %v", own.Uid, own.Gid, err)
+	}
+	var a2 unix.Stat_t
+	unix.Lstat(filepath.Join(mnt, "d/e/y/moved/f2"), &a2)
+	if a2.Mtim.Sec != 1000000000 {
+		t.Errorf("utimens of a lower file: mtime %d", a2.Mtim.Sec)
+	}
+	// The upper is in the kernel overlayfs format.
+	upper := m.Overlay().UpperDir()
+	var wh unix.Stat_t
+	if err := unix.Lstat(filepath.Join(upper, "f1"), &wh); err != nil || wh.Mode&unix.S_IFMT != unix.S_IFCHR || wh.Rdev != 0 {
+		t.Errorf("f1 is not a whiteout in the upper: %+v %v", wh, err)
+	}
+	if v, err := lget(filepath.Join(upper, "d/e/y/moved"), "trusted.overlay.redirect"); err != nil || v != "/a" {
+		t.Errorf("moved lower directory: redirect %q, %v", v, err)
+	}
+	if v, err := lget(filepath.Join(upper, "d/e"), "trusted.overlay.opaque"); err != nil || v != "y" {
+		t.Errorf("directory over a lower one: opaque %q, %v", v, err)
+	}
+	if _, err := lget(filepath.Join(upper, "d/e/y/f3"), "trusted.layerfs.origin"); err != nil {
+		t.Errorf("chowned lower file is not a metacopy: %v", err)
+	}
+	// Commit, and a fresh workspace on the commit.
+	root := e.commit(m.Overlay())
+	compare(t, ref, e.checkout(root), "checkout of the commit")
+	_, mnt2 := e.mount(root)
+	compare(t, ref, mnt2, "fresh workspace on the commit")
+
+	// Remount the same upper over the same lower: the view is the same,
+	// and Changes (now relative to the lower root) commit the same tree.
+	ovDir := filepath.Dir(upper)
+	if err := m.Unmount(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.db, Root: e.root, Base: root, UpperDir: filepath.Join(ovDir, "upper")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m3, err := fs.Mount(e.ctx, mnt, ov, fs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m3.Unmount(e.ctx)
+	compare(t, ref, mnt, "remounted workspace")
+	root3 := e.commit(ov)
+	compare(t, ref, e.checkout(root3), "commit after the remount")
+}
+
+func lget(p, name string) (string, error) {
+	buf := make([]byte, 256)
+	n, err := unix.Lgetxattr(p, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
 }
