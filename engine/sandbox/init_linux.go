@@ -72,14 +72,14 @@ func initMain(m *marks) int {
 	// A warm init does all it can before its config comes: its runtime's
 	// one-time work, lo, and the default root.
 	ns := -1
-	dropped := false // privileges of the main thread (see dropPrivileges)
+	ahead := false // privileges dropped and spare threads made already
 	if os.Getenv(prewarmEnv) == "1" {
 		prewarm()
 		spareThreads()
 		if err := dropPrivileges(); err != nil {
 			return send(initReport{Error: err.Error()})
 		}
-		dropped = true
+		ahead = true
 		if err := loopbackUp(); err != nil {
 			return send(initReport{Error: "bring up lo: " + err.Error()})
 		}
@@ -106,7 +106,7 @@ func initMain(m *marks) int {
 	if err := setup(&cfg, ns, m); err != nil {
 		return send(initReport{Error: err.Error()})
 	}
-	return send(run(&cfg, dropped, m))
+	return send(run(&cfg, ahead, m))
 }
 
 // setup turns this fresh set of namespaces into the sandbox: network,
@@ -155,16 +155,17 @@ func loopbackUp() error {
 
 // run starts the command as PID 1's only child, reaps everything until the
 // namespace is empty and reports how the command ended.
-func run(cfg *initConfig, dropped bool, m *marks) initReport {
+func run(cfg *initConfig, ahead bool, m *marks) initReport {
 	env := cfg.Env
 	bin, err := lookPath(cfg.Argv[0], env)
 	if err != nil {
 		return notStarted(cfg.Argv[0], err)
 	}
-	if !dropped {
+	if !ahead {
 		if err := dropPrivileges(); err != nil {
 			return initReport{Error: err.Error()}
 		}
+		spareThreads()
 	}
 	restore, err := setRlimits(cfg)
 	if err != nil {
@@ -181,7 +182,6 @@ func run(cfg *initConfig, dropped bool, m *marks) initReport {
 			Setpgid: true,
 		},
 	}
-	spareThreads()
 	m.add("fork")
 	start := time.Now()
 	pid, err := syscall.ForkExec(bin, cfg.Argv, attr)
