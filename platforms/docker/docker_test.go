@@ -571,9 +571,9 @@ func TestConformance(t *testing.T) {
 }
 
 // TestCrashedOwnerCleanedUp: what an owner left when it died is removed by
-// the next Up on this host.
+// the next Up on this host. Not parallel: any other test's Up would remove
+// the fake dead owner's container while it is being attached.
 func TestCrashedOwnerCleanedUp(t *testing.T) {
-	t.Parallel()
 	shared.get(t) // the image exists: these Ups do not import it again
 	ctx := context.Background()
 	// A pid that no longer exists: a process that has exited.
