@@ -11,8 +11,9 @@
 // ensures the sandbox image. Attach creates one long-lived container per
 // workspace; each Exec is one docker exec in it. Down removes every
 // container and volume this Platform created (they carry the labels
-// dev.layerfs.workspace=<id> and dev.layerfs.owner=<pid>-<random>) and keeps
-// the sandbox image. Up also removes what owners that no longer run left
+// dev.layerfs.workspace=<id>, dev.layerfs.owner=<pid>-<random> and
+// dev.layerfs.pidns=<the owner's PID namespace>) and keeps the sandbox
+// image. Up also removes what owners that no longer run left
 // behind, so a crashed run is cleaned up by the next one, and removes
 // sandbox images of older content.
 //

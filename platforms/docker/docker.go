@@ -33,6 +33,7 @@ const DefaultHost = "unix:///var/run/docker.sock"
 const (
 	labelWorkspace = "dev.layerfs.workspace" // the workspace id
 	labelOwner     = "dev.layerfs.owner"     // "<pid>-<random>" of the Platform that created it
+	labelPidNS     = "dev.layerfs.pidns"     // the owner's PID namespace, in which <pid> is valid
 )
 
 // Defaults for Options fields left zero.
@@ -288,10 +289,16 @@ func removeLabelled(ctx context.Context, cli *client.Client, label string) error
 	return errors.Join(errs...)
 }
 
-// removeOrphans removes containers and volumes of owners (processes on this
-// host) that no longer exist: what a crashed run left behind.
+// removeOrphans removes containers and volumes of owners (processes in this
+// PID namespace) that no longer exist: what a crashed run left behind.
+// Owners in other namespaces sharing the engine are never judged.
 func removeOrphans(ctx context.Context, cli *client.Client) error {
-	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", labelOwner))})
+	ns := pidNamespace()
+	if ns == "" {
+		return nil // owners' pids cannot be checked
+	}
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", labelOwner), filters.Arg("label", labelPidNS+"="+ns))})
 	if err != nil {
 		return err
 	}
@@ -361,6 +368,16 @@ func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// pidNamespace names this process's PID namespace ("pid:[4026531836]"),
+// or is "" when it cannot be read.
+func pidNamespace() string {
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return ""
+	}
+	return ns
 }
 
 // Identity describes the engine and the sandbox image.

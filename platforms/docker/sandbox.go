@@ -101,7 +101,7 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	var rnd [3]byte
 	_, _ = rand.Read(rnd[:])
 	name := "layerfs-" + w.ID + "-" + hex.EncodeToString(rnd[:])
-	labels := map[string]string{labelWorkspace: w.ID, labelOwner: p.owner}
+	labels := map[string]string{labelWorkspace: w.ID, labelOwner: p.owner, labelPidNS: pidNamespace()}
 	cfg := &container.Config{
 		Image:      img,
 		Cmd:        []string{supervisorPath, "idle"},
