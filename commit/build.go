@@ -91,11 +91,13 @@ func (n *node) onlyDeletes() bool {
 	return true
 }
 
-// pdir is a directory being built: entries from its base tree (untouched
-// ones keep their ids) plus captured and changed ones.
+// pdir is a directory being built: the entries of its stored base tree,
+// shared and never modified, overlaid with the names this build touched.
+// Touching one name of a huge directory therefore copies nothing but the
+// final tree.
 type pdir struct {
-	entries []*pentry
-	index   map[string]int // name -> position in entries
+	base []store.Entry      // sorted; read-only (decoded trees are shared)
+	over map[string]*pentry // names read for change, set or deleted
 }
 
 type pentry struct {
@@ -104,29 +106,55 @@ type pentry struct {
 	deleted bool
 }
 
-func (d *pdir) get(name string) *pentry {
-	if i, ok := d.index[name]; ok && !d.entries[i].deleted {
-		return d.entries[i]
+func (d *pdir) setOver(p *pentry) {
+	if d.over == nil {
+		d.over = map[string]*pentry{}
 	}
-	return nil
+	d.over[p.e.Name] = p
 }
 
-func (d *pdir) set(p *pentry) {
-	if d.index == nil {
-		d.index = map[string]int{}
+// get returns the entry called name, or nil. A base entry is copied into
+// the overlay, so that what the caller changes in it is kept.
+func (d *pdir) get(name string) *pentry {
+	if p, ok := d.over[name]; ok {
+		if p.deleted {
+			return nil
+		}
+		return p
 	}
-	if i, ok := d.index[p.e.Name]; ok {
-		d.entries[i] = p
-		return
+	i, ok := slices.BinarySearchFunc(d.base, name, func(e store.Entry, n string) int { return strings.Compare(e.Name, n) })
+	if !ok {
+		return nil
 	}
-	d.index[p.e.Name] = len(d.entries)
-	d.entries = append(d.entries, p)
+	p := &pentry{e: d.base[i]}
+	d.setOver(p)
+	return p
 }
+
+func (d *pdir) set(p *pentry) { d.setOver(p) }
 
 func (d *pdir) remove(name string) {
-	if i, ok := d.index[name]; ok {
-		d.entries[i].deleted = true
+	d.setOver(&pentry{e: store.Entry{Name: name}, deleted: true})
+}
+
+// each calls fn for every live entry: base entries not overlaid, then the
+// overlay's (in no particular order).
+func (d *pdir) each(fn func(p *pentry, base *store.Entry) error) error {
+	for i := range d.base {
+		if _, ok := d.over[d.base[i].Name]; !ok {
+			if err := fn(nil, &d.base[i]); err != nil {
+				return err
+			}
+		}
 	}
+	for _, p := range d.over {
+		if !p.deleted {
+			if err := fn(p, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // builder holds one Build's state.
@@ -252,7 +280,7 @@ func build(ctx context.Context, w Writer, r Reader, base store.ID, root *node, r
 	return id, stats, err
 }
 
-// load turns a stored tree into a pdir (copying: stored trees are shared).
+// load makes a pdir over a stored tree.
 func (b *builder) load(ctx context.Context, id store.ID) (*pdir, error) {
 	d := &pdir{}
 	if id.IsZero() {
@@ -262,12 +290,7 @@ func (b *builder) load(ctx context.Context, id store.ID) (*pdir, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.entries = make([]*pentry, len(t.Entries))
-	d.index = make(map[string]int, len(t.Entries))
-	for i := range t.Entries {
-		d.entries[i] = &pentry{e: t.Entries[i]}
-		d.index[t.Entries[i].Name] = i
-	}
+	d.base = t.Entries
 	return d, nil
 }
 
@@ -455,8 +478,7 @@ func (b *builder) walk(ctx context.Context, d *pdir, host, rel string) error {
 		return fmt.Errorf("capture: read dir %s: %w", host, err)
 	}
 	slices.Sort(names)
-	d.entries = make([]*pentry, 0, len(names))
-	d.index = make(map[string]int, len(names))
+	d.over = make(map[string]*pentry, len(names))
 	for _, name := range names {
 		hp, path := host+"/"+name, join(rel, name)
 		e, st, err := statEntry(hp, name)
@@ -487,8 +509,9 @@ func (b *builder) walk(ctx context.Context, d *pdir, host, rel string) error {
 
 // finish stores d's tree bottom-up and returns its id.
 func (b *builder) finish(d *pdir) (store.ID, error) {
-	t := &store.Tree{Entries: make([]store.Entry, 0, len(d.entries))}
-	for _, p := range d.entries {
+	// The overlay's entries, sorted, merged into the (sorted) base.
+	over := make([]store.Entry, 0, len(d.over))
+	for _, p := range d.over {
 		if p.deleted {
 			continue
 		}
@@ -499,12 +522,23 @@ func (b *builder) finish(d *pdir) (store.ID, error) {
 			}
 			p.e.Object, p.e.ObjectKind = id, store.KindTree
 		}
-		t.Entries = append(t.Entries, p.e)
+		over = append(over, p.e)
 	}
-	slices.SortFunc(t.Entries, func(x, y store.Entry) int { return strings.Compare(x.Name, y.Name) })
-	if err := t.Validate(); err != nil {
-		return store.ZeroID, err
+	slices.SortFunc(over, func(x, y store.Entry) int { return strings.Compare(x.Name, y.Name) })
+	t := &store.Tree{Entries: make([]store.Entry, 0, len(d.base)+len(over))}
+	j := 0
+	for i := range d.base {
+		e := &d.base[i]
+		if _, ok := d.over[e.Name]; ok {
+			continue
+		}
+		for j < len(over) && over[j].Name < e.Name {
+			t.Entries = append(t.Entries, over[j])
+			j++
+		}
+		t.Entries = append(t.Entries, *e)
 	}
+	t.Entries = append(t.Entries, over[j:]...)
 	id, err := b.w.PutTree(t)
 	if err != nil {
 		return id, fmt.Errorf("store tree: %w", err)
@@ -558,19 +592,20 @@ func (b *builder) ptotals(ctx context.Context, p *pentry) (store.CommitStats, er
 		return b.totals(ctx, &p.e)
 	}
 	s := store.CommitStats{Dirs: 1}
-	for _, c := range p.dir.entries {
-		if c.deleted {
-			continue
-		}
-		sub, err := b.ptotals(ctx, c)
-		if err != nil {
-			return s, err
+	err := p.dir.each(func(c *pentry, base *store.Entry) error {
+		var sub store.CommitStats
+		var err error
+		if c != nil {
+			sub, err = b.ptotals(ctx, c)
+		} else {
+			sub, err = b.totals(ctx, base)
 		}
 		s.Files += sub.Files
 		s.Dirs += sub.Dirs
 		s.Bytes += sub.Bytes
-	}
-	return s, nil
+		return err
+	})
+	return s, err
 }
 
 // totals counts an entry and everything below it in the store.
