@@ -31,6 +31,12 @@ type app struct {
 	stderr   io.Writer
 }
 
+// exitError ends the command with a given exit code and no message: the
+// exit code of a command run in a workspace, passed through.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
 // usageError marks errors in how the command was called (exit code 2).
 type usageError struct{ err error }
 
@@ -60,6 +66,10 @@ REF names a layer (layer:N), a branch, or a commit (id or unique prefix).`,
 	err := a.root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
 	}
 	fmt.Fprintln(stderr, "layerfs: "+oneLine(err.Error()))
 	var ue usageError

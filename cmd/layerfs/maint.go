@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -16,6 +17,21 @@ func gcCmd(a *app) *cobra.Command {
 		Short: "Delete objects and pack bytes that no branch, layer or workspace reaches",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// GC needs the Store to itself: while a daemon serves it, the
+			// daemon collects (its workspaces are roots it knows).
+			if c, err := a.dial(cmd.Context()); err == nil {
+				defer c.Close()
+				if opts.DryRun || opts.Vacuum {
+					return usageError{errors.New("gc --dry-run and --vacuum need the Store to themselves: stop its daemon first (layerfs daemon stop)")}
+				}
+				r, err := c.GC(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return a.emit(r, func(w io.Writer) {
+					fmt.Fprintf(w, "collected by\tthe daemon\nobjects removed\t%d\npacks rewritten\t%d\nreclaimed\t%s\n", r.ObjectsRemoved, r.PacksRewritten, showBytes(r.BytesReclaimed))
+				})
+			}
 			return a.withDB(cmd.Context(), func(db *store.DB) error {
 				st, err := db.GC(cmd.Context(), opts)
 				if err != nil {

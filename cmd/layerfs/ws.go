@@ -297,7 +297,7 @@ JSON result instead). The command's exit code becomes layerfs's.`,
 				return err
 			}
 			if code != 0 {
-				exitWith(a, code)
+				return exitError{code}
 			}
 			return nil
 		},
@@ -310,16 +310,6 @@ JSON result instead). The command's exit code becomes layerfs's.`,
 	f.BoolVarP(&stdin, "interactive", "i", false, "pass this command's standard input to the command")
 	f.Int64Var(&opts.OutputLimit, "output-limit", 0, "cap each output stream at this many bytes (default: the daemon's)")
 	return cmd
-}
-
-// exitWith ends the process with the exec's exit code. run() maps every
-// error to 1, so the code cannot travel back as an error; output is
-// flushed first (stdout and stderr are unbuffered files).
-func exitWith(a *app, code int) {
-	if f, ok := a.stdout.(*os.File); ok {
-		f.Sync()
-	}
-	os.Exit(code)
 }
 
 // wsRef matches WS:PATH (a workspace id, a colon, a path).
