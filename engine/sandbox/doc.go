@@ -74,7 +74,7 @@
 // dedicated init (cmd/layerfs-sandbox-init here) installed next to the
 // daemon, and the default is the running binary itself. To compare them:
 //
-//	go build -o /tmp/init ./engine/sandbox/cmd/layerfs-sandbox-init
+//	go build -o /tmp/init ./cmd/layerfs-sandbox-init
 //	go build -o /tmp/heavy ./engine/sandbox/internal/initbench/heavy
 //	go test -c -o /tmp/sandbox.test ./engine/sandbox
 //	LAYERFS_SANDBOX_EXES=/tmp/init:/tmp/heavy /tmp/sandbox.test -test.run Phases -test.v

@@ -7,7 +7,7 @@ import (
 )
 
 // InitBinaryName is the file name of the dedicated init binary
-// (engine/sandbox/cmd/layerfs-sandbox-init), installed next to layerfsd.
+// (cmd/layerfs-sandbox-init), installed next to layerfsd.
 const InitBinaryName = "layerfs-sandbox-init"
 
 // InitBinary returns the path of the dedicated init binary next to this

@@ -40,9 +40,12 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, env ...s
 		exe = "/proc/self/exe"
 	}
 	cmd := &exec.Cmd{
-		Path:       exe,
-		Args:       []string{initArg0},
-		Env:        append([]string{}, env...),
+		Path: exe,
+		Args: []string{initArg0},
+		// HOME, because packages linked into a daemon-sized binary may
+		// need it in their init functions before InitMain runs (lima's
+		// do); the command's own environment is built by the init.
+		Env:        append([]string{"HOME=/"}, env...),
 		Dir:        "/", // never the workspace: see the package comment
 		Stdin:      p.inR,
 		Stdout:     p.outW,

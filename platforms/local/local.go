@@ -115,6 +115,10 @@ func (p *Platform) Up(ctx context.Context) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("local: %w: namespace sandboxes need root", platforms.ErrUnavailable)
 	}
+	// Exec cgroups a crashed daemon left behind: empty ones go now.
+	if removed, err := p.launcher.RemoveStale(time.Minute); len(removed) > 0 || err != nil {
+		p.log.Info("stale sandbox cgroups", "removed", len(removed), "err", err)
+	}
 	dir, err := os.MkdirTemp("", "layerfs-probe-")
 	if err != nil {
 		return fmt.Errorf("local: probe: %w", err)
