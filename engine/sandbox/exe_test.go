@@ -49,7 +49,7 @@ func TestDedicatedInit(t *testing.T) {
 		t.Skip("no go toolchain to build the init binary")
 	}
 	bin := filepath.Join(t.TempDir(), sandbox.InitBinaryName)
-	build := exec.Command(gobin, "build", "-o", bin, "./cmd/layerfs-sandbox-init")
+	build := exec.Command(gobin, "build", "-o", bin, "layerfs.dev/layerfs/cmd/layerfs-sandbox-init")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
