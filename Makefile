@@ -3,7 +3,7 @@ GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help build layerfs test demo bench-store
+.PHONY: help build layerfs test cells demo bench-store bench-session
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,8 +20,14 @@ test: ## the whole test suite: scripts/test-setup, then go test ./...
 	scripts/test-setup
 	$(GO) test -count=1 -timeout 60m ./...
 
+cells: build ## the main job: the twelve cells on the local platform, LayerFS vs native, 5 samples; prints the table
+	bin/layerfs cells run --out $(or $(OUT),results/cells-$(shell date +%Y%m%d-%H%M%S)) $(ARGS)
+
 demo: layerfs ## import a directory, make history, diff and check out (scripts/demo)
 	scripts/demo
 
 bench-store: layerfs ## dedup growth, capture throughput and fork time against the issue-2 targets
 	bin/layerfs bench store
+
+bench-session: build ## workspace open/close, exec latency and overhead, commit, fork, throughput, idle memory
+	bin/layerfs bench session $(ARGS)
