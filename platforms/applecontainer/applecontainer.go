@@ -270,6 +270,15 @@ func (p *Platform) find(ctx context.Context) (containerInfo, bool, error) {
 	return containerInfo{}, false, nil
 }
 
+// Leaks lists what this platform left on the host: its container, while it
+// exists (the conformance suite checks it is gone after Down).
+func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
+	if _, found, err := p.find(ctx); err != nil || !found {
+		return nil, err
+	}
+	return []string{"container " + p.name}, nil
+}
+
 // runArgs is the `container run` command line that creates the guest: a
 // detached container whose main process only keeps it alive, with every
 // capability (FUSE mounts and namespace sandboxes need CAP_SYS_ADMIN, which

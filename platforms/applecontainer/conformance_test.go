@@ -1,104 +1,28 @@
 package applecontainer
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
-	"layerfs.dev/layerfs/platforms/internal/guest"
+	"layerfs.dev/layerfs/platforms/internal/guest/guesttest"
+	"layerfs.dev/layerfs/platforms/platformtest"
 )
 
-// TestConformance runs remoteConformance against a real container VM
-// wherever Apple's container CLI is installed (a Mac with Apple silicon
-// and macOS 26); elsewhere it skips.
+// TestConformance runs the conformance suite through the daemon of real
+// container VMs wherever Apple's container CLI is installed (macOS on Apple
+// silicon); elsewhere it skips.
 func TestConformance(t *testing.T) {
 	if _, err := exec.LookPath("container"); err != nil {
 		testenv.SkipNotHere(t, "Apple's container CLI not installed")
 	}
-	suffix := make([]byte, 3)
-	_, _ = rand.Read(suffix)
-	p, err := New(Config{Project: "conformance-" + hex.EncodeToString(suffix), Daemon: guestDaemonBinary(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	remoteConformance(t, p, func(ctx context.Context) (bool, error) {
-		_, found, err := p.find(ctx)
-		return found, err
-	})
-}
-
-// remoteConformance is the part of the Remote conformance suite this
-// package can run until platforms/platformtest has one: lifecycle,
-// idempotence, the published API answering, identity, and cleanup leaving
-// no container behind.
-func remoteConformance(t *testing.T, p platforms.Platform, exists func(context.Context) (bool, error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	t.Cleanup(func() { _ = p.Down(context.Background()) })
-	r, ok := p.(platforms.Remote)
-	if !ok || !p.Features().RemoteDaemon {
-		t.Fatalf("%s is not a RemoteDaemon platform implementing platforms.Remote", p.Name())
-	}
-	if _, _, err := r.Endpoint(ctx); !errors.Is(err, platforms.ErrNotUp) {
-		t.Errorf("Endpoint before Up: got %v, want ErrNotUp", err)
-	}
-	if err := p.Up(ctx); err != nil {
-		t.Fatalf("Up: %v", err)
-	}
-	if err := p.Up(ctx); err != nil {
-		t.Fatalf("second Up: %v", err)
-	}
-	addr, token, err := r.Endpoint(ctx)
-	if err != nil {
-		t.Fatalf("Endpoint: %v", err)
-	}
-	sock, ok := strings.CutPrefix(addr, "unix://")
-	if !ok {
-		t.Fatalf("Endpoint %q is not a unix socket", addr)
-	}
-	daemon := guest.UnixDaemon(sock)
-	daemon.Token = token
-	if _, err := daemon.Version(ctx); err != nil {
-		t.Fatalf("GET /v1/version through %s: %v", addr, err)
-	}
-	id, err := p.Identity(ctx)
-	if err != nil {
-		t.Fatalf("Identity: %v", err)
-	}
-	if id.Platform != p.Name() || id.Kernel == "" || id.CPUs <= 0 || id.MemoryBytes <= 0 || id.Runtime == "" {
-		t.Errorf("Identity is incomplete: %+v", id)
-	}
-	if err := p.Down(ctx); err != nil {
-		t.Fatalf("Down: %v", err)
-	}
-	if found, err := exists(ctx); err != nil || found {
-		t.Errorf("after Down the container still exists (%v, %v)", found, err)
-	}
-	if err := p.Down(ctx); err != nil {
-		t.Errorf("second Down: %v", err)
-	}
-}
-
-// guestDaemonBinary returns a layerfsd for the container's linux/arm64 VM:
-// $LAYERFS_GUEST_DAEMON, or one built from ./cmd/layerfsd.
-func guestDaemonBinary(t *testing.T) string {
-	if p := os.Getenv("LAYERFS_GUEST_DAEMON"); p != "" {
+	daemon := guesttest.GuestDaemon(t)
+	platformtest.Run(t, func(t *testing.T) platforms.Platform {
+		p, err := New(Config{Project: guesttest.Project(), Daemon: daemon})
+		if err != nil {
+			t.Fatal(err)
+		}
 		return p
-	}
-	out := filepath.Join(t.TempDir(), "layerfsd")
-	cmd := exec.Command("go", "build", "-o", out, "layerfs.dev/layerfs/cmd/layerfsd")
-	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build layerfsd for the guest (or set LAYERFS_GUEST_DAEMON): %v\n%s", err, b)
-	}
-	return out
+	})
 }

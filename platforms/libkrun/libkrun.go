@@ -246,6 +246,15 @@ func (p *Platform) find(ctx context.Context) (sandboxInfo, bool, error) {
 	return sandboxInfo{}, false, nil
 }
 
+// Leaks lists what this platform left on the host: its microVM, while it
+// exists (the conformance suite checks it is gone after Down).
+func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
+	if _, found, err := p.find(ctx); err != nil || !found {
+		return nil, err
+	}
+	return []string{"microVM " + p.name}, nil
+}
+
 func (p *Platform) statePath() string { return filepath.Join(p.cfg.StateDir, p.name+".json") }
 func (p *Platform) tokenPath() string { return filepath.Join(p.cfg.StateDir, p.name+".token") }
 

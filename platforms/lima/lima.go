@@ -253,6 +253,15 @@ func (p *Platform) find(ctx context.Context) (instance, bool, error) {
 	return instance{}, false, nil
 }
 
+// Leaks lists what this platform left on the host: its instance, while it
+// exists (the conformance suite checks it is gone after Down).
+func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
+	if _, found, err := p.find(ctx); err != nil || !found {
+		return nil, err
+	}
+	return []string{"lima instance " + p.inst}, nil
+}
+
 // Up implements platforms.Platform: create the instance if it is missing,
 // boot it, install and start layerfsd in it, and wait until the daemon
 // answers on the forwarded socket. It does nothing more when all that is

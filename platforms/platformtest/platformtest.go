@@ -20,10 +20,12 @@
 // host, mounts below the workspaces, processes started by the execs, and
 // child processes of the test.
 //
-// HostMounts platforms are driven through SandboxHost. For RemoteDaemon
-// platforms the suite checks the lifecycle and the endpoint; their exec
-// checks, driven through the guest daemon's API with the client package,
-// are still to be written (runRemote says where).
+// HostMounts platforms are driven through SandboxHost. RemoteDaemon
+// platforms are driven through the API of their guest's layerfsd with the
+// client package: a project and a workspace in the guest, then the same
+// checks of exits, output, stdin, timeouts, files both ways, concurrency
+// and the network. This package's own test runs that variant against a
+// layerfsd on this host, so it is exercised where no VM can boot.
 package platformtest
 
 import (
@@ -93,11 +95,9 @@ func Run(t *testing.T, newPlatform func(t *testing.T) platforms.Platform) {
 	t.Run("NothingLeft", func(t *testing.T) { checkNothingLeft(t, p, before, root) })
 }
 
-// runRemote checks what a RemoteDaemon platform owes without a client:
-// the endpoint of its guest's layerfsd exists exactly while it is up. The
-// client-driven variant (the checks runHostMounts makes, made through
-// Remote.Endpoint and the client package against the guest's daemon) goes
-// in the Exec subtest.
+// runRemote checks a RemoteDaemon platform: the endpoint of its guest's
+// layerfsd exists exactly while it is up, and through it (with the SDK) the
+// checks runHostMounts makes.
 func runRemote(t *testing.T, p platforms.Platform) {
 	r, ok := p.(platforms.Remote)
 	if !ok {
@@ -125,9 +125,7 @@ func runRemote(t *testing.T, p platforms.Platform) {
 			t.Errorf("Endpoint after Down: got %v, want ErrNotUp", err)
 		}
 	})
-	t.Run("Exec", func(t *testing.T) {
-		t.Skipf("%s is a RemoteDaemon platform: the client-driven exec checks are not written yet", p.Name())
-	})
+	t.Run("Exec", func(t *testing.T) { runRemoteExec(t, p, r) })
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
