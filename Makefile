@@ -8,9 +8,9 @@ export PATH := /usr/local/go/bin:$(PATH)
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## build every command (./cmd/...) into bin/
+build: ## build every command (./cmd/...) into bin/, static (the Docker supervisor runs inside containers)
 	@mkdir -p bin
-	$(GO) build -o bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/...
 
 layerfs: ## build only bin/layerfs
 	@mkdir -p bin

@@ -14,7 +14,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
-	"layerfs.dev/layerfs/platforms/docker/internal/supervise"
+	"layerfs.dev/layerfs/platforms/docker/supervise"
 )
 
 func containerListLabel(label string) container.ListOptions {

@@ -70,7 +70,7 @@ func buildSupervisor(dir string) (string, error) {
 	if err != nil {
 		gobin = filepath.Join(runtime.GOROOT(), "bin", "go") // go test's own toolchain
 	}
-	cmd := exec.Command(gobin, "build", "-o", out, "layerfs.dev/layerfs/platforms/docker/cmd/layerfs-supervise")
+	cmd := exec.Command(gobin, "build", "-o", out, "layerfs.dev/layerfs/cmd/layerfs-supervise")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stderr = os.Stderr
 	return out, cmd.Run()

@@ -26,7 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/platforms"
-	"layerfs.dev/layerfs/platforms/docker/internal/supervise"
+	"layerfs.dev/layerfs/platforms/docker/supervise"
 )
 
 // Errors of Attach and Exec.

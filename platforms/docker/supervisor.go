@@ -5,7 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"layerfs.dev/layerfs/platforms/docker/internal/supervise"
+	"layerfs.dev/layerfs/platforms/docker/supervise"
 )
 
 // Where the supervisor is bind-mounted in every container.
