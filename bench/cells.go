@@ -44,6 +44,9 @@ type Config struct {
 	Keep bool
 }
 
+// DaemonLogFile is the daemons' log in a run's output directory.
+const DaemonLogFile = "daemon.log"
+
 // target is one platform ready to run samples.
 type target struct {
 	name string
@@ -79,18 +82,25 @@ func Run(ctx context.Context, cfg Config) (report.Results, error) {
 	if cfg.Seed == 0 {
 		cfg.Seed = time.Now().UnixNano()
 	}
+	for _, d := range []string{cfg.OutDir, cfg.WorkDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return report.Results{}, err
+		}
+	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		// The daemons of the run log to the output directory, where a
+		// failed sample's "see the daemon's log" points.
+		f, err := os.Create(filepath.Join(cfg.OutDir, DaemonLogFile))
+		if err != nil {
+			return report.Results{}, err
+		}
+		defer f.Close()
+		log = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	res := report.Results{Machine: cfg.Machine, Command: cfg.Command, Date: time.Now().UTC()}
 	for _, c := range cfg.Cells {
 		res.Cells = append(res.Cells, report.Cell{ID: c.ID, Title: c.Title, Group: c.Group})
-	}
-	for _, d := range []string{cfg.OutDir, cfg.WorkDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return res, err
-		}
 	}
 	sampleLog, err := report.OpenLog(filepath.Join(cfg.OutDir, report.SamplesFile))
 	if err != nil {

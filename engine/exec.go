@@ -15,7 +15,7 @@ import (
 const maxTimeout = 24 * time.Hour
 
 // execSpec validates a request and turns it into the platform's spec.
-func (e *Engine) execSpec(id string, req wire.ExecRequest) (platforms.ExecSpec, error) {
+func (e *Engine) execSpec(req wire.ExecRequest) (platforms.ExecSpec, error) {
 	var s platforms.ExecSpec
 	switch {
 	case len(req.Argv) > 0 && req.Body != "":
@@ -64,7 +64,6 @@ func (e *Engine) execSpec(id string, req wire.ExecRequest) (platforms.ExecSpec, 
 	}
 	s.MemoryBytes = req.MemoryBytes
 	s.Pids = req.Pids
-	s.Hostname = id
 	return s, nil
 }
 
@@ -90,7 +89,7 @@ func (e *Engine) endExec() {
 // fails (non-zero exit, timeout) is a result, not an error; errors are for
 // requests that could not run.
 func (e *Engine) Exec(ctx context.Context, id string, req wire.ExecRequest, stdout, stderr io.Writer) (wire.ExecResult, error) {
-	spec, err := e.execSpec(id, req)
+	spec, err := e.execSpec(req)
 	if err != nil {
 		return wire.ExecResult{}, err
 	}
