@@ -2,13 +2,10 @@ package applecontainer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -90,13 +87,12 @@ type Platform struct {
 	cfg        Config
 	name       string
 	hostSocket string
-	run        Runner
+	cli        *guest.Tool // the container CLI
 	log        *slog.Logger
 
-	mu      sync.Mutex
-	version string
-	up      bool
-	info    containerInfo
+	mu   sync.Mutex
+	up   bool
+	info containerInfo
 }
 
 var (
@@ -126,41 +122,33 @@ func New(cfg Config) (*Platform, error) {
 	if !filepath.IsAbs(sock) || len(sock) >= unixPathMax {
 		return nil, fmt.Errorf("host socket %q must be an absolute path shorter than %d bytes (set RunDir): %w", sock, unixPathMax, ErrConfig)
 	}
-	p := &Platform{cfg: cfg, name: name, hostSocket: sock, run: cfg.Runner, log: cfg.Logger}
-	if p.run == nil {
-		p.run = ExecRunner{}
-	}
+	p := &Platform{cfg: cfg, name: name, hostSocket: sock, log: cfg.Logger}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.cli = &guest.Tool{
+		Argv0:        "container",
+		Prefix:       "applecontainer",
+		Missing:      "the container CLI is not in PATH (install Apple's container " + MinVersion + " or newer from the signed package at https://github.com/apple/container/releases; it needs a Mac with Apple silicon and macOS 26)",
+		ErrCommand:   ErrCommand,
+		ParseVersion: parseVersion,
+		MinVersion:   minVersion,
+		Upgrade:      "install the newer signed package from https://github.com/apple/container/releases",
+		Runner:       cfg.Runner,
+		Log:          p.log,
 	}
 	return p, nil
 }
 
 // ContainerName derives the container's name (its id for the CLI) from a
-// project name: "layerfs-" and the name lower-cased with every run of
-// characters outside [a-z0-9] made one "-"; when that changed the name, a
-// short hash of the original keeps projects apart.
+// project name with guest.Name: "layerfs-" and the name lower-cased with
+// every run of characters outside [a-z0-9] made one "-"; when that changed
+// the name, a short hash of the original keeps projects apart.
 func ContainerName(project string) (string, error) {
-	if project == "" {
-		return "", fmt.Errorf("project name is empty: %w", ErrConfig)
+	name, err := guest.Name(project)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", err, ErrConfig)
 	}
-	var b strings.Builder
-	dash := false
-	for _, r := range strings.ToLower(project) {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			b.WriteRune(r)
-			dash = false
-		} else if !dash {
-			b.WriteByte('-')
-			dash = true
-		}
-	}
-	clean := strings.Trim(b.String(), "-")
-	if clean != project {
-		sum := sha256.Sum256([]byte(project))
-		clean = strings.TrimPrefix(clean+"-"+hex.EncodeToString(sum[:3]), "-")
-	}
-	name := "layerfs-" + clean
 	if len(name) > 63 {
 		return "", fmt.Errorf("project %q makes a container name longer than 63 characters: %w", project, ErrConfig)
 	}
@@ -179,60 +167,10 @@ func (p *Platform) Features() platforms.Features {
 	return platforms.Features{RemoteDaemon: true, Network: !p.cfg.NoNetwork}
 }
 
-// tool runs one `container` command; only a command that could not run at
-// all is an error here.
-func (p *Platform) tool(ctx context.Context, args ...string) (Result, error) {
-	argv := append([]string{"container"}, args...)
-	p.log.Debug("applecontainer: run", "argv", argv)
-	res, err := p.run.Run(ctx, argv, nil)
-	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
-			return res, fmt.Errorf("applecontainer: the container CLI is not in PATH (install Apple's container %s or newer from the signed package at https://github.com/apple/container/releases; it needs a Mac with Apple silicon and macOS 26): %w", MinVersion, platforms.ErrUnavailable)
-		}
-		return res, fmt.Errorf("applecontainer: %s: %w", strings.Join(argv[:min(len(argv), 3)], " "), err)
-	}
-	return res, nil
-}
-
-// must runs a command that has to succeed.
-func (p *Platform) must(ctx context.Context, args ...string) (Result, error) {
-	res, err := p.tool(ctx, args...)
-	if err != nil {
-		return res, err
-	}
-	if res.ExitCode != 0 {
-		return res, fmt.Errorf("applecontainer: container %s exited with status %d: %w; stderr:\n%s",
-			args[0], res.ExitCode, ErrCommand, guest.Tail(res.Stderr, 20))
-	}
-	return res, nil
-}
-
-func (p *Platform) checkTool(ctx context.Context) error {
-	if p.version != "" {
-		return nil
-	}
-	res, err := p.tool(ctx, "--version")
-	if err != nil {
-		return err
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("applecontainer: container --version exited with status %d: %w; stderr:\n%s", res.ExitCode, platforms.ErrUnavailable, guest.Tail(res.Stderr, 10))
-	}
-	v, raw, err := parseVersion(res.Stdout)
-	if err != nil {
-		return fmt.Errorf("applecontainer: %w: %w", err, platforms.ErrUnavailable)
-	}
-	if v.Less(minVersion) {
-		return fmt.Errorf("applecontainer: container %s is too old, LayerFS needs %s or newer (install the newer signed package from https://github.com/apple/container/releases): %w", raw, MinVersion, platforms.ErrUnavailable)
-	}
-	p.version = raw
-	return nil
-}
-
 // ensureSystem starts the container services (API server, and on first
 // use the default kernel) unless `container system status` says they run.
 func (p *Platform) ensureSystem(ctx context.Context) error {
-	res, err := p.tool(ctx, "system", "status")
+	res, err := p.cli.Run(ctx, "system", "status")
 	if err != nil {
 		return err
 	}
@@ -242,7 +180,7 @@ func (p *Platform) ensureSystem(ctx context.Context) error {
 	p.log.Info("applecontainer: starting container services")
 	// --enable-kernel-install answers the first-run kernel prompt, which
 	// would otherwise read stdin.
-	res, err = p.tool(ctx, "system", "start", "--enable-kernel-install")
+	res, err = p.cli.Run(ctx, "system", "start", "--enable-kernel-install")
 	if err != nil {
 		return err
 	}
@@ -254,7 +192,7 @@ func (p *Platform) ensureSystem(ctx context.Context) error {
 }
 
 func (p *Platform) find(ctx context.Context) (containerInfo, bool, error) {
-	res, err := p.must(ctx, "list", "--all", "--format", "json")
+	res, err := p.cli.Must(ctx, "list", "--all", "--format", "json")
 	if err != nil {
 		return containerInfo{}, false, err
 	}
@@ -327,7 +265,7 @@ var daemonScript = "chmod 0755 " + guestDaemon + " && echo $$ >" + guestPID + " 
 func (p *Platform) Up(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.checkTool(ctx); err != nil {
+	if err := p.cli.CheckVersion(ctx); err != nil {
 		return err
 	}
 	if err := p.ensureSystem(ctx); err != nil {
@@ -379,7 +317,7 @@ func (p *Platform) Up(ctx context.Context) error {
 
 // startOrFail runs a command that boots the container's VM.
 func (p *Platform) startOrFail(ctx context.Context, args ...string) error {
-	res, err := p.tool(ctx, args...)
+	res, err := p.cli.Run(ctx, args...)
 	if err != nil {
 		return err
 	}
@@ -402,18 +340,18 @@ func (p *Platform) startDaemon(ctx context.Context) error {
 	if _, err := os.Stat(daemon); err != nil {
 		return fmt.Errorf("applecontainer: layerfsd for the guest: %w: %w", err, ErrConfig)
 	}
-	if _, err := p.must(ctx, "exec", p.name, "sh", "-c", prepScript); err != nil {
+	if _, err := p.cli.Must(ctx, "exec", p.name, "sh", "-c", prepScript); err != nil {
 		return err
 	}
-	if _, err := p.must(ctx, "copy", daemon, p.name+":"+guestDaemon); err != nil {
+	if _, err := p.cli.Must(ctx, "copy", daemon, p.name+":"+guestDaemon); err != nil {
 		return err
 	}
-	_, err = p.must(ctx, "exec", "--detach", p.name, "sh", "-c", daemonScript)
+	_, err = p.cli.Must(ctx, "exec", "--detach", p.name, "sh", "-c", daemonScript)
 	return err
 }
 
 func (p *Platform) daemonLog(ctx context.Context) string {
-	return guest.LogTail(p.tool(ctx, "exec", p.name, "tail", "-n", "40", guestLog))
+	return guest.LogTail(p.cli.Run(ctx, "exec", p.name, "tail", "-n", "40", guestLog))
 }
 
 // Endpoint implements platforms.Remote: the published socket on this host.
@@ -433,7 +371,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 	if !p.up {
 		return platforms.Identity{}, fmt.Errorf("applecontainer: identity of %q: %w", p.name, platforms.ErrNotUp)
 	}
-	res, err := p.must(ctx, "exec", p.name, "sh", "-c", guest.FactsScript)
+	res, err := p.cli.Must(ctx, "exec", p.name, "sh", "-c", guest.FactsScript)
 	if err != nil {
 		return platforms.Identity{}, err
 	}
@@ -441,7 +379,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 	if err != nil {
 		return platforms.Identity{}, fmt.Errorf("applecontainer: %w", err)
 	}
-	id.Platform, id.Runtime, id.Image = Name, "container "+p.version, p.info.image()
+	id.Platform, id.Runtime, id.Image = Name, "container "+p.cli.Version(), p.info.image()
 	id.Details = fmt.Sprintf("container %s", p.name)
 	return id, nil
 }
@@ -452,7 +390,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 func (p *Platform) Down(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.checkTool(ctx); err != nil {
+	if err := p.cli.CheckVersion(ctx); err != nil {
 		return err
 	}
 	p.up = false
@@ -462,7 +400,7 @@ func (p *Platform) Down(ctx context.Context) error {
 	if _, found, err := p.find(ctx); err != nil {
 		return err
 	} else if found {
-		if _, err := p.must(ctx, "delete", "--force", p.name); err != nil {
+		if _, err := p.cli.Must(ctx, "delete", "--force", p.name); err != nil {
 			return err
 		}
 	}

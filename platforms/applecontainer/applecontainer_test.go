@@ -2,10 +2,7 @@ package applecontainer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,11 +26,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{runDir: t.TempDir()}
-	f.daemon = filepath.Join(t.TempDir(), "layerfsd")
-	if err := os.WriteFile(f.daemon, []byte("#!/bin/false\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	f := &fixture{runDir: t.TempDir(), daemon: guesttest.FakeDaemon(t)}
 	f.vars = map[string]string{"RUNDIR": f.runDir, "DAEMON": f.daemon}
 	return f
 }
@@ -41,14 +34,7 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) platform(t *testing.T, r Runner, mod func(*Config)) *Platform {
 	t.Helper()
 	cfg := Config{Project: "demo", Daemon: f.daemon, RunDir: f.runDir, CPUs: 4, Memory: "4G", Runner: r, DaemonTimeout: 5 * time.Second}
-	if mod != nil {
-		mod(&cfg)
-	}
-	p, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return guesttest.New(t, New, cfg, mod)
 }
 
 func (f *fixture) hostSocket() string { return filepath.Join(f.runDir, "layerfs-demo.sock") }
@@ -57,19 +43,7 @@ func (f *fixture) hostSocket() string { return filepath.Join(f.runDir, "layerfs-
 // socket relay does once the guest daemon listens.
 func (f *fixture) serveDaemon(t *testing.T) {
 	t.Helper()
-	l, err := net.Listen("unix", f.hostSocket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/version" {
-			http.NotFound(w, r)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(wire.Version{Version: "0.1.0-test", API: "v1"})
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	guesttest.ServeVersion(t, "unix", f.hostSocket(), wire.Version{Version: "0.1.0-test", API: "v1"}, nil)
 }
 
 func TestUpCreatesStartsAndTearsDown(t *testing.T) {
@@ -102,23 +76,13 @@ func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 	if _, err := os.Stat(f.hostSocket()); !os.IsNotExist(err) {
 		t.Errorf("Down left the host socket: %v", err)
 	}
-	if err := p.Down(ctx); err != nil {
-		t.Fatalf("second Down: %v", err)
-	}
-	if _, _, err := p.Endpoint(ctx); !errors.Is(err, platforms.ErrNotUp) {
-		t.Errorf("Endpoint after Down: got %v, want ErrNotUp", err)
-	}
+	guesttest.DownAgain(t, p)
 }
 
 func TestUpIsIdempotentWhenDaemonAnswers(t *testing.T) {
 	f := newFixture(t)
 	f.serveDaemon(t)
-	p := f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), nil)
-	for i := range 2 {
-		if err := p.Up(context.Background()); err != nil {
-			t.Fatalf("Up #%d: %v", i+1, err)
-		}
-	}
+	guesttest.Up(t, f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), nil), 2)
 }
 
 func TestUpFailures(t *testing.T) {
@@ -136,15 +100,7 @@ func TestUpFailures(t *testing.T) {
 		t.Run(tc.scenario, func(t *testing.T) {
 			f := newFixture(t)
 			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
-			err := p.Up(context.Background())
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("Up: got %v, want %v", err, tc.want)
-			}
-			for _, s := range tc.mentions {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("error does not mention %q:\n%v", s, err)
-				}
-			}
+			guesttest.WantError(t, p.Up(context.Background()), tc.want, tc.mentions...)
 		})
 	}
 }

@@ -3,7 +3,6 @@ package libkrun
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -94,13 +92,12 @@ type state struct {
 type Platform struct {
 	cfg  Config
 	name string
-	run  Runner
+	msb  *guest.Tool
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	version string
-	up      bool
-	st      state
+	mu sync.Mutex
+	up bool
+	st state
 }
 
 var (
@@ -129,41 +126,33 @@ func New(cfg Config) (*Platform, error) {
 	if cfg.DaemonTimeout <= 0 {
 		cfg.DaemonTimeout = DefaultDaemonTimeout
 	}
-	p := &Platform{cfg: cfg, name: name, run: cfg.Runner, log: cfg.Logger}
-	if p.run == nil {
-		p.run = ExecRunner{}
-	}
+	p := &Platform{cfg: cfg, name: name, log: cfg.Logger}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.msb = &guest.Tool{
+		Argv0:        "msb",
+		Prefix:       "libkrun",
+		Missing:      "msb (microsandbox) not found in PATH (install microsandbox " + MinVersion + " or newer: see https://docs.microsandbox.dev; it needs KVM on Linux or Apple silicon on macOS)",
+		ErrCommand:   ErrCommand,
+		ParseVersion: parseVersion,
+		MinVersion:   minVersion,
+		Upgrade:      "upgrade: msb self update",
+		Runner:       cfg.Runner,
+		Log:          p.log,
 	}
 	return p, nil
 }
 
-// SandboxName derives the sandbox name from a project name: "layerfs-" and
-// the name lower-cased with every run of characters outside [a-z0-9] made
-// one "-"; when that changed the name, a short hash of the original keeps
-// projects apart.
+// SandboxName derives the sandbox name from a project name with
+// guest.Name: "layerfs-" and the name lower-cased with every run of
+// characters outside [a-z0-9] made one "-"; when that changed the name, a
+// short hash of the original keeps projects apart.
 func SandboxName(project string) (string, error) {
-	if project == "" {
-		return "", fmt.Errorf("project name is empty: %w", ErrConfig)
+	name, err := guest.Name(project)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", err, ErrConfig)
 	}
-	var b strings.Builder
-	dash := false
-	for _, r := range strings.ToLower(project) {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			b.WriteRune(r)
-			dash = false
-		} else if !dash {
-			b.WriteByte('-')
-			dash = true
-		}
-	}
-	clean := strings.Trim(b.String(), "-")
-	if clean != project {
-		sum := sha256.Sum256([]byte(project))
-		clean = strings.TrimPrefix(clean+"-"+hex.EncodeToString(sum[:3]), "-")
-	}
-	name := "layerfs-" + clean
 	if len(name) > 128 { // msb's limit: 128 bytes
 		return "", fmt.Errorf("project %q makes a sandbox name longer than 128 bytes: %w", project, ErrConfig)
 	}
@@ -183,54 +172,8 @@ func (p *Platform) Features() platforms.Features {
 	return platforms.Features{RemoteDaemon: true, Network: true}
 }
 
-func (p *Platform) msb(ctx context.Context, args ...string) (Result, error) {
-	argv := append([]string{"msb"}, args...)
-	p.log.Debug("libkrun: run", "argv", argv)
-	res, err := p.run.Run(ctx, argv, nil)
-	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
-			return res, fmt.Errorf("libkrun: msb (microsandbox) not found in PATH (install microsandbox %s or newer: see https://docs.microsandbox.dev; it needs KVM on Linux or Apple silicon on macOS): %w", MinVersion, platforms.ErrUnavailable)
-		}
-		return res, fmt.Errorf("libkrun: %s: %w", strings.Join(argv[:min(len(argv), 3)], " "), err)
-	}
-	return res, nil
-}
-
-func (p *Platform) must(ctx context.Context, args ...string) (Result, error) {
-	res, err := p.msb(ctx, args...)
-	if err != nil {
-		return res, err
-	}
-	if res.ExitCode != 0 {
-		return res, fmt.Errorf("libkrun: msb %s exited with status %d: %w; stderr:\n%s", args[0], res.ExitCode, ErrCommand, guest.Tail(res.Stderr, 20))
-	}
-	return res, nil
-}
-
-func (p *Platform) checkTool(ctx context.Context) error {
-	if p.version != "" {
-		return nil
-	}
-	res, err := p.msb(ctx, "--version")
-	if err != nil {
-		return err
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("libkrun: msb --version exited with status %d: %w; stderr:\n%s", res.ExitCode, platforms.ErrUnavailable, guest.Tail(res.Stderr, 10))
-	}
-	v, raw, err := parseVersion(res.Stdout)
-	if err != nil {
-		return fmt.Errorf("libkrun: %w: %w", err, platforms.ErrUnavailable)
-	}
-	if v.Less(minVersion) {
-		return fmt.Errorf("libkrun: msb %s is too old, LayerFS needs %s or newer (upgrade: msb self update): %w", raw, MinVersion, platforms.ErrUnavailable)
-	}
-	p.version = raw
-	return nil
-}
-
 func (p *Platform) find(ctx context.Context) (sandboxInfo, bool, error) {
-	res, err := p.must(ctx, "ls", "--format", "json")
+	res, err := p.msb.Must(ctx, "ls", "--format", "json")
 	if err != nil {
 		return sandboxInfo{}, false, err
 	}
@@ -357,7 +300,7 @@ func (p *Platform) url(st state) string { return fmt.Sprintf("http://127.0.0.1:%
 func (p *Platform) Up(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.checkTool(ctx); err != nil {
+	if err := p.msb.CheckVersion(ctx); err != nil {
 		return err
 	}
 	s, found, err := p.find(ctx)
@@ -372,7 +315,7 @@ func (p *Platform) Up(ctx context.Context) error {
 			}
 		}
 		p.log.Info("libkrun: replacing a microVM without an answering daemon", "sandbox", p.name, "status", s.Status)
-		if _, err := p.must(ctx, "rm", "--force", p.name); err != nil {
+		if _, err := p.msb.Must(ctx, "rm", "--force", p.name); err != nil {
 			return err
 		}
 	}
@@ -391,7 +334,7 @@ func (p *Platform) Up(ctx context.Context) error {
 		return err
 	}
 	p.log.Info("libkrun: creating microVM", "sandbox", p.name, "image", p.cfg.Image, "port", st.Port)
-	res, err := p.msb(ctx, p.runArgs(daemon, st)...)
+	res, err := p.msb.Run(ctx, p.runArgs(daemon, st)...)
 	if err != nil {
 		return err
 	}
@@ -409,7 +352,7 @@ func (p *Platform) Up(ctx context.Context) error {
 }
 
 func (p *Platform) daemonLog(ctx context.Context) string {
-	return guest.LogTail(p.msb(ctx, "exec", "--no-tty", p.name, "--", "tail", "-n", "40", guestLog))
+	return guest.LogTail(p.msb.Run(ctx, "exec", "--no-tty", p.name, "--", "tail", "-n", "40", guestLog))
 }
 
 // Endpoint implements platforms.Remote: the published loopback port and the
@@ -430,7 +373,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 	if !p.up {
 		return platforms.Identity{}, fmt.Errorf("libkrun: identity of %q: %w", p.name, platforms.ErrNotUp)
 	}
-	res, err := p.must(ctx, "exec", "--no-tty", p.name, "--", "sh", "-c", guest.FactsScript)
+	res, err := p.msb.Must(ctx, "exec", "--no-tty", p.name, "--", "sh", "-c", guest.FactsScript)
 	if err != nil {
 		return platforms.Identity{}, err
 	}
@@ -438,7 +381,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 	if err != nil {
 		return platforms.Identity{}, fmt.Errorf("libkrun: %w", err)
 	}
-	id.Platform, id.Runtime, id.Image = Name, "msb "+p.version, p.cfg.Image
+	id.Platform, id.Runtime, id.Image = Name, "msb "+p.msb.Version(), p.cfg.Image
 	id.Details = fmt.Sprintf("sandbox %s (libkrun microVM)", p.name)
 	return id, nil
 }
@@ -448,14 +391,14 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 func (p *Platform) Down(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.checkTool(ctx); err != nil {
+	if err := p.msb.CheckVersion(ctx); err != nil {
 		return err
 	}
 	p.up = false
 	if _, found, err := p.find(ctx); err != nil {
 		return err
 	} else if found {
-		if _, err := p.must(ctx, "rm", "--force", p.name); err != nil {
+		if _, err := p.msb.Must(ctx, "rm", "--force", p.name); err != nil {
 			return err
 		}
 	}

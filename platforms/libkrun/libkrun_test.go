@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,11 +30,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{stateDir: t.TempDir()}
-	f.daemon = filepath.Join(t.TempDir(), "layerfsd")
-	if err := os.WriteFile(f.daemon, []byte("#!/bin/false\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	f := &fixture{stateDir: t.TempDir(), daemon: guesttest.FakeDaemon(t)}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -49,14 +44,7 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) platform(t *testing.T, r Runner, mod func(*Config)) *Platform {
 	t.Helper()
 	cfg := Config{Project: "demo", Daemon: f.daemon, StateDir: f.stateDir, HostPort: f.port, CPUs: 2, Memory: "2G", Runner: r, DaemonTimeout: 5 * time.Second}
-	if mod != nil {
-		mod(&cfg)
-	}
-	p, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return guesttest.New(t, New, cfg, mod)
 }
 
 // serveDaemon answers GET /v1/version on the published port, as layerfsd
@@ -64,20 +52,10 @@ func (f *fixture) platform(t *testing.T, r Runner, mod func(*Config)) *Platform 
 // written to the token file that is copied into the guest.
 func (f *fixture) serveDaemon(t *testing.T) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(f.port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	guesttest.ServeVersion(t, "tcp", "127.0.0.1:"+strconv.Itoa(f.port), wire.Version{Version: "0.1.0-test", API: "v1"}, func() (string, error) {
 		tok, err := os.ReadFile(filepath.Join(f.stateDir, "layerfs-demo.token"))
-		if err != nil || r.Header.Get("Authorization") != "Bearer "+strings.TrimSpace(string(tok)) {
-			http.Error(w, `{"error":{"code":"unauthorized","message":"missing or wrong token"}}`, http.StatusUnauthorized)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(wire.Version{Version: "0.1.0-test", API: "v1"})
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+		return strings.TrimSpace(string(tok)), err
+	})
 }
 
 func TestUpCreatesStartsAndTearsDown(t *testing.T) {
@@ -114,9 +92,7 @@ func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 	if ents, _ := os.ReadDir(f.stateDir); len(ents) != 0 {
 		t.Errorf("Down left state files: %v", ents)
 	}
-	if err := p.Down(ctx); err != nil {
-		t.Fatalf("second Down: %v", err)
-	}
+	guesttest.DownAgain(t, p)
 }
 
 func TestUpReusesAnsweringDaemon(t *testing.T) {
@@ -132,11 +108,7 @@ func TestUpReusesAnsweringDaemon(t *testing.T) {
 	f.serveDaemon(t)
 	// Another process: no port in its Config, it reads the saved one.
 	p := f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), func(c *Config) { c.HostPort = 0 })
-	for i := range 2 {
-		if err := p.Up(context.Background()); err != nil {
-			t.Fatalf("Up #%d: %v", i+1, err)
-		}
-	}
+	guesttest.Up(t, p, 2)
 	if _, tok, _ := p.Endpoint(context.Background()); tok != st.Token {
 		t.Errorf("Endpoint token %q, want the saved %q", tok, st.Token)
 	}
@@ -165,15 +137,7 @@ func TestUpFailures(t *testing.T) {
 		t.Run(tc.scenario, func(t *testing.T) {
 			f := newFixture(t)
 			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
-			err := p.Up(context.Background())
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("Up: got %v, want %v", err, tc.want)
-			}
-			for _, s := range tc.mentions {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("error does not mention %q:\n%v", s, err)
-				}
-			}
+			guesttest.WantError(t, p.Up(context.Background()), tc.want, tc.mentions...)
 		})
 	}
 }

@@ -2,13 +2,10 @@ package lima
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -85,13 +82,12 @@ type Config struct {
 
 // Platform runs layerfsd in a Lima instance. See the package doc.
 type Platform struct {
-	cfg  Config
-	inst string
-	run  Runner
-	log  *slog.Logger
+	cfg     Config
+	inst    string
+	limactl *guest.Tool
+	log     *slog.Logger
 
 	mu         sync.Mutex
-	version    string // limactl's, once checked
 	up         bool
 	dir        string // the instance's directory on the host
 	hostSocket string
@@ -124,42 +120,35 @@ func New(cfg Config) (*Platform, error) {
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = os.TempDir()
 	}
-	p := &Platform{cfg: cfg, inst: name, run: cfg.Runner, log: cfg.Logger}
-	if p.run == nil {
-		p.run = ExecRunner{}
-	}
+	p := &Platform{cfg: cfg, inst: name, log: cfg.Logger}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.limactl = &guest.Tool{
+		Argv0:        "limactl",
+		Prefix:       "lima",
+		Missing:      "limactl not found in PATH (install Lima " + MinVersion + " or newer: `brew install lima` on macOS, see https://lima-vm.io/docs/installation/)",
+		ErrCommand:   ErrCommand,
+		Refuse:       refuseRoot,
+		ParseVersion: parseVersion,
+		MinVersion:   minVersion,
+		Upgrade:      "upgrade Lima: `brew upgrade lima`",
+		Runner:       cfg.Runner,
+		Log:          p.log,
 	}
 	return p, nil
 }
 
-// InstanceName derives the instance name from a project name: "layerfs-"
-// and the name lower-cased with every run of characters outside [a-z0-9]
-// made one "-". When that changed the name, a short hash of the original
-// keeps two projects from sharing an instance. The result is checked with
-// Lima's own instance-name validation.
+// InstanceName derives the instance name from a project name with
+// guest.Name: "layerfs-" and the name lower-cased with every run of
+// characters outside [a-z0-9] made one "-", and a short hash of the
+// original when that changed it, which keeps two projects from sharing an
+// instance. The result is checked with Lima's own instance-name validation.
 func InstanceName(project string) (string, error) {
-	if project == "" {
-		return "", fmt.Errorf("project name is empty: %w", ErrConfig)
+	name, err := guest.Name(project)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", err, ErrConfig)
 	}
-	var b strings.Builder
-	dash := false
-	for _, r := range strings.ToLower(project) {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			b.WriteRune(r)
-			dash = false
-		} else if !dash {
-			b.WriteByte('-')
-			dash = true
-		}
-	}
-	clean := strings.Trim(b.String(), "-")
-	if clean != project {
-		sum := sha256.Sum256([]byte(project))
-		clean = strings.TrimPrefix(clean+"-"+hex.EncodeToString(sum[:3]), "-")
-	}
-	name := "layerfs-" + clean
 	if err := store.ValidateInstName(name); err != nil {
 		return "", fmt.Errorf("project %q: %w: %w", project, err, ErrConfig)
 	}
@@ -179,65 +168,18 @@ func (p *Platform) Features() platforms.Features {
 	return platforms.Features{RemoteDaemon: true, Network: true}
 }
 
-// limactl runs one limactl command. Only a command that could not run at
-// all is an error here; the caller judges the exit code.
-func (p *Platform) limactl(ctx context.Context, args ...string) (Result, error) {
-	argv := append([]string{"limactl"}, args...)
-	p.log.Debug("lima: run", "argv", argv)
-	res, err := p.run.Run(ctx, argv, nil)
-	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
-			return res, fmt.Errorf("lima: limactl not found in PATH (install Lima %s or newer: `brew install lima` on macOS, see https://lima-vm.io/docs/installation/): %w", MinVersion, platforms.ErrUnavailable)
-		}
-		return res, fmt.Errorf("lima: %s: %w", strings.Join(argv[:min(len(argv), 3)], " "), err)
-	}
-	// limactl refuses root for every command but --version
-	// (cmd/limactl/main.go, PersistentPreRunE).
+// refuseRoot recognises limactl refusing root, which it does for every
+// command but --version (cmd/limactl/main.go, PersistentPreRunE).
+func refuseRoot(res Result) error {
 	if res.ExitCode != 0 && strings.Contains(string(res.Stderr), "must not run as the root user") {
-		return res, fmt.Errorf("lima: limactl refuses to run as root; run LayerFS as the user who owns the Lima instances: %w", platforms.ErrUnavailable)
+		return fmt.Errorf("limactl refuses to run as root; run LayerFS as the user who owns the Lima instances: %w", platforms.ErrUnavailable)
 	}
-	return res, nil
-}
-
-// must runs a limactl command that has to succeed.
-func (p *Platform) must(ctx context.Context, args ...string) (Result, error) {
-	res, err := p.limactl(ctx, args...)
-	if err != nil {
-		return res, err
-	}
-	if res.ExitCode != 0 {
-		return res, fmt.Errorf("lima: limactl %s exited with status %d: %w; stderr:\n%s",
-			args[0], res.ExitCode, ErrCommand, guest.Tail(res.Stderr, 20))
-	}
-	return res, nil
-}
-
-// checkTool makes sure limactl is there and new enough.
-func (p *Platform) checkTool(ctx context.Context) error {
-	if p.version != "" {
-		return nil
-	}
-	res, err := p.limactl(ctx, "--version")
-	if err != nil {
-		return err
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("lima: limactl --version exited with status %d: %w; stderr:\n%s", res.ExitCode, platforms.ErrUnavailable, guest.Tail(res.Stderr, 10))
-	}
-	v, raw, err := parseVersion(res.Stdout)
-	if err != nil {
-		return fmt.Errorf("lima: %w: %w", err, platforms.ErrUnavailable)
-	}
-	if v.Less(minVersion) {
-		return fmt.Errorf("lima: limactl %s is too old, LayerFS needs %s or newer (upgrade Lima: `brew upgrade lima`): %w", raw, MinVersion, platforms.ErrUnavailable)
-	}
-	p.version = raw
 	return nil
 }
 
 // find looks the instance up with `limactl list --json`.
 func (p *Platform) find(ctx context.Context) (instance, bool, error) {
-	res, err := p.must(ctx, "list", "--json")
+	res, err := p.limactl.Must(ctx, "list", "--json")
 	if err != nil {
 		return instance{}, false, err
 	}
@@ -269,7 +211,7 @@ func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
 func (p *Platform) Up(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.checkTool(ctx); err != nil {
+	if err := p.limactl.CheckVersion(ctx); err != nil {
 		return err
 	}
 	in, found, err := p.find(ctx)
@@ -290,7 +232,7 @@ func (p *Platform) Up(ctx context.Context) error {
 	p.hostSocket = hostSocketOf(in)
 	if !in.running() {
 		p.log.Info("lima: starting instance", "instance", p.inst, "status", in.Status)
-		res, err := p.limactl(ctx, "start", "--tty=false", "--timeout="+p.cfg.BootTimeout.String(), p.inst)
+		res, err := p.limactl.Run(ctx, "start", "--tty=false", "--timeout="+p.cfg.BootTimeout.String(), p.inst)
 		if err != nil {
 			return err
 		}
@@ -356,7 +298,7 @@ func (p *Platform) create(ctx context.Context) error {
 	}
 	defer os.Remove(file)
 	p.log.Info("lima: creating instance", "instance", p.inst, "template", file)
-	res, err := p.limactl(ctx, "create", "--tty=false", "--name="+p.inst, file)
+	res, err := p.limactl.Run(ctx, "create", "--tty=false", "--name="+p.inst, file)
 	if err != nil {
 		return err
 	}
@@ -405,10 +347,10 @@ func (p *Platform) startDaemon(ctx context.Context) error {
 	if _, err := os.Stat(daemon); err != nil {
 		return fmt.Errorf("lima: layerfsd for the guest: %w: %w", err, ErrConfig)
 	}
-	if _, err := p.must(ctx, "copy", daemon, p.inst+":"+guestUpload); err != nil {
+	if _, err := p.limactl.Must(ctx, "copy", daemon, p.inst+":"+guestUpload); err != nil {
 		return err
 	}
-	if _, err := p.must(ctx, "shell", "--workdir", "/", p.inst, "sudo", "sh", "-c", startScript); err != nil {
+	if _, err := p.limactl.Must(ctx, "shell", "--workdir", "/", p.inst, "sudo", "sh", "-c", startScript); err != nil {
 		return err
 	}
 	return nil
@@ -417,7 +359,7 @@ func (p *Platform) startDaemon(ctx context.Context) error {
 // daemonLog returns the tail of the guest daemon's log, or why it could
 // not be read.
 func (p *Platform) daemonLog(ctx context.Context) string {
-	return guest.LogTail(p.limactl(ctx, "shell", "--workdir", "/", p.inst, "sudo", "tail", "-n", "40", guestLog))
+	return guest.LogTail(p.limactl.Run(ctx, "shell", "--workdir", "/", p.inst, "sudo", "tail", "-n", "40", guestLog))
 }
 
 // Endpoint implements platforms.Remote: the forwarded socket on this host.
@@ -437,7 +379,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 	if !p.up {
 		return platforms.Identity{}, fmt.Errorf("lima: identity of %q: %w", p.inst, platforms.ErrNotUp)
 	}
-	res, err := p.must(ctx, "shell", "--workdir", "/", p.inst, "sh", "-c", guest.FactsScript)
+	res, err := p.limactl.Must(ctx, "shell", "--workdir", "/", p.inst, "sh", "-c", guest.FactsScript)
 	if err != nil {
 		return platforms.Identity{}, err
 	}
@@ -445,7 +387,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 	if err != nil {
 		return platforms.Identity{}, fmt.Errorf("lima: %w", err)
 	}
-	id.Platform, id.Runtime, id.Image = Name, "limactl "+p.version, p.cfg.Image
+	id.Platform, id.Runtime, id.Image = Name, "limactl "+p.limactl.Version(), p.cfg.Image
 	if id.Image == "" {
 		id.Image = "debian-12-genericcloud (latest)"
 	}
@@ -459,7 +401,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 func (p *Platform) Down(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.checkTool(ctx); err != nil {
+	if err := p.limactl.CheckVersion(ctx); err != nil {
 		return err
 	}
 	p.up = false
@@ -470,15 +412,15 @@ func (p *Platform) Down(ctx context.Context) error {
 	if !p.cfg.Keep {
 		// --force stops the VM first (pkg/instance: Delete refuses a
 		// running instance otherwise).
-		_, err := p.must(ctx, "delete", "--force", p.inst)
+		_, err := p.limactl.Must(ctx, "delete", "--force", p.inst)
 		return err
 	}
 	if !in.running() {
 		return nil
 	}
-	if _, err := p.must(ctx, "shell", "--workdir", "/", p.inst, "sudo", "sh", "-c", stopScript); err != nil {
+	if _, err := p.limactl.Must(ctx, "shell", "--workdir", "/", p.inst, "sudo", "sh", "-c", stopScript); err != nil {
 		return err
 	}
-	_, err = p.must(ctx, "stop", p.inst)
+	_, err = p.limactl.Must(ctx, "stop", p.inst)
 	return err
 }

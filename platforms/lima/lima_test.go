@@ -2,10 +2,7 @@ package lima
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,11 +26,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{limaHome: t.TempDir(), workDir: t.TempDir()}
-	f.daemon = filepath.Join(t.TempDir(), "layerfsd")
-	if err := os.WriteFile(f.daemon, []byte("#!/bin/false\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	f := &fixture{limaHome: t.TempDir(), workDir: t.TempDir(), daemon: guesttest.FakeDaemon(t)}
 	t.Setenv("LIMA_HOME", f.limaHome)
 	f.vars = map[string]string{"LIMA_HOME": f.limaHome, "WORKDIR": f.workDir, "DAEMON": f.daemon}
 	return f
@@ -42,14 +35,7 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) platform(t *testing.T, r Runner, mod func(*Config)) *Platform {
 	t.Helper()
 	cfg := Config{Project: "demo", Daemon: f.daemon, WorkDir: f.workDir, Runner: r, DaemonTimeout: 5 * time.Second}
-	if mod != nil {
-		mod(&cfg)
-	}
-	p, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return guesttest.New(t, New, cfg, mod)
 }
 
 // hostSocket is where the scenarios' instance forwards the daemon socket.
@@ -64,19 +50,7 @@ func (f *fixture) serveDaemon(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(f.hostSocket()), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("unix", f.hostSocket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet || r.URL.Path != "/v1/version" {
-			http.NotFound(w, r)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(wire.Version{Version: "0.1.0-test", API: "v1", Store: guestStore})
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	guesttest.ServeVersion(t, "unix", f.hostSocket(), wire.Version{Version: "0.1.0-test", API: "v1", Store: guestStore}, nil)
 }
 
 // checkTemplate compares the template limactl create is handed with a
@@ -129,37 +103,20 @@ func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 	if err := p.Down(ctx); err != nil {
 		t.Fatalf("Down: %v", err)
 	}
-	if err := p.Down(ctx); err != nil {
-		t.Fatalf("second Down: %v", err)
-	}
-	if _, err := p.Identity(ctx); !errors.Is(err, platforms.ErrNotUp) {
-		t.Errorf("Identity after Down: got %v, want ErrNotUp", err)
-	}
+	guesttest.DownAgain(t, p)
 }
 
 func TestUpIsIdempotentWhenDaemonAnswers(t *testing.T) {
 	f := newFixture(t)
 	f.serveDaemon(t)
-	p := f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), nil)
-	for i := range 2 {
-		if err := p.Up(context.Background()); err != nil {
-			t.Fatalf("Up #%d: %v", i+1, err)
-		}
-	}
+	guesttest.Up(t, f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), nil), 2)
 }
 
 func TestUpReportsBootFailureWithStderr(t *testing.T) {
 	f := newFixture(t)
 	p := f.platform(t, guesttest.NewReplayer(t, "start-fails.json", f.vars), nil)
-	err := p.Up(context.Background())
-	if !errors.Is(err, ErrStart) {
-		t.Fatalf("Up: got %v, want ErrStart", err)
-	}
-	for _, s := range []string{`start instance "layerfs-demo"`, "status 1", "Virtualization is not available on this hardware", "ha.stderr.log"} {
-		if !strings.Contains(err.Error(), s) {
-			t.Errorf("error does not mention %q:\n%v", s, err)
-		}
-	}
+	guesttest.WantError(t, p.Up(context.Background()), ErrStart,
+		`start instance "layerfs-demo"`, "status 1", "Virtualization is not available on this hardware", "ha.stderr.log")
 }
 
 func TestUpReportsSilentDaemonWithGuestLog(t *testing.T) {
@@ -167,17 +124,10 @@ func TestUpReportsSilentDaemonWithGuestLog(t *testing.T) {
 	p := f.platform(t, guesttest.NewReplayer(t, "daemon-timeout.json", f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
 	start := time.Now()
 	err := p.Up(context.Background())
-	if !errors.Is(err, ErrDaemon) {
-		t.Fatalf("Up: got %v, want ErrDaemon", err)
-	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Up took %s with a 1s daemon timeout", d)
 	}
-	for _, s := range []string{"did not answer GET /v1/version", f.hostSocket(), "within 1s", "open /dev/fuse: operation not permitted"} {
-		if !strings.Contains(err.Error(), s) {
-			t.Errorf("error does not mention %q:\n%v", s, err)
-		}
-	}
+	guesttest.WantError(t, err, ErrDaemon, "did not answer GET /v1/version", f.hostSocket(), "within 1s", "open /dev/fuse: operation not permitted")
 }
 
 func TestUnavailable(t *testing.T) {
@@ -192,15 +142,7 @@ func TestUnavailable(t *testing.T) {
 		t.Run(tc.scenario, func(t *testing.T) {
 			f := newFixture(t)
 			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), nil)
-			err := p.Up(context.Background())
-			if !errors.Is(err, platforms.ErrUnavailable) {
-				t.Fatalf("Up: got %v, want ErrUnavailable", err)
-			}
-			for _, s := range tc.mentions {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("error does not mention %q: %v", s, err)
-				}
-			}
+			guesttest.WantError(t, p.Up(context.Background()), platforms.ErrUnavailable, tc.mentions...)
 		})
 	}
 }
@@ -268,10 +210,7 @@ func TestTemplateRejectedByLimaValidation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo"))
-			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.mentions) {
-				t.Errorf("ValidateTemplate: got %v, want ErrConfig mentioning %q", err, tc.mentions)
-			}
+			guesttest.WantError(t, ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")), ErrConfig, tc.mentions)
 		})
 	}
 }
@@ -290,16 +229,5 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestInstanceName(t *testing.T) {
-	for _, tc := range []struct{ project, want string }{
-		{"demo", "layerfs-demo"},
-		{"my-app2", "layerfs-my-app2"},
-		{"My App", "layerfs-my-app-96c6f4"},
-		{"my_app", "layerfs-my-app-3fe582"},
-		{"../../etc", "layerfs-etc-74ccf3"},
-	} {
-		got, err := InstanceName(tc.project)
-		if err != nil || got != tc.want {
-			t.Errorf("InstanceName(%q) = %q, %v; want %q", tc.project, got, err, tc.want)
-		}
-	}
+	guesttest.CheckNames(t, "InstanceName", InstanceName)
 }

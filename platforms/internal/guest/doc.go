@@ -12,6 +12,15 @@
 //     recorded outputs (guesttest.Replayer); ExecRunner is the os/exec one.
 //     A non-zero exit is a Result, not an error: the platform judges it and
 //     words the error, because only it knows what the tool's failure means.
+//   - Tool: one platform's CLI over a Runner. Run logs the argv and turns
+//     a missing tool into the platform's install hint (wrapping
+//     platforms.ErrUnavailable); Must makes a non-zero exit an error with
+//     the platform's ErrCommand and the tail of stderr; CheckVersion runs
+//     `--version` once, with the platform's parser, minimum and upgrade
+//     hint. The tools' differences are data, plus a Refuse hook for a
+//     failure a tool has of its own (limactl refusing root).
+//   - Name: the guest's name derived from the project's ("layerfs-demo");
+//     each platform adds its tool's limit on names.
 //   - FactsScript and ParseFacts: the guest's kernel, CPUs and memory, read
 //     by one shell line that every guest can run, for platforms.Identity.
 //   - Daemon: the host's view of the guest layerfsd, over a forwarded unix
@@ -21,6 +30,6 @@
 //   - Semver, Tail and Truncate: the tool-version check and the trimming of
 //     tool output for error messages.
 //
-// The package knows no tool by name; the platforms keep their argv, their
-// sentinel errors and their messages.
+// The package knows no tool by name; the platforms keep their argv and
+// their sentinel errors, and give Tool the words of their messages.
 package guest

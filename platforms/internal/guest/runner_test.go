@@ -25,13 +25,7 @@ func TestExecRunnerPassesArgvAndReportsExit(t *testing.T) {
 	if res.ExitCode != 3 || string(res.Stdout) != "ran: shell --workdir / layerfs-demo sh -c "+script+"\n" || string(res.Stderr) != "to stderr\n" {
 		t.Errorf("Run = exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
-	b, err := os.ReadFile(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "shell\n--workdir\n/\nlayerfs-demo\nsh\n-c\n" + script + "\n--\n"; string(b) != want {
-		t.Errorf("the tool saw argv\n%q\nwant\n%q", b, want)
-	}
+	guesttest.WantLog(t, log, "shell\n--workdir\n/\nlayerfs-demo\nsh\n-c\n"+script+"\n--\n")
 }
 
 func TestExecRunnerEnvIsTheWholeEnvironment(t *testing.T) {

@@ -8,4 +8,12 @@
 // command line, on a call past the end, and, at cleanup, on recorded calls
 // that were never made; so a test fails when the argv or the order of the
 // calls regresses, not only when the outcome does.
+//
+// Beside it are the pieces the three platforms' tests share: FakeBin (stand-in
+// tools on PATH) and WantLog (what they were run with), FakeDaemon and
+// ServeVersion (the guest daemon's binary and its answer on the forwarded
+// socket or port), New and Up (a platform from a test Config, brought up),
+// WantError (a sentinel and the words an error must have), CheckNames (the
+// derived guest names) and Conformance (the real suite where the tool is
+// installed).
 package guesttest
