@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -404,4 +405,35 @@ func lget(p, name string) (string, error) {
 		return "", err
 	}
 	return string(buf[:n]), nil
+}
+
+// TestKillSuid checks that a write by an unprivileged user clears the
+// set-user-ID bit, as on a native file system, although passthrough writes
+// reach the upper file as the (privileged) daemon.
+func TestKillSuid(t *testing.T) {
+	e := newEnv(t, false)
+	_, mnt := e.mount(e.root)
+	for d := filepath.Dir(mnt); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755) // test directories are 0700: let nobody reach the mount
+	}
+	p := filepath.Join(mnt, "prog")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o4777); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", "echo x >> "+p)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("write as nobody: %v: %s", err, out)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&os.ModeSetuid != 0 {
+		t.Errorf("mode %v: set-user-ID survived a write by another user", fi.Mode())
+	}
 }

@@ -139,8 +139,28 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if err != nil {
 		return n.m.errno(err)
 	}
+	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
+		if a, err = n.killSuid(ctx, a, f); err != nil {
+			return n.m.errno(err)
+		}
+	}
 	fillAttr(&a, &out.Attr)
 	return 0
+}
+
+// killSuid clears set-user-ID and (with group execute) set-group-ID, as a
+// write by an unprivileged caller must: with handle_killpriv_v2 the kernel
+// leaves it to the file system, and passthrough writes reach the upper file
+// as the daemon, which keeps them.
+func (n *node) killSuid(ctx context.Context, a overlay.Attr, f *overlay.File) (overlay.Attr, error) {
+	kill := a.Mode & syscall.S_ISUID
+	if a.Mode&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP {
+		kill |= syscall.S_ISGID
+	}
+	if kill == 0 {
+		return a, nil
+	}
+	return n.m.ov.Setattr(ctx, n.on, overlay.SetAttr{Valid: overlay.SetMode, Mode: a.Mode &^ kill & 07777}, f)
 }
 
 func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
@@ -326,6 +346,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	f, err := n.m.ov.Open(ctx, n.on, int(flags))
 	if err != nil {
 		return nil, 0, n.m.errno(err)
+	}
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY && caller(ctx).UID != 0 {
+		// Writes will bypass the daemon: kill set-ID bits now.
+		a, err := n.m.ov.Getattr(ctx, n.on, f)
+		if err == nil {
+			_, err = n.killSuid(ctx, a, f)
+		}
+		if err != nil {
+			f.Close()
+			return nil, 0, n.m.errno(err)
+		}
 	}
 	h, fl := n.newHandle(ctx, f)
 	return h, fl, 0
