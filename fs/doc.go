@@ -25,6 +25,12 @@
 //   - Without passthrough, lower files are opened with FOPEN_KEEP_CACHE
 //     (their content never changes).
 //
+// A kernel inode has one backing file at a time. While a lower file is
+// open for reading (backed by the Store's cache file), an open of it for
+// writing copies it up but fails with EIO: the kernel refuses a second,
+// different backing file, and handing the writer the cache file would let
+// it write into the Store. TestWriteWhileLowerOpen pins this down.
+//
 // # Errors and telemetry
 //
 // One mapper turns errors into errnos (see errnoMapper). A wrapper around

@@ -437,3 +437,29 @@ func TestKillSuid(t *testing.T) {
 		t.Errorf("mode %v: set-user-ID survived a write by another user", fi.Mode())
 	}
 }
+
+// TestWriteWhileLowerOpen opens a lower file for writing while a reader
+// holds it open through the Store's cache file: the Store's file must never
+// be written, whatever the kernel allows the writer.
+func TestWriteWhileLowerOpen(t *testing.T) {
+	e := newEnv(t, true)
+	_, mnt := e.mount(e.root)
+	r, err := os.Open(filepath.Join(mnt, "f1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	before, _ := os.ReadFile(filepath.Join(mnt, "f1"))
+	w, err := os.OpenFile(filepath.Join(mnt, "f1"), os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		_, err = w.WriteString("appended\n")
+		w.Close()
+	}
+	t.Logf("write open while the lower file is open for reading: %v", err)
+	// The lower content, read from a fresh workspace, is unchanged.
+	_, mnt2 := e.mount(e.root)
+	got, err := os.ReadFile(filepath.Join(mnt2, "f1"))
+	if err != nil || string(got) != string(before) || string(got) != "hello\n" {
+		t.Fatalf("lower content after a concurrent writer: %q, %v", got, err)
+	}
+}
