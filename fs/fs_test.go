@@ -378,13 +378,18 @@ mv d/sym d/sym2
 	_, mnt2 := e.mount(root)
 	compare(t, ref, mnt2, "fresh workspace on the commit")
 
-	// Remount the same upper over the same lower: the view is the same,
-	// and Changes (now relative to the lower root) commit the same tree.
+	// A file created, committed, then removed leaves no trace in the upper
+	// (the lower never had it)...
+	sh(t, mnt, "echo t > later")
+	rootL := e.commit(m.Overlay())
+	sh(t, mnt, "rm later")
+	// ...so after a remount over the same lower, with that commit as the
+	// base, Changes must still delete it.
 	ovDir := filepath.Dir(upper)
 	if err := m.Unmount(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.db, Root: e.root, Base: root, UpperDir: filepath.Join(ovDir, "upper")})
+	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.db, Root: e.root, Base: rootL, UpperDir: filepath.Join(ovDir, "upper")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,9 +125,10 @@ func (o *Overlay) touchNode(n *Node) {
 var errRetry = errors.New("overlay changed while listing changes")
 
 // Changes lists what differs between the merged view and the base tree
-// (the last commit's root, see MarkCommitted). It visits only dirty paths;
-// after a remount it lists the whole upper layer relative to the lower
-// root instead. Files open for writing always count as changed.
+// (ChangeSet.Base: the last commit's root, see MarkCommitted, or
+// Config.Base). It visits only dirty paths; after a remount it describes
+// every top-level name instead (see emitRemount). Files open for writing
+// always count as changed.
 func (o *Overlay) Changes(ctx context.Context) (*ChangeSet, error) {
 	for try := 0; ; try++ {
 		need := o.dirsToLoad()
@@ -136,7 +137,20 @@ func (o *Overlay) Changes(ctx context.Context) (*ChangeSet, error) {
 				return nil, err
 			}
 		}
-		cs, err := o.changesLocked()
+		var baseNames []string
+		o.mu.RLock()
+		full, base := o.rootDirty, o.base
+		o.mu.RUnlock()
+		if full && !base.IsZero() && base != o.lowerRoot {
+			t, err := o.lower.Tree(ctx, base)
+			if err != nil {
+				return nil, fmt.Errorf("changes: base tree: %w", err)
+			}
+			for i := range t.Entries {
+				baseNames = append(baseNames, t.Entries[i].Name)
+			}
+		}
+		cs, err := o.changesLocked(baseNames)
 		if errors.Is(err, errRetry) && try < 10 {
 			continue
 		}
@@ -193,7 +207,7 @@ func (o *Overlay) loadUpperSubtree(ctx context.Context, d *Node) error {
 	return nil
 }
 
-func (o *Overlay) changesLocked() (*ChangeSet, error) {
+func (o *Overlay) changesLocked(baseNames []string) (*ChangeSet, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for n := range o.writers {
@@ -202,8 +216,8 @@ func (o *Overlay) changesLocked() (*ChangeSet, error) {
 	cs := &ChangeSet{Base: o.base, seq: o.seq, emitted: map[string]bool{}}
 	var err error
 	if o.rootDirty {
-		cs.Base, cs.full = o.lowerRoot, true
-		err = o.emitDirBody(cs, o.root, "")
+		cs.full = true
+		err = o.emitRemount(cs, baseNames)
 	} else {
 		err = o.walkDirty(cs, o.root, "")
 	}
@@ -280,6 +294,41 @@ func (o *Overlay) walkDirty(cs *ChangeSet, d *Node, dir string) error {
 			if err := o.walkDirty(cs, c, p); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// emitRemount lists the changes after a remount, when the dirty set is
+// gone: every top-level name of the merged view is described completely
+// (relative to its lower), and top-level names only the base has are
+// deleted, so the list is right whatever the base tree is.
+func (o *Overlay) emitRemount(cs *ChangeSet, baseNames []string) error {
+	d := o.root
+	if !d.dir.loaded {
+		return errRetry
+	}
+	sameBase := o.base == o.lowerRoot
+	names := map[string]bool{}
+	for _, n := range baseNames {
+		names[n] = true
+	}
+	for name, c := range d.dir.children {
+		if !sameBase || c.state != stateLower || lowerHas(d, name) == nil {
+			names[name] = true
+		}
+	}
+	for name := range d.dir.whiteouts {
+		names[name] = true
+	}
+	for _, name := range sortedKeys(names) {
+		c := d.dir.children[name]
+		if c == nil {
+			cs.Changes = append(cs.Changes, Change{Path: name, Delete: true})
+			continue
+		}
+		if err := o.emitFull(cs, c, name); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -52,7 +52,8 @@
 // MarkCommitted makes the next Changes relative to the new commit; the
 // lower stays what the workspace was mounted on, so the upper must always
 // be remounted over the same lower root. After a remount the dirty set is
-// gone and Changes lists the whole upper relative to the lower root.
+// gone and Changes describes every top-level name completely (the whole
+// upper, relative to the lower), which is right for any base tree.
 //
 // # Locking
 //
