@@ -1,5 +1,9 @@
 // Package catalog makes a platform from its name: the one place that knows
-// every implementation, used by the commands (layerfsd, layerfs cells run).
+// every implementation, used by the layerfs command (cells run, bench
+// session). layerfsd does not use it: a daemon serves only the host
+// platforms, and linking the VM platforms would bring lima's packages,
+// whose initialisation needs $HOME, into a process a service manager may
+// start without one.
 package catalog
 
 import (
