@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"layerfs.dev/layerfs/engine"
@@ -307,5 +311,105 @@ func TestRemountKeepsChanges(t *testing.T) {
 	}
 	if err := e2.EndWorkspace(ctx, ws.ID, false); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestExecIsolation checks from inside an exec what must be out of reach:
+// the host's /root and /home, the Store directory, the daemon's socket,
+// other workspaces and the host's network; writes outside /workspace and
+// /tmp fail; a fork bomb and a memory hog are contained while another
+// workspace keeps being served.
+func TestExecIsolation(t *testing.T) {
+	e, db := newEngine(t)
+	ctx := context.Background()
+	e.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	a, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, e, b.ID, "echo secret-b > in-b")
+	sock := filepath.Join(db.Dir(), "layerfsd.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	go func() {
+		for {
+			c, err := tcp.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("host-network\n"))
+			c.Close()
+		}
+	}()
+	port := tcp.Addr().(*net.TCPAddr).Port
+
+	// Each probe must fail inside the sandbox; the probe says how.
+	for what, probe := range map[string]string{
+		"the host's /root":    "ls -A /root | grep -q .",
+		"the host's /home":    "test -d /home",
+		"the Store directory": "test -e " + db.Dir(),
+		"the daemon's socket": "test -e " + sock,
+		"another workspace":   "test -e " + b.MountPath + " || test -e " + filepath.Dir(b.MountPath) + " || [ $(grep -c ' - fuse' /proc/self/mountinfo) -gt 1 ]",
+		"the host's network":  fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && head -1 <&3", port),
+		"writing outside":     "echo x > /etc/probe || echo x > /usr/probe || echo x > /probe",
+		"mounting":            "mount -t tmpfs none /workspace",
+		"raising privileges":  "grep -q '^CapEff:.*[1-9a-f]' /proc/self/status",
+	} {
+		res, err := e.Exec(ctx, a.ID, wire.ExecRequest{Body: probe, TimeoutMs: 20000}, io.Discard, io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if res.ExitCode == 0 {
+			t.Errorf("%s is reachable from a sandbox (probe %q succeeded)", what, probe)
+		}
+	}
+	if _, res := run(t, e, a.ID, "echo ok > /workspace/w && echo ok > /tmp/t && cat /workspace/w /tmp/t"); res.ExitCode != 0 {
+		t.Fatal("writes to /workspace and /tmp must work")
+	}
+
+	// Containment: a fork bomb and a memory hog in a, a normal exec in b.
+	var wg sync.WaitGroup
+	for _, hog := range []wire.ExecRequest{
+		{Body: "bomb() { bomb | bomb & }; bomb; sleep 3", Pids: 64, TimeoutMs: 15000},
+		{Body: "python3 -c 'x = bytearray(1 << 30); print(len(x))'", MemoryBytes: 64 << 20, TimeoutMs: 15000},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := e.Exec(ctx, a.ID, hog, io.Discard, io.Discard)
+			if err != nil {
+				t.Errorf("hog %q: %v", hog.Body, err)
+				return
+			}
+			if hog.MemoryBytes > 0 && res.ExitCode == 0 {
+				t.Errorf("a 1 GiB allocation succeeded under a 64 MiB limit")
+			}
+		}()
+	}
+	for range 5 {
+		if out, _ := run(t, e, b.ID, "cat in-b"); out != "secret-b\n" {
+			t.Fatalf("workspace b served %q while a was hogged", out)
+		}
+	}
+	wg.Wait()
+	if out, _ := run(t, e, a.ID, "echo alive"); out != "alive\n" {
+		t.Fatalf("after the hogs: %q", out)
+	}
+	for _, w := range []string{a.ID, b.ID} {
+		if err := e.EndWorkspace(ctx, w, true); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
