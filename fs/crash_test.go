@@ -62,7 +62,7 @@ func serve() int {
 func TestCrash(t *testing.T) {
 	testenv.RequireFUSE(t)
 	e := newEnv(t, true)
-	upper := filepath.Join(e.db.WorkspacesDir(), "crash", "upper")
+	upper := filepath.Join(e.DB.WorkspacesDir(), "crash", "upper")
 	mnt := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
@@ -71,8 +71,8 @@ func TestCrash(t *testing.T) {
 	acked := map[string][]byte{} // file -> bytes whose writes returned
 	for iter := 0; iter < 20; iter++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), serveEnv+"=1", "LAYERFS_STORE="+e.db.Dir(),
-			"LAYERFS_ROOT="+e.root.String(), "LAYERFS_UPPER="+upper, "LAYERFS_MNT="+mnt)
+		cmd.Env = append(os.Environ(), serveEnv+"=1", "LAYERFS_STORE="+e.DB.Dir(),
+			"LAYERFS_ROOT="+e.Root.String(), "LAYERFS_UPPER="+upper, "LAYERFS_MNT="+mnt)
 		cmd.Dir = "/"
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -121,7 +121,7 @@ func TestCrash(t *testing.T) {
 		if err := fs.CleanStale(mnt); err != nil {
 			t.Fatalf("iteration %d: %v", iter, err)
 		}
-		ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.db, Root: e.root, UpperDir: upper})
+		ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: e.Root, UpperDir: upper})
 		if err != nil {
 			t.Fatalf("iteration %d: reopen: %v", iter, err)
 		}
@@ -141,15 +141,15 @@ func TestCrash(t *testing.T) {
 			}
 			acked[name] = got
 		}
-		root := e.commit(ov)
-		rep, err := e.db.Fsck(e.ctx, nil)
+		root := e.Commit(ov)
+		rep, err := e.DB.Fsck(e.ctx, nil)
 		if err != nil {
 			t.Fatalf("iteration %d: fsck: %v", iter, err)
 		}
 		if err := rep.Err(); err != nil {
 			t.Fatalf("iteration %d: fsck: %v", iter, err)
 		}
-		co := e.checkout(root)
+		co := e.Checkout(root)
 		for name, want := range acked {
 			got, err := os.ReadFile(filepath.Join(co, name))
 			if err != nil || !bytes.Equal(got, want) {

@@ -15,7 +15,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/posixtest"
 	"golang.org/x/sys/unix"
 
-	"layerfs.dev/layerfs/commit"
 	"layerfs.dev/layerfs/fs"
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/overlay"
@@ -24,33 +23,21 @@ import (
 )
 
 type env struct {
-	t    testing.TB
-	ctx  context.Context
-	db   *store.DB
-	root store.ID
-	base string
-	n    int
+	*overlaytest.Store
+	t   testing.TB
+	ctx context.Context
+	n   int
 }
 
 func newEnv(t testing.TB, populated bool) *env {
 	t.Helper()
 	testenv.RequireFUSE(t)
 	ctx := context.Background()
-	tmp := t.TempDir()
-	db, err := store.Init(ctx, filepath.Join(tmp, "store"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	e := &env{t: t, ctx: ctx, db: db, base: filepath.Join(tmp, "base")}
-	if err := os.Mkdir(e.base, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	var fill func(testing.TB, string)
 	if populated {
-		populate(t, e.base)
-		e.root = e.capture(e.base)
+		fill = populate
 	}
-	return e
+	return &env{Store: overlaytest.NewStore(t, ctx, fill), t: t, ctx: ctx}
 }
 
 func populate(t testing.TB, dir string) {
@@ -73,29 +60,12 @@ func populate(t testing.TB, dir string) {
 	}
 }
 
-func (e *env) capture(dir string) store.ID {
-	e.t.Helper()
-	b, err := e.db.NewBatch(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer b.Abort()
-	id, _, err := commit.CaptureDir(e.ctx, b, e.db, dir, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := b.Flush(e.ctx); err != nil {
-		e.t.Fatal(err)
-	}
-	return id
-}
-
 // mount opens a fresh workspace over root and mounts it.
 func (e *env) mount(root store.ID) (*fs.Server, string) {
 	e.t.Helper()
 	e.n++
-	ws := filepath.Join(e.db.WorkspacesDir(), fmt.Sprint("w", e.n))
-	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.db, Root: root, UpperDir: filepath.Join(ws, "upper")})
+	ws := filepath.Join(e.DB.WorkspacesDir(), fmt.Sprint("w", e.n))
+	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: root, UpperDir: filepath.Join(ws, "upper")})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -109,51 +79,6 @@ func (e *env) mount(root store.ID) (*fs.Server, string) {
 	}
 	e.t.Cleanup(func() { m.Unmount(context.Background()) })
 	return m, mnt
-}
-
-func (e *env) commit(ov *overlay.Overlay) store.ID {
-	e.t.Helper()
-	cs, err := ov.Changes(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	changes := make([]commit.Change, len(cs.Changes))
-	for i, c := range cs.Changes {
-		changes[i] = commit.Change(c)
-	}
-	b, err := e.db.NewBatch(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer b.Abort()
-	id, _, err := commit.Build(e.ctx, b, e.db, cs.Base, changes, nil)
-	if err != nil {
-		e.t.Fatalf("build: %v", err)
-	}
-	if err := b.Flush(e.ctx); err != nil {
-		e.t.Fatal(err)
-	}
-	ov.MarkCommitted(id, cs)
-	return id
-}
-
-func (e *env) checkout(root store.ID) string {
-	e.t.Helper()
-	dir := filepath.Join(e.t.TempDir(), "co")
-	if _, err := commit.Checkout(e.ctx, e.db, root, dir, nil); err != nil {
-		e.t.Fatal(err)
-	}
-	return dir
-}
-
-func compare(t testing.TB, want, got, what string) {
-	t.Helper()
-	if diffs := overlaytest.Compare(want, got); len(diffs) > 0 {
-		if len(diffs) > 20 {
-			diffs = append(diffs[:20], fmt.Sprintf("... %d more", len(diffs)-20))
-		}
-		t.Fatalf("%s differs:\n%s", what, strings.Join(diffs, "\n"))
-	}
 }
 
 // sh runs a shell body in dir, started outside the mount: the serving
@@ -173,7 +98,7 @@ func TestPosix(t *testing.T) {
 	for _, populated := range []bool{false, true} {
 		t.Run(fmt.Sprintf("populated=%v", populated), func(t *testing.T) {
 			e := newEnv(t, populated)
-			m, mnt := e.mount(e.root)
+			m, mnt := e.mount(e.Root)
 			names := make([]string, 0, len(posixtest.All))
 			for name := range posixtest.All {
 				names = append(names, name)
@@ -206,7 +131,7 @@ func TestPosix(t *testing.T) {
 // populated lower, then after a commit in a fresh workspace on it.
 func TestBehaviours(t *testing.T) {
 	e := newEnv(t, true)
-	m, mnt := e.mount(e.root)
+	m, mnt := e.mount(e.Root)
 	body := `
 set -e
 echo new > created
@@ -226,21 +151,21 @@ rmdir a/b/c 2>/dev/null || true
 `
 	sh(t, mnt, body)
 	ref := filepath.Join(t.TempDir(), "ref")
-	sh(t, "/", "cp -a "+e.base+" "+ref)
+	sh(t, "/", "cp -a "+e.Base+" "+ref)
 	sh(t, ref, body)
-	compare(t, ref, mnt, "live mount")
+	overlaytest.RequireSame(t, ref, mnt, "live mount")
 	if got, want := m.DataPath(), "passthrough"; got != want {
 		t.Logf("data path: %s", got)
 	}
-	root := e.commit(m.Overlay())
-	compare(t, ref, e.checkout(root), "checkout of the commit")
+	root := e.Commit(m.Overlay())
+	overlaytest.RequireSame(t, ref, e.Checkout(root), "checkout of the commit")
 	_, mnt2 := e.mount(root)
-	compare(t, ref, mnt2, "fresh workspace on the commit")
+	overlaytest.RequireSame(t, ref, mnt2, "fresh workspace on the commit")
 	// The mount stays live after the commit.
 	sh(t, mnt, "echo after > after")
 	sh(t, ref, "echo after > after")
-	root2 := e.commit(m.Overlay())
-	compare(t, ref, e.checkout(root2), "checkout of the second commit")
+	root2 := e.Commit(m.Overlay())
+	overlaytest.RequireSame(t, ref, e.Checkout(root2), "checkout of the second commit")
 }
 
 func TestRandomOpsMount(t *testing.T) {
@@ -251,34 +176,28 @@ func TestRandomOpsMount(t *testing.T) {
 	for _, populated := range []bool{false, true} {
 		t.Run(fmt.Sprintf("populated=%v", populated), func(t *testing.T) {
 			e := newEnv(t, populated)
-			m, mnt := e.mount(e.root)
+			m, mnt := e.mount(e.Root)
 			ref := filepath.Join(t.TempDir(), "ref")
-			sh(t, "/", "cp -a "+e.base+" "+ref)
+			sh(t, "/", "cp -a "+e.Base+" "+ref)
 			files, dirs := overlaytest.Scan(ref)
 			g := overlaytest.NewGen(42, files, dirs) // the seed of the overlay API test
 			start := m.Stats()
 			t0 := time.Now()
 			var root store.ID
 			for i := 0; i < n; i++ {
-				op := g.Next()
-				werr := op.Apply(overlaytest.Dir(ref))
-				gerr := op.Apply(overlaytest.Dir(mnt))
-				if w, g := overlaytest.Errno(werr), overlaytest.Errno(gerr); w != g {
-					t.Fatalf("op %d %v: mount says %v, plain directory %v", i, op, gerr, werr)
-				}
-				if werr == nil {
-					g.Done(op, ref)
+				if _, err := g.Step(ref, overlaytest.Dir(mnt)); err != nil {
+					t.Fatalf("op %d %v", i, err)
 				}
 				if (i+1)%(n/4) == 0 {
-					compare(t, ref, mnt, fmt.Sprintf("live mount after op %d", i))
-					root = e.commit(m.Overlay())
-					compare(t, ref, e.checkout(root), fmt.Sprintf("checkout after op %d", i))
+					overlaytest.RequireSame(t, ref, mnt, fmt.Sprintf("live mount after op %d", i))
+					root = e.Commit(m.Overlay())
+					overlaytest.RequireSame(t, ref, e.Checkout(root), fmt.Sprintf("checkout after op %d", i))
 				}
 			}
 			d := m.Stats().Sub(start)
 			t.Logf("%d ops in %v: %d requests, median service %v, data path %s", n, time.Since(t0), d.Requests(), d.Quantile(0.5), d.DataPath)
 			_, mnt2 := e.mount(root)
-			compare(t, ref, mnt2, "fresh workspace on the last commit")
+			overlaytest.RequireSame(t, ref, mnt2, "fresh workspace on the last commit")
 		})
 	}
 }
@@ -298,7 +217,7 @@ func TestStaleMountCleanup(t *testing.T) {
 // remount of the same upper, whose Changes then list the whole upper.
 func TestMoreBehaviours(t *testing.T) {
 	e := newEnv(t, true)
-	m, mnt := e.mount(e.root)
+	m, mnt := e.mount(e.Root)
 	ino := func(p string) uint64 {
 		var st unix.Stat_t
 		if err := unix.Lstat(filepath.Join(mnt, p), &st); err != nil {
@@ -345,9 +264,9 @@ mv d/sym d/sym2
 		t.Errorf("inode number changed by rename: %d, want %d", got, inoF1)
 	}
 	ref := filepath.Join(t.TempDir(), "ref")
-	sh(t, "/", "cp -a "+e.base+" "+ref)
+	sh(t, "/", "cp -a "+e.Base+" "+ref)
 	sh(t, ref, body)
-	compare(t, ref, mnt, "live mount")
+	overlaytest.RequireSame(t, ref, mnt, "live mount")
 	var own unix.Stat_t
 	if err := unix.Lstat(filepath.Join(mnt, "d/e/y/f3"), &own); err != nil || own.Uid != 1234 || own.Gid != 5678 {
 		t.Errorf("chown of a lower file: %d:%d, %v", own.Uid, own.Gid, err)
@@ -373,15 +292,15 @@ mv d/sym d/sym2
 		t.Errorf("chowned lower file is not a metacopy: %v", err)
 	}
 	// Commit, and a fresh workspace on the commit.
-	root := e.commit(m.Overlay())
-	compare(t, ref, e.checkout(root), "checkout of the commit")
+	root := e.Commit(m.Overlay())
+	overlaytest.RequireSame(t, ref, e.Checkout(root), "checkout of the commit")
 	_, mnt2 := e.mount(root)
-	compare(t, ref, mnt2, "fresh workspace on the commit")
+	overlaytest.RequireSame(t, ref, mnt2, "fresh workspace on the commit")
 
 	// A file created, committed, then removed leaves no trace in the upper
 	// (the lower never had it)...
 	sh(t, mnt, "echo t > later")
-	rootL := e.commit(m.Overlay())
+	rootL := e.Commit(m.Overlay())
 	sh(t, mnt, "rm later")
 	// ...so after a remount over the same lower, with that commit as the
 	// base, Changes must still delete it.
@@ -389,7 +308,7 @@ mv d/sym d/sym2
 	if err := m.Unmount(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.db, Root: e.root, Base: rootL, UpperDir: filepath.Join(ovDir, "upper")})
+	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: e.Root, Base: rootL, UpperDir: filepath.Join(ovDir, "upper")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,9 +317,9 @@ mv d/sym d/sym2
 		t.Fatal(err)
 	}
 	defer m3.Unmount(e.ctx)
-	compare(t, ref, mnt, "remounted workspace")
-	root3 := e.commit(ov)
-	compare(t, ref, e.checkout(root3), "commit after the remount")
+	overlaytest.RequireSame(t, ref, mnt, "remounted workspace")
+	root3 := e.Commit(ov)
+	overlaytest.RequireSame(t, ref, e.Checkout(root3), "commit after the remount")
 }
 
 func lget(p, name string) (string, error) {
@@ -417,7 +336,7 @@ func lget(p, name string) (string, error) {
 // reach the upper file as the (privileged) daemon.
 func TestKillSuid(t *testing.T) {
 	e := newEnv(t, false)
-	_, mnt := e.mount(e.root)
+	_, mnt := e.mount(e.Root)
 	for d := filepath.Dir(mnt); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
 		os.Chmod(d, 0o755) // test directories are 0700: let nobody reach the mount
 	}
@@ -448,7 +367,7 @@ func TestKillSuid(t *testing.T) {
 // be written, whatever the kernel allows the writer.
 func TestWriteWhileLowerOpen(t *testing.T) {
 	e := newEnv(t, true)
-	_, mnt := e.mount(e.root)
+	_, mnt := e.mount(e.Root)
 	r, err := os.Open(filepath.Join(mnt, "f1"))
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +381,7 @@ func TestWriteWhileLowerOpen(t *testing.T) {
 	}
 	t.Logf("write open while the lower file is open for reading: %v", err)
 	// The lower content, read from a fresh workspace, is unchanged.
-	_, mnt2 := e.mount(e.root)
+	_, mnt2 := e.mount(e.Root)
 	got, err := os.ReadFile(filepath.Join(mnt2, "f1"))
 	if err != nil || string(got) != string(before) || string(got) != "hello\n" {
 		t.Fatalf("lower content after a concurrent writer: %q, %v", got, err)

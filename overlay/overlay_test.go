@@ -20,13 +20,11 @@ import (
 
 // env is a real Store with a committed lower tree and a workspace over it.
 type env struct {
-	t     testing.TB
-	ctx   context.Context
-	db    *store.DB
-	root  store.ID // the lower the workspace is mounted on
-	base  string   // a plain copy of the lower, for reference
-	upper string
-	ov    *overlay.Overlay
+	*overlaytest.Store // Root is the lower the workspace is mounted on, Base a plain copy of it
+	t                  testing.TB
+	ctx                context.Context
+	upper              string
+	ov                 *overlay.Overlay
 }
 
 // populate writes a small but varied tree: files, a sparse file, nested
@@ -63,100 +61,23 @@ func newEnv(t testing.TB, populated bool) *env {
 	t.Helper()
 	testenv.RequireRoot(t) // whiteouts are device nodes, xattrs are trusted.*
 	ctx := context.Background()
-	tmp := t.TempDir()
-	db, err := store.Init(ctx, filepath.Join(tmp, "store"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	e := &env{t: t, ctx: ctx, db: db, base: filepath.Join(tmp, "base")}
-	if err := os.Mkdir(e.base, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	var fill func(testing.TB, string)
 	if populated {
-		populate(t, e.base)
-		e.root = e.capture(e.base)
+		fill = populate
 	}
-	e.upper = filepath.Join(db.WorkspacesDir(), "w1", "upper")
-	e.ov = e.open(e.root, store.ZeroID)
+	e := &env{Store: overlaytest.NewStore(t, ctx, fill), t: t, ctx: ctx}
+	e.upper = filepath.Join(e.DB.WorkspacesDir(), "w1", "upper")
+	e.ov = e.open(e.Root, store.ZeroID)
 	return e
-}
-
-func (e *env) capture(dir string) store.ID {
-	e.t.Helper()
-	b, err := e.db.NewBatch(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer b.Abort()
-	id, _, err := commit.CaptureDir(e.ctx, b, e.db, dir, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := b.Flush(e.ctx); err != nil {
-		e.t.Fatal(err)
-	}
-	return id
 }
 
 func (e *env) open(root, base store.ID) *overlay.Overlay {
 	e.t.Helper()
-	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.db, Root: root, Base: base, UpperDir: e.upper})
+	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: root, Base: base, UpperDir: e.upper})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return ov
-}
-
-// commit builds the overlay's changes into a new root and marks them
-// committed.
-func (e *env) commit(ov *overlay.Overlay) store.ID {
-	e.t.Helper()
-	cs, err := ov.Changes(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	changes := make([]commit.Change, len(cs.Changes))
-	for i, c := range cs.Changes {
-		changes[i] = commit.Change(c)
-	}
-	b, err := e.db.NewBatch(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer b.Abort()
-	id, _, err := commit.Build(e.ctx, b, e.db, cs.Base, changes, nil)
-	if err != nil {
-		for _, c := range cs.Changes {
-			e.t.Logf("change %+v", c)
-		}
-		e.t.Fatalf("build: %v", err)
-	}
-	if err := b.Flush(e.ctx); err != nil {
-		e.t.Fatal(err)
-	}
-	ov.MarkCommitted(id, cs)
-	return id
-}
-
-// checkout writes a tree to a new directory.
-func (e *env) checkout(root store.ID) string {
-	e.t.Helper()
-	dir := filepath.Join(e.t.TempDir(), "co")
-	if _, err := commit.Checkout(e.ctx, e.db, root, dir, nil); err != nil {
-		e.t.Fatal(err)
-	}
-	return dir
-}
-
-func (e *env) compare(want, got, what string) {
-	e.t.Helper()
-	if diffs := overlaytest.Compare(want, got); len(diffs) > 0 {
-		if len(diffs) > 20 {
-			diffs = append(diffs[:20], fmt.Sprintf("... %d more", len(diffs)-20))
-		}
-		e.t.Fatalf("%s differs from the reference:\n%s", what, strings.Join(diffs, "\n"))
-	}
 }
 
 // apiTarget applies operations through the overlay API.
@@ -338,23 +259,18 @@ func runLockstep(t *testing.T, e *env, target overlaytest.Target, ref string, se
 	var root store.ID
 	var recent []string
 	for i := 0; i < n; i++ {
-		op := g.Next()
+		op, err := g.Step(ref, target)
+		if err != nil {
+			t.Fatalf("op %d %v", i, err)
+		}
 		recent = append(recent, fmt.Sprintf("%d %v", i, op))
-		werr := op.Apply(overlaytest.Dir(ref))
-		gerr := op.Apply(target)
-		if w, g := overlaytest.Errno(werr), overlaytest.Errno(gerr); w != g {
-			t.Fatalf("op %d %v: workspace says %v (%v), plain directory %v", i, op, g, gerr, werr)
-		}
-		if werr == nil {
-			g.Done(op, ref)
-		}
 		if commitEvery > 0 && (i+1)%commitEvery == 0 {
-			root = e.commit(e.ov)
-			if diffs := overlaytest.Compare(ref, e.checkout(root)); len(diffs) > 0 {
+			root = e.Commit(e.ov)
+			if diffs := overlaytest.Compare(ref, e.Checkout(root)); len(diffs) > 0 {
 				if len(recent) < 60 {
 					t.Logf("ops since the last commit:\n%s", strings.Join(recent, "\n"))
 				}
-				e.compare(ref, e.checkout(root), fmt.Sprintf("checkout after op %d", i))
+				overlaytest.RequireSame(t, ref, e.Checkout(root), fmt.Sprintf("checkout after op %d", i))
 			}
 			recent = recent[:0]
 		}
@@ -367,7 +283,7 @@ func TestRandomOpsAPI(t *testing.T) {
 		t.Run(fmt.Sprintf("populated=%v", populated), func(t *testing.T) {
 			e := newEnv(t, populated)
 			ref := filepath.Join(t.TempDir(), "ref")
-			if _, err := commit.Checkout(e.ctx, e.db, e.root, ref, nil); err != nil && populated {
+			if _, err := commit.Checkout(e.ctx, e.DB, e.Root, ref, nil); err != nil && populated {
 				t.Fatal(err)
 			}
 			os.MkdirAll(ref, 0o755)
@@ -377,7 +293,7 @@ func TestRandomOpsAPI(t *testing.T) {
 			}
 			root := runLockstep(t, e, apiTarget{e.ctx, e.ov}, ref, 42, 20000, every)
 			// A fresh overlay on the new commit shows the same tree.
-			ov2, err := overlay.Open(e.ctx, overlay.Config{Lower: e.db, Root: root, UpperDir: filepath.Join(t.TempDir(), "u2")})
+			ov2, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: root, UpperDir: filepath.Join(t.TempDir(), "u2")})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,9 @@
 // Package overlaytest drives workspaces in tests: a seeded, reproducible
 // sequence of random file system operations applied in lockstep to two
 // targets (a plain directory and a workspace, mounted or through the overlay
-// API), and a comparison of two directory trees.
+// API), and a comparison of two directory trees; and a real Store with the
+// steps such tests repeat (capture a directory, commit a workspace's
+// changes, check a tree out).
 package overlaytest
 
 import (
@@ -223,6 +225,22 @@ func (g *Gen) Next() Op {
 			return Op{Kind: "symlink", A: g.newName(g.pick(g.dirs)), B: "target-" + fmt.Sprint(g.r.IntN(5))}
 		}
 	}
+}
+
+// Step applies g's next operation to the reference directory ref and to
+// target and, when it succeeded, records it in g's model. It returns the
+// operation and an error when the two outcomes differ.
+func (g *Gen) Step(ref string, target Target) (Op, error) {
+	op := g.Next()
+	werr := op.Apply(Dir(ref))
+	gerr := op.Apply(target)
+	if w, e := Errno(werr), Errno(gerr); w != e {
+		return op, fmt.Errorf("%v: workspace says %v (%v), plain directory %v", op, e, gerr, werr)
+	}
+	if werr == nil {
+		g.Done(op, ref)
+	}
+	return op, nil
 }
 
 // Done updates the model after op succeeded on the reference target,
