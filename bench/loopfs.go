@@ -16,9 +16,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrToolMissing is wrapped when LoopFS needs a program that is not on
-// PATH; the message names the Debian package that provides it.
-var ErrToolMissing = errors.New("required tool not installed")
+// Errors of LoopFS, for errors.Is.
+var (
+	// ErrToolMissing: a program LoopFS needs is not on PATH; the message
+	// names the Debian package that provides it.
+	ErrToolMissing = errors.New("required tool not installed")
+	// ErrLoopSpec: the TYPE:SIZE argument is malformed or names a file
+	// system LoopFS does not make.
+	ErrLoopSpec = errors.New("bad file system spec")
+)
 
 // loopKinds are the file systems LoopFS makes: the mkfs program, its
 // arguments before the image, and the Debian package that provides it.
@@ -50,7 +56,8 @@ var loopKinds = map[string]struct {
 // returns an error wrapping EBUSY, and may be called again once it is
 // free. Calls after a successful one do nothing. LoopFS needs root, the
 // mount program and mkfs.ext4 (Debian package e2fsprogs) or mkfs.xfs
-// (xfsprogs); a missing program is an error wrapping ErrToolMissing.
+// (xfsprogs); a missing program is an error wrapping ErrToolMissing, a
+// malformed spec one wrapping ErrLoopSpec.
 func LoopFS(ctx context.Context, dir, spec string) (mountpoint string, cleanup func() error, err error) {
 	fstype, size, err := parseLoopSpec(spec)
 	if err != nil {
@@ -107,10 +114,10 @@ func LoopFS(ctx context.Context, dir, spec string) (mountpoint string, cleanup f
 func parseLoopSpec(spec string) (fstype string, size int64, err error) {
 	fstype, sz, ok := strings.Cut(spec, ":")
 	if !ok {
-		return "", 0, fmt.Errorf("file system %q: want TYPE:SIZE (ext4:8G or xfs:8G)", spec)
+		return "", 0, fmt.Errorf("%w %q: want TYPE:SIZE (ext4:8G or xfs:8G)", ErrLoopSpec, spec)
 	}
 	if _, ok := loopKinds[fstype]; !ok {
-		return "", 0, fmt.Errorf("file system %q: type %q not supported (want ext4 or xfs)", spec, fstype)
+		return "", 0, fmt.Errorf("%w %q: type %q not supported (want ext4 or xfs)", ErrLoopSpec, spec, fstype)
 	}
 	mult := int64(1)
 	if n := len(sz); n > 0 {
@@ -121,7 +128,7 @@ func parseLoopSpec(spec string) (fstype string, size int64, err error) {
 	}
 	n, err := strconv.ParseInt(sz, 10, 64)
 	if err != nil || n <= 0 || n > (1<<62)/mult {
-		return "", 0, fmt.Errorf("file system %q: size %q: want a positive number of bytes with an optional K, M, G or T suffix", spec, sz)
+		return "", 0, fmt.Errorf("%w %q: size %q: want a positive number of bytes with an optional K, M, G or T suffix", ErrLoopSpec, spec, sz)
 	}
 	return fstype, n * mult, nil
 }

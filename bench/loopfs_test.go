@@ -30,8 +30,8 @@ func TestParseLoopSpec(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"ext4", "btrfs:8G", "ext4:", "ext4:0", "ext4:-1G", "ext4:8X", "ext4:G", "xfs:99999999999T"} {
-		if _, _, err := parseLoopSpec(bad); err == nil {
-			t.Errorf("%q: accepted", bad)
+		if _, _, err := LoopFS(context.Background(), t.TempDir(), bad); !errors.Is(err, ErrLoopSpec) {
+			t.Errorf("%q: %v, want ErrLoopSpec", bad, err)
 		}
 	}
 }

@@ -1,20 +1,29 @@
-// Package fsbench measures LayerFS workspace mounts against a plain
-// directory on the same file system with the twelve cell bodies of
-// CELLS.md, run directly (no sandbox): median of N samples per arm, the
-// ratio, the FUSE requests each cell caused by opcode, the daemon's service
-// time per request and which data path served file data.
+// Package fsbench measures the FUSE path alone: the cell bodies of package
+// cells run directly (no sandbox, no daemon API) on a LayerFS workspace
+// mount served from this process, against a plain directory on the same
+// file system. It reports per cell the median of N samples per arm, the
+// ratio, the FUSE requests the timed body caused by opcode, the daemon's
+// service time per request and which data path served file data.
+// `layerfs bench fs` is its command.
 //
-// Each sample follows the cells' method: a fresh Store (with the 64 MiB
-// base committed first for C09-C11), one untimed run of the body on an
-// earlier mount (unmounted afterwards), then a fresh workspace mount for
-// the timed run. The native arm gets a fresh directory the same way. The
-// body's time is taken inside the shell (date +%s%N around it), so the
-// shell's own start is not counted; shells start outside the mount and cd
-// into it.
+// Each sample follows the cells' method (cache state class B): a fresh
+// Store with the cell's base committed first, one untimed run of the body
+// on an earlier mount (unmounted afterwards), then a fresh mount for the
+// timed run. The native arm gets fresh directories the same way, the base
+// written into each. Samples of all cells and both arms run in one shuffled
+// order. The body's time is taken inside the shell (date +%s%N around it),
+// so the shell's own start is not counted; shells start outside the mount
+// and cd into it, because the process serving a mount must never fork a
+// child whose working directory is on it. Every timed run's end state is
+// checked by package verifier, its in-sandbox checks (C12's git fsck) run
+// by bash in the directory.
 package fsbench
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,75 +32,63 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"layerfs.dev/layerfs/bench"
+	"layerfs.dev/layerfs/cells"
 	"layerfs.dev/layerfs/commit"
 	"layerfs.dev/layerfs/fs"
 	"layerfs.dev/layerfs/overlay"
 	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/verifier"
 )
-
-// Cell is one workload body.
-type Cell struct {
-	Name string
-	Body string
-	Base bool // needs the 64 MiB base file "big" committed first
-}
-
-const c01 = `for i in $(seq 1 1000); do echo $i > f$i; done`
-const c04 = `for a in $(seq 1 10); do for b in $(seq 1 10); do mkdir -p d$a/d$b; for f in $(seq 1 10); do touch d$a/d$b/f$f; done; done; done`
-const c06 = `dd if=/dev/zero of=big bs=1M count=64 status=none`
-
-// Cells are the twelve cells of CELLS.md.
-var Cells = []Cell{
-	{"C01", c01, false},
-	{"C02", c01 + `; for i in $(seq 1 1000); do stat f$i; done`, false},
-	{"C03", c01 + `; rm f*`, false},
-	{"C04", c04, false},
-	{"C05", c04 + `; find . -type f | wc -l`, false},
-	{"C06", c06, false},
-	{"C07", c06 + `; cp big big2`, false},
-	{"C08", c06 + `; cat big > /dev/null`, false},
-	{"C09", `cat big > /dev/null`, true},
-	{"C10", `cp big big2`, true},
-	{"C11", `dd if=/dev/zero of=big bs=1M count=64 conv=notrunc status=none`, true},
-	{"C12", `git init -q; for i in $(seq 1 100); do echo $i > f$i; done; git add -A; git -c user.name=cell -c user.email=cell@example.invalid commit -qm init`, false},
-}
 
 // Config says where and how much to run.
 type Config struct {
 	// Dir is scratch space on the file system under test: both arms, the
-	// Stores and the upper layers live under it.
+	// Stores and the upper layers live in a directory made under it and
+	// removed at the end.
 	Dir     string
-	Samples int      // per arm and cell; default 5
-	Only    []string // cell names; default all
-	Logger  *slog.Logger
+	Samples int          // per arm and cell; default 5
+	Cells   []cells.Cell // default cells.Twelve()
+	Logger  *slog.Logger // nil is silent
 	Mount   fs.Options
 	Seed    uint64 // order of the runs
+	// Progress, when set, is told about each sample as it starts (done of
+	// total) and once more at the end.
+	Progress func(done, total int, what string)
 }
 
 // Result is one cell's measurements.
 type Result struct {
-	Cell      string
-	Native    []time.Duration
-	LayerFS   []time.Duration
-	Stats     []fs.Stats // per LayerFS sample: the timed body's requests
-	DataPath  string
-	Verified  bool
+	Cell     string
+	Native   []time.Duration
+	LayerFS  []time.Duration
+	Stats    []fs.Stats // per LayerFS sample: the timed body's requests
+	DataPath string
+	// VerifyErr is the first verification failure of any timed run
+	// ("layerfs: f17: missing"); "" when every run verified.
 	VerifyErr string
+	// Ineligible is why the cell could not run here (its probe failed);
+	// such a cell has no samples.
+	Ineligible string
 }
+
+// Verified reports whether every timed run of both arms left the exact
+// end state.
+func (r *Result) Verified() bool { return r.VerifyErr == "" && r.Ineligible == "" }
 
 // Median of a sample.
 func Median(d []time.Duration) time.Duration {
 	if len(d) == 0 {
 		return 0
 	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	s := slices.Clone(d)
+	slices.Sort(s)
 	if len(s)%2 == 1 {
 		return s[len(s)/2]
 	}
@@ -112,23 +109,28 @@ func (r *Result) medianStats() fs.Stats {
 	if len(r.Stats) == 0 {
 		return fs.Stats{}
 	}
-	s := append([]fs.Stats(nil), r.Stats...)
-	sort.Slice(s, func(i, j int) bool { return s[i].Requests() < s[j].Requests() })
+	s := slices.Clone(r.Stats)
+	slices.SortFunc(s, func(a, b fs.Stats) int { return cmp.Compare(a.Requests(), b.Requests()) })
 	return s[len(s)/2]
 }
 
 // Report is a whole run.
 type Report struct {
 	Dir     string
-	FSType  string
+	FS      string // bench.DescribeFS of Dir
 	Samples int
 	Results []*Result
 }
 
-// Run measures the cells.
+// Run measures the cells. A body that fails (non-zero exit) ends the run
+// with an error; an end state that does not verify is reported in the
+// cell's result.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Samples <= 0 {
 		cfg.Samples = 5
+	}
+	if len(cfg.Cells) == 0 {
+		cfg.Cells = cells.Twelve()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -141,277 +143,403 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	rep := &Report{Dir: cfg.Dir, FSType: fsType(cfg.Dir), Samples: cfg.Samples}
-	big := filepath.Join(work, "base", "big")
-	if err := writeBase(big); err != nil {
+	// An empty HOME, so that no user's git configuration reaches C12.
+	home := filepath.Join(work, "home")
+	if err := os.Mkdir(home, 0o755); err != nil {
 		return nil, err
 	}
+	env := append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1", "LC_ALL=C")
+	rep := &Report{Dir: cfg.Dir, FS: bench.DescribeFS(cfg.Dir), Samples: cfg.Samples}
+
 	type job struct {
 		r      *Result
-		cell   Cell
+		cell   cells.Cell
 		native bool
+		index  int
 	}
 	var jobs []job
-	for _, c := range Cells {
-		if len(cfg.Only) > 0 && !contains(cfg.Only, c.Name) {
+	bases := map[string]string{} // base name -> directory holding it
+	for _, c := range cfg.Cells {
+		r := &Result{Cell: c.ID}
+		rep.Results = append(rep.Results, r)
+		if err := cells.Eligible(ctx, shell{dir: work, env: env}, c); err != nil {
+			if !errors.Is(err, cells.ErrIneligible) {
+				return nil, err
+			}
+			// Keep the probe's reason, without the error's prefixes.
+			_, r.Ineligible, _ = strings.Cut(err.Error(), cells.ErrIneligible.Error()+": ")
 			continue
 		}
-		r := &Result{Cell: c.Name, Verified: true}
-		rep.Results = append(rep.Results, r)
-		for i := 0; i < cfg.Samples; i++ {
-			jobs = append(jobs, job{r, c, true}, job{r, c, false})
+		if c.Base.Write != nil && bases[c.Base.Name] == "" {
+			d := filepath.Join(work, "bases", c.Base.Name)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return nil, err
+			}
+			if err := c.WriteBase(ctx, d); err != nil {
+				return nil, err
+			}
+			bases[c.Base.Name] = d
+		}
+		for i := range cfg.Samples {
+			jobs = append(jobs, job{r, c, true, i}, job{r, c, false, i})
 		}
 	}
 	rnd := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed+1))
 	rnd.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
 	for i, j := range jobs {
-		dir := filepath.Join(work, fmt.Sprint("run", i))
+		arm := "layerfs"
+		if j.native {
+			arm = "native"
+		}
+		if cfg.Progress != nil {
+			cfg.Progress(i, len(jobs), fmt.Sprintf("%s %s #%d", j.cell.ID, arm, j.index+1))
+		}
+		s := &sample{cfg: cfg, env: env, cell: j.cell, r: j.r, dir: filepath.Join(work, fmt.Sprint("run", i)), base: bases[j.cell.Base.Name]}
 		var err error
 		if j.native {
-			err = runNative(ctx, dir, big, j.cell, j.r)
+			err = s.native(ctx)
 		} else {
-			err = runLayerFS(ctx, cfg, dir, big, j.cell, j.r)
+			err = s.layerfs(ctx)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s (native=%v): %w", j.cell.Name, j.native, err)
+			return nil, fmt.Errorf("%s %s: %w", j.cell.ID, arm, err)
 		}
-		cfg.Logger.Info("sample", "cell", j.cell.Name, "native", j.native, "done", i+1, "of", len(jobs))
-		os.RemoveAll(dir)
+		cfg.Logger.Info("sample", "cell", j.cell.ID, "arm", arm, "done", i+1, "of", len(jobs))
+		if err := os.RemoveAll(s.dir); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Progress != nil {
+		cfg.Progress(len(jobs), len(jobs), "done")
 	}
 	return rep, nil
 }
 
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if strings.EqualFold(x, s) {
-			return true
-		}
-	}
-	return false
+// shell runs bash bodies in dir. It is the verifier's Runner (and the
+// cells' probe runner) for a sandbox-less run: the process starts in / and
+// cds into dir, which may be a mount this process serves.
+type shell struct {
+	dir string
+	env []string
 }
 
-// writeBase writes 64 MiB of seeded pseudo-random bytes (not zeros, so
-// neither dedup nor C11's zeros can hide anything).
-func writeBase(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+func (s shell) run(ctx context.Context, body string) (stdout, stderr string, code int, err error) {
+	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", "cd "+shellQuote(s.dir)+" || exit 1\n"+body)
+	cmd.Dir = "/"
+	cmd.Env = s.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return out.String(), errb.String(), exit.ExitCode(), nil
 	}
-	r := rand.New(rand.NewPCG(64, 64))
-	buf := make([]byte, 1<<20)
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	for i := 0; i < 64; i++ {
-		for j := 0; j < len(buf); j += 8 {
-			v := r.Uint64()
-			for k := 0; k < 8; k++ {
-				buf[j+k] = byte(v >> (8 * k))
-			}
-		}
-		if _, err := f.Write(buf); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	return f.Close()
+	return out.String(), errb.String(), 0, err
 }
 
-// timeBody runs the body in dir and returns the time measured inside the
-// shell.
-func timeBody(ctx context.Context, dir, body string) (time.Duration, error) {
-	script := fmt.Sprintf("cd %q || exit 1\ns=$(date +%%s%%N)\n{ %s; } >/dev/null\nrc=$?\ne=$(date +%%s%%N)\necho $((e-s))\nexit $rc", dir, body)
-	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", script)
-	cmd.Dir = "/" // never fork with the working directory on the mount
-	cmd.Env = append(os.Environ(), "HOME=/tmp", "GIT_CONFIG_NOSYSTEM=1")
-	out, err := cmd.Output()
+// Run implements verifier.Runner and cells.Runner.
+func (s shell) Run(ctx context.Context, body string) (string, int, error) {
+	out, _, code, err := s.run(ctx, body)
+	return out, code, err
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// timeBody runs the cell's body as CELLS.md wraps it and returns the time
+// measured inside the shell.
+func (s shell) timeBody(ctx context.Context, body string) (time.Duration, error) {
+	script := "__t0=$(date +%s%N)\n" + cells.Wrap(body) + "\n__rc=$?\n__t1=$(date +%s%N)\necho $((__t1-__t0))\nexit $__rc"
+	out, stderr, code, err := s.run(ctx, script)
 	if err != nil {
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		return 0, fmt.Errorf("body failed: %v: %s", err, stderr)
+		return 0, err
 	}
-	ns, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if code != 0 {
+		return 0, fmt.Errorf("body exited %d: %s", code, strings.TrimSpace(stderr))
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("body timing: %q", out)
 	}
 	return time.Duration(ns), nil
 }
 
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+// sample is one run of a cell on one arm: a warm-up and a timed run.
+type sample struct {
+	cfg  Config
+	env  []string
+	cell cells.Cell
+	r    *Result
+	dir  string
+	base string // the written base, "" for the empty one
 }
 
-func runNative(ctx context.Context, dir, big string, c Cell, r *Result) error {
+// verify checks the end state in dir and records the first failure.
+func (s *sample) verify(ctx context.Context, arm, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	verr := verifier.Verify(ctx, root.FS(), s.cell, shell{dir: dir, env: s.env})
+	if err := root.Close(); err != nil {
+		return err
+	}
+	if verr != nil && !errors.Is(verr, verifier.ErrMismatch) {
+		return fmt.Errorf("verify: %w", verr)
+	}
+	if verr != nil && s.r.VerifyErr == "" {
+		s.r.VerifyErr = arm + ": " + firstProblem(verr)
+	}
+	return nil
+}
+
+// firstProblem shortens the verifier's list of problems to its first.
+func firstProblem(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) == 1 {
+		return lines[0]
+	}
+	return fmt.Sprintf("%s (and %d more)", lines[0], len(lines)-1)
+}
+
+func (s *sample) native(ctx context.Context) error {
 	for _, phase := range []string{"warm", "timed"} {
-		d := filepath.Join(dir, phase)
+		d := filepath.Join(s.dir, phase)
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
-		if c.Base {
-			if err := copyFile(big, filepath.Join(d, "big")); err != nil {
-				return err
-			}
+		if err := s.cell.WriteBase(ctx, d); err != nil {
+			return err
 		}
 		syscall.Sync()
-		t, err := timeBody(ctx, d, c.Body)
+		sh := shell{dir: d, env: s.env}
+		t, err := sh.timeBody(ctx, s.cell.Body)
 		if err != nil {
 			return err
 		}
 		if phase == "timed" {
-			r.Native = append(r.Native, t)
-			if err := verify(c, d, big); err != nil && r.Verified {
-				r.Verified, r.VerifyErr = false, "native: "+err.Error()
+			s.r.Native = append(s.r.Native, t)
+			if err := s.verify(ctx, "native", d); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
-func runLayerFS(ctx context.Context, cfg Config, dir, big string, c Cell, r *Result) error {
-	db, err := store.Init(ctx, filepath.Join(dir, "store"), store.Options{})
+func (s *sample) layerfs(ctx context.Context) (err error) {
+	db, err := store.Init(ctx, filepath.Join(s.dir, "store"), store.Options{Logger: s.cfg.Logger})
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	var root store.ID
-	if c.Base {
+	defer func() {
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	root := store.ZeroID
+	if s.base != "" {
 		b, err := db.NewBatch(ctx)
 		if err != nil {
 			return err
 		}
-		root, _, err = commit.CaptureDir(ctx, b, db, filepath.Dir(big), nil)
+		root, _, err = commit.CaptureDir(ctx, b, db, s.base, nil)
 		if err == nil {
 			err = b.Flush(ctx)
 		}
 		b.Abort()
 		if err != nil {
-			return err
+			return fmt.Errorf("commit the base: %w", err)
 		}
 	}
 	for i, phase := range []string{"warm", "timed"} {
-		ws := filepath.Join(db.WorkspacesDir(), fmt.Sprint("w", i))
-		mnt := filepath.Join(dir, "mnt-"+phase)
-		if err := os.MkdirAll(mnt, 0o755); err != nil {
-			return err
-		}
-		ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: filepath.Join(ws, "upper"), Logger: cfg.Logger})
-		if err != nil {
-			return err
-		}
-		mo := cfg.Mount
-		mo.Logger = cfg.Logger
-		m, err := fs.Mount(ctx, mnt, ov, mo)
-		if err != nil {
-			return err
-		}
-		syscall.Sync()
-		before := m.Stats()
-		t, err := timeBody(ctx, mnt, c.Body)
-		after := m.Stats()
-		if err == nil && phase == "timed" {
-			r.LayerFS = append(r.LayerFS, t)
-			r.Stats = append(r.Stats, after.Sub(before))
-			r.DataPath = after.DataPath
-			if verr := verify(c, mnt, big); verr != nil && r.Verified {
-				r.Verified, r.VerifyErr = false, "layerfs: "+verr.Error()
-			}
-		}
-		if uerr := m.Unmount(ctx); err == nil {
-			err = uerr
-		}
-		if err != nil {
+		if err := s.mountAndRun(ctx, db, root, i, phase); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Table writes the report as a Markdown table.
-func (rep *Report) Table(w io.Writer) {
-	fmt.Fprintf(w, "file system: %s (%s), median of %d samples per arm; µs/req is the daemon's service time per request\n\n", rep.Dir, rep.FSType, rep.Samples)
-	fmt.Fprintln(w, "| cell | native ms | layerfs ms | ratio | requests | µs/req mean | µs/req median | data path | verified | requests by opcode |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
-	logSum, n := 0.0, 0
-	worst := 0.0
+// mountAndRun mounts a fresh workspace of root, runs the body (timed and
+// verified in the timed phase) and unmounts it.
+func (s *sample) mountAndRun(ctx context.Context, db *store.DB, root store.ID, i int, phase string) (err error) {
+	ws := filepath.Join(db.WorkspacesDir(), fmt.Sprint("w", i))
+	mnt := filepath.Join(s.dir, "mnt-"+phase)
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		return err
+	}
+	ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: filepath.Join(ws, "upper"), Logger: s.cfg.Logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := ov.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	mo := s.cfg.Mount
+	mo.Logger = s.cfg.Logger
+	m, err := fs.Mount(ctx, mnt, ov, mo)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if uerr := m.Unmount(context.WithoutCancel(ctx)); err == nil && uerr != nil {
+			err = fmt.Errorf("unmount: %w", uerr)
+		}
+	}()
+	syscall.Sync()
+	sh := shell{dir: mnt, env: s.env}
+	before := m.Stats()
+	t, err := sh.timeBody(ctx, s.cell.Body)
+	after := m.Stats()
+	if err != nil || phase != "timed" {
+		return err
+	}
+	s.r.LayerFS = append(s.r.LayerFS, t)
+	s.r.Stats = append(s.r.Stats, after.Sub(before))
+	s.r.DataPath = after.DataPath
+	return s.verify(ctx, "layerfs", mnt)
+}
+
+// Summary is one cell's row of the table, also its JSON form.
+type Summary struct {
+	Cell        string    `json:"cell"`
+	NativeMs    float64   `json:"native_ms"`
+	NativeMin   float64   `json:"native_min_ms"`
+	NativeMax   float64   `json:"native_max_ms"`
+	LayerFSMs   float64   `json:"layerfs_ms"`
+	LayerFSMin  float64   `json:"layerfs_min_ms"`
+	LayerFSMax  float64   `json:"layerfs_max_ms"`
+	Ratio       float64   `json:"ratio"`
+	Requests    uint64    `json:"requests"`
+	ByOp        []OpCount `json:"requests_by_op"`
+	USMean      float64   `json:"us_per_request_mean"`
+	USMedian    float64   `json:"us_per_request_median"`
+	DataPath    string    `json:"data_path"`
+	Verified    bool      `json:"verified"`
+	VerifyError string    `json:"verify_error,omitempty"`
+	Ineligible  string    `json:"ineligible,omitempty"`
+}
+
+// OpCount is one opcode's requests in the median sample.
+type OpCount struct {
+	Op    string `json:"op"`
+	Count uint64 `json:"count"`
+}
+
+// Totals are the figures over all cells.
+type Totals struct {
+	GeoMeanRatio float64 `json:"geomean_ratio"`
+	WorstRatio   float64 `json:"worst_ratio"`
+	// USMedian is the median daemon service time over the requests of
+	// every cell's median sample.
+	USMedian float64 `json:"us_per_request_median"`
+}
+
+// summaryJSON is the report's JSON form.
+type summaryJSON struct {
+	Dir        string    `json:"dir"`
+	FileSystem string    `json:"file_system"`
+	Samples    int       `json:"samples"`
+	Cells      []Summary `json:"cells"`
+	Totals     Totals    `json:"totals"`
+}
+
+// Summarize computes the table's rows and totals.
+func (rep *Report) Summarize() ([]Summary, Totals) {
+	var rows []Summary
+	var tot Totals
 	var all fs.Stats
+	logSum, n := 0.0, 0
 	for _, r := range rep.Results {
-		s := r.medianStats()
+		st := r.medianStats()
+		row := Summary{
+			Cell:     r.Cell,
+			NativeMs: ms(Median(r.Native)), NativeMin: ms(minD(r.Native)), NativeMax: ms(maxD(r.Native)),
+			LayerFSMs: ms(Median(r.LayerFS)), LayerFSMin: ms(minD(r.LayerFS)), LayerFSMax: ms(maxD(r.LayerFS)),
+			Ratio: r.Ratio(), Requests: st.Requests(), DataPath: r.DataPath,
+			USMedian: us(st.Quantile(0.5)), Verified: r.Verified(), VerifyError: r.VerifyErr,
+			Ineligible: r.Ineligible,
+		}
+		for _, oc := range st.ByOp() {
+			row.ByOp = append(row.ByOp, OpCount{oc.Op.String(), oc.Count})
+		}
+		if st.Requests() > 0 {
+			row.USMean = us(st.ServiceTime()) / float64(st.Requests())
+		}
 		for i := range all.Count {
-			all.Count[i] += s.Count[i]
-			all.Ns[i] += s.Ns[i]
+			all.Count[i] += st.Count[i]
+			all.Ns[i] += st.Ns[i]
 		}
 		for i := range all.Hist {
-			all.Hist[i] += s.Hist[i]
+			all.Hist[i] += st.Hist[i]
 		}
-		var ops []string
-		for _, oc := range s.ByOp() {
-			ops = append(ops, fmt.Sprintf("%s %d", oc.Op, oc.Count))
+		if row.Ratio > 0 {
+			logSum += math.Log(row.Ratio)
+			n++
+			tot.WorstRatio = max(tot.WorstRatio, row.Ratio)
 		}
-		mean := 0.0
-		if s.Requests() > 0 {
-			mean = float64(s.ServiceTime().Nanoseconds()) / float64(s.Requests()) / 1e3
+		rows = append(rows, row)
+	}
+	if n > 0 {
+		tot.GeoMeanRatio = math.Exp(logSum / float64(n))
+	}
+	tot.USMedian = us(all.Quantile(0.5))
+	return rows, tot
+}
+
+// JSON is the report as a value for encoding/json: the rows and totals of
+// the table, with the file system and sample count.
+func (rep *Report) JSON() any {
+	rows, tot := rep.Summarize()
+	return summaryJSON{Dir: rep.Dir, FileSystem: rep.FS, Samples: rep.Samples, Cells: rows, Totals: tot}
+}
+
+// Table writes the report as a Markdown table.
+func (rep *Report) Table(w io.Writer) error {
+	rows, tot := rep.Summarize()
+	var b strings.Builder
+	fmt.Fprintf(&b, "file system: %s; median [min-max] of %d samples per arm; µs/req is the daemon's service time per request\n\n", rep.FS, rep.Samples)
+	b.WriteString("| cell | native ms | layerfs ms | ratio | requests | µs/req mean | µs/req median | data path | verified | requests by opcode |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		if r.Ineligible != "" {
+			fmt.Fprintf(&b, "| %s | ineligible: %s | | | | | | | | |\n", r.Cell, r.Ineligible)
+			continue
 		}
 		ver := "yes"
 		if !r.Verified {
-			ver = "NO: " + r.VerifyErr
+			ver = "NO: " + r.VerifyError
 		}
-		ratio := r.Ratio()
-		if ratio > 0 {
-			logSum += math.Log(ratio)
-			n++
-			worst = max(worst, ratio)
+		var ops []string
+		for _, oc := range r.ByOp {
+			ops = append(ops, fmt.Sprintf("%s %d", oc.Op, oc.Count))
 		}
-		fmt.Fprintf(w, "| %s | %.1f [%.1f-%.1f] | %.1f [%.1f-%.1f] | %.2fx | %d | %.1f | %.1f | %s | %s | %s |\n",
-			r.Cell, ms(Median(r.Native)), ms(minD(r.Native)), ms(maxD(r.Native)),
-			ms(Median(r.LayerFS)), ms(minD(r.LayerFS)), ms(maxD(r.LayerFS)),
-			ratio, s.Requests(), mean, float64(s.Quantile(0.5).Nanoseconds())/1e3, r.DataPath, ver, strings.Join(ops, ", "))
+		fmt.Fprintf(&b, "| %s | %.1f [%.1f-%.1f] | %.1f [%.1f-%.1f] | %.2fx | %d | %.1f | %.1f | %s | %s | %s |\n",
+			r.Cell, r.NativeMs, r.NativeMin, r.NativeMax, r.LayerFSMs, r.LayerFSMin, r.LayerFSMax,
+			r.Ratio, r.Requests, r.USMean, r.USMedian, r.DataPath, ver, strings.Join(ops, ", "))
 	}
-	if n > 0 {
-		fmt.Fprintf(w, "\ngeometric mean of ratios %.2fx, worst %.2fx; median daemon service time over all requests %.1f µs\n",
-			math.Exp(logSum/float64(n)), worst, float64(all.Quantile(0.5).Nanoseconds())/1e3)
+	if tot.GeoMeanRatio > 0 {
+		fmt.Fprintf(&b, "\ngeometric mean of ratios %.2fx, worst %.2fx; median daemon service time over all requests %.1f µs\n",
+			tot.GeoMeanRatio, tot.WorstRatio, tot.USMedian)
 	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 func minD(d []time.Duration) time.Duration {
-	m := time.Duration(math.MaxInt64)
-	for _, x := range d {
-		m = min(m, x)
-	}
 	if len(d) == 0 {
 		return 0
 	}
-	return m
+	return slices.Min(d)
 }
 
 func maxD(d []time.Duration) time.Duration {
-	var m time.Duration
-	for _, x := range d {
-		m = max(m, x)
+	if len(d) == 0 {
+		return 0
 	}
-	return m
-}
-
-func fsType(dir string) string {
-	out, err := exec.Command("findmnt", "-n", "-o", "FSTYPE,SOURCE,OPTIONS", "--target", dir).Output()
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(out))
+	return slices.Max(d)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -67,22 +68,25 @@ func selectCells(spec string) ([]cells.Cell, error) {
 
 func cellsRunCmd(a *app) *cobra.Command {
 	var (
-		platformList, cellList, out, guestDaemon string
-		samples                                  int
-		seed                                     int64
-		keep                                     bool
+		platformList, cellList, out, guestDaemon, fsSpec string
+		samples                                          int
+		seed                                             int64
+		keep                                             bool
 	)
 	c := &cobra.Command{
-		Use:   "run [--platform local,docker,...] [--cells C01,...] [--samples N] [--out DIR]",
+		Use:   "run [--platform local,docker,...] [--cells C01,...] [--samples N] [--out DIR] [--fs ext4:8G|xfs:8G]",
 		Short: "Run the cells on each platform, LayerFS and native, and print the comparison",
 		Long: `Runs every cell on every platform, in a LayerFS workspace and in a plain
 directory on the same file system through the same sandbox, following the
 method of docs/benchmarks.md: a fresh Store per sample, the base committed
 first, one untimed warm-up run, then a fresh mount for the timed run, verified
 live and again from its commit. Writes samples.jsonl, summary.json, cells.md,
-cells.txt and ratios.png to the output directory and prints the table.`,
+cells.txt and ratios.png to the output directory and prints the table.
+With --fs, the Stores and native directories live on a fresh loop-mounted
+file system of that type (an image under the output directory), unmounted
+and removed at the end.`,
 		Args: args(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			cs, err := selectCells(cellList)
 			if err != nil {
 				return usageError{err}
@@ -102,6 +106,9 @@ cells.txt and ratios.png to the output directory and prints the table.`,
 			if out, err = filepath.Abs(out); err != nil {
 				return err
 			}
+			if fsSpec != "" && keep {
+				return usageError{fmt.Errorf("--keep and --fs: the loop file system is unmounted at the end, so nothing could be kept")}
+			}
 			if guestDaemon == "" {
 				guestDaemon, _ = findDaemon()
 			}
@@ -117,6 +124,22 @@ cells.txt and ratios.png to the output directory and prints the table.`,
 				NewPlatform: func(name string) (platforms.Platform, error) {
 					return catalog.New(name, catalog.Options{Project: "cells", GuestDaemon: guestDaemon})
 				},
+			}
+			if fsSpec != "" {
+				mnt, cleanup, lerr := bench.LoopFS(cmd.Context(), out, fsSpec)
+				if errors.Is(lerr, bench.ErrLoopSpec) {
+					return usageError{fmt.Errorf("--fs: %w", lerr)}
+				}
+				if lerr != nil {
+					return lerr
+				}
+				defer func() {
+					if cerr := cleanup(); err == nil {
+						err = cerr
+					}
+				}()
+				cfg.WorkDir = filepath.Join(mnt, "work")
+				cfg.Machine += "; work on " + bench.DescribeFS(mnt)
 			}
 			finish := a.cellsProgress(&cfg)
 			res, err := bench.Run(cmd.Context(), cfg)
@@ -153,6 +176,7 @@ cells.txt and ratios.png to the output directory and prints the table.`,
 	f.StringVar(&out, "out", "", "output directory (default ./layerfs-cells-DATE)")
 	f.Int64Var(&seed, "seed", 0, "seed of the randomised sample order (default: from the clock)")
 	f.BoolVar(&keep, "keep", false, "keep each sample's Store and directories under OUT/work")
+	f.StringVar(&fsSpec, "fs", "", "run the Stores and native directories on a fresh loop-mounted file system: ext4:SIZE (with a journal) or xfs:SIZE (reflinks), e.g. ext4:8G")
 	f.StringVar(&guestDaemon, "guest-daemon", "", "layerfsd binary for VM guests (default: the one beside layerfs)")
 	return c
 }
@@ -181,32 +205,38 @@ func machine(dir string) string {
 // cellsProgress shows a bar of samples on a terminal; it returns the
 // function that clears it.
 func (a *app) cellsProgress(cfg *bench.Config) func() {
+	progress, finish := a.sampleProgress()
+	cfg.Progress = progress
+	return finish
+}
+
+// sampleProgress reports samples as they start: a bar on a terminal, else
+// a line each on stderr. finish clears the bar.
+func (a *app) sampleProgress() (progress func(done, total int, what string), finish func()) {
 	f, ok := a.stderr.(*os.File)
 	if !ok || !isatty.IsTerminal(f.Fd()) {
-		cfg.Progress = func(done, total int, what string) {
+		return func(done, total int, what string) {
 			if done < total {
 				fmt.Fprintf(a.stderr, "[%d/%d] %s\n", done+1, total, what)
 			}
-		}
-		return func() {}
+		}, func() {}
 	}
 	var bar *progressbar.ProgressBar
-	cfg.Progress = func(done, total int, what string) {
-		if bar == nil {
-			bar = progressbar.NewOptions(total,
-				progressbar.OptionSetWriter(f),
-				progressbar.OptionShowCount(),
-				progressbar.OptionSetElapsedTime(true),
-				progressbar.OptionSetPredictTime(true),
-				progressbar.OptionClearOnFinish(),
-			)
+	return func(done, total int, what string) {
+			if bar == nil {
+				bar = progressbar.NewOptions(total,
+					progressbar.OptionSetWriter(f),
+					progressbar.OptionShowCount(),
+					progressbar.OptionSetElapsedTime(true),
+					progressbar.OptionSetPredictTime(true),
+					progressbar.OptionClearOnFinish(),
+				)
+			}
+			bar.Describe(what)
+			bar.Set(done)
+		}, func() {
+			if bar != nil {
+				bar.Finish()
+			}
 		}
-		bar.Describe(what)
-		bar.Set(done)
-	}
-	return func() {
-		if bar != nil {
-			bar.Finish()
-		}
-	}
 }

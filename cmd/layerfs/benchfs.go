@@ -1,0 +1,132 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"layerfs.dev/layerfs/bench"
+	"layerfs.dev/layerfs/bench/fsbench"
+	"layerfs.dev/layerfs/fs"
+)
+
+// benchFSCmd measures the FUSE path alone: the cell bodies straight on a
+// workspace mount served by this process, against a plain directory.
+func benchFSCmd(a *app) *cobra.Command {
+	var (
+		cellList, dir, fsSpec, cpuProfile string
+		samples                           int
+		noPassthrough                     bool
+	)
+	c := &cobra.Command{
+		Use:   "fs [--cells C01,...] [--samples N] [--dir D] [--fs ext4:8G|xfs:8G] [--no-passthrough] [--cpuprofile F]",
+		Short: "Run the cell bodies straight on a workspace mount and in a plain directory: the FUSE path alone",
+		Long: `Runs each cell's body directly (no sandbox, no daemon API) on a fresh
+LayerFS workspace mount served by this process and in a plain directory on
+the same file system, following the cells' method (a fresh Store per sample,
+the base committed first, one untimed warm-up run on an earlier mount, a
+fresh mount for the timed run, every end state verified). Prints per cell
+the median [min-max] of each arm, the ratio, the FUSE requests the timed body
+caused by opcode, the daemon's service time per request and the data path.
+With --fs, both arms run on a fresh loop-mounted file system of that type
+(an image under --dir), unmounted and removed at the end.`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			ctx := cmd.Context()
+			cs, err := selectCells(cellList)
+			if err != nil {
+				return usageError{err}
+			}
+			if samples < 1 {
+				return usageError{fmt.Errorf("--samples %d: want at least 1", samples)}
+			}
+			if dir == "" {
+				d, err := os.MkdirTemp("", "layerfs-benchfs-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(d)
+				dir = d
+			}
+			if dir, err = filepath.Abs(dir); err != nil {
+				return err
+			}
+			if fsSpec != "" {
+				mnt, cleanup, lerr := bench.LoopFS(ctx, dir, fsSpec)
+				if errors.Is(lerr, bench.ErrLoopSpec) {
+					return usageError{fmt.Errorf("--fs: %w", lerr)}
+				}
+				if lerr != nil {
+					return lerr
+				}
+				defer func() {
+					if cerr := cleanup(); err == nil {
+						err = cerr
+					}
+				}()
+				dir = mnt
+			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				if err := pprof.StartCPUProfile(f); err != nil {
+					f.Close()
+					return err
+				}
+				defer func() {
+					pprof.StopCPUProfile()
+					if cerr := f.Close(); err == nil && cerr != nil {
+						err = fmt.Errorf("--cpuprofile: %w", cerr)
+					}
+				}()
+			}
+			progress, finish := a.sampleProgress()
+			rep, err := fsbench.Run(ctx, fsbench.Config{
+				Dir:      dir,
+				Samples:  samples,
+				Cells:    cs,
+				Mount:    fs.Options{NoPassthrough: noPassthrough},
+				Progress: progress,
+			})
+			finish()
+			if err != nil {
+				return err
+			}
+			if a.json {
+				if err := a.emit(rep.JSON(), nil); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(a.stdout, "command: layerfs %s\n", strings.Join(os.Args[1:], " "))
+				if err := rep.Table(a.stdout); err != nil {
+					return err
+				}
+			}
+			var bad []string
+			for _, r := range rep.Results {
+				if r.VerifyErr != "" {
+					bad = append(bad, r.Cell)
+				}
+			}
+			if len(bad) > 0 {
+				return fmt.Errorf("bench fs: %s did not verify", strings.Join(bad, ", "))
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&cellList, "cells", "twelve", "comma-separated cell ids, or twelve, extended, all")
+	f.IntVar(&samples, "samples", 5, "timed samples per cell and arm")
+	f.StringVar(&dir, "dir", "", "scratch directory on the file system under test (default: a temporary one, removed after)")
+	f.StringVar(&fsSpec, "fs", "", "run on a fresh loop-mounted file system made under --dir: ext4:SIZE (with a journal) or xfs:SIZE (reflinks), e.g. ext4:8G")
+	f.BoolVar(&noPassthrough, "no-passthrough", false, "serve file data through the daemon instead of FUSE passthrough")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the daemon side, setup included) to this file")
+	return c
+}
