@@ -40,6 +40,18 @@ func (a *app) withDaemon(cmd *cobra.Command, fn func(c *client.Client) error) er
 	return fn(c)
 }
 
+// withWorkspace runs fn with workspace id, looked up in the (auto-started)
+// daemon.
+func (a *app) withWorkspace(cmd *cobra.Command, id string, fn func(ws *client.Workspace) error) error {
+	return a.withDaemon(cmd, func(c *client.Client) error {
+		ws, err := c.Workspace(cmd.Context(), id)
+		if err != nil {
+			return err
+		}
+		return fn(ws)
+	})
+}
+
 func wsCreateCmd(a *app) *cobra.Command {
 	var spec wire.WorkspaceSpec
 	cmd := &cobra.Command{
@@ -108,11 +120,7 @@ func wsStatusCmd(a *app) *cobra.Command {
 		Short: "Show a workspace: changed paths, upper-layer bytes, FUSE requests",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
-				ws, err := c.Workspace(cmd.Context(), argv[0])
-				if err != nil {
-					return err
-				}
+			return a.withWorkspace(cmd, argv[0], func(ws *client.Workspace) error {
 				st, err := ws.Status(cmd.Context())
 				if err != nil {
 					return err
@@ -146,11 +154,7 @@ func wsCommitCmd(a *app) *cobra.Command {
 		Short: "Commit a workspace's changes to its branch (the workspace stays mounted)",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
-				ws, err := c.Workspace(cmd.Context(), argv[0])
-				if err != nil {
-					return err
-				}
+			return a.withWorkspace(cmd, argv[0], func(ws *client.Workspace) error {
 				res, err := ws.CommitWith(cmd.Context(), req)
 				if err != nil {
 					if client.IsHeadMoved(err) {
@@ -177,11 +181,7 @@ func wsEndCmd(a *app) *cobra.Command {
 		Short: "Unmount a workspace and remove it (refuses uncommitted changes without --discard)",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
-				ws, err := c.Workspace(cmd.Context(), argv[0])
-				if err != nil {
-					return err
-				}
+			return a.withWorkspace(cmd, argv[0], func(ws *client.Workspace) error {
 				if err := ws.End(cmd.Context(), opts); err != nil {
 					if client.IsUncommitted(err) {
 						return fmt.Errorf("%w (commit them, or end with --discard)", err)
@@ -206,11 +206,7 @@ func wsMountCmd(a *app) *cobra.Command {
 		Short: "Mount a workspace again (after a crash left it unmounted)",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
-				ws, err := c.Workspace(cmd.Context(), argv[0])
-				if err != nil {
-					return err
-				}
+			return a.withWorkspace(cmd, argv[0], func(ws *client.Workspace) error {
 				if err := ws.Mount(cmd.Context()); err != nil {
 					return err
 				}
@@ -261,15 +257,14 @@ JSON result instead). The command's exit code becomes layerfs's.`,
 				opts.Stdin = b
 			}
 			var code int
-			err := a.withDaemon(cmd, func(c *client.Client) error {
-				ws, err := c.Workspace(cmd.Context(), argv[0])
-				if err != nil {
-					return err
-				}
+			err := a.withWorkspace(cmd, argv[0], func(ws *client.Workspace) error {
 				if !a.json {
 					opts.Stdout, opts.Stderr = a.stdout, a.stderr
 				}
-				var res *client.ExecResult
+				var (
+					res *client.ExecResult
+					err error
+				)
 				if body != "" {
 					res, err = ws.Exec(cmd.Context(), body, opts)
 				} else {
@@ -345,18 +340,14 @@ A local path containing a colon can be written as ./name:with:colons.`,
 			case !srcWS && !dstWS:
 				return usageError{errors.New("ws cp: one side must be WS:PATH")}
 			}
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			id := dstID
+			if srcWS {
+				id = srcID
+			}
+			return a.withWorkspace(cmd, id, func(ws *client.Workspace) error {
 				ctx := cmd.Context()
 				if srcWS {
-					ws, err := c.Workspace(ctx, srcID)
-					if err != nil {
-						return err
-					}
 					return ws.Download(ctx, srcPath, argv[1])
-				}
-				ws, err := c.Workspace(ctx, dstID)
-				if err != nil {
-					return err
 				}
 				// A file copied to a directory (the root, or a path ending
 				// in "/") keeps its name, as cp does.
