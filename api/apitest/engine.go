@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -91,6 +92,43 @@ func (e *Engine) project(name string) (*project, error) {
 	return p, nil
 }
 
+// branch returns a project and one of its branches. Needs e.mu.
+func (e *Engine) branch(project, name string) (*project, *wire.Branch, error) {
+	p, err := e.project(project)
+	if err != nil {
+		return nil, nil, err
+	}
+	b := p.branches[name]
+	if b == nil {
+		return nil, nil, notFound("branch " + name)
+	}
+	return p, b, nil
+}
+
+// resolve returns a project and the commit id a ref names in it. Needs
+// e.mu.
+func (e *Engine) resolve(project, ref string) (*project, string, error) {
+	p, err := e.project(project)
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := p.resolve(ref)
+	if err != nil {
+		return nil, "", err
+	}
+	return p, id, nil
+}
+
+// inKeyOrder returns f of each value of m in the order of their keys (nil
+// for an empty map).
+func inKeyOrder[V, T any](m map[string]V, f func(V) T) []T {
+	var out []T
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, f(m[k]))
+	}
+	return out
+}
+
 // resolve returns the commit id a ref names.
 func (p *project) resolve(ref string) (string, error) {
 	if n, ok := strings.CutPrefix(ref, "layer:"); ok {
@@ -153,12 +191,7 @@ func (e *Engine) CreateProject(ctx context.Context, req wire.CreateProject) (wir
 func (e *Engine) Projects(ctx context.Context) ([]wire.Project, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var ps []wire.Project
-	for _, p := range e.projects {
-		ps = append(ps, p.info)
-	}
-	slices.SortFunc(ps, func(a, b wire.Project) int { return strings.Compare(a.Name, b.Name) })
-	return ps, nil
+	return inKeyOrder(e.projects, func(p *project) wire.Project { return p.info }), nil
 }
 
 // Project implements api.Engine.
@@ -187,13 +220,9 @@ func (e *Engine) Layers(ctx context.Context, project string) ([]wire.Layer, erro
 func (e *Engine) AddLayer(ctx context.Context, project string, req wire.AddLayer) (wire.Layer, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p, err := e.project(project)
+	p, b, err := e.branch(project, req.Branch)
 	if err != nil {
 		return wire.Layer{}, err
-	}
-	b := p.branches[req.Branch]
-	if b == nil {
-		return wire.Layer{}, notFound("branch " + req.Branch)
 	}
 	e.Mutations.Add(1)
 	l := wire.Layer{Project: project, Index: len(p.layers) + 1, Commit: b.Head, Created: e.now()}
@@ -210,25 +239,16 @@ func (e *Engine) Branches(ctx context.Context, project string) ([]wire.Branch, e
 	if err != nil {
 		return nil, err
 	}
-	var bs []wire.Branch
-	for _, b := range p.branches {
-		bs = append(bs, *b)
-	}
-	slices.SortFunc(bs, func(a, b wire.Branch) int { return strings.Compare(a.Name, b.Name) })
-	return bs, nil
+	return inKeyOrder(p.branches, func(b *wire.Branch) wire.Branch { return *b }), nil
 }
 
 // Branch implements api.Engine.
 func (e *Engine) Branch(ctx context.Context, project, name string) (wire.Branch, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p, err := e.project(project)
+	_, b, err := e.branch(project, name)
 	if err != nil {
 		return wire.Branch{}, err
-	}
-	b := p.branches[name]
-	if b == nil {
-		return wire.Branch{}, notFound("branch " + name)
 	}
 	return *b, nil
 }
@@ -259,12 +279,9 @@ func (e *Engine) ForkBranch(ctx context.Context, project string, req wire.ForkBr
 func (e *Engine) DeleteBranch(ctx context.Context, project, name string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p, err := e.project(project)
+	p, _, err := e.branch(project, name)
 	if err != nil {
 		return err
-	}
-	if p.branches[name] == nil {
-		return notFound("branch " + name)
 	}
 	e.Mutations.Add(1)
 	delete(p.branches, name)
@@ -276,11 +293,7 @@ func (e *Engine) DeleteBranch(ctx context.Context, project, name string) error {
 func (e *Engine) Commit(ctx context.Context, project, ref string) (wire.Commit, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p, err := e.project(project)
-	if err != nil {
-		return wire.Commit{}, err
-	}
-	id, err := p.resolve(ref)
+	p, id, err := e.resolve(project, ref)
 	if err != nil {
 		return wire.Commit{}, err
 	}
@@ -291,11 +304,7 @@ func (e *Engine) Commit(ctx context.Context, project, ref string) (wire.Commit, 
 func (e *Engine) Log(ctx context.Context, project, ref string, limit int) ([]wire.Commit, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p, err := e.project(project)
-	if err != nil {
-		return nil, err
-	}
-	id, err := p.resolve(ref)
+	p, id, err := e.resolve(project, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -312,11 +321,7 @@ func (e *Engine) Log(ctx context.Context, project, ref string, limit int) ([]wir
 func (e *Engine) Diff(ctx context.Context, project, from, to, cursor string, limit int) (wire.DiffPage, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p, err := e.project(project)
-	if err != nil {
-		return wire.DiffPage{}, err
-	}
-	a, err := p.resolve(from)
+	p, a, err := e.resolve(project, from)
 	if err != nil {
 		return wire.DiffPage{}, err
 	}
@@ -373,13 +378,9 @@ func (e *Engine) Checkout(ctx context.Context, project, ref, path string) error 
 func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (wire.Workspace, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p, err := e.project(spec.Project)
+	p, b, err := e.branch(spec.Project, spec.Branch)
 	if err != nil {
 		return wire.Workspace{}, err
-	}
-	b := p.branches[spec.Branch]
-	if b == nil {
-		return wire.Workspace{}, notFound("branch " + spec.Branch)
 	}
 	base := b.Head
 	if spec.At != "" {
@@ -404,12 +405,7 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 func (e *Engine) Workspaces(ctx context.Context) ([]wire.Workspace, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var wss []wire.Workspace
-	for _, ws := range e.workspaces {
-		wss = append(wss, ws.info)
-	}
-	slices.SortFunc(wss, func(a, b wire.Workspace) int { return strings.Compare(a.ID, b.ID) })
-	return wss, nil
+	return inKeyOrder(e.workspaces, func(ws *workspace) wire.Workspace { return ws.info }), nil
 }
 
 func (e *Engine) workspace(id string) (*workspace, error) {
@@ -420,6 +416,11 @@ func (e *Engine) workspace(id string) (*workspace, error) {
 	return ws, nil
 }
 
+// changes lists what ws changed since its head commit. Needs e.mu.
+func (e *Engine) changes(ws *workspace) []wire.Change {
+	return diff(e.projects[ws.info.Project].trees[ws.info.Head], ws.files)
+}
+
 // WorkspaceStatus implements api.Engine.
 func (e *Engine) WorkspaceStatus(ctx context.Context, id string) (wire.WorkspaceStatus, error) {
 	e.mu.Lock()
@@ -428,8 +429,7 @@ func (e *Engine) WorkspaceStatus(ctx context.Context, id string) (wire.Workspace
 	if err != nil {
 		return wire.WorkspaceStatus{}, err
 	}
-	p := e.projects[ws.info.Project]
-	return wire.WorkspaceStatus{Workspace: ws.info, Changes: diff(p.trees[ws.info.Head], ws.files)}, nil
+	return wire.WorkspaceStatus{Workspace: ws.info, Changes: e.changes(ws)}, nil
 }
 
 // MountWorkspace implements api.Engine.
@@ -453,7 +453,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	}
 	p := e.projects[ws.info.Project]
 	b := p.branches[ws.info.Branch]
-	if len(diff(p.trees[ws.info.Head], ws.files)) == 0 {
+	if len(e.changes(ws)) == 0 {
 		return wire.CommitResult{Commit: ws.info.Head, Result: wire.UpToDate, Head: b.Head}, nil
 	}
 	e.Mutations.Add(1)
@@ -475,8 +475,7 @@ func (e *Engine) EndWorkspace(ctx context.Context, id string, discard bool) erro
 	if err != nil {
 		return err
 	}
-	p := e.projects[ws.info.Project]
-	if !discard && len(diff(p.trees[ws.info.Head], ws.files)) > 0 {
+	if !discard && len(e.changes(ws)) > 0 {
 		return fmt.Errorf("end %s: %w", id, engine.ErrUncommitted)
 	}
 	e.Mutations.Add(1)
