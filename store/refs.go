@@ -105,17 +105,13 @@ func (db *DB) CreateProject(ctx context.Context, name string, first ID) (Project
 		if err := requireCommit(ctx, tx, first); err != nil {
 			return err
 		}
-		res, err := tx.exec(ctx, `INSERT INTO projects(name, created) VALUES (?, ?) ON CONFLICT DO NOTHING`, name, now)
-		if err != nil {
+		if err := tx.execOne(ctx, ErrExists, `INSERT INTO projects(name, created) VALUES (?, ?) ON CONFLICT DO NOTHING`, name, now); err != nil {
 			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return ErrExists
 		}
 		if _, err := tx.exec(ctx, `INSERT INTO layers(project, idx, commit_id, created) VALUES (?, 1, ?, ?)`, name, first[:], now); err != nil {
 			return err
 		}
-		_, err = tx.exec(ctx, `INSERT INTO branches(project, name, head, created, updated) VALUES (?, ?, ?, ?, ?)`,
+		_, err := tx.exec(ctx, `INSERT INTO branches(project, name, head, created, updated) VALUES (?, ?, ?, ?, ?)`,
 			name, DefaultBranch, first[:], now, now)
 		return err
 	})
@@ -130,7 +126,7 @@ const projectSelect = `SELECT p.name, p.created,
 	(SELECT count(*) FROM branches b WHERE b.project = p.name)
 	FROM projects p`
 
-func scanProject(s interface{ Scan(...any) error }) (Project, error) {
+func scanProject(s scanner) (Project, error) {
 	var p Project
 	var created int64
 	err := s.Scan(&p.Name, &created, &p.Layers, &p.Branches)
@@ -140,15 +136,7 @@ func scanProject(s interface{ Scan(...any) error }) (Project, error) {
 
 // Project returns one project.
 func (db *DB) Project(ctx context.Context, name string) (Project, error) {
-	var p Project
-	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		var err error
-		p, err = scanProject(tx.row(ctx, projectSelect+` WHERE p.name = ?`, name))
-		return err
-	})
-	if errors.Is(err, sql.ErrNoRows) {
-		err = ErrNotFound
-	}
+	p, err := readOne(ctx, db, scanProject, projectSelect+` WHERE p.name = ?`, name)
 	if err != nil {
 		return Project{}, fmt.Errorf("project %q: %w", name, err)
 	}
@@ -159,19 +147,9 @@ func (db *DB) Project(ctx context.Context, name string) (Project, error) {
 func (db *DB) Projects(ctx context.Context) ([]Project, error) {
 	var out []Project
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		r, err := tx.query(ctx, projectSelect+` ORDER BY p.name`)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			p, err := scanProject(r)
-			if err != nil {
-				return err
-			}
-			out = append(out, p)
-		}
-		return r.Err()
+		var err error
+		out, err = scanAll(ctx, tx, scanProject, projectSelect+` ORDER BY p.name`)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list projects: %w", err)
@@ -203,6 +181,16 @@ func (db *DB) AddLayer(ctx context.Context, project string, commit ID) (Layer, e
 	return l, nil
 }
 
+func scanLayer(project string, s scanner) (Layer, error) {
+	l := Layer{Project: project}
+	var id []byte
+	var created int64
+	err := s.Scan(&l.Index, &id, &created)
+	copy(l.Commit[:], id)
+	l.Created = fromNs(created)
+	return l, err
+}
+
 // Layers lists a project's layers from 1 up.
 func (db *DB) Layers(ctx context.Context, project string) ([]Layer, error) {
 	var out []Layer
@@ -210,23 +198,10 @@ func (db *DB) Layers(ctx context.Context, project string) ([]Layer, error) {
 		if err := requireProject(ctx, tx, project); err != nil {
 			return err
 		}
-		r, err := tx.query(ctx, `SELECT idx, commit_id, created FROM layers WHERE project = ? ORDER BY idx`, project)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			l := Layer{Project: project}
-			var id []byte
-			var created int64
-			if err := r.Scan(&l.Index, &id, &created); err != nil {
-				return err
-			}
-			copy(l.Commit[:], id)
-			l.Created = fromNs(created)
-			out = append(out, l)
-		}
-		return r.Err()
+		var err error
+		out, err = scanAll(ctx, tx, func(s scanner) (Layer, error) { return scanLayer(project, s) },
+			`SELECT idx, commit_id, created FROM layers WHERE project = ? ORDER BY idx`, project)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("layers of %q: %w", project, err)
@@ -248,15 +223,8 @@ func (db *DB) CreateBranch(ctx context.Context, project, name string, head ID) (
 		if err := requireCommit(ctx, tx, head); err != nil {
 			return err
 		}
-		res, err := tx.exec(ctx, `INSERT INTO branches(project, name, head, created, updated) VALUES (?, ?, ?, ?, ?)
+		return tx.execOne(ctx, ErrExists, `INSERT INTO branches(project, name, head, created, updated) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`, project, name, head[:], now, now)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return ErrExists
-		}
-		return nil
 	})
 	if err != nil {
 		return Branch{}, fmt.Errorf("create branch %q in %q: %w", name, project, err)
@@ -264,7 +232,7 @@ func (db *DB) CreateBranch(ctx context.Context, project, name string, head ID) (
 	return Branch{Project: project, Name: name, Head: head, Created: fromNs(now), Updated: fromNs(now)}, nil
 }
 
-func scanBranch(project string, s interface{ Scan(...any) error }) (Branch, error) {
+func scanBranch(project string, s scanner) (Branch, error) {
 	b := Branch{Project: project}
 	var head []byte
 	var created, updated int64
@@ -306,19 +274,10 @@ func (db *DB) Branches(ctx context.Context, project string) ([]Branch, error) {
 		if err := requireProject(ctx, tx, project); err != nil {
 			return err
 		}
-		r, err := tx.query(ctx, `SELECT name, head, created, updated FROM branches WHERE project = ? ORDER BY name`, project)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			b, err := scanBranch(project, r)
-			if err != nil {
-				return err
-			}
-			out = append(out, b)
-		}
-		return r.Err()
+		var err error
+		out, err = scanAll(ctx, tx, func(s scanner) (Branch, error) { return scanBranch(project, s) },
+			`SELECT name, head, created, updated FROM branches WHERE project = ? ORDER BY name`, project)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("branches of %q: %w", project, err)
@@ -330,17 +289,14 @@ func (db *DB) Branches(ctx context.Context, project string) ([]Branch, error) {
 // unreachable.
 func (db *DB) DeleteBranch(ctx context.Context, project, name string) error {
 	err := db.withTx(ctx, txWrite, func(tx *tx) error {
-		res, err := tx.exec(ctx, `DELETE FROM branches WHERE project = ? AND name = ?`, project, name)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			if err := requireProject(ctx, tx, project); err != nil {
-				return err
+		err := tx.execOne(ctx, ErrNotFound, `DELETE FROM branches WHERE project = ? AND name = ?`, project, name)
+		if errors.Is(err, ErrNotFound) {
+			// No such branch: say so, unless there is no such project.
+			if perr := requireProject(ctx, tx, project); perr != nil {
+				return perr
 			}
-			return ErrNotFound
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("delete branch %q of %q: %w", name, project, err)

@@ -136,6 +136,19 @@ func (t *tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error
 	return res, err
 }
 
+// execOne runs a statement that changes at most one row and returns none
+// when it changed nothing (a conflict, or no such row).
+func (t *tx) execOne(ctx context.Context, none error, q string, args ...any) error {
+	res, err := t.exec(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return none
+	}
+	return nil
+}
+
 // row runs a query expected to return at most one row.
 func (t *tx) row(ctx context.Context, q string, args ...any) *sql.Row {
 	t.ctr.statements.Add(1)
@@ -160,6 +173,42 @@ func (t *tx) prepare(ctx context.Context, q string) (*stmt, error) {
 		return nil, err
 	}
 	return &stmt{s: s, t: t}, nil
+}
+
+// scanner is a row, or the current row of rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanAll runs a query and reads every row it returns with scan.
+func scanAll[T any](ctx context.Context, t *tx, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
+	r, err := t.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var out []T
+	for r.Next() {
+		v, err := scan(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, r.Err()
+}
+
+// readOne reads the one row a query returns with scan, in a read
+// transaction of its own; no row is ErrNotFound.
+func readOne[T any](ctx context.Context, db *DB, scan func(scanner) (T, error), q string, args ...any) (T, error) {
+	var v T
+	err := db.withTx(ctx, txRead, func(tx *tx) error {
+		var err error
+		v, err = scan(tx.row(ctx, q, args...))
+		return err
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		err = ErrNotFound
+	}
+	return v, err
 }
 
 type rows struct {

@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -41,16 +39,9 @@ func (db *DB) CreateWorkspace(ctx context.Context, w Workspace) (Workspace, erro
 		if err := requireCommits(ctx, tx, w.Base, w.Head); err != nil {
 			return err
 		}
-		res, err := tx.exec(ctx, `INSERT INTO workspaces(id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options)
+		return tx.execOne(ctx, ErrExists, `INSERT INTO workspaces(id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
 			w.ID, w.Project, w.Branch, w.Base[:], w.Head[:], w.MountPath, w.UpperDir, w.State, now, now, w.Options)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return ErrExists
-		}
-		return nil
 	})
 	if err != nil {
 		return Workspace{}, fmt.Errorf("create workspace %q: %w", w.ID, err)
@@ -73,7 +64,7 @@ func requireCommits(ctx context.Context, tx *tx, ids ...ID) error {
 
 const workspaceSelect = `SELECT id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options FROM workspaces`
 
-func scanWorkspace(s interface{ Scan(...any) error }) (Workspace, error) {
+func scanWorkspace(s scanner) (Workspace, error) {
 	var w Workspace
 	var base, head []byte
 	var created, updated int64
@@ -86,15 +77,7 @@ func scanWorkspace(s interface{ Scan(...any) error }) (Workspace, error) {
 
 // Workspace returns one workspace record.
 func (db *DB) Workspace(ctx context.Context, id string) (Workspace, error) {
-	var w Workspace
-	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		var err error
-		w, err = scanWorkspace(tx.row(ctx, workspaceSelect+` WHERE id = ?`, id))
-		return err
-	})
-	if errors.Is(err, sql.ErrNoRows) {
-		err = ErrNotFound
-	}
+	w, err := readOne(ctx, db, scanWorkspace, workspaceSelect+` WHERE id = ?`, id)
 	if err != nil {
 		return Workspace{}, fmt.Errorf("workspace %q: %w", id, err)
 	}
@@ -105,19 +88,9 @@ func (db *DB) Workspace(ctx context.Context, id string) (Workspace, error) {
 func (db *DB) Workspaces(ctx context.Context) ([]Workspace, error) {
 	var out []Workspace
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		r, err := tx.query(ctx, workspaceSelect+` ORDER BY created, id`)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			w, err := scanWorkspace(r)
-			if err != nil {
-				return err
-			}
-			out = append(out, w)
-		}
-		return r.Err()
+		var err error
+		out, err = scanAll(ctx, tx, scanWorkspace, workspaceSelect+` ORDER BY created, id`)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list workspaces: %w", err)
@@ -134,14 +107,11 @@ func (db *DB) UpdateWorkspace(ctx context.Context, w Workspace) (Workspace, erro
 		if err := requireCommits(ctx, tx, w.Base, w.Head); err != nil {
 			return err
 		}
-		res, err := tx.exec(ctx, `UPDATE workspaces SET branch = ?, base = ?, head = ?, mount_path = ?, upper_dir = ?, state = ?, options = ?, updated = ?
-			WHERE id = ?`, w.Branch, w.Base[:], w.Head[:], w.MountPath, w.UpperDir, w.State, w.Options, nowNs(), w.ID)
-		if err != nil {
+		if err := tx.execOne(ctx, ErrNotFound, `UPDATE workspaces SET branch = ?, base = ?, head = ?, mount_path = ?, upper_dir = ?, state = ?, options = ?, updated = ?
+			WHERE id = ?`, w.Branch, w.Base[:], w.Head[:], w.MountPath, w.UpperDir, w.State, w.Options, nowNs(), w.ID); err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return ErrNotFound
-		}
+		var err error
 		out, err = scanWorkspace(tx.row(ctx, workspaceSelect+` WHERE id = ?`, w.ID))
 		return err
 	})
@@ -155,14 +125,7 @@ func (db *DB) UpdateWorkspace(ctx context.Context, w Workspace) (Workspace, erro
 // collectable. The upper directory is the engine's to remove.
 func (db *DB) DeleteWorkspace(ctx context.Context, id string) error {
 	err := db.withTx(ctx, txWrite, func(tx *tx) error {
-		res, err := tx.exec(ctx, `DELETE FROM workspaces WHERE id = ?`, id)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return ErrNotFound
-		}
-		return nil
+		return tx.execOne(ctx, ErrNotFound, `DELETE FROM workspaces WHERE id = ?`, id)
 	})
 	if err != nil {
 		return fmt.Errorf("delete workspace %q: %w", id, err)
