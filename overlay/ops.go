@@ -102,6 +102,23 @@ func (o *Overlay) placeNew(d *Node, name string, isDir bool, mk func(path string
 	return dst, nil
 }
 
+// placeOwned makes a new upper entry at d/name with mk, as placeNew does,
+// and gives it the caller's ownership and mode (see ownNew); an entry that
+// cannot be given them is removed. Needs o.mu.
+func (o *Overlay) placeOwned(d *Node, name string, isDir bool, mode uint32, c Caller, symlink bool, mk func(path string) error) error {
+	_, err := o.placeNew(d, name, isDir, func(p string) error {
+		if err := mk(p); err != nil {
+			return err
+		}
+		if err := o.ownNew(d, p, -1, mode, c, symlink); err != nil {
+			os.Remove(p)
+			return err
+		}
+		return nil
+	})
+	return err
+}
+
 // Create makes and opens a regular file d/name.
 func (o *Overlay) Create(ctx context.Context, d *Node, name string, flags int, mode uint32, c Caller) (*Node, *File, error) {
 	if err := o.ensureLoaded(ctx, d); err != nil {
@@ -151,7 +168,7 @@ func (o *Overlay) Mkdir(ctx context.Context, d *Node, name string, mode uint32, 
 	if e := lowerHas(d, name); e != nil && e.Type == store.TypeDir {
 		opaque = true
 	}
-	_, err := o.placeNew(d, name, true, func(p string) error {
+	err := o.placeOwned(d, name, true, mode, c, false, func(p string) error {
 		if err := unix.Mkdir(p, mode&07777); err != nil {
 			return err
 		}
@@ -160,10 +177,6 @@ func (o *Overlay) Mkdir(ctx context.Context, d *Node, name string, mode uint32, 
 				os.Remove(p)
 				return err
 			}
-		}
-		if err := o.ownNew(d, p, -1, mode, c, false); err != nil {
-			os.Remove(p)
-			return err
 		}
 		return nil
 	})
@@ -189,34 +202,22 @@ func (o *Overlay) Mknod(ctx context.Context, d *Node, name string, mode uint32, 
 	if mode&syscall.S_IFMT == syscall.S_IFDIR {
 		return nil, syscall.EINVAL
 	}
-	if err := o.ensureLoaded(ctx, d); err != nil {
-		return nil, err
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if err := o.prepareCreate(d, name); err != nil {
-		return nil, err
-	}
-	_, err := o.placeNew(d, name, false, func(p string) error {
-		if err := unix.Mknod(p, mode, int(rdev)); err != nil {
-			return err
-		}
-		if err := o.ownNew(d, p, -1, mode, c, false); err != nil {
-			os.Remove(p)
-			return err
-		}
-		return nil
+	return o.makeNode(ctx, d, name, mode, mode, c, false, func(p string) error {
+		return unix.Mknod(p, mode, int(rdev))
 	})
-	if err != nil {
-		return nil, err
-	}
-	n := o.newNode(mode, stateUpper)
-	o.bindLocked(d, name, n)
-	return n, nil
 }
 
 // Symlink makes symlink d/name pointing at target.
 func (o *Overlay) Symlink(ctx context.Context, d *Node, name, target string, c Caller) (*Node, error) {
+	return o.makeNode(ctx, d, name, syscall.S_IFLNK, 0o777, c, true, func(p string) error {
+		return unix.Symlink(target, p)
+	})
+}
+
+// makeNode makes d/name with mk, a new upper entry that is neither a
+// directory nor a regular file, owned by the caller (mode and symlink as
+// ownNew takes them), and binds a new node of mode typ to it.
+func (o *Overlay) makeNode(ctx context.Context, d *Node, name string, typ, mode uint32, c Caller, symlink bool, mk func(path string) error) (*Node, error) {
 	if err := o.ensureLoaded(ctx, d); err != nil {
 		return nil, err
 	}
@@ -225,20 +226,10 @@ func (o *Overlay) Symlink(ctx context.Context, d *Node, name, target string, c C
 	if err := o.prepareCreate(d, name); err != nil {
 		return nil, err
 	}
-	_, err := o.placeNew(d, name, false, func(p string) error {
-		if err := unix.Symlink(target, p); err != nil {
-			return err
-		}
-		if err := o.ownNew(d, p, -1, 0o777, c, true); err != nil {
-			os.Remove(p)
-			return err
-		}
-		return nil
-	})
-	if err != nil {
+	if err := o.placeOwned(d, name, false, mode, c, symlink, mk); err != nil {
 		return nil, err
 	}
-	n := o.newNode(syscall.S_IFLNK, stateUpper)
+	n := o.newNode(typ, stateUpper)
 	o.bindLocked(d, name, n)
 	return n, nil
 }
@@ -815,19 +806,7 @@ func (o *Overlay) Setxattr(ctx context.Context, n *Node, name string, value []by
 	if reservedXattr(name) {
 		return syscall.EPERM
 	}
-	if _, err := o.copyUp(ctx, n, copyMeta); err != nil {
-		return err
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !n.linked() {
-		return syscall.ENOENT
-	}
-	if err := unix.Lsetxattr(o.upperPath(n), name, value, flags); err != nil {
-		return err
-	}
-	o.touchNode(n)
-	return nil
+	return o.changeXattrs(ctx, n, func(path string) error { return unix.Lsetxattr(path, name, value, flags) })
 }
 
 // Removexattr removes n's extended attribute name.
@@ -838,6 +817,12 @@ func (o *Overlay) Removexattr(ctx context.Context, n *Node, name string) error {
 	if _, err := o.Getxattr(ctx, n, name); err != nil {
 		return err
 	}
+	return o.changeXattrs(ctx, n, func(path string) error { return unix.Lremovexattr(path, name) })
+}
+
+// changeXattrs copies n's metadata up and runs change on its upper path,
+// under o.mu while n is still linked.
+func (o *Overlay) changeXattrs(ctx context.Context, n *Node, change func(path string) error) error {
 	if _, err := o.copyUp(ctx, n, copyMeta); err != nil {
 		return err
 	}
@@ -846,7 +831,7 @@ func (o *Overlay) Removexattr(ctx context.Context, n *Node, name string) error {
 	if !n.linked() {
 		return syscall.ENOENT
 	}
-	if err := unix.Lremovexattr(o.upperPath(n), name); err != nil {
+	if err := change(o.upperPath(n)); err != nil {
 		return err
 	}
 	o.touchNode(n)

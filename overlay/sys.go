@@ -54,60 +54,43 @@ func mkWhiteout(path string) error {
 }
 
 func lgetxattr(path, name string) ([]byte, error) {
-	buf := make([]byte, 256)
-	for {
-		n, err := unix.Lgetxattr(path, name, buf)
-		if err == unix.ERANGE {
-			sz, err := unix.Lgetxattr(path, name, nil)
-			if err != nil {
-				return nil, err
-			}
-			buf = make([]byte, sz+64)
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
-	}
+	return readSized(256, 64, func(buf []byte) (int, error) { return unix.Lgetxattr(path, name, buf) })
 }
 
 func fgetxattr(fd int, name string) ([]byte, error) {
-	buf := make([]byte, 256)
-	for {
-		n, err := unix.Fgetxattr(fd, name, buf)
-		if err == unix.ERANGE {
-			sz, err := unix.Fgetxattr(fd, name, nil)
-			if err != nil {
-				return nil, err
-			}
-			buf = make([]byte, sz+64)
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
-	}
+	return readSized(256, 64, func(buf []byte) (int, error) { return unix.Fgetxattr(fd, name, buf) })
 }
 
 // llistxattr returns the xattr names of path (not following symlinks).
 func llistxattr(path string) ([]string, error) {
-	buf := make([]byte, 1024)
+	b, err := readSized(1024, 256, func(buf []byte) (int, error) { return unix.Llistxattr(path, buf) })
+	if err != nil {
+		return nil, err
+	}
+	return splitNames(b), nil
+}
+
+// readSized reads a value of unknown size with read, which fails with
+// ERANGE when buf is too small and returns the size needed when buf is nil
+// (as the xattr calls do): first into size bytes, then, while the value
+// does not fit (it may grow between calls), into what read(nil) asks for
+// plus slack.
+func readSized(size, slack int, read func(buf []byte) (int, error)) ([]byte, error) {
+	buf := make([]byte, size)
 	for {
-		n, err := unix.Llistxattr(path, buf)
+		n, err := read(buf)
 		if err == unix.ERANGE {
-			sz, err := unix.Llistxattr(path, nil)
+			sz, err := read(nil)
 			if err != nil {
 				return nil, err
 			}
-			buf = make([]byte, sz+256)
+			buf = make([]byte, sz+slack)
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		return splitNames(buf[:n]), nil
+		return buf[:n], nil
 	}
 }
 
