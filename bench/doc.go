@@ -17,7 +17,10 @@
 // of all cells, platforms and arms run in one randomised order; failed and
 // ineligible samples are kept and shown.
 //
+// LoopFS gives a bench a known file system to run on (a loop-mounted
+// journaled ext4 or reflink XFS) instead of whatever holds its directory.
+//
 // The subpackages are the other benches: storebench (dedup and capture
 // throughput) and fsbench (the cell bodies straight on a mount, no
-// sandbox).
+// sandbox: the FUSE path alone).
 package bench
