@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -11,48 +10,49 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/cgroups"
 )
 
 // initTasks is headroom added to an exec's pids limit for the init's own
 // threads (the Go runtime's), which live in the same cgroup.
 const initTasks = 16
 
-// cgroups is where a launcher creates its per-exec cgroups: below the
+// cgroupDirs is where a launcher creates its per-exec cgroups: below the
 // launcher's own cgroup, in cgroup v2 when the unified hierarchy delegates
 // memory and pids there, else in the v1 memory and pids hierarchies. An
 // empty field means that controller is not available.
-type cgroups struct {
+type cgroupDirs struct {
 	unified string // v2 parent directory with memory and pids delegated
 	memory  string // v1 memory parent directory
 	pids    string // v1 pids parent directory
 }
 
-func (c *cgroups) hasMemory() bool { return c.unified != "" || c.memory != "" }
-func (c *cgroups) hasPids() bool   { return c.unified != "" || c.pids != "" }
+func (c *cgroupDirs) hasMemory() bool { return c.unified != "" || c.memory != "" }
+func (c *cgroupDirs) hasPids() bool   { return c.unified != "" || c.pids != "" }
 
 // detectCgroups finds the cgroup directories of this process from
 // /proc/self/cgroup and /proc/self/mountinfo.
-func detectCgroups() (*cgroups, error) {
-	own, err := ownCgroups("/proc/self/cgroup")
+func detectCgroups() (*cgroupDirs, error) {
+	own, err := cgroups.Paths("/proc/self/cgroup")
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := cgroupMounts("/proc/self/mountinfo")
+	mounts, err := cgroups.Mounts("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
-	c := &cgroups{}
+	c := &cgroupDirs{}
 	dirOf := func(key string) string {
 		m, ok := mounts[key]
 		p, ok2 := own[key]
 		if !ok || !ok2 {
 			return ""
 		}
-		rel, err := filepath.Rel(m.root, p)
-		if err != nil || strings.HasPrefix(rel, "..") {
+		d, ok := m.Path(p)
+		if !ok {
 			return "" // our cgroup is not visible through this mount
 		}
-		d := filepath.Join(m.dir, rel)
 		if unix.Access(d, unix.W_OK) != nil {
 			return ""
 		}
@@ -86,93 +86,6 @@ func unifiedDelegates(d string) bool {
 	return has("memory") && has("pids")
 }
 
-// ownCgroups maps controller ("" for the unified hierarchy) to this
-// process's cgroup path.
-func ownCgroups(file string) (map[string]string, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]string{}
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		parts := strings.SplitN(s.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if parts[0] == "0" && parts[1] == "" {
-			out[""] = parts[2]
-			continue
-		}
-		for _, ctl := range strings.Split(parts[1], ",") {
-			out[ctl] = parts[2]
-		}
-	}
-	return out, s.Err()
-}
-
-type cgroupMount struct{ dir, root string }
-
-// cgroupMounts maps controller ("" for cgroup2) to where its hierarchy is
-// mounted and which cgroup the mount shows as its root.
-func cgroupMounts(file string) (map[string]cgroupMount, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]cgroupMount{}
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	for s.Scan() {
-		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
-		pre, post, ok := strings.Cut(s.Text(), " - ")
-		if !ok {
-			continue
-		}
-		a, b := strings.Fields(pre), strings.Fields(post)
-		if len(a) < 5 || len(b) < 3 {
-			continue
-		}
-		m := cgroupMount{dir: unescapeMount(a[4]), root: unescapeMount(a[3])}
-		switch b[0] {
-		case "cgroup2":
-			if _, dup := out[""]; !dup {
-				out[""] = m
-			}
-		case "cgroup":
-			for _, opt := range strings.Split(b[2], ",") {
-				if opt == "memory" || opt == "pids" {
-					if _, dup := out[opt]; !dup {
-						out[opt] = m
-					}
-				}
-			}
-		}
-	}
-	return out, s.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // execCgroup is the cgroup (one directory per hierarchy) of one exec.
 type execCgroup struct {
 	unified, memory, pids string // directories, "" where there is none
@@ -192,7 +105,7 @@ func (e *execCgroup) dirs() []string {
 
 // create makes the cgroup for one exec, named name; withMemory makes its v1
 // memory cgroup too (v2 always has one). Limits are set by limit.
-func (c *cgroups) create(name string, withMemory bool) (_ *execCgroup, err error) {
+func (c *cgroupDirs) create(name string, withMemory bool) (_ *execCgroup, err error) {
 	e := &execCgroup{fd: -1}
 	defer func() {
 		if err != nil {

@@ -45,7 +45,7 @@ type Launcher struct {
 	NoCgroups bool
 
 	once   sync.Once
-	cg     *cgroups
+	cg     *cgroupDirs
 	prefix string // names this launcher's cgroups: layerfs-<random>-<n>
 	seq    atomic.Uint64
 
@@ -86,13 +86,13 @@ func (l *Launcher) init() {
 		l.pool = make(chan *initProc, max(l.Warm, 0))
 		l.warmPids = map[int]bool{}
 		if l.NoCgroups {
-			l.cg = &cgroups{}
+			l.cg = &cgroupDirs{}
 			return
 		}
 		cg, err := detectCgroups()
 		if err != nil {
 			l.logger().Warn("no cgroups, falling back to rlimits", "err", err)
-			cg = &cgroups{}
+			cg = &cgroupDirs{}
 		}
 		l.cg = cg
 	})

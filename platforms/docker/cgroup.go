@@ -1,16 +1,16 @@
 package docker
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/cgroups"
 )
 
 // Per-exec limits. Docker's limits are per container, shared by all of a
@@ -31,47 +31,21 @@ const supervisorTasks = 16
 
 // cgroupV1 is where this host's v1 memory and pids hierarchies are mounted.
 type cgroupV1 struct {
-	memory, pids mountPoint
+	memory, pids cgroups.Mount
 }
-
-type mountPoint struct{ dir, root string }
 
 // detectCgroupV1 finds writable v1 memory and pids hierarchies, or says why
 // there are none.
 func detectCgroupV1() (*cgroupV1, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := cgroups.Mounts("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	c := &cgroupV1{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint opts... - fstype source superopts
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(qf) < 3 || qf[0] != "cgroup" {
-			continue
-		}
-		for _, opt := range strings.Split(qf[2], ",") {
-			switch opt {
-			case "memory":
-				c.memory = mountPoint{dir: pf[4], root: pf[3]}
-			case "pids":
-				c.pids = mountPoint{dir: pf[4], root: pf[3]}
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if c.memory.dir == "" || c.pids.dir == "" {
+	c := &cgroupV1{memory: mounts["memory"], pids: mounts["pids"]}
+	if c.memory.Dir == "" || c.pids.Dir == "" {
 		return nil, errors.New("no cgroup v1 memory and pids hierarchies")
 	}
-	for _, d := range []string{c.memory.dir, c.pids.dir} {
+	for _, d := range []string{c.memory.Dir, c.pids.Dir} {
 		if err := unix.Access(d, unix.W_OK); err != nil {
 			return nil, fmt.Errorf("cgroup %s: %w", d, err)
 		}
@@ -85,14 +59,14 @@ type execCgroup struct{ dirs []string }
 // limit creates cgroups for the process pid (the supervisor), beside it in
 // its container's cgroup, sets the limits and moves pid in.
 func (c *cgroupV1) limit(pid int, name string, memory, pids int64) (*execCgroup, error) {
-	own, err := procCgroups(pid)
+	own, err := cgroups.Paths("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
 		return nil, err
 	}
 	ec := &execCgroup{}
 	for _, h := range []struct {
 		ctrl  string
-		mp    mountPoint
+		mp    cgroups.Mount
 		files [][2]string
 	}{
 		{"memory", c.memory, [][2]string{{"memory.limit_in_bytes", strconv.FormatInt(memory, 10)}}},
@@ -105,11 +79,11 @@ func (c *cgroupV1) limit(pid int, name string, memory, pids int64) (*execCgroup,
 		if !ok {
 			return ec, fmt.Errorf("pid %d has no %s cgroup", pid, h.ctrl)
 		}
-		rel, err := filepath.Rel(h.mp.root, p)
-		if err != nil || strings.HasPrefix(rel, "..") {
-			return ec, fmt.Errorf("%s cgroup %s of pid %d is not under %s", h.ctrl, p, pid, h.mp.dir)
+		parent, ok := h.mp.Path(p)
+		if !ok {
+			return ec, fmt.Errorf("%s cgroup %s of pid %d is not under %s", h.ctrl, p, pid, h.mp.Dir)
 		}
-		dir := filepath.Join(h.mp.dir, rel, name)
+		dir := filepath.Join(parent, name)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return ec, err
 		}
@@ -147,23 +121,4 @@ func (ec *execCgroup) remove() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// procCgroups maps v1 controller names to the cgroup paths of pid.
-func procCgroups(pid int) (map[string]string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		for _, ctrl := range strings.Split(f[1], ",") {
-			out[ctrl] = f[2]
-		}
-	}
-	return out, nil
 }

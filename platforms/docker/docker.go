@@ -357,10 +357,10 @@ func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
 		ids := slices.Collect(maps.Keys(p.containers))
 		p.mu.Unlock()
 		for _, id := range ids {
-			for _, mp := range []mountPoint{p.cg.memory, p.cg.pids} {
+			for _, dir := range []string{p.cg.memory.Dir, p.cg.pids.Dir} {
 				// The container's cgroup is below the mount, at a path
 				// that depends on the engine's cgroup parent and driver.
-				left, _ := filepath.Glob(filepath.Join(mp.dir, "*", "*"+id+"*", execCgroupPrefix+"*"))
+				left, _ := filepath.Glob(filepath.Join(dir, "*", "*"+id+"*", execCgroupPrefix+"*"))
 				for _, d := range left {
 					out = append(out, "cgroup "+d)
 				}

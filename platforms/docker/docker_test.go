@@ -554,8 +554,8 @@ func TestPerExecLimits(t *testing.T) {
 	}
 	// No exec cgroup outlives its exec.
 	s := sb.(*Sandbox)
-	for _, ctrl := range []mountPoint{s.cg.memory, s.cg.pids} {
-		matches, _ := filepath.Glob(filepath.Join(ctrl.dir, "docker", s.id, "layerfs-exec-*"))
+	for _, dir := range []string{s.cg.memory.Dir, s.cg.pids.Dir} {
+		matches, _ := filepath.Glob(filepath.Join(dir, "docker", s.id, "layerfs-exec-*"))
 		if len(matches) != 0 {
 			t.Errorf("exec cgroups left: %v", matches)
 		}
