@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
 )
@@ -248,18 +249,11 @@ func TestContextCancel(t *testing.T) {
 // processesWith lists host processes whose command line contains s.
 func processesWith(t *testing.T, s string) []string {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
+	ps, err := proctest.WithCmdline(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(s)) {
-			out = append(out, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	return out
+	return ps
 }
 
 func TestIsolation(t *testing.T) {
@@ -571,25 +565,11 @@ func relevantMounts(t *testing.T, ws string) string {
 
 // children lists this process's child processes.
 func children(t *testing.T) []string {
-	ents, err := os.ReadDir("/proc")
+	kids, err := proctest.Children(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	self := fmt.Sprint(os.Getpid())
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so cut at the last ')'.
-		s := string(b)
-		rest := s[strings.LastIndexByte(s, ')')+1:]
-		if f := strings.Fields(rest); len(f) > 1 && f[1] == self {
-			out = append(out, e.Name()+" "+s[:strings.LastIndexByte(s, ')')+1])
-		}
-	}
-	return out
+	return kids
 }
 
 func TestInvalidConfig(t *testing.T) {

@@ -44,6 +44,7 @@ import (
 	"testing"
 	"time"
 
+	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/platforms"
 )
 
@@ -308,7 +309,7 @@ func testTimeout(t *testing.T, e *env) {
 	if d := time.Since(t0); d > time.Second+killSlack {
 		t.Errorf("a 1s timeout took %v", d)
 	}
-	if ps := processesWith(marker); len(ps) > 0 {
+	if ps, _ := proctest.WithCmdline(marker); len(ps) > 0 {
 		t.Errorf("processes survived the exec: %v", ps)
 	}
 	// The workspace still works after a timeout.
@@ -536,39 +537,10 @@ func checkNothingLeft(t *testing.T, p platforms.Platform, before snapshot, root 
 	}
 }
 
-// processesWith lists host processes whose command line contains s.
-func processesWith(s string) []string {
-	ents, _ := os.ReadDir("/proc")
-	var out []string
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(s)) {
-			out = append(out, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	return out
-}
-
 // childProcesses lists this process's children as "pid (comm)".
 func childProcesses() []string {
-	ents, _ := os.ReadDir("/proc")
-	self := fmt.Sprint(os.Getpid())
-	var out []string
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == self {
-			out = append(out, s[:i+1])
-		}
-	}
-	return out
+	kids, _ := proctest.Children(os.Getpid())
+	return kids
 }
 
 // mountsBelow lists this host's mount points at or below dir.
