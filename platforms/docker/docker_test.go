@@ -19,6 +19,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/platforms/platformtest"
@@ -302,9 +303,9 @@ func TestTimeoutKillsTree(t *testing.T) {
 	t.Parallel()
 	p := shared.get(t)
 	sb := attach(t, p, platforms.Workspace{})
-	arg := marker(t)
+	arg := proctest.Marker()
 	start := time.Now()
-	res, out, _ := run(t, sb, platforms.ExecSpec{Argv: escapers(arg, "sleep "+arg), Timeout: time.Second})
+	res, out, _ := run(t, sb, platforms.ExecSpec{Argv: proctest.Escapers(arg, "sleep "+arg), Timeout: time.Second})
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("timed-out exec took %v", took)
 	}
@@ -317,7 +318,7 @@ func TestTimeoutKillsTree(t *testing.T) {
 	if left := sandboxSleepers(t, sb, arg); left != "" {
 		t.Errorf("left in the container: %q", left)
 	}
-	if left := sleepers(arg); len(left) != 0 {
+	if left := proctest.Sleepers(arg); len(left) != 0 {
 		t.Errorf("left on the host: %v", left)
 	}
 }
@@ -326,9 +327,9 @@ func TestLeftoversKilledWhenCommandEnds(t *testing.T) {
 	t.Parallel()
 	p := shared.get(t)
 	sb := attach(t, p, platforms.Workspace{})
-	arg := marker(t)
+	arg := proctest.Marker()
 	start := time.Now()
-	res, out, _ := run(t, sb, platforms.ExecSpec{Argv: escapers(arg, "exit 0")})
+	res, out, _ := run(t, sb, platforms.ExecSpec{Argv: proctest.Escapers(arg, "exit 0")})
 	if took := time.Since(start); took > 10*time.Second || res.ExitCode != 0 || out != "started\n" {
 		t.Errorf("result %+v stdout %q after %v", res, out, took)
 	}
@@ -341,12 +342,12 @@ func TestContextCancelKillsTree(t *testing.T) {
 	t.Parallel()
 	p := shared.get(t)
 	sb := attach(t, p, platforms.Workspace{})
-	arg := marker(t)
+	arg := proctest.Marker()
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	var out bytes.Buffer
-	_, err := sb.Exec(ctx, platforms.ExecSpec{Argv: escapers(arg, "sleep "+arg), Timeout: time.Hour}, &out, nil)
+	_, err := sb.Exec(ctx, platforms.ExecSpec{Argv: proctest.Escapers(arg, "sleep "+arg), Timeout: time.Hour}, &out, nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Exec with an expiring context: %v, want DeadlineExceeded", err)
 	}
@@ -356,7 +357,7 @@ func TestContextCancelKillsTree(t *testing.T) {
 	if left := sandboxSleepers(t, sb, arg); left != "" {
 		t.Errorf("left in the container: %q", left)
 	}
-	if left := sleepers(arg); len(left) != 0 {
+	if left := proctest.Sleepers(arg); len(left) != 0 {
 		t.Errorf("left on the host: %v", left)
 	}
 }
@@ -505,7 +506,7 @@ func TestRootDir(t *testing.T) {
 }
 
 func TestMarkerUnique(t *testing.T) {
-	a := marker(t)
+	a := proctest.Marker()
 	if _, err := strconv.ParseFloat(a, 64); err != nil {
 		t.Fatalf("marker %q is not a sleep duration", a)
 	}

@@ -6,15 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"testing"
-	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-
-	"layerfs.dev/layerfs/platforms/docker/supervise"
 )
 
 func containerListLabel(label string) container.ListOptions {
@@ -56,39 +51,4 @@ func untar(r io.Reader, dir string) error {
 			return err
 		}
 	}
-}
-
-// marker makes a sleep argument unique to this test run, so that its
-// processes can be found (or not) in /proc.
-func marker(t *testing.T) string {
-	return "3" + strconv.Itoa(os.Getpid()%1000) + "." + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
-}
-
-// sleepers lists host processes running `sleep ARG`.
-func sleepers(arg string) []int {
-	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		if strings.TrimRight(string(b), "\x00") == "sleep\x00"+arg {
-			if _, state, ok := supervise.ProcStat(pid); ok && state != 'Z' {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
-}
-
-// escapers starts sleeps that leave the command's process group and parent
-// every way a shell can: a background job, a setsid'd one and a
-// double-forked orphan; then the command waits (or returns).
-func escapers(arg, end string) []string {
-	return []string{"bash", "-c", "sleep " + arg + " & setsid sleep " + arg + " & (sleep " + arg + " &); sleep 0.2; echo started; " + end}
 }

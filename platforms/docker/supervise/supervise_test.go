@@ -6,10 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"layerfs.dev/layerfs/internal/proctest"
 )
 
 // The test binary is also the supervisor, as the docker package's is.
@@ -103,45 +104,10 @@ func TestSuperviseCommandTime(t *testing.T) {
 	}
 }
 
-// marker makes a sleep whose command line is unique to this test run, so
-// that its processes can be found (or not) in /proc.
-func marker(t *testing.T) string {
-	return "3" + strconv.Itoa(os.Getpid()%1000) + "." + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
-}
-
-// sleepers lists host processes running `sleep ARG`.
-func sleepers(arg string) []int {
-	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		if strings.TrimRight(string(b), "\x00") == "sleep\x00"+arg {
-			if _, state, ok := ProcStat(pid); ok && state != 'Z' {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
-}
-
-// escapers starts sleeps that leave the command's process group and parent
-// every way a shell can: a background job, a setsid'd one and a
-// double-forked orphan; then the command waits (or returns).
-func escapers(arg, end string) []string {
-	return []string{"bash", "-c", "sleep " + arg + " & setsid sleep " + arg + " & (sleep " + arg + " &); sleep 0.2; echo started; " + end}
-}
-
 func TestSuperviseTimeoutKillsTree(t *testing.T) {
-	arg := marker(t)
+	arg := proctest.Marker()
 	start := time.Now()
-	tr, out, _ := runSupervisor(t, time.Second, escapers(arg, "sleep "+arg)...)
+	tr, out, _ := runSupervisor(t, time.Second, proctest.Escapers(arg, "sleep "+arg)...)
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("timed-out exec took %v", took)
 	}
@@ -151,40 +117,40 @@ func TestSuperviseTimeoutKillsTree(t *testing.T) {
 	if out != "started\n" {
 		t.Errorf("stdout %q", out)
 	}
-	if left := sleepers(arg); len(left) != 0 {
+	if left := proctest.Sleepers(arg); len(left) != 0 {
 		t.Fatalf("processes left after the timeout: %v", left)
 	}
 }
 
 func TestSuperviseKillsLeftovers(t *testing.T) {
-	arg := marker(t)
+	arg := proctest.Marker()
 	start := time.Now()
-	tr, out, _ := runSupervisor(t, time.Minute, escapers(arg, "exit 0")...)
+	tr, out, _ := runSupervisor(t, time.Minute, proctest.Escapers(arg, "exit 0")...)
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("exec took %v: leftovers kept it open", took)
 	}
 	if tr.Exit != 0 || tr.Flags != 0 || out != "started\n" {
 		t.Errorf("trailer %+v stdout %q", tr, out)
 	}
-	if left := sleepers(arg); len(left) != 0 {
+	if left := proctest.Sleepers(arg); len(left) != 0 {
 		t.Fatalf("processes left after the command ended: %v", left)
 	}
 }
 
 func TestSuperviseSIGTERMKillsTree(t *testing.T) {
-	arg := marker(t)
+	arg := proctest.Marker()
 	exe, _ := os.Executable()
-	cmd := &exec.Cmd{Path: exe, Args: append([]string{Name, "exec", strconv.FormatInt(int64(time.Minute), 10), "--"}, escapers(arg, "sleep "+arg)...)}
+	cmd := &exec.Cmd{Path: exe, Args: append([]string{Name, "exec", strconv.FormatInt(int64(time.Minute), 10), "--"}, proctest.Escapers(arg, "sleep "+arg)...)}
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for len(sleepers(arg)) < 4 && time.Now().Before(deadline) {
+	for len(proctest.Sleepers(arg)) < 4 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := len(sleepers(arg)); n < 4 {
+	if n := len(proctest.Sleepers(arg)); n < 4 {
 		t.Fatalf("%d sleepers started, want 4", n)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -196,7 +162,7 @@ func TestSuperviseSIGTERMKillsTree(t *testing.T) {
 	if err != nil || tr.Flags&FlagCancelled == 0 {
 		t.Errorf("trailer %+v, %v; want cancelled", tr, err)
 	}
-	if left := sleepers(arg); len(left) != 0 {
+	if left := proctest.Sleepers(arg); len(left) != 0 {
 		t.Fatalf("processes left after SIGTERM: %v", left)
 	}
 }
