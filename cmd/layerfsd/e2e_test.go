@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/wire"
 )
@@ -211,23 +212,12 @@ func TestEndToEnd(t *testing.T) {
 func TestSIGTERMGrace(t *testing.T) {
 	d := startDaemon(t, "", "--grace", "30s")
 	ctx := context.Background()
-	c := d.client(t)
-	c.CreateProject(ctx, wire.CreateProject{Name: "p"})
-	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type outcome struct {
-		res *client.ExecResult
-		err error
-	}
-	done := make(chan outcome, 1)
+	ws := workspaceInP(t, d.client(t))
 	started := make(chan struct{})
-	go func() {
-		w := &signalWriter{started: started}
-		res, err := ws.Exec(ctx, "echo started; sleep 1; echo finished", client.ExecOptions{Stdout: w})
-		done <- outcome{res, err}
-	}()
+	w := &signalWriter{started: started}
+	done := inBackground(func() (*client.ExecResult, error) {
+		return ws.Exec(ctx, "echo started; sleep 1; echo finished", client.ExecOptions{Stdout: w})
+	})
 	<-started
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -438,24 +428,11 @@ func countFDs(t *testing.T, pid int) int {
 
 // countChildren counts the processes whose parent is pid.
 func countChildren(t *testing.T, pid int) int {
-	es, err := os.ReadDir("/proc")
+	kids, err := proctest.Children(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, e := range es {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i > 0 {
-			if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == fmt.Sprint(pid) {
-				n++
-			}
-		}
-	}
-	return n
+	return len(kids)
 }
 
 // TestBadInputReal sends hostile requests to a real daemon: each gets a 4xx
@@ -464,11 +441,7 @@ func TestBadInputReal(t *testing.T) {
 	d := startDaemon(t, "", "--max-upload", "1048576")
 	ctx := context.Background()
 	c := d.client(t)
-	c.CreateProject(ctx, wire.CreateProject{Name: "p"})
-	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := workspaceInP(t, c)
 	outside := t.TempDir() // a host directory the workspace must not reach
 	os.WriteFile(filepath.Join(outside, "secret"), []byte("host secret"), 0o600)
 	res, err := ws.Exec(ctx, "ln -s "+outside+" abs && ln -s ../../../../../../../.. up && echo keep > keep.txt", client.ExecOptions{})
@@ -598,11 +571,7 @@ func BenchmarkExecTrue(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	c.CreateProject(ctx, wire.CreateProject{Name: "p"})
-	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	ws := workspaceInP(b, c)
 	var launch, wall int64
 	for b.Loop() {
 		res, err := ws.ExecArgv(ctx, []string{"true"}, client.ExecOptions{})

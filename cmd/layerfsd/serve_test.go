@@ -20,6 +20,36 @@ import (
 
 var quiet = slog.New(slog.DiscardHandler)
 
+// workspaceInP creates project "p" (unless it exists) and a workspace on
+// its main branch.
+func workspaceInP(tb testing.TB, c *client.Client) *client.Workspace {
+	tb.Helper()
+	ctx := context.Background()
+	c.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ws
+}
+
+// execOutcome is what an exec returned.
+type execOutcome struct {
+	res *client.ExecResult
+	err error
+}
+
+// inBackground runs exec in a goroutine; its outcome arrives on the
+// channel.
+func inBackground(exec func() (*client.ExecResult, error)) <-chan execOutcome {
+	done := make(chan execOutcome, 1)
+	go func() {
+		res, err := exec()
+		done <- execOutcome{res, err}
+	}()
+	return done
+}
+
 func TestListenUnixMode(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "d.sock")
 	l, err := listenUnix(sock)
@@ -160,20 +190,10 @@ func TestShutdownGrace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cl.CreateProject(ctx, wire.CreateProject{Name: "p"})
-			ws, err := cl.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			type outcome struct {
-				res *client.ExecResult
-				err error
-			}
-			done := make(chan outcome, 1)
-			go func() {
-				res, err := ws.ExecArgv(ctx, []string{"sleep", c.sleepMs}, client.ExecOptions{})
-				done <- outcome{res, err}
-			}()
+			ws := workspaceInP(t, cl)
+			done := inBackground(func() (*client.ExecResult, error) {
+				return ws.ExecArgv(ctx, []string{"sleep", c.sleepMs}, client.ExecOptions{})
+			})
 			for eng.Running.Load() == 0 {
 				time.Sleep(5 * time.Millisecond)
 			}
