@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -92,7 +93,9 @@ func (ip *initProc) discard() {
 }
 
 // take returns a warm init for an exec without network, or nil, and starts
-// replacements so that Warm inits are kept ready.
+// replacements so that Warm inits are kept ready. The replacements warm up
+// at the lowest CPU priority (see warmOne), so they use what the command
+// they were started beside leaves free rather than compete with it.
 func (l *Launcher) take() *initProc {
 	if l.Warm <= 0 {
 		return nil
@@ -106,6 +109,7 @@ func (l *Launcher) take() *initProc {
 			l.mu.Unlock()
 			if !ip.gone() {
 				ip.pooled = true
+				renice(ip.cmd.Process.Pid, ownNice())
 				return ip
 			}
 			l.logger().Warn("sandbox warm init died while waiting", "pid", ip.cmd.Process.Pid)
@@ -158,6 +162,11 @@ func (l *Launcher) warmOne() {
 	ip, err := l.spawn(false, cg, nil, prewarmEnv+"=1")
 	if err != nil && cg != nil {
 		_ = cg.remove()
+	}
+	if err == nil {
+		// Warming runs only on CPU that no command wants; take restores
+		// the priority before the init runs anything.
+		renice(ip.cmd.Process.Pid, warmNice)
 	}
 	l.mu.Lock()
 	l.warming--
@@ -228,4 +237,34 @@ func (ip *initProc) send(mem int64, ic initConfigX) error {
 		return fmt.Errorf("%w: send config: %v", ErrSetup, err)
 	}
 	return nil
+}
+
+// warmNice is the nice value of inits warming up.
+const warmNice = 19
+
+// renice sets the nice value of every thread of process pid (nice values
+// are per thread). Two passes catch a thread started by one not yet
+// reniced; later threads inherit from their creator.
+func renice(pid, nice int) {
+	for range 2 {
+		ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		if err != nil {
+			return
+		}
+		for _, e := range ents {
+			if tid, err := strconv.Atoi(e.Name()); err == nil {
+				_ = unix.Setpriority(unix.PRIO_PROCESS, tid, nice)
+			}
+		}
+	}
+}
+
+// ownNice is this thread's nice value: what a taken init gets back.
+func ownNice() int {
+	// The raw getpriority syscall answers 20 - nice.
+	p, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	if err != nil {
+		return 0
+	}
+	return 20 - p
 }
