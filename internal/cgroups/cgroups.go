@@ -4,7 +4,8 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
-	"strconv"
+
+	"layerfs.dev/layerfs/internal/mountinfo"
 	"strings"
 )
 
@@ -56,32 +57,20 @@ func (m Mount) Path(p string) (string, bool) {
 // where the hierarchy is mounted, from file (a /proc/PID/mountinfo). When a
 // hierarchy is mounted more than once, the first mount listed wins.
 func Mounts(file string) (map[string]Mount, error) {
-	f, err := os.Open(file)
+	ms, err := mountinfo.Read(file)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	out := map[string]Mount{}
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	for s.Scan() {
-		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
-		pre, post, ok := strings.Cut(s.Text(), " - ")
-		if !ok {
-			continue
-		}
-		a, b := strings.Fields(pre), strings.Fields(post)
-		if len(a) < 5 || len(b) < 3 {
-			continue
-		}
-		m := Mount{Dir: unescape(a[4]), Root: unescape(a[3])}
-		switch b[0] {
+	for _, mi := range ms {
+		m := Mount{Dir: mi.Dir, Root: mi.Root}
+		switch mi.FSType {
 		case "cgroup2":
 			if _, dup := out[""]; !dup {
 				out[""] = m
 			}
 		case "cgroup":
-			for _, opt := range strings.Split(b[2], ",") {
+			for _, opt := range strings.Split(mi.SuperOptions, ",") {
 				if opt == "memory" || opt == "pids" {
 					if _, dup := out[opt]; !dup {
 						out[opt] = m
@@ -90,24 +79,5 @@ func Mounts(file string) (map[string]Mount, error) {
 			}
 		}
 	}
-	return out, s.Err()
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return out, nil
 }

@@ -67,9 +67,6 @@ func TestCgroupParsing(t *testing.T) {
 			}
 		})
 	}
-	if got := unescape(`/a\040b\011c`); got != "/a b\tc" {
-		t.Errorf("unescape = %q", got)
-	}
 }
 
 func TestMountPath(t *testing.T) {

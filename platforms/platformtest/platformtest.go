@@ -44,6 +44,7 @@ import (
 	"testing"
 	"time"
 
+	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/platforms"
 )
@@ -545,16 +546,13 @@ func childProcesses() []string {
 
 // mountsBelow lists this host's mount points at or below dir.
 func mountsBelow(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return nil
 	}
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			out = append(out, f[4])
-		}
+	for _, m := range mountinfo.Below(ms, dir) {
+		out = append(out, m.Dir)
 	}
 	return out
 }
