@@ -276,7 +276,8 @@ func (c *contents) putHashed(id store.ID, data []byte) error {
 
 // capture stores one file's content. A file no larger than one maximum
 // chunk is one chunk; a larger one is cut into chunks listed by a manifest,
-// with holes (found with SEEK_DATA/SEEK_HOLE) kept as zero-id extents.
+// with its runs of zeros (holes or written zeros alike) kept as zero-id
+// extents.
 func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
 	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK
 	fd, err := unix.Open(j.path, flags|unix.O_NOATIME, 0)
@@ -310,42 +311,12 @@ func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
 		c.account(size)
 		return nil
 	}
+	// Holes read as zeros, and runs of zeros become holes again, so the
+	// manifest depends on the bytes only: a sparse file and a written one
+	// with the same content are the same object.
 	m := &store.Manifest{Size: size}
-	var off int64
-	for off < size {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) { // no data after off: a trailing hole
-			data = size
-		} else if err != nil {
-			return fmt.Errorf("seek data in %s: %w", j.path, err)
-		}
-		if data > size {
-			data = size
-		}
-		if data > off {
-			m.Extents = append(m.Extents, store.Extent{Length: data - off})
-			off = data
-			if off >= size {
-				break
-			}
-		}
-		hole, err := unix.Seek(fd, off, unix.SEEK_HOLE)
-		if err != nil {
-			return fmt.Errorf("seek hole in %s: %w", j.path, err)
-		}
-		if hole > size {
-			hole = size
-		}
-		if hole <= off { // raced with a writer
-			return fmt.Errorf("%s: %w", j.path, ErrChanged)
-		}
-		if err := c.chunkRange(fd, j.path, off, hole, m); err != nil {
-			return err
-		}
-		off = hole
+	if err := c.chunkRange(fd, j.path, 0, size, m); err != nil {
+		return err
 	}
 	id, err := func() (store.ID, error) {
 		c.mu.Lock()
@@ -376,14 +347,39 @@ type block struct {
 	buf    *[]byte
 	chunks [][]byte
 	ids    []store.ID
-	first  int // index of the first chunk's extent in the manifest
+	ext    []int // index of each chunk's extent in the manifest
+}
+
+// minZeroRun is the smallest all-zero chunk stored as a hole: a page, so
+// that small runs of zeros inside data stay data.
+const minZeroRun = 4096
+
+var zeroChunk = make([]byte, 1<<20)
+
+// allZero reports whether data holds only zero bytes (true when empty).
+func allZero(data []byte) bool {
+	if len(data) > 0 && (data[0] != 0 || data[len(data)-1] != 0) {
+		return false
+	}
+	for len(data) > 0 {
+		n := min(len(data), len(zeroChunk))
+		if !bytes.Equal(data[:n], zeroChunk[:n]) {
+			return false
+		}
+		data = data[n:]
+	}
+	return true
 }
 
 // chunkRange cuts the bytes [off, end) of fd into chunks and appends their
 // extents to m. It runs as a three-stage pipeline over read blocks, so a
 // large file keeps both cores busy: this goroutine reads and cuts, a second
 // hashes, a third stores the chunks in order and recycles the buffers. An
-// unfinished chunk at the end of a block is carried over to the next.
+// unfinished chunk at the end of a block is carried over to the next. A
+// chunk of at least a page of zeros (what dd from /dev/zero or a
+// preallocated file holds) becomes a hole, as if the file were sparse
+// there: it is neither hashed nor stored, and a checkout leaves it
+// unallocated; its bytes read back the same.
 func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Manifest) (err error) {
 	toHash := make(chan *block, 2)
 	toPut := make(chan *block, 2)
@@ -421,13 +417,14 @@ func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Mani
 		if err == nil {
 			for _, b := range sent {
 				for i, id := range b.ids {
-					m.Extents[b.first+i].Chunk = id
+					m.Extents[b.ext[i]].Chunk = id
 				}
 			}
 		}
 	}()
 	bp := c.bufs.Get().(*[]byte)
 	carry := 0
+	lastHole := -1 // index of the last extent when it is a hole
 	for off < end || carry > 0 {
 		buf := *bp
 		n := int(min(int64(len(buf)-carry), end-off))
@@ -438,14 +435,26 @@ func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Mani
 		off += int64(n)
 		data := buf[:carry+n]
 		last := off >= end
-		b := &block{buf: bp, first: len(m.Extents)}
+		b := &block{buf: bp}
 		for len(data) > 0 {
 			if !last && len(data) < c.ch.p.Max {
 				break
 			}
 			k := c.ch.Cut(data)
-			b.chunks = append(b.chunks, data[:k])
-			m.Extents = append(m.Extents, store.Extent{Length: int64(k)})
+			if k >= minZeroRun && allZero(data[:k]) {
+				// Chunk ids are filled in later, so a hole is told from a
+				// chunk by where it was added, not by its id.
+				if n := len(m.Extents); n > 0 && n-1 == lastHole {
+					m.Extents[n-1].Length += int64(k)
+				} else {
+					lastHole = n
+					m.Extents = append(m.Extents, store.Extent{Length: int64(k)})
+				}
+			} else {
+				b.chunks = append(b.chunks, data[:k])
+				b.ext = append(b.ext, len(m.Extents))
+				m.Extents = append(m.Extents, store.Extent{Length: int64(k)})
+			}
 			data = data[k:]
 		}
 		b.ids = make([]store.ID, len(b.chunks))

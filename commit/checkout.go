@@ -330,7 +330,7 @@ func (c *checkout) content(ctx context.Context, fd int, e *store.Entry) error {
 				if int64(len(b)) != x.Length {
 					return fmt.Errorf("chunk %s has %d bytes, manifest says %d: %w", x.Chunk.Short(), len(b), x.Length, store.ErrCorrupt)
 				}
-				if err := pwriteFull(fd, b, off); err != nil {
+				if err := pwriteSparse(fd, b, off); err != nil {
 					return err
 				}
 			}
@@ -339,6 +339,37 @@ func (c *checkout) content(ctx context.Context, fd int, e *store.Entry) error {
 		return unix.Ftruncate(fd, m.Size)
 	}
 	return fmt.Errorf("file names a %s: %w", e.ObjectKind, store.ErrCorrupt)
+}
+
+// sparsePage is the unit pwriteSparse leaves unwritten when it is zeros.
+const sparsePage = 4096
+
+// pwriteSparse writes b at off into a new file that the caller extends to
+// its size, leaving out the file-aligned pages of b that are all zeros:
+// they read back as zeros from the hole, and take no space. (Capture stores
+// runs of zeros as holes, so chunks next to them may hold a few zero pages.)
+func pwriteSparse(fd int, b []byte, off int64) error {
+	for len(b) > 0 {
+		// The run up to the next page boundary of the file.
+		n := min(len(b), int(sparsePage-off%sparsePage))
+		if allZero(b[:n]) {
+			b, off = b[n:], off+int64(n)
+			continue
+		}
+		// Extend over the following pages that are not all zeros.
+		for n < len(b) {
+			k := min(len(b)-n, sparsePage)
+			if allZero(b[n : n+k]) {
+				break
+			}
+			n += k
+		}
+		if err := pwriteFull(fd, b[:n], off); err != nil {
+			return err
+		}
+		b, off = b[n:], off+int64(n)
+	}
+	return nil
 }
 
 func pwriteFull(fd int, b []byte, off int64) error {
