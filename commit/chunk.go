@@ -48,6 +48,10 @@ var gear = func() (t [256]uint64) {
 type Chunker struct {
 	p            Params
 	maskS, maskL uint64
+	// zeroCut is where Cut cuts Max zero bytes: the hash of a run of zeros
+	// is the same at every offset, so a zero run always cuts there, and Cut
+	// answers without hashing it (zeros are common: dd, preallocation).
+	zeroCut int
 }
 
 // NewChunker returns a chunker for p.
@@ -58,11 +62,13 @@ func NewChunker(p Params) (*Chunker, error) {
 	b := bits.Len(uint(p.Avg)) - 1 // floor(log2(avg))
 	// The masks test the hash's top bits: bit k of the gear hash depends on
 	// the last k+1 bytes, so the top bits see a 64-byte window.
-	return &Chunker{
+	c := &Chunker{
 		p:     p,
 		maskS: ^uint64(0) << (64 - (b + 2)),
 		maskL: ^uint64(0) << (64 - (b - 2)),
-	}, nil
+	}
+	c.zeroCut = c.Cut(make([]byte, p.Max))
+	return c, nil
 }
 
 // Params returns the chunker's sizes.
@@ -78,6 +84,9 @@ func (c *Chunker) Cut(data []byte) int {
 	}
 	if n > c.p.Max {
 		n = c.p.Max
+	}
+	if n == c.p.Max && c.zeroCut > 0 && allZero(data[:n]) {
+		return c.zeroCut
 	}
 	normal := c.p.Avg
 	if normal > n {

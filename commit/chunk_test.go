@@ -3,6 +3,7 @@ package commit
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -110,6 +111,31 @@ func BenchmarkChunker(b *testing.B) {
 		d := data
 		for len(d) > 0 {
 			d = d[c.Cut(d):]
+		}
+	}
+}
+
+// TestChunkerZeroShortcut: a run of zeros is cut where hashing it would
+// cut, so the shortcut changes no chunk boundary (they are the store
+// format): zero runs of many lengths, between random data, with several
+// parameter sets.
+func TestChunkerZeroShortcut(t *testing.T) {
+	for _, p := range []Params{DefaultParams, {Min: 4096, Avg: 12288, Max: 49152}, {Min: 64, Avg: 256, Max: 1024}} {
+		c, err := NewChunker(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashing := *c
+		hashing.zeroCut = 0 // Cut hashes every byte
+		for i, zeros := range []int{p.Max - 1, p.Max, p.Max + 1, 3*p.Max + 17, 1 << 20} {
+			var data []byte
+			data = append(data, randBytes(uint64(i), 50_000)...)
+			data = append(data, make([]byte, zeros)...)
+			data = append(data, randBytes(uint64(i+100), 50_000)...)
+			got, want := cutAll(c, data), cutAll(&hashing, data)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%+v, %d zeros: the shortcut cuts %v, hashing %v", p, zeros, got, want)
+			}
 		}
 	}
 }
