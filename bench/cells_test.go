@@ -76,3 +76,47 @@ func TestRunCells(t *testing.T) {
 	}
 	t.Logf("\n%s", md)
 }
+
+// TestRunSession runs every session and scale figure with few calls and a
+// small tree, and checks that each one measured something.
+func TestRunSession(t *testing.T) {
+	testenv.RequireFUSE(t)
+	figs, err := RunSession(context.Background(), SessionConfig{
+		Platforms:   []string{"local", "nowhere"},
+		Calls:       2,
+		Idle:        2,
+		LargeTree:   1_000,
+		WorkDir:     t.TempDir(),
+		NewPlatform: localOnly,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, commit := largeFigs(1_000)
+	want := map[string]bool{report.FigOpen: false, report.FigWarmExec: false, FigExecPython: false, FigCommitSmall: false,
+		report.FigForkCreate: false, report.FigThroughput16: false, open: false, commit: false, report.FigIdleMemory: false}
+	notRun := 0
+	for _, f := range figs {
+		if f.Platform == "nowhere" {
+			if f.NotRun == "" {
+				t.Errorf("%s on an unavailable platform has no reason", f.Name)
+			}
+			notRun++
+			continue
+		}
+		if len(f.Failures) > 0 || len(f.Values) == 0 {
+			t.Errorf("%s: values %v, failures %v", f.Name, f.Values, f.Failures)
+		}
+		if _, ok := want[f.Name]; ok {
+			want[f.Name] = true
+		}
+	}
+	for n, seen := range want {
+		if !seen {
+			t.Errorf("figure %q missing", n)
+		}
+	}
+	if notRun == 0 {
+		t.Error("the unavailable platform's figures are missing")
+	}
+}

@@ -23,6 +23,7 @@ type SessionConfig struct {
 	Platforms   []string
 	Calls       int // samples per latency figure; default 30
 	Idle        int // workspaces held open for the memory figure; default 100
+	LargeTree   int // files of the scale figures' tree; default 100,000 (tests use fewer)
 	WorkDir     string
 	NewPlatform func(name string) (platforms.Platform, error)
 	Logger      *slog.Logger
@@ -36,6 +37,16 @@ const (
 	FigExecPython   = "exec python3 JSON, 10,000 records"
 	FigCommitSmall  = "commit of a small change"
 )
+
+// largeFigs names the scale figures for a tree of n files.
+func largeFigs(n int) (open, commit string) {
+	t := thousands(n)
+	return "workspace open, " + t + "-file tree", "commit of 1 changed file of " + t
+}
+
+// FilesPerLargeDir is the shape of the scale figures' tree: directories of 100
+// files of a few bytes each.
+const FilesPerLargeDir = 100
 
 // pythonJSON builds, encodes, decodes and sums 10,000 records in python3.
 const pythonJSON = `python3 -c '
@@ -57,6 +68,9 @@ func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure,
 	if cfg.Idle <= 0 {
 		cfg.Idle = 100
 	}
+	if cfg.LargeTree <= 0 {
+		cfg.LargeTree = 100_000
+	}
 	if len(cfg.Platforms) == 0 {
 		cfg.Platforms = []string{"local"}
 	}
@@ -73,7 +87,8 @@ func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure,
 	for _, name := range cfg.Platforms {
 		t, err := prepare(ctx, Config{NewPlatform: cfg.NewPlatform}, name, log)
 		if err != nil {
-			for _, n := range []string{report.FigOpen, report.FigClose, report.FigWarmExec, FigExecOverhead, FigExecPython, FigCommitSmall, report.FigForkCreate, report.FigThroughput1, report.FigThroughput4, report.FigThroughput16, report.FigIdleMemory} {
+			openLarge, commitLarge := largeFigs(cfg.LargeTree)
+			for _, n := range []string{report.FigOpen, report.FigClose, report.FigWarmExec, FigExecOverhead, FigExecPython, FigCommitSmall, report.FigForkCreate, report.FigThroughput1, report.FigThroughput4, report.FigThroughput16, openLarge, commitLarge, report.FigIdleMemory} {
 				figs = append(figs, report.SessionFigure{Platform: name, Name: n, NotRun: err.Error()})
 			}
 			continue
@@ -89,7 +104,7 @@ func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure,
 			t.p.Down(ctx)
 			return figs, fmt.Errorf("%s: %w", name, err)
 		}
-		s := &session{ctx: ctx, c: c, platform: name, calls: cfg.Calls, say: say}
+		s := &session{ctx: ctx, c: c, platform: name, calls: cfg.Calls, say: say, dir: dir, large: cfg.LargeTree}
 		err = s.run(cfg.Idle, t.hostFS)
 		release()
 		t.p.Down(context.WithoutCancel(ctx))
@@ -110,6 +125,8 @@ type session struct {
 	platform string
 	calls    int
 	say      func(string)
+	dir      string                  // scratch on the host, beside the Store
+	large    int                     // files of the scale figures' tree
 	figs     []*report.SessionFigure // pointers: figures fill while others are added
 }
 
@@ -248,6 +265,9 @@ func (s *session) run(idle int, hostFS bool) error {
 	}
 
 	if hostFS {
+		if err := s.largeTree(); err != nil {
+			return err
+		}
 		s.say(fmt.Sprintf("%s: memory with %d idle workspaces", s.platform, idle))
 		mem := s.fig(report.FigIdleMemory, "MiB")
 		v, err := s.idleMemory(idle)
@@ -258,6 +278,79 @@ func (s *session) run(idle int, hostFS bool) error {
 		}
 	}
 	return nil
+}
+
+// largeTree measures opening a workspace over a 100,000-file tree (the lower
+// tree loads lazily, so the cost must not grow with it) and committing one
+// changed file of it (only the dirty path is visited and rebuilt). The tree
+// is imported from a host directory, so it needs the daemon on the host.
+func (s *session) largeTree() error {
+	ctx, c := s.ctx, s.c
+	s.say(fmt.Sprintf("%s: importing a %d-file tree", s.platform, s.large))
+	dirs := max(s.large/FilesPerLargeDir, 1)
+	openName, commitName := largeFigs(dirs * FilesPerLargeDir)
+	src := filepath.Join(s.dir, "large")
+	for d := range dirs {
+		sub := filepath.Join(src, fmt.Sprintf("d%03d", d))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			return err
+		}
+		for f := range FilesPerLargeDir {
+			if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%03d", f)), []byte(fmt.Sprintln(d, f)), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := c.CreateProject(ctx, wire.CreateProject{Name: "large", FromPath: src})
+	os.RemoveAll(src)
+	if err != nil {
+		return err
+	}
+	spec := client.WorkspaceSpec{Project: "large", Branch: "main", Platform: s.platform}
+
+	s.say(s.platform + ": workspace open over the large tree")
+	open := s.fig(openName, "ms")
+	for range s.calls {
+		t0 := time.Now()
+		w, err := c.CreateWorkspace(ctx, spec)
+		if err != nil {
+			open.Failures = append(open.Failures, err.Error())
+			continue
+		}
+		open.Values = append(open.Values, ms(time.Since(t0)))
+		w.End(ctx, client.EndOptions{})
+	}
+
+	s.say(s.platform + ": commit of one changed file of the large tree")
+	cm := s.fig(commitName, "ms")
+	w, err := c.CreateWorkspace(ctx, spec)
+	if err != nil {
+		return err
+	}
+	defer w.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+	for i := range s.calls {
+		path := fmt.Sprintf("d%03d/f%03d", i*7%dirs, i%FilesPerLargeDir)
+		if err := w.WriteFile(ctx, path, []byte(fmt.Sprintln("changed", i)), 0o644); err != nil {
+			cm.Failures = append(cm.Failures, err.Error())
+			continue
+		}
+		t0 := time.Now()
+		if r, err := w.Commit(ctx, "one change"); err != nil || r.Result != wire.Created {
+			cm.Failures = append(cm.Failures, fmt.Sprint(err, r.Result))
+			continue
+		}
+		cm.Values = append(cm.Values, ms(time.Since(t0)))
+	}
+	return nil
+}
+
+// thousands writes n with comma separators: 100000 is "100,000".
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // throughput runs workers workspaces, each running per execs of true one

@@ -18,14 +18,14 @@ import (
 // and close, exec latency and overhead, commit, fork, throughput, memory.
 func benchSessionCmd(a *app) *cobra.Command {
 	var platformList, dir string
-	var calls, idle int
+	var calls, idle, large int
 	c := &cobra.Command{
 		Use:   "session [--platform local,docker] [--calls N]",
 		Short: "Measure workspace open/close, exec latency and overhead, commit, fork+create, throughput and idle memory",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if calls < 1 || idle < 1 {
-				return usageError{fmt.Errorf("--calls and --idle must be at least 1")}
+			if calls < 1 || idle < 1 || large < bench.FilesPerLargeDir {
+				return usageError{fmt.Errorf("--calls and --idle must be at least 1, --large-tree at least %d", bench.FilesPerLargeDir)}
 			}
 			if dir == "" {
 				d, err := os.MkdirTemp("", "layerfs-session-")
@@ -40,6 +40,7 @@ func benchSessionCmd(a *app) *cobra.Command {
 				Platforms: strings.Split(platformList, ","),
 				Calls:     calls,
 				Idle:      idle,
+				LargeTree: large,
 				WorkDir:   dir,
 				NewPlatform: func(name string) (platforms.Platform, error) {
 					return catalog.New(name, catalog.Options{Project: "session"})
@@ -65,6 +66,7 @@ func benchSessionCmd(a *app) *cobra.Command {
 	c.Flags().StringVar(&platformList, "platform", "local", "comma-separated platforms")
 	c.Flags().IntVar(&calls, "calls", 30, "samples per latency figure")
 	c.Flags().IntVar(&idle, "idle", 100, "workspaces held open for the memory figure")
+	c.Flags().IntVar(&large, "large-tree", 100_000, "files of the tree for the scale figures (open over it, commit 1 changed file)")
 	c.Flags().StringVar(&dir, "dir", "", "directory for the Store (default: a temporary one, removed after)")
 	return c
 }
