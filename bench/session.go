@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -397,7 +397,10 @@ func (s *session) throughput(workers, per int) (float64, error) {
 // idleMemory opens n workspaces and returns the growth of this process's
 // resident memory (the daemon is served from it) per workspace, in MiB.
 func (s *session) idleMemory(n int) (float64, error) {
-	runtime.GC()
+	// Both readings after handing freed memory back to the OS: otherwise
+	// garbage of the figures before (and its return to the OS midway) is
+	// counted, which can even make the growth negative.
+	debug.FreeOSMemory()
 	before, err := rss()
 	if err != nil {
 		return 0, err
@@ -419,7 +422,7 @@ func (s *session) idleMemory(n int) (float64, error) {
 			return 0, fmt.Errorf("touch workspace: %v %v", err, res)
 		}
 	}
-	runtime.GC()
+	debug.FreeOSMemory()
 	after, err := rss()
 	if err != nil {
 		return 0, err
