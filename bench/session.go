@@ -36,6 +36,10 @@ const (
 	FigExecOverhead = "exec true, fixed overhead"
 	FigExecPython   = "exec python3 JSON, 10,000 records"
 	FigCommitSmall  = "commit of a small change"
+	// FigIdleMemoryHost counts what report.FigIdleMemory (the daemon's own
+	// memory) does not: the kernel's side of the mounts, and a platform's
+	// processes (Docker's container, its shim).
+	FigIdleMemoryHost = "host memory per idle workspace (100 open)"
 )
 
 // largeFigs names the scale figures for a tree of n files.
@@ -88,7 +92,7 @@ func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure,
 		t, err := prepare(ctx, Config{NewPlatform: cfg.NewPlatform}, name, log)
 		if err != nil {
 			openLarge, commitLarge := largeFigs(cfg.LargeTree)
-			for _, n := range []string{report.FigOpen, report.FigClose, report.FigWarmExec, FigExecOverhead, FigExecPython, FigCommitSmall, report.FigForkCreate, report.FigThroughput1, report.FigThroughput4, report.FigThroughput16, openLarge, commitLarge, report.FigIdleMemory} {
+			for _, n := range []string{report.FigOpen, report.FigClose, report.FigWarmExec, FigExecOverhead, FigExecPython, FigCommitSmall, report.FigForkCreate, report.FigThroughput1, report.FigThroughput4, report.FigThroughput16, openLarge, commitLarge, report.FigIdleMemory, FigIdleMemoryHost} {
 				figs = append(figs, report.SessionFigure{Platform: name, Name: n, NotRun: err.Error()})
 			}
 			continue
@@ -269,12 +273,14 @@ func (s *session) run(idle int, hostFS bool) error {
 			return err
 		}
 		s.say(fmt.Sprintf("%s: memory with %d idle workspaces", s.platform, idle))
-		mem := s.fig(report.FigIdleMemory, "MiB")
-		v, err := s.idleMemory(idle)
+		mem, host := s.fig(report.FigIdleMemory, "MiB"), s.fig(FigIdleMemoryHost, "MiB")
+		daemon, whole, err := s.idleMemory(idle)
 		if err != nil {
 			mem.Failures = append(mem.Failures, err.Error())
+			host.Failures = append(host.Failures, err.Error())
 		} else {
-			mem.Values = append(mem.Values, v)
+			mem.Values = append(mem.Values, daemon)
+			host.Values = append(host.Values, whole)
 		}
 	}
 	return nil
@@ -394,16 +400,17 @@ func (s *session) throughput(workers, per int) (float64, error) {
 	return float64(workers*per) / el.Seconds(), nil
 }
 
-// idleMemory opens n workspaces and returns the growth of this process's
-// resident memory (the daemon is served from it) per workspace, in MiB.
-func (s *session) idleMemory(n int) (float64, error) {
+// idleMemory opens n workspaces and returns, per workspace in MiB, the
+// growth of this process's resident memory (the daemon is served from it)
+// and of the memory the whole host uses (MemTotal - MemAvailable).
+func (s *session) idleMemory(n int) (daemon, host float64, err error) {
 	// Both readings after handing freed memory back to the OS: otherwise
 	// garbage of the figures before (and its return to the OS midway) is
 	// counted, which can even make the growth negative.
 	debug.FreeOSMemory()
-	before, err := rss()
+	rss0, used0, err := memory()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var wss []*client.Workspace
 	defer func() {
@@ -414,33 +421,49 @@ func (s *session) idleMemory(n int) (float64, error) {
 	for range n {
 		w, err := s.c.CreateWorkspace(s.ctx, s.spec())
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		wss = append(wss, w)
 		// Touch the mount so that it is really served: a lookup and a read.
 		if res, err := w.Exec(s.ctx, "cat src/f1 >/dev/null", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
-			return 0, fmt.Errorf("touch workspace: %v %v", err, res)
+			return 0, 0, fmt.Errorf("touch workspace: %v %v", err, res)
 		}
 	}
 	debug.FreeOSMemory()
-	after, err := rss()
+	rss1, used1, err := memory()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(after-before) / float64(n) / (1 << 20), nil
+	perMiB := func(d int64) float64 { return float64(d) / float64(n) / (1 << 20) }
+	return perMiB(rss1 - rss0), perMiB(used1 - used0), nil
 }
 
-// rss reads this process's resident set size.
-func rss() (int64, error) {
-	b, err := os.ReadFile("/proc/self/status")
+// memory reads this process's resident set size and the memory the host
+// uses, in bytes.
+func memory() (rss, used int64, err error) {
+	rss, err = procField("/proc/self/status", "VmRSS:")
+	if err != nil {
+		return 0, 0, err
+	}
+	total, err := procField("/proc/meminfo", "MemTotal:")
+	if err != nil {
+		return 0, 0, err
+	}
+	avail, err := procField("/proc/meminfo", "MemAvailable:")
+	return rss, total - avail, err
+}
+
+// procField reads a "Name: N kB" line of a /proc file, in bytes.
+func procField(path, name string) (int64, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == name {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/self/status")
+	return 0, fmt.Errorf("no %s in %s", name, path)
 }
