@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/bench"
 	"layerfs.dev/layerfs/bench/fsbench"
 	"layerfs.dev/layerfs/fs"
 )
@@ -57,10 +55,7 @@ With --fs, both arms run on a fresh loop-mounted file system of that type
 				return err
 			}
 			if fsSpec != "" {
-				mnt, cleanup, lerr := bench.LoopFS(ctx, dir, fsSpec)
-				if errors.Is(lerr, bench.ErrLoopSpec) {
-					return usageError{fmt.Errorf("--fs: %w", lerr)}
-				}
+				mnt, cleanup, lerr := loopFS(ctx, dir, fsSpec)
 				if lerr != nil {
 					return lerr
 				}

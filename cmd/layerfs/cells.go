@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -126,10 +127,7 @@ and removed at the end.`,
 				},
 			}
 			if fsSpec != "" {
-				mnt, cleanup, lerr := bench.LoopFS(cmd.Context(), out, fsSpec)
-				if errors.Is(lerr, bench.ErrLoopSpec) {
-					return usageError{fmt.Errorf("--fs: %w", lerr)}
-				}
+				mnt, cleanup, lerr := loopFS(cmd.Context(), out, fsSpec)
 				if lerr != nil {
 					return lerr
 				}
@@ -239,4 +237,14 @@ func (a *app) sampleProgress() (progress func(done, total int, what string), fin
 				bar.Finish()
 			}
 		}
+}
+
+// loopFS makes the file system --fs asks for under dir (bench.LoopFS); a
+// malformed spec is a usage error.
+func loopFS(ctx context.Context, dir, spec string) (mnt string, cleanup func() error, err error) {
+	mnt, cleanup, err = bench.LoopFS(ctx, dir, spec)
+	if errors.Is(err, bench.ErrLoopSpec) {
+		return "", nil, usageError{fmt.Errorf("--fs: %w", err)}
+	}
+	return mnt, cleanup, err
 }

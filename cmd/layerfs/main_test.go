@@ -225,6 +225,9 @@ func TestCLIBadInput(t *testing.T) {
 	c.fail(2, "--from REF is required", "branch", "fork", "p", "b")
 	c.fail(2, "--from DIR is required", "commit", "p", "main")
 	c.fail(2, "unknown command", "frobnicate")
+	c.fail(2, "--fs: bad file system spec", "bench", "fs", "--fs", "bogus", "--cells", "C01")
+	c.fail(2, "--fs: bad file system spec", "cells", "run", "--fs", "ext4:xx", "--cells", "C01", "--out", t.TempDir())
+	c.fail(2, "--large-tree at least 100", "bench", "session", "--large-tree", "5")
 	// Nothing changed.
 	if after := c.ok("project", "list", "--json"); after != before {
 		t.Errorf("failed commands changed the projects:\n%s\n%s", before, after)
