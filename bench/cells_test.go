@@ -94,7 +94,7 @@ func TestRunSession(t *testing.T) {
 	}
 	open, commit := largeFigs(1_000)
 	want := map[string]bool{report.FigOpen: false, report.FigWarmExec: false, FigExecPython: false, FigCommitSmall: false,
-		report.FigForkCreate: false, report.FigThroughput16: false, open: false, commit: false, report.FigIdleMemory: false, FigIdleMemoryHost: false}
+		report.FigForkCreate: false, report.FigThroughput16: false, open: false, commit: false, report.FigIdleMemory: false, FigIdleMemoryHost: false, FigExecOverheadThink: false}
 	notRun := 0
 	for _, f := range figs {
 		if f.Platform == "nowhere" {

@@ -34,13 +34,19 @@ type SessionConfig struct {
 const (
 	FigExecTrue     = "exec true, SDK wall"
 	FigExecOverhead = "exec true, fixed overhead"
-	FigExecPython   = "exec python3 JSON, 10,000 records"
-	FigCommitSmall  = "commit of a small change"
+	// The same after thinkTime idle before each call.
+	FigExecThink         = "exec true after 50 ms idle, SDK wall"
+	FigExecOverheadThink = "exec true after 50 ms idle, fixed overhead"
+	FigExecPython        = "exec python3 JSON, 10,000 records"
+	FigCommitSmall       = "commit of a small change"
 	// FigIdleMemoryHost counts what report.FigIdleMemory (the daemon's own
 	// memory) does not: the kernel's side of the mounts, and a platform's
 	// processes (Docker's container, its shim).
 	FigIdleMemoryHost = "host memory per idle workspace (100 open)"
 )
+
+// thinkTime is the idle time before each call of the think-time figures.
+const thinkTime = 50 * time.Millisecond
 
 // largeFigs names the scale figures for a tree of n files.
 func largeFigs(n int) (open, commit string) {
@@ -92,7 +98,7 @@ func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure,
 		t, err := prepare(ctx, Config{NewPlatform: cfg.NewPlatform}, name, log)
 		if err != nil {
 			openLarge, commitLarge := largeFigs(cfg.LargeTree)
-			for _, n := range []string{report.FigOpen, report.FigClose, report.FigWarmExec, FigExecOverhead, FigExecPython, FigCommitSmall, report.FigForkCreate, report.FigThroughput1, report.FigThroughput4, report.FigThroughput16, openLarge, commitLarge, report.FigIdleMemory, FigIdleMemoryHost} {
+			for _, n := range []string{report.FigOpen, report.FigClose, report.FigWarmExec, FigExecOverhead, FigExecThink, FigExecOverheadThink, FigExecPython, FigCommitSmall, report.FigForkCreate, report.FigThroughput1, report.FigThroughput4, report.FigThroughput16, openLarge, commitLarge, report.FigIdleMemory, FigIdleMemoryHost} {
 				figs = append(figs, report.SessionFigure{Platform: name, Name: n, NotRun: err.Error()})
 			}
 			continue
@@ -190,19 +196,13 @@ func (s *session) run(idle int, hostFS bool) error {
 	}
 	defer ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
 	s.say(s.platform + ": warm exec latency")
-	warm, over := s.fig(report.FigWarmExec, "ms"), s.fig(FigExecOverhead, "ms")
 	ws.Exec(ctx, "true", client.ExecOptions{}) // the first exec may pay one-off costs
-	for range s.calls {
-		t0 := time.Now()
-		res, err := ws.Exec(ctx, "true", client.ExecOptions{})
-		wall := time.Since(t0)
-		if err != nil || res.ExitCode != 0 {
-			warm.Failures = append(warm.Failures, fmt.Sprint(err, res))
-			continue
-		}
-		warm.Values = append(warm.Values, ms(wall))
-		over.Values = append(over.Values, ms(wall-time.Duration(res.Receipt.CommandNs)))
-	}
+	warm, over := s.fig(report.FigWarmExec, "ms"), s.fig(FigExecOverhead, "ms")
+	s.execTrue(ws, warm, over, 0)
+	// An agent thinks between tool calls; in that time a platform may get
+	// its next sandbox ready (local's warm pool refills).
+	s.say(s.platform + ": exec latency after think time")
+	s.execTrue(ws, s.fig(FigExecThink, "ms"), s.fig(FigExecOverheadThink, "ms"), thinkTime)
 
 	s.say(s.platform + ": python3 JSON workload")
 	py := s.fig(FigExecPython, "ms")
@@ -286,6 +286,24 @@ func (s *session) run(idle int, hostFS bool) error {
 		}
 	}
 	return nil
+}
+
+// execTrue runs true calls times in ws, idle for gap before each, and
+// records the SDK's wall time and the fixed overhead (wall minus the
+// command's own time).
+func (s *session) execTrue(ws *client.Workspace, wall, over *report.SessionFigure, gap time.Duration) {
+	for range s.calls {
+		time.Sleep(gap)
+		t0 := time.Now()
+		res, err := ws.Exec(s.ctx, "true", client.ExecOptions{})
+		d := time.Since(t0)
+		if err != nil || res.ExitCode != 0 {
+			wall.Failures = append(wall.Failures, fmt.Sprint(err, res))
+			continue
+		}
+		wall.Values = append(wall.Values, ms(d))
+		over.Values = append(over.Values, ms(d-time.Duration(res.Receipt.CommandNs)))
+	}
 }
 
 // largeTree measures opening a workspace over a 100,000-file tree (the lower
