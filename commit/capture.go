@@ -440,8 +440,8 @@ func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Mani
 			if !last && len(data) < c.ch.p.Max {
 				break
 			}
-			k := c.ch.Cut(data)
-			if k >= minZeroRun && allZero(data[:k]) {
+			k, zero := c.ch.cut(data)
+			if k >= minZeroRun && (zero || allZero(data[:k])) {
 				// Chunk ids are filled in later, so a hole is told from a
 				// chunk by where it was added, not by its id.
 				if n := len(m.Extents); n > 0 && n-1 == lastHole {

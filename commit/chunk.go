@@ -78,15 +78,23 @@ func (c *Chunker) Params() Params { return c.p }
 // than Max and more bytes follow in the stream, the caller must not trust
 // a cut at len(data): it should call again with more data (Split does).
 func (c *Chunker) Cut(data []byte) int {
+	k, _ := c.cut(data)
+	return k
+}
+
+// cut is Cut that also reports whether it found the chunk all zeros (it
+// looks only where data holds Max bytes), so that its caller need not
+// test the same bytes again.
+func (c *Chunker) cut(data []byte) (k int, zero bool) {
 	n := len(data)
 	if n <= c.p.Min {
-		return n
+		return n, false
 	}
 	if n > c.p.Max {
 		n = c.p.Max
 	}
 	if n == c.p.Max && c.zeroCut > 0 && allZero(data[:n]) {
-		return c.zeroCut
+		return c.zeroCut, true
 	}
 	normal := c.p.Avg
 	if normal > n {
@@ -101,34 +109,34 @@ func (c *Chunker) Cut(data []byte) int {
 	for ; i+1 < normal; i += 2 {
 		fp = (fp << 1) + gear[d[i]]
 		if fp&maskS == 0 {
-			return i + 1
+			return i + 1, false
 		}
 		fp = (fp << 1) + gear[d[i+1]]
 		if fp&maskS == 0 {
-			return i + 2
+			return i + 2, false
 		}
 	}
 	for ; i < normal; i++ {
 		fp = (fp << 1) + gear[d[i]]
 		if fp&maskS == 0 {
-			return i + 1
+			return i + 1, false
 		}
 	}
 	for ; i+1 < n; i += 2 {
 		fp = (fp << 1) + gear[d[i]]
 		if fp&maskL == 0 {
-			return i + 1
+			return i + 1, false
 		}
 		fp = (fp << 1) + gear[d[i+1]]
 		if fp&maskL == 0 {
-			return i + 2
+			return i + 2, false
 		}
 	}
 	for ; i < n; i++ {
 		fp = (fp << 1) + gear[d[i]]
 		if fp&maskL == 0 {
-			return i + 1
+			return i + 1, false
 		}
 	}
-	return n
+	return n, false
 }
