@@ -32,7 +32,6 @@ type SessionConfig struct {
 
 // More session figures than report names: what issue 4's bench asks.
 const (
-	FigExecTrue     = "exec true, SDK wall"
 	FigExecOverhead = "exec true, fixed overhead"
 	// The same after thinkTime idle before each call.
 	FigExecThink         = "exec true after 50 ms idle, SDK wall"
