@@ -15,6 +15,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/cloexec"
 	"layerfs.dev/layerfs/overlay"
 )
 
@@ -99,7 +100,13 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 		gopts.MountOptions.Logger = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)
 	}
 	raw := &counting{RawFileSystem: gofs.NewNodeFS(root, gopts), t: &m.tel, onOpen: m.fillOpen}
-	server, err := fuse.NewServer(raw, dir, &gopts.MountOptions)
+	// go-fuse opens /dev/fuse without O_CLOEXEC: no child may inherit it
+	// (see package cloexec).
+	var server *fuse.Server
+	err := cloexec.Around(func() (err error) {
+		server, err = fuse.NewServer(raw, dir, &gopts.MountOptions)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}

@@ -6,11 +6,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/internal/cloexec"
 )
 
 func main() {
@@ -18,6 +20,12 @@ func main() {
 	// the small init binary is not installed beside it.
 	if sandbox.InitMain() {
 		return
+	}
+	// Whatever this process inherited stays out of the sandboxes and
+	// other children it starts.
+	if err := cloexec.All(); err != nil {
+		fmt.Fprintln(os.Stderr, "layerfs: "+err.Error())
+		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

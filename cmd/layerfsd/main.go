@@ -28,11 +28,18 @@ import (
 	"github.com/spf13/cobra"
 
 	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/internal/cloexec"
 )
 
 func main() {
 	if sandbox.InitMain() {
 		return
+	}
+	// Whatever this process inherited stays out of the sandboxes and
+	// other children it starts.
+	if err := cloexec.All(); err != nil {
+		fmt.Fprintln(os.Stderr, "layerfsd: "+err.Error())
+		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/cloexec"
 )
 
 // initArg0 is the argv[0] the launcher gives the init; InitMain acts only
@@ -67,6 +69,12 @@ func initMain(m *marks) int {
 			return 1
 		}
 		return 0
+	}
+	// Nothing of the daemon's may stay in the sandbox, not even in its
+	// init: a FUSE device held here would let the command forge replies,
+	// and would keep a crashed daemon's mounts from ever aborting.
+	if err := cloexec.CloseInherited(reportFD + 1); err != nil {
+		return send(initReport{Error: err.Error()})
 	}
 
 	// A warm init does all it can before its config comes: its runtime's
@@ -169,6 +177,12 @@ func run(cfg *initConfig, ahead bool, m *marks) initReport {
 	}
 	restore, err := setRlimits(cfg)
 	if err != nil {
+		return initReport{Error: err.Error()}
+	}
+	// The command gets fds 0, 1 and 2 and nothing else, whatever this
+	// init opened since it started.
+	if err := cloexec.All(); err != nil {
+		restore()
 		return initReport{Error: err.Error()}
 	}
 	unix.Umask(0o022)

@@ -36,9 +36,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -218,6 +220,7 @@ func runHostMounts(t *testing.T, p platforms.Platform, newWorkspace func(t *test
 	t.Run("ExitCodes", func(t *testing.T) { testExitCodes(t, e) })
 	t.Run("Output", func(t *testing.T) { testOutput(t, e) })
 	t.Run("Stdin", func(t *testing.T) { testStdin(t, e) })
+	t.Run("Descriptors", func(t *testing.T) { testDescriptors(t, e) })
 	t.Run("Timeout", func(t *testing.T) { testTimeout(t, e) })
 	t.Run("OutputCap", func(t *testing.T) { testOutputCap(t, e) })
 	t.Run("Workspace", func(t *testing.T) { testWorkspace(t, e) })
@@ -294,6 +297,25 @@ func testStdin(t *testing.T, e *env) {
 	_, stdout, _ = e.sh1(t, "cat | wc -c")
 	if strings.TrimSpace(stdout) != "0" {
 		t.Errorf("no stdin: got %q, want an empty stdin", stdout)
+	}
+}
+
+// testDescriptors checks that a command holds its stdio and nothing else
+// of whoever started it (no FUSE device, Store file, socket or pipe of the
+// daemon's), with and without stdin.
+func testDescriptors(t *testing.T, e *env) {
+	// The shell's glob of the directory is fd 3 while the loop runs.
+	const body = "cd /proc/self/fd && for f in *; do echo \"$f $(readlink $f)\"; done"
+	for _, stdin := range []io.Reader{nil, strings.NewReader("x")} {
+		res, stdout, stderr := e.exec(t, platforms.ExecSpec{Argv: platforms.ShellArgv(body), Stdin: stdin})
+		var fds []string
+		for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+			fd, _, _ := strings.Cut(line, " ")
+			fds = append(fds, fd)
+		}
+		if !slices.Equal(fds, []string{"0", "1", "2", "3"}) || res.ExitCode != 0 {
+			t.Errorf("stdin %v: the command holds (exit %d, stderr %q):\n%s\nwant fds 0, 1, 2 and the listing's 3", stdin != nil, res.ExitCode, stderr, stdout)
+		}
 	}
 }
 

@@ -1,0 +1,89 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/testenv"
+)
+
+// TestNoDaemonDescriptors holds a /dev/fuse descriptor without close-on-exec
+// in the launching process, as go-fuse opens it, and checks that neither a
+// sandboxed command nor its init (cold or warm) holds it: a command sees
+// exactly its stdio, and `ls` the directory it lists.
+func TestNoDaemonDescriptors(t *testing.T) {
+	testenv.RequireFUSE(t)
+	leaked, err := unix.Open("/dev/fuse", unix.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(leaked)
+
+	ws := t.TempDir()
+	for _, warm := range []int{0, 1} {
+		l := &Launcher{Warm: warm}
+		t.Cleanup(func() { l.Close(t.Context()) })
+		if warm > 0 {
+			l.init()
+			l.topUp()
+			waitWarm(t, l, warm)
+			for _, ip := range poolInits(l) {
+				if fds := fuseHolders(t, ip); len(fds) > 0 {
+					t.Errorf("warm init %d holds /dev/fuse as fd %v", ip, fds)
+				}
+			}
+		}
+		_, out := runShell(t, l, ws, "cd /proc/self/fd && for f in *; do echo \"$f $(readlink $f)\"; done")
+		var fds []string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			fd, target, _ := strings.Cut(line, " ")
+			fds = append(fds, fd)
+			if strings.Contains(target, "fuse") {
+				t.Errorf("warm=%d: the command holds fd %s -> %s", warm, fd, target)
+			}
+		}
+		// 3 is the shell's own glob of the directory (the for loop's
+		// listing); nothing else may be there.
+		if want := []string{"0", "1", "2", "3"}; !slices.Equal(fds, want) {
+			t.Errorf("warm=%d: the command holds fds %v, want %v:\n%s", warm, fds, want, out)
+		}
+		if err := l.Settle(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// poolInits lists the pids of l's waiting warm inits.
+func poolInits(l *Launcher) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var pids []int
+	for pid := range l.warmPids {
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// fuseHolders lists the descriptors of process pid open on /dev/fuse.
+func fuseHolders(t *testing.T, pid int) []string {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []string
+	for _, e := range ents {
+		if target, err := os.Readlink(dir + "/" + e.Name()); err == nil && target == "/dev/fuse" {
+			fds = append(fds, e.Name())
+		}
+	}
+	return fds
+}

@@ -1,0 +1,68 @@
+package cloexec
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// openInheritable opens a file without O_CLOEXEC, as go-fuse opens
+// /dev/fuse.
+func openInheritable(t *testing.T) int {
+	t.Helper()
+	fd, err := unix.Open(filepath.Join(t.TempDir(), "f"), unix.O_RDWR|unix.O_CREAT, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+func cloexec(t *testing.T, fd int) bool {
+	t.Helper()
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	if err != nil {
+		t.Fatalf("F_GETFD %d: %v", fd, err)
+	}
+	return flags&unix.FD_CLOEXEC != 0
+}
+
+func TestAround(t *testing.T) {
+	var fd int
+	if err := Around(func() error { fd = openInheritable(t); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if !cloexec(t, fd) {
+		t.Errorf("descriptor %d opened inside Around is not close-on-exec", fd)
+	}
+	want := errors.New("mount failed")
+	if err := Around(func() error { return want }); !errors.Is(err, want) {
+		t.Errorf("Around returned %v, want fn's error", err)
+	}
+}
+
+func TestCloseInherited(t *testing.T) {
+	a, b := openInheritable(t), openInheritable(t)
+	first, below := max(a, b), min(a, b) // only the higher one is closed
+	defer unix.Close(below)
+	kept, err := os.Open(t.TempDir()) // close-on-exec, as the runtime's own are
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	if err := CloseInherited(first); err != nil {
+		t.Fatal(err)
+	}
+	for fd, open := range map[int]bool{first: false, below: true, int(kept.Fd()): true} {
+		_, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if got := err == nil; got != open {
+			t.Errorf("descriptor %d open = %v after CloseInherited(%d), want %v", fd, got, first, open)
+		}
+	}
+	if !cloexec(t, int(kept.Fd())) {
+		t.Error("the close-on-exec descriptor lost its flag")
+	}
+}
