@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 
 	"layerfs.dev/layerfs/wire"
 )
@@ -127,7 +128,7 @@ func (c *Client) send(ctx context.Context, k call) (*http.Response, error) {
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, lostOr(ctx, err)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return resp, nil
@@ -236,3 +237,22 @@ func IsTooLarge(err error) bool { return Code(err) == wire.CodeTooLarge }
 
 // IsUnavailable reports whether err is an unavailable API error.
 func IsUnavailable(err error) bool { return Code(err) == wire.CodeUnavailable }
+
+// IsDaemonLost reports whether the connection to the daemon broke during
+// the call (wire.CodeDaemonLost): its outcome is unknown.
+func IsDaemonLost(err error) bool { return Code(err) == wire.CodeDaemonLost }
+
+// lostOr turns err into a daemon_lost error when it says that an open
+// connection to the daemon broke (and ctx did not end it); a daemon that
+// never answered (no socket, connection refused) stays as err.
+func lostOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("%w (%v)", &wire.Error{Code: wire.CodeDaemonLost,
+			Message: "the connection to the daemon broke before its answer was whole: it crashed or was killed; the outcome is unknown, and a restarted daemon recovers the workspace"}, err)
+	}
+	return err
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -184,7 +183,7 @@ func (ws *Workspace) exec(ctx context.Context, req wire.ExecRequest, opts ExecOp
 	if !stream || !strings.HasPrefix(resp.Header.Get("Content-Type"), wire.MediaNDJSON) {
 		var res ExecResult
 		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-			return nil, fmt.Errorf("decode exec result: %w", err)
+			return nil, fmt.Errorf("decode exec result: %w", lostOr(ctx, err))
 		}
 		if stream {
 			// The daemon answered whole: hand the output to the writers.
@@ -197,7 +196,7 @@ func (ws *Workspace) exec(ctx context.Context, req wire.ExecRequest, opts ExecOp
 		}
 		return &res, nil
 	}
-	return readEvents(resp.Body, opts.Stdout, opts.Stderr)
+	return readEvents(ctx, resp.Body, opts.Stdout, opts.Stderr)
 }
 
 func deliver(w io.Writer, data *[]byte) error {
@@ -212,16 +211,15 @@ func deliver(w io.Writer, data *[]byte) error {
 }
 
 // readEvents consumes an ExecEvent stream up to its result.
-func readEvents(r io.Reader, stdout, stderr io.Writer) (*ExecResult, error) {
+func readEvents(ctx context.Context, r io.Reader, stdout, stderr io.Writer) (*ExecResult, error) {
 	dec := json.NewDecoder(r)
 	var out, errb bytes.Buffer
 	for {
 		var ev wire.ExecEvent
 		if err := dec.Decode(&ev); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil, errors.New("exec stream ended without a result")
-			}
-			return nil, fmt.Errorf("read exec stream: %w", err)
+			// The daemon ends every stream with a result or an error
+			// event: an end before either is a broken connection.
+			return nil, fmt.Errorf("read exec stream: %w", lostOr(ctx, err))
 		}
 		switch {
 		case ev.Error != nil:

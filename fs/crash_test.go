@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"layerfs.dev/layerfs/fs"
+	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/overlay"
 	"layerfs.dev/layerfs/store"
@@ -54,9 +56,53 @@ func serve() int {
 		fmt.Println("error:", err)
 		return 1
 	}
+	if os.Getenv(holdEnv) == "1" {
+		// Hand the FUSE device to a sleeping child, as a leak into a
+		// sandbox did: the connection then outlives this server.
+		holder := exec.Command("sleep", "1000")
+		holder.ExtraFiles = []*os.File{fuseDevice()}
+		if err := holder.Start(); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		fmt.Println("holder", holder.Process.Pid)
+	}
 	fmt.Println("ready")
 	m.Wait()
 	return 0
+}
+
+// holdEnv asks serve to start a process that holds its FUSE device.
+const holdEnv = "LAYERFS_FSTEST_HOLD"
+
+// fuseDevice finds this process's /dev/fuse descriptor.
+func fuseDevice() *os.File {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); target == "/dev/fuse" {
+			fd, _ := strconv.Atoi(e.Name())
+			return os.NewFile(uintptr(fd), "/dev/fuse")
+		}
+	}
+	return nil
+}
+
+// startServer serves a workspace of e at mnt in a child process and waits
+// until it is mounted. The extra environment is added to the child's.
+func startServer(t *testing.T, e *env, upper, mnt string, extra ...string) (*exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), serveEnv+"=1", "LAYERFS_STORE="+e.DB.Dir(),
+		"LAYERFS_ROOT="+e.Root.String(), "LAYERFS_UPPER="+upper, "LAYERFS_MNT="+mnt), extra...)
+	cmd.Dir = "/"
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, bufio.NewReader(out)
 }
 
 func TestCrash(t *testing.T) {
@@ -70,18 +116,8 @@ func TestCrash(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(3, 4))
 	acked := map[string][]byte{} // file -> bytes whose writes returned
 	for iter := 0; iter < 20; iter++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), serveEnv+"=1", "LAYERFS_STORE="+e.DB.Dir(),
-			"LAYERFS_ROOT="+e.Root.String(), "LAYERFS_UPPER="+upper, "LAYERFS_MNT="+mnt)
-		cmd.Dir = "/"
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		line, _ := bufio.NewReader(out).ReadString('\n')
+		cmd, out := startServer(t, e, upper, mnt)
+		line, _ := out.ReadString('\n')
 		if line != "ready\n" {
 			cmd.Process.Kill()
 			cmd.Wait()
@@ -176,4 +212,63 @@ func mountsAt(dir string) int {
 		}
 	}
 	return n
+}
+
+// TestCleanHungMount is the crash that used to take a Store out of service:
+// the server dies while another process still holds its FUSE device, so
+// the connection never aborts and any request to the mount (a statfs, a
+// stat) waits forever. CleanStale must neither send one nor wait: it
+// aborts the connection through the fuse control file system and detaches
+// the mount, after which the mountpoint is usable and a new server mounts.
+func TestCleanHungMount(t *testing.T) {
+	testenv.RequireFUSE(t)
+	e := newEnv(t, true)
+	upper := filepath.Join(e.DB.WorkspacesDir(), "hung", "upper")
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := startServer(t, e, upper, mnt, holdEnv+"=1")
+	var holder int
+	if _, err := fmt.Fscanf(out, "holder %d\nready\n", &holder); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("server: %v", err)
+	}
+	defer syscall.Kill(holder, syscall.SIGKILL)
+	cmd.Process.Kill()
+	cmd.Wait()
+
+	done := make(chan error, 1)
+	go func() { done <- fs.CleanStale(mnt) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("CleanStale of a hung mount did not return in a minute")
+	}
+	ms, err := mountinfo.Read(mountinfo.Self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := mountinfo.Below(ms, mnt); len(left) > 0 {
+		t.Fatalf("mounts left at %s: %+v", mnt, left)
+	}
+	if ents, err := os.ReadDir(mnt); err != nil || len(ents) > 0 {
+		t.Fatalf("mountpoint after clean: %v entries, %v", len(ents), err)
+	}
+	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: e.Root, UpperDir: upper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := fs.Mount(e.ctx, mnt, ov, fs.Options{})
+	if err != nil {
+		t.Fatalf("remount: %v", err)
+	}
+	defer m.Unmount(e.ctx)
+	if b, err := os.ReadFile(filepath.Join(mnt, "f1")); err != nil || string(b) != "hello\n" {
+		t.Fatalf("f1 after remount: %q, %v", b, err)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -200,25 +199,4 @@ func (m *Server) fillOpen(cancel <-chan struct{}, out *fuse.OpenOut) {
 	out.BackingID = v.(int32)
 	out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
 	out.OpenFlags &^= fuse.FOPEN_KEEP_CACHE
-}
-
-// CleanStale detaches a mount at dir left by a server that died, so dir
-// can be mounted again. A dead FUSE mount answers ENOTCONN; statfs is used
-// because it always reaches the server (stat may be answered from the
-// kernel's attribute cache).
-func CleanStale(dir string) error {
-	for i := 0; i < 8; i++ {
-		var st unix.Statfs_t
-		err := unix.Statfs(dir, &st)
-		if err == nil || !errors.Is(err, unix.ENOTCONN) {
-			if err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("mountpoint %s: %w", dir, err)
-			}
-			return nil
-		}
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("clean %s: %w: %w", dir, ErrStale, err)
-		}
-	}
-	return fmt.Errorf("clean %s: %w: still not connected", dir, ErrStale)
 }

@@ -26,6 +26,11 @@ const (
 	CodeTooLarge    = "too_large"           // 413
 	CodeUnavailable = "unavailable"         // 503: shutting down, platform not available
 	CodeInternal    = "internal"            // 500
+	// CodeDaemonLost is never sent: the SDK reports it when the connection
+	// to the daemon broke before a response was whole (the daemon crashed
+	// or was killed mid-request). The request's outcome is unknown; a
+	// restarted daemon recovers the workspace it touched.
+	CodeDaemonLost = "daemon_lost"
 )
 
 // ErrorBody is every error response: {"error": {"code": ..., "message": ...}}.
@@ -342,4 +347,7 @@ type DaemonStatus struct {
 	Socket     string    `json:"socket"`
 	TCP        string    `json:"tcp,omitempty"`
 	IdleExit   string    `json:"idle_exit,omitempty"`
+	// Supervisor is the pid of the process that restarts this daemon when
+	// it crashes (layerfsd serve --supervise), 0 when none does.
+	Supervisor int `json:"supervisor_pid,omitempty"`
 }

@@ -50,6 +50,9 @@ func daemonStatusCmd(a *app) *cobra.Command {
 func daemonTable(w io.Writer, st wire.DaemonStatus) {
 	row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, v) }
 	row("pid", fmt.Sprint(st.PID))
+	if st.Supervisor != 0 {
+		row("supervisor", fmt.Sprintf("pid %d (restarts the daemon if it crashes)", st.Supervisor))
+	}
 	row("version", st.Version.Version+" (api "+st.API+", "+st.GoVersion+")")
 	row("store", st.Store)
 	row("socket", st.Socket)

@@ -114,7 +114,9 @@ func (a *app) startDaemon(ctx context.Context, idleExit string) (int, error) {
 	}
 	defer logf.Close()
 	start, _ := logf.Seek(0, 2)
-	cmd := exec.Command(bin, "serve", "--store", dir, "--idle-exit", idleExit)
+	// Supervised: a crash of the daemon is followed by a restart that
+	// recovers its workspaces, and nothing it leaves stays a zombie.
+	cmd := exec.Command(bin, "serve", "--supervise", "--store", dir, "--idle-exit", idleExit)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own session: the daemon survives this command and its terminal.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -124,18 +126,25 @@ func (a *app) startDaemon(ctx context.Context, idleExit string) (int, error) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	fmt.Fprintf(a.stderr, "layerfs: started layerfsd (pid %d) for %s; it exits after %s unused\n", cmd.Process.Pid, dir, idleExit)
 
 	deadline := time.Now().Add(startTimeout)
 	for {
 		c, err := a.dial(ctx)
 		if err == nil {
+			pid := c.Version().PID
 			c.Close()
-			return cmd.Process.Pid, nil
+			fmt.Fprintf(a.stderr, "layerfs: started layerfsd (pid %d, supervisor %d) for %s; it exits after %s unused\n", pid, cmd.Process.Pid, dir, idleExit)
+			return pid, nil
 		}
 		select {
 		case werr := <-exited:
-			return 0, fmt.Errorf("layerfsd exited at start (%v): %s", werr, logTail(logPath, start))
+			tail := logTail(logPath, start)
+			if !strings.Contains(tail, "another layerfsd already serves") {
+				return 0, fmt.Errorf("layerfsd exited at start (%v): %s", werr, tail)
+			}
+			// Another command started one at the same moment, or a
+			// supervisor is restarting it: wait for that one.
+			exited = nil
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-time.After(20 * time.Millisecond):

@@ -62,6 +62,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
+	var st exitStatus
+	if errors.As(err, &st) {
+		return int(st) // the supervised daemon has said why
+	}
 	fmt.Fprintln(stderr, "layerfsd: "+err.Error())
 	var ue usageError
 	if errors.As(err, &ue) {
@@ -71,6 +75,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 type usageError struct{ error }
+
+// exitStatus ends the command with this status and no message of its own.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 func (e usageError) Unwrap() error { return e.error }
 

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +40,7 @@ type serveFlags struct {
 	platforms []string
 	logLevel  string
 	maxUpload int64
+	supervise bool
 }
 
 func serveCmd() *cobra.Command {
@@ -47,6 +50,12 @@ func serveCmd() *cobra.Command {
 		Short: "Serve a Store's workspaces and the API",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.supervise {
+				if code := supervise(withoutSupervise(os.Args[1:]), cmd.ErrOrStderr()); code != 0 {
+					return exitStatus(code)
+				}
+				return nil
+			}
 			return serve(cmd.Context(), f, cmd.ErrOrStderr())
 		},
 	}
@@ -60,7 +69,16 @@ func serveCmd() *cobra.Command {
 	fl.StringSliceVar(&f.platforms, "platform", []string{"local"}, "sandbox platforms to bring up; the first is the default")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Int64Var(&f.maxUpload, "max-upload", api.DefaultMaxUpload, "largest accepted upload in bytes")
+	fl.BoolVar(&f.supervise, "supervise", false, "run under a supervisor that reaps what the daemon leaves and starts it again if it crashes")
 	return cmd
+}
+
+// withoutSupervise is the daemon's own command line: the supervisor's
+// without --supervise.
+func withoutSupervise(args []string) []string {
+	return slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+		return a == "--supervise" || a == "--supervise=true"
+	})
 }
 
 func version() string {
@@ -157,6 +175,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 	if f.idleExit > 0 {
 		status.IdleExit = f.idleExit.String()
 	}
+	status.Supervisor, _ = strconv.Atoi(os.Getenv(supervisorEnv))
 	srv := api.NewServer(eng, api.Options{
 		Logger:    log,
 		MaxUpload: f.maxUpload,

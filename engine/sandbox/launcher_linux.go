@@ -80,7 +80,7 @@ func (l *Launcher) init() {
 	l.once.Do(func() {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
-		l.prefix = "layerfs-" + hex.EncodeToString(b[:]) + "-"
+		l.prefix = cgroupPrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:]) + "-"
 		l.running = map[int]bool{}
 		l.reaping = map[chan struct{}]bool{}
 		l.pool = make(chan *initProc, max(l.Warm, 0))
@@ -441,10 +441,18 @@ func (l *Launcher) Leaks(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// RemoveStale removes exec cgroups that launchers (of this process or of a
-// daemon that crashed) left below this process's cgroups: empty
-// "layerfs-*" cgroups created more than olderThan ago. A cgroup that still
-// holds a task cannot be removed and is reported in the error.
+// cgroupPrefix starts the name of every exec cgroup; the owning process's
+// pid follows ("layerfs-<pid>-<random>-<n>"), so that a later launcher can
+// tell a dead owner's cgroups from those of launchers still running.
+const cgroupPrefix = "layerfs-"
+
+// RemoveStale removes exec cgroups that launchers of processes that died
+// (a crashed daemon) left below this process's cgroups. The owner of each
+// is named in it: a dead owner's cgroups go at once, and any process still
+// in one is killed first (none should be: an init dies with its daemon, and
+// its PID namespace with it). Cgroups without an owner's pid go only when
+// empty and created more than olderThan ago, since another launcher may be
+// between creating one and moving its init in.
 func (l *Launcher) RemoveStale(olderThan time.Duration) (removed []string, err error) {
 	l.init()
 	var errs []error
@@ -458,14 +466,24 @@ func (l *Launcher) RemoveStale(olderThan time.Duration) (removed []string, err e
 			continue
 		}
 		for _, e := range ents {
-			if !e.IsDir() || !strings.HasPrefix(e.Name(), "layerfs-") {
-				continue
-			}
-			info, err := e.Info()
-			if err != nil || time.Since(info.ModTime()) < olderThan {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), cgroupPrefix) {
 				continue
 			}
 			d := filepath.Join(parent, e.Name())
+			switch owner, ok := cgroupOwner(e.Name()); {
+			case ok && processAlive(owner):
+				continue
+			case ok:
+				if err := killCgroup(d); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			default:
+				info, err := e.Info()
+				if err != nil || time.Since(info.ModTime()) < olderThan {
+					continue
+				}
+			}
 			if err := unix.Rmdir(d); err != nil {
 				errs = append(errs, fmt.Errorf("remove stale cgroup %s: %w", d, err))
 				continue
@@ -474,6 +492,41 @@ func (l *Launcher) RemoveStale(olderThan time.Duration) (removed []string, err e
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// cgroupOwner reads the owner's pid from an exec cgroup's name.
+func cgroupOwner(name string) (int, bool) {
+	pid, _, ok := strings.Cut(strings.TrimPrefix(name, cgroupPrefix), "-")
+	n, err := strconv.Atoi(pid)
+	return n, ok && err == nil && n > 0
+}
+
+// processAlive reports whether a process with this pid exists (a reused
+// pid counts as alive: the cgroup then waits for a later launcher).
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// killCgroup kills every process in cgroup dir until it is empty.
+func killCgroup(dir string) error {
+	for range 50 {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			return fmt.Errorf("stale cgroup %s: %w", dir, err)
+		}
+		pids := strings.Fields(string(b))
+		if len(pids) == 0 {
+			return nil
+		}
+		for _, p := range pids {
+			if pid, err := strconv.Atoi(p); err == nil {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("stale cgroup %s: processes survive SIGKILL", dir)
 }
 
 // capWriter passes the first limit bytes to w and drains the rest, so a

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -655,6 +656,36 @@ func TestRemoveStale(t *testing.T) {
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("stale cgroup still there: %v", err)
+	}
+
+	// A cgroup of a launcher whose process died goes at once, and what
+	// still runs in it is killed; one of a live process stays.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(parent, fmt.Sprintf("layerfs-%d-0123456789ab-1", dead.Process.Pid))
+	live := filepath.Join(parent, fmt.Sprintf("layerfs-%d-0123456789ab-1", os.Getpid()))
+	for _, d := range []string{orphan, live} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(d)
+	}
+	escaped := exec.Command("sleep", "1000")
+	if err := escaped.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer escaped.Process.Kill()
+	if err := os.WriteFile(filepath.Join(orphan, "cgroup.procs"), []byte(strconv.Itoa(escaped.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := l.RemoveStale(time.Hour)
+	if err != nil || !slices.Contains(removed, orphan) || slices.Contains(removed, live) {
+		t.Errorf("got %v, %v; want %s removed and %s kept", removed, err, orphan, live)
+	}
+	if err := escaped.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("the process in the dead owner's cgroup ended with %v, want killed", err)
 	}
 }
 

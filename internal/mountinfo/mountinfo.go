@@ -12,6 +12,7 @@ import (
 
 // Mount is one line of a mountinfo file.
 type Mount struct {
+	Device       string // the file system's device, "major:minor"
 	Root         string // the mounted directory within its file system
 	Dir          string // the mount point
 	Options      string // per-mount options
@@ -44,7 +45,7 @@ func Read(file string) ([]Mount, error) {
 			continue
 		}
 		out = append(out, Mount{
-			Root: unescape(a[3]), Dir: unescape(a[4]), Options: a[5],
+			Device: a[2], Root: unescape(a[3]), Dir: unescape(a[4]), Options: a[5],
 			FSType: b[0], Source: unescape(b[1]), SuperOptions: b[2],
 		})
 	}

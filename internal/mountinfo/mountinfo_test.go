@@ -23,7 +23,7 @@ func TestRead(t *testing.T) {
 	if len(ms) != 5 {
 		t.Fatalf("%d mounts, want 5", len(ms))
 	}
-	want := Mount{Root: "/sub", Dir: "/tmp/with space/mnt", Options: "rw,nosuid", FSType: "fuse.layerfs", Source: "layerfs", SuperOptions: "rw,user_id=0"}
+	want := Mount{Device: "0:50", Root: "/sub", Dir: "/tmp/with space/mnt", Options: "rw,nosuid", FSType: "fuse.layerfs", Source: "layerfs", SuperOptions: "rw,user_id=0"}
 	if ms[4] != want {
 		t.Errorf("got %+v, want %+v", ms[4], want)
 	}

@@ -1,0 +1,101 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/mountinfo"
+)
+
+// fusectlDir is where the fuse control file system is mounted: one
+// directory per FUSE connection, named by the mount's device minor, whose
+// "abort" file ends the connection.
+const fusectlDir = "/sys/fs/fuse/connections"
+
+// CleanStale detaches every mount at dir, so that dir can be mounted
+// again: what a crashed daemon left, served by nobody or by a server that
+// hangs. It never sends a request to those mounts, since a request to a
+// FUSE mount whose device is still held somewhere waits forever: it finds
+// them in /proc/self/mountinfo, aborts each FUSE connection through the
+// fuse control file system (mounting it when absent), after which every
+// request to it fails at once with ENOTCONN, and then detaches the mount
+// (MNT_DETACH), which also unblocks whoever still waits on it. The caller
+// must own dir: a live server's mount there is cut off as well.
+func CleanStale(dir string) error {
+	dir = filepath.Clean(dir)
+	for range 16 { // mounts may be stacked at dir
+		ms, err := mountinfo.Read(mountinfo.Self)
+		if err != nil {
+			return fmt.Errorf("clean %s: %w", dir, err)
+		}
+		top, ok := topMountAt(ms, dir)
+		if !ok {
+			return nil
+		}
+		var abortErr error
+		if strings.HasPrefix(top.FSType, "fuse") {
+			abortErr = abortConnection(ms, top.Device)
+		}
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("clean %s: %w: %w", dir, ErrStale, errors.Join(err, abortErr))
+		}
+	}
+	return fmt.Errorf("clean %s: %w: mounts keep appearing", dir, ErrStale)
+}
+
+// topMountAt returns the last mount listed at exactly dir: the one a path
+// lookup reaches.
+func topMountAt(ms []mountinfo.Mount, dir string) (mountinfo.Mount, bool) {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Dir == dir {
+			return ms[i], true
+		}
+	}
+	return mountinfo.Mount{}, false
+}
+
+// abortConnection aborts the FUSE connection of the file system on device
+// ("0:N"). A connection whose server is gone and whose device nobody holds
+// is aborted already; its control directory is then gone too.
+func abortConnection(ms []mountinfo.Mount, device string) error {
+	major, minor, ok := strings.Cut(device, ":")
+	if !ok || major != "0" {
+		return fmt.Errorf("fuse device %q: not an anonymous device", device)
+	}
+	if err := mountFusectl(ms); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(fusectlDir, minor, "abort"), os.O_WRONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("abort fuse connection %s: %w", minor, err)
+	}
+	_, err = f.WriteString("1")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("abort fuse connection %s: %w", minor, err)
+	}
+	return nil
+}
+
+// mountFusectl mounts the fuse control file system unless it is mounted.
+func mountFusectl(ms []mountinfo.Mount) error {
+	for _, m := range ms {
+		if m.FSType == "fusectl" && m.Dir == fusectlDir {
+			return nil
+		}
+	}
+	if err := unix.Mount("fusectl", fusectlDir, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("mount the fuse control file system at %s: %w", fusectlDir, err)
+	}
+	return nil
+}
