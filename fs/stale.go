@@ -99,3 +99,48 @@ func mountFusectl(ms []mountinfo.Mount) error {
 	}
 	return nil
 }
+
+// AbortHeldBy aborts every FUSE connection whose device process pid holds
+// open, and returns how many it aborted. It is for a daemon that was killed
+// while one of its threads waited on a request to its own mount: that
+// thread waits, uninterruptibly, for an answer the dead server cannot give,
+// so the process never finishes dying and never releases the device (nor
+// its Store lock) until the connection is aborted from outside. The
+// connections are read from the fdinfo of the process's remaining threads.
+func AbortHeldBy(pid int) (int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	conns := map[string]bool{}
+	for _, task := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s/fdinfo", pid, task.Name())
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue // a thread that is gone, or the exited leader's
+		}
+		for _, fd := range fds {
+			b, err := os.ReadFile(filepath.Join(dir, fd.Name()))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "fuse_connection:"); ok {
+					conns[strings.TrimSpace(v)] = true
+				}
+			}
+		}
+	}
+	if len(conns) == 0 {
+		return 0, nil
+	}
+	ms, err := mountinfo.Read(mountinfo.Self)
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for c := range conns {
+		errs = append(errs, abortConnection(ms, "0:"+c))
+	}
+	return len(conns), errors.Join(errs...)
+}

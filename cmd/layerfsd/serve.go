@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"layerfs.dev/layerfs/api"
+	lfs "layerfs.dev/layerfs/fs"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire"
 )
@@ -130,7 +131,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 
 	// One daemon per Store: the lock is held for the process's life and
 	// released by the kernel however it ends.
-	lock, err := lockStore(f.store)
+	lock, err := lockStore(f.store, log)
 	if err != nil {
 		return err
 	}
@@ -212,6 +213,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 			}
 		}()
 	}
+	tellSupervisor()
 	log.Info("serving", "store", f.store, "socket", f.socket, "tcp", f.tcp, "platforms", eng.Platforms(),
 		"idle_exit", f.idleExit.String(), "pid", os.Getpid(), "version", version())
 
@@ -315,20 +317,59 @@ func readToken(path string, log *slog.Logger) (string, error) {
 	return tok, nil
 }
 
-// lockStore takes the Store's daemon lock without waiting.
-func lockStore(dir string) (*os.File, error) {
+// lockStore takes the Store's daemon lock without waiting on a live
+// daemon, and writes this process's pid into the lock file. A holder that is
+// dying (killed while a thread of it waited on a request to its own FUSE
+// mount, so it can never finish exiting by itself) has its FUSE connections
+// aborted, after which it ends and the lock is taken: a bounded wait.
+func lockStore(dir string, log *slog.Logger) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("daemon lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("daemon lock: %w", err)
+		}
+		holder := lockHolder(f)
+		if holder <= 0 || !dying(holder) || time.Now().After(deadline) {
+			f.Close()
 			return nil, fmt.Errorf("another layerfsd already serves the store %s", dir)
 		}
-		return nil, fmt.Errorf("daemon lock: %w", err)
+		if n, err := lfs.AbortHeldBy(holder); n > 0 || err != nil {
+			log.Warn("the previous daemon is stuck dying; aborted its FUSE connections", "pid", holder, "connections", n, "err", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
+}
+
+// lockHolder reads the pid a daemon wrote into the lock file (0 if none).
+func lockHolder(f *os.File) int {
+	b := make([]byte, 32)
+	n, _ := f.ReadAt(b, 0)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	return pid
+}
+
+// dying reports whether process pid is exiting: its thread group leader
+// has exited (state Z) while the process is not yet gone.
+func dying(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	return ok && (strings.HasPrefix(rest, "Z") || strings.HasPrefix(rest, "X"))
 }
 
 // claimSocket makes sure nothing answers at path and removes a stale

@@ -115,15 +115,15 @@ func TestClaimSocket(t *testing.T) {
 
 func TestLockStore(t *testing.T) {
 	dir := t.TempDir()
-	a, err := lockStore(dir)
+	a, err := lockStore(dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lockStore(dir); err == nil || !strings.Contains(err.Error(), "another layerfsd") {
+	if _, err := lockStore(dir, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "another layerfsd") {
 		t.Errorf("second lock: %v", err)
 	}
 	a.Close()
-	b, err := lockStore(dir)
+	b, err := lockStore(dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("lock after release: %v", err)
 	}

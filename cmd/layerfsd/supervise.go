@@ -7,12 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	lfs "layerfs.dev/layerfs/fs"
 )
 
 // The supervisor keeps a daemon's crash from costing anything but a moment.
@@ -36,11 +37,16 @@ import (
 // supervisorEnv tells the daemon its supervisor's pid (for daemon status).
 const supervisorEnv = "LAYERFSD_SUPERVISOR"
 
-// Restart policy: a daemon that keeps dying is not restarted forever.
+// readyEnv names the descriptor on which the daemon tells its supervisor
+// that it serves; it writes one byte there and closes it.
+const readyEnv = "LAYERFSD_READY_FD"
+
+// Restart policy: a daemon that dies after it served is started again at
+// once, however often; one that keeps dying before it serves (a broken
+// Store, a bad flag) is given up after maxEarlyDeaths in a row.
 const (
-	maxRestarts   = 5
-	restartWindow = time.Minute
-	restartDelay  = 100 * time.Millisecond
+	maxEarlyDeaths = 5
+	restartDelay   = 50 * time.Millisecond
 )
 
 // supervise runs the daemon with args (serve's own, without --supervise)
@@ -56,19 +62,28 @@ func supervise(args []string, stderr io.Writer) int {
 	exits := make(chan exit, 16)
 	go reapAll(exits)
 
-	var restarts []time.Time
+	early := 0 // deaths in a row before serving
 	stopping := false
 	for {
-		pid, err := startSupervised(args)
+		pid, ready, err := startSupervised(args)
 		if err != nil {
 			log.Error("start the daemon", "err", err)
 			return 1
 		}
 		log.Info("daemon started", "pid", pid)
 		var ws unix.WaitStatus
+		tick := time.NewTicker(100 * time.Millisecond)
 	wait:
 		for {
 			select {
+			case <-tick.C:
+				// Killed while waiting on its own mount, it cannot finish
+				// dying until its FUSE connections are aborted.
+				if dying(pid) {
+					if n, err := lfs.AbortHeldBy(pid); n > 0 || err != nil {
+						log.Warn("the daemon is stuck dying; aborted its FUSE connections", "pid", pid, "connections", n, "err", err)
+					}
+				}
 			case s := <-sigs:
 				stopping = true
 				_ = unix.Kill(pid, s.(syscall.Signal))
@@ -80,16 +95,18 @@ func supervise(args []string, stderr io.Writer) int {
 				// An orphan of a dead daemon, reaped.
 			}
 		}
+		tick.Stop()
 		crashed := ws.Signaled() || ws.ExitStatus() == 2 // a signal, or a Go panic
 		if stopping || !crashed {
+			ready.Close()
 			log.Info("daemon ended", "pid", pid, "status", describe(ws))
 			drainOrphans(exits)
 			return ws.ExitStatus()
 		}
-		now := time.Now()
-		restarts = append(slices.DeleteFunc(restarts, func(t time.Time) bool { return now.Sub(t) > restartWindow }), now)
-		if len(restarts) > maxRestarts {
-			log.Error("daemon keeps dying; giving up", "pid", pid, "status", describe(ws), "restarts", len(restarts)-1)
+		if served(ready) {
+			early = 0
+		} else if early++; early >= maxEarlyDeaths {
+			log.Error("daemon keeps dying before it serves; giving up", "pid", pid, "status", describe(ws), "attempts", early)
 			drainOrphans(exits)
 			return 1
 		}
@@ -133,26 +150,54 @@ func drainOrphans(exits <-chan exit) {
 	}
 }
 
-// startSupervised starts this binary as the daemon, in this process's session,
-// killed with SIGTERM (a clean shutdown) if the supervisor dies.
-func startSupervised(args []string) (int, error) {
+// startSupervised starts this binary as the daemon, in this process's
+// session, killed with SIGTERM (a clean shutdown) if the supervisor dies.
+// ready is the read end of the pipe on which it tells that it serves.
+func startSupervised(args []string) (pid int, ready *os.File, err error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	env := append(os.Environ(), supervisorEnv+"="+strconv.Itoa(os.Getpid()))
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer w.Close()
+	env := append(os.Environ(), supervisorEnv+"="+strconv.Itoa(os.Getpid()), readyEnv+"=3")
 	p, err := os.StartProcess(exe, append([]string{exe}, args...), &os.ProcAttr{
 		Dir:   "/",
 		Env:   env,
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, w},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM},
 	})
 	if err != nil {
-		return 0, err
+		r.Close()
+		return 0, nil, err
 	}
-	pid := p.Pid
+	pid = p.Pid
 	_ = p.Release() // reapAll waits for it
-	return pid, nil
+	return pid, r, nil
+}
+
+// served reports whether the daemon behind ready said it served, and
+// closes ready. The daemon is dead by now, so the read does not block.
+func served(ready *os.File) bool {
+	defer ready.Close()
+	var b [1]byte
+	n, _ := ready.Read(b[:])
+	return n == 1
+}
+
+// tellSupervisor tells a supervisor, if there is one, that this daemon
+// serves.
+func tellSupervisor() {
+	fd, err := strconv.Atoi(os.Getenv(readyEnv))
+	if err != nil || fd < 3 {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "ready")
+	_, _ = f.Write([]byte{1})
+	f.Close()
 }
 
 func describe(ws unix.WaitStatus) string {

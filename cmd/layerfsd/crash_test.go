@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/internal/mountinfo"
+	"layerfs.dev/layerfs/internal/proctest"
+	"layerfs.dev/layerfs/internal/testenv"
+	"layerfs.dev/layerfs/wire"
+)
+
+// supervised is a `layerfsd serve --supervise` started by a test: the
+// supervisor is the test's child, the daemon its child.
+type supervised struct {
+	cmd    *exec.Cmd
+	store  string
+	socket string
+	log    *bytes.Buffer
+	done   chan error
+}
+
+func startSupervisedDaemon(t *testing.T) *supervised {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	store := filepath.Join(t.TempDir(), "store")
+	s := &supervised{store: store, socket: filepath.Join(store, SocketName), log: &bytes.Buffer{}, done: make(chan error, 1)}
+	s.cmd = exec.Command(daemonBinary(t), "serve", "--supervise", "--store", store)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+	t.Cleanup(func() {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(time.Minute):
+			s.cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", s.log)
+		}
+	})
+	if _, err := s.waitUp(t.Context(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// waitUp dials until a daemon answers a status call, and returns a client
+// and how long that took.
+func (s *supervised) waitUp(ctx context.Context, limit time.Duration) (*client.Client, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		c, err := client.Dial(ctx, "unix://"+s.socket)
+		if err == nil {
+			if _, err = c.Daemon(ctx); err == nil {
+				return c, nil
+			}
+			c.Close()
+		}
+		select {
+		case err := <-s.done:
+			return nil, fmt.Errorf("the supervisor exited: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no daemon answered in %v: %v", limit, err)
+		}
+	}
+}
+
+// TestCrashMatrix kills the daemon with SIGKILL at random moments while, in
+// turn, an exec writes, a commit runs (with a large file, so packs are
+// being written), a workspace is created, a GC runs and an upload streams
+// in. After each kill the supervisor starts a new daemon, which recovers;
+// the test then checks that the next call works, fsck is clean, every
+// acknowledged commit is on the branch, every file of an exec that
+// returned is in the workspace, and that no sandbox process, zombie or
+// stale mount remains.
+func TestCrashMatrix(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := startSupervisedDaemon(t)
+	ctx := t.Context()
+	c, err := s.waitUp(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	for i := range 20 {
+		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("base%d", i)), []byte(strconv.Itoa(i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "p", FromPath: src}); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsID := ws.ID()
+	c.Close()
+
+	marker := "crashmatrix" + proctest.Marker()
+	upload := filepath.Join(t.TempDir(), "upload") // alone in its directory
+	writeRandom(t, upload, 24<<20)
+
+	rnd := mrand.New(mrand.NewPCG(10, 20))
+	doneFiles := map[string]string{} // files of execs that returned -> content
+	var commits []string             // commits that returned "created"
+	var recoveries []time.Duration
+	outcomes := map[string][]string{}
+	const kills = 50
+	kinds := []string{"exec", "commit", "create", "gc", "upload"}
+	for i := range kills {
+		kind := kinds[i%len(kinds)]
+		c, err := s.waitUp(ctx, time.Minute)
+		if err != nil {
+			t.Fatalf("kill %d: %v", i, err)
+		}
+		st, err := c.Daemon(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, err := c.Workspace(ctx, wsID)
+		if err != nil {
+			t.Fatalf("kill %d: workspace after recovery: %v", i, err)
+		}
+		switch kind {
+		case "exec": // an exec that returns before the kill: its file must survive
+			name := fmt.Sprintf("acked%d", i)
+			if res, err := ws.Exec(ctx, fmt.Sprintf("echo %d > %s", i, name), client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+				t.Fatalf("kill %d: %v %+v", i, err, res)
+			}
+			doneFiles[name] = fmt.Sprintf("%d\n", i)
+		case "commit": // a commit that returns before the kill, then something large
+			if _, err := ws.Exec(ctx, fmt.Sprintf("echo %d > small", i), client.ExecOptions{}); err != nil {
+				t.Fatalf("kill %d: %v", i, err)
+			}
+			res, err := ws.Commit(ctx, fmt.Sprintf("small %d", i))
+			if err != nil || res.Result != wire.Created {
+				t.Fatalf("kill %d: commit: %v %+v", i, err, res)
+			}
+			commits = append(commits, res.Commit)
+			if _, err := ws.Exec(ctx, fmt.Sprintf("head -c 16M /dev/urandom > big%d", i%3), client.ExecOptions{}); err != nil {
+				t.Fatalf("kill %d: %v", i, err)
+			}
+		}
+		if kind == "gc" { // garbage for the GC: a branch's commit, then the branch gone
+			if _, err := c.ForkBranch(ctx, "p", fmt.Sprintf("g%d", i), "main"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.CommitDir(ctx, "p", fmt.Sprintf("g%d", i), wire.CommitDir{FromPath: filepath.Dir(upload), Message: "garbage"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.DeleteBranch(ctx, "p", fmt.Sprintf("g%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		result := make(chan error, 1)
+		go func() {
+			var err error
+			switch kind {
+			case "exec":
+				name, content := fmt.Sprintf("done%d", i), strconv.Itoa(i)
+				body := fmt.Sprintf(": %s; for j in $(seq 1 400); do echo $j > w$((j%%20)); done; echo %s > %s", marker, content, name)
+				var res *client.ExecResult
+				if res, err = ws.Exec(ctx, body, client.ExecOptions{}); err == nil && res.ExitCode == 0 {
+					doneFiles[name] = content + "\n"
+				} else if err == nil {
+					err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+				}
+			case "commit":
+				var res wire.CommitResult
+				if res, err = ws.Commit(ctx, fmt.Sprintf("commit %d", i)); err == nil && res.Result == wire.Created {
+					commits = append(commits, res.Commit)
+				}
+			case "create":
+				var w2 *client.Workspace
+				if w2, err = c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"}); err == nil {
+					err = w2.End(ctx, client.EndOptions{})
+				}
+			case "gc":
+				_, err = c.GC(ctx)
+			case "upload":
+				err = ws.Upload(ctx, upload, fmt.Sprintf("up%d", i%2))
+			}
+			result <- err
+		}()
+		time.Sleep(time.Duration(rnd.IntN(60)) * time.Millisecond)
+		if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %d: %v", i, err)
+		}
+		killed := time.Now()
+		var opErr error
+		select {
+		case opErr = <-result:
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("kill %d: the %s call did not return after its daemon died", i, kind)
+		}
+		switch {
+		case opErr == nil:
+			outcomes[kind+": completed before the kill"] = append(outcomes[kind+": completed before the kill"], strconv.Itoa(i))
+		case client.IsDaemonLost(opErr):
+			outcomes[kind+": daemon_lost"] = append(outcomes[kind+": daemon_lost"], strconv.Itoa(i))
+		default:
+			outcomes[kind+": "+opErr.Error()] = append(outcomes[kind+": "+opErr.Error()], strconv.Itoa(i))
+		}
+		c.Close()
+
+		c, err = s.waitUp(ctx, time.Minute)
+		if err != nil {
+			t.Fatalf("kill %d (%s): %v", i, kind, err)
+		}
+		if _, err := c.Workspaces(ctx); err != nil {
+			t.Fatalf("kill %d (%s): first call after recovery: %v", i, kind, err)
+		}
+		recoveries = append(recoveries, time.Since(killed))
+		checkAfterCrash(t, ctx, c, s, wsID, marker, doneFiles, commits, fmt.Sprintf("kill %d (%s)", i, kind))
+		c.Close()
+	}
+	slices.Sort(recoveries)
+	t.Logf("%d kills; time to the first working call after a kill: median %v, worst %v", kills,
+		recoveries[len(recoveries)/2].Round(time.Millisecond), recoveries[len(recoveries)-1].Round(time.Millisecond))
+	for _, k := range slices.Sorted(mapsKeys(outcomes)) {
+		t.Logf("  %s: %d (kills %s)", k, len(outcomes[k]), strings.Join(outcomes[k], ","))
+	}
+	t.Logf("checked after every kill: %d acknowledged commits on the branch, %d files of execs that returned", len(commits), len(doneFiles))
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// checkAfterCrash checks what must hold after a daemon crash and recovery.
+func checkAfterCrash(t *testing.T, ctx context.Context, c *client.Client, s *supervised, wsID, marker string, doneFiles map[string]string, commits []string, what string) {
+	t.Helper()
+	rep, err := c.Fsck(ctx)
+	if err != nil || !rep.OK {
+		t.Fatalf("%s: fsck: %v %+v", what, err, rep.Problems)
+	}
+	log, err := c.Log(ctx, "p", "main", 0)
+	if err != nil {
+		t.Fatalf("%s: log: %v", what, err)
+	}
+	onBranch := map[string]bool{}
+	for _, cm := range log {
+		onBranch[cm.ID] = true
+	}
+	for _, id := range commits {
+		if !onBranch[id] {
+			t.Fatalf("%s: acknowledged commit %s is not on main", what, id)
+		}
+	}
+	ws, err := c.Workspace(ctx, wsID)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if ws.Info().State != wire.StateMounted {
+		t.Fatalf("%s: workspace is %s after recovery", what, ws.Info().State)
+	}
+	for name, want := range doneFiles {
+		got, err := ws.ReadFile(ctx, name)
+		if err != nil || string(got) != want {
+			t.Fatalf("%s: %s of an exec that returned: %q, %v; want %q", what, name, got, err, want)
+		}
+	}
+	// Nothing of the killed daemon's sandboxes runs, and the supervisor
+	// has reaped what it left.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left, _ := proctest.WithCmdline(marker)
+		left = slices.DeleteFunc(left, func(p string) bool { return strings.Contains(p, "-test.") })
+		zombies := zombieChildren(s.cmd.Process.Pid)
+		if len(left) == 0 && len(zombies) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: left behind: processes %v, zombies of the supervisor %v", what, left, zombies)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// One live mount per workspace, each answering.
+	ms, err := mountinfo.Read(mountinfo.Self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	below := mountinfo.Below(ms, filepath.Join(s.store, "workspaces"))
+	wss, err := c.Workspaces(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(below) != len(wss) {
+		t.Fatalf("%s: %d mounts below the Store for %d workspaces: %+v", what, len(below), len(wss), below)
+	}
+	for _, m := range below {
+		if _, err := os.ReadDir(m.Dir); err != nil {
+			t.Fatalf("%s: mount %s: %v", what, m.Dir, err)
+		}
+	}
+}
+
+// zombieChildren lists the zombie children of pid.
+func zombieChildren(pid int) []string {
+	kids, _ := proctest.Children(pid)
+	var out []string
+	for _, k := range kids {
+		p, _, _ := strings.Cut(k, " ")
+		b, err := os.ReadFile("/proc/" + p + "/stat")
+		if err != nil {
+			continue
+		}
+		if _, rest, ok := strings.Cut(string(b), ") "); ok && strings.HasPrefix(rest, "Z") {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// writeRandom writes n random bytes to file.
+func writeRandom(t *testing.T, file string, n int) {
+	t.Helper()
+	b := make([]byte, n)
+	rand.Read(b)
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
