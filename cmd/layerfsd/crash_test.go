@@ -348,4 +348,3 @@ func writeRandom(t *testing.T, file string, n int) {
 		t.Fatal(err)
 	}
 }
-
