@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"syscall"
 	"reflect"
 	"strings"
 
@@ -67,15 +68,31 @@ func classify(err error) (status int, e wire.Error, internal bool) {
 			return sc.status, wire.Error{Code: sc.code, Message: err.Error()}, false
 		}
 	}
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		// The details name host paths; the daemon's log has them.
+		return http.StatusInsufficientStorage, wire.Error{Code: wire.CodeNoSpace,
+			Message: "a file system of the Store or of a workspace is full (" + noSpaceErrno(err).Error() + "): nothing was published; free space (remove files, end workspaces, run gc) and retry"}, false
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return http.StatusServiceUnavailable, wire.Error{Code: wire.CodeUnavailable, Message: "request canceled: " + err.Error()}, false
 	}
 	return http.StatusInternalServerError, wire.Error{Code: wire.CodeInternal}, true
 }
 
+// noSpaceErrno is the errno that says which limit was hit.
+func noSpaceErrno(err error) error {
+	if errors.Is(err, syscall.EDQUOT) {
+		return syscall.EDQUOT
+	}
+	return syscall.ENOSPC
+}
+
 // fail answers err as a typed JSON error, logging internal errors.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, e, internal := classify(err)
+	if e.Code == wire.CodeNoSpace {
+		s.log.Warn("out of space", "id", w.Header().Get("X-Request-Id"), "method", r.Method, "path", r.URL.Path, "err", err)
+	}
 	if internal {
 		id := w.Header().Get("X-Request-Id")
 		s.log.Error("internal error", "id", id, "method", r.Method, "path", r.URL.Path, "err", err)

@@ -12,9 +12,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -705,12 +707,16 @@ func TestErrorMapping(t *testing.T) {
 		{fmt.Errorf("x: %w", engine.ErrInvalid), 400, wire.CodeInvalid},
 		{fmt.Errorf("x: %w", engine.ErrUnavailable), 503, wire.CodeUnavailable},
 		{errors.New("disk on fire at /secret/path"), 500, wire.CodeInternal},
+		{&os.PathError{Op: "write", Path: "/secret/pack", Err: syscall.ENOSPC}, 507, wire.CodeNoSpace},
 	} {
 		h := newHarness(t, failing{apitest.New(), c.err}, api.Options{})
 		r := h.do("GET", "/v1/projects", nil)
 		e := r.err(t)
 		if r.status != c.status || e.Code != c.code {
 			t.Errorf("%v: got %d %s, want %d %s", c.err, r.status, e.Code, c.status, c.code)
+		}
+		if strings.Contains(e.Message, "secret") {
+			t.Errorf("message %q leaks a host path", e.Message)
 		}
 		if c.status == 500 && (strings.Contains(e.Message, "secret") || !strings.Contains(e.Message, r.header.Get("X-Request-Id"))) {
 			t.Errorf("500 message %q leaks or lacks the request id", e.Message)

@@ -165,6 +165,8 @@ func codeForStatus(status int) string {
 		return wire.CodeTooLarge
 	case http.StatusServiceUnavailable:
 		return wire.CodeUnavailable
+	case http.StatusInsufficientStorage:
+		return wire.CodeNoSpace
 	}
 	return wire.CodeInternal
 }
@@ -237,6 +239,10 @@ func IsTooLarge(err error) bool { return Code(err) == wire.CodeTooLarge }
 
 // IsUnavailable reports whether err is an unavailable API error.
 func IsUnavailable(err error) bool { return Code(err) == wire.CodeUnavailable }
+
+// IsNoSpace reports whether err is a no_space API error: a file system of
+// the Store or of a workspace is full.
+func IsNoSpace(err error) bool { return Code(err) == wire.CodeNoSpace }
 
 // IsDaemonLost reports whether the connection to the daemon broke during
 // the call (wire.CodeDaemonLost): its outcome is unknown.

@@ -219,7 +219,12 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	return n.m.errno(n.m.ov.Unlink(ctx, n.on, name))
+	child := n.GetChild(name)
+	if err := n.m.ov.Unlink(ctx, n.on, name); err != nil {
+		return n.m.errno(err)
+	}
+	dropBacking(child)
+	return 0
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -231,7 +236,27 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if !ok {
 		return syscall.EXDEV
 	}
-	return n.m.errno(n.m.ov.Rename(ctx, n.on, name, np.on, newName, flags))
+	replaced := np.GetChild(newName)
+	if err := n.m.ov.Rename(ctx, n.on, name, np.on, newName, flags); err != nil {
+		return n.m.errno(err)
+	}
+	if flags&unix.RENAME_EXCHANGE == 0 {
+		dropBacking(replaced)
+	}
+	return 0
+}
+
+// dropBacking gives up the passthrough registrations of an inode whose name
+// went away: each holds its backing file open, so until the kernel forgets
+// the inode (which may be long after) a removed file's space would not be
+// freed. Open files keep their own reference; a later open registers again.
+func dropBacking(in *gofs.Inode) {
+	if in == nil {
+		return
+	}
+	if c, ok := in.Operations().(*node); ok {
+		c.OnForget()
+	}
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {

@@ -26,6 +26,7 @@ const (
 	CodeTooLarge    = "too_large"           // 413
 	CodeUnavailable = "unavailable"         // 503: shutting down, platform not available
 	CodeInternal    = "internal"            // 500
+	CodeNoSpace     = "no_space"            // 507: a file system of the Store or a workspace is full
 	// CodeDaemonLost is never sent: the SDK reports it when the connection
 	// to the daemon broke before a response was whole (the daemon crashed
 	// or was killed mid-request). The request's outcome is unknown; a

@@ -348,3 +348,105 @@ func writeRandom(t *testing.T, file string, n int) {
 		t.Fatal(err)
 	}
 }
+
+// TestUpgradeInPlace stops a daemon with SIGTERM while a workspace holds
+// uncommitted work and starts another daemon binary on the Store: the
+// workspace is mounted again with its changes, and commits.
+func TestUpgradeInPlace(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	ws := workspaceInP(t, d.client(t))
+	if res, err := ws.Exec(ctx, "mkdir -p src && echo work in progress > src/wip", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := d.wait(t, time.Minute); code != 0 {
+		t.Fatalf("old daemon exit %d", code)
+	}
+	newer := filepath.Join(t.TempDir(), "layerfsd-newer")
+	b, err := os.ReadFile(daemonBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(newer, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d2 := startDaemonBinary(t, newer, d.store)
+	c2 := d2.client(t)
+	ws2, err := c2.Workspace(ctx, ws.ID())
+	if err != nil || ws2.Info().State != wire.StateMounted {
+		t.Fatalf("workspace after the upgrade: %+v %v", ws2, err)
+	}
+	if got, err := ws2.ReadFile(ctx, "src/wip"); err != nil || string(got) != "work in progress\n" {
+		t.Fatalf("uncommitted file after the upgrade: %q %v", got, err)
+	}
+	if cr, err := ws2.Commit(ctx, "after the upgrade"); err != nil || cr.Result != wire.Created {
+		t.Fatalf("commit after the upgrade: %+v %v", cr, err)
+	}
+}
+
+// TestSandboxInitKilled kills the init of a running exec alone: the exec
+// ends (as killed), nothing of its sandbox stays, and the workspace and the
+// daemon go on serving.
+func TestSandboxInitKilled(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	ws := workspaceInP(t, d.client(t))
+	marker := proctest.Marker()
+	started := make(chan struct{})
+	done := inBackground(func() (*client.ExecResult, error) {
+		return ws.Exec(ctx, "echo started; sleep "+marker+"; echo not reached", client.ExecOptions{Stdout: &signalWriter{started: started}})
+	})
+	<-started
+	var initPid int
+	deadline := time.Now().Add(30 * time.Second)
+	for initPid == 0 && time.Now().Before(deadline) {
+		if sleepers := proctest.Sleepers(marker); len(sleepers) == 1 {
+			initPid = sandboxInit(sleepers[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if initPid == 0 {
+		t.Fatal("the exec's init was not found")
+	}
+	if err := syscall.Kill(initPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err == nil && o.res.ExitCode == 0 {
+		t.Errorf("an exec whose init was killed succeeded: %+v", o.res)
+	}
+	t.Logf("exec with its init killed: %+v, %v", o.res, o.err)
+	for deadline := time.Now().Add(30 * time.Second); len(proctest.Sleepers(marker)) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox processes left: %v", proctest.Sleepers(marker))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if res, err := ws.Exec(ctx, "echo fine", client.ExecOptions{}); err != nil || string(res.Stdout) != "fine\n" {
+		t.Fatalf("next exec: %+v %v", res, err)
+	}
+}
+
+// sandboxInit returns the sandbox init above pid (the nearest ancestor
+// whose argv[0] is the init's), 0 if none.
+func sandboxInit(pid int) int {
+	for pid > 1 {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); bytes.HasPrefix(b, []byte("layerfs-sandbox-init\x00")) {
+			return pid
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return 0
+		}
+		_, rest, _ := bytes.Cut(b, []byte(") "))
+		fields := strings.Fields(string(rest))
+		if len(fields) < 2 {
+			return 0
+		}
+		pid, _ = strconv.Atoi(fields[1])
+	}
+	return 0
+}

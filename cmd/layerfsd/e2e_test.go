@@ -67,12 +67,18 @@ type daemon struct {
 // startDaemon starts layerfsd serve on a fresh store and waits until it answers.
 func startDaemon(t *testing.T, store string, extra ...string) *daemon {
 	t.Helper()
+	return startDaemonBinary(t, daemonBinary(t), store, extra...)
+}
+
+// startDaemonBinary is startDaemon with the daemon binary bin.
+func startDaemonBinary(t *testing.T, bin, store string, extra ...string) *daemon {
+	t.Helper()
 	testenv.RequireFUSE(t)
 	if store == "" {
 		store = filepath.Join(t.TempDir(), "store")
 	}
 	d := &daemon{store: store, socket: filepath.Join(store, SocketName), log: &bytes.Buffer{}, done: make(chan error, 1)}
-	d.cmd = exec.Command(daemonBinary(t), append([]string{"serve", "--store", store, "--log-level", "debug"}, extra...)...)
+	d.cmd = exec.Command(bin, append([]string{"serve", "--store", store, "--log-level", "debug"}, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

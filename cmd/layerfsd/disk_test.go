@@ -1,0 +1,113 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"layerfs.dev/layerfs/bench"
+	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/internal/testenv"
+	"layerfs.dev/layerfs/wire"
+)
+
+// TestFullDisk runs a Store (and so its workspaces' upper layers) on a
+// small file system and fills it: first from a sandbox, which must get
+// ENOSPC while the daemon keeps serving, then during a commit, which must
+// fail with a clear error, leave the branch head where it was and the Store
+// clean, and work again once there is room.
+func TestFullDisk(t *testing.T) {
+	testenv.RequireFUSE(t)
+	ctx := t.Context()
+	mnt, cleanup, err := bench.LoopFS(ctx, t.TempDir(), "ext4:160M")
+	if err != nil {
+		testenv.Skip(t, "loop file system: "+err.Error())
+	}
+	t.Cleanup(func() {
+		if err := cleanup(); err != nil {
+			t.Errorf("loop file system cleanup: %v", err)
+		}
+	})
+	d := startDaemon(t, filepath.Join(mnt, "store"))
+	c := d.client(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "base"), []byte("base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "p", FromPath: src}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := func(ws *client.Workspace, body string) *client.ExecResult {
+		t.Helper()
+		res, err := ws.Exec(ctx, body, client.ExecOptions{})
+		if err != nil {
+			t.Fatalf("exec %q: %v", body, err)
+		}
+		return res
+	}
+	head := func() string {
+		t.Helper()
+		br, err := c.Branch(ctx, "p", "main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return br.Head
+	}
+	fsck := func(when string) {
+		t.Helper()
+		if rep, err := c.Fsck(ctx); err != nil || !rep.OK {
+			t.Fatalf("fsck %s: %v %+v", when, err, rep.Problems)
+		}
+	}
+
+	// The upper's file system fills from inside a sandbox.
+	res := sh(a, "head -c 400M /dev/urandom > big")
+	if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "No space left on device") {
+		t.Fatalf("filling the disk: exit %d, stderr %q; want ENOSPC", res.ExitCode, res.Stderr)
+	}
+	if res := sh(b, "cat base"); res.ExitCode != 0 || string(res.Stdout) != "base\n" {
+		t.Fatalf("the other workspace with the disk full: %+v", res)
+	}
+
+	// A commit that cannot fit: a clear error, the head unmoved, the Store clean.
+	before := head()
+	_, err = a.Commit(ctx, "too big")
+	if err == nil {
+		t.Fatal("a commit that cannot fit on the disk succeeded")
+	}
+	if !client.IsNoSpace(err) || !strings.Contains(err.Error(), "no space left on device") {
+		t.Errorf("commit on a full disk: %v; want an error that says the disk is full", err)
+	}
+	if h := head(); h != before {
+		t.Fatalf("a failed commit moved the head: %s -> %s", before, h)
+	}
+	fsck("after a commit failed for want of space")
+
+	// With room again (the file removed, and whatever the failed commit
+	// stored collected by gc), the workspace and the commit work.
+	if res := sh(a, "rm big"); res.ExitCode != 0 {
+		t.Fatalf("rm: %+v", res)
+	}
+	if _, err := c.GC(ctx); err != nil {
+		out, _ := exec.Command("sh", "-c", "df -h "+mnt+"; du -sh "+mnt+"/store/* "+mnt+"/store/workspaces/*/*; ls -la "+mnt+"/store/packs").CombinedOutput()
+		t.Fatalf("gc: %v\n%s", err, out)
+	}
+	if res := sh(a, "head -c 8M /dev/urandom > fits && echo ok"); res.ExitCode != 0 || string(res.Stdout) != "ok\n" {
+		t.Fatalf("after freeing space: %+v", res)
+	}
+	cr, err := a.Commit(ctx, "fits")
+	if err != nil || cr.Result != wire.Created {
+		t.Fatalf("commit with room: %v %+v", err, cr)
+	}
+	fsck("after the commit that fit")
+}
