@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"syscall"
 	"reflect"
 	"strings"
+	"syscall"
 
 	"layerfs.dev/layerfs/engine"
 	"layerfs.dev/layerfs/wire"
