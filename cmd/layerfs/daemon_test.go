@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -222,5 +223,43 @@ func TestWsVerbs(t *testing.T) {
 	p.ok("ws", "end", ws.ID)
 	if out := p.ok("ws", "list"); strings.Contains(out, ws.ID) {
 		t.Errorf("ended workspace still listed: %q", out)
+	}
+}
+
+// TestBenchCrash runs the crash bench briefly: a supervised daemon killed
+// during an exec answers again, and the figures come out.
+func TestBenchCrash(t *testing.T) {
+	p := newProc(t)
+	out := p.ok("bench", "crash", "--kills", "3")
+	if !strings.Contains(out, "3 kills") || !strings.Contains(out, "median") || !strings.Contains(out, "daemon_lost") {
+		t.Errorf("bench crash printed:\n%s", out)
+	}
+}
+
+// TestDaemonCrashRecovers kills the auto-started daemon with SIGKILL while
+// a workspace is mounted: its supervisor starts a new one, which mounts the
+// workspace again, and the next command works.
+func TestDaemonCrashRecovers(t *testing.T) {
+	p := newProc(t)
+	p.ok("init")
+	p.ok("project", "create", "demo")
+	var ws wire.Workspace
+	p.json(&ws, "ws", "create", "demo", "main")
+	p.ok("ws", "exec", ws.ID, "-c", "echo kept > f")
+	var st wire.DaemonStatus
+	p.json(&st, "daemon", "status")
+	if st.Supervisor == 0 {
+		t.Fatalf("the auto-started daemon has no supervisor: %+v", st)
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if out := p.ok("ws", "exec", ws.ID, "-c", "cat f"); out != "kept\n" {
+		t.Errorf("after the crash: %q", out)
+	}
+	var st2 wire.DaemonStatus
+	p.json(&st2, "daemon", "status")
+	if st2.PID == st.PID || st2.Supervisor != st.Supervisor {
+		t.Errorf("after the crash: daemon %d (was %d), supervisor %d (was %d)", st2.PID, st.PID, st2.Supervisor, st.Supervisor)
 	}
 }

@@ -68,10 +68,27 @@ func (a *app) daemon(ctx context.Context) (*client.Client, error) {
 	if !own || !notListening(err) {
 		return nil, fmt.Errorf("no daemon answers on %s: %w", addr, err)
 	}
+	if a.supervised() {
+		// Its supervisor is starting it again (after a crash): wait.
+		return a.awaitDaemon(ctx, nil, nil)
+	}
 	if _, err := a.startDaemon(ctx, os.Getenv("LAYERFS_IDLE_EXIT")); err != nil {
 		return nil, err
 	}
 	return a.dial(ctx)
+}
+
+// supervisorLock is layerfsd's SupervisorLockName.
+const supervisorLock = "layerfsd.supervisor.lock"
+
+// supervised reports whether a supervisor holds the Store's supervisor lock.
+func (a *app) supervised() bool {
+	f, err := os.Open(filepath.Join(a.dir(), supervisorLock))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB), syscall.EWOULDBLOCK)
 }
 
 // notListening tells a missing or dead socket from other dial failures.
@@ -126,31 +143,40 @@ func (a *app) startDaemon(ctx context.Context, idleExit string) (int, error) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	c, err := a.awaitDaemon(ctx, exited, func() string { return logTail(logPath, start) })
+	if err != nil {
+		return 0, fmt.Errorf("%w; see %s", err, logPath)
+	}
+	pid := c.Version().PID
+	c.Close()
+	fmt.Fprintf(a.stderr, "layerfs: started layerfsd (pid %d, supervisor %d) for %s; it exits after %s unused\n", pid, cmd.Process.Pid, dir, idleExit)
+	return pid, nil
+}
 
+// awaitDaemon dials until the Store's daemon answers, at most startTimeout.
+// exited, when not nil, reports the end of the daemon this command started;
+// tail then reads what it logged. An end because another daemon serves the
+// Store (started at the same moment, or restarted by its supervisor) is
+// waited out.
+func (a *app) awaitDaemon(ctx context.Context, exited <-chan error, tail func() string) (*client.Client, error) {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		c, err := a.dial(ctx)
 		if err == nil {
-			pid := c.Version().PID
-			c.Close()
-			fmt.Fprintf(a.stderr, "layerfs: started layerfsd (pid %d, supervisor %d) for %s; it exits after %s unused\n", pid, cmd.Process.Pid, dir, idleExit)
-			return pid, nil
+			return c, nil
 		}
 		select {
 		case werr := <-exited:
-			tail := logTail(logPath, start)
-			if !strings.Contains(tail, "another layerfsd already serves") {
-				return 0, fmt.Errorf("layerfsd exited at start (%v): %s", werr, tail)
+			if t := tail(); !strings.Contains(t, "another layerfsd already serves") {
+				return nil, fmt.Errorf("layerfsd exited at start (%v): %s", werr, t)
 			}
-			// Another command started one at the same moment, or a
-			// supervisor is restarting it: wait for that one.
 			exited = nil
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("layerfsd (pid %d) did not answer within %s; see %s", cmd.Process.Pid, startTimeout, logPath)
+			return nil, fmt.Errorf("no layerfsd answered on %s within %s", a.socketPath(), startTimeout)
 		}
 	}
 }

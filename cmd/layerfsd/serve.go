@@ -52,7 +52,11 @@ func serveCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.supervise {
-				if code := supervise(withoutSupervise(os.Args[1:]), cmd.ErrOrStderr()); code != 0 {
+				dir, err := storeDir(f.store)
+				if err != nil {
+					return err
+				}
+				if code := supervise(dir, withoutSupervise(os.Args[1:]), cmd.ErrOrStderr()); code != 0 {
 					return exitStatus(code)
 				}
 				return nil
@@ -72,6 +76,15 @@ func serveCmd() *cobra.Command {
 	fl.Int64Var(&f.maxUpload, "max-upload", api.DefaultMaxUpload, "largest accepted upload in bytes")
 	fl.BoolVar(&f.supervise, "supervise", false, "run under a supervisor that reaps what the daemon leaves and starts it again if it crashes")
 	return cmd
+}
+
+// storeDir is the absolute Store directory of --store (default: the
+// default Store).
+func storeDir(flag string) (string, error) {
+	if flag == "" {
+		flag = store.DefaultDir()
+	}
+	return filepath.Abs(flag)
 }
 
 // withoutSupervise is the daemon's own command line: the supervisor's
@@ -102,10 +115,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	if f.store == "" {
-		f.store = store.DefaultDir()
-	}
-	if f.store, err = filepath.Abs(f.store); err != nil {
+	if f.store, err = storeDir(f.store); err != nil {
 		return err
 	}
 	if f.socket == "" {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -49,10 +50,28 @@ const (
 	restartDelay   = 50 * time.Millisecond
 )
 
-// supervise runs the daemon with args (serve's own, without --supervise)
-// until it ends by itself, and returns its exit code.
-func supervise(args []string, stderr io.Writer) int {
+// SupervisorLockName is the file whose flock marks a Store's supervisor, held
+// for its life: a command that finds no daemon answering but this lock held
+// waits for the supervisor's restart rather than starting a daemon itself.
+const SupervisorLockName = "layerfsd.supervisor.lock"
+
+// supervise runs the daemon of the Store in dir with args (serve's own,
+// without --supervise) until it ends by itself, and returns its exit code.
+func supervise(dir string, args []string, stderr io.Writer) int {
 	log := slog.New(slog.NewJSONHandler(stderr, nil)).With("supervisor", os.Getpid())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		log.Error("store directory", "err", err)
+		return 1
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, SupervisorLockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err == nil {
+		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "layerfsd: another layerfsd already serves the store %s (its supervisor holds %s: %v)\n", dir, SupervisorLockName, err)
+		return 1
+	}
+	defer lock.Close()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		log.Error("become a child subreaper", "err", err)
 		return 1
@@ -99,6 +118,7 @@ func supervise(args []string, stderr io.Writer) int {
 		crashed := ws.Signaled() || ws.ExitStatus() == 2 // a signal, or a Go panic
 		if stopping || !crashed {
 			ready.Close()
+			lock.Close() // a new daemon may start now
 			log.Info("daemon ended", "pid", pid, "status", describe(ws))
 			drainOrphans(exits)
 			return ws.ExitStatus()
@@ -139,7 +159,7 @@ func reapAll(exits chan<- exit) {
 
 // drainOrphans reaps, for a moment, what the daemon's end left behind.
 func drainOrphans(exits <-chan exit) {
-	t := time.NewTimer(2 * time.Second)
+	t := time.NewTimer(500 * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {
