@@ -147,4 +147,3 @@ func (w *firstWrite) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
