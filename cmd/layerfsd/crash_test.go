@@ -33,12 +33,12 @@ type supervised struct {
 	done   chan error
 }
 
-func startSupervisedDaemon(t *testing.T) *supervised {
+func startSupervisedDaemon(t *testing.T, extra ...string) *supervised {
 	t.Helper()
 	testenv.RequireFUSE(t)
 	store := filepath.Join(t.TempDir(), "store")
 	s := &supervised{store: store, socket: filepath.Join(store, SocketName), log: &bytes.Buffer{}, done: make(chan error, 1)}
-	s.cmd = exec.Command(daemonBinary(t), "serve", "--supervise", "--store", store)
+	s.cmd = exec.Command(daemonBinary(t), append([]string{"serve", "--supervise", "--store", store}, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -449,4 +449,137 @@ func sandboxInit(pid int) int {
 		pid, _ = strconv.Atoi(fields[1])
 	}
 	return 0
+}
+
+// TestOnlyTheDaemonHoldsFUSE checks, while a workspace is mounted and
+// sandboxes (warm and running) exist, that no process but the daemon holds
+// the workspace's FUSE connection: the kernel names the connection of every
+// /dev/fuse descriptor in its fdinfo.
+func TestOnlyTheDaemonHoldsFUSE(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := t.Context()
+	c := d.client(t)
+	ws := workspaceInP(t, c)
+	st, err := c.Daemon(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := mountinfo.Read(mountinfo.Self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conn string
+	for _, m := range ms {
+		if m.Dir == ws.MountPath() {
+			conn = strings.TrimPrefix(m.Device, "0:")
+		}
+	}
+	if conn == "" {
+		t.Fatalf("no mount at %s", ws.MountPath())
+	}
+	marker := proctest.Marker()
+	started := make(chan struct{})
+	done := inBackground(func() (*client.ExecResult, error) {
+		return ws.Exec(ctx, "echo started; sleep "+marker, client.ExecOptions{Stdout: &signalWriter{started: started}, Timeout: 30 * time.Second})
+	})
+	<-started
+	for deadline := time.Now().Add(30 * time.Second); len(proctest.Sleepers(marker)) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	holders := fuseHolders(conn)
+	if !slices.Equal(holders, []int{st.PID}) {
+		t.Errorf("FUSE connection %s is held by %v; want only the daemon, %d", conn, holders, st.PID)
+	}
+	for _, p := range proctest.Sleepers(marker) {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+	<-done
+}
+
+// fuseHolders lists the processes holding a /dev/fuse descriptor of FUSE
+// connection conn.
+func fuseHolders(conn string) []int {
+	var pids []int
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		fds, _ := os.ReadDir("/proc/" + p.Name() + "/fdinfo")
+		for _, fd := range fds {
+			b, err := os.ReadFile("/proc/" + p.Name() + "/fdinfo/" + fd.Name())
+			if err == nil && bytes.Contains(b, []byte("\nfuse_connection:\t"+conn+"\n")) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// TestCrashDocker kills a daemon whose workspace runs on the docker
+// platform while an exec runs in its container: the next daemon removes the
+// dead one's container, so nothing of the sandbox runs on, and serves the
+// workspace again.
+func TestCrashDocker(t *testing.T) {
+	testenv.RequireDocker(t)
+	s := startSupervisedDaemon(t, "--platform", "docker")
+	ctx := t.Context()
+	c, err := s.waitUp(ctx, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main", Platform: "docker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ws.Exec(ctx, "echo kept > f", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	st, err := c.Daemon(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := proctest.Marker()
+	done := inBackground(func() (*client.ExecResult, error) {
+		return ws.Exec(ctx, "sleep "+marker, client.ExecOptions{})
+	})
+	for deadline := time.Now().Add(time.Minute); len(proctest.Sleepers(marker)) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the exec's sleep did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-done; !client.IsDaemonLost(o.err) {
+		t.Errorf("the exec's caller got %+v, %v; want daemon_lost", o.res, o.err)
+	}
+	c2, err := s.waitUp(ctx, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	for deadline := time.Now().Add(time.Minute); len(proctest.Sleepers(marker)) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead daemon's container still runs its exec: %v", proctest.Sleepers(marker))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ws2, err := c2.Workspace(ctx, ws.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ws2.Exec(ctx, "cat f", client.ExecOptions{}); err != nil || string(res.Stdout) != "kept\n" {
+		t.Fatalf("exec after recovery: %+v %v", res, err)
+	}
+	if err := ws2.End(ctx, client.EndOptions{Discard: true}); err != nil {
+		t.Fatal(err)
+	}
 }
