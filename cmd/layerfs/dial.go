@@ -65,7 +65,7 @@ func (a *app) daemon(ctx context.Context) (*client.Client, error) {
 		return c, nil
 	}
 	addr, own := a.daemonAddr()
-	if !own || !notListening(err) {
+	if !own || !(notListening(err) || client.IsDaemonLost(err)) { // lost: it died as we dialled
 		return nil, fmt.Errorf("no daemon answers on %s: %w", addr, err)
 	}
 	if a.supervised() {

@@ -325,18 +325,12 @@ func checkAfterCrash(t *testing.T, ctx context.Context, c *client.Client, s *sup
 // zombieChildren lists the zombie children of pid.
 func zombieChildren(pid int) []string {
 	kids, _ := proctest.Children(pid)
-	var out []string
-	for _, k := range kids {
+	return slices.DeleteFunc(kids, func(k string) bool {
 		p, _, _ := strings.Cut(k, " ")
-		b, err := os.ReadFile("/proc/" + p + "/stat")
-		if err != nil {
-			continue
-		}
-		if _, rest, ok := strings.Cut(string(b), ") "); ok && strings.HasPrefix(rest, "Z") {
-			out = append(out, k)
-		}
-	}
-	return out
+		n, _ := strconv.Atoi(p)
+		state, _, ok := proctest.Status(n)
+		return !ok || state != 'Z'
+	})
 }
 
 // writeRandom writes n random bytes to file.
@@ -437,16 +431,11 @@ func sandboxInit(pid int) int {
 		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); bytes.HasPrefix(b, []byte("layerfs-sandbox-init\x00")) {
 			return pid
 		}
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
+		_, ppid, ok := proctest.Status(pid)
+		if !ok {
 			return 0
 		}
-		_, rest, _ := bytes.Cut(b, []byte(") "))
-		fields := strings.Fields(string(rest))
-		if len(fields) < 2 {
-			return 0
-		}
-		pid, _ = strconv.Atoi(fields[1])
+		pid = ppid
 	}
 	return 0
 }
@@ -486,7 +475,7 @@ func TestOnlyTheDaemonHoldsFUSE(t *testing.T) {
 	for deadline := time.Now().Add(30 * time.Second); len(proctest.Sleepers(marker)) == 0 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	holders := fuseHolders(conn)
+	holders := proctest.FUSEHolders(conn)
 	if !slices.Equal(holders, []int{st.PID}) {
 		t.Errorf("FUSE connection %s is held by %v; want only the daemon, %d", conn, holders, st.PID)
 	}
@@ -496,27 +485,6 @@ func TestOnlyTheDaemonHoldsFUSE(t *testing.T) {
 	<-done
 }
 
-// fuseHolders lists the processes holding a /dev/fuse descriptor of FUSE
-// connection conn.
-func fuseHolders(conn string) []int {
-	var pids []int
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		fds, _ := os.ReadDir("/proc/" + p.Name() + "/fdinfo")
-		for _, fd := range fds {
-			b, err := os.ReadFile("/proc/" + p.Name() + "/fdinfo/" + fd.Name())
-			if err == nil && bytes.Contains(b, []byte("\nfuse_connection:\t"+conn+"\n")) {
-				pids = append(pids, pid)
-				break
-			}
-		}
-	}
-	return pids
-}
 
 // TestCrashDocker kills a daemon whose workspace runs on the docker
 // platform while an exec runs in its container: the next daemon removes the

@@ -101,3 +101,33 @@ func stat(pid string) (head string, state byte, ppid int, ok bool) {
 	}
 	return s[:i+1], f[0][0], ppid, true
 }
+
+// Status reads process pid's state ('R', 'S', 'Z', ...) and parent pid.
+func Status(pid int) (state byte, ppid int, ok bool) {
+	_, state, ppid, ok = stat(strconv.Itoa(pid))
+	return state, ppid, ok
+}
+
+// FUSEHolders lists the processes that hold a /dev/fuse descriptor of the
+// FUSE connection conn (the minor of the mount's device): the kernel names
+// each descriptor's connection in its fdinfo.
+func FUSEHolders(conn string) []int {
+	var pids []int
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		dir := filepath.Join("/proc", p.Name(), "fdinfo")
+		fds, _ := os.ReadDir(dir)
+		for _, fd := range fds {
+			b, err := os.ReadFile(filepath.Join(dir, fd.Name()))
+			if err == nil && bytes.Contains(b, []byte("\nfuse_connection:\t"+conn+"\n")) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
