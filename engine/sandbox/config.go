@@ -135,6 +135,9 @@ type initConfig struct {
 	// Rlimits stand in for the cgroup limits the host lacks.
 	RlimitAS    uint64 `json:"rlimit_as,omitempty"`
 	RlimitNproc uint64 `json:"rlimit_nproc,omitempty"`
+	// Seccomp is the syscall filter loaded on the command's thread just
+	// before the fork (Launcher.SyscallFilter); none when empty.
+	Seccomp [][]byte `json:"seccomp,omitempty"`
 }
 
 // initReport is what the init sends back over fd 4, as JSON, once the

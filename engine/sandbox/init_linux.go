@@ -186,6 +186,11 @@ func run(cfg *initConfig, ahead bool, m *marks) initReport {
 		return initReport{Error: err.Error()}
 	}
 	unix.Umask(0o022)
+	if err := loadSyscallFilter(cfg.Seccomp); err != nil {
+		restore()
+		return initReport{Error: err.Error()}
+	}
+	m.add("filter")
 	attr := &syscall.ProcAttr{
 		Env:   env,
 		Files: []uintptr{0, 1, 2},

@@ -29,6 +29,17 @@ var reserved = map[string]bool{"workspace": true, "tmp": true, "proc": true, "de
 // they are bound read-only over themselves.
 var procReadOnly = []string{"sys", "sysrq-trigger", "irq", "bus", "fs"}
 
+// masked are the parts of /proc and /sys that tell a sandbox about the
+// host's kernel (addresses, timers, keys, firmware, devices) without being
+// any use to a workload: files get /dev/null bound over them, directories
+// an empty read-only tmpfs. The list is Docker's (MaskedPaths of its
+// default spec).
+var masked = []string{
+	"proc/acpi", "proc/asound", "proc/interrupts", "proc/kcore", "proc/keys",
+	"proc/latency_stats", "proc/timer_list", "proc/timer_stats", "proc/sched_debug",
+	"proc/scsi", "sys/firmware", "sys/devices/virtual/powercap",
+}
+
 // devNodes are the character devices of the sandbox's /dev.
 var devNodes = []struct {
 	name         string
@@ -53,7 +64,10 @@ type rootEntry struct {
 //	/usr ...     the host runtime or the image's entries, read-only
 //	/workspace   an empty mount point (enterRoot mounts the workspace)
 //	/tmp         private tmpfs
-//	/proc        fresh procfs for the new PID namespace
+//	/proc        fresh procfs for the new PID namespace, with the parts that
+//	             write to the kernel read-only and the ones that tell about
+//	             it masked
+//	/sys         sysfs, read-only, partly masked
 //	/dev         minimal tmpfs, read-only after it is populated
 //
 // It runs on a thread of its own, which unshares its mount namespace and
@@ -138,7 +152,7 @@ func buildRoot(image string, m *marks) (ns int, err error) {
 	for _, d := range []struct {
 		name string
 		mode uint32
-	}{{"workspace", 0o755}, {"tmp", 0o1777}, {"proc", 0o555}, {"dev", 0o755}} {
+	}{{"workspace", 0o755}, {"tmp", 0o1777}, {"proc", 0o555}, {"sys", 0o555}, {"dev", 0o755}} {
 		if err := unix.Mkdirat(root, d.name, d.mode); err != nil {
 			return -1, fmt.Errorf("mkdir /%s: %w", d.name, err)
 		}
@@ -148,6 +162,12 @@ func buildRoot(image string, m *marks) (ns int, err error) {
 	}
 	m.add("root")
 	if err := mountProc(stagingDir + "/proc"); err != nil {
+		return -1, err
+	}
+	if err := mountSys(stagingDir + "/sys"); err != nil {
+		return -1, err
+	}
+	if err := mask(stagingDir); err != nil {
 		return -1, err
 	}
 	m.add("proc")
@@ -298,6 +318,37 @@ func mountProc(dir string) error {
 		unix.Close(fd)
 		if err != nil {
 			return fmt.Errorf("protect /proc/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// mountSys mounts a read-only sysfs (of the sandbox's network namespace).
+func mountSys(dir string) error {
+	if err := unix.Mount("sysfs", dir, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /sys: %w", err)
+	}
+	return nil
+}
+
+// mask hides the masked paths below root (the new root, before the pivot).
+func mask(root string) error {
+	for _, name := range masked {
+		p := root + "/" + name
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); errors.Is(err, unix.ENOENT) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("mask /%s: %w", name, err)
+		}
+		var err error
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555")
+		} else {
+			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("mask /%s: %w", name, err)
 		}
 	}
 	return nil

@@ -23,6 +23,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
+	"layerfs.dev/layerfs/internal/seccomp"
 	"layerfs.dev/layerfs/platforms"
 )
 
@@ -96,6 +97,9 @@ type upState struct {
 	image      builtImage
 	supervisor string
 	imageTime  time.Duration // hashing (and, when built, importing) the image
+	// seccomp is the sandbox's syscall filter (internal/seccomp) in
+	// Docker's JSON profile format, every container's SecurityOpt.
+	seccomp string
 }
 
 type identityInfo struct {
@@ -205,6 +209,9 @@ func (p *Platform) connect(ctx context.Context, cli *client.Client) (upState, er
 	st.info = identityInfo{kernel: info.KernelVersion, cpus: info.NCPU, memory: info.MemTotal,
 		driver: info.Driver, cgroup: info.CgroupVersion, security: info.SecurityOptions}
 
+	if st.seccomp, err = seccomp.DockerProfile(); err != nil {
+		return st, fmt.Errorf("docker: %w: %w", platforms.ErrUnavailable, err)
+	}
 	st.supervisor = p.opts.Supervisor
 	if st.supervisor == "" {
 		if st.supervisor, err = defaultSupervisor(); err != nil {
@@ -393,8 +400,8 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 		MemoryBytes: st.info.memory,
 		Runtime:     "docker " + st.version,
 		Image:       st.image.ID,
-		Details: fmt.Sprintf("api %s, storage %s, cgroup v%s, image %s (%d bytes), supervisor %s, per-exec limits: %s",
-			st.apiVersion, st.info.driver, st.info.cgroup, st.image.Ref, st.image.SizeBytes, st.supervisor, p.limitsNote()),
+		Details: fmt.Sprintf("api %s, storage %s, cgroup v%s, image %s (%d bytes), supervisor %s, per-exec limits: %s, seccomp: %s",
+			st.apiVersion, st.info.driver, st.info.cgroup, st.image.Ref, st.image.SizeBytes, st.supervisor, p.limitsNote(), seccomp.Name),
 	}, nil
 }
 

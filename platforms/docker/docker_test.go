@@ -22,6 +22,7 @@ import (
 	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/escapetest"
 	"layerfs.dev/layerfs/platforms/platformtest"
 )
 
@@ -601,4 +602,13 @@ func TestCrashedOwnerCleanedUp(t *testing.T) {
 	if err := crashed.Down(ctx); err != nil {
 		t.Errorf("Down of the crashed owner: %v", err)
 	}
+}
+
+// TestEscapes runs the escape suite: hostile programs in the container must
+// fail and leave the host as it was.
+func TestEscapes(t *testing.T) {
+	t.Parallel()
+	testenv.RequireDocker(t)
+	shared.get(t) // the image exists: no Up of the suite races another import
+	escapetest.Run(t, New(Options{Supervisor: supervisorBin}))
 }

@@ -121,7 +121,7 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", p.opts.TmpBytes)},
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + st.seccomp},
 		IpcMode:        container.IPCModePrivate,
 		LogConfig:      container.LogConfig{Type: "none"},
 		Resources: container.Resources{

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/internal/seccomp"
 	"layerfs.dev/layerfs/platforms"
 )
 
@@ -37,8 +38,12 @@ type Options struct {
 	// process start and the root's construction off the latency of execs
 	// without network (see sandbox.Launcher.Warm): 0 means DefaultWarm, a
 	// negative number none.
-	Warm   int
-	Logger *slog.Logger
+	Warm int
+	// NoSyscallFilter runs commands without the seccomp filter
+	// (internal/seccomp). It exists to measure what the filter costs;
+	// Identity says when it is off.
+	NoSyscallFilter bool
+	Logger          *slog.Logger
 }
 
 // Platform runs sandboxes on this host. Its lifecycle is the one of
@@ -47,6 +52,10 @@ type Platform struct {
 	opts     Options
 	launcher *sandbox.Launcher // replaced by Up after a Down
 	log      *slog.Logger
+	// filter is the compiled seccomp program every exec loads; filterErr
+	// is why it could not be compiled (Up fails with it).
+	filter    [][]byte
+	filterErr error
 
 	mu        sync.Mutex
 	up        bool
@@ -72,6 +81,9 @@ func New(o Options) *Platform {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Platform{opts: o, log: log, sandboxes: map[*Sandbox]struct{}{}}
+	if !o.NoSyscallFilter {
+		p.filter, p.filterErr = seccomp.BPF()
+	}
 	p.launcher = p.newLauncher()
 	return p
 }
@@ -89,7 +101,7 @@ func (p *Platform) newLauncher() *sandbox.Launcher {
 	case warm < 0:
 		warm = 0
 	}
-	return &sandbox.Launcher{Exe: p.opts.Exe, Logger: p.log, NoCgroups: p.opts.NoCgroups, Warm: warm}
+	return &sandbox.Launcher{Exe: p.opts.Exe, Logger: p.log, NoCgroups: p.opts.NoCgroups, Warm: warm, SyscallFilter: p.filter}
 }
 
 // Name is "local".
@@ -114,6 +126,9 @@ func (p *Platform) Up(ctx context.Context) error {
 	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("local: %w: namespace sandboxes need root", platforms.ErrUnavailable)
+	}
+	if p.filterErr != nil {
+		return fmt.Errorf("local: %w: %w", platforms.ErrUnavailable, p.filterErr)
 	}
 	// Exec cgroups a crashed daemon left behind: empty ones go now.
 	if removed, err := p.launcher.RemoveStale(time.Minute); len(removed) > 0 || err != nil {
@@ -186,8 +201,20 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 		CPUs:        runtime.NumCPU(),
 		MemoryBytes: int64(si.Totalram) * int64(si.Unit),
 		Runtime:     "layerfs-ns " + runtime.Version(),
-		Details:     fmt.Sprintf("cgroup limits: memory %v, pids %v", mem, pids),
+		Details:     fmt.Sprintf("cgroup limits: memory %v, pids %v; seccomp: %s", mem, pids, p.filterName()),
 	}, nil
+}
+
+// filterName says which syscall filter execs run under.
+func (p *Platform) filterName() string {
+	if p.filter == nil {
+		return "off"
+	}
+	n := 0
+	for _, prog := range p.filter {
+		n += len(prog) / 8
+	}
+	return fmt.Sprintf("%s (%d programs, %d instructions)", seccomp.Name, len(p.filter), n)
 }
 
 // Leaks lists what execs left on this host: sandbox cgroups and inits that

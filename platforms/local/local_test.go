@@ -7,6 +7,7 @@ import (
 	"layerfs.dev/layerfs/engine/sandbox"
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
+	"layerfs.dev/layerfs/platforms/escapetest"
 	"layerfs.dev/layerfs/platforms/local"
 	"layerfs.dev/layerfs/platforms/platformtest"
 )
@@ -32,4 +33,9 @@ func TestConformanceCold(t *testing.T) {
 func TestConformanceWithoutCgroups(t *testing.T) {
 	testenv.RequireRoot(t)
 	platformtest.Run(t, func(t *testing.T) platforms.Platform { return local.New(local.Options{NoCgroups: true, Warm: 1}) })
+}
+
+func TestEscapes(t *testing.T) {
+	testenv.RequireRoot(t)
+	escapetest.Run(t, local.New(local.Options{}))
 }

@@ -1,0 +1,185 @@
+package seccomp
+
+import (
+	"encoding/binary"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/elastic/go-seccomp-bpf/arch"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// program runs the compiled programs on one system call, as the kernel
+// would, with x/net/bpf's interpreter.
+type program struct {
+	vms  []*bpf.VM
+	arch *arch.Info
+}
+
+func compile(t *testing.T) program {
+	t.Helper()
+	progs, err := BPF()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := arch.GetInfo("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := program{arch: a}
+	for _, raw := range progs {
+		var insts []bpf.Instruction
+		for i := 0; i < len(raw); i += 8 {
+			ri := bpf.RawInstruction{
+				Op: binary.NativeEndian.Uint16(raw[i:]), Jt: raw[i+2], Jf: raw[i+3],
+				K: binary.NativeEndian.Uint32(raw[i+4:]),
+			}
+			insts = append(insts, ri.Disassemble())
+		}
+		vm, err := bpf.NewVM(insts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.vms = append(p.vms, vm)
+	}
+	return p
+}
+
+// run returns the verdict on call name with args: the strictest of all
+// programs' (for allow and errno, the lowest value). The interpreter loads
+// 32-bit words big-endian, so each word of struct seccomp_data is laid out
+// big-endian at the offset where the kernel keeps it in this machine's
+// order.
+func (p program) run(t *testing.T, name string, args ...uint64) uint32 {
+	t.Helper()
+	nr, ok := p.arch.SyscallNames[name]
+	if !ok {
+		t.Fatalf("no call %s here", name)
+	}
+	data := make([]byte, 64)
+	binary.BigEndian.PutUint32(data[0:], uint32(nr))
+	binary.BigEndian.PutUint32(data[4:], uint32(p.arch.ID))
+	little := binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+	for i, a := range args {
+		lo, hi := uint32(a), uint32(a>>32)
+		off := 16 + 8*i
+		if little {
+			binary.BigEndian.PutUint32(data[off:], lo)
+			binary.BigEndian.PutUint32(data[off+4:], hi)
+		} else {
+			binary.BigEndian.PutUint32(data[off:], hi)
+			binary.BigEndian.PutUint32(data[off+4:], lo)
+		}
+	}
+	verdict := uint32(unix.SECCOMP_RET_ALLOW)
+	for _, vm := range p.vms {
+		v, err := vm.Run(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		verdict = min(verdict, uint32(v))
+	}
+	return verdict
+}
+
+const (
+	allow = unix.SECCOMP_RET_ALLOW
+	eperm = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+)
+
+func TestVerdicts(t *testing.T) {
+	p := compile(t)
+	for _, tc := range []struct {
+		name string
+		args []uint64
+		want uint32
+	}{
+		{"read", nil, allow},
+		{"execve", nil, allow},
+		{"mount", nil, eperm},
+		{"unshare", []uint64{unix.CLONE_NEWNS}, eperm},
+		{"name_to_handle_at", nil, eperm},
+		{"open_by_handle_at", nil, eperm},
+		{"io_uring_setup", nil, eperm},
+		{"clone", []uint64{uint64(unix.SIGCHLD)}, allow},
+		{"clone", []uint64{unix.CLONE_VM | unix.CLONE_THREAD | unix.CLONE_SIGHAND}, allow},
+		{"clone", []uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}, eperm},
+		{"clone", []uint64{unix.CLONE_NEWNS}, eperm},
+		{"clone3", nil, unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+		{"socket", []uint64{unix.AF_UNIX}, allow},
+		{"socket", []uint64{unix.AF_INET}, allow},
+		{"socket", []uint64{unix.AF_INET6}, allow},
+		{"socket", []uint64{unix.AF_NETLINK}, allow},
+		{"socket", []uint64{unix.AF_VSOCK}, eperm},
+		{"socket", []uint64{unix.AF_ALG}, eperm},
+		{"socket", []uint64{1<<32 | unix.AF_INET}, eperm},
+		{"personality", []uint64{0}, allow},
+		{"personality", []uint64{0xffffffff}, allow},
+		{"personality", []uint64{0x0040000 /* ADDR_NO_RANDOMIZE */}, eperm},
+		// Arguments equal to the number of an allowed call (sendfile is
+		// 40 on amd64, the number of AF_VSOCK) must not be taken for that call.
+		{"personality", []uint64{uint64(p.arch.SyscallNames["sendfile"])}, eperm},
+	} {
+		if got := p.run(t, tc.name, tc.args...); got != tc.want {
+			t.Errorf("%s%v: got %#x, want %#x", tc.name, tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestRefusedNeverAllowed(t *testing.T) {
+	prof, err := Profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := compile(t)
+	for _, name := range Refused {
+		if Allows(prof, name) {
+			t.Errorf("the profile allows %s", name)
+		}
+		if _, ok := p.arch.SyscallNames[name]; !ok {
+			continue
+		}
+		if got := p.run(t, name); got != eperm {
+			t.Errorf("%s: got %#x, want EPERM", name, got)
+		}
+	}
+}
+
+// Every call Docker's profile allows for a process without capabilities,
+// LayerFS allows too, but for the ones it refuses on purpose.
+func TestDockerProfileKept(t *testing.T) {
+	prof, err := Profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prof.Architectures) != 1 {
+		t.Errorf("architectures %v, want the native one only", prof.Architectures)
+	}
+	n := 0
+	for _, r := range prof.Syscalls {
+		if r.Action == specs.ActAllow && len(r.Args) == 0 {
+			n += len(r.Names)
+			if slices.Contains(r.Names, "name_to_handle_at") {
+				t.Error("name_to_handle_at allowed")
+			}
+		}
+	}
+	if n < 300 {
+		t.Errorf("only %d calls allowed unconditionally; Docker's profile allows some 350", n)
+	}
+}
+
+func TestDockerProfileJSON(t *testing.T) {
+	s, err := DockerProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"defaultAction":"SCMP_ACT_ERRNO"`, `"names":["clone"]`, `"SCMP_CMP_MASKED_EQ"`, `"architectures":["SCMP_ARCH_`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("docker profile lacks %s", want)
+		}
+	}
+}
