@@ -156,6 +156,10 @@ func checkExec(req *wire.ExecRequest) error {
 		return invalid("memory_bytes must not be negative (got %d)", req.MemoryBytes)
 	case req.Pids < 0:
 		return invalid("pids must not be negative (got %d)", req.Pids)
+	case req.MilliCPUs < 0:
+		return invalid("milli_cpus must not be negative (got %d)", req.MilliCPUs)
+	case req.OpenFiles < 0:
+		return invalid("open_files must not be negative (got %d)", req.OpenFiles)
 	case req.UID != nil && *req.UID < 0:
 		return invalid("uid must not be negative (got %d)", *req.UID)
 	case req.GID != nil && *req.GID < 0:

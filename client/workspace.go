@@ -139,6 +139,8 @@ type ExecOptions struct {
 	OutputLimit    int64 // bytes per stream; 0 for the daemon's default
 	MemoryBytes    int64
 	Pids           int
+	MilliCPUs      int // CPU in thousandths of a CPU (500: half a CPU); 0 no limit
+	OpenFiles      int // RLIMIT_NOFILE; 0 the platform's default
 	UID, GID       *int
 }
 
@@ -156,6 +158,7 @@ func (ws *Workspace) ExecArgv(ctx context.Context, argv []string, opts ExecOptio
 func (ws *Workspace) exec(ctx context.Context, req wire.ExecRequest, opts ExecOptions) (*ExecResult, error) {
 	req.Env, req.Dir, req.Stdin = opts.Env, opts.Dir, opts.Stdin
 	req.OutputLimit, req.MemoryBytes, req.Pids, req.UID, req.GID = opts.OutputLimit, opts.MemoryBytes, opts.Pids, opts.UID, opts.GID
+	req.MilliCPUs, req.OpenFiles = opts.MilliCPUs, opts.OpenFiles
 	if opts.Timeout != 0 {
 		// Rounded up, and a negative timeout goes through for the daemon to refuse.
 		req.TimeoutMs = int64((opts.Timeout + time.Millisecond - 1) / time.Millisecond)

@@ -30,7 +30,7 @@ func (e *Engine) execSpec(req wire.ExecRequest) (platforms.ExecSpec, error) {
 	if req.TimeoutMs < 0 || time.Duration(req.TimeoutMs)*time.Millisecond > maxTimeout {
 		return s, fmt.Errorf("%w: timeout_ms %d: want 0 (default) to %d", ErrInvalid, req.TimeoutMs, maxTimeout.Milliseconds())
 	}
-	if req.OutputLimit < 0 || req.MemoryBytes < 0 || req.Pids < 0 {
+	if req.OutputLimit < 0 || req.MemoryBytes < 0 || req.Pids < 0 || req.MilliCPUs < 0 || req.OpenFiles < 0 {
 		return s, fmt.Errorf("%w: limits must not be negative", ErrInvalid)
 	}
 	dir, err := cleanRel(req.Dir)
@@ -64,6 +64,8 @@ func (e *Engine) execSpec(req wire.ExecRequest) (platforms.ExecSpec, error) {
 	}
 	s.MemoryBytes = req.MemoryBytes
 	s.Pids = req.Pids
+	s.MilliCPUs = req.MilliCPUs
+	s.OpenFiles = req.OpenFiles
 	return s, nil
 }
 

@@ -48,6 +48,9 @@ type Features struct {
 	Network      bool // can grant a sandbox the network when asked
 	MemoryLimit  bool // enforces ExecSpec.MemoryBytes
 	PidsLimit    bool // enforces ExecSpec.Pids
+	CPULimit     bool // enforces ExecSpec.MilliCPUs
+	// OpenFilesLimit: enforces ExecSpec.OpenFiles.
+	OpenFilesLimit bool
 }
 
 // Identity pins what a result was measured on.
@@ -116,7 +119,13 @@ type ExecSpec struct {
 	UID, GID    int
 	MemoryBytes int64 // 0: no limit beyond the platform's default
 	Pids        int   // 0: DefaultPids
-	Hostname    string
+	// MilliCPUs caps the CPU time of the exec's processes together, in
+	// thousandths of a CPU (500: half a CPU, 2000: two); 0 no limit.
+	MilliCPUs int
+	// OpenFiles is the exec's RLIMIT_NOFILE (soft and hard); 0 the
+	// platform's default.
+	OpenFiles int
+	Hostname  string
 }
 
 // Defaults for ExecSpec fields left zero.

@@ -237,6 +237,10 @@ type ExecRequest struct {
 	GID         *int     `json:"gid,omitempty"`
 	MemoryBytes int64    `json:"memory_bytes,omitempty"`
 	Pids        int      `json:"pids,omitempty"`
+	// MilliCPUs caps CPU time in thousandths of a CPU (500: half a CPU).
+	MilliCPUs int `json:"milli_cpus,omitempty"`
+	// OpenFiles is the command's open files limit (RLIMIT_NOFILE).
+	OpenFiles int `json:"open_files,omitempty"`
 }
 
 // ExecResult answers an exec. Stdout and Stderr are filled when the output

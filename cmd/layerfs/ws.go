@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -226,6 +227,7 @@ func wsExecCmd(a *app) *cobra.Command {
 		opts    client.ExecOptions
 		stdin   bool
 		timeout time.Duration
+		cpus    float64
 	)
 	cmd := &cobra.Command{
 		Use:   "exec WS (-c BODY | -- CMD [ARGS...])",
@@ -249,6 +251,10 @@ JSON result instead). The command's exit code becomes layerfs's.`,
 		},
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			opts.Timeout = timeout
+			if cpus < 0 {
+				return usageError{errors.New("ws exec: --cpus must not be negative")}
+			}
+			opts.MilliCPUs = int(math.Ceil(cpus * 1000))
 			if stdin {
 				b, err := io.ReadAll(os.Stdin)
 				if err != nil {
@@ -304,6 +310,10 @@ JSON result instead). The command's exit code becomes layerfs's.`,
 	f.StringVarP(&opts.Dir, "workdir", "w", "", "working directory relative to /workspace")
 	f.BoolVarP(&stdin, "interactive", "i", false, "pass this command's standard input to the command")
 	f.Int64Var(&opts.OutputLimit, "output-limit", 0, "cap each output stream at this many bytes (default: the daemon's)")
+	f.Int64Var(&opts.MemoryBytes, "memory", 0, "limit the command's memory to this many bytes")
+	f.IntVar(&opts.Pids, "pids", 0, "limit the command's processes and threads (default: the platform's, 1024)")
+	f.Float64Var(&cpus, "cpus", 0, "limit the command's CPU time to this many CPUs (0.5: half a CPU)")
+	f.IntVar(&opts.OpenFiles, "open-files", 0, "limit the command's open files (RLIMIT_NOFILE)")
 	return cmd
 }
 

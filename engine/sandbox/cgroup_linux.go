@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,16 +21,30 @@ const initTasks = 16
 
 // cgroupDirs is where a launcher creates its per-exec cgroups: below the
 // launcher's own cgroup, in cgroup v2 when the unified hierarchy delegates
-// memory and pids there, else in the v1 memory and pids hierarchies. An
-// empty field means that controller is not available.
+// memory and pids there, else in the v1 memory, pids and cpu hierarchies.
+// An empty field means that controller is not available.
 type cgroupDirs struct {
-	unified string // v2 parent directory with memory and pids delegated
-	memory  string // v1 memory parent directory
-	pids    string // v1 pids parent directory
+	unified    string // v2 parent directory with memory and pids delegated
+	unifiedCPU bool   // ... and cpu
+	memory     string // v1 memory parent directory
+	pids       string // v1 pids parent directory
+	cpu        string // v1 cpu parent directory
 }
 
 func (c *cgroupDirs) hasMemory() bool { return c.unified != "" || c.memory != "" }
 func (c *cgroupDirs) hasPids() bool   { return c.unified != "" || c.pids != "" }
+func (c *cgroupDirs) hasCPU() bool    { return c.unifiedCPU || c.cpu != "" }
+
+// parents are the directories below which exec cgroups are made.
+func (c *cgroupDirs) parents() []string {
+	var out []string
+	for _, d := range []string{c.unified, c.memory, c.pids, c.cpu} {
+		if d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
 
 // detectCgroups finds the cgroup directories of this process from
 // /proc/self/cgroup and /proc/self/mountinfo.
@@ -58,44 +73,43 @@ func detectCgroups() (*cgroupDirs, error) {
 		}
 		return d
 	}
-	if d := dirOf(""); d != "" && unifiedDelegates(d) {
+	if d := dirOf(""); d != "" && unifiedDelegates(d, "memory", "pids") {
 		c.unified = d
+		c.unifiedCPU = unifiedDelegates(d, "cpu")
 		return c, nil
 	}
 	c.memory = dirOf("memory")
 	c.pids = dirOf("pids")
+	c.cpu = dirOf("cpu")
 	return c, nil
 }
 
-// unifiedDelegates reports whether children of the v2 cgroup d get the
-// memory and pids controllers.
-func unifiedDelegates(d string) bool {
+// unifiedDelegates reports whether children of the v2 cgroup d get all the
+// given controllers.
+func unifiedDelegates(d string, controllers ...string) bool {
 	b, err := os.ReadFile(filepath.Join(d, "cgroup.subtree_control"))
 	if err != nil {
 		return false
 	}
 	f := strings.Fields(string(b))
-	has := func(s string) bool {
-		for _, x := range f {
-			if x == s {
-				return true
-			}
+	for _, c := range controllers {
+		if !slices.Contains(f, c) {
+			return false
 		}
-		return false
 	}
-	return has("memory") && has("pids")
+	return true
 }
 
 // execCgroup is the cgroup (one directory per hierarchy) of one exec.
 type execCgroup struct {
-	unified, memory, pids string // directories, "" where there is none
+	unified, memory, pids, cpu string // directories, "" where there is none
 	// fd is the v2 directory for CLONE_INTO_CGROUP, -1 for v1.
 	fd int
 }
 
 func (e *execCgroup) dirs() []string {
 	var out []string
-	for _, d := range []string{e.unified, e.pids, e.memory} {
+	for _, d := range []string{e.unified, e.pids, e.memory, e.cpu} {
 		if d != "" {
 			out = append(out, d)
 		}
@@ -103,9 +117,10 @@ func (e *execCgroup) dirs() []string {
 	return out
 }
 
-// create makes the cgroup for one exec, named name; withMemory makes its v1
-// memory cgroup too (v2 always has one). Limits are set by limit.
-func (c *cgroupDirs) create(name string, withMemory bool) (_ *execCgroup, err error) {
+// create makes the cgroup for one exec, named name; withMemory and withCPU
+// make its v1 memory and cpu cgroups too (v2 always has them). Limits are
+// set by limit.
+func (c *cgroupDirs) create(name string, withMemory, withCPU bool) (_ *execCgroup, err error) {
 	e := &execCgroup{fd: -1}
 	defer func() {
 		if err != nil {
@@ -140,17 +155,33 @@ func (c *cgroupDirs) create(name string, withMemory bool) (_ *execCgroup, err er
 			return nil, err
 		}
 	}
+	if c.cpu != "" && withCPU {
+		if err := mk(c.cpu, &e.cpu); err != nil {
+			return nil, err
+		}
+	}
 	return e, nil
 }
 
+// cpuPeriod is the period of a CPU limit: a limit of n thousandths of a
+// CPU is n*100 µs of CPU time in every 100 ms.
+const cpuPeriod = 100 * time.Millisecond
+
 // limit sets the exec's limits: pids (plus the init's own threads) and,
-// when mem > 0, memory without swap.
-func (e *execCgroup) limit(mem int64, pids int) error {
+// when set, memory without swap and CPU in thousandths of a CPU.
+func (e *execCgroup) limit(mem int64, pids, milliCPUs int) error {
 	max := strconv.Itoa(pids + initTasks)
 	memory := strconv.FormatInt(mem, 10)
+	period := cpuPeriod.Microseconds()
+	quota := strconv.FormatInt(int64(milliCPUs)*period/1000, 10)
 	if e.unified != "" {
 		if err := writeFile(e.unified, "pids.max", max); err != nil {
 			return err
+		}
+		if milliCPUs > 0 {
+			if err := writeFile(e.unified, "cpu.max", quota+" "+strconv.FormatInt(period, 10)); err != nil {
+				return err
+			}
 		}
 		if mem > 0 {
 			if err := writeFile(e.unified, "memory.max", memory); err != nil {
@@ -174,6 +205,17 @@ func (e *execCgroup) limit(mem int64, pids int) error {
 		}
 		// Also cap swap where swap accounting exists (memsw >= mem).
 		_ = writeFile(e.memory, "memory.memsw.limit_in_bytes", memory)
+	}
+	if milliCPUs > 0 {
+		if e.cpu == "" {
+			return errors.New("cgroup: no cpu cgroup for a CPU limit")
+		}
+		if err := writeFile(e.cpu, "cpu.cfs_period_us", strconv.FormatInt(period, 10)); err != nil {
+			return err
+		}
+		if err := writeFile(e.cpu, "cpu.cfs_quota_us", quota); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -230,7 +272,7 @@ func (e *execCgroup) remove() error {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 		}
 	}
-	e.unified, e.memory, e.pids = "", "", ""
+	e.unified, e.memory, e.pids, e.cpu = "", "", "", ""
 	return errors.Join(errs...)
 }
 

@@ -64,7 +64,7 @@ func (c Config) validate() error {
 	if s.Timeout < 0 {
 		return bad("negative timeout %v", s.Timeout)
 	}
-	if s.OutputLimit < 0 || s.MemoryBytes < 0 || s.Pids < 0 {
+	if s.OutputLimit < 0 || s.MemoryBytes < 0 || s.Pids < 0 || s.MilliCPUs < 0 || s.OpenFiles < 0 {
 		return bad("negative limit")
 	}
 	if s.UID < 0 || s.GID < 0 {
@@ -135,9 +135,12 @@ type initConfig struct {
 	// Rlimits stand in for the cgroup limits the host lacks.
 	RlimitAS    uint64 `json:"rlimit_as,omitempty"`
 	RlimitNproc uint64 `json:"rlimit_nproc,omitempty"`
-	// Seccomp is the syscall filter loaded on the command's thread just
-	// before the fork (Launcher.SyscallFilter); none when empty.
-	Seccomp [][]byte `json:"seccomp,omitempty"`
+	// RlimitNofile is the exec's own open files limit (ExecSpec.OpenFiles).
+	RlimitNofile uint64 `json:"rlimit_nofile,omitempty"`
+	// Seccomp: load the syscall filter that came in the environment
+	// (seccompEnv) on the command's thread just before the fork; a missing
+	// one is a setup error.
+	Seccomp bool `json:"seccomp,omitempty"`
 }
 
 // initReport is what the init sends back over fd 4, as JSON, once the

@@ -186,11 +186,17 @@ func run(cfg *initConfig, ahead bool, m *marks) initReport {
 		return initReport{Error: err.Error()}
 	}
 	unix.Umask(0o022)
-	if err := loadSyscallFilter(cfg.Seccomp); err != nil {
-		restore()
-		return initReport{Error: err.Error()}
+	if cfg.Seccomp {
+		progs, err := filterFromEnv()
+		if err == nil {
+			err = loadSyscallFilter(progs)
+		}
+		if err != nil {
+			restore()
+			return initReport{Error: err.Error()}
+		}
+		m.add("filter")
 	}
-	m.add("filter")
 	attr := &syscall.ProcAttr{
 		Env:   env,
 		Files: []uintptr{0, 1, 2},
@@ -358,7 +364,8 @@ func keepOnlyKill() error {
 	return unix.Capset(&hdr, &data[0])
 }
 
-// setRlimits applies the limits the host has no cgroup for. Rlimits belong
+// setRlimits applies the open files limit and the limits the host has no
+// cgroup for. Rlimits belong
 // to the process, so the init sets them just around the fork and restores
 // its own afterwards.
 func setRlimits(cfg *initConfig) (restore func(), err error) {
@@ -393,6 +400,12 @@ func setRlimits(cfg *initConfig) (restore func(), err error) {
 		if err := set(unix.RLIMIT_NPROC, cfg.RlimitNproc); err != nil {
 			restore()
 			return nil, fmt.Errorf("set RLIMIT_NPROC: %w", err)
+		}
+	}
+	if cfg.RlimitNofile > 0 {
+		if err := set(unix.RLIMIT_NOFILE, cfg.RlimitNofile); err != nil {
+			restore()
+			return nil, fmt.Errorf("set RLIMIT_NOFILE: %w", err)
 		}
 	}
 	return restore, nil

@@ -122,6 +122,13 @@ func (l *Launcher) Limits() (memory, pids bool) {
 	return l.cg.hasMemory(), l.cg.hasPids()
 }
 
+// CPULimit tells whether this launcher enforces ExecSpec.MilliCPUs (a cpu
+// cgroup); there is no rlimit to fall back to.
+func (l *Launcher) CPULimit() bool {
+	l.init()
+	return l.cg.hasCPU()
+}
+
 // Run runs one exec in a fresh sandbox and returns when the command and
 // every process it started are gone. Output past the spec's limit is
 // discarded and reported in the result. An error means the exec could not
@@ -148,6 +155,10 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	if !l.cg.hasMemory() && spec.MemoryBytes > 0 {
 		ic.RlimitAS = uint64(spec.MemoryBytes)
 	}
+	if spec.MilliCPUs > 0 && !l.cg.hasCPU() {
+		return res, fmt.Errorf("%w: a CPU limit needs a cpu cgroup, which this host does not give the launcher", ErrInvalidConfig)
+	}
+	ic.RlimitNofile = uint64(spec.OpenFiles)
 	// RLIMIT_NPROC counts every process of the uid on the host, so it is
 	// only a stand-in for the pids cgroup when the command is not root.
 	if !l.cg.hasPids() && ic.UID != 0 {
@@ -175,7 +186,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	if !cfg.Network && ic.RootDir == "" {
 		if ip = l.take(); ip != nil {
 			cg = ip.cg
-			if werr = ip.send(spec.MemoryBytes, ic); werr != nil {
+			if werr = ip.send(spec.MemoryBytes, spec.MilliCPUs, ic); werr != nil {
 				l.logger().Warn("sandbox warm init unusable, starting another", "err", werr)
 				ip.discard()
 				ip, cg = nil, nil
@@ -183,8 +194,8 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		}
 	}
 	if ip == nil {
-		if l.cg.hasMemory() || l.cg.hasPids() {
-			cg, err = l.cg.create(l.cgroupName(), spec.MemoryBytes > 0)
+		if l.cg.hasMemory() || l.cg.hasPids() || spec.MilliCPUs > 0 {
+			cg, err = l.cg.create(l.cgroupName(), spec.MemoryBytes > 0, spec.MilliCPUs > 0)
 			if err != nil {
 				return res, fmt.Errorf("%w: %v", ErrSetup, err)
 			}
@@ -196,7 +207,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 			}
 			return res, werr
 		}
-		werr = ip.send(spec.MemoryBytes, ic)
+		werr = ip.send(spec.MemoryBytes, spec.MilliCPUs, ic)
 	}
 	p, cmd := ip.p, ip.cmd
 	defer p.closeParent()
@@ -343,7 +354,7 @@ func (l *Launcher) initConfig(cfg Config) (initConfigX, error) {
 	return initConfigX{initConfig: initConfig{
 		Workspace: ws, RootDir: root, Network: cfg.Network,
 		Argv: s.Argv, Env: sandboxEnv(s.Env), Dir: dir, Timeout: timeout,
-		UID: s.UID, GID: s.GID, Hostname: host, Seccomp: l.SyscallFilter,
+		UID: s.UID, GID: s.GID, Hostname: host, Seccomp: len(l.SyscallFilter) > 0,
 	}, pids: pids}, nil
 }
 
@@ -423,10 +434,7 @@ func (l *Launcher) Leaks(ctx context.Context) ([]string, error) {
 		warm[strconv.Itoa(pid)] = true
 	}
 	l.mu.Unlock()
-	for _, parent := range []string{l.cg.unified, l.cg.memory, l.cg.pids} {
-		if parent == "" {
-			continue
-		}
+	for _, parent := range l.cg.parents() {
 		ents, err := os.ReadDir(parent)
 		if err != nil {
 			return out, err
@@ -462,10 +470,7 @@ const cgroupPrefix = "layerfs-"
 func (l *Launcher) RemoveStale(olderThan time.Duration) (removed []string, err error) {
 	l.init()
 	var errs []error
-	for _, parent := range []string{l.cg.unified, l.cg.memory, l.cg.pids} {
-		if parent == "" {
-			continue
-		}
+	for _, parent := range l.cg.parents() {
 		ents, err := os.ReadDir(parent)
 		if err != nil {
 			errs = append(errs, err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"layerfs.dev/layerfs/internal/seccomp"
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
 )
@@ -21,12 +22,24 @@ import (
 // (go test -run Phases -v): where the fixed cost goes. LAYERFS_SANDBOX_EXES
 // (colon-separated) adds other init binaries, measured interleaved with the
 // test binary itself; LAYERFS_SANDBOX_WARM=n keeps n inits started ahead,
-// LAYERFS_SANDBOX_GAP (a duration) idles between execs.
+// LAYERFS_SANDBOX_GAP (a duration) idles between execs, and
+// LAYERFS_SANDBOX_FILTER=1 measures each binary with and without the
+// seccomp filter (the name gets "+seccomp").
 func TestPhases(t *testing.T) {
 	testenv.RequireRoot(t)
 	exes := []string{""}
 	if v := os.Getenv("LAYERFS_SANDBOX_EXES"); v != "" {
 		exes = append(exes, strings.Split(v, ":")...)
+	}
+	var filter [][]byte
+	if os.Getenv("LAYERFS_SANDBOX_FILTER") == "1" {
+		var err error
+		if filter, err = seccomp.BPF(); err != nil {
+			t.Fatal(err)
+		}
+		for _, exe := range exes {
+			exes = append(exes, exe+"+seccomp")
+		}
 	}
 	type acc struct {
 		order  []string
@@ -41,7 +54,7 @@ func TestPhases(t *testing.T) {
 		a := &acc{per: map[string][]time.Duration{}}
 		accs[i] = a
 		warm, _ := strconv.Atoi(os.Getenv("LAYERFS_SANDBOX_WARM"))
-		ls[i] = &Launcher{Exe: exe, Warm: warm, trace: func(ms []mark, cpu time.Duration) {
+		ls[i] = &Launcher{Exe: strings.TrimSuffix(exe, "+seccomp"), Warm: warm, trace: func(ms []mark, cpu time.Duration) {
 			mu.Lock()
 			defer mu.Unlock()
 			a.cpu = append(a.cpu, cpu)
@@ -53,6 +66,11 @@ func TestPhases(t *testing.T) {
 				a.per[k] = append(a.per[k], time.Duration(ms[j].NS-ms[j-1].NS))
 			}
 		}}
+	}
+	for i, exe := range exes {
+		if strings.HasSuffix(exe, "+seccomp") {
+			ls[i].SyscallFilter = filter
+		}
 	}
 	cfg := Config{Workspace: t.TempDir(), Spec: platforms.ExecSpec{Argv: []string{"true"}}}
 	cfg.Network = os.Getenv("LAYERFS_SANDBOX_NETWORK") == "1"

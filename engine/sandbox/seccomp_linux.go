@@ -1,12 +1,49 @@
 package sandbox
 
 import (
+	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+// seccompEnv carries Launcher.SyscallFilter to every init it starts, in
+// its environment rather than its config: a warm init then has it before
+// its exec, and the config that is sent on the exec's latency stays small.
+// The value is the programs in base64, separated by dots. The command's
+// environment is built from scratch, so it never sees it.
+const seccompEnv = "LAYERFS_SANDBOX_SECCOMP"
+
+// encodeFilter is seccompEnv's value for progs.
+func encodeFilter(progs [][]byte) string {
+	parts := make([]string, len(progs))
+	for i, p := range progs {
+		parts[i] = base64.RawStdEncoding.EncodeToString(p)
+	}
+	return strings.Join(parts, ".")
+}
+
+// filterFromEnv decodes the programs the launcher put in seccompEnv.
+func filterFromEnv() ([][]byte, error) {
+	v := os.Getenv(seccompEnv)
+	if v == "" {
+		return nil, errors.New("load seccomp filter: the launcher sent none")
+	}
+	var progs [][]byte
+	for _, part := range strings.Split(v, ".") {
+		p, err := base64.RawStdEncoding.DecodeString(part)
+		if err != nil {
+			return nil, fmt.Errorf("load seccomp filter: %w", err)
+		}
+		progs = append(progs, p)
+	}
+	return progs, nil
+}
 
 // loadSyscallFilter installs progs, classic BPF seccomp programs as
 // internal/seccomp.BPF encodes them (8 bytes per instruction), in order, on

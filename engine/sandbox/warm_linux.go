@@ -40,6 +40,9 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, env ...s
 	if exe == "" {
 		exe = "/proc/self/exe"
 	}
+	if len(l.SyscallFilter) > 0 {
+		env = append(env, seccompEnv+"="+encodeFilter(l.SyscallFilter))
+	}
 	cmd := &exec.Cmd{
 		Path: exe,
 		Args: []string{initArg0},
@@ -149,9 +152,9 @@ func (l *Launcher) topUp() {
 func (l *Launcher) warmOne() {
 	defer l.refills.Done()
 	var cg *execCgroup
-	if l.cg.hasMemory() || l.cg.hasPids() {
+	if l.cg.hasMemory() || l.cg.hasPids() || l.cg.hasCPU() {
 		var err error
-		if cg, err = l.cg.create(l.cgroupName(), true); err != nil {
+		if cg, err = l.cg.create(l.cgroupName(), true, true); err != nil {
 			l.logger().Warn("sandbox warm init", "err", err)
 			l.mu.Lock()
 			l.warming--
@@ -222,10 +225,10 @@ func (l *Launcher) Close(ctx context.Context) error {
 
 // send sets the exec's limits on the init's cgroup and then sends its
 // config: the init runs nothing of the exec before it has it.
-func (ip *initProc) send(mem int64, ic initConfigX) error {
+func (ip *initProc) send(mem int64, milliCPUs int, ic initConfigX) error {
 	var err error
 	if ip.cg != nil {
-		err = ip.cg.limit(mem, ic.pids)
+		err = ip.cg.limit(mem, ic.pids, milliCPUs)
 	}
 	if err == nil {
 		err = json.NewEncoder(ip.p.cfgW).Encode(ic)

@@ -53,7 +53,7 @@ func (m Mount) Path(p string) (string, bool) {
 	return filepath.Join(m.Dir, rel), true
 }
 
-// Mounts maps "" (the unified v2 hierarchy), "memory" and "pids" (v1) to
+// Mounts maps "" (the unified v2 hierarchy), "memory", "pids" and "cpu" (v1) to
 // where the hierarchy is mounted, from file (a /proc/PID/mountinfo). When a
 // hierarchy is mounted more than once, the first mount listed wins.
 func Mounts(file string) (map[string]Mount, error) {
@@ -71,7 +71,7 @@ func Mounts(file string) (map[string]Mount, error) {
 			}
 		case "cgroup":
 			for _, opt := range strings.Split(mi.SuperOptions, ",") {
-				if opt == "memory" || opt == "pids" {
+				if opt == "memory" || opt == "pids" || opt == "cpu" {
 					if _, dup := out[opt]; !dup {
 						out[opt] = m
 					}

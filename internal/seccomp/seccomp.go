@@ -105,10 +105,11 @@ func DockerProfile() (string, error) {
 // loaded in order on the same thread: 8 bytes per instruction (struct
 // sock_filter in this machine's byte order).
 //
-// The first program decides every call by its number alone: the calls
-// Docker allows outright, the calls it allows on conditions (clone,
-// socket, personality) as if they had none, clone3's ENOSYS, and EPERM
-// for the rest. Each call with conditions then gets a program of its own
+// The first program decides every call by its number alone (a binary
+// search over ranges of numbers, see byNumberTree): the calls Docker
+// allows outright, the calls it allows on conditions (clone, socket,
+// personality) as if they had none, clone3's ENOSYS, and EPERM for the
+// rest. Each call with conditions then gets a program of its own
 // that refuses it when no condition holds and allows everything else: the
 // kernel runs every loaded program and keeps the strictest verdict. The
 // split works around go-seccomp-bpf v1.6.0, which after a failed argument
@@ -127,9 +128,22 @@ func BPF() ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	table, err := arch.GetInfo("")
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
 	var out [][]byte
-	for _, policy := range policies {
-		b, err := assemble(policy)
+	for i, policy := range policies {
+		var insts []bpf.Instruction
+		if i == 0 {
+			insts, err = byNumberTree(policy, table)
+		} else {
+			insts, err = policy.Assemble()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("seccomp: assemble: %w", err)
+		}
+		b, err := encode(insts)
 		if err != nil {
 			return nil, err
 		}
@@ -138,12 +152,8 @@ func BPF() ([][]byte, error) {
 	return out, nil
 }
 
-// assemble turns one policy into the kernel's encoding.
-func assemble(policy *bpfseccomp.Policy) ([]byte, error) {
-	insts, err := policy.Assemble()
-	if err != nil {
-		return nil, fmt.Errorf("seccomp: assemble: %w", err)
-	}
+// encode turns one program into the kernel's encoding.
+func encode(insts []bpf.Instruction) ([]byte, error) {
 	raw, err := bpf.Assemble(insts)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: assemble: %w", err)

@@ -183,3 +183,53 @@ func TestDockerProfileJSON(t *testing.T) {
 		}
 	}
 }
+
+// The search tree decides every call number as go-seccomp-bpf's own
+// assembly of the same policy does (the chain it replaces).
+func TestTreeMatchesChain(t *testing.T) {
+	prof, err := Profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies, err := policiesOf(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := arch.GetInfo("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := byNumberTree(policies[0], a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := policies[0].Assemble()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := func(insts []bpf.Instruction) *bpf.VM {
+		v, err := bpf.NewVM(insts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	tv, cv := vm(tree), vm(chain)
+	if len(tree) >= len(chain)/2 {
+		t.Errorf("tree of %d instructions against a chain of %d", len(tree), len(chain))
+	}
+	data := make([]byte, 64)
+	for _, archID := range []uint32{uint32(a.ID), 0x40000003 /* i386 */} {
+		for nr := uint32(0); nr < 1024; nr++ {
+			for _, n := range []uint32{nr, nr | x32Bit} {
+				binary.BigEndian.PutUint32(data[0:], n)
+				binary.BigEndian.PutUint32(data[4:], archID)
+				got, err1 := tv.Run(data)
+				want, err2 := cv.Run(data)
+				if err1 != nil || err2 != nil || got != want {
+					t.Fatalf("arch %#x call %#x: tree %#x (%v), chain %#x (%v)", archID, n, got, err1, want, err2)
+				}
+			}
+		}
+	}
+}

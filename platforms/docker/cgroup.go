@@ -25,13 +25,18 @@ import (
 // execCgroupPrefix names per-exec cgroups.
 const execCgroupPrefix = "layerfs-exec-"
 
+// cpuPeriod is the period of a CPU limit: n thousandths of a CPU are
+// n*100 µs of CPU time in every 100 ms.
+const cpuPeriod = 100 * time.Millisecond
+
 // supervisorTasks is headroom in an exec's pids limit for the supervisor's
 // own threads (the Go runtime's), which share the cgroup.
 const supervisorTasks = 16
 
-// cgroupV1 is where this host's v1 memory and pids hierarchies are mounted.
+// cgroupV1 is where this host's v1 memory, pids and (when there is one,
+// for CPU limits) cpu hierarchies are mounted.
 type cgroupV1 struct {
-	memory, pids cgroups.Mount
+	memory, pids, cpu cgroups.Mount
 }
 
 // detectCgroupV1 finds writable v1 memory and pids hierarchies, or says why
@@ -41,7 +46,10 @@ func detectCgroupV1() (*cgroupV1, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &cgroupV1{memory: mounts["memory"], pids: mounts["pids"]}
+	c := &cgroupV1{memory: mounts["memory"], pids: mounts["pids"], cpu: mounts["cpu"]}
+	if c.cpu.Dir != "" && unix.Access(c.cpu.Dir, unix.W_OK) != nil {
+		c.cpu = cgroups.Mount{}
+	}
 	if c.memory.Dir == "" || c.pids.Dir == "" {
 		return nil, errors.New("no cgroup v1 memory and pids hierarchies")
 	}
@@ -58,7 +66,11 @@ type execCgroup struct{ dirs []string }
 
 // limit creates cgroups for the process pid (the supervisor), beside it in
 // its container's cgroup, sets the limits and moves pid in.
-func (c *cgroupV1) limit(pid int, name string, memory, pids int64) (*execCgroup, error) {
+func (c *cgroupV1) limit(pid int, name string, memory, pids int64, milliCPUs int) (*execCgroup, error) {
+	if milliCPUs > 0 && c.cpu.Dir == "" {
+		return nil, errors.New("a CPU limit needs a writable cgroup v1 cpu hierarchy")
+	}
+	period := cpuPeriod.Microseconds()
 	own, err := cgroups.Paths("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
 		return nil, err
@@ -71,8 +83,12 @@ func (c *cgroupV1) limit(pid int, name string, memory, pids int64) (*execCgroup,
 	}{
 		{"memory", c.memory, [][2]string{{"memory.limit_in_bytes", strconv.FormatInt(memory, 10)}}},
 		{"pids", c.pids, [][2]string{{"pids.max", strconv.FormatInt(pids+supervisorTasks, 10)}}},
+		{"cpu", c.cpu, [][2]string{
+			{"cpu.cfs_period_us", strconv.FormatInt(period, 10)},
+			{"cpu.cfs_quota_us", strconv.FormatInt(int64(milliCPUs)*period/1000, 10)},
+		}},
 	} {
-		if (h.ctrl == "memory" && memory <= 0) || (h.ctrl == "pids" && pids <= 0) {
+		if (h.ctrl == "memory" && memory <= 0) || (h.ctrl == "pids" && pids <= 0) || (h.ctrl == "cpu" && milliCPUs <= 0) {
 			continue
 		}
 		p, ok := own[h.ctrl]

@@ -159,7 +159,8 @@ func (p *Platform) Name() string { return "docker" }
 // and the host has cgroup v1 (see cgroup.go); elsewhere only the
 // container's limits (Options), shared by a workspace's execs, apply.
 func (p *Platform) Features() platforms.Features {
-	return platforms.Features{HostMounts: true, Network: true, MemoryLimit: p.cg != nil, PidsLimit: p.cg != nil}
+	return platforms.Features{HostMounts: true, Network: true, MemoryLimit: p.cg != nil, PidsLimit: p.cg != nil,
+		CPULimit: p.cg != nil && p.cg.cpu.Dir != "", OpenFilesLimit: true}
 }
 
 // Up connects to the engine, checks it, and ensures the sandbox image.

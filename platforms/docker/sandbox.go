@@ -235,7 +235,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 		limit = platforms.DefaultOutputLimit
 	}
 
-	limited := s.cg != nil && (spec.MemoryBytes > 0 || spec.Pids > 0)
+	limited := s.cg != nil && (spec.MemoryBytes > 0 || spec.Pids > 0 || spec.MilliCPUs > 0)
 	if limited {
 		opts.AttachStdin = true
 		opts.Cmd = slices.Insert(opts.Cmd, 3, "wait")
@@ -347,7 +347,7 @@ func (s *Sandbox) limit(ctx context.Context, execID string, spec platforms.ExecS
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	return s.cg.limit(pid, execCgroupPrefix+hex.EncodeToString(rnd[:]), spec.MemoryBytes, pids)
+	return s.cg.limit(pid, execCgroupPrefix+hex.EncodeToString(rnd[:]), spec.MemoryBytes, pids, spec.MilliCPUs)
 }
 
 // supervisorPid waits until the engine reports the exec's pid, which it
@@ -409,6 +409,9 @@ func (s *Sandbox) execOptions(spec platforms.ExecSpec) (container.ExecOptions, t
 		Env:          env,
 		WorkingDir:   dir,
 		Cmd:          append([]string{supervisorPath, "exec", strconv.FormatInt(int64(timeout), 10), "--"}, spec.Argv...),
+	}
+	if spec.OpenFiles > 0 {
+		o.Cmd = slices.Insert(o.Cmd, 3, "nofile="+strconv.Itoa(spec.OpenFiles))
 	}
 	return o, timeout, nil
 }

@@ -110,8 +110,10 @@ func (p *Platform) Name() string { return "local" }
 // Features: host paths, the host network on request, and memory and pids
 // limits where this host has the cgroup controllers for them.
 func (p *Platform) Features() platforms.Features {
-	mem, pids := p.current().Limits()
-	return platforms.Features{HostMounts: true, Network: true, MemoryLimit: mem, PidsLimit: pids}
+	l := p.current()
+	mem, pids := l.Limits()
+	return platforms.Features{HostMounts: true, Network: true, MemoryLimit: mem, PidsLimit: pids,
+		CPULimit: l.CPULimit(), OpenFilesLimit: true}
 }
 
 // Up checks that this host can run sandboxes by running `true` in one.

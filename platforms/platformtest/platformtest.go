@@ -41,11 +41,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"layerfs.dev/layerfs/internal/cgroups"
 	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/platforms"
@@ -227,6 +229,7 @@ func runHostMounts(t *testing.T, p platforms.Platform, newWorkspace func(t *test
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, e) })
 	t.Run("Network", func(t *testing.T) { testNetwork(t, e) })
 	t.Run("Limits", func(t *testing.T) { testLimits(t, e) })
+	t.Run("CPUAndOpenFiles", func(t *testing.T) { testCPUAndOpenFiles(t, e) })
 
 	t.Run("Close", func(t *testing.T) {
 		for i := range 2 {
@@ -506,6 +509,111 @@ func testLimits(t *testing.T, e *env) {
 			}
 		})
 	}
+}
+
+// testCPUAndOpenFiles checks the per-exec CPU and open files limits a
+// platform claims, by what the exec's processes were given (a CPU limit's
+// effect would need timing, which a loaded machine makes unreliable): the
+// command writes its cgroup paths to the workspace and waits until the
+// host has read its cgroup's quota.
+func testCPUAndOpenFiles(t *testing.T, e *env) {
+	f := e.p.Features()
+	t.Run("OpenFiles", func(t *testing.T) {
+		if !f.OpenFilesLimit {
+			t.Skipf("%s does not claim this limit", e.p.Name())
+		}
+		res, stdout, stderr := e.exec(t, platforms.ExecSpec{Argv: platforms.ShellArgv("ulimit -Sn; ulimit -Hn"), OpenFiles: 77})
+		if stdout != "77\n77\n" || res.ExitCode != 0 {
+			t.Errorf("got %q (stderr %q), want the soft and hard limits 77", stdout, stderr)
+		}
+	})
+	t.Run("CPU", func(t *testing.T) {
+		if !f.CPULimit {
+			t.Skipf("%s does not claim this limit", e.p.Name())
+		}
+		dir, err := os.MkdirTemp(e.ws, "cpu-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := filepath.Base(dir)
+		body := fmt.Sprintf("cat /proc/self/cgroup > /workspace/%s/cg.tmp && mv /workspace/%s/cg.tmp /workspace/%s/cg; "+
+			"while [ ! -e /workspace/%s/go ]; do sleep 0.05; done", name, name, name, name)
+		done := make(chan platforms.ExecResult, 1)
+		go func() {
+			res, _, _ := e.exec(t, platforms.ExecSpec{Argv: platforms.ShellArgv(body), MilliCPUs: 250, Timeout: execTimeout})
+			done <- res
+		}()
+		defer func() {
+			_ = os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
+			if res := <-done; res.ExitCode != 0 || res.TimedOut {
+				t.Errorf("the exec ended %+v", res)
+			}
+		}()
+		var cg []byte
+		for deadline := time.Now().Add(execTimeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if cg, err = os.ReadFile(filepath.Join(dir, "cg")); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("the exec did not report its cgroup: %v", err)
+		}
+		quota, err := cpuQuota(string(cg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if quota != 0.25 {
+			t.Errorf("the exec's cgroup allows %.3f CPUs, want 0.25", quota)
+		}
+	})
+}
+
+// cpuQuota reads, on this host, the CPU limit (in CPUs) of the cgroup
+// that /proc/PID/cgroup content names: cpu.max in cgroup v2, the cfs
+// files in v1.
+func cpuQuota(procCgroup string) (float64, error) {
+	f, err := os.CreateTemp("", "cgroup-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(procCgroup); err != nil {
+		return 0, err
+	}
+	f.Close()
+	own, err := cgroups.Paths(f.Name())
+	if err != nil {
+		return 0, err
+	}
+	mounts, err := cgroups.Mounts("/proc/self/mountinfo")
+	if err != nil {
+		return 0, err
+	}
+	read := func(key, file string) (string, error) {
+		d, ok := mounts[key].Path(own[key])
+		if _, has := own[key]; !ok || !has {
+			return "", fmt.Errorf("no %q cgroup for %q", key, procCgroup)
+		}
+		b, err := os.ReadFile(filepath.Join(d, file))
+		return strings.TrimSpace(string(b)), err
+	}
+	var quota, period string
+	if v, err := read("cpu", "cpu.cfs_quota_us"); err == nil {
+		quota = v
+		if period, err = read("cpu", "cpu.cfs_period_us"); err != nil {
+			return 0, err
+		}
+	} else if v, err2 := read("", "cpu.max"); err2 == nil {
+		quota, period, _ = strings.Cut(v, " ")
+	} else {
+		return 0, fmt.Errorf("no CPU limit found: %v; %v", err, err2)
+	}
+	q, err1 := strconv.ParseFloat(quota, 64)
+	p, err2 := strconv.ParseFloat(period, 64)
+	if err1 != nil || err2 != nil || p <= 0 {
+		return 0, fmt.Errorf("cpu quota %q period %q", quota, period)
+	}
+	return q / p, nil
 }
 
 // snapshot is what the host looked like before the suite.

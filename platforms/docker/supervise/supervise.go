@@ -74,23 +74,39 @@ func DecodeTrailer(b []byte) (Trailer, error) {
 // exit status:
 //
 //	idle                          the container's PID 1: reap orphans, exit on SIGTERM
-//	exec TIMEOUT_NS [wait] -- ARGV  run ARGV; see the package documentation
+//	exec TIMEOUT_NS [wait] [nofile=N] -- ARGV  run ARGV; see the package documentation
 func Main(args []string) int {
 	if len(args) >= 1 && args[0] == "idle" {
 		return idle()
 	}
-	wait := len(args) > 2 && args[2] == "wait"
-	if wait {
-		args = append(args[:2:2], args[3:]...)
-	}
-	if len(args) < 4 || args[0] != "exec" || args[2] != "--" {
-		fmt.Fprintf(os.Stderr, "usage: %s idle | exec TIMEOUT_NS [wait] -- ARGV...\n", Name)
+	usage := func() int {
+		fmt.Fprintf(os.Stderr, "usage: %s idle | exec TIMEOUT_NS [wait] [nofile=N] -- ARGV...\n", Name)
 		return 2
+	}
+	if len(args) < 2 || args[0] != "exec" {
+		return usage()
 	}
 	timeout, err := strconv.ParseInt(args[1], 10, 64)
 	if err != nil || timeout <= 0 {
 		fmt.Fprintf(os.Stderr, "%s: bad timeout %q\n", Name, args[1])
 		return 2
+	}
+	wait, nofile := false, uint64(0)
+	rest := args[2:]
+	for ; len(rest) > 0 && rest[0] != "--"; rest = rest[1:] {
+		if rest[0] == "wait" {
+			wait = true
+		} else if v, ok := strings.CutPrefix(rest[0], "nofile="); ok {
+			if nofile, err = strconv.ParseUint(v, 10, 64); err != nil || nofile == 0 {
+				fmt.Fprintf(os.Stderr, "%s: bad %q\n", Name, rest[0])
+				return 2
+			}
+		} else {
+			return usage()
+		}
+	}
+	if len(rest) < 2 {
+		return usage()
 	}
 	if wait {
 		// In a pids cgroup that the command may fill (a fork bomb), the Go
@@ -106,7 +122,16 @@ func Main(args []string) int {
 			return t.Exit
 		}
 	}
-	t := supervise(args[3:], time.Duration(timeout))
+	if nofile > 0 {
+		// The command inherits it; the supervisor needs only a few files.
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: nofile, Max: nofile}); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: set the open files limit: %v\n", Name, err)
+			t := Trailer{Exit: 126, Flags: FlagNoStart}
+			_, _ = os.Stderr.Write(t.Encode())
+			return t.Exit
+		}
+	}
+	t := supervise(rest[1:], time.Duration(timeout))
 	if _, err := os.Stderr.Write(t.Encode()); err != nil {
 		return 125
 	}
