@@ -108,6 +108,10 @@ func checkText(field, s string, max int) error {
 
 func checkSpec(spec *wire.WorkspaceSpec) error {
 	switch {
+	case spec.QuotaBytes < 0 || spec.QuotaInodes < 0:
+		return invalid("quota_bytes and quota_inodes must not be negative")
+	case spec.QuotaInodes > 0 && spec.QuotaBytes == 0:
+		return invalid("quota_inodes needs quota_bytes")
 	case spec.Native:
 		// A native workspace is a plain directory: no history to name.
 		if spec.Project != "" || spec.Branch != "" || spec.At != "" {

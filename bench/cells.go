@@ -42,6 +42,9 @@ type Config struct {
 	Progress func(done, total int, what string)
 	// Keep leaves each sample's Store and directories in WorkDir.
 	Keep bool
+	// QuotaBytes gives each LayerFS workspace a quota of that many bytes
+	// (a file system of its own), to measure what one costs; 0 none.
+	QuotaBytes int64
 }
 
 // DaemonLogFile is the daemons' log in a run's output directory.
@@ -321,7 +324,7 @@ func runSample(ctx context.Context, cfg Config, bases *baseCache, tk task, log *
 		return s
 	}
 	defer release()
-	sr := &sampleRun{ctx: ctx, c: c, tk: tk, s: &s, bases: bases, scratch: dir}
+	sr := &sampleRun{ctx: ctx, c: c, tk: tk, s: &s, bases: bases, scratch: dir, quota: cfg.QuotaBytes}
 	if tk.arm == report.LayerFS {
 		err = sr.layerfs()
 	} else {
@@ -347,6 +350,7 @@ type sampleRun struct {
 	s       *report.Sample
 	bases   *baseCache
 	scratch string
+	quota   int64 // Config.QuotaBytes
 }
 
 // project makes the sample's project with the cell's base as its first
@@ -455,7 +459,7 @@ func (r *sampleRun) layerfs() error {
 	if err := r.project(project); err != nil {
 		return fmt.Errorf("base: %w", err)
 	}
-	spec := client.WorkspaceSpec{Project: project, Branch: "main", Platform: r.tk.target.name}
+	spec := client.WorkspaceSpec{Project: project, Branch: "main", Platform: r.tk.target.name, QuotaBytes: r.quota}
 	if err := r.warm(func() (*client.Workspace, error) { return c.CreateWorkspace(ctx, spec) }); err != nil {
 		return err
 	}

@@ -1,44 +1,29 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/loopfs"
 )
 
 // Errors of LoopFS, for errors.Is.
 var (
 	// ErrToolMissing: a program LoopFS needs is not on PATH; the message
 	// names the Debian package that provides it.
-	ErrToolMissing = errors.New("required tool not installed")
+	ErrToolMissing = loopfs.ErrToolMissing
 	// ErrLoopSpec: the TYPE:SIZE argument is malformed or names a file
 	// system LoopFS does not make.
 	ErrLoopSpec = errors.New("bad file system spec")
 )
-
-// loopKinds are the file systems LoopFS makes: the mkfs program, its
-// arguments before the image, and the Debian package that provides it.
-var loopKinds = map[string]struct {
-	mkfs string
-	args []string
-	pkg  string
-}{
-	// A journal (-j), and the inode tables and journal initialised now
-	// rather than by ext4lazyinit in the background during the run.
-	"ext4": {"mkfs.ext4", []string{"-q", "-F", "-j", "-E", "lazy_itable_init=0,lazy_journal_init=0"}, "e2fsprogs"},
-	// Reflinks, so copy-ups and copy_file_range can clone.
-	"xfs": {"mkfs.xfs", []string{"-q", "-f", "-m", "reflink=1"}, "xfsprogs"},
-}
 
 // LoopFS makes a fresh file system in a sparse image file under dir and
 // loop-mounts it, so that a bench can run on a known file system rather
@@ -63,12 +48,6 @@ func LoopFS(ctx context.Context, dir, spec string) (mountpoint string, cleanup f
 	if err != nil {
 		return "", nil, err
 	}
-	kind := loopKinds[fstype]
-	for _, tool := range []struct{ name, pkg string }{{kind.mkfs, kind.pkg}, {"mount", "mount"}} {
-		if _, err := exec.LookPath(tool.name); err != nil {
-			return "", nil, fmt.Errorf("loop file system %s: %w: %s is not on PATH (install the Debian package %s)", spec, ErrToolMissing, tool.name, tool.pkg)
-		}
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", nil, err
 	}
@@ -81,17 +60,13 @@ func LoopFS(ctx context.Context, dir, spec string) (mountpoint string, cleanup f
 		os.RemoveAll(top)
 		return "", nil, fmt.Errorf("loop file system %s: %w", spec, err)
 	}
-	if err := makeSparse(img, size); err != nil {
-		return fail(err)
-	}
-	if err := runTool(ctx, kind.mkfs, append(kind.args, img)...); err != nil {
+	if err := loopfs.Make(ctx, img, fstype, size); err != nil {
 		return fail(err)
 	}
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		return fail(err)
 	}
-	// mount -o loop sets the loop device to clear itself on unmount.
-	if err := runTool(ctx, "mount", "-t", fstype, "-o", "loop", img, mnt); err != nil {
+	if err := loopfs.Mount(ctx, img, mnt, fstype); err != nil {
 		return fail(err)
 	}
 	var mu sync.Mutex
@@ -100,7 +75,7 @@ func LoopFS(ctx context.Context, dir, spec string) (mountpoint string, cleanup f
 		mu.Lock()
 		defer mu.Unlock()
 		if !unmounted {
-			if err := unmountRetry(mnt); err != nil && err != unix.EINVAL {
+			if err := loopfs.Unmount(mnt); err != nil && err != unix.EINVAL {
 				return fmt.Errorf("loop file system %s: unmount %s: %w (the image %s is left; call cleanup again once it is free)", spec, mnt, err, img)
 			}
 			unmounted = true
@@ -116,7 +91,7 @@ func parseLoopSpec(spec string) (fstype string, size int64, err error) {
 	if !ok {
 		return "", 0, fmt.Errorf("%w %q: want TYPE:SIZE (ext4:8G or xfs:8G)", ErrLoopSpec, spec)
 	}
-	if _, ok := loopKinds[fstype]; !ok {
+	if _, ok := loopfs.Kinds[fstype]; !ok {
 		return "", 0, fmt.Errorf("%w %q: type %q not supported (want ext4 or xfs)", ErrLoopSpec, spec, fstype)
 	}
 	mult := int64(1)
@@ -131,43 +106,4 @@ func parseLoopSpec(spec string) (fstype string, size int64, err error) {
 		return "", 0, fmt.Errorf("%w %q: size %q: want a positive number of bytes with an optional K, M, G or T suffix", ErrLoopSpec, spec, sz)
 	}
 	return fstype, n * mult, nil
-}
-
-func makeSparse(path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func runTool(ctx context.Context, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, name, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(out.String())
-		if i := strings.IndexByte(msg, '\n'); i >= 0 {
-			msg = msg[:i] // mkfs follows its complaint with the whole usage text
-		}
-		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, msg)
-	}
-	return nil
-}
-
-// unmountRetry unmounts dir, waiting a little for processes that are
-// still leaving it (a shell that just exited, a closing file).
-func unmountRetry(dir string) error {
-	var err error
-	for i := 0; i < 20; i++ {
-		if err = unix.Unmount(dir, 0); err != unix.EBUSY {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return err
 }

@@ -127,6 +127,7 @@ func (e *Engine) Exec(ctx context.Context, id string, req wire.ExecRequest, stdo
 			CommandNs: r.Command.Nanoseconds(),
 			LaunchNs:  (wall - r.Command).Nanoseconds(),
 			Platform:  w.opts.Platform,
+			Quota:     e.quotaUsage(w),
 		},
 	}
 	d := e.db.Counters().Sub(sqlBefore)

@@ -28,6 +28,10 @@ type wsOptions struct {
 	Platform string `json:"platform"`
 	Network  string `json:"network"`
 	Native   bool   `json:"native,omitempty"`
+	// QuotaBytes and QuotaInodes size the workspace's own file system
+	// (quota.go); 0 bytes: none.
+	QuotaBytes  int64 `json:"quota_bytes,omitempty"`
+	QuotaInodes int64 `json:"quota_inodes,omitempty"`
 	// Root is the tree the upper layer lies over: the base commit's root,
 	// kept so a remount never needs the commit.
 	Root store.ID `json:"root"`
@@ -130,8 +134,9 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 		if !opts.Native {
 			e.db.DeleteWorkspace(context.WithoutCancel(ctx), id)
 		}
+		err = errors.Join(err, e.dropQuota(id))
 		os.RemoveAll(dir)
-		return wire.Workspace{}, err
+		return wire.Workspace{}, errors.Join(err, e.removeQuotaImage(id))
 	}
 	e.mu.Lock()
 	e.live[id] = w
@@ -146,7 +151,11 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 }
 
 func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
-	o := wsOptions{Platform: spec.Platform, Network: spec.Network, Native: spec.Native}
+	o := wsOptions{Platform: spec.Platform, Network: spec.Network, Native: spec.Native,
+		QuotaBytes: spec.QuotaBytes, QuotaInodes: spec.QuotaInodes}
+	if o.QuotaBytes < 0 || o.QuotaInodes < 0 || (o.QuotaInodes > 0 && o.QuotaBytes == 0) {
+		return o, fmt.Errorf("%w: quota: bytes and inodes must not be negative, and inodes need bytes", ErrInvalid)
+	}
 	if o.Platform == "" {
 		o.Platform = e.defaultPlat
 	}
@@ -194,6 +203,9 @@ func mountTarget(p string) (string, error) {
 // serve mounts w (or makes its native directory) and attaches it to its
 // platform.
 func (e *Engine) serve(ctx context.Context, w *workspace) error {
+	if err := e.ensureQuota(ctx, w); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(w.rec.MountPath, 0o755); err != nil {
 		return err
 	}
@@ -486,7 +498,13 @@ func (e *Engine) EndWorkspace(ctx context.Context, id string, discard bool) erro
 func (e *Engine) remove(ctx context.Context, rec store.Workspace) error {
 	lfs.CleanStale(rec.MountPath)
 	dir := e.workspaceDir(rec.ID)
+	if err := e.dropQuota(rec.ID); err != nil {
+		return fmt.Errorf("remove workspace %s: %w", rec.ID, err)
+	}
 	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove workspace %s: %w", rec.ID, err)
+	}
+	if err := e.removeQuotaImage(rec.ID); err != nil {
 		return fmt.Errorf("remove workspace %s: %w", rec.ID, err)
 	}
 	if rec.MountPath != "" && !isBelow(rec.MountPath, dir) {

@@ -177,6 +177,11 @@ type WorkspaceSpec struct {
 	// Native makes a plain directory instead of a FUSE workspace: no history,
 	// no commit. The bench's native arm uses it on every platform.
 	Native bool `json:"native,omitempty"`
+	// QuotaBytes, when set, bounds what the workspace can hold (its upper
+	// layer: what execs wrote) to a file system of that size of its own;
+	// QuotaInodes bounds its files too (0: ext4's default for the size).
+	QuotaBytes  int64 `json:"quota_bytes,omitempty"`
+	QuotaInodes int64 `json:"quota_inodes,omitempty"`
 }
 
 // Workspace states.
@@ -307,6 +312,21 @@ type Receipt struct {
 	ReusedBytes       int64  `json:"reused_bytes,omitempty"`
 	Platform          string `json:"platform,omitempty"`
 	Image             string `json:"image,omitempty"`
+	// Quota is the workspace's quota and its use after the exec, for a
+	// workspace that has one.
+	Quota *QuotaUsage `json:"quota,omitempty"`
+}
+
+// QuotaUsage is a workspace quota's file system: its size and use in bytes
+// and inodes (its metadata takes a few percent of the bytes). Full means
+// it is within 1 MiB (or 1%) of its bytes, or has no inode left: writes
+// fail, or are about to, with ENOSPC.
+type QuotaUsage struct {
+	Bytes      int64 `json:"bytes"`
+	BytesUsed  int64 `json:"bytes_used"`
+	Inodes     int64 `json:"inodes"`
+	InodesUsed int64 `json:"inodes_used"`
+	Full       bool  `json:"full,omitempty"`
 }
 
 // GCResult answers POST /v1/gc.

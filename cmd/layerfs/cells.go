@@ -71,7 +71,7 @@ func cellsRunCmd(a *app) *cobra.Command {
 	var (
 		platformList, cellList, out, guestDaemon, fsSpec string
 		samples                                          int
-		seed                                             int64
+		seed, quotaBytes                                 int64
 		keep                                             bool
 	)
 	c := &cobra.Command{
@@ -114,14 +114,15 @@ and removed at the end.`,
 				guestDaemon, _ = findDaemon()
 			}
 			cfg := bench.Config{
-				Cells:     cs,
-				Platforms: plats,
-				Samples:   samples,
-				OutDir:    out,
-				Seed:      seed,
-				Keep:      keep,
-				Command:   "layerfs " + strings.Join(os.Args[1:], " "),
-				Machine:   machine(out),
+				Cells:      cs,
+				Platforms:  plats,
+				Samples:    samples,
+				OutDir:     out,
+				Seed:       seed,
+				Keep:       keep,
+				QuotaBytes: quotaBytes,
+				Command:    "layerfs " + strings.Join(os.Args[1:], " "),
+				Machine:    machine(out),
 				NewPlatform: func(name string) (platforms.Platform, error) {
 					return catalog.New(name, catalog.Options{Project: "cells", GuestDaemon: guestDaemon})
 				},
@@ -176,6 +177,7 @@ and removed at the end.`,
 	f.BoolVar(&keep, "keep", false, "keep each sample's Store and directories under OUT/work")
 	f.StringVar(&fsSpec, "fs", "", "run the Stores and native directories on a fresh loop-mounted file system: ext4:SIZE (with a journal) or xfs:SIZE (reflinks), e.g. ext4:8G")
 	f.StringVar(&guestDaemon, "guest-daemon", "", "layerfsd binary for VM guests (default: the one beside layerfs)")
+	f.Int64Var(&quotaBytes, "quota-bytes", 0, "give each LayerFS workspace a quota of this many bytes (to measure its cost)")
 	return c
 }
 

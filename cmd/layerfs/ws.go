@@ -79,6 +79,8 @@ func wsCreateCmd(a *app) *cobra.Command {
 	f.StringVar(&spec.MountPath, "path", "", "mount here (absolute path on the daemon's host; default under the store)")
 	f.StringVar(&spec.Network, "network", "", "sandbox network: none (default) or host")
 	f.StringVar(&spec.Platform, "platform", "", "sandbox platform (default: the daemon's first)")
+	f.Int64Var(&spec.QuotaBytes, "quota-bytes", 0, "bound what execs can write to this many bytes (a file system of the workspace's own)")
+	f.Int64Var(&spec.QuotaInodes, "quota-inodes", 0, "bound the files execs can create (needs --quota-bytes)")
 	return cmd
 }
 

@@ -401,7 +401,7 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 		MemoryBytes: st.info.memory,
 		Runtime:     "docker " + st.version,
 		Image:       st.image.ID,
-		Details: fmt.Sprintf("api %s, storage %s, cgroup v%s, image %s (%d bytes), supervisor %s, per-exec limits: %s, seccomp: %s",
+		Details: fmt.Sprintf("api %s, storage %s, cgroup v%s, image %s (%d bytes), supervisor %s, per-exec limits: %s, seccomp: %s, user namespace: the engine's (userns-remap is a daemon setting)",
 			st.apiVersion, st.info.driver, st.info.cgroup, st.image.Ref, st.image.SizeBytes, st.supervisor, p.limitsNote(), seccomp.Name),
 	}, nil
 }

@@ -21,6 +21,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -33,6 +34,8 @@ import (
 	"testing"
 	"time"
 
+	"layerfs.dev/layerfs/internal/loopfs"
+	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
 )
 
@@ -116,6 +119,8 @@ func cases(h hostFixture) []Case {
 		{Name: "the daemon's unix socket", Probe: []string{"connect-unix", h.unixSock}, Mechanism: "mount namespace (the path is not there)"},
 		{Name: "an abstract unix socket of the host", Probe: []string{"connect-unix", h.abstract}, Mechanism: "network namespace"},
 		{Name: "the host's loopback TCP", Probe: []string{"connect-tcp", h.tcp}, Mechanism: "network namespace"},
+		{Name: "fill the workspace past its quota", Shell: "dd if=/dev/zero of=/workspace/.fill bs=1M count=256 status=none; rc=$?; rm -f /workspace/.fill; exit $rc",
+			Mechanism: "the workspace's own sized file system (a workspace quota)"},
 		{Name: "control: an AF_INET socket", Probe: []string{"socket-inet"}, Control: true},
 		{Name: "control: write the workspace", Probe: []string{"write-workspace"}, Control: true},
 	}
@@ -144,7 +149,7 @@ func Run(t *testing.T, p platforms.Platform) {
 	}
 	t.Logf("platform %s: %s", id.Platform, id.Details)
 
-	ws := t.TempDir()
+	ws := quotaWorkspace(t)
 	if err := os.Chmod(ws, 0o755); err != nil { // the setuid case runs as another uid
 		t.Fatal(err)
 	}
@@ -309,6 +314,36 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 	if err := os.Chmod(to, mode); err != nil { // after the write, which clears setuid
 		t.Fatal(err)
 	}
+}
+
+// quotaSize is the size of the workspace's file system: what a workspace
+// with a quota gets from the engine (engine/quota.go).
+const quotaSize = 64 << 20
+
+// quotaWorkspace is a workspace directory on a file system of its own of
+// quotaSize, as the engine makes for a workspace with a quota.
+func quotaWorkspace(t *testing.T) string {
+	dir := t.TempDir()
+	img, ws := filepath.Join(dir, "ws.img"), filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := loopfs.Make(ctx, img, "ext4", quotaSize, "-m", "0"); err != nil {
+		if errors.Is(err, loopfs.ErrToolMissing) {
+			testenv.Skip(t, err.Error())
+		}
+		t.Fatal(err)
+	}
+	if err := loopfs.Mount(ctx, img, ws, "ext4"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := loopfs.Unmount(ws); err != nil {
+			t.Errorf("unmount the workspace's file system: %v", err)
+		}
+	})
+	return ws
 }
 
 // buildProbe builds ./probe, static, into a directory of the test's.

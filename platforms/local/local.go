@@ -203,7 +203,8 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 		CPUs:        runtime.NumCPU(),
 		MemoryBytes: int64(si.Totalram) * int64(si.Unit),
 		Runtime:     "layerfs-ns " + runtime.Version(),
-		Details:     fmt.Sprintf("cgroup limits: memory %v, pids %v; seccomp: %s", mem, pids, p.filterName()),
+		Details: fmt.Sprintf("cgroup limits: memory %v, pids %v, cpu %v; seccomp: %s; user namespace: none (uid 0 without capabilities)",
+			mem, pids, p.current().CPULimit(), p.filterName()),
 	}, nil
 }
 
