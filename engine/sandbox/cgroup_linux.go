@@ -103,6 +103,7 @@ func unifiedDelegates(d string, controllers ...string) bool {
 // execCgroup is the cgroup (one directory per hierarchy) of one exec.
 type execCgroup struct {
 	unified, memory, pids, cpu string // directories, "" where there is none
+	cpuParent                  string // the v1 cpu hierarchy's parent, for addCPU
 	// fd is the v2 directory for CLONE_INTO_CGROUP, -1 for v1.
 	fd int
 }
@@ -155,12 +156,36 @@ func (c *cgroupDirs) create(name string, withMemory, withCPU bool) (_ *execCgrou
 			return nil, err
 		}
 	}
+	e.cpuParent = c.cpu
 	if c.cpu != "" && withCPU {
 		if err := mk(c.cpu, &e.cpu); err != nil {
 			return nil, err
 		}
 	}
 	return e, nil
+}
+
+// addCPU gives an exec made without one (a warm init's) its v1 cpu
+// cgroup and moves pid, its init, in: the init is still blocked on its
+// config, so nothing of the exec has run outside it. Nothing is done in
+// cgroup v2 (the unified cgroup has the controller) or when there is one.
+func (e *execCgroup) addCPU(pid int) error {
+	if e.unified != "" || e.cpu != "" || e.cpuParent == "" {
+		return nil
+	}
+	name := ""
+	for _, d := range e.dirs() {
+		name = filepath.Base(d)
+	}
+	if name == "" {
+		return errors.New("cgroup: no name for a cpu cgroup")
+	}
+	d := filepath.Join(e.cpuParent, name)
+	if err := os.Mkdir(d, 0o755); err != nil {
+		return fmt.Errorf("create cgroup: %w", err)
+	}
+	e.cpu = d
+	return writeFile(d, "cgroup.procs", strconv.Itoa(pid))
 }
 
 // cpuPeriod is the period of a CPU limit: a limit of n thousandths of a

@@ -21,9 +21,10 @@
 //     and moves into it clones (open_tree) of the runtime (the host's /usr,
 //     /etc and their /bin, /sbin, /lib* symlinks, or every top-level entry
 //     of an image directory), read-only with one mount_setattr each; a
-//     private /tmp; a fresh /proc with /proc/sys and friends read-only; a
-//     minimal read-only /dev (null, zero, full, random, urandom, tty, pts,
-//     shm and the fd symlinks); then pivot_root(".", "."), detaches the old
+//     private /tmp; a fresh /proc with /proc/sys and friends read-only and
+//     the files that tell about the host's kernel masked (Docker's list); a
+//     read-only /sys; a minimal read-only /dev (null, zero, full, random,
+//     urandom, tty, pts, shm and the fd symlinks); then pivot_root(".", "."), detaches the old
 //     root and makes the new root read-only (writes outside /workspace and
 //     /tmp fail with EROFS), and ends, leaving the namespace to an fd;
 //  4. on its main thread, which has stayed in the host's mount namespace
@@ -34,7 +35,10 @@
 //     ambient and inheritable capability sets and sets no_new_privs (both
 //     are per thread), then forks the command from that thread, in its own
 //     process group, as the configured uid and gid, so the command starts
-//     with no capabilities at all; the init thread then keeps only CAP_KILL;
+//     with no capabilities at all, under the seccomp filter
+//     (Launcher.SyscallFilter, which came in the init's environment) that
+//     the init loaded on that thread just before the fork; the init thread
+//     then keeps only CAP_KILL;
 //  6. reaps every process until the namespace is empty, kills what the
 //     command left behind when it exits (or everything when the timeout
 //     fires: kill(-1) from PID 1 reaches the whole namespace), closes its
@@ -84,10 +88,12 @@
 //
 // # Limits
 //
-// Memory and pids limits use a per-exec cgroup created below the launcher's
-// own: cgroup v2 when the launcher's unified cgroup delegates both
-// controllers (the init is cloned straight into it), else the v1 memory and
-// pids hierarchies (the init is moved in before it reads its config).
+// Memory, pids and CPU limits use a per-exec cgroup created below the
+// launcher's own: cgroup v2 when the launcher's unified cgroup delegates
+// memory and pids (and cpu, for CPU limits; the init is cloned straight
+// into it), else the v1 memory, pids and cpu hierarchies (the init is moved
+// in before it reads its config). The open files limit is an rlimit the
+// init sets around the fork.
 // Without cgroups the init sets RLIMIT_AS and, for a non-root uid only,
 // RLIMIT_NPROC (it counts every process of the uid on the host). The pids
 // limit includes headroom for the init's own threads.

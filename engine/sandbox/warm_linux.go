@@ -154,7 +154,10 @@ func (l *Launcher) warmOne() {
 	var cg *execCgroup
 	if l.cg.hasMemory() || l.cg.hasPids() || l.cg.hasCPU() {
 		var err error
-		if cg, err = l.cg.create(l.cgroupName(), true, true); err != nil {
+		// No v1 cpu cgroup ahead: few execs ask for a CPU limit, and one
+		// more cgroup made and removed per init cost the pool's refills
+		// (and so sustained throughput); send makes it when asked.
+		if cg, err = l.cg.create(l.cgroupName(), true, false); err != nil {
 			l.logger().Warn("sandbox warm init", "err", err)
 			l.mu.Lock()
 			l.warming--
@@ -227,7 +230,10 @@ func (l *Launcher) Close(ctx context.Context) error {
 // config: the init runs nothing of the exec before it has it.
 func (ip *initProc) send(mem int64, milliCPUs int, ic initConfigX) error {
 	var err error
-	if ip.cg != nil {
+	if ip.cg != nil && milliCPUs > 0 {
+		err = ip.cg.addCPU(ip.cmd.Process.Pid)
+	}
+	if ip.cg != nil && err == nil {
 		err = ip.cg.limit(mem, ic.pids, milliCPUs)
 	}
 	if err == nil {

@@ -28,11 +28,14 @@
 //
 // # Two forms
 //
-// BPF compiles the profile with github.com/elastic/go-seccomp-bpf (pure
-// Go, so the binaries stay static) into the classic BPF program that the
-// local sandbox init loads with seccomp(2) just before it starts the
-// command. It is compiled once, in the daemon: the init, which starts for
-// every exec, never links the compiler (its package initialisation alone
+// BPF compiles the profile into the classic BPF programs that the local
+// sandbox init loads with seccomp(2) just before it starts the command, in
+// pure Go so the binaries stay static: one program decides every call by
+// its number (a binary search over ranges of numbers, assembled with
+// golang.org/x/net/bpf), and one per call with argument conditions
+// (assembled by github.com/elastic/go-seccomp-bpf); see BPF for why. They
+// are compiled once, in the daemon: the init, which starts for every exec,
+// never links the compiler (go-seccomp-bpf's package initialisation alone
 // costs about 0.3 ms). DockerProfile renders the same rules as Docker's
 // JSON profile format, for a container's SecurityOpt "seccomp=...".
 package seccomp
