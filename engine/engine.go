@@ -2,10 +2,13 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -35,6 +38,7 @@ type Config struct {
 // workspace's running execs.
 type Engine struct {
 	db       *store.DB
+	source   string // of every FUSE mount: MountSource of the Store
 	log      *slog.Logger
 	author   string
 	now      func() time.Time
@@ -51,6 +55,14 @@ type Engine struct {
 	metrics metrics
 }
 
+// MountSource is the source every FUSE mount of the Store in dir carries
+// in /proc/self/mountinfo: "layerfs:" and a hash of the Store's absolute
+// path. A daemon that takes over from one stuck dying aborts them by it.
+func MountSource(dir string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(dir)))
+	return "layerfs:" + hex.EncodeToString(sum[:6])
+}
+
 // New makes an engine over an open Store. Call Recover next to bring back
 // the workspaces a previous process left.
 func New(ctx context.Context, cfg Config) (*Engine, error) {
@@ -59,6 +71,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		db:     cfg.Store,
+		source: MountSource(cfg.Store.Dir()),
 		log:    cfg.Logger,
 		author: cfg.Author,
 		now:    cfg.Now,

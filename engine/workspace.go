@@ -17,6 +17,7 @@ import (
 
 	"layerfs.dev/layerfs/commit"
 	lfs "layerfs.dev/layerfs/fs"
+	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/overlay"
 	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/store"
@@ -220,7 +221,7 @@ func (e *Engine) serve(ctx context.Context, w *workspace) error {
 		if err != nil {
 			return fmt.Errorf("open workspace %s: %w", w.rec.ID, err)
 		}
-		m, err := lfs.Mount(ctx, w.rec.MountPath, ov, lfs.Options{Logger: e.log})
+		m, err := lfs.Mount(ctx, w.rec.MountPath, ov, lfs.Options{Logger: e.log, Source: e.source})
 		if err != nil {
 			ov.Close()
 			return fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)
@@ -568,6 +569,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	e.detachOrphans(recs)
 	for _, r := range recs {
 		if _, err := e.MountWorkspace(ctx, r.ID); err != nil {
 			e.log.Error("recover workspace", "id", r.ID, "err", err)
@@ -576,6 +578,32 @@ func (e *Engine) Recover(ctx context.Context) error {
 		e.log.Info("workspace recovered", "id", r.ID, "mount", r.MountPath)
 	}
 	return nil
+}
+
+// detachOrphans detaches mounts of this Store that no workspace record
+// owns: a daemon killed while it created a workspace may have mounted it
+// before the record was written. They are found by their source in
+// /proc/self/mountinfo, never by touching them.
+func (e *Engine) detachOrphans(recs []store.Workspace) {
+	owned := map[string]bool{}
+	for _, r := range recs {
+		owned[filepath.Clean(r.MountPath)] = true
+	}
+	ms, err := mountinfo.Read(mountinfo.Self)
+	if err != nil {
+		e.log.Warn("list mounts", "err", err)
+		return
+	}
+	for _, m := range ms {
+		if m.Source != e.source || owned[m.Dir] {
+			continue
+		}
+		if err := lfs.CleanStale(m.Dir); err != nil {
+			e.log.Warn("detach a mount no workspace owns", "mount", m.Dir, "err", err)
+			continue
+		}
+		e.log.Info("detached a mount no workspace owns", "mount", m.Dir)
+	}
 }
 
 // diskUsage is the space the files under root take on disk.

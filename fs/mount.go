@@ -32,6 +32,11 @@ type Options struct {
 	Timeout time.Duration
 	// Debug logs every FUSE request (to Logger).
 	Debug bool
+	// Source names the mount in /proc/self/mountinfo (its "source" field);
+	// default "layerfs". A daemon gives every mount of its Store one
+	// source, so that a successor can find and abort them without
+	// touching them (AbortSource).
+	Source string
 }
 
 // Server serves one workspace mount; Mount returns it.
@@ -75,13 +80,17 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 	if timeout == 0 {
 		timeout = time.Hour
 	}
+	source := opts.Source
+	if source == "" {
+		source = "layerfs"
+	}
 	root := &node{m: m, on: ov.Root()}
 	gopts := &gofs.Options{
 		MountOptions: fuse.MountOptions{
 			AllowOther:        true,
 			DirectMount:       true,
 			DirectMountStrict: true,
-			FsName:            "layerfs",
+			FsName:            source,
 			Name:              "layerfs",
 			Options:           []string{"default_permissions"},
 			MaxWrite:          1 << 20,

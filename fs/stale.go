@@ -144,3 +144,24 @@ func AbortHeldBy(pid int) (int, error) {
 	}
 	return len(conns), errors.Join(errs...)
 }
+
+// AbortSource aborts the FUSE connection of every mount whose source (in
+// /proc/self/mountinfo) is source, and returns how many it aborted. Like
+// AbortHeldBy it is for a daemon stuck dying, and is the one that works
+// once the dying process's descriptor table is gone (a thread closing its
+// files at exit flushes a file on its own mount, and waits for itself).
+func AbortSource(source string) (int, error) {
+	ms, err := mountinfo.Read(mountinfo.Self)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, m := range ms {
+		if m.Source == source && strings.HasPrefix(m.FSType, "fuse") {
+			errs = append(errs, abortConnection(ms, m.Device))
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}

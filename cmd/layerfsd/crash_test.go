@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
@@ -485,7 +486,6 @@ func TestOnlyTheDaemonHoldsFUSE(t *testing.T) {
 	<-done
 }
 
-
 // TestCrashDocker kills a daemon whose workspace runs on the docker
 // platform while an exec runs in its container: the next daemon removes the
 // dead one's container, so nothing of the sandbox runs on, and serves the
@@ -549,5 +549,72 @@ func TestCrashDocker(t *testing.T) {
 	}
 	if err := ws2.End(ctx, client.EndOptions{Discard: true}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKilledWithItsOwnFileOpen kills the daemon while it holds a file of
+// its own mount open (an upload whose body stalls). Exiting, the kernel
+// closes that file, which sends a FLUSH to the mount's server: the dying
+// process itself, which can never answer. It would stay a zombie holding
+// the Store's lock forever; the supervisor aborts its connections, and the
+// next daemon serves.
+func TestKilledWithItsOwnFileOpen(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := startSupervisedDaemon(t)
+	ctx := t.Context()
+	c, err := s.waitUp(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ws := workspaceInP(t, c)
+	st, err := c.Daemon(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, feed := io.Pipe()
+	defer feed.Close()
+	go func() {
+		feed.Write(make([]byte, 1<<20))
+		<-ctx.Done() // then stall
+	}()
+	done := make(chan error, 1)
+	go func() { done <- ws.WriteFrom(ctx, "stall", body, -1, 0o644) }()
+	// The upload goes to a temporary file beside its target first.
+	upper := filepath.Join(s.store, "workspaces", ws.ID(), "upper", ".stall.upload-*")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if m, _ := filepath.Glob(upper); len(m) == 1 {
+			if fi, err := os.Stat(m[0]); err == nil && fi.Size() > 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the upload never reached the upper layer")
+		}
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := s.waitUp(ctx, time.Minute)
+	if err != nil {
+		t.Fatalf("after killing a daemon with its own file open: %v", err)
+	}
+	defer c2.Close()
+	if _, err := c2.Workspace(ctx, ws.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if state, _, ok := proctest.Status(st.PID); ok && state != 'Z' {
+		t.Errorf("the killed daemon %d is still there, state %c", st.PID, state)
+	}
+	// The client still feeds the request body; once it stops, the call
+	// ends with an error.
+	feed.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("the upload to a killed daemon succeeded")
+		}
+	case <-time.After(time.Minute):
+		t.Error("the upload did not end after its daemon died and its body ended")
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"layerfs.dev/layerfs/api"
+	"layerfs.dev/layerfs/engine"
 	lfs "layerfs.dev/layerfs/fs"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire"
@@ -352,15 +353,24 @@ func lockStore(dir string, log *slog.Logger) (*os.File, error) {
 			f.Close()
 			return nil, fmt.Errorf("another layerfsd already serves the store %s", dir)
 		}
-		if n, err := lfs.AbortHeldBy(holder); n > 0 || err != nil {
-			log.Warn("the previous daemon is stuck dying; aborted its FUSE connections", "pid", holder, "connections", n, "err", err)
-		}
+		unstick(holder, dir, log)
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
+}
+
+// unstick aborts the FUSE connections of a daemon stuck dying: those its
+// threads still hold, and every mount of the Store (its descriptors are
+// gone once it closes its files at exit, which is where it may wait).
+func unstick(pid int, dir string, log *slog.Logger) {
+	held, err1 := lfs.AbortHeldBy(pid)
+	mounts, err2 := lfs.AbortSource(engine.MountSource(dir))
+	if held+mounts > 0 || err1 != nil || err2 != nil {
+		log.Warn("a daemon is stuck dying; aborted its FUSE connections", "pid", pid, "held", held, "mounts", mounts, "err", errors.Join(err1, err2))
+	}
 }
 
 // lockHolder reads the pid a daemon wrote into the lock file (0 if none).

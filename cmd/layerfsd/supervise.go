@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	lfs "layerfs.dev/layerfs/fs"
 )
 
 // The supervisor keeps a daemon's crash from costing anything but a moment.
@@ -99,9 +97,7 @@ func supervise(dir string, args []string, stderr io.Writer) int {
 				// Killed while waiting on its own mount, it cannot finish
 				// dying until its FUSE connections are aborted.
 				if dying(pid) {
-					if n, err := lfs.AbortHeldBy(pid); n > 0 || err != nil {
-						log.Warn("the daemon is stuck dying; aborted its FUSE connections", "pid", pid, "connections", n, "err", err)
-					}
+					unstick(pid, dir, log)
 				}
 			case s := <-sigs:
 				stopping = true
