@@ -3,15 +3,14 @@
 package sandbox
 
 import (
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/internal/testenv"
 )
 
@@ -40,7 +39,7 @@ func TestNoDaemonDescriptors(t *testing.T) {
 			// as soon as it is started, so give it that moment.
 			for _, ip := range poolInits(l) {
 				deadline := time.Now().Add(30 * time.Second)
-				for fds := fuseHolders(t, ip); len(fds) > 0; fds = fuseHolders(t, ip) {
+				for fds := proctest.FUSEDescriptors(ip); len(fds) > 0; fds = proctest.FUSEDescriptors(ip) {
 					if time.Now().After(deadline) {
 						t.Errorf("warm init %d still holds /dev/fuse as fd %v after 30s", ip, fds)
 						break
@@ -78,21 +77,4 @@ func poolInits(l *Launcher) []int {
 		pids = append(pids, pid)
 	}
 	return pids
-}
-
-// fuseHolders lists the descriptors of process pid open on /dev/fuse.
-func fuseHolders(t *testing.T, pid int) []string {
-	t.Helper()
-	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fds []string
-	for _, e := range ents {
-		if target, err := os.Readlink(dir + "/" + e.Name()); err == nil && target == "/dev/fuse" {
-			fds = append(fds, e.Name())
-		}
-	}
-	return fds
 }

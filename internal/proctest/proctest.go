@@ -131,3 +131,39 @@ func FUSEHolders(conn string) []int {
 	}
 	return pids
 }
+
+// Descendants lists every process below pid (children, their children, ...).
+func Descendants(pid int) []int {
+	parent := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if p, err := strconv.Atoi(e.Name()); err == nil {
+			if _, _, pp, ok := stat(e.Name()); ok {
+				parent[p] = pp
+			}
+		}
+	}
+	var out []int
+	for p := range parent {
+		for a, hops := parent[p], 0; a > 1 && hops < 64; a, hops = parent[a], hops+1 { // a snapshot, so bounded
+			if a == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// FUSEDescriptors lists the descriptors of process pid open on /dev/fuse.
+func FUSEDescriptors(pid int) []string {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	ents, _ := os.ReadDir(dir)
+	var fds []string
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && target == "/dev/fuse" {
+			fds = append(fds, e.Name())
+		}
+	}
+	return fds
+}
