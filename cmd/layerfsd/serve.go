@@ -381,15 +381,31 @@ func lockHolder(f *os.File) int {
 	return pid
 }
 
-// dying reports whether process pid is exiting: its thread group leader
-// has exited (state Z) while the process is not yet gone.
+// dying reports whether process pid has been killed but has not ended:
+// its thread group leader has exited (state Z) while threads remain, or a
+// SIGKILL is pending, which a thread waiting uninterruptibly (on a FUSE
+// request to the process's own mount) never takes.
 func dying(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return false
 	}
-	_, rest, ok := strings.Cut(string(b), ") ")
-	return ok && (strings.HasPrefix(rest, "Z") || strings.HasPrefix(rest, "X"))
+	const sigkill = 1 << (9 - 1)
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			if strings.HasPrefix(v, "Z") || strings.HasPrefix(v, "X") {
+				return true
+			}
+		case "SigPnd", "ShdPnd":
+			if mask, err := strconv.ParseUint(v, 16, 64); err == nil && mask&sigkill != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // claimSocket makes sure nothing answers at path and removes a stale

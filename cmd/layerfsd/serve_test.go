@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -226,5 +227,23 @@ func TestShutdownGrace(t *testing.T) {
 				t.Error("the socket still answers after shutdown")
 			}
 		})
+	}
+}
+
+// TestDying: a live process is not dying; one that has exited and is not
+// yet reaped (a zombie) is.
+func TestDying(t *testing.T) {
+	if dying(os.Getpid()) {
+		t.Error("this process is said to be dying")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	for deadline := time.Now().Add(30 * time.Second); !dying(cmd.Process.Pid); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("an exited, unreaped child is not said to be dying")
+		}
 	}
 }

@@ -79,7 +79,8 @@ func supervise(dir string, args []string, stderr io.Writer) int {
 	exits := make(chan exit, 16)
 	go reapAll(exits)
 
-	early := 0 // deaths in a row before serving
+	early := 0         // deaths in a row before serving
+	restarted := false // the daemon running is a restart after a crash
 	stopping := false
 	for {
 		pid, ready, err := startSupervised(args)
@@ -112,14 +113,18 @@ func supervise(dir string, args []string, stderr io.Writer) int {
 		}
 		tick.Stop()
 		crashed := ws.Signaled() || ws.ExitStatus() == 2 // a signal, or a Go panic
-		if stopping || !crashed {
-			ready.Close()
+		didServe := served(ready)
+		// A daemon that ends by itself ends the supervisor, unless it is a
+		// restart that failed before serving (what its predecessor left
+		// may still be going away): that is retried like a crash.
+		if stopping || (!crashed && (didServe || !restarted)) {
 			lock.Close() // a new daemon may start now
 			log.Info("daemon ended", "pid", pid, "status", describe(ws))
 			drainOrphans(exits)
 			return ws.ExitStatus()
 		}
-		if served(ready) {
+		restarted = true
+		if didServe {
 			early = 0
 		} else if early++; early >= maxEarlyDeaths {
 			log.Error("daemon keeps dying before it serves; giving up", "pid", pid, "status", describe(ws), "attempts", early)
@@ -127,7 +132,7 @@ func supervise(dir string, args []string, stderr io.Writer) int {
 			return 1
 		}
 		log.Warn("daemon died; starting it again", "pid", pid, "status", describe(ws))
-		time.Sleep(restartDelay)
+		time.Sleep(restartDelay << min(early, 4)) // backing off while it dies early
 	}
 }
 
