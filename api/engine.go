@@ -47,6 +47,11 @@ type Engine interface {
 	ReadFile(ctx context.Context, id, path string, w io.Writer) (size int64, err error)
 	PutTar(ctx context.Context, id, dir string, r io.Reader) error
 	GetTar(ctx context.Context, id, path string, w io.Writer) error
+	// Stat describes path without following a symlink at its end.
+	Stat(ctx context.Context, id, path string) (wire.FileInfo, error)
+	// List pages through the directory path in name order (depth first
+	// when recursive), after the path cursor, at most limit entries.
+	List(ctx context.Context, id, path string, recursive bool, cursor string, limit int) (wire.DirPage, error)
 
 	GC(ctx context.Context) (wire.GCResult, error)
 	Fsck(ctx context.Context) (wire.FsckReport, error)

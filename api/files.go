@@ -84,7 +84,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {
 	return lw.finish(err)
 }
 
-func tarDir(r *http.Request) (string, string, error) {
+func pathQuery(r *http.Request) (string, string, error) {
 	id, err := idParam(r)
 	if err != nil {
 		return "", "", err
@@ -98,7 +98,7 @@ func tarDir(r *http.Request) (string, string, error) {
 }
 
 func (s *Server) putTar(w http.ResponseWriter, r *http.Request) error {
-	id, dir, err := tarDir(r)
+	id, dir, err := pathQuery(r)
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func (s *Server) putTar(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getTar(w http.ResponseWriter, r *http.Request) error {
-	id, p, err := tarDir(r)
+	id, p, err := pathQuery(r)
 	if err != nil {
 		return err
 	}
@@ -164,4 +164,55 @@ func (l *lazyWriter) finish(err error) error {
 	}
 	l.log.Warn("download failed mid-stream; aborting the response", "id", l.w.Header().Get("X-Request-Id"), "err", err)
 	panic(http.ErrAbortHandler)
+}
+
+func (s *Server) statPath(w http.ResponseWriter, r *http.Request) error {
+	id, p, err := pathQuery(r)
+	if err != nil {
+		return err
+	}
+	fi, err := s.eng.Stat(ctxOf(r), id, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, fi)
+	return nil
+}
+
+func (s *Server) listDir(w http.ResponseWriter, r *http.Request) error {
+	id, err := idParam(r)
+	if err != nil {
+		return err
+	}
+	q, err := query(r.URL.Query(), "path", "recursive", "cursor", "limit")
+	if err != nil {
+		return err
+	}
+	dir, err := workspacePath("query parameter path", q["path"], true)
+	if err != nil {
+		return err
+	}
+	recursive, err := boolParam(q, "recursive")
+	if err != nil {
+		return err
+	}
+	limit, err := intParam(q, "limit", wire.DefaultListLimit, 1, wire.MaxListLimit)
+	if err != nil {
+		return err
+	}
+	cursor := q["cursor"]
+	if cursor != "" {
+		if cursor, err = workspacePath("query parameter cursor", cursor, false); err != nil {
+			return err
+		}
+	}
+	page, err := s.eng.List(ctxOf(r), id, dir, recursive, cursor, limit)
+	if err != nil {
+		return err
+	}
+	if page.Entries == nil {
+		page.Entries = []wire.FileInfo{}
+	}
+	writeJSON(w, http.StatusOK, page)
+	return nil
 }

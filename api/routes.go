@@ -48,6 +48,8 @@ func (s *Server) routes() {
 	s.handle("GET /v1/workspaces/{id}/files/{path...}", read, s.getFile)
 	s.handle("PUT /v1/workspaces/{id}/tar", work, s.putTar)
 	s.handle("GET /v1/workspaces/{id}/tar", read, s.getTar)
+	s.handle("GET /v1/workspaces/{id}/stat", read, s.statPath)
+	s.handle("GET /v1/workspaces/{id}/list", read, s.listDir)
 
 	s.handle("POST /v1/gc", work, s.gc)
 	s.handle("POST /v1/fsck", read, s.fsck)

@@ -1,5 +1,7 @@
 package wire
 
+import "time"
+
 // Checkout is POST /v1/projects/{p}/checkout: materialize Ref into Path, a
 // directory on the daemon's host.
 type Checkout struct {
@@ -16,4 +18,32 @@ const (
 	MediaNDJSON = "application/x-ndjson"
 	// MediaTar is the body of PUT/GET .../tar.
 	MediaTar = "application/x-tar"
+)
+
+// FileInfo describes one path of a workspace: GET /v1/workspaces/{id}/stat
+// answers one, GET .../list a page of them.
+type FileInfo struct {
+	// Path is relative to the workspace root, slash separated ("." for the root).
+	Path string `json:"path"`
+	// Type is "file", "dir", "symlink", "fifo", "socket", "char" or "block".
+	Type    string    `json:"type"`
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"` // permission bits, 0 to 0o7777
+	ModTime time.Time `json:"mtime"`
+	// Target is a symlink's target, as stored (never followed).
+	Target string `json:"target,omitempty"`
+}
+
+// DirPage answers GET /v1/workspaces/{id}/list?path=&recursive=&cursor=&limit=:
+// entries in name order (depth first when recursive), without the listed
+// directory itself.
+type DirPage struct {
+	Entries []FileInfo `json:"entries"`
+	Next    string     `json:"next,omitempty"` // cursor of the next page; "" at the end
+}
+
+// Listing limits: entries per page by default and at most.
+const (
+	DefaultListLimit = 1000
+	MaxListLimit     = 10000
 )

@@ -757,3 +757,70 @@ func (e *Engine) WriteMetrics(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "# TYPE layerfs_test_execs_running gauge\nlayerfs_test_execs_running %d\n", e.Running.Load())
 	return err
 }
+
+func (f file) info(p string, mtime time.Time) wire.FileInfo {
+	fi := wire.FileInfo{Path: p, Type: "file", Size: int64(len(f.data)), Mode: uint32(f.mode.Perm()), ModTime: mtime}
+	switch {
+	case f.mode.IsDir():
+		fi.Type, fi.Size = "dir", 0
+	case f.mode&fs.ModeSymlink != 0:
+		fi.Type, fi.Size, fi.Target = "symlink", int64(len(f.link)), f.link
+	}
+	return fi
+}
+
+// Stat implements api.Engine.
+func (e *Engine) Stat(ctx context.Context, id, p string) (wire.FileInfo, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ws, err := e.workspace(id)
+	if err != nil {
+		return wire.FileInfo{}, err
+	}
+	if p == "." {
+		return file{mode: fs.ModeDir | 0o755}.info(".", e.now()), nil
+	}
+	f, ok := ws.files[p]
+	if !ok {
+		return wire.FileInfo{}, notFound(p)
+	}
+	return f.info(p, e.now()), nil
+}
+
+// List implements api.Engine: the paths below dir in segment order, which
+// is the real engine's depth-first name order.
+func (e *Engine) List(ctx context.Context, id, dir string, recursive bool, cursor string, limit int) (wire.DirPage, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ws, err := e.workspace(id)
+	if err != nil {
+		return wire.DirPage{}, err
+	}
+	if f, ok := ws.files[dir]; dir != "." && (!ok || !f.mode.IsDir()) {
+		if !ok {
+			return wire.DirPage{}, notFound(dir)
+		}
+		return wire.DirPage{}, fmt.Errorf("%s is not a directory: %w", dir, engine.ErrInvalid)
+	}
+	bySegments := func(a, b string) int { return slices.Compare(strings.Split(a, "/"), strings.Split(b, "/")) }
+	var names []string
+	for n := range ws.files {
+		rest, ok := strings.CutPrefix(n, dir+"/")
+		if dir == "." {
+			rest, ok = n, true
+		}
+		if ok && (recursive || !strings.Contains(rest, "/")) && (cursor == "" || bySegments(n, cursor) > 0) {
+			names = append(names, n)
+		}
+	}
+	slices.SortFunc(names, bySegments)
+	var page wire.DirPage
+	for i, n := range names {
+		if i == limit {
+			page.Next = names[i-1]
+			break
+		}
+		page.Entries = append(page.Entries, ws.files[n].info(n, e.now()))
+	}
+	return page, nil
+}
