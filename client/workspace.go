@@ -52,13 +52,20 @@ func (c *Client) Workspaces(ctx context.Context) ([]wire.Workspace, error) {
 
 // Workspace returns a handle on an existing workspace.
 func (c *Client) Workspace(ctx context.Context, id string) (*Workspace, error) {
-	ws := &Workspace{c: c, info: wire.Workspace{ID: id}}
+	ws := c.Attach(id)
 	st, err := ws.Status(ctx)
 	if err != nil {
 		return nil, err
 	}
 	ws.info = st.Workspace
 	return ws, nil
+}
+
+// Attach returns a handle on the workspace id without asking the daemon:
+// the id is checked by the first call that uses it, and Info holds only the
+// id until Status fills it.
+func (c *Client) Attach(id string) *Workspace {
+	return &Workspace{c: c, info: wire.Workspace{ID: id}}
 }
 
 // ID is the workspace's id.

@@ -51,5 +51,6 @@ func commands(a *app) {
 		daemonCmd(a),
 		wsCmd(a),
 		cellsCmd(a),
+		mcpCmd(a),
 	)
 }
