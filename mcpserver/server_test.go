@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +38,11 @@ func newServer(t *testing.T, d *daemontest.Daemon) *mcpserver.Server {
 // connect runs a session of the Go SDK's client against srv in process.
 func connect(t *testing.T, srv *mcpserver.Server) *mcp.ClientSession {
 	t.Helper()
+	return connectWith(t, srv, nil)
+}
+
+func connectWith(t *testing.T, srv *mcpserver.Server, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := srv.MCP().Connect(ctx, st, nil)
@@ -44,7 +50,7 @@ func connect(t *testing.T, srv *mcpserver.Server) *mcp.ClientSession {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ss.Close() })
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "go-test", Version: "v0"}, nil).Connect(ctx, ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "go-test", Version: "v0"}, opts).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,6 +291,55 @@ func TestSession(t *testing.T) {
 	s.ok(&end, "workspace_end", map[string]any{"workspace": ws.ID, "discard": true})
 	s.ok(&end, "workspace_end", map[string]any{"workspace": co.ID})
 	s.refused("not_found", "workspace_end", map[string]any{"workspace": ws.ID})
+}
+
+// TestExecProgress: a call with a progress token gets the output as
+// progress notifications before the result.
+func TestExecProgress(t *testing.T) {
+	d := daemontest.Start(t)
+	var mu sync.Mutex
+	var streamed strings.Builder
+	arrived := make(chan struct{}, 1)
+	cs := connectWith(t, newServer(t, d), &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			streamed.WriteString(req.Params.Message)
+			select {
+			case arrived <- struct{}{}:
+			default: // a wake-up is already pending
+			}
+		},
+	})
+	s := session{t, cs}
+	var proj, ws struct{ ID string }
+	s.ok(&proj, "project_create", map[string]any{"name": "p"})
+	s.ok(&ws, "workspace_create", map[string]any{"project": "p"})
+	params := &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"workspace": ws.ID, "command": "echo one; echo two >&2; echo three"}}
+	params.SetProgressToken("exec-1")
+	res, err := cs.CallTool(context.Background(), params)
+	if err != nil || res.IsError {
+		t.Fatalf("exec: %v %s", err, text(res))
+	}
+	// Notifications may be handled after the result: wait for them (bounded).
+	complete := func() (string, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		got := streamed.String()
+		return got, strings.Contains(got, "one\n") && strings.Contains(got, "two\n") && strings.Contains(got, "three\n")
+	}
+	deadline := time.After(time.Minute)
+	for {
+		got, ok := complete()
+		if ok {
+			return
+		}
+		select {
+		case <-arrived:
+		case <-deadline:
+			t.Fatalf("progress messages %q lack some of one, two, three", got)
+		}
+	}
 }
 
 // snapshot is what bad input must not change: branches' heads, logs,
