@@ -1,0 +1,33 @@
+"""LayerFS for Python: workspaces with history for agents.
+
+A client of layerfsd's HTTP API that needs only the standard library::
+
+    from layerfs import Client
+
+    client = Client()                                  # the default Store's daemon, as the CLI finds it
+    with client.workspaces.create("demo", branch="main") as ws:
+        ws.files.write("hello.py", "print('hi')\\n")
+        res = ws.exec("python3 hello.py", timeout=60, on_stdout=print)
+        if res.exit_code == 0:
+            ws.commit("hello works")
+
+``layerfs.aio.AsyncClient`` is the same API for asyncio. Errors are
+subclasses of :class:`LayerFSError`, one per API error code.
+"""
+
+from .aio import AsyncClient, AsyncWorkspace
+from .client import Branches, Client, Files, Projects, Workspace, Workspaces
+from .errors import (AlreadyExists, Busy, DaemonUnreachable, HeadMoved, InternalError, InvalidArgument,
+                     LayerFSError, NotFound, TooLarge, Unauthorized, Unavailable, UncommittedChanges)
+from .types import (Branch, Change, Commit, CommitResult, CommitStats, ExecResult, FileInfo, Project,
+                    Receipt, Version, WorkspaceInfo, WorkspaceStatus)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "AsyncClient", "Workspace", "AsyncWorkspace", "Files", "Projects", "Workspaces", "Branches",
+    "LayerFSError", "InvalidArgument", "Unauthorized", "NotFound", "AlreadyExists", "HeadMoved",
+    "UncommittedChanges", "Busy", "TooLarge", "Unavailable", "InternalError", "DaemonUnreachable",
+    "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ExecResult", "FileInfo", "Project",
+    "Receipt", "Version", "WorkspaceInfo", "WorkspaceStatus",
+]

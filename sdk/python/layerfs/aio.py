@@ -1,0 +1,197 @@
+"""The asyncio API: the synchronous core run in worker threads.
+
+Every coroutine here runs the same call of ``layerfs.client`` in a thread
+(``asyncio.to_thread``), so both APIs share one transport, one set of
+types and one set of errors. Streamed exec output is handed back to the
+event loop: ``on_stdout``/``on_stderr`` run on the loop's thread, in order,
+and may be coroutine functions; all of them have run when ``exec`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable
+
+from . import client as _sync
+from .types import (Branch, Change, Commit, CommitResult, ExecResult, FileInfo, Project, Version,
+                    WorkspaceInfo, WorkspaceStatus)
+
+__all__ = ["AsyncClient", "AsyncWorkspace"]
+
+
+async def _run(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    return await asyncio.to_thread(fn, *args, **kw)
+
+
+class AsyncClient:
+    """The asyncio twin of :class:`layerfs.Client`; create it with
+    ``await AsyncClient.connect(...)`` (same arguments)."""
+
+    def __init__(self, c: _sync.Client):
+        self._c = c
+        self.projects = _AsyncProjects(c.projects)
+        self.workspaces = _AsyncWorkspaces(c.workspaces)
+        self.branches = _AsyncBranches(c.branches)
+
+    @classmethod
+    async def connect(cls, address: str | None = None, **kw: Any) -> "AsyncClient":
+        return cls(await _run(_sync.Client, address, **kw))
+
+    def version(self) -> Version:
+        return self._c.version()
+
+    async def log(self, project: str, ref: str = "main", limit: int | None = None) -> list[Commit]:
+        return await _run(self._c.log, project, ref, limit)
+
+    async def diff(self, project: str, from_ref: str, to_ref: str) -> list[Change]:
+        return await _run(self._c.diff, project, from_ref, to_ref)
+
+    async def commit(self, project: str, ref: str) -> Commit:
+        return await _run(self._c.commit, project, ref)
+
+    async def close(self) -> None:
+        self._c.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class _AsyncProjects:
+    def __init__(self, p: _sync.Projects):
+        self._p = p
+
+    async def create(self, name: str, **kw: Any) -> Project:
+        return await _run(self._p.create, name, **kw)
+
+    async def list(self) -> list[Project]:
+        return await _run(self._p.list)
+
+    async def get(self, name: str) -> Project:
+        return await _run(self._p.get, name)
+
+
+class _AsyncBranches:
+    def __init__(self, b: _sync.Branches):
+        self._b = b
+
+    async def fork(self, project: str, name: str, from_ref: str = "main") -> Branch:
+        return await _run(self._b.fork, project, name, from_ref)
+
+    async def list(self, project: str) -> list[Branch]:
+        return await _run(self._b.list, project)
+
+    async def get(self, project: str, name: str) -> Branch:
+        return await _run(self._b.get, project, name)
+
+    async def delete(self, project: str, name: str) -> None:
+        await _run(self._b.delete, project, name)
+
+
+class _AsyncWorkspaces:
+    def __init__(self, w: _sync.Workspaces):
+        self._w = w
+
+    async def create(self, project: str, branch: str = "main", **kw: Any) -> "AsyncWorkspace":
+        return AsyncWorkspace(await _run(self._w.create, project, branch, **kw))
+
+    async def list(self) -> list[WorkspaceInfo]:
+        return await _run(self._w.list)
+
+    async def get(self, id: str) -> "AsyncWorkspace":
+        return AsyncWorkspace(await _run(self._w.get, id))
+
+
+class AsyncWorkspace:
+    """The asyncio twin of :class:`layerfs.Workspace`; ``async with`` ends
+    it (dropping what was not committed)."""
+
+    def __init__(self, ws: _sync.Workspace):
+        self._ws = ws
+        self.files = _AsyncFiles(ws.files)
+
+    @property
+    def id(self) -> str:
+        return self._ws.id
+
+    @property
+    def info(self) -> WorkspaceInfo:
+        return self._ws.info
+
+    async def exec(self, command: str | Sequence[str], *, on_stdout: Any = None, on_stderr: Any = None,
+                   **kw: Any) -> ExecResult:
+        """As :meth:`layerfs.Workspace.exec`; the callbacks run on the loop."""
+        loop = asyncio.get_running_loop()
+        pending: list[asyncio.Task[Any]] = []
+        res = await _run(self._ws.exec, command, on_stdout=_on_loop(loop, on_stdout, pending),
+                         on_stderr=_on_loop(loop, on_stderr, pending), **kw)
+        # Callbacks scheduled before the thread finished have run by now
+        # (the loop runs them in order); coroutine callbacks may still run.
+        if pending:
+            await asyncio.gather(*pending)
+        return res
+
+    async def commit(self, message: str = "", **kw: Any) -> CommitResult:
+        return await _run(self._ws.commit, message, **kw)
+
+    async def status(self) -> WorkspaceStatus:
+        return await _run(self._ws.status)
+
+    async def changes(self) -> list[Change]:
+        return await _run(self._ws.changes)
+
+    async def end(self, *, discard: bool = False) -> None:
+        await _run(self._ws.end, discard=discard)
+
+    async def __aenter__(self) -> "AsyncWorkspace":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await _run(self._ws.__exit__, *exc)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, cb: Any, pending: list[Any]) -> Callable[[str], None] | None:
+    """A callback for the worker thread that runs cb on the loop."""
+    if cb is None:
+        return None
+
+    def call(text: str) -> None:
+        if inspect.iscoroutinefunction(cb):
+            loop.call_soon_threadsafe(lambda: pending.append(loop.create_task(cb(text))))
+        else:
+            loop.call_soon_threadsafe(cb, text)
+
+    return call
+
+
+class _AsyncFiles:
+    def __init__(self, f: _sync.Files):
+        self._f = f
+
+    async def read(self, path: str) -> bytes:
+        return await _run(self._f.read, path)
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return await _run(self._f.read_text, path, encoding)
+
+    async def write(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
+        await _run(self._f.write, path, data, mode=mode)
+
+    async def stat(self, path: str) -> FileInfo:
+        return await _run(self._f.stat, path)
+
+    async def exists(self, path: str) -> bool:
+        return await _run(self._f.exists, path)
+
+    async def list(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
+        return await _run(self._f.list, path, recursive=recursive)
+
+    async def upload(self, local_path: str, ws_path: str) -> None:
+        await _run(self._f.upload, local_path, ws_path)
+
+    async def download(self, ws_path: str, local_path: str) -> None:
+        await _run(self._f.download, ws_path, local_path)

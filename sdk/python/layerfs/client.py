@@ -1,0 +1,418 @@
+"""The synchronous client: ``Client`` and the handles it returns.
+
+A workspace's lifecycle::
+
+    client.workspaces.create(...) -> exec, files ... -> commit (any number of times) -> end
+
+A workspace never commits implicitly; ``end`` refuses to drop uncommitted
+changes unless ``discard=True``. Leaving a ``with`` block ends the
+workspace and drops what was not committed (commit inside the block to
+keep it).
+"""
+
+from __future__ import annotations
+
+import base64
+import codecs
+import json
+import math
+import os
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from . import _archive
+from ._transport import API_VERSION, Transport, default_address, default_store, start_daemon
+from .errors import DaemonUnreachable, InvalidArgument, LayerFSError, error_for
+from .types import (Branch, Change, Commit, CommitResult, ExecResult, FileInfo, Project, Version,
+                    WorkspaceInfo, WorkspaceStatus, from_json)
+
+__all__ = ["Client", "Workspace", "Files", "Projects", "Workspaces", "Branches", "OutputCallback"]
+
+#: Receives a command's output as it comes, as text (each stream decoded
+#: incrementally, so a character split between chunks arrives whole).
+OutputCallback = Callable[[str], Any]
+
+NDJSON = "application/x-ndjson"
+
+
+def _seg(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+def _file_path(p: str) -> str:
+    return "/".join(urllib.parse.quote(s, safe="") for s in p.split("/"))
+
+
+class Client:
+    """A connection to one layerfsd.
+
+    ``Client()`` finds the daemon as the ``layerfs`` CLI does:
+    ``$LAYERFS_DAEMON`` (with ``$LAYERFS_TOKEN`` for TCP) when set, else the
+    socket of the default Store (``$LAYERFS_HOME`` or
+    ``~/.local/share/layerfs``), starting that daemon with ``layerfs daemon
+    start`` when none answers (``autostart``). ``address`` is
+    ``unix:///path/to/layerfsd.sock`` or ``http://host:port``.
+
+    The client is safe to share between threads; close it (or use it as a
+    context manager) to drop its idle connections.
+    """
+
+    def __init__(self, address: str | None = None, *, token: str | None = None,
+                 timeout: float | None = 300.0, autostart: bool = True):
+        own = False
+        if address is None:
+            address, own = default_address()
+        if token is None:
+            token = os.environ.get("LAYERFS_TOKEN") or None
+        self._t = Transport(address, token=token, timeout=timeout)
+        try:
+            self._version = self._hello()
+        except DaemonUnreachable:
+            if not (own and autostart):
+                raise
+            start_daemon(default_store())
+            self._version = self._hello()
+        self.projects = Projects(self)
+        self.workspaces = Workspaces(self)
+        self.branches = Branches(self)
+
+    def _hello(self) -> Version:
+        v = from_json(Version, self._t.request("GET", "/v1/version").json())
+        if v.api != API_VERSION:
+            raise LayerFSError(f"the daemon speaks API {v.api!r}, this SDK {API_VERSION!r}", code="unavailable")
+        return v
+
+    @property
+    def address(self) -> str:
+        return self._t.address
+
+    def version(self) -> Version:
+        """What the daemon reported when the client connected."""
+        return self._version
+
+    def close(self) -> None:
+        """Drop the idle connections."""
+        self._t.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _json(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None) -> Any:
+        return self._t.request(method, path, query=dict(query or {}), json_body=body).json()
+
+    def log(self, project: str, ref: str = "main", limit: int | None = None) -> list[Commit]:
+        """Commits reachable from ``ref``, newest first (``limit`` caps them;
+        None is the daemon's default)."""
+        got = self._json("GET", f"/v1/projects/{_seg(project)}/log", query={"ref": ref, "limit": limit})
+        return [from_json(Commit, c) for c in got or []]
+
+    def diff(self, project: str, from_ref: str, to_ref: str) -> list[Change]:
+        """Every path that differs from ``from_ref`` to ``to_ref``."""
+        out: list[Change] = []
+        cursor = None
+        while True:
+            page = self._json("GET", f"/v1/projects/{_seg(project)}/diff",
+                              query={"from": from_ref, "to": to_ref, "cursor": cursor})
+            out += [from_json(Change, c) for c in page.get("changes") or []]
+            cursor = page.get("next")
+            if not cursor:
+                return out
+
+    def commit(self, project: str, ref: str) -> Commit:
+        """The commit a ref names."""
+        return from_json(Commit, self._json("GET", f"/v1/projects/{_seg(project)}/commits/{_seg(ref)}"))
+
+
+class Projects:
+    """``client.projects``: named histories."""
+
+    def __init__(self, c: Client):
+        self._c = c
+
+    def create(self, name: str, *, from_path: str | None = None, message: str | None = None) -> Project:
+        """Create a project with branch ``main``, empty or from a directory
+        on the daemon's host."""
+        body = {"name": name}
+        if from_path:
+            body["from_path"] = from_path
+        if message:
+            body["message"] = message
+        return from_json(Project, self._c._json("POST", "/v1/projects", body=body))
+
+    def list(self) -> list[Project]:
+        return [from_json(Project, p) for p in self._c._json("GET", "/v1/projects") or []]
+
+    def get(self, name: str) -> Project:
+        return from_json(Project, self._c._json("GET", f"/v1/projects/{_seg(name)}"))
+
+
+class Branches:
+    """``client.branches``: writable lines of a project."""
+
+    def __init__(self, c: Client):
+        self._c = c
+
+    def fork(self, project: str, name: str, from_ref: str = "main") -> Branch:
+        """Create branch ``name`` at ``from_ref`` (``layer:N``, a branch, or
+        a commit id or prefix); it copies nothing."""
+        return from_json(Branch, self._c._json("POST", f"/v1/projects/{_seg(project)}/branches",
+                                               body={"name": name, "from": from_ref}))
+
+    def list(self, project: str) -> list[Branch]:
+        return [from_json(Branch, b) for b in self._c._json("GET", f"/v1/projects/{_seg(project)}/branches") or []]
+
+    def get(self, project: str, name: str) -> Branch:
+        return from_json(Branch, self._c._json("GET", f"/v1/projects/{_seg(project)}/branches/{_seg(name)}"))
+
+    def delete(self, project: str, name: str) -> None:
+        self._c._t.request("DELETE", f"/v1/projects/{_seg(project)}/branches/{_seg(name)}").read()
+
+
+class Workspaces:
+    """``client.workspaces``: mounted copy-on-write directories."""
+
+    def __init__(self, c: Client):
+        self._c = c
+
+    def create(self, project: str, branch: str = "main", *, at: str | None = None,
+               platform: str | None = None, network: str | None = None) -> "Workspace":
+        """Open a workspace on ``branch``'s head (or on the commit ``at``
+        names; commits still go to ``branch``)."""
+        spec = {"project": project, "branch": branch}
+        for k, v in (("at", at), ("platform", platform), ("network", network)):
+            if v:
+                spec[k] = v
+        return Workspace(self._c, from_json(WorkspaceInfo, self._c._json("POST", "/v1/workspaces", body=spec)))
+
+    def list(self) -> list[WorkspaceInfo]:
+        return [from_json(WorkspaceInfo, w) for w in self._c._json("GET", "/v1/workspaces") or []]
+
+    def get(self, id: str) -> "Workspace":
+        """A handle on an existing workspace (checked with the daemon)."""
+        ws = Workspace(self._c, WorkspaceInfo(id=id))
+        ws.status()
+        return ws
+
+
+class Workspace:
+    """A handle on one workspace. ``files`` reads and writes its files;
+    ``exec`` runs commands in a fresh sandbox over it."""
+
+    def __init__(self, c: Client, info: WorkspaceInfo):
+        self._c = c
+        self.info = info
+        self.files = Files(self)
+
+    def __repr__(self) -> str:
+        return f"<Workspace {self.id} {self.info.project}:{self.info.branch}>"
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def _path(self, suffix: str = "") -> str:
+        return f"/v1/workspaces/{_seg(self.id)}{suffix}"
+
+    def status(self) -> WorkspaceStatus:
+        """The workspace's state and its uncommitted changes."""
+        st = from_json(WorkspaceStatus, self._c._json("GET", self._path()))
+        self.info = from_json(WorkspaceInfo, st.__dict__)
+        return st
+
+    def changes(self) -> list[Change]:
+        """What ``commit`` would record now."""
+        return self.status().changes
+
+    def exec(self, command: str | Sequence[str], *, timeout: float | None = None,
+             stdin: bytes | str | None = None, env: Mapping[str, str] | None = None,
+             cwd: str | None = None, on_stdout: OutputCallback | None = None,
+             on_stderr: OutputCallback | None = None, output_limit: int | None = None) -> ExecResult:
+        """Run ``command`` in a fresh sandbox whose /workspace is this
+        workspace: a string runs with ``bash -o pipefail -c``, a sequence
+        runs as argv without a shell. ``timeout`` is in seconds (the daemon's
+        default when None). With ``on_stdout``/``on_stderr`` the output is
+        streamed to them as it comes; the result holds it all either way. A
+        non-zero exit is in the result, not raised."""
+        req: dict[str, Any] = {}
+        if isinstance(command, str):
+            req["body"] = command
+        else:
+            req["argv"] = list(command)
+        if env:
+            req["env"] = [f"{k}={v}" for k, v in env.items()]
+        if cwd:
+            req["dir"] = cwd
+        if stdin is not None:
+            raw = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+            req["stdin"] = base64.b64encode(raw).decode()
+        if timeout is not None:
+            req["timeout_ms"] = math.ceil(timeout * 1000) if timeout > 0 else -1
+        if output_limit is not None:
+            req["output_limit"] = output_limit
+        stream = on_stdout is not None or on_stderr is not None
+        resp = self._c._t.request("POST", self._path("/execs"), json_body=req,
+                                  accept=NDJSON if stream else None, timeout=None)
+        if not resp.content_type.startswith(NDJSON):
+            res = from_json(ExecResult, resp.json())
+            for cb, data in ((on_stdout, res.stdout_bytes), (on_stderr, res.stderr_bytes)):
+                if cb and data:
+                    cb(data.decode("utf-8", "replace"))
+            return res
+        return _read_events(resp, on_stdout, on_stderr)
+
+    def commit(self, message: str = "", *, author: str | None = None) -> CommitResult:
+        """Record the workspace's changes on its branch (compare-and-swap on
+        the head). ``result`` is ``created``, ``up-to-date`` or
+        ``head-moved``; on head-moved the workspace keeps its changes."""
+        body = {"message": message}
+        if author:
+            body["author"] = author
+        res = from_json(CommitResult, self._c._json("POST", self._path("/commit"), body=body))
+        if res.head:
+            self.info.head = res.head
+        return res
+
+    def end(self, *, discard: bool = False) -> None:
+        """Unmount the workspace and drop its private copy. Raises
+        ``UncommittedChanges`` when there are changes, unless ``discard``."""
+        self._c._t.request("DELETE", self._path(), query={"discard": discard}).read()
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.end(discard=True)
+        except LayerFSError as e:
+            if e.code != "not_found":  # already ended inside the block
+                raise
+
+
+def _read_events(resp: Any, on_stdout: OutputCallback | None, on_stderr: OutputCallback | None) -> ExecResult:
+    out = {"stdout": bytearray(), "stderr": bytearray()}
+    cbs = {"stdout": on_stdout, "stderr": on_stderr}
+    dec = {k: codecs.getincrementaldecoder("utf-8")("replace") for k in out}
+    for line in resp.lines():
+        line = line.strip()
+        if not line:
+            continue
+        ev = json.loads(line)
+        if ev.get("error"):
+            e = ev["error"]
+            raise error_for(e.get("code"), e.get("message", ""))
+        if ev.get("result") is not None:
+            res = from_json(ExecResult, ev["result"])
+            for k, cb in cbs.items():
+                tail = dec[k].decode(b"", final=True)
+                if cb and tail:
+                    cb(tail)
+            res.stdout_bytes = bytes(out["stdout"]) + res.stdout_bytes
+            res.stderr_bytes = bytes(out["stderr"]) + res.stderr_bytes
+            return res
+        stream = ev.get("stream", "stdout")
+        data = base64.b64decode(ev.get("data") or "")
+        out.setdefault(stream, bytearray()).extend(data)
+        cb = cbs.get(stream)
+        if cb:
+            text = dec[stream].decode(data)
+            if text:
+                cb(text)
+    raise DaemonUnreachable("the exec stream ended without a result")
+
+
+class Files:
+    """``ws.files``: single files by path, and trees as tar streams. Paths
+    are relative to the workspace root; the daemon refuses any that would
+    leave it (absolute, ``..``, through a symlink)."""
+
+    def __init__(self, ws: Workspace):
+        self._ws = ws
+
+    @property
+    def _t(self) -> Transport:
+        return self._ws._c._t
+
+    def read(self, path: str) -> bytes:
+        """The whole content of a file."""
+        return self._t.request("GET", self._ws._path("/files/" + _file_path(path))).read()
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return self.read(path).decode(encoding)
+
+    def write(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
+        """Create or replace a file (atomically), creating parent directories."""
+        _check_mode(mode)
+        if isinstance(data, str):
+            data = data.encode()
+        self._t.request("PUT", self._ws._path("/files/" + _file_path(path)), query={"mode": f"{mode:04o}"},
+                        body=bytes(data), content_type="application/octet-stream").read()
+
+    def stat(self, path: str) -> FileInfo:
+        """Describe a path (``.`` for the root); symlinks are not followed."""
+        return from_json(FileInfo, self._ws._c._json("GET", self._ws._path("/stat"), query={"path": path}))
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.stat(path)
+            return True
+        except LayerFSError as e:
+            if e.code == "not_found":
+                return False
+            raise
+
+    def list(self, path: str = ".", *, recursive: bool = False) -> list[FileInfo]:
+        """Entries below a directory in name order (the whole tree, depth
+        first, when recursive), following the daemon's pages."""
+        out: list[FileInfo] = []
+        cursor = None
+        while True:
+            page = self._ws._c._json("GET", self._ws._path("/list"),
+                                     query={"path": path, "recursive": recursive or None, "cursor": cursor})
+            out += [from_json(FileInfo, e) for e in page.get("entries") or []]
+            cursor = page.get("next")
+            if not cursor:
+                return out
+
+    def upload(self, local_path: str, ws_path: str) -> None:
+        """Copy a local file, symlink or directory tree to ``ws_path``: a
+        file becomes ``ws_path``, a directory's contents go into the
+        directory ``ws_path`` (created when missing), like ``cp -r SRC/. DST``."""
+        if os.path.isfile(local_path) and not os.path.islink(local_path):
+            with open(local_path, "rb") as f:
+                mode = os.fstat(f.fileno()).st_mode & 0o777
+                self._t.request("PUT", self._ws._path("/files/" + _file_path(ws_path)),
+                                query={"mode": f"{mode:04o}"}, body=f,
+                                content_type="application/octet-stream").read()
+            return
+        if not os.path.lexists(local_path):
+            raise FileNotFoundError(local_path)
+        is_dir = os.path.isdir(local_path) and not os.path.islink(local_path)
+        target = ws_path if is_dir else (os.path.dirname(ws_path) or ".")
+        with _archive.pack(local_path, os.path.basename(ws_path)) as tar:
+            self._t.request("PUT", self._ws._path("/tar"), query={"path": target}, body=tar,
+                            content_type="application/x-tar").read()
+
+    def download(self, ws_path: str, local_path: str) -> None:
+        """Copy a file, symlink or tree of the workspace to ``local_path``,
+        like ``cp -r``: into an existing directory under ``ws_path``'s base
+        name (the root "." merges into it), else as ``local_path`` itself.
+        Nothing is written outside ``local_path``."""
+        resp = self._t.request("GET", self._ws._path("/tar"), query={"path": ws_path})
+        ok = False
+        try:
+            _archive.unpack(resp.raw, local_path)
+            ok = True
+        finally:
+            if ok:
+                resp.read()  # the end of the archive, so the connection is reused
+            else:
+                resp.close()
+
+
+def _check_mode(mode: int) -> None:
+    if not 0 <= mode <= 0o777:
+        raise InvalidArgument(f"mode {mode:o}: want permissions from 0 to 0777")

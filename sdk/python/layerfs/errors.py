@@ -1,0 +1,122 @@
+"""Typed errors, one class per error code of the LayerFS API.
+
+Every failed call raises a :class:`LayerFSError`; its subclass tells what
+went wrong (``except layerfs.NotFound``), ``code`` is the API's error code
+and ``message`` its explanation.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LayerFSError",
+    "InvalidArgument",
+    "Unauthorized",
+    "NotFound",
+    "AlreadyExists",
+    "HeadMoved",
+    "UncommittedChanges",
+    "Busy",
+    "TooLarge",
+    "Unavailable",
+    "InternalError",
+    "DaemonUnreachable",
+    "error_for",
+]
+
+
+class LayerFSError(Exception):
+    """An error answered by layerfsd (or met on the way to it)."""
+
+    code = "internal"
+
+    def __init__(self, message: str, code: str | None = None, status: int | None = None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.status = status
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class InvalidArgument(LayerFSError):
+    """A malformed request: bad name, ref, path (absolute, ``..``), value (400)."""
+
+    code = "invalid_argument"
+
+
+class Unauthorized(LayerFSError):
+    """A missing or wrong bearer token on a TCP listener (401)."""
+
+    code = "unauthorized"
+
+
+class NotFound(LayerFSError):
+    """No such project, branch, ref, workspace or file (404)."""
+
+    code = "not_found"
+
+
+class AlreadyExists(LayerFSError):
+    """The project or branch exists already (409)."""
+
+    code = "already_exists"
+
+
+class HeadMoved(LayerFSError):
+    """Another commit reached the branch first (409)."""
+
+    code = "head_moved"
+
+
+class UncommittedChanges(LayerFSError):
+    """The workspace holds changes that ending it would drop (409)."""
+
+    code = "uncommitted_changes"
+
+
+class Busy(LayerFSError):
+    """The workspace is busy with another operation (409)."""
+
+    code = "busy"
+
+
+class TooLarge(LayerFSError):
+    """An upload past the daemon's limit (413)."""
+
+    code = "too_large"
+
+
+class Unavailable(LayerFSError):
+    """The daemon is shutting down, or a platform is not available (503)."""
+
+    code = "unavailable"
+
+
+class InternalError(LayerFSError):
+    """A failure inside the daemon; its log has the details (500)."""
+
+    code = "internal"
+
+
+class DaemonUnreachable(LayerFSError):
+    """No daemon answers at the address (not started, or gone)."""
+
+    code = "unreachable"
+
+
+_BY_CODE = {
+    cls.code: cls
+    for cls in (InvalidArgument, Unauthorized, NotFound, AlreadyExists, HeadMoved,
+                UncommittedChanges, Busy, TooLarge, Unavailable, InternalError)
+}
+
+_BY_STATUS = {400: InvalidArgument, 401: Unauthorized, 404: NotFound, 409: Busy,
+              413: TooLarge, 503: Unavailable}
+
+
+def error_for(code: str | None, message: str, status: int | None = None) -> LayerFSError:
+    """The typed error for an API error code (or, without one, an HTTP status)."""
+    cls = _BY_CODE.get(code or "") or _BY_STATUS.get(status or 0, InternalError)
+    return cls(message, code=code or cls.code, status=status)

@@ -1,0 +1,233 @@
+"""The values the API returns, as dataclasses.
+
+Each is built from the API's JSON by ``from_json``, which ignores fields it
+does not know (so a newer daemon does not break an older SDK) and parses
+times into timezone-aware datetimes.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _time(v: Any) -> datetime | None:
+    return datetime.fromisoformat(v) if isinstance(v, str) and v else None
+
+
+def from_json(cls: type[T], d: dict[str, Any] | None) -> T:
+    """Build dataclass ``cls`` from a JSON object, keeping known fields."""
+    d = d or {}
+    kw = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name == "raw":
+            kw["raw"] = d
+            continue
+        key = f.metadata.get("json", f.name)
+        if key not in d:
+            continue
+        v = d[key]
+        conv = f.metadata.get("conv")
+        kw[f.name] = conv(v) if conv else v
+    return cls(**kw)
+
+
+def _j(name: str | None = None, conv: Any = None, default: Any = None, factory: Any = None) -> Any:
+    md = {}
+    if name:
+        md["json"] = name
+    if conv:
+        md["conv"] = conv
+    if factory is not None:
+        return field(default_factory=factory, metadata=md)
+    return field(default=default, metadata=md)
+
+
+@dataclass
+class Version:
+    """What the daemon says about itself (``Client.version()``)."""
+
+    version: str = ""
+    api: str = ""
+    go_version: str = ""
+    pid: int = 0
+    store: str = ""
+
+
+@dataclass
+class Project:
+    """A named history of commits."""
+
+    name: str = ""
+    created: datetime | None = _j(conv=_time)
+    layers: int = 0
+    branches: int = 0
+
+
+@dataclass
+class Branch:
+    """A named, writable line of commits."""
+
+    project: str = ""
+    name: str = ""
+    head: str = ""
+    created: datetime | None = _j(conv=_time)
+    updated: datetime | None = _j(conv=_time)
+
+
+@dataclass
+class CommitStats:
+    files: int = 0
+    dirs: int = 0
+    bytes: int = 0
+    changed: int = 0
+
+
+@dataclass
+class Commit:
+    """An immutable snapshot of a tree."""
+
+    id: str = ""
+    root: str = ""
+    parent: str = ""
+    message: str = ""
+    author: str = ""
+    time: datetime | None = _j(conv=_time)
+    stats: CommitStats = _j(conv=lambda v: from_json(CommitStats, v), factory=CommitStats)
+
+
+@dataclass
+class Change:
+    """One path that differs between two trees."""
+
+    path: str = ""
+    kind: str = ""  # added, removed, modified, type-changed
+    old_type: str = ""
+    new_type: str = ""
+
+
+@dataclass
+class Receipt:
+    """What an exec or a commit cost, as the daemon measured it.
+
+    ``raw`` keeps the whole receipt (FUSE requests by opcode, SQL counts...).
+    """
+
+    wall_ns: int = 0
+    command_ns: int = 0
+    launch_ns: int = 0
+    capture_ns: int = 0
+    upper_bytes: int = 0
+    store_bytes_written: int = 0
+    platform: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def wall_ms(self) -> float:
+        return self.wall_ns / 1e6
+
+    @property
+    def fuse_requests(self) -> int:
+        return int((self.raw.get("fuse") or {}).get("requests", 0))
+
+
+def _receipt(v: Any) -> Receipt | None:
+    return from_json(Receipt, v) if v else None
+
+
+@dataclass
+class CommitResult:
+    """The answer to a commit: ``result`` is ``created``, ``up-to-date`` or
+    ``head-moved`` (then ``commit`` is stored but not on the branch, whose
+    head is ``head``)."""
+
+    commit: str = ""
+    result: str = ""
+    head: str = ""
+    receipt: Receipt | None = _j(conv=_receipt)
+
+    @property
+    def created(self) -> bool:
+        return self.result == "created"
+
+
+@dataclass
+class WorkspaceInfo:
+    """A workspace as the daemon describes it."""
+
+    id: str = ""
+    project: str = ""
+    branch: str = ""
+    base: str = ""
+    head: str = ""
+    mount_path: str = ""
+    platform: str = ""
+    network: str = ""
+    state: str = ""
+    created: datetime | None = _j(conv=_time)
+    data_path: str = ""
+
+
+@dataclass
+class WorkspaceStatus(WorkspaceInfo):
+    """A workspace with its uncommitted changes and disk use."""
+
+    changes: list[Change] = _j(conv=lambda v: [from_json(Change, c) for c in v or []], factory=list)
+    upper_bytes: int = 0
+
+
+@dataclass
+class FileInfo:
+    """One path of a workspace (``type``: file, dir, symlink, fifo, socket,
+    char or block; a symlink is described, never followed)."""
+
+    path: str = ""
+    type: str = ""
+    size: int = 0
+    mode: int = 0
+    mtime: datetime | None = _j(conv=_time)
+    target: str = ""
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        return self.type == "file"
+
+
+def _b64(v: Any) -> bytes:
+    return base64.b64decode(v) if v else b""
+
+
+@dataclass
+class ExecResult:
+    """What a command returned. ``stdout`` and ``stderr`` are text (invalid
+    UTF-8 replaced); the raw bytes are in ``stdout_bytes``/``stderr_bytes``.
+    A non-zero ``exit_code`` is a result, not an exception."""
+
+    exit_code: int = 0
+    signal: str = ""
+    timed_out: bool = False
+    output_truncated: bool = False
+    stdout_bytes: bytes = _j("stdout", conv=_b64, default=b"")
+    stderr_bytes: bytes = _j("stderr", conv=_b64, default=b"")
+    receipt: Receipt = _j(conv=lambda v: from_json(Receipt, v), factory=Receipt)
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_bytes.decode("utf-8", "replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_bytes.decode("utf-8", "replace")
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out

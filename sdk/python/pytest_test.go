@@ -1,0 +1,52 @@
+package python
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"regexp"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/internal/daemontest"
+	"layerfs.dev/layerfs/internal/testenv"
+)
+
+// TestPythonSDK runs the SDK's pytest suite (tests/), whose fixture starts
+// layerfsd on a fresh Store from the binaries built here.
+func TestPythonSDK(t *testing.T) {
+	testenv.RequireFUSE(t)
+	python := pythonWithPytest()
+	if python == "" {
+		testenv.Skip(t, "needs python3 with pytest (Debian's python3-pytest; run scripts/test-setup)")
+	}
+	bin := daemontest.Binaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
+	cmd.Env = append(os.Environ(), "LAYERFS_TEST_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1", "LAYERFS_DAEMON=")
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s -m pytest tests:\n%s", python, out)
+	if err != nil {
+		t.Fatalf("pytest failed: %v", err)
+	}
+	summary := regexp.MustCompile(`(\d+) passed`).FindSubmatch(out)
+	if summary == nil || regexp.MustCompile(`\d+ (skipped|failed|error)`).Match(out) {
+		t.Errorf("pytest did not pass every test (want only passes)")
+	}
+}
+
+// pythonWithPytest is the first python3 that imports pytest: Debian's
+// (/usr/bin), where python3-pytest installs, else the one on PATH.
+func pythonWithPytest() string {
+	candidates := []string{"/usr/bin/python3"}
+	if p, err := exec.LookPath("python3"); err == nil {
+		candidates = append(candidates, p)
+	}
+	for _, p := range candidates {
+		if exec.Command(p, "-c", "import pytest").Run() == nil {
+			return p
+		}
+	}
+	return ""
+}

@@ -1,0 +1,80 @@
+"""A real layerfsd for the SDK's tests: started once per session on a fresh
+Store in a temp directory and stopped at the end.
+
+The binaries come from $LAYERFS_TEST_BIN (a directory holding layerfs and
+layerfsd; the Go test that runs this suite passes the ones it built), else
+they are built with go build into the session's temp directory. The daemon
+needs root and /dev/fuse; without them the tests skip.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SDK = Path(__file__).resolve().parents[1]
+REPO = SDK.parents[1]
+sys.path.insert(0, str(SDK))
+
+import layerfs  # noqa: E402
+
+
+def _binaries(tmp: Path) -> Path:
+    given = os.environ.get("LAYERFS_TEST_BIN")
+    if given:
+        return Path(given)
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    out = tmp / "bin"
+    for cmd in ("layerfs", "layerfsd"):
+        subprocess.run([go, "build", "-o", str(out / cmd), f"./cmd/{cmd}"], cwd=REPO, check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory):
+    """The running daemon: its address, Store and binaries."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root and /dev/fuse to run layerfsd")
+    tmp = tmp_path_factory.mktemp("layerfs")
+    bindir = _binaries(tmp)
+    store = tmp / "store"
+    log = open(tmp / "layerfsd.log", "wb")
+    proc = subprocess.Popen([str(bindir / "layerfsd"), "serve", "--store", str(store)], stdout=log, stderr=subprocess.STDOUT)
+    sock = store / "layerfsd.sock"
+    deadline = time.monotonic() + 60
+    while not sock.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"layerfsd exited at start: {(tmp / 'layerfsd.log').read_text()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("layerfsd did not answer within 60s")
+        time.sleep(0.02)
+    yield {"address": f"unix://{sock}", "store": str(store), "bin": str(bindir)}
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
+@pytest.fixture
+def client(daemon):
+    with layerfs.Client(daemon["address"], autostart=False) as c:
+        yield c
+
+
+@pytest.fixture
+def project(client, request):
+    """A fresh project named after the test."""
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:60]
+    client.projects.create(name)
+    return name
