@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -16,8 +17,15 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
 def _time(v: Any) -> datetime | None:
-    return datetime.fromisoformat(v) if isinstance(v, str) and v else None
+    """An RFC 3339 time as Go writes it (nanoseconds, "Z"), on Python 3.9+."""
+    if not isinstance(v, str) or not v:
+        return None
+    v = _FRACTION.sub(r"\1", v.replace("Z", "+00:00"))
+    return datetime.fromisoformat(v)
 
 
 def from_json(cls: type[T], d: dict[str, Any] | None) -> T:

@@ -37,18 +37,18 @@ def _binaries(tmp: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
-def daemon(tmp_path_factory):
-    """The running daemon: its address, Store and binaries."""
+def start_daemon(bindir: Path, tmp: Path, *extra: str):
+    """Start layerfsd on a fresh Store under tmp; a generator that yields
+    the daemon's description and stops it when resumed."""
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
         pytest.skip("needs root and /dev/fuse to run layerfsd")
-    tmp = tmp_path_factory.mktemp("layerfs")
-    bindir = _binaries(tmp)
     store = tmp / "store"
     log = open(tmp / "layerfsd.log", "wb")
-    proc = subprocess.Popen([str(bindir / "layerfsd"), "serve", "--store", str(store)], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([str(bindir / "layerfsd"), "serve", "--store", str(store), *extra],
+                            stdout=log, stderr=subprocess.STDOUT)
     sock = store / "layerfsd.sock"
     deadline = time.monotonic() + 60
+    # The socket appears once the daemon is ready to answer (the engine up).
     while not sock.exists():
         if proc.poll() is not None:
             pytest.fail(f"layerfsd exited at start: {(tmp / 'layerfsd.log').read_text()}")
@@ -64,6 +64,17 @@ def daemon(tmp_path_factory):
         proc.kill()
         proc.wait()
     log.close()
+
+
+@pytest.fixture(scope="session")
+def bindir(tmp_path_factory):
+    return _binaries(tmp_path_factory.mktemp("bin"))
+
+
+@pytest.fixture(scope="session")
+def daemon(bindir, tmp_path_factory):
+    """The running daemon: its address, Store and binaries."""
+    yield from start_daemon(bindir, tmp_path_factory.mktemp("layerfs"))
 
 
 @pytest.fixture
