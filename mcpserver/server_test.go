@@ -278,6 +278,8 @@ func TestSession(t *testing.T) {
 	s.refused("already_exists", "fork", map[string]any{"project": "demo", "name": "try", "from": "main"})
 	s.refused("not_found", "fork", map[string]any{"project": "demo", "name": "other", "from": "nosuchref"})
 	s.refused("give workspace", "diff", map[string]any{"project": "demo"})
+	s.refused("limit must be from 1 to 200", "log", map[string]any{"project": "demo", "limit": 1000})
+	s.refused("max_bytes must be", "read_file", map[string]any{"workspace": ws.ID, "path": "src/hello.txt", "max_bytes": -1})
 	s.refused("required", "project_create", map[string]any{})
 	s.refused("workspace", "commit", map[string]any{"message": "m"})
 	if after := snapshot(t, s, ws.ID); after != before {

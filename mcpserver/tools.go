@@ -351,12 +351,9 @@ func handle(_ context.Context, c *client.Client, id string) (*client.Workspace, 
 }
 
 func (s *Server) readFile(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in readIn) (readOut, error) {
-	max := in.MaxBytes
-	switch {
-	case max < 0 || max > maxReadBytes:
-		return readOut{}, badInput("max_bytes must be from 1 to %d (got %d)", maxReadBytes, max)
-	case max == 0:
-		max = defaultReadBytes
+	max, err := bounded("max_bytes", in.MaxBytes, defaultReadBytes, maxReadBytes)
+	if err != nil {
+		return readOut{}, err
 	}
 	ws, err := handle(ctx, c, in.Workspace)
 	if err != nil {
@@ -410,11 +407,9 @@ func (s *Server) writeFile(ctx context.Context, _ *mcp.CallToolRequest, c *clien
 }
 
 func (s *Server) listDir(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in listIn) (listOut, error) {
-	if in.Limit < 0 || in.Limit > wire.MaxListLimit {
-		return listOut{}, badInput("limit must be from 1 to %d (got %d)", wire.MaxListLimit, in.Limit)
-	}
-	if in.Limit == 0 {
-		in.Limit = defaultListLimit
+	limit, err := bounded("limit", in.Limit, defaultListLimit, wire.MaxListLimit)
+	if err != nil {
+		return listOut{}, err
 	}
 	if in.Path == "" {
 		in.Path = "."
@@ -423,7 +418,7 @@ func (s *Server) listDir(ctx context.Context, _ *mcp.CallToolRequest, c *client.
 	if err != nil {
 		return listOut{}, err
 	}
-	page, err := ws.List(ctx, in.Path, client.ListOptions{Recursive: in.Recursive, Cursor: in.Cursor, Limit: in.Limit})
+	page, err := ws.List(ctx, in.Path, client.ListOptions{Recursive: in.Recursive, Cursor: in.Cursor, Limit: limit})
 	if err != nil {
 		return listOut{}, err
 	}
@@ -448,11 +443,9 @@ func (s *Server) stat(ctx context.Context, _ *mcp.CallToolRequest, c *client.Cli
 }
 
 func (s *Server) diff(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in diffIn) (diffOut, error) {
-	if in.Limit < 0 || in.Limit > maxDiffLimit {
-		return diffOut{}, badInput("limit must be from 1 to %d (got %d)", maxDiffLimit, in.Limit)
-	}
-	if in.Limit == 0 {
-		in.Limit = defaultDiffLimit
+	limit, err := bounded("limit", in.Limit, defaultDiffLimit, maxDiffLimit)
+	if err != nil {
+		return diffOut{}, err
 	}
 	var changes []wire.Change
 	switch {
@@ -471,8 +464,8 @@ func (s *Server) diff(ctx context.Context, _ *mcp.CallToolRequest, c *client.Cli
 	case in.Project == "" || in.From == "" || in.To == "":
 		return diffOut{}, badInput("give workspace (its uncommitted changes), or project, from and to (two refs)")
 	default:
-		opts := client.DiffOptions{Limit: in.Limit}
-		for len(changes) <= in.Limit {
+		opts := client.DiffOptions{Limit: limit}
+		for len(changes) <= limit {
 			page, err := c.Diff(ctx, in.Project, in.From, in.To, opts)
 			if err != nil {
 				return diffOut{}, err
@@ -484,8 +477,8 @@ func (s *Server) diff(ctx context.Context, _ *mcp.CallToolRequest, c *client.Cli
 			opts.Cursor = page.Next
 		}
 	}
-	out := diffOut{Changes: []changeOut{}, Truncated: len(changes) > in.Limit}
-	for _, ch := range changes[:min(len(changes), in.Limit)] {
+	out := diffOut{Changes: []changeOut{}, Truncated: len(changes) > limit}
+	for _, ch := range changes[:min(len(changes), limit)] {
 		out.Changes = append(out.Changes, changeOut{Path: ch.Path, Kind: ch.Kind, OldType: ch.OldType, NewType: ch.NewType})
 	}
 	return out, nil
@@ -516,16 +509,14 @@ func (s *Server) fork(ctx context.Context, _ *mcp.CallToolRequest, c *client.Cli
 }
 
 func (s *Server) commitLog(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in logIn) (logOut, error) {
-	if in.Limit < 0 || in.Limit > maxLogLimit {
-		return logOut{}, badInput("limit must be from 1 to %d (got %d)", maxLogLimit, in.Limit)
-	}
-	if in.Limit == 0 {
-		in.Limit = defaultLogLimit
+	limit, err := bounded("limit", in.Limit, defaultLogLimit, maxLogLimit)
+	if err != nil {
+		return logOut{}, err
 	}
 	if in.Ref == "" {
 		in.Ref = "main"
 	}
-	cs, err := c.Log(ctx, in.Project, in.Ref, in.Limit)
+	cs, err := c.Log(ctx, in.Project, in.Ref, limit)
 	out := logOut{Commits: []commitInfo{}}
 	for _, cm := range cs {
 		out.Commits = append(out.Commits, commitInfo{ID: cm.ID, Parent: cm.Parent, Message: cm.Message, Author: cm.Author,
@@ -546,6 +537,17 @@ func (s *Server) workspaceEnd(ctx context.Context, _ *mcp.CallToolRequest, c *cl
 		return endOut{}, err
 	}
 	return endOut{Ended: in.Workspace, Discarded: in.Discard}, nil
+}
+
+// bounded is an optional count argument: def when 0, refused outside 1..max.
+func bounded(name string, v, def, max int) (int, error) {
+	switch {
+	case v == 0:
+		return def, nil
+	case v < 0 || v > max:
+		return 0, badInput("%s must be from 1 to %d (got %d)", name, max, v)
+	}
+	return v, nil
 }
 
 func ms(ns int64) float64 { return float64(ns) / 1e6 }
