@@ -52,6 +52,10 @@ type Engine interface {
 	// List pages through the directory path in name order (depth first
 	// when recursive), after the path cursor, at most limit entries.
 	List(ctx context.Context, id, path string, recursive bool, cursor string, limit int) (wire.DirPage, error)
+	// WatchWorkspace emits batches of changes below the directory prefix:
+	// one wire.EventReady first, wire.EventEnded last when the workspace
+	// ends; it returns when ctx ends or emit fails.
+	WatchWorkspace(ctx context.Context, id, prefix string, emit func([]wire.FileEvent) error) error
 
 	GC(ctx context.Context) (wire.GCResult, error)
 	Fsck(ctx context.Context) (wire.FsckReport, error)

@@ -93,8 +93,8 @@ func (st *eventStream) start() {
 	st.w.WriteHeader(http.StatusOK)
 }
 
-// emit writes one event and flushes it; st.mu is held.
-func (st *eventStream) emit(ev wire.ExecEvent) error {
+// emit writes one line and flushes it; st.mu is held.
+func (st *eventStream) emit(ev any) error {
 	b, err := json.Marshal(ev)
 	if err != nil {
 		return err

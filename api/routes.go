@@ -50,6 +50,7 @@ func (s *Server) routes() {
 	s.handle("GET /v1/workspaces/{id}/tar", read, s.getTar)
 	s.handle("GET /v1/workspaces/{id}/stat", read, s.statPath)
 	s.handle("GET /v1/workspaces/{id}/list", read, s.listDir)
+	s.handle("GET /v1/workspaces/{id}/events", read, s.events)
 
 	s.handle("POST /v1/gc", work, s.gc)
 	s.handle("POST /v1/fsck", read, s.fsck)

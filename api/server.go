@@ -64,7 +64,11 @@ type Server struct {
 
 	abortCtx context.Context
 	abort    context.CancelFunc
-	stopOnce sync.Once
+	// drainCtx ends on Drain: long streams (events) close then, so that
+	// shutdown does not wait on them.
+	drainCtx  context.Context
+	drainStop context.CancelFunc
+	stopOnce  sync.Once
 
 	mu         sync.Mutex
 	draining   bool
@@ -111,6 +115,7 @@ func NewServer(eng Engine, opts Options) *Server {
 	}
 	s.lastActive = s.started
 	s.abortCtx, s.abort = context.WithCancel(context.Background())
+	s.drainCtx, s.drainStop = context.WithCancel(context.Background())
 	s.routes()
 	return s
 }
@@ -130,6 +135,7 @@ func (s *Server) Drain() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.draining = true
+	s.drainStop()
 }
 
 // Draining reports whether Drain was called.

@@ -47,3 +47,29 @@ const (
 	DefaultListLimit = 1000
 	MaxListLimit     = 10000
 )
+
+// Kinds of FileEvent beyond the changes ("created", "modified", "removed",
+// "renamed").
+const (
+	// EventReady is the first line of a stream: changes from now on are reported.
+	EventReady = "ready"
+	// EventOverflow: the kernel's queue overflowed and changes were lost.
+	EventOverflow = "overflow"
+	// EventDropped: the stream's buffer was full; Count changes were not sent.
+	EventDropped = "dropped"
+	// EventEnded is the last line when the workspace (or the prefix
+	// directory) went away.
+	EventEnded = "ended"
+)
+
+// FileEvent is one line of GET /v1/workspaces/{id}/events?prefix= (NDJSON):
+// a change of a path in the workspace, made by any process.
+type FileEvent struct {
+	Kind    string    `json:"kind"`
+	Path    string    `json:"path,omitempty"`     // relative to the workspace root
+	OldPath string    `json:"old_path,omitempty"` // renamed: the path before
+	Type    string    `json:"type,omitempty"`     // file, dir, symlink...; when known
+	Size    int64     `json:"size,omitempty"`     // when delivered
+	Count   int64     `json:"count,omitempty"`    // dropped: how many
+	Time    time.Time `json:"time,omitzero"`      // when the daemon saw the change
+}

@@ -55,6 +55,10 @@ type workspace struct {
 	info  wire.Workspace
 	files tree
 	dirty bool
+	// watchers receive the double's own writes as events; ended closes
+	// when the workspace ends.
+	watchers []chan wire.FileEvent
+	ended    chan struct{}
 }
 
 // Engine is the double. The zero value is not usable; call New.
@@ -396,7 +400,7 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 	}
 	ws := &workspace{info: wire.Workspace{ID: id, Project: spec.Project, Branch: spec.Branch, Base: base, Head: base,
 		MountPath: "/nonexistent/" + id, Platform: "test", Network: network, State: wire.StateMounted, Created: e.now()},
-		files: p.trees[base].clone()}
+		files: p.trees[base].clone(), ended: make(chan struct{})}
 	e.workspaces[id] = ws
 	return ws.info, nil
 }
@@ -480,6 +484,7 @@ func (e *Engine) EndWorkspace(ctx context.Context, id string, discard bool) erro
 	}
 	e.Mutations.Add(1)
 	delete(e.workspaces, id)
+	close(ws.ended)
 	return nil
 }
 
@@ -588,7 +593,17 @@ func (e *Engine) WriteFile(ctx context.Context, id, p string, mode fs.FileMode, 
 	}
 	e.Mutations.Add(1)
 	e.parents(ws, p)
+	kind := "created"
+	if _, ok := ws.files[p]; ok {
+		kind = wire.Modified
+	}
 	ws.files[p] = file{mode: mode.Perm(), data: data}
+	for _, ch := range ws.watchers {
+		select {
+		case ch <- wire.FileEvent{Kind: kind, Path: p, Type: "file", Size: int64(len(data)), Time: e.now()}:
+		default: // a full watcher misses it, as a slow reader of the real engine would
+		}
+	}
 	return nil
 }
 
@@ -823,4 +838,49 @@ func (e *Engine) List(ctx context.Context, id, dir string, recursive bool, curso
 		page.Entries = append(page.Entries, ws.files[n].info(n, e.now()))
 	}
 	return page, nil
+}
+
+// WatchWorkspace implements api.Engine: the double reports its own
+// WriteFile calls (below prefix) and the end of the workspace.
+func (e *Engine) WatchWorkspace(ctx context.Context, id, prefix string, emit func([]wire.FileEvent) error) error {
+	e.mu.Lock()
+	ws, err := e.workspace(id)
+	if err != nil {
+		e.mu.Unlock()
+		return err
+	}
+	if f, ok := ws.files[prefix]; prefix != "." && (!ok || !f.mode.IsDir()) {
+		e.mu.Unlock()
+		if !ok {
+			return notFound(prefix)
+		}
+		return fmt.Errorf("%s is not a directory: %w", prefix, engine.ErrInvalid)
+	}
+	ch := make(chan wire.FileEvent, 64)
+	ws.watchers = append(ws.watchers, ch)
+	ended := ws.ended
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		ws.watchers = slices.DeleteFunc(ws.watchers, func(c chan wire.FileEvent) bool { return c == ch })
+		e.mu.Unlock()
+	}()
+	if err := emit([]wire.FileEvent{{Kind: wire.EventReady}}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case ev := <-ch:
+			if prefix != "." && !strings.HasPrefix(ev.Path, prefix+"/") {
+				continue
+			}
+			if err := emit([]wire.FileEvent{ev}); err != nil {
+				return err
+			}
+		case <-ended:
+			return emit([]wire.FileEvent{{Kind: wire.EventEnded}})
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

@@ -1,0 +1,234 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/internal/daemontest"
+	"layerfs.dev/layerfs/wire"
+)
+
+// mirror applies events to a set of paths, as a consumer that mirrors the
+// tree does; it is what the coalesced stream must keep right.
+type mirror map[string]string // path -> type
+
+func (m mirror) apply(ev wire.FileEvent) {
+	switch ev.Kind {
+	case "created", "modified":
+		m[ev.Path] = ev.Type
+	case "removed":
+		m.drop(ev.Path)
+	case "renamed":
+		for p, typ := range m {
+			if p == ev.OldPath || strings.HasPrefix(p, ev.OldPath+"/") {
+				delete(m, p)
+				m[ev.Path+p[len(ev.OldPath):]] = typ
+			}
+		}
+		m[ev.Path] = ev.Type
+	}
+}
+
+func (m mirror) drop(p string) {
+	for q := range m {
+		if q == p || strings.HasPrefix(q, p+"/") {
+			delete(m, q)
+		}
+	}
+}
+
+func (m mirror) String() string {
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, p+":"+m[p])
+	}
+	return strings.Join(out, " ")
+}
+
+// until reads events into m until it reads want (bounded by the stream's ctx).
+func until(t *testing.T, st *client.EventStream, m mirror, want string) {
+	t.Helper()
+	for m.String() != want {
+		ev, err := st.Next()
+		if err != nil {
+			t.Fatalf("mirror %q, want %q: %v", m, want, err)
+		}
+		m.apply(ev)
+	}
+}
+
+// TestWatchRealDaemon: changes made in a sandbox, through the API and by a
+// host process on the mount all reach the stream of a real daemon, the
+// prefix filters, and ending the workspace ends the stream.
+func TestWatchRealDaemon(t *testing.T) {
+	d := daemontest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, d.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "events"}); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "events", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ws.Watch(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m := mirror{}
+	if res, err := ws.Exec(ctx, "mkdir -p d/e && echo hi > d/f && mv d/f d/g && echo x > d/e/h && rm d/e/h", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	until(t, st, m, "d:dir d/e:dir d/g:file")
+	if err := ws.WriteFile(ctx, "api.txt", []byte("from the API"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	until(t, st, m, "api.txt:file d:dir d/e:dir d/g:file")
+	if err := os.WriteFile(filepath.Join(ws.MountPath(), "d", "host.txt"), []byte("from the host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	until(t, st, m, "api.txt:file d:dir d/e:dir d/g:file d/host.txt:file")
+	if res, err := ws.Exec(ctx, "mv d moved", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec mv: %+v %v", res, err)
+	}
+	until(t, st, m, "api.txt:file moved:dir moved/e:dir moved/g:file moved/host.txt:file")
+
+	// A prefix sees only its directory.
+	sub, err := ws.Watch(ctx, "moved/e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ws.Exec(ctx, "echo 1 > top.txt && echo 2 > moved/e/in.txt", client.ExecOptions{})
+	ev, err := sub.Next()
+	if err != nil || ev.Path != "moved/e/in.txt" {
+		t.Errorf("prefix stream: %+v %v", ev, err)
+	}
+	if _, err := ws.Watch(ctx, "moved/g"); !client.IsInvalid(err) {
+		t.Errorf("watch of a file: %v", err)
+	}
+
+	if err := ws.End(ctx, client.EndOptions{Discard: true}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := st.Next()
+		if err == io.EOF {
+			t.Fatal("stream closed without an ended event")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == wire.EventEnded {
+			break
+		}
+	}
+	if _, err := st.Next(); err != io.EOF {
+		t.Errorf("after ended: %v", err)
+	}
+}
+
+// TestMeasureEvents measures the stream of a real daemon: latency from a
+// write on the mount to its event (p50/p95), and the events per second it
+// carries while one writer creates files as fast as it can. Run with
+// LAYERFS_MEASURE_EVENTS=1 go test ./client -run TestMeasureEvents -v.
+func TestMeasureEvents(t *testing.T) {
+	if os.Getenv("LAYERFS_MEASURE_EVENTS") == "" {
+		t.Skip("a measurement: set LAYERFS_MEASURE_EVENTS=1")
+	}
+	d := daemontest.Start(t)
+	ctx := context.Background()
+	c, err := client.Dial(ctx, d.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.CreateProject(ctx, wire.CreateProject{Name: "measure"})
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "measure", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.End(ctx, client.EndOptions{Discard: true})
+	st, err := ws.Watch(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mount := ws.MountPath()
+
+	var lat []time.Duration
+	for i := range 300 {
+		name := fmt.Sprintf("lat-%d", i)
+		start := time.Now()
+		if err := os.WriteFile(filepath.Join(mount, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			ev, err := st.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Path == name {
+				lat = append(lat, time.Since(start))
+				break
+			}
+		}
+	}
+	slices.Sort(lat)
+	t.Logf("write to event: p50 %v, p95 %v, max %v (%d writes)", lat[len(lat)/2], lat[len(lat)*95/100], lat[len(lat)-1], len(lat))
+
+	// Writers on the mount as fast as they go; the stream must keep up.
+	const files, writers = 40000, 8
+	os.Mkdir(filepath.Join(mount, "burst"), 0o755)
+	start := time.Now()
+	done := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := w; i < files; i += writers {
+				if err := os.WriteFile(filepath.Join(mount, "burst", fmt.Sprint(i)), nil, 0o644); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	seen, dropped := 0, int64(0)
+	for seen+int(dropped) < files {
+		ev, err := st.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case ev.Kind == wire.EventDropped:
+			dropped += ev.Count
+		case ev.Kind == wire.EventOverflow:
+			t.Fatalf("kernel queue overflow after %d events", seen)
+		case strings.HasPrefix(ev.Path, "burst/"):
+			seen++
+		}
+	}
+	all := time.Since(start)
+	for range writers {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeTime := time.Since(start)
+	t.Logf("burst of %d creates by %d writers: %d events delivered, %d dropped, in %v: %.0f events/s (the writers were done after %v)",
+		files, writers, seen, dropped, all.Round(time.Millisecond), float64(seen)/all.Seconds(), writeTime.Round(time.Millisecond))
+}
