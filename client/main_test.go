@@ -10,6 +10,7 @@ import (
 
 	"layerfs.dev/layerfs/api"
 	"layerfs.dev/layerfs/api/apitest"
+	"layerfs.dev/layerfs/internal/daemontest"
 )
 
 // daemonAddr is an API server over a unix socket, as layerfsd serves it,
@@ -32,6 +33,7 @@ func TestMain(m *testing.M) {
 	go srv.Serve(l)
 	daemonAddr = "unix://" + sock
 	code := m.Run()
+	daemontest.RemoveBinaries()
 	srv.Close()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -29,8 +29,8 @@ var (
 
 // Binaries builds layerfs and layerfsd side by side (as `make build`
 // places them, so that layerfs finds layerfsd to auto-start it) and returns
-// their directory. The build happens once per test binary; the directory
-// is left for the OS's temp cleaning, like go test's own build products.
+// their directory. The build happens once per test binary; RemoveBinaries
+// (from TestMain, after m.Run) deletes it.
 func Binaries(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -50,6 +50,13 @@ func Binaries(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return binDir
+}
+
+// RemoveBinaries deletes what Binaries built, if anything.
+func RemoveBinaries() {
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
 }
 
 // Daemon is one running layerfsd.

@@ -15,17 +15,18 @@ A client of layerfsd's HTTP API that needs only the standard library::
 subclasses of :class:`LayerFSError`, one per API error code.
 """
 
-from .aio import AsyncClient, AsyncWorkspace
-from .client import Branches, Client, Files, Projects, Workspace, Workspaces
+from .aio import AsyncClient, AsyncEventStream, AsyncWorkspace
+from .client import Branches, Client, EventStream, Files, Projects, Workspace, Workspaces
 from .errors import (AlreadyExists, Busy, DaemonUnreachable, HeadMoved, InternalError, InvalidArgument,
                      LayerFSError, NotFound, TooLarge, Unauthorized, Unavailable, UncommittedChanges)
-from .types import (Branch, Change, Commit, CommitResult, CommitStats, ExecResult, FileInfo, Project,
+from .types import (Branch, Change, Commit, CommitResult, CommitStats, ExecResult, FileEvent, FileInfo, Project,
                     Receipt, Version, WorkspaceInfo, WorkspaceStatus)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "AsyncClient", "Workspace", "AsyncWorkspace", "Files", "Projects", "Workspaces", "Branches",
+    "EventStream", "AsyncEventStream", "FileEvent",
     "LayerFSError", "InvalidArgument", "Unauthorized", "NotFound", "AlreadyExists", "HeadMoved",
     "UncommittedChanges", "Busy", "TooLarge", "Unavailable", "InternalError", "DaemonUnreachable",
     "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ExecResult", "FileInfo", "Project",

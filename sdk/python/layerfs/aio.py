@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 from . import client as _sync
-from .types import (Branch, Change, Commit, CommitResult, ExecResult, FileInfo, Project, Version,
+from .types import (Branch, Change, Commit, CommitResult, ExecResult, FileEvent, FileInfo, Project, Version,
                     WorkspaceInfo, WorkspaceStatus)
 
-__all__ = ["AsyncClient", "AsyncWorkspace"]
+__all__ = ["AsyncClient", "AsyncWorkspace", "AsyncEventStream"]
 
 
 async def _run(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
@@ -135,6 +135,10 @@ class AsyncWorkspace:
             await asyncio.gather(*pending)
         return res
 
+    async def watch(self, prefix: str | None = None, **kw: Any) -> "AsyncEventStream":
+        """As :meth:`layerfs.Workspace.watch`: ``async for ev in stream``."""
+        return AsyncEventStream(await _run(self._ws.watch, prefix, **kw))
+
     async def commit(self, message: str = "", **kw: Any) -> CommitResult:
         return await _run(self._ws.commit, message, **kw)
 
@@ -152,6 +156,31 @@ class AsyncWorkspace:
 
     async def __aexit__(self, *exc: Any) -> None:
         await _run(self._ws.__exit__, *exc)
+
+
+class AsyncEventStream:
+    """An async iterator of a workspace's changes; ``async with`` closes it."""
+
+    def __init__(self, s: _sync.EventStream):
+        self._s = s
+
+    def __aiter__(self) -> "AsyncEventStream":
+        return self
+
+    async def __anext__(self) -> FileEvent:
+        ev = await _run(next, self._s, None)
+        if ev is None:
+            raise StopAsyncIteration
+        return ev
+
+    async def close(self) -> None:
+        self._s.close()
+
+    async def __aenter__(self) -> "AsyncEventStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop, cb: Any, pending: list[Any]) -> Callable[[str], None] | None:

@@ -24,10 +24,10 @@ from typing import Any
 from . import _archive
 from ._transport import API_VERSION, Transport, default_address, default_store, start_daemon
 from .errors import DaemonUnreachable, InvalidArgument, LayerFSError, error_for
-from .types import (Branch, Change, Commit, CommitResult, ExecResult, FileInfo, Project, Version,
+from .types import (Branch, Change, Commit, CommitResult, ExecResult, FileEvent, FileInfo, Project, Version,
                     WorkspaceInfo, WorkspaceStatus, from_json)
 
-__all__ = ["Client", "Workspace", "Files", "Projects", "Workspaces", "Branches", "OutputCallback"]
+__all__ = ["Client", "Workspace", "Files", "Projects", "Workspaces", "Branches", "EventStream", "OutputCallback"]
 
 #: Receives a command's output as it comes, as text (each stream decoded
 #: incrementally, so a character split between chunks arrives whole).
@@ -264,6 +264,23 @@ class Workspace:
             return res
         return _read_events(resp, on_stdout, on_stderr)
 
+    def watch(self, prefix: str | None = None, *, timeout: float | None = None) -> "EventStream":
+        """Open the stream of changes below the directory ``prefix`` (all of
+        the workspace when None), made by any process on the host or in any
+        sandbox. It returns once the daemon watches, so every change made
+        after it returns is reported. Iterate over it (``for ev in
+        stream``); it ends after an ``ended`` event when the workspace ends.
+        ``timeout`` bounds each wait for an event (TimeoutError past it);
+        close it (or use ``with``) when done."""
+        resp = self._c._t.request("GET", self._path("/events"), query={"prefix": prefix}, accept=NDJSON,
+                                  timeout=timeout)
+        stream = EventStream(resp)
+        first = next(stream, None)
+        if first is None or first.kind != "ready":
+            stream.close()
+            raise DaemonUnreachable(f"watch {self.id}: the stream did not begin with ready")
+        return stream
+
     def commit(self, message: str = "", *, author: str | None = None) -> CommitResult:
         """Record the workspace's changes on its branch (compare-and-swap on
         the head). ``result`` is ``created``, ``up-to-date`` or
@@ -290,6 +307,33 @@ class Workspace:
         except LayerFSError as e:
             if e.code != "not_found":  # already ended inside the block
                 raise
+
+
+class EventStream:
+    """An open stream of a workspace's changes: an iterator of
+    :class:`FileEvent` and a context manager that closes it."""
+
+    def __init__(self, resp: Any):
+        self._resp = resp
+        self._lines = resp.lines()
+
+    def __iter__(self) -> "EventStream":
+        return self
+
+    def __next__(self) -> FileEvent:
+        while True:
+            line = next(self._lines).strip()  # StopIteration at the end of the stream
+            if line:
+                return from_json(FileEvent, json.loads(line))
+
+    def close(self) -> None:
+        self._resp.close()
+
+    def __enter__(self) -> "EventStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def _read_events(resp: Any, on_stdout: OutputCallback | None, on_stderr: OutputCallback | None) -> ExecResult:

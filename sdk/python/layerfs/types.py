@@ -239,3 +239,21 @@ class ExecResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass
+class FileEvent:
+    """One change in a workspace, from ``ws.watch()``: ``kind`` is
+    ``created``, ``modified``, ``removed`` or ``renamed`` (``old_path`` is
+    where it was); ``dropped`` (``count`` changes were not sent because the
+    reader was behind) and ``overflow`` (the kernel lost changes) say that
+    a mirror of the tree should be rebuilt; ``ended`` comes last when the
+    workspace ends."""
+
+    kind: str = ""
+    path: str = ""
+    old_path: str = ""
+    type: str = ""
+    size: int = 0
+    count: int = 0
+    time: datetime | None = _j(conv=_time)
