@@ -41,6 +41,8 @@ type Server struct {
 
 	mu sync.Mutex
 	c  *client.Client // nil until the first call, and after a transport failure
+
+	watches watchSet // open watches of the watch tool
 }
 
 // instructions is what a model reads about the server as a whole.
@@ -138,6 +140,7 @@ func (s *Server) failed(c *client.Client, err error) {
 }
 
 func (s *Server) close() {
+	s.closeWatches()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.c != nil {

@@ -20,7 +20,7 @@ import (
 
 // allTools is every tool the server offers, in the order docs/mcp.md lists them.
 var allTools = []string{"project_create", "project_list", "workspace_create", "workspace_list", "checkout",
-	"exec", "read_file", "write_file", "list_dir", "stat", "diff", "commit", "fork", "log", "workspace_end"}
+	"exec", "read_file", "write_file", "list_dir", "stat", "diff", "commit", "fork", "log", "workspace_end", "watch"}
 
 func newServer(t *testing.T, d *daemontest.Daemon) *mcpserver.Server {
 	t.Helper()
@@ -342,6 +342,55 @@ func TestExecProgress(t *testing.T) {
 			t.Fatalf("progress messages %q lack some of one, two, three", got)
 		}
 	}
+}
+
+// TestWatchTool: a watch opened by one call reports, on the next, the
+// changes a command made meanwhile, and ends with the workspace.
+func TestWatchTool(t *testing.T) {
+	d := daemontest.Start(t)
+	s := session{t, connect(t, newServer(t, d))}
+	var proj, ws struct{ ID string }
+	s.ok(&proj, "project_create", map[string]any{"name": "w"})
+	s.ok(&ws, "workspace_create", map[string]any{"project": "w"})
+	type watchResult struct {
+		WatchID string `json:"watch_id"`
+		Events  []struct{ Kind, Path, Type string }
+		Dropped int64
+		Ended   bool
+	}
+	var w watchResult
+	s.ok(&w, "watch", map[string]any{"workspace": ws.ID})
+	if w.WatchID == "" || len(w.Events) != 0 {
+		t.Fatalf("open = %+v", w)
+	}
+	var ex struct {
+		ExitCode int `json:"exit_code"`
+	}
+	s.ok(&ex, "exec", map[string]any{"workspace": ws.ID, "command": "mkdir out && echo done > out/result.txt"})
+	seen := map[string]string{}
+	for !strings.Contains(seen["out/result.txt"], "file") {
+		s.ok(&w, "watch", map[string]any{"watch_id": w.WatchID, "timeout_seconds": 60})
+		if w.Ended || (len(w.Events) == 0 && w.Dropped == 0) {
+			t.Fatalf("poll = %+v, seen %v", w, seen)
+		}
+		for _, ev := range w.Events {
+			seen[ev.Path] = ev.Kind + " " + ev.Type
+		}
+	}
+	if seen["out"] != "created dir" {
+		t.Errorf("seen = %v", seen)
+	}
+	s.refused("not_found", "watch", map[string]any{"watch_id": "w999"})
+	s.refused("not_found", "watch", map[string]any{"workspace": ws.ID, "prefix": "missing"})
+	var end struct{ Ended string }
+	s.ok(&end, "workspace_end", map[string]any{"workspace": ws.ID, "discard": true})
+	for !w.Ended {
+		s.ok(&w, "watch", map[string]any{"watch_id": w.WatchID, "timeout_seconds": 60})
+		if !w.Ended && len(w.Events) == 0 {
+			t.Fatalf("the watch did not end with the workspace: %+v", w)
+		}
+	}
+	s.refused("not_found", "watch", map[string]any{"watch_id": w.WatchID})
 }
 
 // snapshot is what bad input must not change: branches' heads, logs,

@@ -96,6 +96,7 @@ func (s *Server) addTools() error {
 	addTool(s, &mcp.Tool{Name: "workspace_end", Annotations: mutating("End a workspace", true, false),
 		Description: "End a workspace: unmount it and drop its private copy. Refuses (uncommitted_changes) when it holds changes not committed yet, unless discard is true. Committed work stays in the project's history."},
 		s.workspaceEnd)
+	s.addWatchTool()
 	return nil
 }
 
