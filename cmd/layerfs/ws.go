@@ -27,7 +27,7 @@ func wsCmd(a *app) *cobra.Command {
 		Short: "Workspaces: create, exec, cp, commit, end (through the daemon)",
 	}
 	cmd.AddCommand(wsCreateCmd(a), wsListCmd(a), wsStatusCmd(a), wsExecCmd(a), wsCpCmd(a),
-		wsCommitCmd(a), wsEndCmd(a), wsMountCmd(a))
+		wsCommitCmd(a), wsEndCmd(a), wsMountCmd(a), wsWatchCmd(a))
 	return cmd
 }
 
