@@ -124,10 +124,10 @@ func (s *Server) client(ctx context.Context) (*client.Client, error) {
 }
 
 // failed forgets c after an error that was not an answer of the API (the
-// daemon died, exited idle, or the connection broke), so the next call
-// dials again.
+// daemon died, exited idle, or the connection broke: daemon_lost), so the
+// next call dials again (and starts a daemon if none runs).
 func (s *Server) failed(c *client.Client, err error) {
-	if err == nil || client.Code(err) != "" || errors.Is(err, context.Canceled) || errors.As(err, new(*inputError)) {
+	if err == nil || (client.Code(err) != "" && !client.IsDaemonLost(err)) || errors.Is(err, context.Canceled) || errors.As(err, new(*inputError)) {
 		return
 	}
 	s.mu.Lock()

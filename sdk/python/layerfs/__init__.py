@@ -17,8 +17,8 @@ subclasses of :class:`LayerFSError`, one per API error code.
 
 from .aio import AsyncClient, AsyncEventStream, AsyncWorkspace
 from .client import Branches, Client, EventStream, Files, Projects, Workspace, Workspaces
-from .errors import (AlreadyExists, Busy, DaemonUnreachable, HeadMoved, InternalError, InvalidArgument,
-                     LayerFSError, NotFound, TooLarge, Unauthorized, Unavailable, UncommittedChanges)
+from .errors import (AlreadyExists, Busy, DaemonLost, DaemonUnreachable, HeadMoved, InternalError, InvalidArgument,
+                     LayerFSError, NoSpace, NotFound, TooLarge, Unauthorized, Unavailable, UncommittedChanges)
 from .types import (Branch, Change, Commit, CommitResult, CommitStats, ExecResult, FileEvent, FileInfo, Project,
                     Receipt, Version, WorkspaceInfo, WorkspaceStatus)
 
@@ -28,7 +28,8 @@ __all__ = [
     "Client", "AsyncClient", "Workspace", "AsyncWorkspace", "Files", "Projects", "Workspaces", "Branches",
     "EventStream", "AsyncEventStream", "FileEvent",
     "LayerFSError", "InvalidArgument", "Unauthorized", "NotFound", "AlreadyExists", "HeadMoved",
-    "UncommittedChanges", "Busy", "TooLarge", "Unavailable", "InternalError", "DaemonUnreachable",
+    "UncommittedChanges", "Busy", "TooLarge", "Unavailable", "InternalError", "NoSpace", "DaemonUnreachable",
+    "DaemonLost",
     "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ExecResult", "FileInfo", "Project",
     "Receipt", "Version", "WorkspaceInfo", "WorkspaceStatus",
 ]

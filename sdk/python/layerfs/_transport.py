@@ -19,7 +19,7 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from .errors import DaemonUnreachable, LayerFSError, error_for
+from .errors import DaemonLost, DaemonUnreachable, LayerFSError, error_for
 
 API_VERSION = "v1"
 SOCKET_NAME = "layerfsd.sock"
@@ -150,7 +150,7 @@ class Transport:
                 conn.close()
                 if reused and attempt == 0 and (body is None or isinstance(body, (bytes, bytearray))):
                     continue
-                raise DaemonUnreachable(f"{method} {path}: connection to {self.address} broke: {e}") from e
+                raise DaemonLost(f"{method} {path}: the connection to {self.address} broke before the answer: {e}") from e
             except (FileNotFoundError, ConnectionRefusedError) as e:
                 conn.close()
                 raise DaemonUnreachable(f"no daemon answers on {self.address}: {e}") from e
@@ -213,7 +213,7 @@ class Response:
                 yield line
             ok = True
         except (http.client.IncompleteRead, OSError) as e:
-            raise DaemonUnreachable(f"the stream from {self._t.address} broke: {e}") from e
+            raise DaemonLost(f"the stream from {self._t.address} broke: {e}") from e
         finally:
             self._done(ok)
 
@@ -229,7 +229,7 @@ class Response:
                 n += len(chunk)
             ok = True
         except (http.client.IncompleteRead, OSError) as e:
-            raise DaemonUnreachable(f"the download from {self._t.address} broke: {e}") from e
+            raise DaemonLost(f"the download from {self._t.address} broke: {e}") from e
         finally:
             self._done(ok)
         return n

@@ -23,7 +23,7 @@ from typing import Any
 
 from . import _archive
 from ._transport import API_VERSION, Transport, default_address, default_store, start_daemon
-from .errors import DaemonUnreachable, InvalidArgument, LayerFSError, error_for
+from .errors import DaemonLost, DaemonUnreachable, InvalidArgument, LayerFSError, error_for
 from .types import (Branch, Change, Commit, CommitResult, ExecResult, FileEvent, FileInfo, Project, Version,
                     WorkspaceInfo, WorkspaceStatus, from_json)
 
@@ -278,7 +278,7 @@ class Workspace:
         first = next(stream, None)
         if first is None or first.kind != "ready":
             stream.close()
-            raise DaemonUnreachable(f"watch {self.id}: the stream did not begin with ready")
+            raise DaemonLost(f"watch {self.id}: the stream did not begin with ready")
         return stream
 
     def commit(self, message: str = "", *, author: str | None = None) -> CommitResult:
@@ -365,7 +365,7 @@ def _read_events(resp: Any, on_stdout: OutputCallback | None, on_stderr: OutputC
             text = dec[stream].decode(data)
             if text:
                 cb(text)
-    raise DaemonUnreachable("the exec stream ended without a result")
+    raise DaemonLost("the exec stream ended without a result")
 
 
 class Files:

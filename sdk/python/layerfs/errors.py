@@ -19,7 +19,9 @@ __all__ = [
     "TooLarge",
     "Unavailable",
     "InternalError",
+    "NoSpace",
     "DaemonUnreachable",
+    "DaemonLost",
     "error_for",
 ]
 
@@ -100,6 +102,21 @@ class InternalError(LayerFSError):
     code = "internal"
 
 
+class NoSpace(LayerFSError):
+    """A file system of the Store or of a workspace is full (507); nothing
+    was published."""
+
+    code = "no_space"
+
+
+class DaemonLost(LayerFSError):
+    """The connection broke during the call (the daemon crashed or was
+    killed): its outcome is unknown. A restarted daemon recovers the
+    workspace; look before retrying what is not idempotent."""
+
+    code = "daemon_lost"
+
+
 class DaemonUnreachable(LayerFSError):
     """No daemon answers at the address (not started, or gone)."""
 
@@ -109,11 +126,11 @@ class DaemonUnreachable(LayerFSError):
 _BY_CODE = {
     cls.code: cls
     for cls in (InvalidArgument, Unauthorized, NotFound, AlreadyExists, HeadMoved,
-                UncommittedChanges, Busy, TooLarge, Unavailable, InternalError)
+                UncommittedChanges, Busy, TooLarge, Unavailable, InternalError, NoSpace)
 }
 
 _BY_STATUS = {400: InvalidArgument, 401: Unauthorized, 404: NotFound, 409: Busy,
-              413: TooLarge, 503: Unavailable}
+              413: TooLarge, 503: Unavailable, 507: NoSpace}
 
 
 def error_for(code: str | None, message: str, status: int | None = None) -> LayerFSError:
