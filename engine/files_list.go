@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/unixmode"
 	"layerfs.dev/layerfs/wire"
 )
 
@@ -198,7 +199,7 @@ func statAt(dirfd int, name, p string) (wire.FileInfo, error) {
 	}
 	fi := wire.FileInfo{
 		Path:    p,
-		Type:    entryTypeOf(unixMode(st.Mode)),
+		Type:    entryTypeOf(unixmode.Type(st.Mode)),
 		Size:    st.Size,
 		Mode:    st.Mode & 0o7777,
 		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC(),
@@ -215,25 +216,6 @@ func statAt(dirfd int, name, p string) (wire.FileInfo, error) {
 		fi.Target = string(buf[:n])
 	}
 	return fi, nil
-}
-
-// unixMode maps the file type bits of st_mode to an fs.FileMode.
-func unixMode(m uint32) fs.FileMode {
-	switch m & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return fs.ModeDir
-	case unix.S_IFLNK:
-		return fs.ModeSymlink
-	case unix.S_IFREG:
-		return 0
-	case unix.S_IFIFO:
-		return fs.ModeNamedPipe
-	case unix.S_IFSOCK:
-		return fs.ModeSocket
-	case unix.S_IFCHR:
-		return fs.ModeDevice | fs.ModeCharDevice
-	}
-	return fs.ModeDevice
 }
 
 func relOrRoot(rel string) string {

@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/unixmode"
 )
 
 // Event kinds.
@@ -155,7 +157,7 @@ func (w *Watcher) describe(batch []Event) {
 		if err := w.statBeneath(ev.Path, &st); err != nil {
 			continue // gone again, or unreadable: the event still stands
 		}
-		ev.Mode = typeBits(st.Mode)
+		ev.Mode = unixmode.Type(st.Mode)
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			ev.Size = st.Size
 		}
@@ -390,25 +392,6 @@ func (w *Watcher) statBeneath(rel string, st *unix.Stat_t) error {
 func dirBit(dir bool) fs.FileMode {
 	if dir {
 		return fs.ModeDir
-	}
-	return 0
-}
-
-// typeBits maps st_mode's type to fs.FileMode type bits.
-func typeBits(m uint32) fs.FileMode {
-	switch m & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return fs.ModeDir
-	case unix.S_IFLNK:
-		return fs.ModeSymlink
-	case unix.S_IFIFO:
-		return fs.ModeNamedPipe
-	case unix.S_IFSOCK:
-		return fs.ModeSocket
-	case unix.S_IFCHR:
-		return fs.ModeDevice | fs.ModeCharDevice
-	case unix.S_IFBLK:
-		return fs.ModeDevice
 	}
 	return 0
 }

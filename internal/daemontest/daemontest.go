@@ -52,6 +52,14 @@ func Binaries(t testing.TB) string {
 	return binDir
 }
 
+// Main runs the tests of a package that uses Binaries and removes them
+// after: call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveBinaries()
+	os.Exit(code)
+}
+
 // RemoveBinaries deletes what Binaries built, if anything.
 func RemoveBinaries() {
 	if binDir != "" {
