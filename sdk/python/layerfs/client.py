@@ -230,13 +230,17 @@ class Workspace:
     def exec(self, command: str | Sequence[str], *, timeout: float | None = None,
              stdin: bytes | str | None = None, env: Mapping[str, str] | None = None,
              cwd: str | None = None, on_stdout: OutputCallback | None = None,
-             on_stderr: OutputCallback | None = None, output_limit: int | None = None) -> ExecResult:
+             on_stderr: OutputCallback | None = None, output_limit: int | None = None,
+             memory_bytes: int | None = None, pids: int | None = None, cpus: float | None = None,
+             open_files: int | None = None) -> ExecResult:
         """Run ``command`` in a fresh sandbox whose /workspace is this
         workspace: a string runs with ``bash -o pipefail -c``, a sequence
         runs as argv without a shell. ``timeout`` is in seconds (the daemon's
         default when None). With ``on_stdout``/``on_stderr`` the output is
         streamed to them as it comes; the result holds it all either way. A
-        non-zero exit is in the result, not raised."""
+        non-zero exit is in the result, not raised. ``memory_bytes``,
+        ``pids``, ``cpus`` (fractions allowed) and ``open_files`` limit the
+        sandbox."""
         req: dict[str, Any] = {}
         if isinstance(command, str):
             req["body"] = command
@@ -251,8 +255,12 @@ class Workspace:
             req["stdin"] = base64.b64encode(raw).decode()
         if timeout is not None:
             req["timeout_ms"] = math.ceil(timeout * 1000) if timeout > 0 else -1
-        if output_limit is not None:
-            req["output_limit"] = output_limit
+        for key, v in (("output_limit", output_limit), ("memory_bytes", memory_bytes), ("pids", pids),
+                       ("open_files", open_files)):
+            if v is not None:
+                req[key] = v
+        if cpus is not None:
+            req["milli_cpus"] = round(cpus * 1000)
         stream = on_stdout is not None or on_stderr is not None
         resp = self._c._t.request("POST", self._path("/execs"), json_body=req,
                                   accept=NDJSON if stream else None, timeout=None)

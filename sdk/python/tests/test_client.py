@@ -53,6 +53,8 @@ def test_exec_options(client, project):
         assert res.stdout.splitlines()[0] == "hi" and res.stdout.splitlines()[1].endswith("/sub")
         res = ws.exec("echo out; echo err >&2")
         assert (res.stdout, res.stderr) == ("out\n", "err\n")
+        res = ws.exec("ulimit -n", open_files=64, pids=100, memory_bytes=256 << 20)
+        assert res.stdout == "64\n", res
         res = ws.exec("sleep 30", timeout=0.5)
         assert res.timed_out and not res.ok
 
