@@ -32,6 +32,13 @@
 // with the middle cut and flagged), read_file returns at most max_bytes,
 // list_dir and diff page. Binary file content travels as base64.
 //
+// # Watches
+//
+// The watch tool turns a workspace's event stream into polls: the server
+// holds the stream between calls in a bounded buffer (the overflow is
+// counted as dropped) and closes it on stop, when the workspace ends, or
+// when no call polled it for 10 minutes (checked on every tool call).
+//
 // # Resources
 //
 // Files of a workspace are resources under the URI template

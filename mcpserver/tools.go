@@ -29,6 +29,7 @@ const (
 func addTool[In, Out any](s *Server, t *mcp.Tool, fn func(ctx context.Context, req *mcp.CallToolRequest, c *client.Client, in In) (Out, error)) {
 	mcp.AddTool(s.mcp, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		var zero Out
+		s.reapWatches()
 		c, err := s.client(ctx)
 		if err != nil {
 			return nil, zero, err

@@ -69,7 +69,6 @@ func (s *Server) addWatchTool() {
 }
 
 func (s *Server) watchTool(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in watchIn) (watchOut, error) {
-	s.reapWatches()
 	if in.WatchID == "" {
 		if in.Stop {
 			return watchOut{}, badInput("stop needs the watch_id to stop")
@@ -199,7 +198,8 @@ func (s *Server) closeWatch(w *watch) {
 	w.stream.Close()
 }
 
-// reapWatches closes the watches nobody polled for watchIdle.
+// reapWatches closes the watches nobody polled for watchIdle; every tool
+// call runs it.
 func (s *Server) reapWatches() {
 	s.watches.mu.Lock()
 	var idle []*watch
