@@ -341,7 +341,9 @@ func (w *Watcher) addDir(fd int, rel string, report, isRoot bool) error {
 	if isRoot {
 		w.rootWd = int32(wd)
 	}
-	dup, err := unix.Dup(fd) // the caller closes fd; d.Close closes the dup
+	// The caller closes fd; d.Close closes the dup (close-on-exec, like
+	// every descriptor here, so no child of the daemon inherits it).
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
