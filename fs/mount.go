@@ -37,6 +37,10 @@ type Options struct {
 	// source, so that a successor can find and abort them without
 	// touching them (AbortSource).
 	Source string
+	// Lower makes the mount a read-only lower for kernel overlayfs: mounted
+	// read-only, with a passthrough stacking depth of 1 (overlayfs refuses
+	// a lower whose depth is 2: "maximum fs stacking depth exceeded").
+	Lower bool
 }
 
 // Server serves one workspace mount; Mount returns it.
@@ -103,6 +107,11 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 		NegativeTimeout: &timeout,
 		NullPermissions: true,
 		RootStableAttr:  &gofs.StableAttr{Ino: ov.Root().Ino()},
+	}
+	if opts.Lower {
+		gopts.MountOptions.DirectMountFlags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_RDONLY
+		gopts.MountOptions.MaxStackDepth = 1
+		gopts.MountOptions.FsName = "layerfs-lower"
 	}
 	if opts.Debug && opts.Logger != nil {
 		gopts.MountOptions.Logger = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)

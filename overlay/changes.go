@@ -44,6 +44,9 @@ type Change struct {
 type ChangeSet struct {
 	Base    store.ID
 	Changes []Change
+	// Upper is the scan of a kernel-written upper the set was listed
+	// from (see ChangesSince), nil otherwise.
+	Upper   *UpperState
 	seq     uint64
 	full    bool
 	emitted map[string]bool // paths of emitted files

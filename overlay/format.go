@@ -17,14 +17,24 @@ const (
 	// xattrOpaque = "y" on an upper directory hides the lower directory of
 	// the same name.
 	xattrOpaque = "trusted.overlay.opaque"
-	// xattrRedirect on an upper directory names (as an absolute path in the
-	// lower tree) the lower directory it merges with: a renamed lower
-	// directory.
+	// xattrRedirect on an upper directory names the lower directory it
+	// merges with: a renamed lower directory. It is an absolute path in the
+	// lower tree, or (as kernel overlayfs writes for a rename within one
+	// directory) a name relative to the parent's lower directory. Kernel
+	// overlayfs also sets it on a metacopy file that was renamed.
 	xattrRedirect = "trusted.overlay.redirect"
 	// xattrOrigin on an upper regular file says that (some of) its data is
 	// still the lower content it records: a metacopy (metadata changed,
 	// data untouched) or a partial copy-up (see originPartial).
 	xattrOrigin = "trusted.layerfs.origin"
+	// xattrMetacopy on an upper regular file written by kernel overlayfs
+	// (metacopy=on) says its data is still the lower file's: the one named
+	// by its trusted.overlay.redirect, else the one of the same path.
+	xattrMetacopy = "trusted.overlay.metacopy"
+	// xattrKernelOrigin is where kernel overlayfs records the lower file
+	// an upper file was copied up from (when the lower can encode file
+	// handles); it is only counted.
+	xattrKernelOrigin = "trusted.overlay.origin"
 
 	reservedOverlay = "trusted.overlay."
 	reservedLayerFS = "trusted.layerfs."

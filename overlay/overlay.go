@@ -477,7 +477,7 @@ func (o *Overlay) loadLocked(ctx context.Context, d *Node, tree *store.Tree) err
 		}
 	}
 	for _, u := range ups {
-		c, err := o.upperChild(d, u.name, &u.st, tree)
+		c, err := o.upperChild(ctx, d, u.name, &u.st, tree)
 		if err != nil {
 			return err
 		}
@@ -536,7 +536,7 @@ func joinLower(dir, name string) string {
 }
 
 // upperChild returns the node for an upper entry of d.
-func (o *Overlay) upperChild(d *Node, name string, st *unix.Stat_t, tree *store.Tree) (*Node, error) {
+func (o *Overlay) upperChild(ctx context.Context, d *Node, name string, st *unix.Stat_t, tree *store.Tree) (*Node, error) {
 	path := o.childUpperPath(d, name)
 	mode := st.Mode & syscall.S_IFMT
 	if mode != syscall.S_IFDIR && st.Nlink > 1 {
@@ -555,8 +555,8 @@ func (o *Overlay) upperChild(d *Node, name string, st *unix.Stat_t, tree *store.
 		if v, err := lgetxattr(path, xattrOpaque); err == nil && string(v) == "y" {
 			ds.opaque = true
 		}
-		if v, err := lgetxattr(path, xattrRedirect); err == nil && len(v) > 0 && v[0] == '/' {
-			ds.redirect = string(v)
+		if v, err := lgetxattr(path, xattrRedirect); err == nil && len(v) > 0 {
+			ds.redirect = absRedirect(d, string(v))
 		}
 		switch {
 		case ds.redirect != "":
@@ -577,6 +577,13 @@ func (o *Overlay) upperChild(d *Node, name string, st *unix.Stat_t, tree *store.
 				return nil, fmt.Errorf("%s: %w", path, err)
 			}
 			n.lower = g.entry()
+			n.state = stateMeta
+		} else if _, err := lgetxattr(path, xattrMetacopy); err == nil {
+			e, err := o.metacopyOrigin(ctx, d, name, path, tree)
+			if err != nil {
+				return nil, err
+			}
+			n.lower = e
 			n.state = stateMeta
 		}
 	}

@@ -65,9 +65,16 @@ func (s *Store) Capture(dir string) store.ID {
 	return id
 }
 
-// Commit builds the overlay's changes into a new root and marks them
+// Changer is a workspace whose changes can be committed: an
+// *overlay.Overlay, or a mount on the kernel overlay data path.
+type Changer interface {
+	Changes(ctx context.Context) (*overlay.ChangeSet, error)
+	MarkCommitted(root store.ID, cs *overlay.ChangeSet)
+}
+
+// Commit builds the workspace's changes into a new root and marks them
 // committed. When the build fails it logs the changes it was given.
-func (s *Store) Commit(ov *overlay.Overlay) store.ID {
+func (s *Store) Commit(ov Changer) store.ID {
 	s.t.Helper()
 	cs, err := ov.Changes(s.ctx)
 	if err != nil {

@@ -1,0 +1,25 @@
+// Package kerneloverlay serves a workspace on the overlay data path: the
+// workspace mount is kernel overlayfs, its lower the daemon's read-only FUSE
+// view of the committed tree (package fs over an overlay with an empty
+// upper: lazy from the Store, passthrough for file data, long cache times,
+// per-request telemetry), its upper and work directories the workspace's
+// own, on a local file system.
+//
+// Creates, writes, renames, unlinks and metadata changes then run in the
+// kernel at the upper file system's speed; only reads of committed data and
+// lookups of committed names reach the daemon, through the lower.
+//
+// Kernel overlayfs keeps no dirty set, but its upper directory holds
+// exactly what changed since the mount was made. Changes reads it as
+// overlayfs wrote it (whiteouts, opaque directories, redirects, metacopy
+// files, hard links) with overlay.ChangesSince: one lstat walk of the upper,
+// then only what changed since the last commit.
+//
+// Options used: redirect_dir=on (a renamed lower directory is a redirect,
+// not EXDEV) and metacopy=on (chmod, chown and renames of a lower file copy
+// no data). The lower FUSE mount must have a stacking depth of 1, and the
+// upper's file system must take trusted.* xattrs (Check).
+//
+// Unmount and Detach take the overlay mount down first, then the FUSE
+// lower it stacks on.
+package kerneloverlay
