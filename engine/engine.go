@@ -15,6 +15,7 @@ import (
 
 	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/wire"
 )
 
 // Config is what an Engine is made of. The commands in cmd/ wire it.
@@ -30,6 +31,10 @@ type Config struct {
 	Now func() time.Time
 	// UID and GID run execs that name none (default 0:0, with no capabilities).
 	UID, GID int
+	// DataPath is the data path of workspaces that name none:
+	// wire.DataPathOverlay (the default; fuse where the host cannot) or
+	// wire.DataPathFUSE.
+	DataPath string
 }
 
 // Engine owns one Store's workspaces: their mounts, their sandboxes and
@@ -46,6 +51,7 @@ type Engine struct {
 
 	plats       map[string]platforms.Platform
 	defaultPlat string
+	dataPath    string
 
 	mu      sync.Mutex
 	live    map[string]*workspace
@@ -88,6 +94,13 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	if e.author == "" {
 		e.author = defaultAuthor()
+	}
+	switch e.dataPath = cfg.DataPath; e.dataPath {
+	case "":
+		e.dataPath = wire.DataPathOverlay
+	case wire.DataPathFUSE, wire.DataPathOverlay:
+	default:
+		return nil, fmt.Errorf("engine: data path %q: want %q or %q", cfg.DataPath, wire.DataPathFUSE, wire.DataPathOverlay)
 	}
 	for _, p := range cfg.Platforms {
 		if _, ok := p.(platforms.SandboxHost); !ok {

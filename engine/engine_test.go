@@ -29,8 +29,22 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// newEngine makes an engine over a fresh Store with the local platform.
+// newEngine makes an engine over a fresh Store with the local platform and
+// the default data path.
 func newEngine(t *testing.T) (*engine.Engine, *store.DB) {
+	t.Helper()
+	return newEngineOn(t, "")
+}
+
+// onBothPaths runs f with an engine whose workspaces are on each data path.
+func onBothPaths(t *testing.T, f func(t *testing.T, path string)) {
+	for _, p := range []string{wire.DataPathFUSE, wire.DataPathOverlay} {
+		t.Run(p, func(t *testing.T) { f(t, p) })
+	}
+}
+
+// newEngineOn makes an engine whose workspaces default to data path path.
+func newEngineOn(t *testing.T, path string) (*engine.Engine, *store.DB) {
 	t.Helper()
 	testenv.RequireFUSE(t)
 	ctx := context.Background()
@@ -42,7 +56,7 @@ func newEngine(t *testing.T) (*engine.Engine, *store.DB) {
 	if err := p.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{p}})
+	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{p}, DataPath: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +83,10 @@ func run(t *testing.T, e *engine.Engine, id, body string) (string, wire.ExecResu
 	return out.String(), res
 }
 
-func TestWorkspaceLifecycle(t *testing.T) {
-	e, _ := newEngine(t)
+func TestWorkspaceLifecycle(t *testing.T) { onBothPaths(t, testWorkspaceLifecycle) }
+
+func testWorkspaceLifecycle(t *testing.T, path string) {
+	e, _ := newEngineOn(t, path)
 	ctx := context.Background()
 	if _, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"}); err != nil {
 		t.Fatal(err)
@@ -79,15 +95,19 @@ func TestWorkspaceLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ws.State != wire.StateMounted || ws.DataPath == "" {
-		t.Fatalf("workspace %+v", ws)
+	if ws.State != wire.StateMounted || !strings.HasPrefix(ws.DataPath, path+": ") {
+		t.Fatalf("workspace %+v, want data path %s", ws, path)
 	}
-	run(t, e, ws.ID, "mkdir -p src && echo hello > src/a.txt")
+	_, res1 := run(t, e, ws.ID, "mkdir -p src && echo hello > src/a.txt")
+	if u := res1.Receipt.Upper; u.Files != 1 || u.Dirs != 1 || u.Bytes != 6 {
+		t.Errorf("first exec: upper took %+v, want 1 file of 6 bytes and 1 directory", u)
+	}
 	out, res := run(t, e, ws.ID, "cat src/a.txt; pwd")
 	if out != "hello\n/workspace\n" {
 		t.Fatalf("second exec read %q", out)
 	}
-	if res.Receipt.CommandNs <= 0 || res.Receipt.WallNs < res.Receipt.CommandNs || res.Receipt.FUSE.Requests == 0 {
+	// On overlay, reads of the upper never reach the daemon.
+	if res.Receipt.CommandNs <= 0 || res.Receipt.WallNs < res.Receipt.CommandNs || (path == wire.DataPathFUSE && res.Receipt.FUSE.Requests == 0) {
 		t.Fatalf("receipt %+v", res.Receipt)
 	}
 	var buf bytes.Buffer
@@ -143,8 +163,10 @@ func TestWorkspaceLifecycle(t *testing.T) {
 	}
 }
 
-func TestIsolationAndHeadMoved(t *testing.T) {
-	e, _ := newEngine(t)
+func TestIsolationAndHeadMoved(t *testing.T) { onBothPaths(t, testIsolationAndHeadMoved) }
+
+func testIsolationAndHeadMoved(t *testing.T, path string) {
+	e, _ := newEngineOn(t, path)
 	ctx := context.Background()
 	e.CreateProject(ctx, wire.CreateProject{Name: "p"})
 	a, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
@@ -259,8 +281,10 @@ func TestNativeWorkspace(t *testing.T) {
 	}
 }
 
-func TestRemountKeepsChanges(t *testing.T) {
-	e, db := newEngine(t)
+func TestRemountKeepsChanges(t *testing.T) { onBothPaths(t, testRemountKeepsChanges) }
+
+func testRemountKeepsChanges(t *testing.T, path string) {
+	e, db := newEngineOn(t, path)
 	ctx := context.Background()
 	e.CreateProject(ctx, wire.CreateProject{Name: "p"})
 	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
@@ -280,7 +304,7 @@ func TestRemountKeepsChanges(t *testing.T) {
 	p := local.New(local.Options{})
 	p.Up(ctx)
 	defer p.Down(ctx)
-	e2, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{p}})
+	e2, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{p}, DataPath: path})
 	if err != nil {
 		t.Fatal(err)
 	}

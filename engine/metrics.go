@@ -22,6 +22,16 @@ type metrics struct {
 	execWallNs        atomic.Int64
 	commits           atomic.Int64
 	workspacesCreated atomic.Int64
+	// What execs added to upper layers (positive differences only).
+	upperFiles   atomic.Int64
+	upperBytes   atomic.Int64
+	upperCopyUps atomic.Int64
+}
+
+func (m *metrics) observeUpper(u wire.UpperStats) {
+	m.upperFiles.Add(max(u.Files, 0))
+	m.upperBytes.Add(max(u.Bytes, 0))
+	m.upperCopyUps.Add(max(u.CopyUps+u.Metacopies, 0))
 }
 
 func (m *metrics) observeExec(wall time.Duration, exit int) {
@@ -58,6 +68,21 @@ func (e *Engine) WriteMetrics(w io.Writer) error {
 	pw.metric("layerfs_exec_errors_total", "counter", "Execs that could not run.", float64(m.execErrors.Load()))
 	pw.metric("layerfs_exec_wall_seconds_total", "counter", "Wall time of execs.", float64(m.execWallNs.Load())/1e9)
 	pw.metric("layerfs_commits_total", "counter", "Workspace commits.", float64(m.commits.Load()))
+	pw.metric("layerfs_upper_files_written_total", "counter", "Files execs added to upper layers.", float64(m.upperFiles.Load()))
+	pw.metric("layerfs_upper_bytes_written_total", "counter", "Bytes execs added to upper layers.", float64(m.upperBytes.Load()))
+	pw.metric("layerfs_upper_copy_ups_total", "counter", "Committed files execs copied up (data or metadata only).", float64(m.upperCopyUps.Load()))
+	paths := map[string]int{}
+	for _, w := range e.liveWorkspaces() {
+		w.mu.RLock()
+		if w.mnt != nil {
+			paths[w.opts.DataPath]++
+		}
+		w.mu.RUnlock()
+	}
+	pw.header("layerfs_workspaces_by_data_path", "gauge", "Live workspaces by data path.")
+	for _, p := range []string{wire.DataPathFUSE, wire.DataPathOverlay} {
+		pw.sample("layerfs_workspaces_by_data_path", fmt.Sprintf(`data_path=%q`, p), float64(paths[p]))
+	}
 
 	var all lfs.Stats
 	for _, w := range e.liveWorkspaces() {

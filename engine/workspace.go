@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"layerfs.dev/layerfs/commit"
 	lfs "layerfs.dev/layerfs/fs"
 	"layerfs.dev/layerfs/internal/mountinfo"
+	"layerfs.dev/layerfs/kerneloverlay"
 	"layerfs.dev/layerfs/overlay"
 	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/store"
@@ -38,6 +40,22 @@ type wsOptions struct {
 	Root store.ID `json:"root"`
 	// HeadRoot is the root tree of Head, what the next commit is relative to.
 	HeadRoot store.ID `json:"head_root"`
+	// DataPath is wire.DataPathFUSE or wire.DataPathOverlay ("" in records
+	// older than the overlay path: fuse); Fallback says why a workspace
+	// that would have been overlay is fuse.
+	DataPath string `json:"data_path,omitempty"`
+	Fallback string `json:"fallback,omitempty"`
+}
+
+// dataMount is a served workspace's mount on either data path: an
+// *lfs.Server (fuse) or a *kerneloverlay.Mount (overlay).
+type dataMount interface {
+	Changes(ctx context.Context) (*overlay.ChangeSet, error)
+	MarkCommitted(root store.ID, cs *overlay.ChangeSet)
+	Stats() lfs.Stats // the FUSE requests (of the lower, on overlay)
+	DataPath() string
+	UpperDir() string
+	Unmount(ctx context.Context) error
 }
 
 // workspace is one served workspace. mu serialises what changes its state
@@ -46,9 +64,13 @@ type workspace struct {
 	mu   sync.RWMutex
 	rec  store.Workspace
 	opts wsOptions
-	ov   *overlay.Overlay // nil for a native workspace
-	mnt  *lfs.Server      // nil for a native workspace
+	mnt  dataMount // nil for a native workspace
 	sb   platforms.Sandbox
+	// upper is what the upper layer held after the last exec or commit;
+	// the next exec's receipt is the difference. Guarded by upperMu (execs
+	// run concurrently under mu held shared).
+	upperMu sync.Mutex
+	upper   overlay.UpperSummary
 }
 
 func (w *workspace) info() wire.Workspace {
@@ -60,6 +82,12 @@ func (w *workspace) info() wire.Workspace {
 	}
 	if w.mnt != nil {
 		out.DataPath = w.mnt.DataPath()
+		if _, ok := w.mnt.(*lfs.Server); ok {
+			out.DataPath = wire.DataPathFUSE + ": " + out.DataPath
+		}
+		if w.opts.Fallback != "" {
+			out.DataPath += " (overlay unavailable: " + w.opts.Fallback + ")"
+		}
 	}
 	return out
 }
@@ -131,7 +159,7 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 	}
 	w := &workspace{rec: rec, opts: opts}
 	t0, before := time.Now(), e.db.Counters()
-	if err := e.serve(ctx, w); err != nil {
+	if err := e.serve(ctx, w, true); err != nil {
 		if !opts.Native {
 			e.db.DeleteWorkspace(context.WithoutCancel(ctx), id)
 		}
@@ -162,6 +190,28 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 	}
 	if _, ok := e.plats[o.Platform]; !ok {
 		return o, fmt.Errorf("%w: unknown platform %q (this daemon has %v)", ErrInvalid, o.Platform, e.Platforms())
+	}
+	switch {
+	case o.Native:
+		if spec.DataPath != "" {
+			return o, fmt.Errorf("%w: a native workspace has no data path", ErrInvalid)
+		}
+	case spec.DataPath == "":
+		o.DataPath = e.dataPath
+		if o.DataPath == wire.DataPathOverlay {
+			if err := kerneloverlay.Check(e.db.WorkspacesDir()); err != nil {
+				o.DataPath, o.Fallback = wire.DataPathFUSE, err.Error()
+			}
+		}
+	case spec.DataPath == wire.DataPathFUSE || spec.DataPath == wire.DataPathOverlay:
+		o.DataPath = spec.DataPath
+		if o.DataPath == wire.DataPathOverlay {
+			if err := kerneloverlay.Check(e.db.WorkspacesDir()); err != nil {
+				return o, fmt.Errorf("%w: data path overlay: %v", ErrUnavailable, err)
+			}
+		}
+	default:
+		return o, fmt.Errorf("%w: data path %q: want %q or %q", ErrInvalid, spec.DataPath, wire.DataPathFUSE, wire.DataPathOverlay)
 	}
 	switch o.Network {
 	case "":
@@ -202,8 +252,8 @@ func mountTarget(p string) (string, error) {
 }
 
 // serve mounts w (or makes its native directory) and attaches it to its
-// platform.
-func (e *Engine) serve(ctx context.Context, w *workspace) error {
+// platform; fresh is set for a new workspace, whose upper is empty.
+func (e *Engine) serve(ctx context.Context, w *workspace, fresh bool) error {
 	if err := e.ensureQuota(ctx, w); err != nil {
 		return err
 	}
@@ -211,22 +261,11 @@ func (e *Engine) serve(ctx context.Context, w *workspace) error {
 		return err
 	}
 	if !w.opts.Native {
-		ov, err := overlay.Open(ctx, overlay.Config{
-			Lower:    e.db,
-			Root:     w.opts.Root,
-			Base:     w.opts.HeadRoot,
-			UpperDir: w.rec.UpperDir,
-			Logger:   e.log,
-		})
+		m, err := e.mount(ctx, w, fresh)
 		if err != nil {
-			return fmt.Errorf("open workspace %s: %w", w.rec.ID, err)
+			return err
 		}
-		m, err := lfs.Mount(ctx, w.rec.MountPath, ov, lfs.Options{Logger: e.log, Source: e.source})
-		if err != nil {
-			ov.Close()
-			return fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)
-		}
-		w.ov, w.mnt = ov, m
+		w.mnt = m
 	}
 	host := e.plats[w.opts.Platform].(platforms.SandboxHost)
 	sb, err := host.Attach(ctx, platforms.Workspace{ID: w.rec.ID, HostPath: w.rec.MountPath, Network: w.opts.Network == wire.NetworkHost})
@@ -236,6 +275,64 @@ func (e *Engine) serve(ctx context.Context, w *workspace) error {
 	}
 	w.sb = sb
 	return nil
+}
+
+// mount mounts w on its data path. A new workspace that was to be overlay
+// by default falls back to fuse when the overlay mount fails.
+func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount, error) {
+	if w.opts.DataPath == "" {
+		w.opts.DataPath = wire.DataPathFUSE // a record from before the overlay path
+	}
+	if w.opts.DataPath == wire.DataPathOverlay {
+		var committed *overlay.UpperState
+		if fresh {
+			committed = overlay.EmptyUpper()
+		}
+		m, err := kerneloverlay.New(ctx, kerneloverlay.Config{
+			Lower: e.db, Root: w.opts.Root, Base: w.opts.HeadRoot,
+			Dir: e.workspaceDir(w.rec.ID), Target: w.rec.MountPath, Committed: committed, Logger: e.log,
+			Source: e.source,
+		})
+		if err == nil || !fresh || e.dataPath != wire.DataPathOverlay {
+			if err != nil {
+				return nil, fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)
+			}
+			return m, nil
+		}
+		e.log.Warn("overlay data path refused; serving the workspace with fuse", "id", w.rec.ID, "err", err)
+		w.opts.DataPath, w.opts.Fallback = wire.DataPathFUSE, err.Error()
+		if w.rec.Options, err = json.Marshal(w.opts); err != nil {
+			return nil, err
+		}
+		if w.rec, err = e.db.UpdateWorkspace(ctx, w.rec); err != nil {
+			return nil, fmt.Errorf("record data path of %s: %w", w.rec.ID, err)
+		}
+	}
+	ov, err := overlay.Open(ctx, overlay.Config{
+		Lower:    e.db,
+		Root:     w.opts.Root,
+		Base:     w.opts.HeadRoot,
+		UpperDir: w.rec.UpperDir,
+		Logger:   e.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open workspace %s: %w", w.rec.ID, err)
+	}
+	m, err := lfs.Mount(ctx, w.rec.MountPath, ov, lfs.Options{Logger: e.log, Source: e.source})
+	if err != nil {
+		ov.Close()
+		return nil, fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)
+	}
+	return m, nil
+}
+
+// cleanStale takes down what a dead daemon left mounted for rec: on the
+// overlay path the overlay at the mount path first, then its FUSE lower.
+func (e *Engine) cleanStale(rec store.Workspace) error {
+	if err := kerneloverlay.Detach(rec.MountPath, e.workspaceDir(rec.ID)); err != nil {
+		return err
+	}
+	return lfs.CleanStale(rec.MountPath)
 }
 
 // unserve detaches and unmounts w, keeping its upper layer and record.
@@ -248,10 +345,6 @@ func (e *Engine) unserve(ctx context.Context, w *workspace) error {
 	if w.mnt != nil {
 		errs = append(errs, w.mnt.Unmount(ctx))
 		w.mnt = nil
-	}
-	if w.ov != nil {
-		errs = append(errs, w.ov.Close())
-		w.ov = nil
 	}
 	return errors.Join(errs...)
 }
@@ -314,7 +407,7 @@ func (e *Engine) WorkspaceStatus(ctx context.Context, id string) (wire.Workspace
 		st.UpperBytes, _ = diskUsage(w.rec.MountPath)
 		return st, nil
 	}
-	cs, err := w.ov.Changes(ctx)
+	cs, err := w.mnt.Changes(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -322,6 +415,11 @@ func (e *Engine) WorkspaceStatus(ctx context.Context, id string) (wire.Workspace
 		st.Changes = append(st.Changes, e.describe(ctx, cs.Base, c))
 	}
 	st.UpperBytes, _ = diskUsage(w.rec.UpperDir)
+	if cs.Upper != nil {
+		st.Upper = upperStats(cs.Upper.UpperSummary)
+	} else if u, err := overlay.ScanUpper(w.rec.UpperDir); err == nil {
+		st.Upper = upperStats(u.UpperSummary)
+	}
 	st.FUSE = fuseStats(w.mnt.Stats())
 	return st, nil
 }
@@ -416,7 +514,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	t0 := time.Now()
 	before := e.db.Counters()
 	fuseBefore := w.mnt.Stats()
-	cs, err := w.ov.Changes(ctx)
+	cs, err := w.mnt.Changes(ctx)
 	if err != nil {
 		return wire.CommitResult{}, fmt.Errorf("list changes of %s: %w", id, err)
 	}
@@ -436,7 +534,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 		if err != nil {
 			return res, err
 		}
-		w.ov.MarkCommitted(c.Root, cs)
+		w.mnt.MarkCommitted(c.Root, cs)
 		w.rec.Head = p.Commit
 		w.opts.HeadRoot = c.Root
 		if w.rec.Options, err = json.Marshal(w.opts); err != nil {
@@ -452,6 +550,9 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	r.CaptureNs = captureNs
 	r.FUSE = fuseStats(w.mnt.Stats().Sub(fuseBefore))
 	r.UpperBytes, _ = diskUsage(w.rec.UpperDir)
+	if cs.Upper != nil {
+		r.Upper = upperStats(cs.Upper.UpperSummary)
+	}
 	res.Receipt = &r
 	e.metrics.commits.Add(1)
 	e.log.Info("workspace commit", "id", id, "result", res.Result, "commit", p.Commit.Short(), "changes", len(changes), "ms", float64(r.WallNs)/1e6)
@@ -477,7 +578,7 @@ func (e *Engine) EndWorkspace(ctx context.Context, id string, discard bool) erro
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !discard && !w.opts.Native {
-		cs, err := w.ov.Changes(ctx)
+		cs, err := w.mnt.Changes(ctx)
 		if err != nil {
 			return err
 		}
@@ -497,7 +598,7 @@ func (e *Engine) EndWorkspace(ctx context.Context, id string, discard bool) erro
 
 // remove deletes an unserved workspace's directories and record.
 func (e *Engine) remove(ctx context.Context, rec store.Workspace) error {
-	lfs.CleanStale(rec.MountPath)
+	e.cleanStale(rec)
 	dir := e.workspaceDir(rec.ID)
 	if err := e.dropQuota(rec.ID); err != nil {
 		return fmt.Errorf("remove workspace %s: %w", rec.ID, err)
@@ -548,10 +649,10 @@ func (e *Engine) MountWorkspace(ctx context.Context, id string) (wire.Workspace,
 	if _, ok := e.plats[w.opts.Platform]; !ok {
 		return wire.Workspace{}, fmt.Errorf("workspace %s needs platform %q, which this daemon lacks: %w", id, w.opts.Platform, ErrUnavailable)
 	}
-	if err := lfs.CleanStale(rec.MountPath); err != nil {
+	if err := e.cleanStale(rec); err != nil {
 		return wire.Workspace{}, fmt.Errorf("clean stale mount of %s: %w", id, err)
 	}
-	if err := e.serve(ctx, w); err != nil {
+	if err := e.serve(ctx, w, false); err != nil {
 		return wire.Workspace{}, err
 	}
 	w.rec.State = wire.StateMounted
@@ -586,8 +687,10 @@ func (e *Engine) Recover(ctx context.Context) error {
 // /proc/self/mountinfo, never by touching them.
 func (e *Engine) detachOrphans(recs []store.Workspace) {
 	owned := map[string]bool{}
+	var dirs []string // a recorded workspace's own mounts (an overlay's FUSE view) are below
 	for _, r := range recs {
 		owned[filepath.Clean(r.MountPath)] = true
+		dirs = append(dirs, e.workspaceDir(r.ID))
 	}
 	ms, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
@@ -595,7 +698,7 @@ func (e *Engine) detachOrphans(recs []store.Workspace) {
 		return
 	}
 	for _, m := range ms {
-		if m.Source != e.source || owned[m.Dir] {
+		if m.Source != e.source || owned[m.Dir] || slices.ContainsFunc(dirs, func(d string) bool { return isBelow(m.Dir, d) }) {
 			continue
 		}
 		if err := lfs.CleanStale(m.Dir); err != nil {
@@ -604,6 +707,30 @@ func (e *Engine) detachOrphans(recs []store.Workspace) {
 		}
 		e.log.Info("detached a mount no workspace owns", "mount", m.Dir)
 	}
+}
+
+// upperTook scans w's upper layer and returns what changed in it since the
+// last scan. The scan is one lstat per upper entry (and a listxattr per
+// file): the upper holds only what changed, so it is cheap where the
+// workspace's changes are few.
+func (e *Engine) upperTook(w *workspace) wire.UpperStats {
+	if w.mnt == nil {
+		return wire.UpperStats{}
+	}
+	u, err := overlay.ScanUpper(w.mnt.UpperDir())
+	if err != nil {
+		e.log.Warn("scan upper layer", "id", w.rec.ID, "err", err)
+		return wire.UpperStats{}
+	}
+	w.upperMu.Lock()
+	defer w.upperMu.Unlock()
+	d := u.UpperSummary.Sub(w.upper)
+	w.upper = u.UpperSummary
+	return upperStats(d)
+}
+
+func upperStats(s overlay.UpperSummary) wire.UpperStats {
+	return wire.UpperStats(s)
 }
 
 // diskUsage is the space the files under root take on disk.

@@ -69,16 +69,6 @@ type served interface {
 	UpperDir() string
 }
 
-// fuseServed is a workspace on the FUSE data path.
-type fuseServed struct{ *fs.Server }
-
-func (f fuseServed) Changes(ctx context.Context) (*overlay.ChangeSet, error) {
-	return f.Overlay().Changes(ctx)
-}
-func (f fuseServed) MarkCommitted(root store.ID, cs *overlay.ChangeSet) {
-	f.Overlay().MarkCommitted(root, cs)
-}
-func (f fuseServed) UpperDir() string { return f.Overlay().UpperDir() }
 
 func populate(t testing.TB, dir string) {
 	t.Helper()
@@ -147,7 +137,7 @@ func (e *env) serve(ws, mnt string, root, base store.ID, committed *overlay.Uppe
 	if err != nil {
 		return nil, err
 	}
-	return fuseServed{m}, nil
+	return m, nil
 }
 
 // onBothPaths runs f once per data path.

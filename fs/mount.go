@@ -16,6 +16,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/cloexec"
 	"layerfs.dev/layerfs/overlay"
+	"layerfs.dev/layerfs/store"
 )
 
 // Options configure a mount.
@@ -111,7 +112,6 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 	if opts.Lower {
 		gopts.MountOptions.DirectMountFlags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_RDONLY
 		gopts.MountOptions.MaxStackDepth = 1
-		gopts.MountOptions.FsName = "layerfs-lower"
 	}
 	if opts.Debug && opts.Logger != nil {
 		gopts.MountOptions.Logger = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)
@@ -141,6 +141,17 @@ func (m *Server) Dir() string { return m.dir }
 
 // Overlay returns the overlay the mount serves.
 func (m *Server) Overlay() *overlay.Overlay { return m.ov }
+
+// Changes lists the served overlay's changes since its last commit.
+func (m *Server) Changes(ctx context.Context) (*overlay.ChangeSet, error) { return m.ov.Changes(ctx) }
+
+// MarkCommitted records that cs was committed as root newRoot.
+func (m *Server) MarkCommitted(newRoot store.ID, cs *overlay.ChangeSet) {
+	m.ov.MarkCommitted(newRoot, cs)
+}
+
+// UpperDir returns the served overlay's upper directory.
+func (m *Server) UpperDir() string { return m.ov.UpperDir() }
 
 // Stats returns a snapshot of the request telemetry.
 func (m *Server) Stats() Stats {

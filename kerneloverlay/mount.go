@@ -36,6 +36,8 @@ type Config struct {
 	// new workspace, nil when unknown (a remount after a crash).
 	Committed *overlay.UpperState
 	Logger    *slog.Logger
+	// Source names the FUSE view in mountinfo (fs.Options.Source).
+	Source string
 }
 
 // Mount is one workspace served on the overlay data path.
@@ -62,8 +64,9 @@ func UpperDir(dir string) string { return upperDir(dir) }
 
 // Check reports why this host cannot serve the overlay data path with an
 // upper under dir, or nil: overlayfs must be in the kernel, and the upper's
-// file system must take trusted.* xattrs (overlayfs keeps whiteouts of
-// directories, redirects and metacopies in them).
+// file system must take trusted.* xattrs (overlayfs keeps opaque
+// directories, redirects and metacopies in them) and have fine-grained
+// timestamps (overlay.FineTimestamps).
 func Check(dir string) error {
 	b, err := os.ReadFile("/proc/filesystems")
 	if err != nil {
@@ -83,6 +86,11 @@ func Check(dir string) error {
 	defer f.Close()
 	if err := unix.Fsetxattr(int(f.Fd()), "trusted.layerfs.probe", []byte("y"), 0); err != nil {
 		return fmt.Errorf("no trusted xattrs on the file system of %s: %w", dir, err)
+	}
+	if fine, err := overlay.FineTimestamps(dir); err != nil {
+		return err
+	} else if !fine {
+		return fmt.Errorf("the file system of %s has coarse timestamps (a commit could miss a change)", dir)
 	}
 	if strings.ContainsAny(dir, ",:\\") {
 		return fmt.Errorf("workspace directory %q holds a character overlayfs options cannot carry", dir)
@@ -111,7 +119,7 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
 	}
-	srv, err := lfs.Mount(ctx, lowerDir(cfg.Dir), ov, lfs.Options{Logger: cfg.Logger, Lower: true})
+	srv, err := lfs.Mount(ctx, lowerDir(cfg.Dir), ov, lfs.Options{Logger: cfg.Logger, Lower: true, Source: cfg.Source})
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
 	}

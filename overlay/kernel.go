@@ -8,7 +8,6 @@ import (
 	"path"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -25,11 +24,10 @@ import (
 // scan with the one taken at the last commit and marks what differs, so a
 // commit visits the upper once with lstat and reads only what changed since
 // the last commit.
-
-// racySlack is how far before a scan's start a ctime must be for the stamp
-// to be trusted: a change made just after a scan may get a coarse timestamp
-// equal to the one the scan saw, so such entries count as changed again.
-const racySlack = int64(20 * time.Millisecond)
+//
+// A stamp is exact only where a change after a stat always moves the
+// ctime: the multigrain timestamps of Linux 6.13+ (ext4, xfs, btrfs,
+// tmpfs). FineTimestamps checks a directory's file system for that.
 
 type upperStamp struct {
 	ino   uint64
@@ -44,7 +42,6 @@ func (s upperStamp) isDir() bool { return s.mode&syscall.S_IFMT == syscall.S_IFD
 // stamp, and a summary of what the upper holds.
 type UpperState struct {
 	paths map[string]upperStamp
-	start int64 // unix ns when the scan began
 	UpperSummary
 }
 
@@ -69,7 +66,7 @@ func EmptyUpper() *UpperState { return &UpperState{paths: map[string]upperStamp{
 
 // ScanUpper stamps every entry below dir (not dir itself).
 func ScanUpper(dir string) (*UpperState, error) {
-	s := &UpperState{paths: map[string]upperStamp{}, start: time.Now().UnixNano()}
+	s := &UpperState{paths: map[string]upperStamp{}}
 	var walk func(abs, rel string) error
 	walk = func(abs, rel string) error {
 		f, err := os.Open(abs)
@@ -166,14 +163,13 @@ func (o *Overlay) markSince(ctx context.Context, old, now *UpperState) error {
 		}
 		return false
 	}
-	racy := old.start - racySlack
 	for _, p := range sortedKeys(now.paths) {
 		if covered(p) {
 			continue
 		}
 		s := now.paths[p]
 		was, ok := old.paths[p]
-		if ok && was == s && was.ctime < racy {
+		if ok && was == s {
 			continue
 		}
 		meta := ok && s.isDir() && was.isDir() && was.ino == s.ino
@@ -293,4 +289,32 @@ func (o *Overlay) lowerEntry(ctx context.Context, p string) (*store.Entry, error
 		id = e.Object
 	}
 	return nil, nil
+}
+
+// FineTimestamps reports whether a change made right after a stat always
+// moves the ctime on the file system of dir (multigrain timestamps), which
+// ChangesSince needs to see every change.
+func FineTimestamps(dir string) (bool, error) {
+	f, err := os.CreateTemp(dir, "ctime-probe")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	for i := 0; i < 3; i++ {
+		var a, b unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &a); err != nil {
+			return false, err
+		}
+		if _, err := f.Write([]byte{'x'}); err != nil {
+			return false, err
+		}
+		if err := unix.Fstat(int(f.Fd()), &b); err != nil {
+			return false, err
+		}
+		if a.Ctim == b.Ctim {
+			return false, nil
+		}
+	}
+	return true, nil
 }

@@ -182,7 +182,20 @@ type WorkspaceSpec struct {
 	// QuotaInodes bounds its files too (0: ext4's default for the size).
 	QuotaBytes  int64 `json:"quota_bytes,omitempty"`
 	QuotaInodes int64 `json:"quota_inodes,omitempty"`
+	// DataPath chooses how the workspace is served: DataPathOverlay
+	// (kernel overlayfs over the daemon's read-only FUSE view of the
+	// commit: writes at the local file system's speed) or DataPathFUSE
+	// (every operation through the daemon). Default: the daemon's, which is
+	// overlay where the kernel allows it (else fuse, and the workspace's
+	// data_path says why).
+	DataPath string `json:"data_path,omitempty"`
 }
+
+// Data paths of a workspace.
+const (
+	DataPathFUSE    = "fuse"
+	DataPathOverlay = "overlay"
+)
 
 // Workspace states.
 const (
@@ -203,8 +216,10 @@ type Workspace struct {
 	Native    bool      `json:"native,omitempty"`
 	State     string    `json:"state"`
 	Created   time.Time `json:"created"`
-	// DataPath says how file data reaches the kernel: "passthrough" or
-	// "fuse" (every read and write through the daemon).
+	// DataPath says how the workspace is served, then how file data
+	// reaches the kernel: "overlay: lower passthrough", "fuse: passthrough",
+	// "fuse: daemon: WHY"; a workspace that fell back from overlay to fuse
+	// says why in parentheses.
 	DataPath string `json:"data_path,omitempty"`
 	// Receipt, on the answer to a create or a remount, tells what mounting
 	// cost.
@@ -214,9 +229,10 @@ type Workspace struct {
 // WorkspaceStatus answers GET /v1/workspaces/{id}.
 type WorkspaceStatus struct {
 	Workspace
-	Changes    []Change  `json:"changes"`     // against Head
-	UpperBytes int64     `json:"upper_bytes"` // disk used by the upper layer
-	FUSE       FUSEStats `json:"fuse"`        // since mount
+	Changes    []Change   `json:"changes"`     // against Head
+	UpperBytes int64      `json:"upper_bytes"` // disk used by the upper layer
+	Upper      UpperStats `json:"upper"`       // what the upper layer holds
+	FUSE       FUSEStats  `json:"fuse"`        // since mount
 }
 
 // EndWorkspace is DELETE /v1/workspaces/{id}?discard=true|false.
@@ -284,6 +300,18 @@ type FUSEStats struct {
 	ServiceP50Ns int64 `json:"service_p50_ns,omitempty"`
 }
 
+// UpperStats count what a workspace's upper layer holds: on the overlay
+// data path everything the kernel wrote, where the FUSE requests show only
+// what reached the daemon (lookups and reads of committed files).
+type UpperStats struct {
+	Files      int64 `json:"files"`      // regular files: new, copied up, or metacopies
+	Bytes      int64 `json:"bytes"`      // their size, metacopies excepted
+	Dirs       int64 `json:"dirs"`       // directories
+	Whiteouts  int64 `json:"whiteouts"`  // removed committed names
+	Metacopies int64 `json:"metacopies"` // files whose data is still the commit's (chmod, rename)
+	CopyUps    int64 `json:"copy_ups"`   // committed files whose data was copied up (where the kernel records it)
+}
+
 // SQLStats are SQLite statements and rows.
 type SQLStats struct {
 	Statements   int64 `json:"statements"`
@@ -300,7 +328,10 @@ type Receipt struct {
 	// Phases of a commit: capture (scan + chunk + hash), store (SQL + pack), publish.
 	CaptureNs int64     `json:"capture_ns,omitempty"`
 	FUSE      FUSEStats `json:"fuse"`
-	SQL       SQLStats  `json:"sql"`
+	// Upper is what the exec changed in the workspace's upper layer (its
+	// counts after minus before), or what the upper held at a commit.
+	Upper UpperStats `json:"upper"`
+	SQL   SQLStats   `json:"sql"`
 	// UpperBytes is the disk used by the workspace's upper layer after a
 	// commit (execs leave it 0: measuring it walks the upper layer).
 	UpperBytes int64 `json:"upper_bytes"`
