@@ -123,16 +123,26 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
 	}
-	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,%s", lowerDir(cfg.Dir), upperDir(cfg.Dir), workDir(cfg.Dir), Options)
-	if err := unix.Mount("overlay", cfg.Target, "overlay", 0, data); err != nil {
+	if err := MountDirs(lowerDir(cfg.Dir), upperDir(cfg.Dir), workDir(cfg.Dir), cfg.Target); err != nil {
 		srv.Unmount(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("mount overlay at %s (%s): %w", cfg.Target, Options, err)
+		return nil, err
 	}
 	base := cfg.Base
 	if base.IsZero() {
 		base = cfg.Root
 	}
 	return &Mount{cfg: cfg, view: srv, base: base, committed: cfg.Committed}, nil
+}
+
+// MountDirs mounts kernel overlayfs at target with the given lower, upper
+// and work directories and Options. The bench's floor arm uses it with a
+// plain-directory lower.
+func MountDirs(lower, upper, work, target string) error {
+	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,%s", lower, upper, work, Options)
+	if err := unix.Mount("overlay", target, "overlay", 0, data); err != nil {
+		return fmt.Errorf("mount overlay at %s (%s): %w", target, Options, err)
+	}
+	return nil
 }
 
 // UpperDir returns the upper directory.

@@ -38,10 +38,13 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"layerfs.dev/layerfs/bench"
 	"layerfs.dev/layerfs/cells"
 	"layerfs.dev/layerfs/commit"
 	"layerfs.dev/layerfs/fs"
+	"layerfs.dev/layerfs/kerneloverlay"
 	"layerfs.dev/layerfs/overlay"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/verifier"
@@ -57,7 +60,12 @@ type Config struct {
 	Cells   []cells.Cell // default cells.Twelve()
 	Logger  *slog.Logger // nil is silent
 	Mount   fs.Options
-	Seed    uint64 // order of the runs
+	// DataPath is the LayerFS arm: "fuse" (default), "overlay" (kernel
+	// overlayfs over the FUSE view of the commit) or "floor" (kernel
+	// overlayfs over a plain-directory checkout of the commit: what the
+	// kernel itself costs).
+	DataPath string
+	Seed     uint64 // order of the runs
 	// Progress, when set, is told about each sample as it starts (done of
 	// total) and once more at the end.
 	Progress func(done, total int, what string)
@@ -367,18 +375,7 @@ func (s *sample) mountAndRun(ctx context.Context, db *store.DB, root store.ID, i
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		return err
 	}
-	ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: filepath.Join(ws, "upper"), Logger: s.cfg.Logger})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := ov.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
-	mo := s.cfg.Mount
-	mo.Logger = s.cfg.Logger
-	m, err := fs.Mount(ctx, mnt, ov, mo)
+	m, err := s.mount(ctx, db, root, ws, mnt)
 	if err != nil {
 		return err
 	}
@@ -397,8 +394,69 @@ func (s *sample) mountAndRun(ctx context.Context, db *store.DB, root store.ID, i
 	}
 	s.r.LayerFS = append(s.r.LayerFS, t)
 	s.r.Stats = append(s.r.Stats, after.Sub(before))
-	s.r.DataPath = after.DataPath
+	s.r.DataPath = m.DataPath()
 	return s.verify(ctx, "layerfs", mnt)
+}
+
+// mounted is the LayerFS arm's mount on any data path.
+type mounted interface {
+	Stats() fs.Stats
+	DataPath() string
+	Unmount(ctx context.Context) error
+}
+
+// mount mounts a fresh workspace of root at mnt, its directories under ws,
+// on the configured data path.
+func (s *sample) mount(ctx context.Context, db *store.DB, root store.ID, ws, mnt string) (mounted, error) {
+	switch s.cfg.DataPath {
+	case "overlay":
+		return kerneloverlay.New(ctx, kerneloverlay.Config{Lower: db, Root: root, Dir: ws, Target: mnt,
+			Committed: overlay.EmptyUpper(), Logger: s.cfg.Logger})
+	case "floor":
+		return mountFloor(ctx, db, root, ws, mnt)
+	case "", "fuse":
+	default:
+		return nil, fmt.Errorf("data path %q: want fuse, overlay or floor", s.cfg.DataPath)
+	}
+	ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: filepath.Join(ws, "upper"), Logger: s.cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	mo := s.cfg.Mount
+	mo.Logger = s.cfg.Logger
+	return fs.Mount(ctx, mnt, ov, mo)
+}
+
+// floor is kernel overlayfs over a plain directory holding the commit.
+type floor struct{ mnt string }
+
+func mountFloor(ctx context.Context, db *store.DB, root store.ID, ws, mnt string) (*floor, error) {
+	lower := filepath.Join(ws, "lower")
+	if root.IsZero() {
+		if err := os.MkdirAll(lower, 0o755); err != nil {
+			return nil, err
+		}
+	} else if _, err := commit.Checkout(ctx, db, root, lower, nil); err != nil {
+		return nil, fmt.Errorf("floor: check out the base: %w", err)
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err := os.MkdirAll(filepath.Join(ws, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := kerneloverlay.MountDirs(lower, filepath.Join(ws, "upper"), filepath.Join(ws, "work"), mnt); err != nil {
+		return nil, err
+	}
+	return &floor{mnt: mnt}, nil
+}
+
+func (f *floor) Stats() fs.Stats  { return fs.Stats{} }
+func (f *floor) DataPath() string { return "floor: kernel overlayfs over a plain directory" }
+func (f *floor) Unmount(context.Context) error {
+	if err := unix.Unmount(f.mnt, 0); err != nil {
+		return unix.Unmount(f.mnt, unix.MNT_DETACH)
+	}
+	return nil
 }
 
 // Summary is one cell's row of the table, also its JSON form.

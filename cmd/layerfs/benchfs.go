@@ -20,6 +20,7 @@ func benchFSCmd(a *app) *cobra.Command {
 		cellList, dir, fsSpec, cpuProfile string
 		samples                           int
 		noPassthrough                     bool
+		dataPaths                         string
 	)
 	c := &cobra.Command{
 		Use:   "fs [--cells C01,...] [--samples N] [--dir D] [--fs ext4:8G|xfs:8G] [--no-passthrough] [--cpuprofile F]",
@@ -82,32 +83,42 @@ With --fs, both arms run on a fresh loop-mounted file system of that type
 					}
 				}()
 			}
-			progress, finish := a.sampleProgress()
-			rep, err := fsbench.Run(ctx, fsbench.Config{
-				Dir:      dir,
-				Samples:  samples,
-				Cells:    cs,
-				Mount:    fs.Options{NoPassthrough: noPassthrough},
-				Progress: progress,
-			})
-			finish()
-			if err != nil {
-				return err
+			paths := strings.Split(dataPaths, ",")
+			reps := map[string]any{}
+			var bad []string
+			if !a.json {
+				fmt.Fprintf(a.stdout, "command: layerfs %s\n", strings.Join(os.Args[1:], " "))
+			}
+			for _, path := range paths {
+				progress, finish := a.sampleProgress()
+				rep, err := fsbench.Run(ctx, fsbench.Config{
+					Dir:      dir,
+					Samples:  samples,
+					Cells:    cs,
+					Mount:    fs.Options{NoPassthrough: noPassthrough},
+					DataPath: path,
+					Progress: progress,
+				})
+				finish()
+				if err != nil {
+					return fmt.Errorf("data path %s: %w", path, err)
+				}
+				reps[path] = rep.JSON()
+				if !a.json {
+					fmt.Fprintf(a.stdout, "\ndata path: %s\n", path)
+					if err := rep.Table(a.stdout); err != nil {
+						return err
+					}
+				}
+				for _, r := range rep.Results {
+					if r.VerifyErr != "" {
+						bad = append(bad, path+" "+r.Cell)
+					}
+				}
 			}
 			if a.json {
-				if err := a.emit(rep.JSON(), nil); err != nil {
+				if err := a.emit(reps, nil); err != nil {
 					return err
-				}
-			} else {
-				fmt.Fprintf(a.stdout, "command: layerfs %s\n", strings.Join(os.Args[1:], " "))
-				if err := rep.Table(a.stdout); err != nil {
-					return err
-				}
-			}
-			var bad []string
-			for _, r := range rep.Results {
-				if r.VerifyErr != "" {
-					bad = append(bad, r.Cell)
 				}
 			}
 			if len(bad) > 0 {
@@ -121,6 +132,7 @@ With --fs, both arms run on a fresh loop-mounted file system of that type
 	f.IntVar(&samples, "samples", 5, "timed samples per cell and arm")
 	f.StringVar(&dir, "dir", "", "scratch directory on the file system under test (default: a temporary one, removed after)")
 	f.StringVar(&fsSpec, "fs", "", "run on a fresh loop-mounted file system made under --dir: ext4:SIZE (with a journal) or xfs:SIZE (reflinks), e.g. ext4:8G")
+	f.StringVar(&dataPaths, "data-path", "fuse", "comma-separated LayerFS arms, each run beside its own native arm: fuse, overlay (kernel overlayfs over the FUSE view), floor (kernel overlayfs over a plain directory)")
 	f.BoolVar(&noPassthrough, "no-passthrough", false, "serve file data through the daemon instead of FUSE passthrough")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the daemon side, setup included) to this file")
 	return c

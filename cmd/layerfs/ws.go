@@ -81,6 +81,7 @@ func wsCreateCmd(a *app) *cobra.Command {
 	f.StringVar(&spec.Platform, "platform", "", "sandbox platform (default: the daemon's first)")
 	f.Int64Var(&spec.QuotaBytes, "quota-bytes", 0, "bound what execs can write to this many bytes (a file system of the workspace's own)")
 	f.Int64Var(&spec.QuotaInodes, "quota-inodes", 0, "bound the files execs can create (needs --quota-bytes)")
+	f.StringVar(&spec.DataPath, "data-path", "", "overlay (kernel overlayfs over the daemon's FUSE view of the commit) or fuse (default: the daemon's)")
 	return cmd
 }
 

@@ -32,7 +32,7 @@ var _ daemonEngine = (*engine.Engine)(nil)
 
 // newEngine brings up the named platforms and builds the engine over the
 // Store. down takes the platforms down again (after the engine's Shutdown).
-func newEngine(ctx context.Context, db *store.DB, names []string, log *slog.Logger) (daemonEngine, func(context.Context) error, error) {
+func newEngine(ctx context.Context, db *store.DB, names []string, dataPath string, log *slog.Logger) (daemonEngine, func(context.Context) error, error) {
 	var plats []platforms.Platform
 	down := func(ctx context.Context) error {
 		var errs []error
@@ -56,7 +56,7 @@ func newEngine(ctx context.Context, db *store.DB, names []string, log *slog.Logg
 		}
 		plats = append(plats, p)
 	}
-	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: plats, Logger: log})
+	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: plats, DataPath: dataPath, Logger: log})
 	if err != nil {
 		return nil, down, err
 	}

@@ -40,6 +40,7 @@ type serveFlags struct {
 	idleExit  time.Duration
 	grace     time.Duration
 	platforms []string
+	dataPath  string
 	logLevel  string
 	maxUpload int64
 	supervise bool
@@ -73,6 +74,7 @@ func serveCmd() *cobra.Command {
 	fl.DurationVar(&f.idleExit, "idle-exit", 0, "exit after this long without requests and without workspaces (0: never)")
 	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running execs may take before they are killed")
 	fl.StringSliceVar(&f.platforms, "platform", []string{"local"}, "sandbox platforms to bring up; the first is the default")
+	fl.StringVar(&f.dataPath, "data-path", "overlay", "data path of workspaces that name none: overlay (fuse where the host cannot) or fuse")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Int64Var(&f.maxUpload, "max-upload", api.DefaultMaxUpload, "largest accepted upload in bytes")
 	fl.BoolVar(&f.supervise, "supervise", false, "run under a supervisor that reaps what the daemon leaves and starts it again if it crashes")
@@ -161,7 +163,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		}
 	}()
 
-	eng, down, err := newEngine(ctx, db, f.platforms, log)
+	eng, down, err := newEngine(ctx, db, f.platforms, f.dataPath, log)
 	defer func() {
 		// Platforms go down last, after every workspace is unmounted.
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
