@@ -45,6 +45,9 @@ type Config struct {
 	// QuotaBytes gives each LayerFS workspace a quota of that many bytes
 	// (a file system of its own), to measure what one costs; 0 none.
 	QuotaBytes int64
+	// DataPath is the LayerFS arm's data path (wire.DataPathFUSE or
+	// wire.DataPathOverlay); "" is the daemon's default.
+	DataPath string
 }
 
 // DaemonLogFile is the daemons' log in a run's output directory.
@@ -324,7 +327,7 @@ func runSample(ctx context.Context, cfg Config, bases *baseCache, tk task, log *
 		return s
 	}
 	defer release()
-	sr := &sampleRun{ctx: ctx, c: c, tk: tk, s: &s, bases: bases, scratch: dir, quota: cfg.QuotaBytes}
+	sr := &sampleRun{ctx: ctx, c: c, tk: tk, s: &s, bases: bases, scratch: dir, quota: cfg.QuotaBytes, dataPath: cfg.DataPath}
 	if tk.arm == report.LayerFS {
 		err = sr.layerfs()
 	} else {
@@ -344,13 +347,14 @@ func runSample(ctx context.Context, cfg Config, bases *baseCache, tk task, log *
 var errIneligible = errors.New("ineligible")
 
 type sampleRun struct {
-	ctx     context.Context
-	c       *client.Client
-	tk      task
-	s       *report.Sample
-	bases   *baseCache
-	scratch string
-	quota   int64 // Config.QuotaBytes
+	ctx      context.Context
+	c        *client.Client
+	tk       task
+	s        *report.Sample
+	bases    *baseCache
+	scratch  string
+	quota    int64 // Config.QuotaBytes
+	dataPath string
 }
 
 // project makes the sample's project with the cell's base as its first
@@ -459,7 +463,7 @@ func (r *sampleRun) layerfs() error {
 	if err := r.project(project); err != nil {
 		return fmt.Errorf("base: %w", err)
 	}
-	spec := client.WorkspaceSpec{Project: project, Branch: "main", Platform: r.tk.target.name, QuotaBytes: r.quota}
+	spec := client.WorkspaceSpec{Project: project, Branch: "main", Platform: r.tk.target.name, QuotaBytes: r.quota, DataPath: r.dataPath}
 	if err := r.warm(func() (*client.Workspace, error) { return c.CreateWorkspace(ctx, spec) }); err != nil {
 		return err
 	}
@@ -515,7 +519,7 @@ func (r *sampleRun) layerfs() error {
 		s.StoreBytes = st.DBBytes + st.PackBytes
 	}
 
-	fresh, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project, Branch: "main", At: cr.Commit, Platform: r.tk.target.name})
+	fresh, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project, Branch: "main", At: cr.Commit, Platform: r.tk.target.name, DataPath: r.dataPath})
 	if err != nil {
 		return fmt.Errorf("workspace of the commit: %w", err)
 	}

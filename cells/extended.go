@@ -15,8 +15,8 @@ import (
 )
 
 // Extended returns realistic agent workloads beyond the twelve: git on a
-// real repository, archive extraction, an incremental go build, log appends
-// and create/delete churn. Each runs in well under two seconds natively
+// real repository, archive extraction, an incremental go build, log appends,
+// create/delete churn, and real work on a fetched source tree (X09). Each runs in well under two seconds natively
 // (see BenchmarkNative). Results a body prints are written to files (under
 // .git for the git cells, so that git itself does not see them) and checked.
 //
@@ -34,6 +34,8 @@ import (
 //     out.txt "hello 6!!!"; .cache is opaque; ./bin/app run in the sandbox
 //     prints the same.
 //   - X07: logs/app.log is the base's 20,000 lines and the 2,000 appended.
+//   - X09 (gosources.go): go/ exactly the archive's files, the find count
+//     and grep list predicted from them, a clean one-commit repository.
 //   - X08: keep.txt, cache/c1..c100 with their new contents (c101..c200
 //     gone), work/f0..f29 with the last value renamed over each, and no
 //     scratch files.
@@ -79,6 +81,7 @@ func Extended() []Cell {
 			Body:   `rm -rf cache && mkdir cache; for i in $(seq 1 100); do echo new$i > cache/c$i; done; mkdir -p work; for i in $(seq 1 300); do echo $i > work/t.tmp && mv work/t.tmp work/f$((i % 30)); done; for i in $(seq 1 300); do echo $i > work/x$i; done; rm work/x*`,
 			Expect: churnExpect,
 		},
+		goSourcesCell(),
 	}
 }
 

@@ -70,6 +70,7 @@ func selectCells(spec string) ([]cells.Cell, error) {
 func cellsRunCmd(a *app) *cobra.Command {
 	var (
 		platformList, cellList, out, guestDaemon, fsSpec string
+		dataPaths                                        string
 		samples                                          int
 		seed, quotaBytes                                 int64
 		keep                                             bool
@@ -140,30 +141,55 @@ and removed at the end.`,
 				cfg.WorkDir = filepath.Join(mnt, "work")
 				cfg.Machine += "; work on " + bench.DescribeFS(mnt)
 			}
-			finish := a.cellsProgress(&cfg)
-			res, err := bench.Run(cmd.Context(), cfg)
-			finish()
-			if err != nil {
-				return err
+			// One run per data path, each with its own native arm, in
+			// OUT/<path> when there are several.
+			paths := strings.Split(dataPaths, ",")
+			var all []any
+			bad, total := 0, 0
+			for _, path := range paths {
+				run := cfg
+				run.DataPath = path
+				if len(paths) > 1 {
+					run.OutDir = filepath.Join(out, path)
+					if run.WorkDir != "" {
+						run.WorkDir = filepath.Join(cfg.WorkDir, path)
+					}
+					run.Command += " (data path " + path + ")"
+				}
+				finish := a.cellsProgress(&run)
+				res, err := bench.Run(cmd.Context(), run)
+				finish()
+				if err != nil {
+					return fmt.Errorf("data path %s: %w", path, err)
+				}
+				all = append(all, res.Summarize())
+				if !a.json {
+					if len(paths) > 1 {
+						fmt.Fprintf(a.stdout, "\ndata path: %s\n", path)
+					}
+					if err := res.WriteText(a.stdout); err != nil {
+						return err
+					}
+					fmt.Fprintf(a.stdout, "\nresults in %s\n", run.OutDir)
+				}
+				for _, s := range res.Samples {
+					if !s.Good() {
+						bad++
+					}
+				}
+				total += len(res.Samples)
 			}
 			if a.json {
-				if err := a.emit(res.Summarize(), nil); err != nil {
-					return err
+				var v any = all
+				if len(all) == 1 {
+					v = all[0]
 				}
-			} else {
-				if err := res.WriteText(a.stdout); err != nil {
+				if err := a.emit(v, nil); err != nil {
 					return err
-				}
-				fmt.Fprintf(a.stdout, "\nresults in %s\n", out)
-			}
-			bad := 0
-			for _, s := range res.Samples {
-				if !s.Good() {
-					bad++
 				}
 			}
 			if bad > 0 {
-				return fmt.Errorf("%d of %d samples failed or did not verify (see %s)", bad, len(res.Samples), filepath.Join(out, report.SamplesFile))
+				return fmt.Errorf("%d of %d samples failed or did not verify (see %s under %s)", bad, total, report.SamplesFile, out)
 			}
 			return nil
 		},
@@ -175,6 +201,7 @@ and removed at the end.`,
 	f.StringVar(&out, "out", "", "output directory (default ./layerfs-cells-DATE)")
 	f.Int64Var(&seed, "seed", 0, "seed of the randomised sample order (default: from the clock)")
 	f.BoolVar(&keep, "keep", false, "keep each sample's Store and directories under OUT/work")
+	f.StringVar(&dataPaths, "data-path", "", "comma-separated data paths of the LayerFS arm, each run beside its own native arm: overlay, fuse (default: the daemon's)")
 	f.StringVar(&fsSpec, "fs", "", "run the Stores and native directories on a fresh loop-mounted file system: ext4:SIZE (with a journal) or xfs:SIZE (reflinks), e.g. ext4:8G")
 	f.StringVar(&guestDaemon, "guest-daemon", "", "layerfsd binary for VM guests (default: the one beside layerfs)")
 	f.Int64Var(&quotaBytes, "quota-bytes", 0, "give each LayerFS workspace a quota of this many bytes (to measure its cost)")
