@@ -326,13 +326,11 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 	return m, nil
 }
 
-// cleanStale takes down what a dead daemon left mounted for rec: on the
-// overlay path the overlay at the mount path first, then its FUSE lower.
+// cleanStale takes down whatever a dead daemon left mounted for rec: the
+// mounts at its mount path (the FUSE mount, or the overlay), then, on the
+// overlay path, the FUSE lower under the overlay.
 func (e *Engine) cleanStale(rec store.Workspace) error {
-	if err := kerneloverlay.Detach(rec.MountPath, e.workspaceDir(rec.ID)); err != nil {
-		return err
-	}
-	return lfs.CleanStale(rec.MountPath)
+	return kerneloverlay.Detach(rec.MountPath, e.workspaceDir(rec.ID))
 }
 
 // unserve detaches and unmounts w, keeping its upper layer and record.

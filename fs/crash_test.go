@@ -15,10 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"layerfs.dev/layerfs/fs"
 	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/testenv"
+	"layerfs.dev/layerfs/kerneloverlay"
 	"layerfs.dev/layerfs/overlay"
+	"layerfs.dev/layerfs/overlay/overlaytest"
 	"layerfs.dev/layerfs/store"
 )
 
@@ -46,15 +50,29 @@ func serve() int {
 	if err != nil {
 		root = store.ZeroID
 	}
-	ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: os.Getenv("LAYERFS_UPPER")})
-	if err != nil {
-		fmt.Println("error:", err)
-		return 1
-	}
-	m, err := fs.Mount(ctx, os.Getenv("LAYERFS_MNT"), ov, fs.Options{})
-	if err != nil {
-		fmt.Println("error:", err)
-		return 1
+	var wait func()
+	if os.Getenv(pathEnv) == "overlay" {
+		// The workspace directory is the upper's parent.
+		m, err := kerneloverlay.New(ctx, kerneloverlay.Config{Lower: db, Root: root,
+			Dir: filepath.Dir(os.Getenv("LAYERFS_UPPER")), Target: os.Getenv("LAYERFS_MNT"), Committed: overlay.EmptyUpper()})
+		if err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		_ = m
+		wait = func() { select {} }
+	} else {
+		ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: os.Getenv("LAYERFS_UPPER")})
+		if err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		m, err := fs.Mount(ctx, os.Getenv("LAYERFS_MNT"), ov, fs.Options{})
+		if err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		wait = m.Wait
 	}
 	if os.Getenv(holdEnv) == "1" {
 		// Hand the FUSE device to a sleeping child, as a leak into a
@@ -68,9 +86,12 @@ func serve() int {
 		fmt.Println("holder", holder.Process.Pid)
 	}
 	fmt.Println("ready")
-	m.Wait()
+	wait()
 	return 0
 }
+
+// pathEnv names the data path serve mounts: "overlay", else fuse.
+const pathEnv = "LAYERFS_FSTEST_PATH"
 
 // holdEnv asks serve to start a process that holds its FUSE device.
 const holdEnv = "LAYERFS_FSTEST_HOLD"
@@ -81,7 +102,13 @@ func fuseDevice() *os.File {
 	for _, e := range ents {
 		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); target == "/dev/fuse" {
 			fd, _ := strconv.Atoi(e.Name())
-			return os.NewFile(uintptr(fd), "/dev/fuse")
+			// A duplicate: the *os.File closes its descriptor when it is
+			// collected, which must not be the server's own.
+			dup, err := unix.Dup(fd)
+			if err != nil {
+				return nil
+			}
+			return os.NewFile(uintptr(dup), "/dev/fuse")
 		}
 	}
 	return nil
@@ -270,5 +297,75 @@ func TestCleanHungMount(t *testing.T) {
 	defer m.Unmount(e.ctx)
 	if b, err := os.ReadFile(filepath.Join(mnt, "f1")); err != nil || string(b) != "hello\n" {
 		t.Fatalf("f1 after remount: %q, %v", b, err)
+	}
+}
+
+// TestCrashOverlay kills the daemon serving an overlay workspace's FUSE
+// lower, once with its FUSE device held by another process (the connection
+// then never aborts by itself): kerneloverlay.Detach must take the overlay
+// and the lower down without sending them a request, and a remount of the
+// same upper must show and commit everything written before the kill.
+func TestCrashOverlay(t *testing.T) {
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("held=%v", hold), func(t *testing.T) {
+			e := newEnvOn(t, true, "overlay")
+			ws := filepath.Join(e.DB.WorkspacesDir(), "crash")
+			upper := filepath.Join(ws, "upper")
+			mnt := filepath.Join(t.TempDir(), "mnt")
+			if err := os.Mkdir(mnt, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			extra := []string{pathEnv + "=overlay"}
+			if hold {
+				extra = append(extra, holdEnv+"=1")
+			}
+			cmd, out := startServer(t, e, upper, mnt, extra...)
+			if hold {
+				var holder int
+				if _, err := fmt.Fscanf(out, "holder %d\n", &holder); err != nil {
+					cmd.Process.Kill()
+					cmd.Wait()
+					t.Fatalf("server: %v", err)
+				}
+				defer syscall.Kill(holder, syscall.SIGKILL)
+			}
+			if line, _ := out.ReadString('\n'); line != "ready\n" {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("server: %q", line)
+			}
+			sh(t, mnt, "echo new > created && cat f1 > copy && echo more >> a/f2 && rm a/b/f3 && mkdir -p n && echo deep > n/x")
+			ref := filepath.Join(t.TempDir(), "ref")
+			sh(t, "/", "cp -a "+e.Base+" "+ref)
+			sh(t, ref, "echo new > created && cat f1 > copy && echo more >> a/f2 && rm a/b/f3 && mkdir -p n && echo deep > n/x")
+			cmd.Process.Kill()
+			cmd.Wait()
+
+			done := make(chan error, 1)
+			go func() { done <- kerneloverlay.Detach(mnt, ws) }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("Detach of a crashed overlay workspace did not return in a minute")
+			}
+			ms, err := mountinfo.Read(mountinfo.Self)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left := append(mountinfo.Below(ms, mnt), mountinfo.Below(ms, ws)...); len(left) > 0 {
+				t.Fatalf("mounts left: %+v", left)
+			}
+			m, err := e.serve(ws, mnt, e.Root, store.ZeroID, nil)
+			if err != nil {
+				t.Fatalf("remount: %v", err)
+			}
+			defer m.Unmount(e.ctx)
+			overlaytest.RequireSame(t, ref, mnt, "remounted workspace")
+			root := e.Commit(m)
+			overlaytest.RequireSame(t, ref, e.Checkout(root), "commit after the crash")
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -40,7 +41,8 @@ type Options struct {
 	Source string
 	// Lower makes the mount a read-only lower for kernel overlayfs: mounted
 	// read-only, with a passthrough stacking depth of 1 (overlayfs refuses
-	// a lower whose depth is 2: "maximum fs stacking depth exceeded").
+	// a lower whose depth is 2: "maximum fs stacking depth exceeded"), and
+	// inode generations unique to the mount.
 	Lower bool
 }
 
@@ -52,6 +54,10 @@ type Server struct {
 	log    *slog.Logger
 	mapper errnoMapper
 	tel    telemetry
+
+	// gen is the generation of every inode: random per mount for a lower
+	// (see Options.Lower), else 0.
+	gen uint64
 
 	passthrough atomic.Bool
 	whyDaemon   atomic.Value // string: why passthrough is off
@@ -76,6 +82,18 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 		return nil, err
 	}
 	m := &Server{dir: dir, ov: ov, log: opts.Logger}
+	if opts.Lower {
+		// Kernel overlayfs keeps the lower's file handles (nodeid and
+		// generation) in the upper's origin xattrs and decodes them on
+		// lookup. Node ids are not stable across mounts: with the same
+		// generation, a handle of the last mount could name another file
+		// of this one (seen: one file's data served under another's name).
+		// A generation new to each mount makes such a handle stale, which
+		// overlayfs takes as "origin unknown".
+		for m.gen&0xffffffff == 0 {
+			m.gen = rand.Uint64()
+		}
+	}
 	m.mapper.log = opts.Logger
 	m.passthrough.Store(!opts.NoPassthrough)
 	if opts.NoPassthrough {
@@ -107,7 +125,7 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 		AttrTimeout:     &timeout,
 		NegativeTimeout: &timeout,
 		NullPermissions: true,
-		RootStableAttr:  &gofs.StableAttr{Ino: ov.Root().Ino()},
+		RootStableAttr:  &gofs.StableAttr{Ino: ov.Root().Ino(), Gen: m.gen},
 	}
 	if opts.Lower {
 		gopts.MountOptions.DirectMountFlags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_RDONLY

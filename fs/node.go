@@ -77,7 +77,7 @@ func (n *node) child(ctx context.Context, c *overlay.Node, out *fuse.EntryOut) (
 		return nil, n.m.errno(err)
 	}
 	fillAttr(&a, &out.Attr)
-	return n.NewInode(ctx, &node{m: n.m, on: c}, gofs.StableAttr{Mode: c.Mode(), Ino: c.Ino()}), 0
+	return n.NewInode(ctx, &node{m: n.m, on: c}, gofs.StableAttr{Mode: c.Mode(), Ino: c.Ino(), Gen: n.m.gen}), 0
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -361,7 +361,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	fillAttr(&a, &out.Attr)
 	child := &node{m: n.m, on: c}
-	ino := n.NewInode(ctx, child, gofs.StableAttr{Mode: c.Mode(), Ino: c.Ino()})
+	ino := n.NewInode(ctx, child, gofs.StableAttr{Mode: c.Mode(), Ino: c.Ino(), Gen: n.m.gen})
 	cn := ino.Operations().(*node)
 	h, fl := cn.newHandle(ctx, f)
 	return ino, h, fl, 0

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	lfs "layerfs.dev/layerfs/fs"
-	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/overlay"
 	"layerfs.dev/layerfs/store"
 )
@@ -204,20 +203,16 @@ func (m *Mount) Unmount(ctx context.Context) error {
 }
 
 // Detach takes down what a dead daemon left of an overlay workspace whose
-// directory is dir and mount is target: the overlay mounts at target
-// first, then the FUSE view they stack on.
+// directory is dir and mount is target: the overlay mounted at target
+// first, then the FUSE view it stacks on (whose connection is aborted, so
+// that whoever still waits on the overlay's lower fails at once). Both go
+// through fs.CleanStale, which never sends a request to a mount.
 func Detach(target, dir string) error {
-	ms, err := mountinfo.Read(mountinfo.Self)
-	if err != nil {
-		return fmt.Errorf("detach %s: %w", target, err)
+	if err := lfs.CleanStale(target); err != nil {
+		return fmt.Errorf("detach overlay: %w", err)
 	}
-	target = filepath.Clean(target)
-	for i := len(ms) - 1; i >= 0; i-- {
-		if ms[i].Dir == target && ms[i].FSType == "overlay" {
-			if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
-				return fmt.Errorf("detach overlay at %s: %w", target, err)
-			}
-		}
+	if err := lfs.CleanStale(lowerDir(dir)); err != nil {
+		return fmt.Errorf("detach overlay lower: %w", err)
 	}
-	return lfs.CleanStale(lowerDir(dir))
+	return nil
 }
