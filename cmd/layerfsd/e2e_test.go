@@ -156,7 +156,13 @@ func mountsUnder(t *testing.T, dir string) int {
 // that reads it, download, commit, fork from that commit, a second
 // workspace that finds the file.
 func TestEndToEnd(t *testing.T) {
-	d := startDaemon(t, "")
+	for _, path := range []string{wire.DataPathOverlay, wire.DataPathFUSE} {
+		t.Run(path, func(t *testing.T) { testEndToEnd(t, path) })
+	}
+}
+
+func testEndToEnd(t *testing.T, path string) {
+	d := startDaemon(t, "", "--data-path", path)
 	ctx := context.Background()
 	c := d.client(t)
 	if fi, err := os.Lstat(d.socket); err != nil || fi.Mode().Perm() != 0o600 {
@@ -168,6 +174,9 @@ func TestEndToEnd(t *testing.T) {
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "demo", Branch: "main"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := ws.Info().DataPath; !strings.HasPrefix(got, path+": ") {
+		t.Errorf("data path %q, want %s", got, path)
 	}
 	res, err := ws.Exec(ctx, "mkdir -p out && echo 'hello from the sandbox' > out/greeting.txt", client.ExecOptions{Timeout: time.Minute})
 	if err != nil || res.ExitCode != 0 {
