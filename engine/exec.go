@@ -135,7 +135,7 @@ func (e *Engine) Exec(ctx context.Context, id string, req wire.ExecRequest, stdo
 	res.Receipt.StoreBytesWritten = d.PackBytesWritten
 	if w.mnt != nil {
 		res.Receipt.FUSE = fuseStats(w.mnt.Stats().Sub(fuseBefore))
-		res.Receipt.Upper = e.upperTook(w)
+		res.Receipt.Upper = e.upperTook(ctx, w)
 		e.metrics.observeUpper(res.Receipt.Upper)
 	}
 	e.metrics.observeExec(wall, r.ExitCode)

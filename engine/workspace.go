@@ -413,11 +413,11 @@ func (e *Engine) WorkspaceStatus(ctx context.Context, id string) (wire.Workspace
 		st.Changes = append(st.Changes, e.describe(ctx, cs.Base, c))
 	}
 	st.UpperBytes, _ = diskUsage(w.rec.UpperDir)
-	if cs.Upper != nil {
-		st.Upper = upperStats(cs.Upper.UpperSummary)
-	} else if u, err := overlay.ScanUpper(w.rec.UpperDir); err == nil {
-		st.Upper = upperStats(u.UpperSummary)
+	u := cs.Upper
+	if u == nil {
+		u, _ = overlay.ScanUpper(w.rec.UpperDir)
 	}
+	st.Upper = e.upperStats(ctx, w, u)
 	st.FUSE = fuseStats(w.mnt.Stats())
 	return st, nil
 }
@@ -549,7 +549,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	r.FUSE = fuseStats(w.mnt.Stats().Sub(fuseBefore))
 	r.UpperBytes, _ = diskUsage(w.rec.UpperDir)
 	if cs.Upper != nil {
-		r.Upper = upperStats(cs.Upper.UpperSummary)
+		r.Upper = e.upperStats(ctx, w, cs.Upper)
 	}
 	res.Receipt = &r
 	e.metrics.commits.Add(1)
@@ -711,7 +711,7 @@ func (e *Engine) detachOrphans(recs []store.Workspace) {
 // last scan. The scan is one lstat per upper entry (and a listxattr per
 // file): the upper holds only what changed, so it is cheap where the
 // workspace's changes are few.
-func (e *Engine) upperTook(w *workspace) wire.UpperStats {
+func (e *Engine) upperTook(ctx context.Context, w *workspace) wire.UpperStats {
 	if w.mnt == nil {
 		return wire.UpperStats{}
 	}
@@ -720,15 +720,25 @@ func (e *Engine) upperTook(w *workspace) wire.UpperStats {
 		e.log.Warn("scan upper layer", "id", w.rec.ID, "err", err)
 		return wire.UpperStats{}
 	}
+	if err := overlay.CountCopyUps(ctx, e.db, w.opts.Root, u); err != nil {
+		e.log.Warn("count copy-ups", "id", w.rec.ID, "err", err)
+	}
 	w.upperMu.Lock()
 	defer w.upperMu.Unlock()
 	d := u.UpperSummary.Sub(w.upper)
 	w.upper = u.UpperSummary
-	return upperStats(d)
+	return wire.UpperStats(d)
 }
 
-func upperStats(s overlay.UpperSummary) wire.UpperStats {
-	return wire.UpperStats(s)
+// upperStats summarizes the scan u of w's upper layer (nil: nothing).
+func (e *Engine) upperStats(ctx context.Context, w *workspace, u *overlay.UpperState) wire.UpperStats {
+	if u == nil {
+		return wire.UpperStats{}
+	}
+	if err := overlay.CountCopyUps(ctx, e.db, w.opts.Root, u); err != nil {
+		e.log.Warn("count copy-ups", "id", w.rec.ID, "err", err)
+	}
+	return wire.UpperStats(u.UpperSummary)
 }
 
 // diskUsage is the space the files under root take on disk.

@@ -69,7 +69,6 @@ type served interface {
 	UpperDir() string
 }
 
-
 func populate(t testing.TB, dir string) {
 	t.Helper()
 	for p, data := range map[string]string{
@@ -225,6 +224,15 @@ rmdir a/b/c 2>/dev/null || true
 	sh(t, ref, body)
 	overlaytest.RequireSame(t, ref, mnt, "live mount")
 	t.Logf("data path: %s", m.DataPath())
+	u, err := overlay.ScanUpper(m.UpperDir())
+	if err == nil {
+		err = overlay.CountCopyUps(e.ctx, e.DB, e.Root, u)
+	}
+	// f1 and a/b/f3 had their data copied up; moved (a renamed lower file)
+	// is a metacopy on overlay, and on fuse too (its origin xattr).
+	if err != nil || u.CopyUps < 2 || u.Metacopies < 1 {
+		t.Errorf("upper summary %+v, %v: want at least 2 copy-ups and 1 metacopy", u.UpperSummary, err)
+	}
 	root := e.Commit(m)
 	overlaytest.RequireSame(t, ref, e.Checkout(root), "checkout of the commit")
 	_, mnt2 := e.mount(root)

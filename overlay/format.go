@@ -31,10 +31,6 @@ const (
 	// (metacopy=on) says its data is still the lower file's: the one named
 	// by its trusted.overlay.redirect, else the one of the same path.
 	xattrMetacopy = "trusted.overlay.metacopy"
-	// xattrKernelOrigin is where kernel overlayfs records the lower file
-	// an upper file was copied up from (when the lower can encode file
-	// handles); it is only counted.
-	xattrKernelOrigin = "trusted.overlay.origin"
 
 	reservedOverlay = "trusted.overlay."
 	reservedLayerFS = "trusted.layerfs."

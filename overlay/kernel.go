@@ -34,6 +34,7 @@ type upperStamp struct {
 	mode  uint32
 	size  int64
 	ctime int64
+	meta  bool // a metacopy: its data is still the lower's
 }
 
 func (s upperStamp) isDir() bool { return s.mode&syscall.S_IFMT == syscall.S_IFDIR }
@@ -52,7 +53,7 @@ type UpperSummary struct {
 	Dirs       int64 `json:"dirs"`       // directories
 	Whiteouts  int64 `json:"whiteouts"`  // removed lower names
 	Metacopies int64 `json:"metacopies"` // files whose data is still the lower's
-	CopyUps    int64 `json:"copy_ups"`   // files whose data was copied up from the lower
+	CopyUps    int64 `json:"copy_ups"`   // files that replace a lower file of the same path (CountCopyUps)
 }
 
 // Sub returns s minus t, field by field.
@@ -87,7 +88,7 @@ func ScanUpper(dir string) (*UpperState, error) {
 				}
 				return err
 			}
-			s.paths[r] = upperStamp{ino: st.Ino, mode: st.Mode, size: st.Size, ctime: st.Ctim.Nano()}
+			stamp := upperStamp{ino: st.Ino, mode: st.Mode, size: st.Size, ctime: st.Ctim.Nano()}
 			switch {
 			case isWhiteout(&st):
 				s.Whiteouts++
@@ -102,20 +103,18 @@ func ScanUpper(dir string) (*UpperState, error) {
 				if err != nil && !notSupported(err) {
 					return err
 				}
-				meta, origin := false, false
+				meta := false
 				for _, n := range names {
 					meta = meta || n == xattrMetacopy || n == xattrOrigin
-					origin = origin || n == xattrKernelOrigin
 				}
 				if meta {
 					s.Metacopies++
 				} else {
 					s.Bytes += st.Size
-					if origin {
-						s.CopyUps++
-					}
 				}
+				stamp.meta = meta
 			}
+			s.paths[r] = stamp
 		}
 		return nil
 	}
@@ -317,4 +316,59 @@ func FineTimestamps(dir string) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// CountCopyUps sets s.CopyUps: the upper's regular files (metacopies
+// excepted) whose path is a regular file in the lower tree root, i.e.
+// committed files whose data was copied up. A file under a renamed lower
+// directory counts as new. Trees come from lower (the Store caches them).
+func CountCopyUps(ctx context.Context, lower Lower, root store.ID, s *UpperState) error {
+	s.CopyUps = 0
+	if root.IsZero() {
+		return nil
+	}
+	dirs := map[string]*store.Tree{}
+	var treeAt func(dir string) (*store.Tree, error)
+	treeAt = func(dir string) (*store.Tree, error) {
+		if t, ok := dirs[dir]; ok {
+			return t, nil
+		}
+		var t *store.Tree
+		if dir == "" {
+			var err error
+			if t, err = lower.Tree(ctx, root); err != nil {
+				return nil, err
+			}
+		} else {
+			pt, err := treeAt(parent(dir))
+			if err != nil {
+				return nil, err
+			}
+			if pt != nil {
+				if e, ok := pt.Find(path.Base(dir)); ok && e.Type == store.TypeDir {
+					if t, err = lower.Tree(ctx, e.Object); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+		dirs[dir] = t
+		return t, nil
+	}
+	for p, st := range s.paths {
+		if st.mode&syscall.S_IFMT != syscall.S_IFREG || st.meta {
+			continue
+		}
+		t, err := treeAt(parent(p))
+		if err != nil {
+			return fmt.Errorf("count copy-ups: %w", err)
+		}
+		if t == nil {
+			continue
+		}
+		if e, ok := t.Find(path.Base(p)); ok && e.Type == store.TypeFile {
+			s.CopyUps++
+		}
+	}
+	return nil
 }

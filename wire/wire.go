@@ -309,7 +309,7 @@ type UpperStats struct {
 	Dirs       int64 `json:"dirs"`       // directories
 	Whiteouts  int64 `json:"whiteouts"`  // removed committed names
 	Metacopies int64 `json:"metacopies"` // files whose data is still the commit's (chmod, rename)
-	CopyUps    int64 `json:"copy_ups"`   // committed files whose data was copied up (where the kernel records it)
+	CopyUps    int64 `json:"copy_ups"`   // committed files whose data was copied up (metacopies excepted)
 }
 
 // SQLStats are SQLite statements and rows.
