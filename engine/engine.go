@@ -52,6 +52,8 @@ type Engine struct {
 	plats       map[string]platforms.Platform
 	defaultPlat string
 	dataPath    string
+	overlayOnce sync.Once
+	overlayErr  error // why the overlay data path is unavailable (overlayCheck)
 
 	mu      sync.Mutex
 	live    map[string]*workspace

@@ -199,14 +199,14 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 	case spec.DataPath == "":
 		o.DataPath = e.dataPath
 		if o.DataPath == wire.DataPathOverlay {
-			if err := kerneloverlay.Check(e.db.WorkspacesDir()); err != nil {
+			if err := e.overlayCheck(); err != nil {
 				o.DataPath, o.Fallback = wire.DataPathFUSE, err.Error()
 			}
 		}
 	case spec.DataPath == wire.DataPathFUSE || spec.DataPath == wire.DataPathOverlay:
 		o.DataPath = spec.DataPath
 		if o.DataPath == wire.DataPathOverlay {
-			if err := kerneloverlay.Check(e.db.WorkspacesDir()); err != nil {
+			if err := e.overlayCheck(); err != nil {
 				return o, fmt.Errorf("%w: data path overlay: %v", ErrUnavailable, err)
 			}
 		}
@@ -275,6 +275,13 @@ func (e *Engine) serve(ctx context.Context, w *workspace, fresh bool) error {
 	}
 	w.sb = sb
 	return nil
+}
+
+// overlayCheck says, once per engine, why this host cannot serve the
+// overlay data path, or nil.
+func (e *Engine) overlayCheck() error {
+	e.overlayOnce.Do(func() { e.overlayErr = kerneloverlay.Check(e.db.WorkspacesDir()) })
+	return e.overlayErr
 }
 
 // mount mounts w on its data path. A new workspace that was to be overlay

@@ -23,7 +23,7 @@ func benchFSCmd(a *app) *cobra.Command {
 		dataPaths                         string
 	)
 	c := &cobra.Command{
-		Use:   "fs [--cells C01,...] [--samples N] [--dir D] [--fs ext4:8G|xfs:8G] [--no-passthrough] [--cpuprofile F]",
+		Use:   "fs [--cells C01,...] [--samples N] [--dir D] [--fs ext4:8G|xfs:8G] [--data-path fuse,overlay,floor] [--no-passthrough] [--cpuprofile F]",
 		Short: "Run the cell bodies straight on a workspace mount and in a plain directory: the FUSE path alone",
 		Long: `Runs each cell's body directly (no sandbox, no daemon API) on a fresh
 LayerFS workspace mount served by this process and in a plain directory on

@@ -76,7 +76,7 @@ func cellsRunCmd(a *app) *cobra.Command {
 		keep                                             bool
 	)
 	c := &cobra.Command{
-		Use:   "run [--platform local,docker,...] [--cells C01,...] [--samples N] [--out DIR] [--fs ext4:8G|xfs:8G]",
+		Use:   "run [--platform local,docker,...] [--cells C01,...] [--samples N] [--out DIR] [--fs ext4:8G|xfs:8G] [--data-path overlay,fuse]",
 		Short: "Run the cells on each platform, LayerFS and native, and print the comparison",
 		Long: `Runs every cell on every platform, in a LayerFS workspace and in a plain
 directory on the same file system through the same sandbox, following the
