@@ -28,6 +28,8 @@ type SessionConfig struct {
 	NewPlatform func(name string) (platforms.Platform, error)
 	Logger      *slog.Logger
 	Progress    func(what string)
+	// DataPath is the workspaces' data path ("" is the daemon's default).
+	DataPath string
 }
 
 // More session figures than report names: what issue 4's bench asks.
@@ -113,7 +115,7 @@ func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure,
 			t.p.Down(ctx)
 			return figs, fmt.Errorf("%s: %w", name, err)
 		}
-		s := &session{ctx: ctx, c: c, platform: name, calls: cfg.Calls, say: say, dir: dir, large: cfg.LargeTree}
+		s := &session{ctx: ctx, c: c, platform: name, calls: cfg.Calls, say: say, dir: dir, large: cfg.LargeTree, dataPath: cfg.DataPath}
 		err = s.run(cfg.Idle, t.hostFS)
 		release()
 		t.p.Down(context.WithoutCancel(ctx))
@@ -132,6 +134,7 @@ type session struct {
 	ctx      context.Context
 	c        *client.Client
 	platform string
+	dataPath string
 	calls    int
 	say      func(string)
 	dir      string                  // scratch on the host, beside the Store
@@ -148,7 +151,7 @@ func (s *session) fig(name, unit string) *report.SessionFigure {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (s *session) spec() client.WorkspaceSpec {
-	return client.WorkspaceSpec{Project: "session", Branch: "main", Platform: s.platform}
+	return client.WorkspaceSpec{Project: "session", Branch: "main", Platform: s.platform, DataPath: s.dataPath}
 }
 
 func (s *session) run(idle int, hostFS bool) error {
@@ -241,7 +244,7 @@ func (s *session) run(idle int, hostFS bool) error {
 		_, err := c.ForkBranch(ctx, "session", b, "main")
 		var w *client.Workspace
 		if err == nil {
-			w, err = c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "session", Branch: b, Platform: s.platform})
+			w, err = c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "session", Branch: b, Platform: s.platform, DataPath: s.dataPath})
 		}
 		if err != nil {
 			fork.Failures = append(fork.Failures, err.Error())
@@ -331,7 +334,7 @@ func (s *session) largeTree() error {
 	if err != nil {
 		return err
 	}
-	spec := client.WorkspaceSpec{Project: "large", Branch: "main", Platform: s.platform}
+	spec := client.WorkspaceSpec{Project: "large", Branch: "main", Platform: s.platform, DataPath: s.dataPath}
 
 	s.say(s.platform + ": workspace open over the large tree")
 	open := s.fig(openName, "ms")

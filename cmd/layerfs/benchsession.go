@@ -17,10 +17,10 @@ import (
 // benchSessionCmd measures the session and scale figures: workspace open
 // and close, exec latency and overhead, commit, fork, throughput, memory.
 func benchSessionCmd(a *app) *cobra.Command {
-	var platformList, dir string
+	var platformList, dir, dataPath string
 	var calls, idle, large int
 	c := &cobra.Command{
-		Use:   "session [--platform local,docker] [--calls N]",
+		Use:   "session [--platform local,docker] [--calls N] [--data-path overlay|fuse]",
 		Short: "Measure workspace open/close, exec latency and overhead, commit, fork+create, throughput and idle memory",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -42,6 +42,7 @@ func benchSessionCmd(a *app) *cobra.Command {
 				Idle:      idle,
 				LargeTree: large,
 				WorkDir:   dir,
+				DataPath:  dataPath,
 				NewPlatform: func(name string) (platforms.Platform, error) {
 					return catalog.New(name, catalog.Options{Project: "session"})
 				},
@@ -64,6 +65,7 @@ func benchSessionCmd(a *app) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&platformList, "platform", "local", "comma-separated platforms")
+	c.Flags().StringVar(&dataPath, "data-path", "", "workspaces' data path: overlay or fuse (default: the daemon's)")
 	c.Flags().IntVar(&calls, "calls", 30, "samples per latency figure")
 	c.Flags().IntVar(&idle, "idle", 100, "workspaces held open for the memory figure")
 	c.Flags().IntVar(&large, "large-tree", 100_000, "files of the tree for the scale figures (open over it, commit 1 changed file)")
