@@ -114,7 +114,7 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 		return nil, fmt.Errorf("overlay mount: %w", err)
 	}
 	ov, err := overlay.Open(ctx, overlay.Config{Lower: cfg.Lower, Root: cfg.Root,
-		UpperDir: filepath.Join(view, "upper"), WorkDir: filepath.Join(view, "work"), Logger: cfg.Logger})
+		UpperDir: filepath.Join(view, "upper"), WorkDir: filepath.Join(view, "work"), Logger: cfg.Logger, ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
 	}
@@ -151,15 +151,10 @@ func (m *Mount) UpperDir() string { return upperDir(m.cfg.Dir) }
 func (m *Mount) Changes(ctx context.Context) (*overlay.ChangeSet, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	// A private overlay reads the upper; its scratch directory must be on
-	// the upper's file system.
-	scratch, err := os.MkdirTemp(m.cfg.Dir, "scan")
-	if err != nil {
-		return nil, fmt.Errorf("changes: %w", err)
-	}
-	defer os.RemoveAll(scratch)
+	// A private overlay reads the upper, writing nothing (a full disk
+	// must not stop a status or a commit).
 	ov, err := overlay.Open(ctx, overlay.Config{Lower: m.cfg.Lower, Root: m.cfg.Root, Base: m.base,
-		UpperDir: upperDir(m.cfg.Dir), WorkDir: scratch, Logger: m.cfg.Logger})
+		UpperDir: upperDir(m.cfg.Dir), WorkDir: viewDir(m.cfg.Dir), Logger: m.cfg.Logger, ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("changes: %w", err)
 	}

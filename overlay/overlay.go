@@ -41,6 +41,10 @@ type Config struct {
 	WorkDir string
 	// Logger receives rare diagnostics; nil is silent.
 	Logger *slog.Logger
+	// ReadOnly opens an overlay that is only read (ChangesSince, or a view
+	// served read-only): no work directory is made, so opening writes
+	// nothing (a full disk does not stop it). It must not be changed.
+	ReadOnly bool
 }
 
 // Caller is the identity a created node is owned by.
@@ -125,27 +129,11 @@ func Open(ctx context.Context, cfg Config) (*Overlay, error) {
 	if err := os.MkdirAll(upper, 0o755); err != nil {
 		return nil, fmt.Errorf("open overlay: %w", err)
 	}
-	// The work directory holds only scratch files; whatever a crash left
-	// there is garbage.
-	if err := os.RemoveAll(work); err != nil {
-		return nil, fmt.Errorf("open overlay: clean work dir: %w", err)
-	}
-	if err := os.MkdirAll(work, 0o700); err != nil {
-		return nil, fmt.Errorf("open overlay: %w", err)
-	}
-	var su, sw unix.Stat_t
-	if err := unix.Stat(upper, &su); err != nil {
-		return nil, fmt.Errorf("open overlay: %w", err)
-	}
-	if err := unix.Stat(work, &sw); err != nil {
-		return nil, fmt.Errorf("open overlay: %w", err)
-	}
-	if su.Dev != sw.Dev {
-		return nil, fmt.Errorf("open overlay: work dir %s is not on the file system of %s", work, upper)
-	}
 	empty := filepath.Join(work, "empty")
-	if err := os.WriteFile(empty, nil, 0o444); err != nil {
-		return nil, fmt.Errorf("open overlay: %w", err)
+	if !cfg.ReadOnly {
+		if err := prepareWork(upper, work, empty); err != nil {
+			return nil, fmt.Errorf("open overlay: %w", err)
+		}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -185,6 +173,30 @@ func Open(ctx context.Context, cfg Config) (*Overlay, error) {
 	}
 	o.mu.Unlock()
 	return o, nil
+}
+
+// prepareWork empties the work directory and makes the empty file copy-ups
+// of empty lower files start from.
+func prepareWork(upper, work, empty string) error {
+	// The work directory holds only scratch files; whatever a crash left
+	// there is garbage.
+	if err := os.RemoveAll(work); err != nil {
+		return fmt.Errorf("clean work dir: %w", err)
+	}
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return err
+	}
+	var su, sw unix.Stat_t
+	if err := unix.Stat(upper, &su); err != nil {
+		return err
+	}
+	if err := unix.Stat(work, &sw); err != nil {
+		return err
+	}
+	if su.Dev != sw.Dev {
+		return fmt.Errorf("work dir %s is not on the file system of %s", work, upper)
+	}
+	return os.WriteFile(empty, nil, 0o444)
 }
 
 // Close releases nothing today; it exists so the lifecycle is explicit.
