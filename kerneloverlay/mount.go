@@ -109,12 +109,13 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 		}
 	}
 	// The view's own overlay never takes a change: its upper stays empty.
+	// (Its work directory holds the empty file empty lower files open as.)
 	view := viewDir(cfg.Dir)
 	if err := os.RemoveAll(view); err != nil {
 		return nil, fmt.Errorf("overlay mount: %w", err)
 	}
 	ov, err := overlay.Open(ctx, overlay.Config{Lower: cfg.Lower, Root: cfg.Root,
-		UpperDir: filepath.Join(view, "upper"), WorkDir: filepath.Join(view, "work"), Logger: cfg.Logger, ReadOnly: true})
+		UpperDir: filepath.Join(view, "upper"), WorkDir: filepath.Join(view, "work"), Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
 	}

@@ -41,9 +41,9 @@ type Config struct {
 	WorkDir string
 	// Logger receives rare diagnostics; nil is silent.
 	Logger *slog.Logger
-	// ReadOnly opens an overlay that is only read (ChangesSince, or a view
-	// served read-only): no work directory is made, so opening writes
-	// nothing (a full disk does not stop it). It must not be changed.
+	// ReadOnly opens an overlay only to list its changes (ChangesSince): no
+	// work directory is made, so opening writes nothing (a full disk does
+	// not stop it). Its files must not be opened nor changed.
 	ReadOnly bool
 }
 
