@@ -41,6 +41,10 @@ var (
 // Defaults for Config fields left zero.
 const (
 	DefaultBootTimeout   = 10 * time.Minute // limactl start's own default
+	// DefaultEmulatedBootTimeout is the boot timeout under
+	// SoftwareEmulation, where a boot that takes a minute with a hypervisor
+	// may take several on a loaded machine.
+	DefaultEmulatedBootTimeout = 20 * time.Minute
 	DefaultDaemonTimeout = 60 * time.Second
 )
 
@@ -55,6 +59,26 @@ type Config struct {
 	// Image is a local disk image path or a URL; "" uses Debian 12's
 	// generic cloud image (downloaded by Lima on first create).
 	Image string
+	// Kernel and Initrd, when set, boot Image directly (QEMU -kernel): Image
+	// is then a root disk without a boot loader, such as the one
+	// scripts/ensure-lima builds, and KernelCmdline the kernel's command
+	// line. Direct boot needs no UEFI firmware, so the template asks for
+	// legacy BIOS.
+	Kernel        string
+	Initrd        string
+	KernelCmdline string
+	// SoftwareEmulation runs QEMU with TCG instead of the hypervisor.
+	// Lima picks KVM for a native guest on Linux and has no setting to
+	// change that, so the platform gives limactl a QEMU command
+	// ($QEMU_SYSTEM_X86_64, Lima's override of the QEMU binary) that
+	// carries its own -machine and -accel, which Lima then leaves alone,
+	// and asks for the "max" CPU model (Lima's default, "host", exists only
+	// under KVM). For hosts whose KVM does not work; needs Runner to be an
+	// ExecRunner or nil.
+	SoftwareEmulation bool
+	// LimaHome is the Lima directory limactl uses ($LIMA_HOME); "" is
+	// Lima's default ($LIMA_HOME, else ~/.lima).
+	LimaHome string
 	// Arch is Lima's arch name (x86_64, aarch64); "" is the host's.
 	Arch string
 	// VMType is "vz" or "qemu"; "" lets Lima choose (vz on macOS 13.5+).
@@ -113,6 +137,22 @@ func New(cfg Config) (*Platform, error) {
 	}
 	if cfg.BootTimeout <= 0 {
 		cfg.BootTimeout = DefaultBootTimeout
+		if cfg.SoftwareEmulation {
+			cfg.BootTimeout = DefaultEmulatedBootTimeout
+		}
+	}
+	if cfg.SoftwareEmulation {
+		r, err := emulatingRunner(cfg.Runner, cfg.LimaHome)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Runner = r
+	} else if cfg.LimaHome != "" {
+		r, err := withEnv(cfg.Runner, "LIMA_HOME="+cfg.LimaHome)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Runner = r
 	}
 	if cfg.DaemonTimeout <= 0 {
 		cfg.DaemonTimeout = DefaultDaemonTimeout
@@ -277,9 +317,9 @@ func hostSocketOf(in instance) string {
 
 // create writes the template and runs limactl create.
 func (p *Platform) create(ctx context.Context) error {
-	instDir, err := store.InstanceDir(p.inst)
+	instDir, err := p.instanceDir()
 	if err != nil {
-		return fmt.Errorf("lima: %w: %w", err, ErrConfig)
+		return err
 	}
 	y, err := Template(p.cfg, filepath.Join(instDir, "sock", "layerfsd.sock"))
 	if err != nil {
@@ -293,7 +333,8 @@ func (p *Platform) create(ctx context.Context) error {
 		return fmt.Errorf("lima: instance %q: %w", p.inst, err)
 	}
 	file := filepath.Join(p.cfg.WorkDir, p.inst+".yaml")
-	if err := os.WriteFile(file, b, 0o600); err != nil {
+	// Readable by all: limactl may run as another user (see Install).
+	if err := os.WriteFile(file, b, 0o644); err != nil {
 		return fmt.Errorf("lima: write template: %w", err)
 	}
 	defer os.Remove(file)
@@ -346,6 +387,16 @@ func (p *Platform) startDaemon(ctx context.Context) error {
 	}
 	if _, err := os.Stat(daemon); err != nil {
 		return fmt.Errorf("lima: layerfsd for the guest: %w: %w", err, ErrConfig)
+	}
+	if runsAsOtherUser(p.cfg.Runner) {
+		// That user may not read a private directory of this process (a
+		// test's temporary directory): it copies a readable copy.
+		staged := filepath.Join(p.cfg.WorkDir, p.inst+"-layerfsd")
+		if err := copyFile(daemon, staged, 0o755); err != nil {
+			return fmt.Errorf("lima: stage layerfsd for the guest: %w", err)
+		}
+		defer os.Remove(staged)
+		daemon = staged
 	}
 	if _, err := p.limactl.Must(ctx, "copy", daemon, p.inst+":"+guestUpload); err != nil {
 		return err

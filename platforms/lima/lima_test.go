@@ -231,3 +231,54 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestInstanceName(t *testing.T) {
 	guesttest.CheckNames(t, "InstanceName", InstanceName)
 }
+
+// TestTemplateEmulatedDirectBoot is the template the platform writes for
+// scripts/ensure-lima's installation: a root disk booted with its own
+// kernel and initrd (legacy BIOS, no UEFI firmware), QEMU with the "max"
+// CPU model for software emulation. Lima's validation must accept it.
+func TestTemplateEmulatedDirectBoot(t *testing.T) {
+	f := newFixture(t)
+	cfg := Config{Project: "demo", Image: "/cache/image/disk.raw", Kernel: "/cache/image/vmlinuz",
+		Initrd: "/cache/image/initrd.img", KernelCmdline: kernelCmdline, Arch: "x86_64", SoftwareEmulation: true}
+	y, err := Template(cfg, f.hostSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := MarshalTemplate(y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("testdata/template-emulated.golden.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.ReplaceAll(string(want), "$LIMA_HOME", f.limaHome); string(b) != w {
+		t.Errorf("template:\n%s\nwant:\n%s", b, w)
+	}
+	if err := ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")); err != nil {
+		t.Errorf("emulated direct-boot template fails Lima's validation: %v", err)
+	}
+}
+
+// TestEmulationKeepsQEMUOffKVM checks the environment limactl gets under
+// SoftwareEmulation: Lima's QEMU override carrying -machine and -accel tcg,
+// and LIMA_HOME.
+func TestEmulationKeepsQEMUOffKVM(t *testing.T) {
+	p, err := New(Config{Project: "demo", SoftwareEmulation: true, LimaHome: "/srv/lima"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := p.cfg.Runner.(ExecRunner)
+	if !ok {
+		t.Fatalf("runner is %T, want ExecRunner", p.cfg.Runner)
+	}
+	env := strings.Join(r.Env, "\n")
+	for _, want := range []string{"QEMU_SYSTEM_X86_64=" + qemuTCG, "LIMA_HOME=/srv/lima"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("limactl's environment lacks %q", want)
+		}
+	}
+	if p.cfg.BootTimeout != DefaultEmulatedBootTimeout {
+		t.Errorf("boot timeout %s, want %s", p.cfg.BootTimeout, DefaultEmulatedBootTimeout)
+	}
+}

@@ -53,9 +53,20 @@ func Template(cfg Config, hostSocket string) (*limayaml.LimaYAML, error) {
 	}
 	if cfg.Image != "" {
 		img := limayaml.Image{File: limayaml.File{Location: cfg.Image, Arch: cfg.Arch}}
+		if cfg.Kernel != "" {
+			img.Kernel = &limayaml.Kernel{File: limayaml.File{Location: cfg.Kernel, Arch: cfg.Arch}, Cmdline: cfg.KernelCmdline}
+			if cfg.Initrd != "" {
+				img.Initrd = &limayaml.File{Location: cfg.Initrd, Arch: cfg.Arch}
+			}
+			y.Firmware.LegacyBIOS = ptr(true)
+		}
 		y.Images = []limayaml.Image{img}
 	} else {
 		y.Images = append([]limayaml.Image(nil), defaultImages...)
+	}
+	if cfg.SoftwareEmulation {
+		y.VMType = ptr(limayaml.QEMU)
+		y.CPUType = limayaml.CPUType{limayaml.X8664: "max", limayaml.AARCH64: "max"}
 	}
 	if cfg.CPUs > 0 {
 		y.CPUs = ptr(cfg.CPUs)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"syscall"
 	"time"
 )
 
@@ -33,6 +34,13 @@ type ExecRunner struct {
 	// Env, when set, is the whole environment of the tool (e.g. with
 	// LIMA_HOME); nil inherits this process's environment.
 	Env []string
+	// Path, when set, is the tool's executable, run in place of argv[0]
+	// found on PATH.
+	Path string
+	// Credential, when set, runs the tool as that user (a tool that
+	// refuses root, run by a root process); Env should then give it that
+	// user's HOME.
+	Credential *syscall.Credential
 }
 
 // Run implements Runner.
@@ -40,19 +48,25 @@ func (r ExecRunner) Run(ctx context.Context, argv []string, stdin io.Reader) (Re
 	if len(argv) == 0 {
 		return Result{}, errors.New("empty command line")
 	}
-	path, err := exec.LookPath(argv[0])
-	if err != nil {
-		return Result{}, fmt.Errorf("find %s: %w", argv[0], err)
+	path := r.Path
+	if path == "" {
+		var err error
+		if path, err = exec.LookPath(argv[0]); err != nil {
+			return Result{}, fmt.Errorf("find %s: %w", argv[0], err)
+		}
 	}
 	cmd := exec.CommandContext(ctx, path, argv[1:]...)
 	cmd.Env = r.Env
+	if r.Credential != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.Credential}
+	}
 	// A tool that leaves children holding its pipes (ssh control masters)
 	// must not hang Run after it exits or is killed.
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	var exitErr *exec.ExitError
 	switch {
