@@ -9,6 +9,7 @@ package catalog
 import (
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 
 	"layerfs.dev/layerfs/engine/sandbox"
@@ -46,7 +47,18 @@ func New(name string, o Options) (platforms.Platform, error) {
 	case "docker":
 		return docker.New(docker.Options{Logger: o.Logger}), nil
 	case "lima":
-		return lima.New(lima.Config{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger})
+		cfg := lima.Config{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger}
+		// On Linux, the installation scripts/ensure-lima makes (limactl
+		// built from source, a local image, software emulation) when it
+		// is there; otherwise the limactl on PATH with Lima's defaults.
+		if runtime.GOOS == "linux" {
+			if in, err := lima.FindInstall(""); err == nil {
+				if err := in.Configure(&cfg); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return lima.New(cfg)
 	case "applecontainer":
 		return applecontainer.New(applecontainer.Config{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger})
 	case "libkrun":
