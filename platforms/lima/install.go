@@ -24,7 +24,7 @@ import (
 type Install struct {
 	Dir     string // the installation directory
 	Limactl string // bin/limactl
-	Disk    string // image/disk.raw: ext4 on the whole disk
+	Disk    string // image/disk.qcow2: ext4 on the whole disk
 	Kernel  string // image/vmlinuz
 	Initrd  string // image/initrd.img
 	// User runs limactl when this process is root; nil runs it as this
@@ -66,7 +66,7 @@ func FindInstall(dir string) (Install, error) {
 	in := Install{
 		Dir:     dir,
 		Limactl: filepath.Join(dir, "bin", "limactl"),
-		Disk:    filepath.Join(dir, "image", "disk.raw"),
+		Disk:    filepath.Join(dir, "image", "disk.qcow2"),
 		Kernel:  filepath.Join(dir, "image", "vmlinuz"),
 		Initrd:  filepath.Join(dir, "image", "initrd.img"),
 	}
