@@ -276,7 +276,7 @@ func (p *Platform) Up(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if res.ExitCode != 0 {
+		if res.ExitCode != 0 && !p.onlyGuestAgentLate(ctx, res) {
 			return fmt.Errorf("lima: start instance %q: %w (limactl exited with status %d; see %s/ha.stderr.log); limactl said:\n%s",
 				p.inst, ErrStart, res.ExitCode, in.Dir, guest.Tail(res.Stderr, 20))
 		}
@@ -299,6 +299,36 @@ func (p *Platform) Up(ctx context.Context) error {
 	p.log.Info("lima: guest layerfsd is up", "instance", p.inst, "version", v.Version, "socket", p.hostSocket)
 	p.up = true
 	return nil
+}
+
+// guestAgentLate is how limactl start (Lima v1.2.1, pkg/hostagent) reports
+// a guest agent that did not answer within its fixed minute.
+const guestAgentLate = "guest agent does not seem to be running"
+
+// onlyGuestAgentLate tells whether a failed limactl start failed only
+// because Lima's guest agent was late, on a VM that runs. Under software
+// emulation the agent, installed by Lima's boot scripts, can take longer
+// than the minute Lima gives it, and Lima then calls the VM "degraded"
+// though it runs. The platform does not need the agent: it forwards TCP
+// ports, and every guest port is ignored here; the daemon's socket is
+// forwarded by the host agent over SSH. So the platform goes on and lets
+// the daemon's answer on that socket decide.
+func (p *Platform) onlyGuestAgentLate(ctx context.Context, res Result) bool {
+	if !p.cfg.SoftwareEmulation || !strings.Contains(string(res.Stderr), guestAgentLate) {
+		return false
+	}
+	for _, line := range strings.Split(string(res.Stderr), "\n") {
+		if strings.Contains(line, "level=fatal") && strings.Contains(line, "Errors:[") &&
+			!strings.Contains(line, "Errors:["+guestAgentLate+"; port forwards will not work]") {
+			return false
+		}
+	}
+	in, found, err := p.find(ctx)
+	if err != nil || !found || !in.running() {
+		return false
+	}
+	p.log.Warn("lima: the guest agent was late (software emulation); going on without TCP port forwards", "instance", p.inst)
+	return true
 }
 
 // hostSocketOf finds the host end of the daemon's socket forward in the

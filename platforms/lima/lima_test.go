@@ -3,6 +3,7 @@ package lima
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -280,5 +281,56 @@ func TestEmulationKeepsQEMUOffKVM(t *testing.T) {
 	}
 	if p.cfg.BootTimeout != DefaultEmulatedBootTimeout {
 		t.Errorf("boot timeout %s, want %s", p.cfg.BootTimeout, DefaultEmulatedBootTimeout)
+	}
+}
+
+// listRunner answers `limactl list --json` with a recorded list and fails
+// every other command.
+type listRunner struct{ list []byte }
+
+func (r listRunner) Run(_ context.Context, argv []string, _ io.Reader) (Result, error) {
+	if strings.Join(argv, " ") == "limactl list --json" {
+		return Result{Stdout: r.list}, nil
+	}
+	return Result{ExitCode: 1, Stderr: []byte("unexpected")}, nil
+}
+
+// TestGuestAgentLateIsNotAFailure: under software emulation, a limactl
+// start that failed only because Lima's guest agent was late, on a VM that
+// runs, lets Up go on; any other failure, a stopped VM, or a hypervisor
+// guest does not.
+func TestGuestAgentLateIsNotAFailure(t *testing.T) {
+	running, err := os.ReadFile("testdata/list-running.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped, err := os.ReadFile("testdata/list-stopped.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := `time="2026-12-01T12:01:37Z" level=error msg="[guest agent does not seem to be running; port forwards will not work]"
+time="2026-12-01T12:01:37Z" level=fatal msg="degraded, status={Running:true Degraded:true Exiting:false Errors:[guest agent does not seem to be running; port forwards will not work] SSHLocalPort:41887}"`
+	other := `time="2026-12-01T12:01:37Z" level=fatal msg="degraded, status={Running:true Degraded:true Exiting:false Errors:[guest agent does not seem to be running; port forwards will not work provisioning scripts failed] SSHLocalPort:41887}"`
+	for _, tc := range []struct {
+		name      string
+		emulation bool
+		list      []byte
+		stderr    string
+		want      bool
+	}{
+		{"late agent, running", true, running, late, true},
+		{"late agent, stopped", true, stopped, late, false},
+		{"another error too", true, running, other, false},
+		{"hypervisor", false, running, late, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := New(Config{Project: "demo", SoftwareEmulation: tc.emulation, Runner: listRunner{tc.list}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.onlyGuestAgentLate(context.Background(), Result{ExitCode: 1, Stderr: []byte(tc.stderr)}); got != tc.want {
+				t.Errorf("onlyGuestAgentLate = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
