@@ -3,7 +3,7 @@ GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help build layerfs test cells demo bench-store bench-session
+.PHONY: help build layerfs test test-lima cells demo bench-store bench-session
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -19,6 +19,10 @@ layerfs: ## build only bin/layerfs
 test: ## the whole test suite: scripts/test-setup, then go test ./...
 	scripts/test-setup
 	$(GO) test -count=1 -timeout 60m ./...
+
+test-lima: ## the lima platform for real: scripts/ensure-lima (QEMU, limactl from source, the guest image), then its conformance suite in VMs under software emulation (~15 min; not part of `make test`)
+	scripts/ensure-lima
+	LAYERFS_TEST_LIMA=1 $(GO) test -count=1 -timeout 60m -run TestConformance -v ./platforms/lima/
 
 cells: build ## the main job: the twelve cells on the local platform, LayerFS vs native, 5 samples; prints the table
 	bin/layerfs cells run --out $(or $(OUT),results/cells-$(shell date +%Y%m%d-%H%M%S)) $(ARGS)

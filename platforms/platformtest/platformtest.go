@@ -63,7 +63,10 @@ type Leaker interface {
 // Timeouts the suite allows; generous because some platforms (VMs,
 // Docker) are slower than namespaces.
 const (
-	upTimeout   = 5 * time.Minute
+	// upTimeout bounds an Up (and the steps sharing its context): a Lima
+	// VM under software emulation took 4-5 minutes to boot on the loaded
+	// 2-core development machine.
+	upTimeout   = 20 * time.Minute
 	execTimeout = 2 * time.Minute
 	// killSlack is how long past its timeout an exec may take to return.
 	killSlack = 10 * time.Second
