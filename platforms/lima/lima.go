@@ -40,12 +40,12 @@ var (
 
 // Defaults for Config fields left zero.
 const (
-	DefaultBootTimeout   = 10 * time.Minute // limactl start's own default
+	DefaultBootTimeout = 10 * time.Minute // limactl start's own default
 	// DefaultEmulatedBootTimeout is the boot timeout under
 	// SoftwareEmulation, where a boot that takes a minute with a hypervisor
 	// may take several on a loaded machine.
 	DefaultEmulatedBootTimeout = 20 * time.Minute
-	DefaultDaemonTimeout = 60 * time.Second
+	DefaultDaemonTimeout       = 60 * time.Second
 )
 
 // Config says which instance to run and how.
