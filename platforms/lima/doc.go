@@ -48,6 +48,21 @@
 // failing: ErrStart with limactl's stderr tail. The daemon not answering in
 // time: ErrDaemon with the tail of the guest daemon's log.
 //
+// # On Linux, under software emulation
+//
+// scripts/ensure-lima builds everything the platform needs from the package
+// registries (QEMU from apt, limactl and its guest agent from source, a
+// guest image from Debian packages with mmdebstrap); Install describes that
+// installation and Configure points a Config at it: the image booted
+// directly with its own kernel and initrd, QEMU under TCG
+// (SoftwareEmulation, for hosts whose KVM does not work), and limactl run as
+// the user layerfs-lima when this process is root. Lima picks KVM for a
+// native guest on Linux with no setting to change it; the QEMU command it
+// is given ($QEMU_SYSTEM_X86_64) carries its own -machine and -accel tcg,
+// which Lima's qemu driver does not override. Lima's guest agent may then
+// be later than the minute Lima waits for it; the platform does not need it
+// (see onlyGuestAgentLate).
+//
 // Lima reads $LIMA_HOME (default ~/.lima) both in limactl and in the Go
 // packages used here, so both see the same instances.
 package lima
