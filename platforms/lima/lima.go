@@ -258,7 +258,8 @@ func (p *Platform) Up(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !found {
+	created := !found
+	if created {
 		if err := p.create(ctx); err != nil {
 			return err
 		}
@@ -274,11 +275,17 @@ func (p *Platform) Up(ctx context.Context) error {
 		p.log.Info("lima: starting instance", "instance", p.inst, "status", in.Status)
 		res, err := p.limactl.Run(ctx, "start", "--tty=false", "--timeout="+p.cfg.BootTimeout.String(), p.inst)
 		if err != nil {
-			return err
+			// Cut short (ctx): Lima's host agent and QEMU outlive the
+			// killed limactl and would boot on unseen.
+			return errors.Join(err, p.abandon(ctx, created))
 		}
 		if res.ExitCode != 0 && !p.onlyGuestAgentLate(ctx, res) {
-			return fmt.Errorf("lima: start instance %q: %w (limactl exited with status %d; see %s/ha.stderr.log); limactl said:\n%s",
+			err := fmt.Errorf("lima: start instance %q: %w (limactl exited with status %d; see %s/ha.stderr.log); limactl said:\n%s",
 				p.inst, ErrStart, res.ExitCode, in.Dir, guest.Tail(res.Stderr, 20))
+			if created {
+				err = errors.Join(err, p.abandon(ctx, created))
+			}
+			return err
 		}
 	}
 	daemon := guest.UnixDaemon(p.hostSocket)
@@ -298,6 +305,26 @@ func (p *Platform) Up(ctx context.Context) error {
 	}
 	p.log.Info("lima: guest layerfsd is up", "instance", p.inst, "version", v.Version, "socket", p.hostSocket)
 	p.up = true
+	return nil
+}
+
+// abandonTimeout bounds the clean-up of a start that failed.
+const abandonTimeout = 2 * time.Minute
+
+// abandon cleans up after a start that failed or was cut short: an
+// instance Up created is deleted, another is stopped, so that no VM boots on
+// unseen. It runs even when ctx is done.
+func (p *Platform) abandon(ctx context.Context, created bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
+	args := []string{"stop", "--force", p.inst}
+	if created {
+		args = []string{"delete", "--force", p.inst}
+	}
+	p.log.Warn("lima: start failed; cleaning up", "instance", p.inst, "limactl", args[0])
+	if _, err := p.limactl.Must(ctx, args...); err != nil {
+		return fmt.Errorf("lima: clean up after the failed start: %w", err)
+	}
 	return nil
 }
 

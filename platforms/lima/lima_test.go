@@ -334,3 +334,53 @@ time="2026-12-01T12:01:37Z" level=fatal msg="degraded, status={Running:true Degr
 		})
 	}
 }
+
+// scriptRunner plays limactl for TestUpCutShortDeletesWhatItCreated: no
+// instance until create, then a stopped one; start is cut short by its
+// context. It records every command line.
+type scriptRunner struct {
+	stopped []byte
+	created bool
+	argvs   []string
+}
+
+func (r *scriptRunner) Run(ctx context.Context, argv []string, _ io.Reader) (Result, error) {
+	line := strings.Join(argv[1:], " ")
+	r.argvs = append(r.argvs, line)
+	switch {
+	case line == "--version":
+		return Result{Stdout: []byte("limactl version 1.2.1\n")}, nil
+	case line == "list --json":
+		if r.created {
+			return Result{Stdout: r.stopped}, nil
+		}
+		return Result{}, nil
+	case strings.HasPrefix(line, "create "):
+		r.created = true
+		return Result{}, nil
+	case strings.HasPrefix(line, "start "):
+		return Result{}, context.DeadlineExceeded
+	case line == "delete --force layerfs-demo":
+		return Result{}, nil
+	}
+	return Result{ExitCode: 1, Stderr: []byte("unexpected " + line)}, nil
+}
+
+// TestUpCutShortDeletesWhatItCreated: a start cut short (the caller's
+// deadline) leaves Lima's host agent and QEMU running; Up deletes the
+// instance it created rather than leave a VM booting unseen.
+func TestUpCutShortDeletesWhatItCreated(t *testing.T) {
+	f := newFixture(t)
+	stopped, err := os.ReadFile("testdata/list-stopped.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &scriptRunner{stopped: stopped}
+	p := f.platform(t, r, nil)
+	if err := p.Up(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Up: got %v, want the start's deadline", err)
+	}
+	if last := r.argvs[len(r.argvs)-1]; last != "delete --force layerfs-demo" {
+		t.Errorf("last limactl command %q, want the delete of the created instance; all: %q", last, r.argvs)
+	}
+}
