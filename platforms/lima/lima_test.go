@@ -156,10 +156,10 @@ func TestDownKeepStopsWithoutDeleting(t *testing.T) {
 	}
 }
 
-func TestTemplateLocalImage(t *testing.T) {
-	f := newFixture(t)
-	cfg := Config{Project: "demo", Image: "/Users/dev/images/debian-12-arm64.qcow2", Arch: "aarch64", VMType: "vz",
-		CPUs: 2, Memory: "3GiB", Disk: "20GiB", Networks: []string{"vzNAT"}}
+// goldenTemplate renders the template for cfg, compares it with the golden
+// file (where $LIMA_HOME stands for the fixture's) and returns it.
+func (f *fixture) goldenTemplate(t *testing.T, cfg Config, golden string) []byte {
+	t.Helper()
 	y, err := Template(cfg, f.hostSocket())
 	if err != nil {
 		t.Fatal(err)
@@ -168,20 +168,28 @@ func TestTemplateLocalImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := os.ReadFile("testdata/template-local-image.golden.yaml")
+	want, err := os.ReadFile(golden)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if w := strings.ReplaceAll(string(want), "$LIMA_HOME", f.limaHome); string(b) != w {
 		t.Errorf("template:\n%s\nwant:\n%s", b, w)
 	}
+	return b
+}
+
+func TestTemplateLocalImage(t *testing.T) {
+	f := newFixture(t)
+	cfg := Config{Project: "demo", Image: "/Users/dev/images/debian-12-arm64.qcow2", Arch: "aarch64", VMType: "vz",
+		CPUs: 2, Memory: "3GiB", Disk: "20GiB", Networks: []string{"vzNAT"}}
+	f.goldenTemplate(t, cfg, "testdata/template-local-image.golden.yaml")
 	// vz needs the host's architecture, so Lima's validation only accepts
 	// this one on an arm64 host; the default template must pass anywhere.
 	def, err := Template(Config{Project: "demo"}, f.hostSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = MarshalTemplate(def)
+	b, err := MarshalTemplate(def)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,21 +249,7 @@ func TestTemplateEmulatedDirectBoot(t *testing.T) {
 	f := newFixture(t)
 	cfg := Config{Project: "demo", Image: "/cache/image/disk.raw", Kernel: "/cache/image/vmlinuz",
 		Initrd: "/cache/image/initrd.img", KernelCmdline: kernelCmdline, Arch: "x86_64", SoftwareEmulation: true}
-	y, err := Template(cfg, f.hostSocket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := MarshalTemplate(y)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := os.ReadFile("testdata/template-emulated.golden.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w := strings.ReplaceAll(string(want), "$LIMA_HOME", f.limaHome); string(b) != w {
-		t.Errorf("template:\n%s\nwant:\n%s", b, w)
-	}
+	b := f.goldenTemplate(t, cfg, "testdata/template-emulated.golden.yaml")
 	if err := ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")); err != nil {
 		t.Errorf("emulated direct-boot template fails Lima's validation: %v", err)
 	}
