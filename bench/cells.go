@@ -63,6 +63,10 @@ type target struct {
 	connect func(ctx context.Context, dir string) (*client.Client, func(), error)
 	// hostFS tells whether workspace mount paths are readable here.
 	hostFS bool
+	// wsPlatform is the platform its daemon's workspaces ask for: the
+	// target's own on this host; "" (the daemon's default, its own local
+	// platform) for a guest daemon, which knows no VM platform.
+	wsPlatform string
 }
 
 type task struct {
@@ -190,6 +194,7 @@ func prepare(ctx context.Context, cfg Config, name string, log *slog.Logger) (*t
 	switch {
 	case p.Features().HostMounts:
 		t.hostFS = true
+		t.wsPlatform = name
 		t.connect = func(ctx context.Context, dir string) (*client.Client, func(), error) {
 			d, err := StartDaemon(ctx, dir, []platforms.Platform{p}, log)
 			if err != nil {
@@ -463,7 +468,7 @@ func (r *sampleRun) layerfs() error {
 	if err := r.project(project); err != nil {
 		return fmt.Errorf("base: %w", err)
 	}
-	spec := client.WorkspaceSpec{Project: project, Branch: "main", Platform: r.tk.target.name, QuotaBytes: r.quota, DataPath: r.dataPath}
+	spec := client.WorkspaceSpec{Project: project, Branch: "main", Platform: r.tk.target.wsPlatform, QuotaBytes: r.quota, DataPath: r.dataPath}
 	if err := r.warm(func() (*client.Workspace, error) { return c.CreateWorkspace(ctx, spec) }); err != nil {
 		return err
 	}
@@ -519,7 +524,7 @@ func (r *sampleRun) layerfs() error {
 		s.StoreBytes = st.DBBytes + st.PackBytes
 	}
 
-	fresh, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project, Branch: "main", At: cr.Commit, Platform: r.tk.target.name, DataPath: r.dataPath})
+	fresh, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project, Branch: "main", At: cr.Commit, Platform: r.tk.target.wsPlatform, DataPath: r.dataPath})
 	if err != nil {
 		return fmt.Errorf("workspace of the commit: %w", err)
 	}
@@ -544,7 +549,7 @@ func (r *sampleRun) layerfs() error {
 func (r *sampleRun) native() error {
 	ctx, c, s := r.ctx, r.c, r.s
 	open := func() (*client.Workspace, error) {
-		ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Native: true, Platform: r.tk.target.name})
+		ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Native: true, Platform: r.tk.target.wsPlatform})
 		if err != nil {
 			return nil, err
 		}
