@@ -464,7 +464,12 @@ func (r *sampleRun) warm(open func() (*client.Workspace, error)) error {
 
 func (r *sampleRun) layerfs() error {
 	ctx, c, s := r.ctx, r.c, r.s
-	const project = "cell"
+	project := "cell"
+	if !r.tk.target.hostFS {
+		// The guest daemon keeps one Store for the whole run: each sample
+		// gets a project of its own in it.
+		project = strings.ToLower(fmt.Sprintf("cell-%s-%s-%d-%d", r.tk.cell.ID, r.tk.arm, r.tk.index, time.Now().UnixNano()))
+	}
 	if err := r.project(project); err != nil {
 		return fmt.Errorf("base: %w", err)
 	}
