@@ -194,7 +194,19 @@ func (w *Watcher) read() {
 	defer close(w.done)
 	buf := make([]byte, 64<<10)
 	for {
+		// A rename's two halves are queued one after the other, and a read
+		// may come between them: give a lone IN_MOVED_FROM a moment for its
+		// IN_MOVED_TO before it counts as a move out of the tree.
+		deadline := time.Time{}
+		if w.move != nil {
+			deadline = time.Now().Add(moveWait)
+		}
+		_ = w.ino.SetReadDeadline(deadline)
 		n, err := w.ino.Read(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.flushMove()
+			continue
+		}
 		if err != nil {
 			w.end(fmt.Errorf("%w (%v)", ErrEnded, err))
 			return
@@ -221,11 +233,11 @@ func (w *Watcher) handle(b []byte) bool {
 			return true
 		}
 	}
-	// A rename's two halves are queued together; one left alone moved in
-	// or out of the tree.
-	w.flushMove()
 	return false
 }
+
+// moveWait is how long a lone IN_MOVED_FROM waits for its IN_MOVED_TO.
+const moveWait = 20 * time.Millisecond
 
 func (w *Watcher) event(wd int32, mask, cookie uint32, name string) bool {
 	if mask&unix.IN_Q_OVERFLOW != 0 {
