@@ -22,6 +22,7 @@ import (
 	"layerfs.dev/layerfs/api"
 	"layerfs.dev/layerfs/engine"
 	lfs "layerfs.dev/layerfs/fs"
+	"layerfs.dev/layerfs/internal/tokenfile"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire"
 )
@@ -307,27 +308,17 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// readToken reads the bearer token for TCP.
+// readToken reads the bearer token for TCP (internal/tokenfile's rules),
+// warning when other users can read it.
 func readToken(path string, log *slog.Logger) (string, error) {
 	if path == "" {
 		return "", usageError{errors.New("--tcp needs --token-file: the TCP listener never runs without a token")}
 	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
+	tok, warning, err := tokenfile.Read(path)
+	if warning != nil {
+		log.Warn("token file is readable by other users", "path", path, "err", warning)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		log.Warn("token file is readable by other users", "path", path, "mode", fi.Mode().Perm().String())
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
-		return "", fmt.Errorf("token file %s: want one non-empty token without spaces", path)
-	}
-	return tok, nil
+	return tok, err
 }
 
 // lockStore takes the Store's daemon lock without waiting on a live
