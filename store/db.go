@@ -95,6 +95,7 @@ type DB struct {
 	packs *packSet
 	trees *treeCache
 	mat   flightGroup
+	mem   memCache // contents held in memory while the disk is full
 
 	ctr    counters
 	closed atomic.Bool
@@ -314,6 +315,7 @@ func (db *DB) closeAll() error {
 	if db.packs != nil {
 		errs = append(errs, db.packs.close())
 	}
+	db.mem.close()
 	if db.r != nil {
 		errs = append(errs, db.r.Close())
 	}

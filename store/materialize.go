@@ -37,11 +37,19 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	if _, err := os.Lstat(path); err == nil {
 		return path, nil
 	}
+	if p, ok := db.mem.path(e.Object); ok {
+		return p, nil
+	}
 	p, err := db.mat.do(e.Object.String(), func() (string, error) {
 		if _, err := os.Lstat(path); err == nil {
 			return path, nil
 		}
-		return path, db.materialize(ctx, e, path)
+		err := db.materialize(ctx, e, path)
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+			// A full disk must not stop reads of committed data.
+			return db.mem.materialize(ctx, db, e, err)
+		}
+		return path, err
 	})
 	if err != nil {
 		return "", fmt.Errorf("materialize %q (%s): %w", e.Name, e.Object.Short(), err)
@@ -66,6 +74,31 @@ func (db *DB) materialize(ctx context.Context, e *Entry, path string) (err error
 		os.Remove(tmp)
 	}()
 
+	if err := db.fill(ctx, e, f); err != nil {
+		return err
+	}
+	if err := f.Chmod(0o444); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	err = f.Close()
+	f = nil
+	if err != nil {
+		return err
+	}
+	db.ctr.cacheBytes.Add(e.Size)
+	// link, not rename: a file already in place is never replaced.
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// fill writes e's content into the empty file f, verified, sparse where
+// the manifest has holes.
+func (db *DB) fill(ctx context.Context, e *Entry, f *os.File) error {
 	var size int64
 	switch {
 	case e.Object.IsZero():
@@ -97,26 +130,7 @@ func (db *DB) materialize(ctx context.Context, e *Entry, path string) (err error
 		return fmt.Errorf("content has %d bytes, entry says %d: %w", size, e.Size, ErrCorrupt)
 	}
 	// Truncate sets the size even when the file ends in a hole.
-	if err := f.Truncate(size); err != nil {
-		return err
-	}
-	if err := f.Chmod(0o444); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	err = f.Close()
-	f = nil
-	if err != nil {
-		return err
-	}
-	db.ctr.cacheBytes.Add(size)
-	// link, not rename: a file already in place is never replaced.
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	return nil
+	return f.Truncate(size)
 }
 
 // writeManifest writes a manifest's chunks at their offsets, leaving holes

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +19,16 @@ import (
 // ENOSPC while the daemon keeps serving, then during a commit, which must
 // fail with a clear error, leave the branch head where it was and the Store
 // clean, and work again once there is room.
+// On both data paths; a committed file first read once the disk is full is
+// served from memory (store.memCache).
 func TestFullDisk(t *testing.T) {
 	testenv.RequireFUSE(t)
+	for _, dataPath := range []string{"fuse", "overlay"} {
+		t.Run(dataPath, func(t *testing.T) { testFullDisk(t, dataPath) })
+	}
+}
+
+func testFullDisk(t *testing.T, dataPath string) {
 	ctx := t.Context()
 	mnt, cleanup, err := bench.LoopFS(ctx, t.TempDir(), "ext4:160M")
 	if err != nil {
@@ -30,15 +39,15 @@ func TestFullDisk(t *testing.T) {
 			t.Errorf("loop file system cleanup: %v", err)
 		}
 	})
-	// On the fuse data path: on overlay, reading a committed file whose
-	// Store cache copy is not yet made fails with ENOSPC once the disk is
-	// full (overlayfs writes the upper with the daemon's credentials, so a
-	// sandbox fills the blocks reserved for root too); serving such reads
-	// from the Store without a cache copy is left to do.
-	d := startDaemon(t, filepath.Join(mnt, "store"), "--data-path", "fuse")
+	d := startDaemon(t, filepath.Join(mnt, "store"), "--data-path", dataPath)
 	c := d.client(t)
 	src := t.TempDir()
 	if err := os.WriteFile(filepath.Join(src, "base"), []byte("base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// cold is first read once the disk is full: no cache copy of it can be made.
+	cold := bytes.Repeat([]byte("cold data, read first on a full disk\n"), 1<<15)
+	if err := os.WriteFile(filepath.Join(src, "cold"), cold, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "p", FromPath: src}); err != nil {
@@ -82,6 +91,9 @@ func TestFullDisk(t *testing.T) {
 	}
 	if res := sh(b, "cat base"); res.ExitCode != 0 || string(res.Stdout) != "base\n" {
 		t.Fatalf("the other workspace with the disk full: %+v", res)
+	}
+	if res := sh(b, "cat cold"); res.ExitCode != 0 || !bytes.Equal(res.Stdout, cold) {
+		t.Fatalf("reading a committed file not yet cached, with the disk full: exit %d, %d bytes, stderr %q", res.ExitCode, len(res.Stdout), res.Stderr)
 	}
 
 	// A commit that cannot fit: a clear error, the head unmoved, the Store clean.
