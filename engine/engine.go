@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"layerfs.dev/layerfs/commit"
 	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire"
@@ -55,6 +56,7 @@ type Engine struct {
 	dataPath    string
 	overlayOnce sync.Once
 	overlayErr  error // why the overlay data path is unavailable (overlayCheck)
+	links       commit.LinkCounter
 
 	mu      sync.Mutex
 	live    map[string]*workspace

@@ -444,3 +444,45 @@ func TestExecIsolation(t *testing.T) {
 		}
 	}
 }
+
+// TestHardLinkedBase: a base with hard links is served on fuse even where
+// overlay is the default (overlayfs would split the link on a write), and
+// a write through one name is seen through the other.
+func TestHardLinkedBase(t *testing.T) {
+	e, _ := newEngineOn(t, wire.DataPathOverlay)
+	ctx := t.Context()
+	if _, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(ws.DataPath, wire.DataPathOverlay+": ") {
+		t.Fatalf("a base without hard links: data path %q, want overlay", ws.DataPath)
+	}
+	run(t, e, ws.ID, "echo one > a && ln a b")
+	if cr, err := e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{Message: "link"}); err != nil || cr.Result != wire.Created {
+		t.Fatalf("commit: %+v %v", cr, err)
+	}
+	// Still overlay, and the link made in the upper holds.
+	if out, _ := run(t, e, ws.ID, "echo two > a && cat b"); out != "two\n" {
+		t.Fatalf("through b after writing a, on the workspace that made the link: %q", out)
+	}
+	if err := e.EndWorkspace(ctx, ws.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	ws, err = e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(ws.DataPath, wire.DataPathFUSE+": ") || !strings.Contains(ws.DataPath, "hard-linked") {
+		t.Fatalf("a base with hard links: data path %q, want fuse and why", ws.DataPath)
+	}
+	if out, _ := run(t, e, ws.ID, "echo three > a && cat b && stat -c %h b"); out != "three\n2\n" {
+		t.Fatalf("through b after writing a: %q", out)
+	}
+	if err := e.EndWorkspace(ctx, ws.ID, true); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -131,6 +131,9 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 		}
 		rec.Head, opts.Root, opts.HeadRoot = rec.Base, c.Root, c.Root
 		rec.UpperDir = filepath.Join(dir, "upper")
+		if err := e.overlayKeepsLinks(ctx, &opts); err != nil {
+			return wire.Workspace{}, err
+		}
 	} else if spec.Project != "" || spec.Branch != "" || spec.At != "" {
 		return wire.Workspace{}, fmt.Errorf("%w: a native workspace has no project, branch or ref", ErrInvalid)
 	}
@@ -274,6 +277,27 @@ func (e *Engine) serve(ctx context.Context, w *workspace, fresh bool) error {
 		return fmt.Errorf("attach workspace %s to %s: %w", w.rec.ID, w.opts.Platform, err)
 	}
 	w.sb = sb
+	return nil
+}
+
+// overlayKeepsLinks moves a workspace to the fuse data path, saying why,
+// when its base has hard links: kernel overlayfs copies up one name of a
+// hard-linked lower file alone, so a write through one name would not be
+// seen through the others (keeping them together needs overlayfs's index,
+// and that needs lower file handles that outlive a mount, which the FUSE
+// view's do not).
+func (e *Engine) overlayKeepsLinks(ctx context.Context, o *wsOptions) error {
+	if o.DataPath != wire.DataPathOverlay {
+		return nil
+	}
+	n, err := e.links.Count(ctx, e.db, o.Root)
+	if err != nil {
+		return fmt.Errorf("count the base's hard links: %w", err)
+	}
+	if n > 0 {
+		o.DataPath = wire.DataPathFUSE
+		o.Fallback = fmt.Sprintf("the base has %d hard-linked files, which overlayfs would split on a write", n)
+	}
 	return nil
 }
 
