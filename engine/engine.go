@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/commit"
+	"layerfs.dev/layerfs/overlay"
 	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire"
@@ -57,6 +58,7 @@ type Engine struct {
 	overlayOnce sync.Once
 	overlayErr  error // why the overlay data path is unavailable (overlayCheck)
 	links       commit.LinkCounter
+	trackers    *overlay.UpperTrackers // nil: receipts scan the upper
 
 	mu      sync.Mutex
 	live    map[string]*workspace
@@ -118,6 +120,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		if e.defaultPlat == "" {
 			e.defaultPlat = p.Name()
 		}
+	}
+	var err error
+	if e.trackers, err = overlay.NewUpperTrackers(); err != nil {
+		e.log.Warn("upper layers not tracked: each exec's receipt scans its workspace's upper", "err", err)
 	}
 	return e, nil
 }
@@ -200,6 +206,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		e.mu.Lock()
 		delete(e.live, w.rec.ID)
 		e.mu.Unlock()
+	}
+	if e.trackers != nil {
+		errs = append(errs, e.trackers.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -71,6 +71,7 @@ type workspace struct {
 	// run concurrently under mu held shared).
 	upperMu sync.Mutex
 	upper   overlay.UpperSummary
+	tracker *overlay.UpperTracker // nil: scan the upper for each receipt
 }
 
 func (w *workspace) info() wire.Workspace {
@@ -269,6 +270,7 @@ func (e *Engine) serve(ctx context.Context, w *workspace, fresh bool) error {
 			return err
 		}
 		w.mnt = m
+		e.trackUpper(ctx, w)
 	}
 	host := e.plats[w.opts.Platform].(platforms.SandboxHost)
 	sb, err := host.Attach(ctx, platforms.Workspace{ID: w.rec.ID, HostPath: w.rec.MountPath, Network: w.opts.Network == wire.NetworkHost})
@@ -374,6 +376,10 @@ func (e *Engine) unserve(ctx context.Context, w *workspace) error {
 	if w.mnt != nil {
 		errs = append(errs, w.mnt.Unmount(ctx))
 		w.mnt = nil
+	}
+	if w.tracker != nil {
+		w.tracker.Close()
+		w.tracker = nil
 	}
 	return errors.Join(errs...)
 }
@@ -738,6 +744,28 @@ func (e *Engine) detachOrphans(recs []store.Workspace) {
 	}
 }
 
+// trackUpper starts following w's upper layer for the receipts' upper
+// figures; without a tracker (no inotify), each receipt scans the upper.
+func (e *Engine) trackUpper(ctx context.Context, w *workspace) {
+	if e.trackers == nil {
+		return
+	}
+	t, err := e.trackers.Track(ctx, w.mnt.UpperDir(), e.db, w.opts.Root)
+	if err != nil {
+		e.log.Warn("upper layer not tracked: each exec scans it", "id", w.rec.ID, "err", err)
+		return
+	}
+	u, err := t.Summary(ctx)
+	if err != nil {
+		t.Close()
+		e.log.Warn("upper layer not tracked: each exec scans it", "id", w.rec.ID, "err", err)
+		return
+	}
+	w.upperMu.Lock()
+	w.tracker, w.upper = t, u
+	w.upperMu.Unlock()
+}
+
 // upperTook scans w's upper layer and returns what changed in it since the
 // last scan. The scan is one lstat per upper entry (and a listxattr per
 // file): the upper holds only what changed, so it is cheap where the
@@ -745,6 +773,17 @@ func (e *Engine) detachOrphans(recs []store.Workspace) {
 func (e *Engine) upperTook(ctx context.Context, w *workspace) wire.UpperStats {
 	if w.mnt == nil {
 		return wire.UpperStats{}
+	}
+	if w.tracker != nil {
+		w.upperMu.Lock()
+		defer w.upperMu.Unlock()
+		u, err := w.tracker.Summary(ctx)
+		if err != nil {
+			e.log.Warn("track upper layer", "id", w.rec.ID, "err", err)
+		}
+		d := u.Sub(w.upper)
+		w.upper = u
+		return wire.UpperStats(d)
 	}
 	u, err := overlay.ScanUpper(w.mnt.UpperDir())
 	if err != nil {
