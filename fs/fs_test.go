@@ -485,3 +485,39 @@ func TestOverlayLowerHardLink(t *testing.T) {
 		}
 	}
 }
+
+// TestSymlinkCaching: the kernel keeps a symlink's target once read (a
+// target never changes; a new one is a new inode), so reading it again
+// sends no READLINK; a symlink replaced by another shows the new target.
+func TestSymlinkCaching(t *testing.T) { onBothPaths(t, testSymlinkCaching) }
+
+func testSymlinkCaching(t *testing.T, path string) {
+	e := newEnvOn(t, true, path)
+	m, mnt := e.mount(e.Root)
+	link := filepath.Join(mnt, "a/link") // in the committed tree
+	readlinks := func() uint64 {
+		for _, c := range m.Stats().ByOp() {
+			if c.Op.String() == "READLINK" {
+				return c.Count
+			}
+		}
+		return 0
+	}
+	for range 20 {
+		if target, err := os.Readlink(link); err != nil || target != "../f1" {
+			t.Fatalf("readlink: %q %v", target, err)
+		}
+	}
+	if n := readlinks(); n > 1 {
+		t.Errorf("20 reads of one symlink sent %d READLINK requests; want at most 1", n)
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("elsewhere", link); err != nil {
+		t.Fatal(err)
+	}
+	if target, err := os.Readlink(link); err != nil || target != "elsewhere" {
+		t.Fatalf("readlink of the replaced symlink: %q %v", target, err)
+	}
+}

@@ -118,8 +118,14 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 			Options:           []string{"default_permissions"},
 			MaxWrite:          1 << 20,
 			MaxStackDepth:     2,
+			// (READDIRPLUS_AUTO was measured and left out: on the real-work
+			// cell it split the listings between READDIR and READDIRPLUS
+			// and added GETATTRs, 139,567 -> 139,792 requests.)
 			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
-			Debug:             opts.Debug,
+			// A symlink's target never changes (a new target is a new
+			// inode), so the kernel may keep every target it has read.
+			EnableSymlinkCaching: true,
+			Debug:                opts.Debug,
 		},
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,

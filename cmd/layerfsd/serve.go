@@ -75,7 +75,7 @@ func serveCmd() *cobra.Command {
 	fl.DurationVar(&f.idleExit, "idle-exit", 0, "exit after this long without requests and without workspaces (0: never)")
 	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running execs may take before they are killed")
 	fl.StringSliceVar(&f.platforms, "platform", []string{"local"}, "sandbox platforms to bring up; the first is the default")
-	fl.StringVar(&f.dataPath, "data-path", "fuse", "data path of workspaces that name none: fuse, or overlay (kernel overlayfs over a FUSE view of the commit; fuse where the host cannot)")
+	fl.StringVar(&f.dataPath, "data-path", "overlay", "data path of workspaces that name none: overlay (kernel overlayfs over a FUSE view of the commit; fuse, saying why, where the host cannot or the base has hard links), or fuse")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Int64Var(&f.maxUpload, "max-upload", api.DefaultMaxUpload, "largest accepted upload in bytes")
 	fl.BoolVar(&f.supervise, "supervise", false, "run under a supervisor that reaps what the daemon leaves and starts it again if it crashes")
