@@ -34,9 +34,8 @@ type Config struct {
 	// UID and GID run execs that name none (default 0:0, with no capabilities).
 	UID, GID int
 	// DataPath is the data path of workspaces that name none:
-	// wire.DataPathFUSE (the default, for now: the overlay path still has
-	// known gaps, see docs/concepts.md) or wire.DataPathOverlay (fuse where
-	// the host cannot).
+	// wire.DataPathOverlay (the default; fuse, saying why, where the host
+	// cannot or the base has hard links) or wire.DataPathFUSE.
 	DataPath string
 }
 
@@ -104,7 +103,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	switch e.dataPath = cfg.DataPath; e.dataPath {
 	case "":
-		e.dataPath = wire.DataPathFUSE
+		e.dataPath = wire.DataPathOverlay
 	case wire.DataPathFUSE, wire.DataPathOverlay:
 	default:
 		return nil, fmt.Errorf("engine: data path %q: want %q or %q", cfg.DataPath, wire.DataPathFUSE, wire.DataPathOverlay)

@@ -16,7 +16,9 @@ def test_workflow(client, project):
     res = ws.exec("python3 src/app.py", timeout=60)
     assert res.exit_code == 0 and res.ok
     assert res.stdout == "hello from python\n"
-    assert res.receipt.wall_ns > 0 and res.receipt.fuse_requests > 0
+    assert res.receipt.wall_ns >= res.receipt.command_ns > 0
+    if ws.info.data_path.startswith("fuse"):  # on overlay, upper files are read in the kernel
+        assert res.receipt.fuse_requests > 0
 
     assert [(c.path, c.kind) for c in ws.changes()] == [("src", "added")]  # a new tree is one change
     cr = ws.commit("app")
