@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -44,6 +43,7 @@ import (
 	"layerfs.dev/layerfs/cells"
 	"layerfs.dev/layerfs/commit"
 	"layerfs.dev/layerfs/fs"
+	"layerfs.dev/layerfs/internal/stats"
 	"layerfs.dev/layerfs/kerneloverlay"
 	"layerfs.dev/layerfs/overlay"
 	"layerfs.dev/layerfs/store"
@@ -90,26 +90,13 @@ type Result struct {
 // end state.
 func (r *Result) Verified() bool { return r.VerifyErr == "" && r.Ineligible == "" }
 
-// Median of a sample.
-func Median(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 // Ratio is median LayerFS over median native.
 func (r *Result) Ratio() float64 {
-	n := Median(r.Native)
+	n := stats.MedianDuration(r.Native)
 	if n == 0 {
 		return 0
 	}
-	return float64(Median(r.LayerFS)) / float64(n)
+	return float64(stats.MedianDuration(r.LayerFS)) / float64(n)
 }
 
 // medianStats is the stats of the sample with the median request count.
@@ -508,13 +495,13 @@ func (rep *Report) Summarize() ([]Summary, Totals) {
 	var rows []Summary
 	var tot Totals
 	var all fs.Stats
-	logSum, n := 0.0, 0
+	var ratios []float64
 	for _, r := range rep.Results {
 		st := r.medianStats()
 		row := Summary{
 			Cell:     r.Cell,
-			NativeMs: ms(Median(r.Native)), NativeMin: ms(minD(r.Native)), NativeMax: ms(maxD(r.Native)),
-			LayerFSMs: ms(Median(r.LayerFS)), LayerFSMin: ms(minD(r.LayerFS)), LayerFSMax: ms(maxD(r.LayerFS)),
+			NativeMs: ms(stats.MedianDuration(r.Native)), NativeMin: ms(minD(r.Native)), NativeMax: ms(maxD(r.Native)),
+			LayerFSMs: ms(stats.MedianDuration(r.LayerFS)), LayerFSMin: ms(minD(r.LayerFS)), LayerFSMax: ms(maxD(r.LayerFS)),
 			Ratio: r.Ratio(), Requests: st.Requests(), DataPath: r.DataPath,
 			USMedian: us(st.Quantile(0.5)), Verified: r.Verified(), VerifyError: r.VerifyErr,
 			Ineligible: r.Ineligible,
@@ -533,14 +520,13 @@ func (rep *Report) Summarize() ([]Summary, Totals) {
 			all.Hist[i] += st.Hist[i]
 		}
 		if row.Ratio > 0 {
-			logSum += math.Log(row.Ratio)
-			n++
+			ratios = append(ratios, row.Ratio)
 			tot.WorstRatio = max(tot.WorstRatio, row.Ratio)
 		}
 		rows = append(rows, row)
 	}
-	if n > 0 {
-		tot.GeoMeanRatio = math.Exp(logSum / float64(n))
+	if len(ratios) > 0 {
+		tot.GeoMeanRatio = stats.GeoMean(ratios)
 	}
 	tot.USMedian = us(all.Quantile(0.5))
 	return rows, tot

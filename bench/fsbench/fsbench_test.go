@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"layerfs.dev/layerfs/cells"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -106,21 +105,5 @@ func TestBodyFailure(t *testing.T) {
 	_, err := Run(context.Background(), Config{Dir: t.TempDir(), Samples: 1, Cells: []cells.Cell{bad}})
 	if err == nil || !strings.Contains(err.Error(), "broken") || !strings.Contains(err.Error(), "T03") {
 		t.Fatalf("got %v", err)
-	}
-}
-
-func TestMedian(t *testing.T) {
-	for _, tc := range []struct {
-		in   []time.Duration
-		want time.Duration
-	}{
-		{nil, 0},
-		{[]time.Duration{3}, 3},
-		{[]time.Duration{5, 1, 3}, 3},
-		{[]time.Duration{4, 1, 3, 2}, 2},
-	} {
-		if got := Median(tc.in); got != tc.want {
-			t.Errorf("Median(%v) = %v, want %v", tc.in, got, tc.want)
-		}
 	}
 }

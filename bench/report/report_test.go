@@ -17,41 +17,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-func TestMedianPercentile(t *testing.T) {
-	tests := []struct {
-		name     string
-		xs       []float64
-		p50, p95 float64
-	}{
-		{"one", []float64{7}, 7, 7},
-		{"odd", []float64{5, 1, 3}, 3, 4.8},
-		{"even", []float64{4, 1, 3, 2}, 2.5, 3.85},
-		{"five", []float64{10, 20, 30, 40, 50}, 30, 48},
-	}
-	for _, tc := range tests {
-		if got := Median(tc.xs); math.Abs(got-tc.p50) > 1e-9 {
-			t.Errorf("%s: Median = %v, want %v", tc.name, got, tc.p50)
-		}
-		if got := Percentile(tc.xs, 95); math.Abs(got-tc.p95) > 1e-9 {
-			t.Errorf("%s: p95 = %v, want %v", tc.name, got, tc.p95)
-		}
-	}
-	if !math.IsNaN(Median(nil)) || !math.IsNaN(GeoMean(nil)) {
-		t.Error("no values must give NaN, not zero")
-	}
-	if got := GeoMean([]float64{1, 4}); math.Abs(got-2) > 1e-9 {
-		t.Errorf("GeoMean(1,4) = %v, want 2", got)
-	}
-	if !math.IsNaN(GeoMean([]float64{1, 0})) {
-		t.Error("GeoMean with a zero must be NaN")
-	}
-	xs := []float64{3, 1, 2}
-	Median(xs)
-	if xs[0] != 3 {
-		t.Error("Median sorted its input")
-	}
-}
-
 func sample(cell, plat string, arm Arm, i int, cmdMS float64) Sample {
 	d := time.Duration(math.Round(cmdMS * float64(time.Millisecond)))
 	s := Sample{

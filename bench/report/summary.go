@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"layerfs.dev/layerfs/internal/stats"
 	"layerfs.dev/layerfs/platforms"
 )
 
@@ -266,7 +267,7 @@ func median(xs []Sample, f func(Sample) float64) *float64 {
 	if len(xs) == 0 {
 		return nil
 	}
-	return ptr(Median(values(xs, f)))
+	return ptr(stats.Median(values(xs, f)))
 }
 
 func spread(xs []Sample, f func(Sample) float64) (med, lo, hi *float64) {
@@ -274,8 +275,8 @@ func spread(xs []Sample, f func(Sample) float64) (med, lo, hi *float64) {
 		return nil, nil, nil
 	}
 	v := values(xs, f)
-	l, h := MinMax(v)
-	return ptr(Median(v)), ptr(l), ptr(h)
+	l, h := stats.MinMax(v)
+	return ptr(stats.Median(v)), ptr(l), ptr(h)
 }
 
 // GeoMeans returns, for one platform's summaries, the geometric mean of the
@@ -294,7 +295,7 @@ func GeoMeans(sums []Summary, platform string) map[string]GeoMeanOf {
 	}
 	out := map[string]GeoMeanOf{}
 	for g, n := range cells {
-		gm := GeoMean(ratios[g])
+		gm := stats.GeoMean(ratios[g])
 		var v *float64
 		if !math.IsNaN(gm) {
 			v = ptr(gm)

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"unicode/utf8"
+
+	"layerfs.dev/layerfs/internal/stats"
 )
 
 // grid is a rendered table before it is written as Markdown or text.
@@ -159,8 +161,8 @@ func overhead(samples []Sample, platform string, arm Arm) string {
 	if len(v) == 0 {
 		return "–"
 	}
-	lo, hi := MinMax(v)
-	return fmt.Sprintf("%s [%s-%s]", msText(Median(v)), msText(lo), msText(hi))
+	lo, hi := stats.MinMax(v)
+	return fmt.Sprintf("%s [%s-%s]", msText(stats.Median(v)), msText(lo), msText(hi))
 }
 
 // notes are the lines under a table: what ran where, and why anything failed.

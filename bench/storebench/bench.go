@@ -8,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"layerfs.dev/layerfs/commit"
+	"layerfs.dev/layerfs/internal/stats"
 	"layerfs.dev/layerfs/store"
 )
 
@@ -275,12 +275,6 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func median(xs []time.Duration) time.Duration {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 // sample is one timed capture.
 type sample struct {
 	wall, cpu, flush time.Duration
@@ -330,9 +324,9 @@ func (r *runner) captureRuns(ctx context.Context, dir string, files int64) (time
 		}
 		walls, cpus, flushes = append(walls, s.wall), append(cpus, s.cpu), append(flushes, s.flush)
 	}
-	m := median(walls)
+	m := stats.MedianDuration(walls)
 	return m, fmt.Sprintf("median of %d: %v wall of which flush %v, %v CPU", len(walls),
-		m.Round(time.Millisecond), median(flushes).Round(time.Millisecond), median(cpus).Round(time.Millisecond)), nil
+		m.Round(time.Millisecond), stats.MedianDuration(flushes).Round(time.Millisecond), stats.MedianDuration(cpus).Round(time.Millisecond)), nil
 }
 
 func (r *runner) bigFile(ctx context.Context) ([]Row, error) {
@@ -446,7 +440,7 @@ func (r *runner) forks(ctx context.Context) ([]Row, error) {
 			}
 			ts = append(ts, time.Since(start))
 		}
-		m := median(ts)
+		m := stats.MedianDuration(ts)
 		ms := float64(m) / float64(time.Millisecond)
 		rows = append(rows, Row{Name: fmt.Sprintf("fork a branch of a %d-file tree", size), Value: ms, Unit: "ms", Target: "< 1 ms", Pass: ms < 1,
 			Detail: fmt.Sprintf("median of %d", len(ts))})

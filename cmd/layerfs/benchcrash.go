@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"layerfs.dev/layerfs/bench"
-	"layerfs.dev/layerfs/bench/report"
+	"layerfs.dev/layerfs/internal/stats"
 )
 
 // benchCrashCmd measures how long a crash of the daemon keeps the Store out
@@ -47,7 +47,7 @@ func benchCrashCmd(a *app) *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "time from SIGKILL of layerfsd (an exec running) to the first working call, %d kills:\n", len(res.Recovery))
 			fmt.Fprintf(a.stdout, "  median %.0f ms, p95 %.0f ms, worst %.0f ms\n",
-				report.Median(res.Recovery), report.Percentile(res.Recovery, 95), slices.Max(res.Recovery))
+				stats.Median(res.Recovery), stats.Percentile(res.Recovery, 95), slices.Max(res.Recovery))
 			fmt.Fprintf(a.stdout, "the killed exec's caller got: %s\n", res.ExecError)
 			return nil
 		},
