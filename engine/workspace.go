@@ -449,12 +449,9 @@ func (e *Engine) WorkspaceStatus(ctx context.Context, id string) (wire.Workspace
 	for _, c := range cs.Changes {
 		st.Changes = append(st.Changes, e.describe(ctx, cs.Base, c))
 	}
-	st.UpperBytes, _ = diskUsage(w.rec.UpperDir)
-	u := cs.Upper
-	if u == nil {
-		u, _ = overlay.ScanUpper(w.rec.UpperDir)
-	}
-	st.Upper = e.upperStats(ctx, w, u)
+	var u overlay.UpperSummary
+	u, st.UpperBytes = e.upperNow(ctx, w, cs.Upper)
+	st.Upper = wire.UpperStats(u)
 	st.FUSE = fuseStats(w.mnt.Stats())
 	return st, nil
 }
@@ -584,10 +581,9 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	r.WallNs = time.Since(t0).Nanoseconds()
 	r.CaptureNs = captureNs
 	r.FUSE = fuseStats(w.mnt.Stats().Sub(fuseBefore))
-	r.UpperBytes, _ = diskUsage(w.rec.UpperDir)
-	if cs.Upper != nil {
-		r.Upper = e.upperStats(ctx, w, cs.Upper)
-	}
+	var u overlay.UpperSummary
+	u, r.UpperBytes = e.upperNow(ctx, w, cs.Upper)
+	r.Upper = wire.UpperStats(u)
 	res.Receipt = &r
 	e.metrics.commits.Add(1)
 	e.log.Info("workspace commit", "id", id, "result", res.Result, "commit", p.Commit.Short(), "changes", len(changes), "ms", float64(r.WallNs)/1e6)
@@ -755,7 +751,7 @@ func (e *Engine) trackUpper(ctx context.Context, w *workspace) {
 		e.log.Warn("upper layer not tracked: each exec scans it", "id", w.rec.ID, "err", err)
 		return
 	}
-	u, err := t.Summary(ctx)
+	u, _, err := t.Summary(ctx)
 	if err != nil {
 		t.Close()
 		e.log.Warn("upper layer not tracked: each exec scans it", "id", w.rec.ID, "err", err)
@@ -766,49 +762,44 @@ func (e *Engine) trackUpper(ctx context.Context, w *workspace) {
 	w.upperMu.Unlock()
 }
 
-// upperTook scans w's upper layer and returns what changed in it since the
-// last scan. The scan is one lstat per upper entry (and a listxattr per
-// file): the upper holds only what changed, so it is cheap where the
-// workspace's changes are few.
+// upperTook returns what changed in w's upper layer since the last exec's
+// receipt.
 func (e *Engine) upperTook(ctx context.Context, w *workspace) wire.UpperStats {
 	if w.mnt == nil {
 		return wire.UpperStats{}
 	}
-	if w.tracker != nil {
-		w.upperMu.Lock()
-		defer w.upperMu.Unlock()
-		u, err := w.tracker.Summary(ctx)
-		if err != nil {
-			e.log.Warn("track upper layer", "id", w.rec.ID, "err", err)
-		}
-		d := u.Sub(w.upper)
-		w.upper = u
-		return wire.UpperStats(d)
-	}
-	u, err := overlay.ScanUpper(w.mnt.UpperDir())
-	if err != nil {
-		e.log.Warn("scan upper layer", "id", w.rec.ID, "err", err)
-		return wire.UpperStats{}
-	}
-	if err := overlay.CountCopyUps(ctx, e.db, w.opts.Root, u); err != nil {
-		e.log.Warn("count copy-ups", "id", w.rec.ID, "err", err)
-	}
+	u, _ := e.upperNow(ctx, w, nil)
 	w.upperMu.Lock()
 	defer w.upperMu.Unlock()
-	d := u.UpperSummary.Sub(w.upper)
-	w.upper = u.UpperSummary
+	d := u.Sub(w.upper)
+	w.upper = u
 	return wire.UpperStats(d)
 }
 
-// upperStats summarizes the scan u of w's upper layer (nil: nothing).
-func (e *Engine) upperStats(ctx context.Context, w *workspace, u *overlay.UpperState) wire.UpperStats {
+// upperNow summarizes what w's upper layer holds and the bytes it takes on
+// disk: from its tracker, else from scanned (a scan a commit or status
+// already made) or a scan of its own.
+func (e *Engine) upperNow(ctx context.Context, w *workspace, scanned *overlay.UpperState) (overlay.UpperSummary, int64) {
+	if w.tracker != nil {
+		u, disk, err := w.tracker.Summary(ctx)
+		if err != nil {
+			e.log.Warn("track upper layer", "id", w.rec.ID, "err", err)
+		}
+		return u, disk
+	}
+	u := scanned
 	if u == nil {
-		return wire.UpperStats{}
+		var err error
+		if u, err = overlay.ScanUpper(w.mnt.UpperDir()); err != nil {
+			e.log.Warn("scan upper layer", "id", w.rec.ID, "err", err)
+			return overlay.UpperSummary{}, 0
+		}
 	}
 	if err := overlay.CountCopyUps(ctx, e.db, w.opts.Root, u); err != nil {
 		e.log.Warn("count copy-ups", "id", w.rec.ID, "err", err)
 	}
-	return wire.UpperStats(u.UpperSummary)
+	disk, _ := diskUsage(w.mnt.UpperDir())
+	return u.UpperSummary, disk
 }
 
 // diskUsage is the space the files under root take on disk.

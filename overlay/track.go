@@ -39,6 +39,7 @@ type UpperTracker struct {
 	watched map[string]int32 // upper-relative directory -> watch
 	entries map[string]trackedEntry
 	sum     UpperSummary
+	disk    int64           // bytes the entries take on disk (st_blocks)
 	dirty   map[string]bool // paths to stat again
 	rescan  bool
 	closed  bool
@@ -62,7 +63,7 @@ type watch struct {
 // trackedEntry is what one upper entry adds to the summary.
 type trackedEntry struct {
 	dir, file, whiteout, meta, copyUp bool
-	size                              int64
+	size, disk                        int64
 	ino                               uint64
 }
 
@@ -134,35 +135,45 @@ func (t *UpperTracker) rmWatch(wd int32) {
 	delete(t.set.byWd, wd)
 }
 
-// Summary returns what the upper holds now.
-func (t *UpperTracker) Summary(ctx context.Context) (UpperSummary, error) {
+// Summary returns what the upper holds now, and the bytes it takes on
+// disk (its directory included).
+func (t *UpperTracker) Summary(ctx context.Context) (UpperSummary, int64, error) {
 	s := t.set
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t.closed {
-		return UpperSummary{}, errors.New("upper tracker closed")
+		return UpperSummary{}, 0, errors.New("upper tracker closed")
 	}
-	if err := s.drain(); err != nil {
-		return t.sum, err
+	err := t.update(ctx)
+	var st unix.Stat_t
+	if err == nil {
+		err = unix.Lstat(t.dir, &st)
+	}
+	return t.sum, t.disk + st.Blocks*512, err
+}
+
+func (t *UpperTracker) update(ctx context.Context) error {
+	if err := t.set.drain(); err != nil {
+		return err
 	}
 	if t.rescan {
 		t.unwatch()
 		t.reset()
-		return t.sum, t.addTree(ctx, "")
+		return t.addTree(ctx, "")
 	}
 	for p := range t.dirty {
 		if err := t.restat(ctx, p); err != nil {
-			return t.sum, err
+			return err
 		}
 	}
 	clear(t.dirty)
-	return t.sum, nil
+	return nil
 }
 
 func (t *UpperTracker) reset() {
 	t.watched = map[string]int32{}
 	t.entries, t.dirty, t.trees = map[string]trackedEntry{}, map[string]bool{}, map[string]*store.Tree{}
-	t.sum, t.rescan = UpperSummary{}, false
+	t.sum, t.disk, t.rescan = UpperSummary{}, 0, false
 }
 
 // drain reads every queued event and hands it to the tracker of its watch.
@@ -216,6 +227,9 @@ func (t *UpperTracker) event(dir string, mask uint32, name string) {
 		t.forgetBelow(p)
 	}
 	t.dirty[p] = true
+	if dir != "" {
+		t.dirty[dir] = true // a directory's size on disk moves with its entries
+	}
 }
 
 // forgetBelow drops the watches and entries below p (a directory that
@@ -256,9 +270,13 @@ func (t *UpperTracker) restat(ctx context.Context, p string) error {
 		return fmt.Errorf("track upper %s: %w", t.dir, err)
 	}
 	if _, watched := t.watched[p]; had && old.dir && watched && old.ino == st.Ino && st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		// A directory's own changes change no count. (One removed and
-		// made again may have the same inode number, but its watch is
-		// gone: the kernel dropped it with the old directory.)
+		// A directory's own changes change no count but its size on
+		// disk. (One removed and made again may have the same inode
+		// number, but its watch is gone: the kernel dropped it with the
+		// old directory.)
+		t.disk += st.Blocks*512 - old.disk
+		old.disk = st.Blocks * 512
+		t.entries[p] = old
 		return nil
 	}
 	if had {
@@ -273,7 +291,7 @@ func (t *UpperTracker) restat(ctx context.Context, p string) error {
 
 // add counts the entry p (stat st) and, for a directory, everything in it.
 func (t *UpperTracker) add(ctx context.Context, p string, st *unix.Stat_t) error {
-	e := trackedEntry{ino: st.Ino}
+	e := trackedEntry{ino: st.Ino, disk: st.Blocks * 512}
 	switch {
 	case isWhiteout(st):
 		e.whiteout = true
@@ -349,6 +367,7 @@ func (t *UpperTracker) addTree(ctx context.Context, rel string) error {
 }
 
 func (t *UpperTracker) account(e trackedEntry, sign int64) {
+	t.disk += sign * e.disk
 	switch {
 	case e.whiteout:
 		t.sum.Whiteouts += sign

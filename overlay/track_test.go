@@ -1,6 +1,7 @@
 package overlay_test
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,9 +66,12 @@ func TestUpperTracker(t *testing.T) {
 		if out, err := exec.Command("sh", "-ec", "cd "+mnt+" && "+st.sh).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", st.name, err, out)
 		}
-		got, err := tr.Summary(ctx)
+		got, disk, err := tr.Summary(ctx)
 		if err != nil {
 			t.Fatalf("%s: summary: %v", st.name, err)
+		}
+		if du := diskUsage(t, upper); disk != du {
+			t.Fatalf("after %q: tracked %d bytes on disk, a walk counts %d", st.name, disk, du)
 		}
 		want, err := overlay.ScanUpper(upper)
 		if err != nil {
@@ -81,4 +85,24 @@ func TestUpperTracker(t *testing.T) {
 		}
 		t.Logf("%-36s %+v", st.name, got)
 	}
+}
+
+// diskUsage adds up st_blocks of dir and everything below it.
+func diskUsage(t *testing.T, dir string) int64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		n += st.Blocks * 512
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
