@@ -1,9 +1,9 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
-	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -53,24 +53,20 @@ func checkID(s string) error {
 	return nil
 }
 
-// workspacePath checks a path inside a workspace and returns it cleaned,
-// "." for the root (allowed only when root is true).
+// workspacePath checks a path inside a workspace (wire.WorkspacePath: a
+// leading "/" is the workspace root, ".." never leaves it) and returns it
+// cleaned, "." for the root (allowed only when root is true).
 func workspacePath(field, p string, root bool) (string, error) {
-	if strings.ContainsRune(p, 0) {
-		return "", invalid("%s contains a NUL byte", field)
-	}
 	if len(p) > maxPathLen {
 		return "", invalid("%s is longer than %d bytes", field, maxPathLen)
 	}
-	if strings.HasPrefix(p, "/") {
-		return "", invalid("%s %q is absolute: paths are relative to the workspace root", field, p)
+	c, err := wire.WorkspacePath(p)
+	if errors.Is(err, wire.ErrPathEscapes) {
+		return "", invalid("%s %q contains \"..\" above the workspace root: paths must stay inside the workspace", field, p)
 	}
-	for seg := range strings.SplitSeq(p, "/") {
-		if seg == ".." {
-			return "", invalid("%s %q contains \"..\": paths must stay inside the workspace", field, p)
-		}
+	if err != nil {
+		return "", invalid("%s: %v", field, err)
 	}
-	c := path.Clean(p)
 	if c == "." && !root {
 		return "", invalid("%s must name a file inside the workspace, not its root", field)
 	}

@@ -356,3 +356,55 @@ func TestDialErrors(t *testing.T) {
 		t.Errorf("Dial to a v0 server: %v", err)
 	}
 }
+
+// TestAbsoluteWorkspacePaths: a leading "/" names the workspace root (as
+// docker cp reads a container path) in both directions and in every call
+// that takes a workspace path; ".." that would leave the root is refused.
+func TestAbsoluteWorkspacePaths(t *testing.T) {
+	ctx := context.Background()
+	c := dial(t)
+	ws, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project(t, c), Branch: "main"})
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "sub"), 0o755)
+	os.WriteFile(filepath.Join(src, "sub", "b.txt"), []byte("B"), 0o644)
+	one := filepath.Join(src, "one.txt")
+	os.WriteFile(one, []byte("one"), 0o644)
+	if err := ws.Upload(ctx, one, "/dir/one.txt"); err != nil {
+		t.Fatalf("upload to an absolute path: %v", err)
+	}
+	if err := ws.Upload(ctx, src, "/tree"); err != nil {
+		t.Fatalf("upload of a tree to an absolute path: %v", err)
+	}
+	if err := ws.WriteFile(ctx, "//dir/two.txt", []byte("two"), 0o644); err != nil {
+		t.Fatalf("write to an absolute path: %v", err)
+	}
+	for p, want := range map[string]string{"dir/one.txt": "one", "/dir/one.txt": "one", "/dir/two.txt": "two", "/tree/sub/b.txt": "B", "/tree/../dir/one.txt": "one"} {
+		if b, err := ws.ReadFile(ctx, p); err != nil || string(b) != want {
+			t.Errorf("read %s = %q, %v; want %q", p, b, err, want)
+		}
+	}
+	if fi, err := ws.Stat(ctx, "/tree/sub"); err != nil || fi.Type != "dir" || fi.Path != "tree/sub" {
+		t.Errorf("stat /tree/sub: %+v, %v", fi, err)
+	}
+	if l, err := ws.ListAll(ctx, "/", false); err != nil || len(l) != 2 {
+		t.Errorf("list of /: %+v, %v; want dir and tree", l, err)
+	}
+	dst := t.TempDir()
+	if err := ws.Download(ctx, "/dir/one.txt", dst); err != nil {
+		t.Fatalf("download from an absolute path: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "one.txt")); string(b) != "one" {
+		t.Errorf("downloaded one.txt = %q", b)
+	}
+	for _, p := range []string{"/../x", "../x", "/a/../../x"} {
+		if err := ws.WriteFile(ctx, p, []byte("x"), 0o644); err == nil {
+			t.Errorf("write to %s above the root was accepted", p)
+		}
+		if err := ws.Upload(ctx, src, p); err == nil {
+			t.Errorf("upload to %s above the root was accepted", p)
+		}
+		if err := ws.Download(ctx, p, t.TempDir()); err == nil {
+			t.Errorf("download of %s above the root was accepted", p)
+		}
+	}
+}

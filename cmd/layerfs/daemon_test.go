@@ -203,6 +203,16 @@ func TestWsVerbs(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(local, "down", "sub", "f.txt")); string(b) != "F" {
 		t.Errorf("downloaded tree: %q", b)
 	}
+	// A leading "/" is the workspace root, as in docker cp; ".." above it
+	// is refused.
+	p.ok("ws", "cp", filepath.Join(local, "src", "sub", "f.txt"), ws.ID+":/abs/dir/f.txt")
+	p.ok("ws", "cp", ws.ID+":/abs/dir/f.txt", filepath.Join(local, "abs.txt"))
+	if b, _ := os.ReadFile(filepath.Join(local, "abs.txt")); string(b) != "F" {
+		t.Errorf("round trip through WS:/abs/dir/f.txt: %q", b)
+	}
+	if r := p.run("ws", "cp", filepath.Join(local, "src", "sub", "f.txt"), ws.ID+":/../f.txt"); r.code == 0 {
+		t.Errorf("cp to WS:/../f.txt was accepted: %+v", r)
+	}
 	if r := p.run("ws", "cp", "a", "b"); r.code != 2 {
 		t.Errorf("cp without a workspace side: %+v", r)
 	}

@@ -341,7 +341,9 @@ func wsCpCmd(a *app) *cobra.Command {
 		Long: `Copy a file or a directory tree into or out of a workspace, like cp -r:
   layerfs ws cp ./src WS:app        upload (a directory's contents go into app/)
   layerfs ws cp WS:out/report.txt . download (into an existing directory, under the base name)
-Workspace paths are relative to the workspace root; WS: alone is the root.
+Workspace paths are relative to the workspace root; WS: alone is the root, and
+a leading / names it too (WS:/src/a.go is WS:src/a.go, as in docker cp);
+".." never leads above it.
 A local path containing a colon can be written as ./name:with:colons.`,
 		Args: args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
@@ -362,12 +364,18 @@ A local path containing a colon can be written as ./name:with:colons.`,
 				if srcWS {
 					return ws.Download(ctx, srcPath, argv[1])
 				}
+				// Checked before any joining: path.Join would quietly
+				// drop a ".." above the root.
+				clean, err := wire.WorkspacePath(dstPath)
+				if err != nil {
+					return usageError{fmt.Errorf("ws cp: workspace path %q: %w", dstPath, err)}
+				}
 				// A file copied to a directory (the root, or a path ending
 				// in "/") keeps its name, as cp does.
-				if fi, err := os.Stat(argv[0]); err == nil && !fi.IsDir() && (dstPath == "." || strings.HasSuffix(dstPath, "/")) {
-					dstPath = path.Join(dstPath, filepath.Base(argv[0]))
+				if fi, err := os.Stat(argv[0]); err == nil && !fi.IsDir() && (clean == "." || strings.HasSuffix(dstPath, "/")) {
+					clean = path.Join(clean, filepath.Base(argv[0]))
 				}
-				return ws.Upload(ctx, argv[0], path.Clean(dstPath))
+				return ws.Upload(ctx, argv[0], clean)
 			})
 		},
 	}
