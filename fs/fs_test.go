@@ -42,8 +42,6 @@ func newEnv(t testing.TB, populated bool) *env {
 
 func newEnvOn(t testing.TB, populated bool, path string) *env {
 	t.Helper()
-	testenv.RequireFUSE(t)
-	ctx := context.Background()
 	var fill func(testing.TB, string)
 	if populated {
 		fill = populate
@@ -51,6 +49,14 @@ func newEnvOn(t testing.TB, populated bool, path string) *env {
 			fill = populateNoLowerLinks
 		}
 	}
+	return newEnvWith(t, fill, path)
+}
+
+// newEnvWith is an env whose lower tree fill writes (nil: empty).
+func newEnvWith(t testing.TB, fill func(testing.TB, string), path string) *env {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	ctx := context.Background()
 	e := &env{Store: overlaytest.NewStore(t, ctx, fill), t: t, ctx: ctx, path: path}
 	if path == "overlay" {
 		if err := kerneloverlay.Check(e.DB.WorkspacesDir()); err != nil {

@@ -48,6 +48,22 @@ var (
 	_ gofs.NodeCopyFileRanger = (*node)(nil)
 )
 
+// nameMax is the longest name a path component may have (NAME_MAX). The
+// kernel sends FUSE names up to 1024 bytes; every request that takes a
+// name answers ENAMETOOLONG for a longer one before anything touches the
+// upper layer, as a native file system does (a lookup must not say ENOENT,
+// which the kernel would cache as a negative entry).
+const nameMax = 255
+
+func nameErrno(names ...string) syscall.Errno {
+	for _, n := range names {
+		if len(n) > nameMax {
+			return syscall.ENAMETOOLONG
+		}
+	}
+	return 0
+}
+
 func caller(ctx context.Context) overlay.Caller {
 	if c, ok := ctx.(*fuse.Context); ok {
 		return overlay.Caller{UID: c.Uid, GID: c.Gid}
@@ -81,6 +97,9 @@ func (n *node) child(ctx context.Context, c *overlay.Node, out *fuse.EntryOut) (
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if errno := nameErrno(name); errno != 0 {
+		return nil, errno
+	}
 	c, err := n.m.ov.Lookup(ctx, n.on, name)
 	if err != nil {
 		return nil, n.m.errno(err)
@@ -176,6 +195,9 @@ func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if errno := nameErrno(name); errno != 0 {
+		return nil, errno
+	}
 	c, err := n.m.ov.Mkdir(ctx, n.on, name, mode, caller(ctx))
 	if err != nil {
 		return nil, n.m.errno(err)
@@ -184,6 +206,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if errno := nameErrno(name); errno != 0 {
+		return nil, errno
+	}
 	c, err := n.m.ov.Mknod(ctx, n.on, name, mode, uint64(dev), caller(ctx))
 	if err != nil {
 		return nil, n.m.errno(err)
@@ -192,6 +217,9 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if errno := nameErrno(name); errno != 0 {
+		return nil, errno
+	}
 	c, err := n.m.ov.Symlink(ctx, n.on, name, target, caller(ctx))
 	if err != nil {
 		return nil, n.m.errno(err)
@@ -200,6 +228,9 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 }
 
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if errno := nameErrno(name); errno != 0 {
+		return nil, errno
+	}
 	t, ok := target.(*node)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -219,6 +250,9 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	if errno := nameErrno(name); errno != 0 {
+		return errno
+	}
 	child := n.GetChild(name)
 	if err := n.m.ov.Unlink(ctx, n.on, name); err != nil {
 		return n.m.errno(err)
@@ -228,10 +262,16 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if errno := nameErrno(name); errno != 0 {
+		return errno
+	}
 	return n.m.errno(n.m.ov.Rmdir(ctx, n.on, name))
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if errno := nameErrno(name, newName); errno != 0 {
+		return errno
+	}
 	np, ok := newParent.(*node)
 	if !ok {
 		return syscall.EXDEV
@@ -350,6 +390,9 @@ func (n *node) OnForget() {
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if errno := nameErrno(name); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	c, f, err := n.m.ov.Create(ctx, n.on, name, int(flags), mode, caller(ctx))
 	if err != nil {
 		return nil, nil, 0, n.m.errno(err)

@@ -74,6 +74,9 @@ func (o *Overlay) bindLocked(d *Node, name string, n *Node) {
 	d.dir.children[name] = n
 	delete(d.dir.whiteouts, name)
 	d.dir.listing = nil
+	if n.IsDir() {
+		d.dir.subdirs++
+	}
 }
 
 // placeNew makes a new upper entry at d/name with mk, which creates it at
@@ -369,6 +372,7 @@ func (o *Overlay) unbindLocked(d *Node, name string, c *Node) {
 		}
 	}
 	if c.mode == syscall.S_IFDIR {
+		d.dir.subdirs--
 		o.renames++ // cached paths below c are stale
 	}
 }
@@ -615,6 +619,7 @@ func (o *Overlay) rebindLocked(d *Node, name string, n *Node) {
 	delete(d.dir.whiteouts, name)
 	d.dir.listing = nil
 	if n.IsDir() {
+		d.dir.subdirs++
 		o.renames++
 		// Keep the moved directory's dirty entries reachable.
 		if len(n.dir.dirty) > 0 {
@@ -711,6 +716,12 @@ func (o *Overlay) Setattr(ctx context.Context, n *Node, in SetAttr, f *File) (At
 		}
 	} else if _, err := o.copyUp(ctx, n, copyMeta); err != nil {
 		return Attr{}, err
+	}
+	if n.IsDir() {
+		// Its link count counts its subdirectories.
+		if err := o.ensureLoaded(ctx, n); err != nil {
+			return Attr{}, err
+		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()

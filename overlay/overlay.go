@@ -257,6 +257,7 @@ type dirState struct {
 	lowerTree *store.Tree
 	children  map[string]*Node
 	whiteouts map[string]struct{}
+	subdirs   int        // children that are directories: the link count is 2 + subdirs
 	listing   []DirEntry // sorted, nil when stale
 	path      string     // cached relative path
 	pathGen   uint64
@@ -497,6 +498,12 @@ func (o *Overlay) loadLocked(ctx context.Context, d *Node, tree *store.Tree) err
 	}
 	ds.loaded = true
 	ds.listing = nil
+	ds.subdirs = 0
+	for _, c := range ds.children {
+		if c.IsDir() {
+			ds.subdirs++
+		}
+	}
 	// A name of a lower hard-link group whose inode was copied up while
 	// this directory was not loaded joins the upper inode now.
 	for _, name := range linkUps {

@@ -76,6 +76,15 @@ func (o *Overlay) Readlink(ctx context.Context, n *Node) (string, error) {
 // Getattr returns n's attributes. f, when not nil, is an open handle of n,
 // used when n no longer has a name (unlinked but open).
 func (o *Overlay) Getattr(ctx context.Context, n *Node, f *File) (Attr, error) {
+	if n.IsDir() {
+		// A directory's link count is 2 + its subdirectories in the
+		// merged view, which are known once it is loaded (the Store
+		// keeps lower trees decoded, so this costs one tree per
+		// directory, once).
+		if err := o.ensureLoaded(ctx, n); err != nil {
+			return Attr{}, err
+		}
+	}
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	return o.getattrLocked(n, f)
@@ -109,9 +118,13 @@ func (o *Overlay) getattrLocked(n *Node, f *File) (Attr, error) {
 		}
 	}
 	if n.mode == syscall.S_IFDIR {
-		// Like kernel overlayfs for merged directories: the count of
-		// subdirectories is not known without loading them all.
+		// 2 + subdirectories of the merged view (the upper directory's
+		// own count misses the lower's); 1, as kernel overlayfs says for
+		// merged directories, while not loaded; 0 once removed.
 		a.Nlink = 1
+		if n.dir.loaded {
+			a.Nlink = uint32(2 + n.dir.subdirs)
+		}
 		if n != o.root && !n.linked() {
 			a.Nlink = 0
 		}
