@@ -56,8 +56,11 @@ type Server struct {
 	tel    telemetry
 
 	// gen is the generation of every inode: random per mount for a lower
-	// (see Options.Lower), else 0.
-	gen uint64
+	// (see Options.Lower), else 0; plus, for a node whose kernel inode was
+	// retired (see node.newHandle), the count in regens.
+	gen     uint64
+	regens  sync.Map // overlay inode number -> uint64
+	regenMu sync.Mutex
 
 	passthrough atomic.Bool
 	whyDaemon   atomic.Value // string: why passthrough is off
@@ -76,7 +79,8 @@ var ErrStale = errors.New("stale mount")
 // passthrough backing files where the kernel allows it.
 //
 // The serving process must never start a child whose working directory is
-// on the mount: the fork would wait on the mount's own server.
+// on the mount: the fork would wait on the mount's own server. The server
+// owns ov from then on: Unmount closes it once the server has stopped.
 func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (*Server, error) {
 	if err := CleanStale(dir); err != nil {
 		return nil, err
@@ -210,6 +214,7 @@ func (m *Server) Unmount(ctx context.Context) error {
 		}
 		if m.unmountErr == nil {
 			m.server.Wait()
+			m.unmountErr = m.ov.Close()
 		}
 	})
 	return m.unmountErr

@@ -653,9 +653,6 @@ func testPosixDifferential(t *testing.T, path string) {
 	total := 0
 	for _, pc := range cases {
 		t.Run(pc.name, func(t *testing.T) {
-			if pc.name == "deep" && path == "fuse" {
-				t.Skip("deep paths on the fuse data path: the next commit")
-			}
 			sides := [2]*side{openSide(t, "plain", filepath.Join(ref, pc.name)), openSide(t, "workspace", filepath.Join(mnt, pc.name))}
 			defer sides[0].close()
 			defer sides[1].close()

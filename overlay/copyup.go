@@ -33,31 +33,36 @@ func (o *Overlay) copyUpDirLocked(d *Node) error {
 		return err
 	}
 	e := d.lower
-	tmp := o.tmpName()
-	if err := unix.Mkdir(tmp, 0o700); err != nil {
+	tmp := o.workAt(o.tmpName())
+	if err := unix.Mkdirat(tmp.dir, tmp.name, 0o700); err != nil {
 		return fmt.Errorf("copy up directory: %w", err)
 	}
 	if err := applyLowerMeta(tmp, -1, e); err != nil {
-		os.Remove(tmp)
+		removeAt(tmp)
 		return err
 	}
-	dst := o.upperPath(d)
-	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("copy up directory %s: %w", dst, err)
+	dst, err := o.nodeAt(d)
+	if err != nil {
+		removeAt(tmp)
+		return err
+	}
+	defer dst.close()
+	if err := unix.Renameat2(tmp.dir, tmp.name, dst.dir, dst.name, unix.RENAME_NOREPLACE); err != nil {
+		removeAt(tmp)
+		return fmt.Errorf("copy up directory %s: %w", d.name, err)
 	}
 	d.state = stateUpper
 	return nil
 }
 
-// applyLowerMeta gives a new upper inode (at path, or fd when >= 0) the
-// lower entry's owner, mode, xattrs and mtime.
-func applyLowerMeta(path string, fd int, e *store.Entry) error {
+// applyLowerMeta gives a new upper inode (the entry a, or fd when >= 0)
+// the lower entry's owner, mode, xattrs and mtime.
+func applyLowerMeta(a at, fd int, e *store.Entry) error {
 	var err error
 	if fd >= 0 {
 		err = unix.Fchown(fd, int(e.UID), int(e.GID))
 	} else {
-		err = unix.Lchown(path, int(e.UID), int(e.GID))
+		err = unix.Fchownat(a.dir, a.name, int(e.UID), int(e.GID), unix.AT_SYMLINK_NOFOLLOW)
 	}
 	if err != nil {
 		return fmt.Errorf("copy up owner: %w", err)
@@ -66,7 +71,7 @@ func applyLowerMeta(path string, fd int, e *store.Entry) error {
 		if fd >= 0 {
 			err = unix.Fchmod(fd, e.Mode&07777)
 		} else {
-			err = unix.Chmod(path, e.Mode&07777)
+			err = unix.Fchmodat(a.dir, a.name, e.Mode&07777, 0)
 		}
 		if err != nil {
 			return fmt.Errorf("copy up mode: %w", err)
@@ -76,22 +81,22 @@ func applyLowerMeta(path string, fd int, e *store.Entry) error {
 		if fd >= 0 {
 			err = unix.Fsetxattr(fd, x.Name, x.Value, 0)
 		} else {
-			err = unix.Lsetxattr(path, x.Name, x.Value, 0)
+			err = unix.Lsetxattr(a.proc(), x.Name, x.Value, 0)
 		}
 		if err != nil && !notSupported(err) {
 			return fmt.Errorf("copy up xattr %s: %w", x.Name, err)
 		}
 	}
-	return setMtime(path, fd, e.MtimeNs)
+	return setMtime(a, fd, e.MtimeNs)
 }
 
-func setMtime(path string, fd int, ns int64) error {
+func setMtime(a at, fd int, ns int64) error {
 	ts := []unix.Timespec{unix.NsecToTimespec(ns), unix.NsecToTimespec(ns)}
 	var err error
 	if fd >= 0 {
 		err = unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH)
 	} else {
-		err = unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, unix.AT_SYMLINK_NOFOLLOW)
+		err = unix.UtimesNanoAt(a.dir, a.name, ts, unix.AT_SYMLINK_NOFOLLOW)
 	}
 	if err != nil {
 		return fmt.Errorf("copy up times: %w", err)
@@ -156,10 +161,10 @@ func (o *Overlay) copyUp(ctx context.Context, n *Node, kind copyKind) (*os.File,
 		defer src.Close()
 	}
 	var f *os.File
-	var tmp string
+	var tmp at // a scratch entry in the work dir, for what is not an O_TMPFILE
 	switch n.mode {
 	case syscall.S_IFREG:
-		fd, err := unix.Open(o.workDir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+		fd, err := unix.Openat(o.workFd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("copy up: %w", err)
 		}
@@ -169,19 +174,19 @@ func (o *Overlay) copyUp(ctx context.Context, n *Node, kind copyKind) (*os.File,
 			return nil, err
 		}
 	case syscall.S_IFLNK:
-		tmp = o.tmpName()
-		if err := unix.Symlink(e.Target, tmp); err != nil {
+		tmp = o.workAt(o.tmpName())
+		if err := unix.Symlinkat(e.Target, tmp.dir, tmp.name); err != nil {
 			return nil, fmt.Errorf("copy up symlink: %w", err)
 		}
 	default:
-		tmp = o.tmpName()
-		if err := unix.Mknod(tmp, n.mode|e.Mode&07777, int(e.Rdev)); err != nil {
+		tmp = o.workAt(o.tmpName())
+		if err := unix.Mknodat(tmp.dir, tmp.name, n.mode|e.Mode&07777, int(e.Rdev)); err != nil {
 			return nil, fmt.Errorf("copy up special file: %w", err)
 		}
 	}
-	if tmp != "" {
+	if tmp.name != "" {
 		if err := applyLowerMeta(tmp, -1, e); err != nil {
-			os.Remove(tmp)
+			removeAt(tmp)
 			return nil, err
 		}
 	}
@@ -205,8 +210,8 @@ func (o *Overlay) copyUp(ctx context.Context, n *Node, kind copyKind) (*os.File,
 		}
 	}
 	o.mu.Unlock()
-	if tmp != "" {
-		os.Remove(tmp) // already renamed on success
+	if tmp.name != "" {
+		removeAt(tmp) // already renamed on success
 	}
 	if err != nil || kind == copyMeta {
 		if f != nil {
@@ -237,7 +242,7 @@ func (o *Overlay) fillNew(f, src *os.File, e *store.Entry, kind copyKind) error 
 			return fmt.Errorf("copy up: set origin: %w", err)
 		}
 	}
-	return applyLowerMeta("", fd, e)
+	return applyLowerMeta(at{}, fd, e)
 }
 
 // fillMeta turns a metacopy into a full upper file, in place: hard links of
@@ -245,17 +250,22 @@ func (o *Overlay) fillNew(f, src *os.File, e *store.Entry, kind copyKind) error 
 // between leaves a metacopy that still reads the lower.
 func (o *Overlay) fillMeta(ctx context.Context, n *Node, kind copyKind) (*os.File, error) {
 	o.mu.RLock()
-	linked := n.linked()
-	path := o.upperPath(n)
-	size := n.lower.Size
-	o.mu.RUnlock()
-	if !linked {
+	if !n.linked() {
+		o.mu.RUnlock()
 		return nil, syscall.ENOENT
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	a, err := o.nodeAt(n)
+	size := n.lower.Size
+	o.mu.RUnlock()
 	if err != nil {
 		return nil, fmt.Errorf("copy up: %w", err)
 	}
+	fd, err := unix.Openat(a.dir, a.name, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	a.close()
+	if err != nil {
+		return nil, fmt.Errorf("copy up: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), n.name)
 	fail := func(err error) (*os.File, error) {
 		f.Close()
 		return nil, err
@@ -288,12 +298,13 @@ func (o *Overlay) fillMeta(ctx context.Context, n *Node, kind copyKind) (*os.Fil
 	return f, nil
 }
 
-// installLocked links a prepared upper inode (an O_TMPFILE f, or a file at
+// installLocked links a prepared upper inode (an O_TMPFILE f, or the entry
 // tmp in the work dir) at every name of n, making upper parent directories
 // as needed. Needs o.mu.
-func (o *Overlay) installLocked(n *Node, f *os.File, tmp string) error {
+func (o *Overlay) installLocked(n *Node, f *os.File, tmp at) error {
 	names := append([]alias{{n.parent, n.name}}, n.aliases...)
-	first := ""
+	var first at
+	defer func() { first.close() }()
 	for _, a := range names {
 		if a.parent == nil || a.parent.dir.children[a.name] != n {
 			continue
@@ -301,26 +312,33 @@ func (o *Overlay) installLocked(n *Node, f *os.File, tmp string) error {
 		if err := o.copyUpDirLocked(a.parent); err != nil {
 			return err
 		}
-		dst := o.childUpperPath(a.parent, a.name)
-		var err error
+		dst, err := o.childAt(a.parent, a.name)
+		if err != nil {
+			return fmt.Errorf("copy up %s: %w", a.name, err)
+		}
 		switch {
-		case first != "":
-			err = unix.Linkat(unix.AT_FDCWD, first, unix.AT_FDCWD, dst, 0)
+		case first.name != "":
+			err = unix.Linkat(first.dir, first.name, dst.dir, dst.name, 0)
 		case f != nil:
-			err = unix.Linkat(int(f.Fd()), "", unix.AT_FDCWD, dst, unix.AT_EMPTY_PATH)
+			err = unix.Linkat(int(f.Fd()), "", dst.dir, dst.name, unix.AT_EMPTY_PATH)
 		default:
-			err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
+			err = unix.Renameat2(tmp.dir, tmp.name, dst.dir, dst.name, unix.RENAME_NOREPLACE)
 		}
 		if err != nil {
-			return fmt.Errorf("copy up %s: %w", dst, err)
+			dst.close()
+			return fmt.Errorf("copy up %s: %w", a.name, err)
 		}
-		first = dst
+		if first.name == "" {
+			first = dst
+		} else {
+			dst.close()
+		}
 	}
-	if first == "" {
+	if first.name == "" {
 		return syscall.ENOENT
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(first, &st); err != nil {
+	if err := unix.Fstatat(first.dir, first.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("copy up: %w", err)
 	}
 	n.backing = st.Ino

@@ -139,14 +139,20 @@ func (o *Overlay) Open(ctx context.Context, n *Node, flags int) (*File, error) {
 	if !n.linked() {
 		return nil, syscall.ENOENT
 	}
-	mode := os.O_RDONLY
+	mode := unix.O_RDONLY
 	if write {
-		mode = os.O_RDWR
+		mode = unix.O_RDWR
 	}
-	f, err := os.OpenFile(o.upperPath(n), mode|syscall.O_NOFOLLOW, 0)
+	a, err := o.nodeAt(n)
 	if err != nil {
 		return nil, err
 	}
+	fd, err := unix.Openat(a.dir, a.name, mode|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	a.close()
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), n.name)
 	if trunc {
 		if err := f.Truncate(0); err != nil {
 			f.Close()

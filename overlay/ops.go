@@ -2,7 +2,6 @@ package overlay
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"syscall"
 
@@ -40,18 +39,18 @@ func (o *Overlay) prepareCreate(d *Node, name string) error {
 // (the daemon's umask must not apply; the kernel applied the caller's).
 // Files in a set-group-ID directory keep the group the file system gave
 // them. Needs o.mu.
-func (o *Overlay) ownNew(d *Node, path string, fd int, mode uint32, c Caller, symlink bool) error {
+func (o *Overlay) ownNew(dfd int, e at, fd int, mode uint32, c Caller, symlink bool) error {
 	if c.UID != 0 || c.GID != 0 {
 		gid := int(c.GID)
 		var st unix.Stat_t
-		if err := unix.Lstat(o.upperPath(d), &st); err == nil && st.Mode&syscall.S_ISGID != 0 {
+		if err := unix.Fstat(dfd, &st); err == nil && st.Mode&syscall.S_ISGID != 0 {
 			gid = -1
 		}
 		var err error
 		if fd >= 0 {
 			err = unix.Fchown(fd, int(c.UID), gid)
 		} else {
-			err = unix.Lchown(path, int(c.UID), gid)
+			err = unix.Fchownat(e.dir, e.name, int(c.UID), gid, unix.AT_SYMLINK_NOFOLLOW)
 		}
 		if err != nil {
 			return err
@@ -63,7 +62,7 @@ func (o *Overlay) ownNew(d *Node, path string, fd int, mode uint32, c Caller, sy
 	if fd >= 0 {
 		return unix.Fchmod(fd, mode&07777)
 	}
-	return unix.Fchmodat(unix.AT_FDCWD, path, mode&07777, 0)
+	return unix.Fchmodat(e.dir, e.name, mode&07777, 0)
 }
 
 // bindLocked records a new node at d/name, replacing a whiteout. Needs o.mu.
@@ -80,46 +79,50 @@ func (o *Overlay) bindLocked(d *Node, name string, n *Node) {
 }
 
 // placeNew makes a new upper entry at d/name with mk, which creates it at
-// the path it is given. Over a whiteout the entry is made in the work dir
-// and renamed over it, so the name is never without one or the other.
-func (o *Overlay) placeNew(d *Node, name string, isDir bool, mk func(path string) error) (string, error) {
-	dst := o.childUpperPath(d, name)
-	if _, wh := d.dir.whiteouts[name]; !wh {
-		return dst, mk(dst)
+// the entry it is given, and the directory d's upper descriptor. Over a
+// whiteout the entry is made in the work dir and renamed over it, so the
+// name is never without one or the other. Needs o.mu.
+func (o *Overlay) placeNew(d *Node, name string, isDir bool, mk func(dfd int, e at) error) error {
+	dst, err := o.childAt(d, name)
+	if err != nil {
+		return err
 	}
-	tmp := o.tmpName()
-	if err := mk(tmp); err != nil {
-		return "", err
+	defer dst.close()
+	if _, wh := d.dir.whiteouts[name]; !wh {
+		return mk(dst.dir, dst)
+	}
+	tmp := o.workAt(o.tmpName())
+	if err := mk(dst.dir, tmp); err != nil {
+		return err
 	}
 	flags := uint(0)
 	if isDir {
 		flags = unix.RENAME_EXCHANGE // a directory cannot replace a non-directory
 	}
-	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, flags); err != nil {
-		os.RemoveAll(tmp)
-		return "", err
+	if err := unix.Renameat2(tmp.dir, tmp.name, dst.dir, dst.name, flags); err != nil {
+		removeAt(tmp)
+		return err
 	}
 	if isDir {
-		os.Remove(tmp) // the whiteout
+		removeAt(tmp) // the whiteout
 	}
-	return dst, nil
+	return nil
 }
 
 // placeOwned makes a new upper entry at d/name with mk, as placeNew does,
 // and gives it the caller's ownership and mode (see ownNew); an entry that
 // cannot be given them is removed. Needs o.mu.
-func (o *Overlay) placeOwned(d *Node, name string, isDir bool, mode uint32, c Caller, symlink bool, mk func(path string) error) error {
-	_, err := o.placeNew(d, name, isDir, func(p string) error {
-		if err := mk(p); err != nil {
+func (o *Overlay) placeOwned(d *Node, name string, isDir bool, mode uint32, c Caller, symlink bool, mk func(e at) error) error {
+	return o.placeNew(d, name, isDir, func(dfd int, e at) error {
+		if err := mk(e); err != nil {
 			return err
 		}
-		if err := o.ownNew(d, p, -1, mode, c, symlink); err != nil {
-			os.Remove(p)
+		if err := o.ownNew(dfd, e, -1, mode, c, symlink); err != nil {
+			removeAt(e)
 			return err
 		}
 		return nil
 	})
-	return err
 }
 
 // Create makes and opens a regular file d/name.
@@ -133,15 +136,15 @@ func (o *Overlay) Create(ctx context.Context, d *Node, name string, flags int, m
 		return nil, nil, err
 	}
 	var f *os.File
-	path, err := o.placeNew(d, name, false, func(p string) error {
-		fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, mode&07777)
+	err := o.placeNew(d, name, false, func(dfd int, e at) error {
+		fd, err := unix.Openat(e.dir, e.name, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, mode&07777)
 		if err != nil {
 			return err
 		}
-		f = os.NewFile(uintptr(fd), p)
-		if err := o.ownNew(d, p, fd, mode, c, false); err != nil {
+		f = os.NewFile(uintptr(fd), name)
+		if err := o.ownNew(dfd, e, fd, mode, c, false); err != nil {
 			f.Close()
-			os.Remove(p)
+			removeAt(e)
 			return err
 		}
 		return nil
@@ -149,7 +152,6 @@ func (o *Overlay) Create(ctx context.Context, d *Node, name string, flags int, m
 	if err != nil {
 		return nil, nil, err
 	}
-	_ = path
 	n := o.newNode(syscall.S_IFREG, stateUpper)
 	o.bindLocked(d, name, n)
 	file := o.openedLocked(n, f, false, flags)
@@ -171,13 +173,13 @@ func (o *Overlay) Mkdir(ctx context.Context, d *Node, name string, mode uint32, 
 	if e := lowerHas(d, name); e != nil && e.Type == store.TypeDir {
 		opaque = true
 	}
-	err := o.placeOwned(d, name, true, mode, c, false, func(p string) error {
-		if err := unix.Mkdir(p, mode&07777); err != nil {
+	err := o.placeOwned(d, name, true, mode, c, false, func(e at) error {
+		if err := unix.Mkdirat(e.dir, e.name, mode&07777); err != nil {
 			return err
 		}
 		if opaque {
-			if err := unix.Lsetxattr(p, xattrOpaque, []byte("y"), 0); err != nil {
-				os.Remove(p)
+			if err := unix.Lsetxattr(e.proc(), xattrOpaque, []byte("y"), 0); err != nil {
+				removeAt(e)
 				return err
 			}
 		}
@@ -205,22 +207,22 @@ func (o *Overlay) Mknod(ctx context.Context, d *Node, name string, mode uint32, 
 	if mode&syscall.S_IFMT == syscall.S_IFDIR {
 		return nil, syscall.EINVAL
 	}
-	return o.makeNode(ctx, d, name, mode, mode, c, false, func(p string) error {
-		return unix.Mknod(p, mode, int(rdev))
+	return o.makeNode(ctx, d, name, mode, mode, c, false, func(e at) error {
+		return unix.Mknodat(e.dir, e.name, mode, int(rdev))
 	})
 }
 
 // Symlink makes symlink d/name pointing at target.
 func (o *Overlay) Symlink(ctx context.Context, d *Node, name, target string, c Caller) (*Node, error) {
-	return o.makeNode(ctx, d, name, syscall.S_IFLNK, 0o777, c, true, func(p string) error {
-		return unix.Symlink(target, p)
+	return o.makeNode(ctx, d, name, syscall.S_IFLNK, 0o777, c, true, func(e at) error {
+		return unix.Symlinkat(target, e.dir, e.name)
 	})
 }
 
 // makeNode makes d/name with mk, a new upper entry that is neither a
 // directory nor a regular file, owned by the caller (mode and symlink as
 // ownNew takes them), and binds a new node of mode typ to it.
-func (o *Overlay) makeNode(ctx context.Context, d *Node, name string, typ, mode uint32, c Caller, symlink bool, mk func(path string) error) (*Node, error) {
+func (o *Overlay) makeNode(ctx context.Context, d *Node, name string, typ, mode uint32, c Caller, symlink bool, mk func(e at) error) (*Node, error) {
 	if err := o.ensureLoaded(ctx, d); err != nil {
 		return nil, err
 	}
@@ -256,9 +258,13 @@ func (o *Overlay) Link(ctx context.Context, n *Node, d *Node, name string) error
 	if !n.linked() {
 		return syscall.ENOENT
 	}
-	src := o.upperPath(n)
-	if _, err := o.placeNew(d, name, false, func(p string) error {
-		return unix.Link(src, p)
+	src, err := o.nodeAt(n)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	if err := o.placeNew(d, name, false, func(_ int, e at) error {
+		return unix.Linkat(src.dir, src.name, e.dir, e.name, 0)
 	}); err != nil {
 		return err
 	}
@@ -278,17 +284,29 @@ func (o *Overlay) Link(ctx context.Context, n *Node, d *Node, name string) error
 // merged view; their upper may still hold whiteouts. Needs o.mu.
 func (o *Overlay) removeUpperLocked(d *Node, name string, c *Node) error {
 	needWh := lowerHas(d, name) != nil
-	path := o.childUpperPath(d, name)
 	hasUpper := c.state != stateLower
+	if !hasUpper {
+		if !needWh {
+			return nil
+		}
+		if err := o.copyUpDirLocked(d); err != nil {
+			return err
+		}
+	}
+	e, err := o.childAt(d, name)
+	if err != nil {
+		return err
+	}
+	defer e.close()
 	if c.mode == syscall.S_IFDIR && hasUpper {
-		if err := o.emptyUpperDirLocked(c, path); err != nil {
+		if err := o.emptyUpperDirLocked(c, e); err != nil {
 			return err
 		}
 	}
 	switch {
 	case hasUpper && needWh:
 		// Replace the entry by a whiteout in one step.
-		tmp := o.tmpName()
+		tmp := o.workAt(o.tmpName())
 		if err := mkWhiteout(tmp); err != nil {
 			return err
 		}
@@ -296,12 +314,12 @@ func (o *Overlay) removeUpperLocked(d *Node, name string, c *Node) error {
 		if c.mode == syscall.S_IFDIR {
 			flags = unix.RENAME_EXCHANGE
 		}
-		if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, flags); err != nil {
-			os.Remove(tmp)
+		if err := unix.Renameat2(tmp.dir, tmp.name, e.dir, e.name, flags); err != nil {
+			removeAt(tmp)
 			return err
 		}
 		if c.mode == syscall.S_IFDIR {
-			if err := unix.Rmdir(tmp); err != nil {
+			if err := unix.Unlinkat(tmp.dir, tmp.name, unix.AT_REMOVEDIR); err != nil {
 				return err
 			}
 		}
@@ -310,14 +328,11 @@ func (o *Overlay) removeUpperLocked(d *Node, name string, c *Node) error {
 		if c.mode == syscall.S_IFDIR {
 			flags = unix.AT_REMOVEDIR
 		}
-		if err := unix.Unlinkat(unix.AT_FDCWD, path, flags); err != nil {
+		if err := unix.Unlinkat(e.dir, e.name, flags); err != nil {
 			return err
 		}
 	case needWh:
-		if err := o.copyUpDirLocked(d); err != nil {
-			return err
-		}
-		if err := mkWhiteout(path); err != nil {
+		if err := mkWhiteout(e); err != nil {
 			return err
 		}
 	}
@@ -330,18 +345,23 @@ func (o *Overlay) removeUpperLocked(d *Node, name string, c *Node) error {
 // emptyUpperDirLocked empties the upper directory of a directory that is
 // empty in the merged view: only whiteouts can be left. It is made opaque
 // first, so that at every step it still hides its lower entries.
-func (o *Overlay) emptyUpperDirLocked(c *Node, path string) error {
+func (o *Overlay) emptyUpperDirLocked(c *Node, e at) error {
 	if len(c.dir.whiteouts) == 0 {
 		return nil
 	}
 	if !c.dir.opaque {
-		if err := unix.Lsetxattr(path, xattrOpaque, []byte("y"), 0); err != nil {
+		if err := unix.Lsetxattr(e.proc(), xattrOpaque, []byte("y"), 0); err != nil {
 			return err
 		}
 		c.dir.opaque = true
 	}
+	cfd, err := openDirAt(e, unix.O_PATH)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(cfd)
 	for w := range c.dir.whiteouts {
-		if err := unix.Unlink(path + "/" + w); err != nil && err != unix.ENOENT {
+		if err := unix.Unlinkat(cfd, w, 0); err != nil && err != unix.ENOENT {
 			return err
 		}
 		delete(c.dir.whiteouts, w)
@@ -531,7 +551,16 @@ func (o *Overlay) Rename(ctx context.Context, od *Node, oname string, nd *Node, 
 			return err
 		}
 	}
-	src, dst := o.childUpperPath(od, oname), o.childUpperPath(nd, nname)
+	src, err := o.childAt(od, oname)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	dst, err := o.childAt(nd, nname)
+	if err != nil {
+		return err
+	}
+	defer dst.close()
 	o.touch(od, oname, false)
 	o.touch(nd, nname, false)
 	o.touchMeta(od)
@@ -543,7 +572,7 @@ func (o *Overlay) Rename(ctx context.Context, od *Node, oname string, nd *Node, 
 				return err
 			}
 		}
-		if err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_EXCHANGE); err != nil {
+		if err := unix.Renameat2(src.dir, src.name, dst.dir, dst.name, unix.RENAME_EXCHANGE); err != nil {
 			return err
 		}
 		o.unbindLocked(od, oname, s)
@@ -567,19 +596,19 @@ func (o *Overlay) Rename(ctx context.Context, od *Node, oname string, nd *Node, 
 	case s.IsDir() && dstWh:
 		// A directory cannot replace the whiteout; swap them, and the
 		// whiteout lands where one may be needed.
-		if err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_EXCHANGE); err != nil {
+		if err := unix.Renameat2(src.dir, src.name, dst.dir, dst.name, unix.RENAME_EXCHANGE); err != nil {
 			return err
 		}
 		if !srcLower {
-			if err := unix.Unlink(src); err != nil {
+			if err := unix.Unlinkat(src.dir, src.name, 0); err != nil {
 				return err
 			}
 		}
 	case srcLower:
-		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_WHITEOUT)
+		err := unix.Renameat2(src.dir, src.name, dst.dir, dst.name, unix.RENAME_WHITEOUT)
 		if err == unix.EINVAL {
 			// No RENAME_WHITEOUT here: two steps.
-			if err = unix.Rename(src, dst); err == nil {
+			if err = unix.Renameat(src.dir, src.name, dst.dir, dst.name); err == nil {
 				err = mkWhiteout(src)
 			}
 		}
@@ -587,7 +616,7 @@ func (o *Overlay) Rename(ctx context.Context, od *Node, oname string, nd *Node, 
 			return err
 		}
 	default:
-		if err := unix.Rename(src, dst); err != nil {
+		if err := unix.Renameat(src.dir, src.name, dst.dir, dst.name); err != nil {
 			return err
 		}
 	}
@@ -633,7 +662,7 @@ func (o *Overlay) rebindLocked(d *Node, name string, n *Node) {
 // for its new place d/name: a directory with a lower tree redirects to it
 // (unless it is back where that tree is), one without is opaque where the
 // lower has a directory of that name. Needs o.mu.
-func (o *Overlay) setDirOriginLocked(n *Node, d *Node, name, path string) error {
+func (o *Overlay) setDirOriginLocked(n *Node, d *Node, name string, e at) error {
 	if !n.IsDir() {
 		return nil
 	}
@@ -645,7 +674,7 @@ func (o *Overlay) setDirOriginLocked(n *Node, d *Node, name, path string) error 
 	if ds.lowerPath != "" {
 		if ds.lowerPath == natural && !ds.opaque {
 			if ds.redirect != "" {
-				if err := unix.Lremovexattr(path, xattrRedirect); err != nil && err != unix.ENODATA {
+				if err := unix.Lremovexattr(e.proc(), xattrRedirect); err != nil && err != unix.ENODATA {
 					return err
 				}
 				ds.redirect = ""
@@ -653,15 +682,15 @@ func (o *Overlay) setDirOriginLocked(n *Node, d *Node, name, path string) error 
 			return nil
 		}
 		if ds.redirect != ds.lowerPath {
-			if err := unix.Lsetxattr(path, xattrRedirect, []byte(ds.lowerPath), 0); err != nil {
+			if err := unix.Lsetxattr(e.proc(), xattrRedirect, []byte(ds.lowerPath), 0); err != nil {
 				return err
 			}
 			ds.redirect = ds.lowerPath
 		}
 		return nil
 	}
-	if e := lowerHas(d, name); e != nil && e.Type == store.TypeDir && !ds.opaque {
-		if err := unix.Lsetxattr(path, xattrOpaque, []byte("y"), 0); err != nil {
+	if le := lowerHas(d, name); le != nil && le.Type == store.TypeDir && !ds.opaque {
+		if err := unix.Lsetxattr(e.proc(), xattrOpaque, []byte("y"), 0); err != nil {
 			return err
 		}
 		ds.opaque = true
@@ -725,22 +754,28 @@ func (o *Overlay) Setattr(ctx context.Context, n *Node, in SetAttr, f *File) (At
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	path, fd := "", -1
+	e, fd := at{}, -1
 	if n.linked() {
-		path = o.upperPath(n)
+		var err error
+		if e, err = o.nodeAt(n); err != nil {
+			return Attr{}, err
+		}
+		defer e.close()
 	} else if f != nil && f.f != nil && !f.lowerFd {
 		fd = int(f.f.Fd())
 	} else {
 		return Attr{}, syscall.ENOENT
 	}
-	if err := applySetattr(path, fd, n.mode, in); err != nil {
+	if err := applySetattr(e, fd, n.mode, in); err != nil {
 		return Attr{}, err
 	}
 	o.touchNode(n)
 	return o.getattrLocked(n, f)
 }
 
-func applySetattr(path string, fd int, mode uint32, in SetAttr) error {
+// applySetattr changes the attributes of the upper entry e, or of the open
+// file fd when fd >= 0.
+func applySetattr(e at, fd int, mode uint32, in SetAttr) error {
 	if in.Valid&SetMode != 0 {
 		var err error
 		switch {
@@ -749,7 +784,7 @@ func applySetattr(path string, fd int, mode uint32, in SetAttr) error {
 		case fd >= 0:
 			err = unix.Fchmod(fd, in.Mode&07777)
 		default:
-			err = unix.Fchmodat(unix.AT_FDCWD, path, in.Mode&07777, 0)
+			err = unix.Fchmodat(e.dir, e.name, in.Mode&07777, 0)
 		}
 		if err != nil {
 			return err
@@ -767,7 +802,7 @@ func applySetattr(path string, fd int, mode uint32, in SetAttr) error {
 		if fd >= 0 {
 			err = unix.Fchown(fd, uid, gid)
 		} else {
-			err = unix.Lchown(path, uid, gid)
+			err = unix.Fchownat(e.dir, e.name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
 		}
 		if err != nil {
 			return err
@@ -778,7 +813,7 @@ func applySetattr(path string, fd int, mode uint32, in SetAttr) error {
 		if fd >= 0 {
 			err = unix.Ftruncate(fd, in.Size)
 		} else {
-			err = unix.Truncate(path, in.Size)
+			err = unix.Truncate(e.proc(), in.Size) // a regular file: nothing to follow
 		}
 		if err != nil {
 			return err
@@ -802,7 +837,7 @@ func applySetattr(path string, fd int, mode uint32, in SetAttr) error {
 		if fd >= 0 {
 			err = unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH)
 		} else {
-			err = unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, unix.AT_SYMLINK_NOFOLLOW)
+			err = unix.UtimesNanoAt(e.dir, e.name, ts, unix.AT_SYMLINK_NOFOLLOW)
 		}
 		if err != nil {
 			return err
@@ -831,8 +866,8 @@ func (o *Overlay) Removexattr(ctx context.Context, n *Node, name string) error {
 	return o.changeXattrs(ctx, n, func(path string) error { return unix.Lremovexattr(path, name) })
 }
 
-// changeXattrs copies n's metadata up and runs change on its upper path,
-// under o.mu while n is still linked.
+// changeXattrs copies n's metadata up and runs change on a short path of
+// its upper entry (at.proc), under o.mu while n is still linked.
 func (o *Overlay) changeXattrs(ctx context.Context, n *Node, change func(path string) error) error {
 	if _, err := o.copyUp(ctx, n, copyMeta); err != nil {
 		return err
@@ -842,11 +877,31 @@ func (o *Overlay) changeXattrs(ctx context.Context, n *Node, change func(path st
 	if !n.linked() {
 		return syscall.ENOENT
 	}
-	if err := change(o.upperPath(n)); err != nil {
+	e, err := o.nodeAt(n)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	if err := change(e.proc()); err != nil {
 		return err
 	}
 	o.touchNode(n)
 	return nil
 }
 
-var _ = fmt.Sprintf
+
+// linkLocked makes d/name in the upper another name of n's upper inode.
+// Needs o.mu.
+func (o *Overlay) linkLocked(n *Node, d *Node, name string) error {
+	src, err := o.nodeAt(n)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	dst, err := o.childAt(d, name)
+	if err != nil {
+		return err
+	}
+	defer dst.close()
+	return unix.Linkat(src.dir, src.name, dst.dir, dst.name, 0)
+}

@@ -2,10 +2,12 @@ package overlay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -63,6 +65,11 @@ type Overlay struct {
 	root     *Node
 	upperDir string
 	workDir  string
+	upperFd  int // upperDir, O_PATH: every upper entry is reached from it (see at)
+	workFd   int // workDir, O_PATH; -1 when read-only
+
+	closeOnce sync.Once
+	closeErr  error
 	log      *slog.Logger
 	umask    uint32
 	reflink  atomic.Int32 // 0 unknown, 1 yes, -1 no
@@ -155,6 +162,9 @@ func Open(ctx context.Context, cfg Config) (*Overlay, error) {
 	if o.base.IsZero() {
 		o.base = cfg.Root
 	}
+	if err := o.openRoots(cfg.ReadOnly); err != nil {
+		return nil, fmt.Errorf("open overlay: %w", err)
+	}
 	o.nextIno.Store(1)
 	o.root = &Node{o: o, ino: 1, mode: syscall.S_IFDIR, state: stateUpper,
 		dir: &dirState{lowerID: cfg.Root, lowerPath: "/", resolved: true}}
@@ -162,6 +172,7 @@ func Open(ctx context.Context, cfg Config) (*Overlay, error) {
 		o.root.dir.lowerPath = ""
 	}
 	if err := o.ensureLoaded(ctx, o.root); err != nil {
+		o.Close()
 		return nil, fmt.Errorf("open overlay: %w", err)
 	}
 	o.mu.Lock()
@@ -199,8 +210,17 @@ func prepareWork(upper, work, empty string) error {
 	return os.WriteFile(empty, nil, 0o444)
 }
 
-// Close releases nothing today; it exists so the lifecycle is explicit.
-func (o *Overlay) Close() error { return nil }
+// Close releases the descriptors of the upper and work directories; a
+// second Close does nothing. The overlay must not be used after.
+func (o *Overlay) Close() error {
+	o.closeOnce.Do(func() {
+		o.closeErr = unix.Close(o.upperFd)
+		if o.workFd >= 0 {
+			o.closeErr = errors.Join(o.closeErr, unix.Close(o.workFd))
+		}
+	})
+	return o.closeErr
+}
 
 // Root returns the root directory node.
 func (o *Overlay) Root() *Node { return o.root }
@@ -309,25 +329,9 @@ func (o *Overlay) dirPath(d *Node) string {
 	return p
 }
 
-// upperPath returns n's path in the upper layer. Needs o.mu.
-func (o *Overlay) upperPath(n *Node) string {
-	r := o.relPath(n)
-	if r == "" {
-		return o.upperDir
-	}
-	return o.upperDir + "/" + r
-}
-
-func (o *Overlay) childUpperPath(d *Node, name string) string {
-	p := o.dirPath(d)
-	if p == "" {
-		return o.upperDir + "/" + name
-	}
-	return o.upperDir + "/" + p + "/" + name
-}
-
+// tmpName returns a new name for a scratch entry of the work directory.
 func (o *Overlay) tmpName() string {
-	return fmt.Sprintf("%s/t%d", o.workDir, o.tmpSeq.Add(1))
+	return "t" + strconv.FormatUint(o.tmpSeq.Add(1), 10)
 }
 
 // linked reports whether n still has a name. Needs o.mu.
@@ -445,20 +449,26 @@ func (o *Overlay) loadLocked(ctx context.Context, d *Node, tree *store.Tree) err
 		st   unix.Stat_t
 	}
 	var ups []upperEnt
+	var dfd int // d's upper directory, open for the upper entries' xattrs
 	if d.state != stateLower {
-		dirPath := o.upperPath(d)
-		f, err := os.Open(dirPath)
+		a, err := o.nodeAt(d)
 		if err != nil {
 			return fmt.Errorf("load upper directory: %w", err)
 		}
+		dfd, err = openDirAt(a, unix.O_RDONLY)
+		a.close()
+		if err != nil {
+			return fmt.Errorf("load upper directory: %w", err)
+		}
+		f := os.NewFile(uintptr(dfd), "upper directory")
+		defer f.Close()
 		names, err := f.Readdirnames(-1)
-		f.Close()
 		if err != nil {
 			return fmt.Errorf("load upper directory: %w", err)
 		}
 		for _, name := range names {
 			var st unix.Stat_t
-			if err := unix.Lstat(dirPath+"/"+name, &st); err != nil {
+			if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return fmt.Errorf("load upper directory: %w", err)
 			}
 			if isWhiteout(&st) {
@@ -490,7 +500,7 @@ func (o *Overlay) loadLocked(ctx context.Context, d *Node, tree *store.Tree) err
 		}
 	}
 	for _, u := range ups {
-		c, err := o.upperChild(ctx, d, u.name, &u.st, tree)
+		c, err := o.upperChild(ctx, d, at{dir: dfd, name: u.name}, &u.st, tree)
 		if err != nil {
 			return err
 		}
@@ -511,7 +521,7 @@ func (o *Overlay) loadLocked(ctx context.Context, d *Node, tree *store.Tree) err
 		if err := o.copyUpDirLocked(d); err != nil {
 			return err
 		}
-		if err := unix.Link(o.upperPath(n), o.childUpperPath(d, name)); err != nil {
+		if err := o.linkLocked(n, d, name); err != nil {
 			return fmt.Errorf("link up %s: %w", name, err)
 		}
 		o.byUpper[n.backing] = n
@@ -555,8 +565,8 @@ func joinLower(dir, name string) string {
 }
 
 // upperChild returns the node for an upper entry of d.
-func (o *Overlay) upperChild(ctx context.Context, d *Node, name string, st *unix.Stat_t, tree *store.Tree) (*Node, error) {
-	path := o.childUpperPath(d, name)
+func (o *Overlay) upperChild(ctx context.Context, d *Node, a at, st *unix.Stat_t, tree *store.Tree) (*Node, error) {
+	name, path := a.name, a.proc()
 	mode := st.Mode & syscall.S_IFMT
 	if mode != syscall.S_IFDIR && st.Nlink > 1 {
 		if n, ok := o.byUpper[st.Ino]; ok {
@@ -593,7 +603,7 @@ func (o *Overlay) upperChild(ctx context.Context, d *Node, name string, st *unix
 		if v, err := lgetxattr(path, xattrOrigin); err == nil {
 			g, err := decodeOrigin(v)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", path, err)
+				return nil, fmt.Errorf("%s: %w", name, err)
 			}
 			n.lower = g.entry()
 			n.state = stateMeta

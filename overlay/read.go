@@ -2,7 +2,6 @@ package overlay
 
 import (
 	"context"
-	"os"
 	"sort"
 	"syscall"
 
@@ -70,7 +69,17 @@ func (o *Overlay) Readlink(ctx context.Context, n *Node) (string, error) {
 	if !n.linked() {
 		return "", syscall.ENOENT
 	}
-	return os.Readlink(o.upperPath(n))
+	a, err := o.nodeAt(n)
+	if err != nil {
+		return "", err
+	}
+	defer a.close()
+	buf := make([]byte, unix.PathMax)
+	sz, err := unix.Readlinkat(a.dir, a.name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:sz]), nil
 }
 
 // Getattr returns n's attributes. f, when not nil, is an open handle of n,
@@ -103,7 +112,11 @@ func (o *Overlay) getattrLocked(n *Node, f *File) (Attr, error) {
 		var err error
 		switch {
 		case n.linked():
-			err = unix.Lstat(o.upperPath(n), &st)
+			var a at
+			if a, err = o.nodeAt(n); err == nil {
+				err = unix.Fstatat(a.dir, a.name, &st, unix.AT_SYMLINK_NOFOLLOW)
+				a.close()
+			}
 		case f != nil && f.f != nil && !f.lowerFd:
 			err = unix.Fstat(int(f.f.Fd()), &st)
 		default:
@@ -182,7 +195,12 @@ func (o *Overlay) Getxattr(ctx context.Context, n *Node, name string) ([]byte, e
 	if !n.linked() {
 		return nil, unix.ENODATA
 	}
-	return lgetxattr(o.upperPath(n), name)
+	a, err := o.nodeAt(n)
+	if err != nil {
+		return nil, err
+	}
+	defer a.close()
+	return lgetxattr(a.proc(), name)
 }
 
 // Listxattr returns the names of n's extended attributes.
@@ -199,7 +217,12 @@ func (o *Overlay) Listxattr(ctx context.Context, n *Node) ([]string, error) {
 	if !n.linked() {
 		return nil, nil
 	}
-	all, err := llistxattr(o.upperPath(n))
+	a, err := o.nodeAt(n)
+	if err != nil {
+		return nil, err
+	}
+	defer a.close()
+	all, err := llistxattr(a.proc())
 	if err != nil {
 		return nil, err
 	}

@@ -49,8 +49,8 @@ func isWhiteout(st *unix.Stat_t) bool {
 }
 
 // mkWhiteout makes a kernel-overlayfs whiteout (a 0:0 character device).
-func mkWhiteout(path string) error {
-	return unix.Mknodat(unix.AT_FDCWD, path, syscall.S_IFCHR, 0)
+func mkWhiteout(e at) error {
+	return unix.Mknodat(e.dir, e.name, syscall.S_IFCHR, 0)
 }
 
 func lgetxattr(path, name string) ([]byte, error) {
