@@ -25,11 +25,16 @@
 //   - Without passthrough, lower files are opened with FOPEN_KEEP_CACHE
 //     (their content never changes).
 //
-// A kernel inode has one backing file at a time. While a lower file is
-// open for reading (backed by the Store's cache file), an open of it for
-// writing copies it up but fails with EIO: the kernel refuses a second,
-// different backing file, and handing the writer the cache file would let
-// it write into the Store. TestWriteWhileLowerOpen pins this down.
+// A kernel inode has one backing file while any passthrough open of it
+// lasts. While a lower file is open for reading (backed by the Store's
+// cache file), an open of it for writing copies it up and then needs the
+// upper file as its backing, which the kernel would refuse (EIO); handing
+// the writer the cache file would let it write into the Store. Instead the
+// node's kernel inode is retired: the open answers ESTALE, the kernel walks
+// the path again revalidating its entries, the lookup answers a new
+// generation, so a new kernel inode, and the open is made on that. The
+// reader keeps the old inode and the bytes it opened.
+// TestWriteWhileLowerOpen pins this down.
 //
 // # Errors and telemetry
 //

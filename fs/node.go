@@ -21,6 +21,31 @@ type node struct {
 	bmu   sync.Mutex
 	upper int32 // passthrough registration of the upper file, 0 if none
 	lower int32 // of the lower (cache) file
+	// live counts the open passthrough handles backed by the upper [0]
+	// and the lower [1] file: while one kind is open, the kernel inode
+	// takes no backing file of the other kind.
+	live [2]int
+}
+
+// stable returns the go-fuse identity of overlay node c: its inode number,
+// and a generation that changes when its kernel inode is retired.
+func (m *Server) stable(c *overlay.Node) gofs.StableAttr {
+	gen := m.gen
+	if v, ok := m.regens.Load(c.Ino()); ok {
+		gen += v.(uint64)
+	}
+	return gofs.StableAttr{Mode: c.Mode(), Ino: c.Ino(), Gen: gen}
+}
+
+// retire gives overlay node c a new generation: the next lookup of it makes
+// a new kernel inode, and the kernel drops its cached entry for the old one
+// when it revalidates it.
+func (m *Server) retire(c *overlay.Node) {
+	m.regenMu.Lock()
+	defer m.regenMu.Unlock()
+	v, _ := m.regens.Load(c.Ino())
+	n, _ := v.(uint64)
+	m.regens.Store(c.Ino(), n+1)
 }
 
 var (
@@ -93,7 +118,7 @@ func (n *node) child(ctx context.Context, c *overlay.Node, out *fuse.EntryOut) (
 		return nil, n.m.errno(err)
 	}
 	fillAttr(&a, &out.Attr)
-	return n.NewInode(ctx, &node{m: n.m, on: c}, gofs.StableAttr{Mode: c.Mode(), Ino: c.Ino(), Gen: n.m.gen}), 0
+	return n.NewInode(ctx, &node{m: n.m, on: c}, n.m.stable(c)), 0
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -404,9 +429,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	fillAttr(&a, &out.Attr)
 	child := &node{m: n.m, on: c}
-	ino := n.NewInode(ctx, child, gofs.StableAttr{Mode: c.Mode(), Ino: c.Ino(), Gen: n.m.gen})
+	ino := n.NewInode(ctx, child, n.m.stable(c))
 	cn := ino.Operations().(*node)
-	h, fl := cn.newHandle(ctx, f)
+	h, fl, errno := cn.newHandle(ctx, f)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
 	return ino, h, fl, 0
 }
 
@@ -426,47 +454,65 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 			return nil, 0, n.m.errno(err)
 		}
 	}
-	h, fl := n.newHandle(ctx, f)
-	return h, fl, 0
+	return n.newHandle(ctx, f)
 }
 
 // newHandle wraps an open overlay file, registering its backing file for
 // passthrough. The registration of a node's upper or lower file is made
 // once and kept until the kernel forgets the node, so re-opens cost no
 // ioctl; the wrapper around the bridge puts the id in the OPEN reply.
-func (n *node) newHandle(ctx context.Context, f *overlay.File) (*handle, uint32) {
-	h := &handle{m: n.m, f: f}
+//
+// A kernel inode has one backing file while any passthrough open of it
+// lasts: a reader of committed content holds the Store's cache file as
+// the backing, and a writer (whose open copied the file up) needs the
+// upper file, which the kernel would refuse with EIO. Then the node's
+// kernel inode is retired instead: the open answers ESTALE, on which the
+// kernel walks the path again revalidating every entry, the lookup gives
+// the node a new generation and so a new kernel inode, and the open is
+// made on that one. The reader keeps the old inode and the bytes it opened.
+func (n *node) newHandle(ctx context.Context, f *overlay.File) (*handle, uint32, syscall.Errno) {
+	h := &handle{m: n.m, n: n, f: f, slot: -1}
 	flags := uint32(fuse.FOPEN_NOFLUSH)
 	if n.m.passthrough.Load() {
 		n.bmu.Lock()
-		slot := &n.upper
+		slot, id := 0, &n.upper
 		if f.Lower() {
-			slot = &n.lower
+			slot, id = 1, &n.lower
 		}
-		if *slot == 0 {
-			*slot = n.m.register(f.Fd())
+		if n.live[1-slot] > 0 {
+			n.bmu.Unlock()
+			n.m.retire(n.on)
+			f.Close()
+			return nil, 0, syscall.ESTALE
 		}
-		id := *slot
-		n.bmu.Unlock()
-		if id != 0 {
+		if *id == 0 {
+			*id = n.m.register(f.Fd())
+		}
+		reg := *id
+		if reg != 0 {
 			if c, ok := ctx.(*fuse.Context); ok {
-				n.m.pending.Store(c.Cancel, id)
-				h.passthrough = true
-				return h, flags
+				n.live[slot]++
+				n.bmu.Unlock()
+				n.m.pending.Store(c.Cancel, reg)
+				h.passthrough, h.slot = true, slot
+				return h, flags, 0
 			}
 		}
+		n.bmu.Unlock()
 	}
 	if f.Lower() {
 		flags |= fuse.FOPEN_KEEP_CACHE // immutable content
 	}
-	return h, flags
+	return h, flags, 0
 }
 
 // handle is an open file.
 type handle struct {
 	m           *Server
+	n           *node
 	f           *overlay.File
 	passthrough bool
+	slot        int // node.live index when passthrough
 }
 
 var (
@@ -488,6 +534,11 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	if h.passthrough {
+		h.n.bmu.Lock()
+		h.n.live[h.slot]--
+		h.n.bmu.Unlock()
+	}
 	return h.m.errno(h.f.Close())
 }
 
