@@ -78,7 +78,7 @@ var (
 // name answers ENAMETOOLONG for a longer one before anything touches the
 // upper layer, as a native file system does (a lookup must not say ENOENT,
 // which the kernel would cache as a negative entry).
-const nameMax = 255
+const nameMax = overlay.NameMax
 
 func nameErrno(names ...string) syscall.Errno {
 	for _, n := range names {

@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/fs"
+	"layerfs.dev/layerfs/overlay"
 	"layerfs.dev/layerfs/overlay/overlaytest"
 )
 
@@ -38,6 +40,9 @@ type side struct {
 	dir  string
 	fd   int
 	held map[string]int // descriptors a scenario keeps between calls
+	// mtime, when set, reads a path's mtime from the daemon itself (the
+	// kernel may still hold a cached one).
+	mtime func(p string) (int64, error)
 }
 
 // proc names p below s's directory through /proc, for the calls that have no
@@ -60,8 +65,9 @@ type pcall struct {
 	// whose errno, mode, link count, size and owner are compared.
 	stat []string
 	// mtime: paths whose mtime and ctime the call must change; ctime:
-	// paths whose ctime it must change.
-	mtime, ctime []string
+	// paths whose ctime it must change; keep: paths whose mtime it must
+	// not change.
+	mtime, ctime, keep []string
 }
 
 // pcase is a scenario: a fixture in the lower tree, then calls.
@@ -96,6 +102,7 @@ func c(desc string, do func(s *side) error, stat ...string) pcall {
 func (p pcall) as(uid uint32) pcall          { p.uid = uid; return p }
 func (p pcall) mtimes(paths ...string) pcall { p.mtime = paths; return p }
 func (p pcall) ctimes(paths ...string) pcall { p.ctime = paths; return p }
+func (p pcall) keeps(paths ...string) pcall  { p.keep = paths; return p }
 
 func creat(p string) func(s *side) error {
 	return func(s *side) error {
@@ -446,9 +453,11 @@ func posixCases() []pcase {
 	}})
 	// Times and metadata POSIX requires to change.
 	cs = append(cs, pcase{name: "times", calls: []pcall{
-		c("write lower file", writeAt("f", "x", 0), "f").mtimes("f"),
-		c("truncate lower file", truncate("d/f", 2), "d/f").mtimes("d/f"),
-		c("chmod lower file", chmod("l", 0o600), "f").ctimes("f"),
+		c("write lower file", writeAt("f", "x", 0), "f").mtimes("f").keeps("."),
+		c("truncate lower file", truncate("d/f", 2), "d/f").mtimes("d/f").keeps("d", "."),
+		c("chmod lower file", chmod("l", 0o600), "f").ctimes("f").keeps("."),
+		c("chmod file in a lower subdirectory", chmod("d/s", 0o700), "d/s").ctimes("d/s").keeps("d", "."),
+		c("mkdir deep in lower dirs", mkdir("ne/x/new"), "ne/x").mtimes("ne/x").keeps("ne", "."),
 		c("chown lower dir", chown("e", 7, 8), "e").ctimes("e"),
 		c("rename lower file", rename("d/f", "e/f", 0), "d", "e", "e/f").mtimes("d", "e").ctimes("e/f"),
 		c("link", link("e/f", "ne/f"), "e/f", "ne").mtimes("ne").ctimes("e/f"),
@@ -644,16 +653,14 @@ func testPosixDifferential(t *testing.T, path string) {
 		b.WriteString("find . -exec touch -h -d @1000000000 {} +\n")
 		sh(t, dir, b.String())
 	}
-	e := newEnvWith(t, fill, path)
-	m, mnt := e.mount(e.Root)
-	ref := filepath.Join(t.TempDir(), "ref")
-	sh(t, "/", "cp -a "+e.Base+" "+ref)
-	openAccess(t, ref)
-	openAccess(t, mnt)
+	e, m, mnt, ref := differential(t, fill, path)
 	total := 0
 	for _, pc := range cases {
 		t.Run(pc.name, func(t *testing.T) {
 			sides := [2]*side{openSide(t, "plain", filepath.Join(ref, pc.name)), openSide(t, "workspace", filepath.Join(mnt, pc.name))}
+			if srv, ok := m.(*fs.Server); ok {
+				sides[1].mtime = func(p string) (int64, error) { return daemonMtime(e.ctx, srv.Overlay(), pc.name+"/"+p) }
+			}
 			defer sides[0].close()
 			defer sides[1].close()
 			for _, call := range pc.calls {
@@ -674,7 +681,7 @@ func testPosixDifferential(t *testing.T, path string) {
 
 func compareCall(t *testing.T, path, scenario string, call pcall, sides [2]*side) {
 	t.Helper()
-	watched := append(append(append([]string{}, call.stat...), call.mtime...), call.ctime...)
+	watched := append(append(append(append([]string{}, call.stat...), call.mtime...), call.ctime...), call.keep...)
 	var before [2]map[string]attrs
 	for i, s := range sides {
 		before[i] = map[string]attrs{}
@@ -708,6 +715,17 @@ func compareCall(t *testing.T, path, scenario string, call pcall, sides [2]*side
 		for _, p := range call.ctime {
 			if now := s.attrs(p); now.ctime == before[i][p].ctime {
 				t.Errorf("%s: %s: %s on the %s side: ctime not changed (%v)", scenario, call.desc, p, s.name, now.ctime)
+			}
+		}
+		for _, p := range call.keep {
+			if now := s.attrs(p); now.mtime != before[i][p].mtime {
+				t.Errorf("%s: %s: %s on the %s side: mtime changed (%v, was %v)", scenario, call.desc, p, s.name, now.mtime, before[i][p].mtime)
+			}
+			if s.mtime == nil {
+				continue
+			}
+			if ns, err := s.mtime(p); err != nil || ns != unix.TimespecToNsec(before[i][p].mtime) {
+				t.Errorf("%s: %s: %s in the daemon: mtime %d, %v; was %d", scenario, call.desc, p, ns, err, unix.TimespecToNsec(before[i][p].mtime))
 			}
 		}
 	}
@@ -746,6 +764,19 @@ func openSide(t *testing.T, name, dir string) *side {
 	return &side{name: name, dir: dir, fd: fd, held: map[string]int{}}
 }
 
+// differential makes the two sides of a differential test: a workspace on
+// data path path over the lower tree fill writes, mounted at mnt, and a
+// plain copy of that tree at ref, both reachable by an unprivileged user.
+func differential(t *testing.T, fill func(testing.TB, string), path string) (e *env, m served, mnt, ref string) {
+	e = newEnvWith(t, fill, path)
+	m, mnt = e.mount(e.Root)
+	ref = filepath.Join(t.TempDir(), "ref")
+	sh(t, "/", "cp -a "+e.Base+" "+ref)
+	openAccess(t, ref)
+	openAccess(t, mnt)
+	return e, m, mnt, ref
+}
+
 // openAccess lets the unprivileged user reach dir: test directories are
 // 0700.
 func openAccess(t *testing.T, dir string) {
@@ -757,5 +788,21 @@ func openAccess(t *testing.T, dir string) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_ = context.Background
+}
+
+// daemonMtime reads the mtime of the workspace path p from the overlay.
+func daemonMtime(ctx context.Context, ov *overlay.Overlay, p string) (int64, error) {
+	n := ov.Root()
+	for _, name := range strings.Split(p, "/") {
+		if name == "." || name == "" {
+			continue
+		}
+		c, err := ov.Lookup(ctx, n, name)
+		if err != nil {
+			return 0, err
+		}
+		n = c
+	}
+	a, err := ov.Getattr(ctx, n, nil)
+	return a.Mtime, err
 }

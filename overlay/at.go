@@ -154,3 +154,23 @@ func removeAt(a at) error {
 	}
 	return err
 }
+
+// keepTimes records the atime and mtime of d's upper directory and returns
+// what puts them back: placing a copied-up entry in it changes nothing in
+// the merged directory, so its times must not change (kernel overlayfs
+// does the same). Needs o.mu.
+func (o *Overlay) keepTimes(d *Node) (restore func(), err error) {
+	e, err := o.nodeAt(d)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(e.dir, e.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		e.close()
+		return nil, err
+	}
+	return func() {
+		unix.UtimesNanoAt(e.dir, e.name, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+		e.close()
+	}, nil
+}

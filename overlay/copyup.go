@@ -32,6 +32,11 @@ func (o *Overlay) copyUpDirLocked(d *Node) error {
 	if err := o.copyUpDirLocked(d.parent); err != nil {
 		return err
 	}
+	restore, err := o.keepTimes(d.parent)
+	if err != nil {
+		return fmt.Errorf("copy up directory: %w", err)
+	}
+	defer restore()
 	e := d.lower
 	tmp := o.workAt(o.tmpName())
 	if err := unix.Mkdirat(tmp.dir, tmp.name, 0o700); err != nil {
@@ -312,8 +317,13 @@ func (o *Overlay) installLocked(n *Node, f *os.File, tmp at) error {
 		if err := o.copyUpDirLocked(a.parent); err != nil {
 			return err
 		}
+		restore, err := o.keepTimes(a.parent)
+		if err != nil {
+			return fmt.Errorf("copy up %s: %w", a.name, err)
+		}
 		dst, err := o.childAt(a.parent, a.name)
 		if err != nil {
+			restore()
 			return fmt.Errorf("copy up %s: %w", a.name, err)
 		}
 		switch {
@@ -324,6 +334,7 @@ func (o *Overlay) installLocked(n *Node, f *os.File, tmp at) error {
 		default:
 			err = unix.Renameat2(tmp.dir, tmp.name, dst.dir, dst.name, unix.RENAME_NOREPLACE)
 		}
+		restore()
 		if err != nil {
 			dst.close()
 			return fmt.Errorf("copy up %s: %w", a.name, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 
 	"layerfs.dev/layerfs/store"
 )
@@ -87,11 +88,18 @@ func originOf(e *store.Entry) origin {
 	return origin{Kind: e.ObjectKind, Object: e.Object, Size: e.Size}
 }
 
-// validName rejects names that are not a single path component; the kernel
-// never sends them, the direct API must not accept them either.
+// NameMax is the longest name of one path component (NAME_MAX).
+const NameMax = 255
+
+// validName rejects names that are not a single path component, and names
+// longer than NameMax (ENAMETOOLONG); the kernel never sends the former,
+// the direct API must not accept them either.
 func validName(name string) error {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
 		return fmt.Errorf("name %q: %w", name, errInvalidName)
+	}
+	if len(name) > NameMax {
+		return syscall.ENAMETOOLONG
 	}
 	return nil
 }

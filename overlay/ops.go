@@ -889,7 +889,6 @@ func (o *Overlay) changeXattrs(ctx context.Context, n *Node, change func(path st
 	return nil
 }
 
-
 // linkLocked makes d/name in the upper another name of n's upper inode.
 // Needs o.mu.
 func (o *Overlay) linkLocked(n *Node, d *Node, name string) error {

@@ -70,9 +70,9 @@ type Overlay struct {
 
 	closeOnce sync.Once
 	closeErr  error
-	log      *slog.Logger
-	umask    uint32
-	reflink  atomic.Int32 // 0 unknown, 1 yes, -1 no
+	log       *slog.Logger
+	umask     uint32
+	reflink   atomic.Int32 // 0 unknown, 1 yes, -1 no
 
 	// mu guards the tree: every node's names, state and directory
 	// fields, the identity tables and the dirty set. Data copies run
@@ -521,7 +521,13 @@ func (o *Overlay) loadLocked(ctx context.Context, d *Node, tree *store.Tree) err
 		if err := o.copyUpDirLocked(d); err != nil {
 			return err
 		}
-		if err := o.linkLocked(n, d, name); err != nil {
+		restore, err := o.keepTimes(d)
+		if err != nil {
+			return fmt.Errorf("link up %s: %w", name, err)
+		}
+		err = o.linkLocked(n, d, name)
+		restore()
+		if err != nil {
 			return fmt.Errorf("link up %s: %w", name, err)
 		}
 		o.byUpper[n.backing] = n

@@ -20,6 +20,9 @@ type DirEntry struct {
 // Lookup returns d's child called name, or an error wrapping
 // syscall.ENOENT. After d was loaded once it costs a map lookup.
 func (o *Overlay) Lookup(ctx context.Context, d *Node, name string) (*Node, error) {
+	if len(name) > NameMax {
+		return nil, syscall.ENAMETOOLONG
+	}
 	if err := o.ensureLoaded(ctx, d); err != nil {
 		return nil, err
 	}

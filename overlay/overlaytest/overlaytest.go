@@ -133,7 +133,11 @@ func (op Op) Apply(t Target) error {
 
 // Gen generates operations from a seed. It keeps a model of the tree built
 // from the outcomes reported to Done, so most operations are valid and some
-// deliberately fail the same way on both targets.
+// deliberately fail the same way on both targets. Operations cover creates,
+// writes, truncates, renames of files and of directories between parents
+// (over existing files too), hard links, unlinks, mkdir, rmdir, chmod and
+// symlinks, with short names, names of up to NAME_MAX bytes (which nest
+// into long paths) and over-long ones.
 type Gen struct {
 	r     *rand.Rand
 	files []string
@@ -163,8 +167,14 @@ func (g *Gen) pick(l []string) string {
 func (g *Gen) newName(dir string) string {
 	g.n++
 	name := fmt.Sprintf("n%d", g.r.IntN(40))
-	if g.r.IntN(4) == 0 {
+	switch k := g.r.IntN(100); {
+	case k < 25:
 		name = fmt.Sprintf("u%d", g.n)
+	case k < 28:
+		// Long names (up to NAME_MAX) nest into long paths.
+		name = fmt.Sprintf("%s%d", strings.Repeat("l", 250), g.r.IntN(8))
+	case k < 29:
+		name = strings.Repeat("o", 256) // over-long: ENAMETOOLONG everywhere
 	}
 	return join(dir, name)
 }
