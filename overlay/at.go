@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,14 +20,107 @@ import (
 
 // at is an upper (or work) entry: a name in an open directory.
 type at struct {
-	dir  int    // an O_PATH directory descriptor
-	name string // one path component, or "." for the directory itself
-	own  bool   // dir was opened for this entry and is closed by close
+	dir  int     // an O_PATH directory descriptor
+	name string  // one path component, or "." for the directory itself
+	held *heldFd // dir's entry in the descriptor cache, released by close
 }
 
 func (a at) close() {
-	if a.own {
-		unix.Close(a.dir)
+	if a.held != nil {
+		a.held.release()
+	}
+}
+
+// dirFds caches O_PATH descriptors of upper directories, so that a run of
+// operations in one directory opens it once. A descriptor follows its
+// directory through renames; a removed directory's entry is dropped. The
+// cache is small and bounded: an entry evicted (or dropped) while in use is
+// closed by its last user.
+type dirFds struct {
+	mu sync.Mutex
+	m  map[*Node]*heldFd
+}
+
+// maxDirFds bounds the cache per overlay (a daemon serves many workspaces
+// under one descriptor limit).
+const maxDirFds = 64
+
+type heldFd struct {
+	c    *dirFds
+	fd   int
+	refs int  // users; guarded by c.mu
+	dead bool // out of the cache: closed when refs drops to 0
+}
+
+func (h *heldFd) release() {
+	h.c.mu.Lock()
+	h.refs--
+	closeIt := h.dead && h.refs == 0
+	h.c.mu.Unlock()
+	if closeIt {
+		unix.Close(h.fd)
+	}
+}
+
+// get returns d's cached descriptor, held, or opens one with open.
+func (c *dirFds) get(d *Node, open func() (int, error)) (*heldFd, error) {
+	c.mu.Lock()
+	if h := c.m[d]; h != nil {
+		h.refs++
+		c.mu.Unlock()
+		return h, nil
+	}
+	c.mu.Unlock()
+	fd, err := open()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h := c.m[d]; h != nil { // opened meanwhile by another caller
+		unix.Close(fd)
+		h.refs++
+		return h, nil
+	}
+	if c.m == nil {
+		c.m = map[*Node]*heldFd{}
+	}
+	if len(c.m) >= maxDirFds {
+		for k := range c.m { // any one: map order is random
+			c.dropLocked(k)
+			break
+		}
+	}
+	h := &heldFd{c: c, fd: fd, refs: 1}
+	c.m[d] = h
+	return h, nil
+}
+
+// drop forgets d's descriptor (its directory was removed).
+func (c *dirFds) drop(d *Node) {
+	c.mu.Lock()
+	c.dropLocked(d)
+	c.mu.Unlock()
+}
+
+func (c *dirFds) dropLocked(d *Node) {
+	h := c.m[d]
+	if h == nil {
+		return
+	}
+	delete(c.m, d)
+	h.dead = true
+	if h.refs == 0 {
+		unix.Close(h.fd)
+	}
+}
+
+// closeAll drops every entry.
+func (c *dirFds) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for d := range c.m {
+		c.dropLocked(d)
 	}
 }
 
@@ -104,29 +198,21 @@ func openat2(dir int, p string) (int, error) {
 	}
 }
 
-// dirFd returns a descriptor of d's upper directory, and whether the caller
-// must close it. Needs o.mu (d's path must not change meanwhile).
-func (o *Overlay) dirFd(d *Node) (int, bool, error) {
+// childAt names d/name in the upper: d's upper directory, from the cache
+// or opened beneath the upper. Needs o.mu (d's path must not change
+// meanwhile); the caller closes it.
+func (o *Overlay) childAt(d *Node, name string) (at, error) {
 	if d == o.root {
-		return o.upperFd, false, nil
+		return at{dir: o.upperFd, name: name}, nil
 	}
 	if !d.linked() {
-		return -1, false, unix.ENOENT
+		return at{}, unix.ENOENT
 	}
-	fd, err := openBeneath(o.upperFd, o.dirPath(d))
+	h, err := o.dirFds.get(d, func() (int, error) { return openBeneath(o.upperFd, o.dirPath(d)) })
 	if err != nil {
-		return -1, false, fmt.Errorf("open upper directory: %w", err)
+		return at{}, fmt.Errorf("open upper directory: %w", err)
 	}
-	return fd, true, nil
-}
-
-// childAt names d/name in the upper. Needs o.mu; the caller closes it.
-func (o *Overlay) childAt(d *Node, name string) (at, error) {
-	fd, own, err := o.dirFd(d)
-	if err != nil {
-		return at{}, err
-	}
-	return at{dir: fd, name: name, own: own}, nil
+	return at{dir: h.fd, name: name, held: h}, nil
 }
 
 // nodeAt names n's upper entry (the root's is "." in the upper). Needs

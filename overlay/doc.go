@@ -24,6 +24,14 @@
 // copy-up is prepared as an O_TMPFILE and linked into place, so a crash
 // never leaves a half-made entry.
 //
+// # Descriptors, not paths
+//
+// The upper layer is reached only relative to directory descriptors (see
+// at.go): an entry is its parent directory's O_PATH descriptor, opened
+// beneath the upper directory with openat2 (no symlinks, no escape) or
+// taken from a small cache, and its name. Paths of any depth work, and no
+// host path that grows with the workspace's depth is ever built.
+//
 // # Copy-up
 //
 // Opening a lower file for writing copies its data up from the Store's

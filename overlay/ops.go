@@ -394,6 +394,10 @@ func (o *Overlay) unbindLocked(d *Node, name string, c *Node) {
 	if c.mode == syscall.S_IFDIR {
 		d.dir.subdirs--
 		o.renames++ // cached paths below c are stale
+		// Its cached descriptor goes: it was removed, or is being moved
+		// (the descriptor would still be right then; it is opened again
+		// when needed).
+		o.dirFds.drop(c)
 	}
 }
 

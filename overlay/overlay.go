@@ -67,6 +67,7 @@ type Overlay struct {
 	workDir  string
 	upperFd  int // upperDir, O_PATH: every upper entry is reached from it (see at)
 	workFd   int // workDir, O_PATH; -1 when read-only
+	dirFds   dirFds
 
 	closeOnce sync.Once
 	closeErr  error
@@ -214,6 +215,7 @@ func prepareWork(upper, work, empty string) error {
 // second Close does nothing. The overlay must not be used after.
 func (o *Overlay) Close() error {
 	o.closeOnce.Do(func() {
+		o.dirFds.closeAll()
 		o.closeErr = unix.Close(o.upperFd)
 		if o.workFd >= 0 {
 			o.closeErr = errors.Join(o.closeErr, unix.Close(o.workFd))
