@@ -39,7 +39,11 @@ func TestStatAndList(t *testing.T) {
 	if err != nil || len(all) != 6 {
 		t.Errorf("list all = %+v, %v", all, err)
 	}
-	for _, bad := range []string{"../etc", "/etc", "a\x00b"} {
+	// A leading "/" is the workspace root: "/etc" is just not there.
+	if _, err := ws.Stat(ctx, "/etc"); !client.IsNotFound(err) {
+		t.Errorf("stat /etc: %v (want not_found)", err)
+	}
+	for _, bad := range []string{"../etc", "/../etc", "a\x00b"} {
 		if _, err := ws.Stat(ctx, bad); !client.IsInvalid(err) {
 			t.Errorf("stat %q: %v (want invalid_argument)", bad, err)
 		}

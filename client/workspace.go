@@ -261,17 +261,18 @@ func readEvents(ctx context.Context, r io.Reader, stdout, stderr io.Writer) (*Ex
 
 // filePath is the URL path of a workspace file: the path after
 // wire.WorkspacePath (a leading "/" is the workspace root), escaped segment
-// by segment.
-func filePath(p string) (string, error) {
+// by segment. A path the rule refuses is sent as given (without leading
+// slashes), for the daemon to refuse with invalid_argument.
+func filePath(p string) string {
 	c, err := wire.WorkspacePath(p)
 	if err != nil {
-		return "", fmt.Errorf("workspace path %q: %w", p, err)
+		c = strings.TrimLeft(p, "/")
 	}
 	parts := strings.Split(c, "/")
 	for i, s := range parts {
 		parts[i] = url.PathEscape(s)
 	}
-	return "/files/" + strings.Join(parts, "/"), nil
+	return "/files/" + strings.Join(parts, "/")
 }
 
 // WriteFile creates or replaces the file at path (relative to the workspace
@@ -283,12 +284,8 @@ func (ws *Workspace) WriteFile(ctx context.Context, path string, data []byte, pe
 // WriteFrom is WriteFile streaming from r; size is r's length, or -1 when
 // unknown.
 func (ws *Workspace) WriteFrom(ctx context.Context, path string, r io.Reader, size int64, perm fs.FileMode) error {
-	fp, err := filePath(path)
-	if err != nil {
-		return err
-	}
 	q := url.Values{"mode": {fmt.Sprintf("%04o", perm.Perm())}}
-	resp, err := ws.c.send(ctx, call{method: http.MethodPut, path: ws.path(fp), query: q,
+	resp, err := ws.c.send(ctx, call{method: http.MethodPut, path: ws.path(filePath(path)), query: q,
 		body: r, size: size, ctype: "application/octet-stream"})
 	if err != nil {
 		return err
@@ -307,11 +304,7 @@ func (ws *Workspace) ReadFile(ctx context.Context, path string) ([]byte, error) 
 
 // ReadTo streams the file at path to w and returns its size.
 func (ws *Workspace) ReadTo(ctx context.Context, path string, w io.Writer) (int64, error) {
-	fp, err := filePath(path)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := ws.c.send(ctx, call{method: http.MethodGet, path: ws.path(fp), size: -1})
+	resp, err := ws.c.send(ctx, call{method: http.MethodGet, path: ws.path(filePath(path)), size: -1})
 	if err != nil {
 		return 0, err
 	}

@@ -672,11 +672,9 @@ func testPosixDifferential(t *testing.T, path string) {
 	t.Logf("%d scenarios, %d calls; data path %s", len(cases), total, m.DataPath())
 	// What the workspace holds commits: a fresh workspace on the commit
 	// matches the plain directory.
-	if path == "fuse" {
-		root := e.Commit(m)
-		_, mnt2 := e.mount(root)
-		overlaytest.RequireSame(t, ref, mnt2, "fresh workspace on the commit")
-	}
+	root := e.Commit(m)
+	_, mnt2 := e.mount(root)
+	overlaytest.RequireSame(t, ref, mnt2, "fresh workspace on the commit")
 }
 
 func compareCall(t *testing.T, path, scenario string, call pcall, sides [2]*side) {

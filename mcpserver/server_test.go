@@ -263,7 +263,10 @@ func TestSession(t *testing.T) {
 	// Bad input: tool errors a model can act on, and nothing changes.
 	before := snapshot(t, s, ws.ID)
 	s.refused("..", "write_file", map[string]any{"workspace": ws.ID, "path": "../escape", "content": "x"})
-	s.refused("absolute", "read_file", map[string]any{"workspace": ws.ID, "path": "/etc/passwd"})
+	// A leading "/" is the workspace root (wire.WorkspacePath): this is the
+	// workspace's own etc/passwd, which it does not have.
+	s.refused("not_found", "read_file", map[string]any{"workspace": ws.ID, "path": "/etc/passwd"})
+	s.refused("..", "read_file", map[string]any{"workspace": ws.ID, "path": "/../etc/passwd"})
 	s.refused("not_found", "read_file", map[string]any{"workspace": ws.ID, "path": "nope.txt"})
 	s.refused("not a file", "read_file", map[string]any{"workspace": ws.ID, "path": "src"})
 	s.refused("..", "list_dir", map[string]any{"workspace": ws.ID, "path": "src/../.."})

@@ -41,7 +41,9 @@ def _seg(s: str) -> str:
 
 
 def _file_path(p: str) -> str:
-    return "/".join(urllib.parse.quote(s, safe="") for s in p.split("/"))
+    # A leading "/" names the workspace root (the daemon's rule for every
+    # workspace path); ".." above the root is left for the daemon to refuse.
+    return "/".join(urllib.parse.quote(s, safe="") for s in p.lstrip("/").split("/"))
 
 
 class Client:
@@ -378,8 +380,9 @@ def _read_events(resp: Any, on_stdout: OutputCallback | None, on_stderr: OutputC
 
 class Files:
     """``ws.files``: single files by path, and trees as tar streams. Paths
-    are relative to the workspace root; the daemon refuses any that would
-    leave it (absolute, ``..``, through a symlink)."""
+    are relative to the workspace root, which a leading ``/`` also names;
+    the daemon refuses any that would leave it (``..`` above the root,
+    through a symlink)."""
 
     def __init__(self, ws: Workspace):
         self._ws = ws

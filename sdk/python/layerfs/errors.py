@@ -43,7 +43,7 @@ class LayerFSError(Exception):
 
 
 class InvalidArgument(LayerFSError):
-    """A malformed request: bad name, ref, path (absolute, ``..``), value (400)."""
+    """A malformed request: bad name, ref, path (``..`` above the root), value (400)."""
 
     code = "invalid_argument"
 
