@@ -250,6 +250,23 @@ func (a apiTarget) Symlink(target, p string) error {
 	return err
 }
 
+func (a apiTarget) Mkfifo(p string, mode uint32) error {
+	d, name, err := a.parent(p)
+	if err != nil {
+		return err
+	}
+	_, err = a.ov.Mknod(a.ctx, d, name, syscall.S_IFIFO|mode, 0, overlay.Caller{})
+	return err
+}
+
+func (a apiTarget) Setxattr(p, name string, value []byte) error {
+	n, err := a.resolve(p)
+	if err != nil {
+		return err
+	}
+	return a.ov.Setxattr(a.ctx, n, name, value, 0)
+}
+
 // runLockstep applies n seeded operations to the reference directory and
 // to target, requiring the same outcome from both; every commitEvery
 // operations it commits the workspace and checks the checkout.

@@ -35,6 +35,8 @@ type Target interface {
 	Rmdir(path string) error
 	Chmod(path string, mode uint32) error
 	Symlink(target, path string) error
+	Mkfifo(path string, mode uint32) error
+	Setxattr(path, name string, value []byte) error // a regular file's, not following symlinks
 }
 
 // Dir is a Target on a real directory (a plain one, or a mount).
@@ -75,7 +77,11 @@ func (d Dir) Rmdir(path string) error                { return unix.Rmdir(d.p(pat
 func (d Dir) Chmod(path string, mode uint32) error {
 	return unix.Fchmodat(unix.AT_FDCWD, d.p(path), mode, 0)
 }
-func (d Dir) Symlink(target, path string) error { return unix.Symlink(target, d.p(path)) }
+func (d Dir) Symlink(target, path string) error     { return unix.Symlink(target, d.p(path)) }
+func (d Dir) Mkfifo(path string, mode uint32) error { return unix.Mkfifo(d.p(path), mode) }
+func (d Dir) Setxattr(path, name string, value []byte) error {
+	return unix.Lsetxattr(d.p(path), name, value, 0)
+}
 
 // Errno reduces an error to its errno (0 for nil), so two targets can be
 // compared by outcome.
@@ -127,6 +133,10 @@ func (op Op) Apply(t Target) error {
 		return t.Chmod(op.A, op.Mode)
 	case "symlink":
 		return t.Symlink(op.B, op.A)
+	case "mkfifo":
+		return t.Mkfifo(op.A, op.Mode)
+	case "setxattr":
+		return t.Setxattr(op.A, op.B, op.Data)
 	}
 	return fmt.Errorf("unknown op %q", op.Kind)
 }
@@ -196,6 +206,16 @@ func (g *Gen) data(max int) []byte {
 
 // Next returns the next operation.
 func (g *Gen) Next() Op {
+	// Now and then a fifo (named apart from every other name, so that no
+	// later open of a regular file meets one and waits for a writer) or a
+	// user xattr on a file.
+	switch k := g.r.IntN(100); {
+	case k < 2:
+		g.n++
+		return Op{Kind: "mkfifo", A: join(g.pick(g.dirs), fmt.Sprintf("fifo%d", g.n)), Mode: 0o644}
+	case k < 5 && len(g.files) > 0:
+		return Op{Kind: "setxattr", A: g.pick(g.files), B: fmt.Sprintf("user.k%d", g.r.IntN(3)), Data: g.data(40)}
+	}
 	for {
 		switch k := g.r.IntN(100); {
 		case k < 18:
