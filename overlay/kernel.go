@@ -37,6 +37,10 @@ type upperStamp struct {
 	meta  bool // a metacopy: its data is still the lower's
 }
 
+func stampOf(st *unix.Stat_t) upperStamp {
+	return upperStamp{ino: st.Ino, mode: st.Mode, size: st.Size, ctime: st.Ctim.Nano()}
+}
+
 func (s upperStamp) isDir() bool { return s.mode&syscall.S_IFMT == syscall.S_IFDIR }
 
 // UpperState is one scan of an upper layer: every path in it with its
@@ -66,7 +70,12 @@ func (s UpperSummary) Sub(t UpperSummary) UpperSummary {
 func EmptyUpper() *UpperState { return &UpperState{paths: map[string]upperStamp{}} }
 
 // ScanUpper stamps every entry below dir (not dir itself).
-func ScanUpper(dir string) (*UpperState, error) {
+func ScanUpper(dir string) (*UpperState, error) { return scanUpperSince(dir, nil) }
+
+// scanUpperSince is ScanUpper knowing an earlier scan: a regular file whose
+// inode, mode, size and ctime are as they were keeps its metacopy flag
+// without reading its xattrs again (an xattr change moves the ctime).
+func scanUpperSince(dir string, earlier *UpperState) (*UpperState, error) {
 	s := &UpperState{paths: map[string]upperStamp{}}
 	var walk func(abs, rel string) error
 	walk = func(abs, rel string) error {
@@ -88,7 +97,7 @@ func ScanUpper(dir string) (*UpperState, error) {
 				}
 				return err
 			}
-			stamp := upperStamp{ino: st.Ino, mode: st.Mode, size: st.Size, ctime: st.Ctim.Nano()}
+			stamp := stampOf(&st)
 			switch {
 			case isWhiteout(&st):
 				s.Whiteouts++
@@ -99,13 +108,20 @@ func ScanUpper(dir string) (*UpperState, error) {
 				}
 			case st.Mode&syscall.S_IFMT == syscall.S_IFREG:
 				s.Files++
-				names, err := llistxattr(p)
-				if err != nil && !notSupported(err) {
-					return err
+				old, known := upperStamp{}, false
+				if earlier != nil {
+					old, known = earlier.paths[r]
 				}
-				meta := false
-				for _, n := range names {
-					meta = meta || n == xattrMetacopy || n == xattrOrigin
+				meta := old.meta
+				if !known || old.ino != stamp.ino || old.mode != stamp.mode || old.size != stamp.size || old.ctime != stamp.ctime {
+					names, err := llistxattr(p)
+					if err != nil && !notSupported(err) {
+						return err
+					}
+					meta = false
+					for _, n := range names {
+						meta = meta || n == xattrMetacopy || n == xattrOrigin
+					}
 				}
 				if meta {
 					s.Metacopies++
@@ -131,7 +147,7 @@ func ScanUpper(dir string) (*UpperState, error) {
 // name is then described completely, as Changes does after a remount). The
 // overlay must be freshly opened, and must not be used to change anything.
 func (o *Overlay) ChangesSince(ctx context.Context, committed *UpperState) (*ChangeSet, error) {
-	now, err := ScanUpper(o.upperDir)
+	now, err := scanUpperSince(o.upperDir, committed)
 	if err != nil {
 		return nil, err
 	}
