@@ -150,4 +150,9 @@ type ExecResult struct {
 	Wall            time.Duration `json:"wall_ns"`    // Exec call from entry to return
 	// Launch is Wall minus Command: what the platform itself cost.
 	Launch time.Duration `json:"launch_ns"`
+	// UserNamespace is the command's user namespace mapping as
+	// /proc/self/uid_map shows it ("0 2000000000 65536": uid 0 inside is
+	// 2000000000 on the host), or "none: " and why it ran in the host's.
+	// Empty when the platform does not say.
+	UserNamespace string `json:"user_namespace,omitempty"`
 }

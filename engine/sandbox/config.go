@@ -137,6 +137,10 @@ type initConfig struct {
 	RlimitNproc uint64 `json:"rlimit_nproc,omitempty"`
 	// RlimitNofile is the exec's own open files limit (ExecSpec.OpenFiles).
 	RlimitNofile uint64 `json:"rlimit_nofile,omitempty"`
+	// UserNS: fork the command into a new user namespace with the
+	// mapping that came in the environment (userNSEnv), its workspace
+	// id-mapped with the launcher's namespace of that mapping (fd 5).
+	UserNS bool `json:"userns,omitempty"`
 	// Seccomp: load the syscall filter that came in the environment
 	// (seccompEnv) on the command's thread just before the fork; a missing
 	// one is a setup error.
@@ -154,6 +158,9 @@ type initReport struct {
 	// Error is a setup failure (Started false) or a failure to start the
 	// command, such as a missing binary (Started false, ExitCode 127).
 	Error string `json:"error,omitempty"`
+	// UserNS is the command's user namespace mapping, or "none: why" when
+	// it ran in the host's.
+	UserNS string `json:"userns,omitempty"`
 	// Marks are CLOCK_MONOTONIC readings (ns) of the init's phases, shared
 	// with the launcher's clock (there is no time namespace).
 	Marks []mark `json:"marks,omitempty"`
@@ -163,4 +170,34 @@ type initReport struct {
 type mark struct {
 	Name string `json:"name"`
 	NS   int64  `json:"ns"`
+}
+
+// IDRange is a user namespace's mapping: ids 0 to Size-1 inside are
+// Host to Host+Size-1 on the host, for users and groups alike.
+type IDRange struct {
+	Host uint32
+	Size uint32
+}
+
+// String is the mapping as /proc/PID/uid_map shows it: "inside host size".
+func (r IDRange) String() string { return fmt.Sprintf("0 %d %d", r.Host, r.Size) }
+
+// DefaultIDRange is the host ids a sandbox's user namespace maps its ids
+// 0-65535 to when nothing else is configured: a range no user or
+// subordinate range on a usual host has (useradd hands out subordinate
+// ranges from 100000 up, systemd-nspawn's dynamic ranges end at
+// 1879048191, and systemd's "foreign" range starts at 2147352576).
+var DefaultIDRange = IDRange{Host: 2_000_000_000, Size: 65536}
+
+// validate checks that r can be a user namespace's mapping.
+func (r IDRange) validate() error {
+	switch {
+	case r.Size == 0:
+		return fmt.Errorf("user namespace range %v is empty", r)
+	case r.Host == 0:
+		return fmt.Errorf("user namespace range %v would map a sandbox's root to the host's", r)
+	case uint64(r.Host)+uint64(r.Size) > 1<<32-1:
+		return fmt.Errorf("user namespace range %v goes past the last id", r)
+	}
+	return nil
 }

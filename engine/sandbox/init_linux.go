@@ -35,6 +35,9 @@ func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == initArg0 }
 // then exits; otherwise it returns false at once. It must be the first
 // thing main (and a test binary's TestMain) calls, on the main goroutine.
 func InitMain() (handled bool) {
+	if len(os.Args) > 0 && os.Args[0] == userNSArg0 {
+		userNSHolderMain()
+	}
 	if !IsInit() {
 		return false
 	}
@@ -73,7 +76,13 @@ func initMain(m *marks) int {
 	// Nothing of the daemon's may stay in the sandbox, not even in its
 	// init: a FUSE device held here would let the command forge replies,
 	// and would keep a crashed daemon's mounts from ever aborting.
-	if err := cloexec.CloseInherited(reportFD + 1); err != nil {
+	idRange, hasUserNS := userNSFromEnv()
+	keep := reportFD
+	owner := -1 // the host uid of the command's root, for /tmp and /dev/shm
+	if hasUserNS {
+		keep, owner = userNSFD, int(idRange.Host)
+	}
+	if err := cloexec.CloseInherited(keep + 1); err != nil {
 		return send(initReport{Error: err.Error()})
 	}
 
@@ -93,7 +102,7 @@ func initMain(m *marks) int {
 		}
 		unix.Umask(0)
 		var err error
-		if ns, err = prepareRoot("", m); err != nil {
+		if ns, err = prepareRoot("", owner, m); err != nil {
 			return send(initReport{Error: err.Error()})
 		}
 		m.add("prewarmed")
@@ -111,16 +120,28 @@ func initMain(m *marks) int {
 		unix.Close(ns)
 		ns = -1
 	}
-	if err := setup(&cfg, ns, m); err != nil {
+	var userNS *IDRange // the command's user namespace, if it gets one
+	why := "the launcher has none"
+	if cfg.UserNS && hasUserNS {
+		userNS, why = &idRange, ""
+	}
+	if err := setup(&cfg, ns, owner, &userNS, &why, m); err != nil {
 		return send(initReport{Error: err.Error()})
 	}
-	return send(run(&cfg, ahead, m))
+	r := run(&cfg, ahead, userNS, m)
+	r.UserNS = "none: " + why
+	if userNS != nil {
+		r.UserNS = userNS.String()
+	}
+	return send(r)
 }
 
 // setup turns this fresh set of namespaces into the sandbox: network,
 // hostname, the new root (unless ns is one prepared ahead) and the
-// workspace, and the working directory.
-func setup(cfg *initConfig, ns int, m *marks) error {
+// workspace, and the working directory. The workspace is id-mapped for
+// *userNS when that is set; where it cannot be, *userNS is cleared and
+// *why says so.
+func setup(cfg *initConfig, ns, owner int, userNS **IDRange, why *string, m *marks) error {
 	if ns < 0 {
 		if !cfg.Network {
 			if err := loopbackUp(); err != nil {
@@ -129,7 +150,7 @@ func setup(cfg *initConfig, ns int, m *marks) error {
 		}
 		unix.Umask(0)
 		var err error
-		if ns, err = prepareRoot(cfg.RootDir, m); err != nil {
+		if ns, err = prepareRoot(cfg.RootDir, owner, m); err != nil {
 			return err
 		}
 	}
@@ -137,7 +158,20 @@ func setup(cfg *initConfig, ns int, m *marks) error {
 		unix.Close(ns)
 		return fmt.Errorf("set hostname: %w", err)
 	}
-	err := enterRoot(ns, cfg.Workspace, cfg.Dir)
+	idmap := -1
+	if *userNS != nil {
+		idmap = userNSFD
+	}
+	ws, err := cloneWorkspace(cfg.Workspace, idmap)
+	if errors.Is(err, errNoIDMap) {
+		*userNS, *why = nil, err.Error()
+		ws, err = cloneWorkspace(cfg.Workspace, -1)
+	}
+	if err != nil {
+		unix.Close(ns)
+		return fmt.Errorf("clone workspace %s: %w", cfg.Workspace, err)
+	}
+	err = enterRoot(ns, ws, cfg.Dir)
 	m.add("entered")
 	return err
 }
@@ -163,7 +197,7 @@ func loopbackUp() error {
 
 // run starts the command as PID 1's only child, reaps everything until the
 // namespace is empty and reports how the command ended.
-func run(cfg *initConfig, ahead bool, m *marks) initReport {
+func run(cfg *initConfig, ahead bool, userNS *IDRange, m *marks) initReport {
 	env := cfg.Env
 	bin, err := lookPath(cfg.Argv[0], env)
 	if err != nil {
@@ -188,12 +222,18 @@ func run(cfg *initConfig, ahead bool, m *marks) initReport {
 	unix.Umask(0o022)
 	if cfg.Seccomp {
 		progs, err := filterFromEnv()
+		listener := -1
 		if err == nil {
-			err = loadSyscallFilter(progs)
+			listener, err = loadSyscallFilter(progs)
 		}
 		if err != nil {
 			restore()
 			return initReport{Error: err.Error()}
+		}
+		if listener >= 0 {
+			// On a thread of its own, which the filter does not bind; it
+			// lives as long as the init.
+			go answerNewUser(listener, unix.Gettid())
 		}
 		m.add("filter")
 	}
@@ -206,6 +246,9 @@ func run(cfg *initConfig, ahead bool, m *marks) initReport {
 			// within its own processes and does not reach the init.
 			Setpgid: true,
 		},
+	}
+	if userNS != nil {
+		userNSAttr(attr.Sys, *userNS)
 	}
 	m.add("fork")
 	start := time.Now()

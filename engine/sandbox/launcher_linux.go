@@ -49,11 +49,20 @@ type Launcher struct {
 	// because the compiler's package initialisation alone would add
 	// about 0.3 ms to every exec. platforms/local always sets it.
 	SyscallFilter [][]byte
+	// UserNamespace, when set, runs every command in a new user namespace
+	// of its own with this mapping (its root is Host on the host) and
+	// id-maps its workspace with it, so that ids on disk are the ids
+	// inside. Where that cannot be done, commands run in the host's user
+	// namespace as without it, and their results say why (UserNS tells
+	// for the whole launcher). platforms/local always sets it.
+	UserNamespace *IDRange
 
-	once   sync.Once
-	cg     *cgroupDirs
-	prefix string // names this launcher's cgroups: layerfs-<random>-<n>
-	seq    atomic.Uint64
+	once      sync.Once
+	userNS    *os.File // a namespace with UserNamespace's mapping (holdUserNS)
+	userNSErr error    // why there is none
+	cg        *cgroupDirs
+	prefix    string // names this launcher's cgroups: layerfs-<random>-<n>
+	seq       atomic.Uint64
 
 	mu      sync.Mutex
 	running map[int]bool // pids of live inits
@@ -91,6 +100,11 @@ func (l *Launcher) init() {
 		l.reaping = map[chan struct{}]bool{}
 		l.pool = make(chan *initProc, max(l.Warm, 0))
 		l.warmPids = map[int]bool{}
+		if l.UserNamespace != nil {
+			if l.userNS, l.userNSErr = holdUserNS(l.exe(), *l.UserNamespace); l.userNSErr != nil {
+				l.logger().Warn("sandboxes run without a user namespace", "err", l.userNSErr)
+			}
+		}
 		if l.NoCgroups {
 			l.cg = &cgroupDirs{}
 			return
@@ -102,6 +116,28 @@ func (l *Launcher) init() {
 		}
 		l.cg = cg
 	})
+}
+
+// exe is the binary re-executed as the init.
+func (l *Launcher) exe() string {
+	if l.Exe == "" {
+		return "/proc/self/exe"
+	}
+	return l.Exe
+}
+
+// UserNS tells whether commands run in a user namespace of their own, with
+// which mapping, or why not. An exec whose workspace cannot be id-mapped
+// still runs without one; its result says so.
+func (l *Launcher) UserNS() (IDRange, error) {
+	l.init()
+	switch {
+	case l.UserNamespace == nil:
+		return IDRange{}, errors.New("not configured")
+	case l.userNSErr != nil:
+		return IDRange{}, l.userNSErr
+	}
+	return *l.UserNamespace, nil
 }
 
 func (l *Launcher) logger() *slog.Logger {
@@ -300,6 +336,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		return res, fmt.Errorf("%w: %s", ErrSetup, rep.Error)
 	case reported:
 		res.ExitCode, res.Signal, res.TimedOut, res.Command = rep.ExitCode, rep.Signal, rep.TimedOut, rep.Command
+		res.UserNamespace = rep.UserNS
 	default:
 		// The init died without a report: killed by the backstop, or by
 		// the OOM killer of the exec's memory cgroup.
@@ -338,6 +375,9 @@ func (l *Launcher) initConfig(cfg Config) (initConfigX, error) {
 			return initConfigX{}, fmt.Errorf("%w: root dir: %v", ErrInvalidConfig, err)
 		}
 	}
+	if r := l.UserNamespace; l.userNS != nil && (uint64(s.UID) >= uint64(r.Size) || uint64(s.GID) >= uint64(r.Size)) {
+		return initConfigX{}, fmt.Errorf("%w: uid %d or gid %d is outside the user namespace's %d ids", ErrInvalidConfig, s.UID, s.GID, r.Size)
+	}
 	dir, _ := cleanDir(s.Dir)
 	timeout := s.Timeout
 	if timeout == 0 {
@@ -355,6 +395,7 @@ func (l *Launcher) initConfig(cfg Config) (initConfigX, error) {
 		Workspace: ws, RootDir: root, Network: cfg.Network,
 		Argv: s.Argv, Env: sandboxEnv(s.Env), Dir: dir, Timeout: timeout,
 		UID: s.UID, GID: s.GID, Hostname: host, Seccomp: len(l.SyscallFilter) > 0,
+		UserNS: l.userNS != nil,
 	}, pids: pids}, nil
 }
 

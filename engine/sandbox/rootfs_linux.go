@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -76,7 +77,11 @@ type rootEntry struct {
 // stay in the host's mount namespace and keep its current view, so that
 // the workspace can be cloned from it whenever the config comes. A warm
 // init prepares its root this way long before its exec.
-func prepareRoot(image string, m *marks) (int, error) {
+//
+// owner, when >= 0, is the host uid and gid of the command's root (the
+// root of its user namespace): it owns the tmpfs mounts, so that /, /tmp
+// and /dev/shm are root's inside as they would be without one.
+func prepareRoot(image string, owner int, m *marks) (int, error) {
 	type result struct {
 		ns  int
 		err error
@@ -84,7 +89,7 @@ func prepareRoot(image string, m *marks) (int, error) {
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		ns, err := buildRoot(image, m)
+		ns, err := buildRoot(image, owner, m)
 		ch <- result{ns, err}
 	}()
 	r := <-ch
@@ -92,7 +97,7 @@ func prepareRoot(image string, m *marks) (int, error) {
 }
 
 // buildRoot does prepareRoot's work on the calling (locked) thread.
-func buildRoot(image string, m *marks) (ns int, err error) {
+func buildRoot(image string, owner int, m *marks) (ns int, err error) {
 	// The source trees are cloned while this thread still sees the host's
 	// mounts; the clones are detached and can be moved into the new tree.
 	entries, err := rootEntries(image)
@@ -114,7 +119,7 @@ func buildRoot(image string, m *marks) (ns int, err error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return -1, fmt.Errorf("make mounts private: %w", err)
 	}
-	if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+	if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"+ownedBy(owner)); err != nil {
 		return -1, fmt.Errorf("mount root tmpfs: %w", err)
 	}
 	root, err := unix.Open(stagingDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -157,7 +162,7 @@ func buildRoot(image string, m *marks) (ns int, err error) {
 			return -1, fmt.Errorf("mkdir /%s: %w", d.name, err)
 		}
 	}
-	if err := unix.Mount("tmpfs", stagingDir+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	if err := unix.Mount("tmpfs", stagingDir+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"+ownedBy(owner)); err != nil {
 		return -1, fmt.Errorf("mount /tmp: %w", err)
 	}
 	m.add("root")
@@ -171,7 +176,7 @@ func buildRoot(image string, m *marks) (ns int, err error) {
 		return -1, err
 	}
 	m.add("proc")
-	if err := buildDev(stagingDir + "/dev"); err != nil {
+	if err := buildDev(stagingDir+"/dev", owner); err != nil {
 		return -1, err
 	}
 	m.add("dev")
@@ -187,14 +192,10 @@ func buildRoot(image string, m *marks) (ns int, err error) {
 }
 
 // enterRoot moves the calling thread (the init's main thread, which forks
-// the command) into the prepared namespace ns with the workspace, cloned
-// from the host's current mounts, at /workspace, and chdirs to dir.
-func enterRoot(ns int, workspace, dir string) error {
+// the command) into the prepared namespace ns, mounts ws (the workspace's
+// detached clone) at /workspace, and chdirs to dir. It closes both fds.
+func enterRoot(ns, ws int, dir string) error {
 	defer unix.Close(ns)
-	ws, err := cloneTree(unix.AT_FDCWD, workspace, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, unix.MOUNT_ATTR_RDONLY)
-	if err != nil {
-		return fmt.Errorf("clone workspace %s: %w", workspace, err)
-	}
 	defer unix.Close(ws)
 	// setns to a mount namespace needs a root and cwd of this thread's own.
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
@@ -210,6 +211,15 @@ func enterRoot(ns int, workspace, dir string) error {
 		return fmt.Errorf("chdir %s: %w", dir, err)
 	}
 	return nil
+}
+
+// ownedBy is the tmpfs options that make uid and gid owner own its root
+// ("" for owner < 0: root).
+func ownedBy(owner int) string {
+	if owner < 0 {
+		return ""
+	}
+	return ",uid=" + strconv.Itoa(owner) + ",gid=" + strconv.Itoa(owner)
 }
 
 // rootEntries clones the trees that make up the new root: the host runtime
@@ -356,7 +366,7 @@ func mask(root string) error {
 
 // buildDev makes the sandbox's /dev: a small tmpfs with the usual character
 // devices, a private devpts and /dev/shm, then read-only.
-func buildDev(dir string) error {
+func buildDev(dir string, owner int) error {
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 		return fmt.Errorf("mount /dev: %w", err)
 	}
@@ -391,7 +401,7 @@ func buildDev(dir string) error {
 	if err := unix.Mount("devpts", dir+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return fmt.Errorf("mount /dev/pts: %w", err)
 	}
-	if err := unix.Mount("tmpfs", dir+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777"); err != nil {
+	if err := unix.Mount("tmpfs", dir+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777"+ownedBy(owner)); err != nil {
 		return fmt.Errorf("mount /dev/shm: %w", err)
 	}
 	if err := unix.MountSetattr(dev, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {

@@ -51,18 +51,44 @@ func filterFromEnv() ([][]byte, error) {
 // command, after no_new_privs is set there and just before the fork, so
 // the command and everything it starts inherit them while the init's
 // other threads, and its own setup before this point, are not filtered.
-func loadSyscallFilter(progs [][]byte) error {
+// A program that can return SECCOMP_RET_USER_NOTIF (clone's) is loaded
+// with a listener, returned (else -1) for answerNewUser to serve.
+func loadSyscallFilter(progs [][]byte) (listener int, err error) {
+	listener = -1
 	for _, prog := range progs {
-		if err := loadProgram(prog); err != nil {
-			return err
+		flags := uintptr(0)
+		if listener < 0 && notifies(prog) {
+			flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+		}
+		fd, err := loadProgram(prog, flags)
+		if err != nil {
+			if listener >= 0 {
+				unix.Close(listener)
+			}
+			return -1, err
+		}
+		if flags != 0 {
+			listener = fd
+			unix.CloseOnExec(fd)
 		}
 	}
-	return nil
+	return listener, nil
 }
 
-func loadProgram(prog []byte) error {
+// notifies reports whether prog has a "return SECCOMP_RET_USER_NOTIF".
+func notifies(prog []byte) bool {
+	const retK = unix.BPF_RET | unix.BPF_K
+	for i := 0; i+8 <= len(prog); i += 8 {
+		if binary.NativeEndian.Uint16(prog[i:]) == retK && binary.NativeEndian.Uint32(prog[i+4:]) == unix.SECCOMP_RET_USER_NOTIF {
+			return true
+		}
+	}
+	return false
+}
+
+func loadProgram(prog []byte, flags uintptr) (int, error) {
 	if len(prog) == 0 || len(prog)%8 != 0 || len(prog)/8 > unix.BPF_MAXINSNS {
-		return fmt.Errorf("load seccomp filter: malformed program of %d bytes", len(prog))
+		return -1, fmt.Errorf("load seccomp filter: malformed program of %d bytes", len(prog))
 	}
 	insts := make([]unix.SockFilter, len(prog)/8)
 	for i := range insts {
@@ -76,9 +102,9 @@ func loadProgram(prog []byte) error {
 	}
 	fprog := unix.SockFprog{Len: uint16(len(insts)), Filter: &insts[0]}
 	// No SECCOMP_FILTER_FLAG_TSYNC: the filter is this thread's alone.
-	_, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
+	r, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
 	if errno != 0 {
-		return fmt.Errorf("load seccomp filter: %w", errno)
+		return -1, fmt.Errorf("load seccomp filter: %w", errno)
 	}
-	return nil
+	return int(r), nil
 }

@@ -36,12 +36,15 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, env ...s
 	if !network {
 		flags |= unix.CLONE_NEWNET
 	}
-	exe := l.Exe
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
+	exe := l.exe()
 	if len(l.SyscallFilter) > 0 {
 		env = append(env, seccompEnv+"="+encodeFilter(l.SyscallFilter))
+	}
+	extra := []*os.File{p.cfgR, p.repW}
+	if l.userNS != nil {
+		r := *l.UserNamespace
+		env = append(env, fmt.Sprintf("%s=%d:%d", userNSEnv, r.Host, r.Size))
+		extra = append(extra, l.userNS) // userNSFD
 	}
 	cmd := &exec.Cmd{
 		Path: exe,
@@ -54,7 +57,7 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, env ...s
 		Stdin:      p.inR,
 		Stdout:     p.outW,
 		Stderr:     p.errW,
-		ExtraFiles: []*os.File{p.cfgR, p.repW},
+		ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: flags,
 			Setsid:     true,

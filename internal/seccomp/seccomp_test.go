@@ -106,7 +106,15 @@ func TestVerdicts(t *testing.T) {
 		{"io_uring_setup", nil, eperm},
 		{"clone", []uint64{uint64(unix.SIGCHLD)}, allow},
 		{"clone", []uint64{unix.CLONE_VM | unix.CLONE_THREAD | unix.CLONE_SIGHAND}, allow},
-		{"clone", []uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}, eperm},
+		// The local init's own fork into the command's user namespace is
+		// decided by its listener (which refuses every other).
+		{"clone", []uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}, unix.SECCOMP_RET_USER_NOTIF},
+		{"clone", []uint64{unix.CLONE_NEWUSER | unix.CLONE_VM | unix.CLONE_VFORK}, unix.SECCOMP_RET_USER_NOTIF},
+		{"clone", []uint64{1<<32 | unix.CLONE_NEWUSER}, unix.SECCOMP_RET_USER_NOTIF},
+		{"clone", []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWNS}, eperm},
+		{"clone", []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWNET}, eperm},
+		{"clone", []uint64{unix.CLONE_NEWPID}, eperm},
+		{"clone", []uint64{1 << 32}, allow},
 		{"clone", []uint64{unix.CLONE_NEWNS}, eperm},
 		{"clone3", nil, unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
 		{"socket", []uint64{unix.AF_UNIX}, allow},

@@ -1,0 +1,164 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// userNSArg0 is the argv[0] of the process the launcher starts once to make
+// the user namespace that id-maps every workspace (see holdUserNS).
+const userNSArg0 = "layerfs-sandbox-userns"
+
+// userNSEnv carries Launcher.UserNamespace to every init, "host:size", in
+// its environment (a warm init needs it before its config, for the owner
+// of /tmp); userNSFD is the launcher's namespace of that mapping.
+const (
+	userNSEnv = "LAYERFS_SANDBOX_USERNS"
+	userNSFD  = 5
+)
+
+// holdUserNS makes a user namespace with mapping r and returns it as an
+// open /proc/PID/ns/user: exe (the init binary) is started in a new user
+// namespace with that mapping, where InitMain only waits for its stdin to
+// close; the file keeps the namespace once the process is gone. Inits
+// id-map the workspace with it: any namespace with the command's mapping
+// will do, and one made here, once, costs the execs nothing.
+func holdUserNS(exe string, r IDRange) (*os.File, error) {
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(r.Host), Size: int(r.Size)}}
+	cmd := &exec.Cmd{
+		Path: exe, Args: []string{userNSArg0}, Env: []string{"HOME=/"}, Dir: "/",
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("user namespace: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("user namespace: start %s in one: %w", exe, err)
+	}
+	f, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/user")
+	in.Close()
+	if werr := cmd.Wait(); err == nil && werr != nil {
+		err = fmt.Errorf("%s ended with %v (does it call sandbox.InitMain first thing?)", exe, werr)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, fmt.Errorf("user namespace: %w", err)
+	}
+	return f, nil
+}
+
+// userNSHolderMain is the whole life of holdUserNS's process.
+func userNSHolderMain() {
+	var b [1]byte
+	for {
+		if _, err := os.Stdin.Read(b[:]); err != nil {
+			os.Exit(0)
+		}
+	}
+}
+
+// userNSFromEnv is the mapping the launcher put in userNSEnv, if any.
+func userNSFromEnv() (IDRange, bool) {
+	host, size, ok := strings.Cut(os.Getenv(userNSEnv), ":")
+	h, err1 := strconv.ParseUint(host, 10, 32)
+	s, err2 := strconv.ParseUint(size, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return IDRange{}, false
+	}
+	return IDRange{Host: uint32(h), Size: uint32(s)}, true
+}
+
+// cloneWorkspace clones the workspace for /workspace: nosuid, nodev,
+// writable, and id-mapped with the user namespace userns when that is >= 0,
+// so that ids inside the command's namespace are the ids on disk (its root
+// creates files owned by 0, files owned by 1000 are 1000 inside). A file
+// system that cannot be id-mapped gets errNoIDMap (wrapped) and no clone.
+func cloneWorkspace(workspace string, userns int) (int, error) {
+	fd, err := cloneTree(unix.AT_FDCWD, workspace, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, unix.MOUNT_ATTR_RDONLY)
+	if err != nil || userns < 0 {
+		return fd, err
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(fd)
+		var st unix.Statfs_t
+		_ = unix.Statfs(workspace, &st)
+		return -1, fmt.Errorf("%w (file system 0x%x): %w", errNoIDMap, st.Type, err)
+	}
+	return fd, nil
+}
+
+// errNoIDMap: the workspace's file system cannot be id-mapped, so the
+// command runs in the host's user namespace (and the result says so).
+var errNoIDMap = errors.New("the workspace cannot be id-mapped")
+
+// userNSAttr puts the command forked with attr into a new user namespace
+// with mapping r. Supplementary groups may be set inside (the map is written
+// by the privileged init, so "deny" would protect nothing) and are: the
+// command gets none.
+func userNSAttr(attr *syscall.SysProcAttr, r IDRange) {
+	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(r.Host), Size: int(r.Size)}}
+	attr.Cloneflags |= syscall.CLONE_NEWUSER
+	attr.UidMappings, attr.GidMappings = m, m
+	attr.GidMappingsEnableSetgroups = true
+}
+
+// seccompNotif and seccompNotifResp are struct seccomp_notif and
+// seccomp_notif_resp of linux/seccomp.h.
+type seccompNotif struct {
+	ID    uint64
+	Pid   uint32
+	Flags uint32
+	Data  [64]byte // struct seccomp_data
+}
+
+type seccompNotifResp struct {
+	ID    uint64
+	Val   int64
+	Error int32
+	Flags uint32
+}
+
+// answerNewUser serves the filter's listener (the clone program returns
+// SECCOMP_RET_USER_NOTIF for a clone whose only namespace flag is
+// CLONE_NEWUSER): the first such clone of thread forkTid, the init's own
+// fork of the command, continues; every other, which can only come from the
+// command and its children, fails with EPERM, as the rest of the filter's
+// refusals. It returns when the listener fails (the init is exiting).
+func answerNewUser(listener int, forkTid int) {
+	granted := false
+	for {
+		var req seccompNotif
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(listener), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&req)))
+		switch errno {
+		case 0:
+		case unix.EINTR, unix.ENOENT: // interrupted; the caller died meanwhile
+			continue
+		default:
+			return
+		}
+		resp := seccompNotifResp{ID: req.ID, Error: -int32(unix.EPERM)}
+		if !granted && int(req.Pid) == forkTid {
+			granted = true
+			resp.Error, resp.Flags = 0, unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+		}
+		_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(listener), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp)))
+	}
+}
