@@ -128,6 +128,8 @@ func (e *Engine) Exec(ctx context.Context, id string, req wire.ExecRequest, stdo
 			LaunchNs:  (wall - r.Command).Nanoseconds(),
 			Platform:  w.opts.Platform,
 			Quota:     e.quotaUsage(w),
+
+			UserNamespace: r.UserNamespace,
 		},
 	}
 	d := e.db.Counters().Sub(sqlBefore)

@@ -130,6 +130,10 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 			// inode), so the kernel may keep every target it has read.
 			EnableSymlinkCaching: true,
 			Debug:                opts.Debug,
+			// Sandboxes id-map the workspace for their user namespace
+			// (engine/sandbox). The kernel then sends the mapped ids with
+			// creations and -1 with every other request.
+			IDMappedMount: true,
 		},
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,

@@ -343,6 +343,11 @@ type Receipt struct {
 	ReusedBytes       int64  `json:"reused_bytes,omitempty"`
 	Platform          string `json:"platform,omitempty"`
 	Image             string `json:"image,omitempty"`
+	// UserNamespace is an exec's user namespace mapping as
+	// /proc/self/uid_map shows it ("0 2000000000 65536": uid 0 inside is
+	// 2000000000 on the host), or "none: " and why it ran in the host's;
+	// empty when the platform does not say.
+	UserNamespace string `json:"user_namespace,omitempty"`
 	// Quota is the workspace's quota and its use after the exec, for a
 	// workspace that has one.
 	Quota *QuotaUsage `json:"quota,omitempty"`

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -61,4 +63,55 @@ func TestFUSEWorkspace(t *testing.T) {
 	}
 	wg.Wait()
 	l.Settle(context.Background())
+}
+
+// TestFUSEWorkspaceIDMapped: a FUSE server that lets the kernel id-map its
+// mounts (FUSE_ALLOW_IDMAP, go-fuse's IDMappedMount) gets the creations of
+// a command in a user namespace as the ids inside; one that does not gets
+// a command in the host's user namespace, and the result says so.
+func TestFUSEWorkspaceIDMapped(t *testing.T) {
+	testenv.RequireFUSE(t)
+	l := userNSLauncher(t, 0)
+	for _, allow := range []bool{true, false} {
+		t.Run(fmt.Sprintf("allow idmap %v", allow), func(t *testing.T) {
+			backing, mnt := t.TempDir(), t.TempDir()
+			root, err := gofs.NewLoopbackRoot(backing)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := fuse.MountOptions{AllowOther: true, DirectMount: true, FsName: "layerfs-test", Name: "rawBridge",
+				Options: []string{"default_permissions"}, IDMappedMount: allow}
+			server, err := gofs.Mount(mnt, root, &gofs.Options{MountOptions: opts})
+			if err != nil {
+				t.Fatalf("mount: %v", err)
+			}
+			defer func() {
+				if err := server.Unmount(); err != nil {
+					t.Errorf("unmount: %v", err)
+				}
+			}()
+			o := run(t, l, shell(mnt, "echo x > f && mkdir d && stat -c %u:%g f d"))
+			if o.res.ExitCode != 0 {
+				t.Fatalf("exit %d: %s", o.res.ExitCode, o.stderr)
+			}
+			if !allow {
+				if !strings.HasPrefix(o.res.UserNamespace, "none: the workspace cannot be id-mapped") {
+					t.Errorf("user namespace %q, want none", o.res.UserNamespace)
+				}
+				return
+			}
+			if o.stdout != "0:0\n0:0\n" || o.res.UserNamespace != sandbox.DefaultIDRange.String() {
+				t.Errorf("inside: %q, user namespace %q", o.stdout, o.res.UserNamespace)
+			}
+			for _, name := range []string{"f", "d"} {
+				st, err := os.Lstat(filepath.Join(backing, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s := st.Sys().(*syscall.Stat_t); s.Uid != 0 || s.Gid != 0 {
+					t.Errorf("%s is %d:%d in the backing dir, want 0:0", name, s.Uid, s.Gid)
+				}
+			}
+		})
+	}
 }

@@ -100,9 +100,20 @@ func cloneWorkspace(workspace string, userns int) (int, error) {
 		unix.Close(fd)
 		var st unix.Statfs_t
 		_ = unix.Statfs(workspace, &st)
-		return -1, fmt.Errorf("%w (file system 0x%x): %w", errNoIDMap, st.Type, err)
+		return -1, fmt.Errorf("%w (%s): %w", errNoIDMap, fsName(st.Type), err)
 	}
 	return fd, nil
+}
+
+// fsName names the file systems a workspace is usually on, for messages.
+func fsName(magic int64) string {
+	switch magic {
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		return "kernel overlayfs, which cannot be id-mapped"
+	case unix.FUSE_SUPER_MAGIC:
+		return "a FUSE server that does not allow id-mapped mounts"
+	}
+	return fmt.Sprintf("file system 0x%x", magic)
 }
 
 // errNoIDMap: the workspace's file system cannot be id-mapped, so the

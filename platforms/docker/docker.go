@@ -401,9 +401,21 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 		MemoryBytes: st.info.memory,
 		Runtime:     "docker " + st.version,
 		Image:       st.image.ID,
-		Details: fmt.Sprintf("api %s, storage %s, cgroup v%s, image %s (%d bytes), supervisor %s, per-exec limits: %s, seccomp: %s, user namespace: the engine's (userns-remap is a daemon setting)",
-			st.apiVersion, st.info.driver, st.info.cgroup, st.image.Ref, st.image.SizeBytes, st.supervisor, p.limitsNote(), seccomp.Name),
+		Details: fmt.Sprintf("api %s, storage %s, cgroup v%s, image %s (%d bytes), supervisor %s, per-exec limits: %s, seccomp: %s, user namespace: %s",
+			st.apiVersion, st.info.driver, st.info.cgroup, st.image.Ref, st.image.SizeBytes, st.supervisor, p.limitsNote(), seccomp.Name, st.info.userNS()),
 	}, nil
+}
+
+// userNS says whether the engine runs containers in a user namespace:
+// Docker does only with userns-remap, a setting of the whole daemon
+// (dockerd --userns-remap, and a restart) that LayerFS leaves alone.
+func (i identityInfo) userNS() string {
+	for _, o := range i.security {
+		if strings.Contains(o, "name=userns") {
+			return "the engine's userns-remap (every container's root is an unprivileged host uid)"
+		}
+	}
+	return "none (container root is the host's uid 0 without capabilities; the engine has no userns-remap)"
 }
 
 func (p *Platform) limitsNote() string {

@@ -61,11 +61,16 @@ type Case struct {
 	// Host, when set, checks on the host after the run that nothing
 	// changed; it returns a problem or "".
 	Host func() string
+	// UserNS cases hold only where the sandbox runs in a user namespace
+	// of its own; elsewhere (docker without userns-remap) they are run and
+	// reported, not failed.
+	UserNS bool
 }
 
 // hostFixture is what the suite sets up on the host for the cases to aim at.
 type hostFixture struct {
 	marker   string // a file that exists only on the host
+	foreign  string // a workspace file, 0600, of a host uid no sandbox maps
 	unixSock string // a listening unix socket, as the daemon's
 	abstract string // a listening abstract unix socket
 	tcp      string // a listening TCP address on 127.0.0.1
@@ -121,6 +126,12 @@ func cases(h hostFixture) []Case {
 		{Name: "the host's loopback TCP", Probe: []string{"connect-tcp", h.tcp}, Mechanism: "network namespace"},
 		{Name: "fill the workspace past its quota", Shell: "dd if=/dev/zero of=/workspace/.fill bs=1M count=256 status=none; rc=$?; rm -f /workspace/.fill; exit $rc",
 			Mechanism: "the workspace's own sized file system (a workspace quota)"},
+		{Name: "uid 0 inside is the host's uid 0", Probe: []string{"host-root"}, UserNS: true,
+			Mechanism: "user namespace: /proc/self/uid_map maps 0 to an unprivileged host uid"},
+		{Name: "write a host root file: /proc/1/oom_score_adj", Probe: []string{"write", "/proc/1/oom_score_adj"}, UserNS: true,
+			Mechanism: "user namespace: the host's uid 0 (owner, mode 0644) is not the sandbox's"},
+		{Name: "read a 0600 file of an unmapped host uid", Probe: []string{"read", "/workspace/" + filepath.Base(h.foreign)},
+			Mechanism: "no capabilities over ids outside the user namespace (no capabilities at all without one)"},
 		{Name: "control: an AF_INET socket", Probe: []string{"socket-inet"}, Control: true},
 		{Name: "control: write the workspace", Probe: []string{"write-workspace"}, Control: true},
 	}
@@ -156,6 +167,13 @@ func Run(t *testing.T, p platforms.Platform) {
 	copyFile(t, probe, filepath.Join(ws, ".probe"), 0o755)
 	copyFile(t, probe, filepath.Join(ws, ".probe-suid"), 0o4755)
 	h := fixture(t)
+	h.foreign = filepath.Join(ws, ".probe-foreign")
+	if err := os.WriteFile(h.foreign, []byte("host only\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(h.foreign, foreignID, foreignID); err != nil {
+		t.Fatal(err)
+	}
 
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -169,14 +187,39 @@ func Run(t *testing.T, p platforms.Platform) {
 		}
 	}()
 
+	userNS := uidMap(t, ctx, sb)
+	t.Logf("uid_map in the sandbox: %q", userNS)
+	hasUserNS := !strings.HasPrefix(userNS, "0 0 ")
+
 	var report strings.Builder
 	for _, c := range cases(h) {
 		t.Run(c.Name, func(t *testing.T) {
+			if c.UserNS && !hasUserNS {
+				fmt.Fprintf(&report, "  %-45s %-18s %s\n", c.Name, "not held", "no user namespace on "+p.Name())
+				t.Logf("not held here: %s has no user namespace of its own (uid_map %q)", p.Name(), userNS)
+				return
+			}
 			got := runCase(t, ctx, sb, ws, c)
 			fmt.Fprintf(&report, "  %-45s %-18s %s\n", c.Name, got, c.Mechanism)
 		})
 	}
 	t.Logf("escape suite on %s:\n%s", p.Name(), report.String())
+}
+
+// foreignID owns a workspace file that no sandbox's user namespace maps
+// (they map 0-65535).
+const foreignID = 70000
+
+// uidMap is the first line of /proc/self/uid_map in the sandbox,
+// normalised to "inside host size".
+func uidMap(t *testing.T, ctx context.Context, sb platforms.Sandbox) string {
+	var out, errb bytes.Buffer
+	res, err := sb.Exec(ctx, platforms.ExecSpec{Argv: []string{"cat", "/proc/self/uid_map"}, Timeout: time.Minute}, &out, &errb)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("read uid_map: %v, exit %d, %s", err, res.ExitCode, errb.String())
+	}
+	line, _, _ := strings.Cut(out.String(), "\n")
+	return strings.Join(strings.Fields(line), " ")
 }
 
 // runCase runs one case and returns what the sandbox answered.

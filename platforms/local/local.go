@@ -43,6 +43,15 @@ type Options struct {
 	// (internal/seccomp). It exists to measure what the filter costs;
 	// Identity says when it is off.
 	NoSyscallFilter bool
+	// UserNamespace is the host ids a sandbox's ids 0 to Size-1 map to;
+	// nil means DefaultIDRange: the first subordinate range of the user
+	// "layerfs" in /etc/subuid and /etc/subgid when both give it the
+	// same one, else sandbox.DefaultIDRange.
+	UserNamespace *sandbox.IDRange
+	// NoUserNamespace runs commands in the host's user namespace (uid 0
+	// without capabilities), as before user namespaces. It exists to
+	// measure what they cost; Identity says when it is off.
+	NoUserNamespace bool
 	Logger          *slog.Logger
 }
 
@@ -101,7 +110,16 @@ func (p *Platform) newLauncher() *sandbox.Launcher {
 	case warm < 0:
 		warm = 0
 	}
-	return &sandbox.Launcher{Exe: p.opts.Exe, Logger: p.log, NoCgroups: p.opts.NoCgroups, Warm: warm, SyscallFilter: p.filter}
+	var ids *sandbox.IDRange
+	if !p.opts.NoUserNamespace {
+		ids = p.opts.UserNamespace
+		if ids == nil {
+			r := DefaultIDRange(p.log)
+			ids = &r
+		}
+	}
+	return &sandbox.Launcher{Exe: p.opts.Exe, Logger: p.log, NoCgroups: p.opts.NoCgroups, Warm: warm,
+		SyscallFilter: p.filter, UserNamespace: ids}
 }
 
 // Name is "local".
@@ -203,9 +221,18 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 		CPUs:        runtime.NumCPU(),
 		MemoryBytes: int64(si.Totalram) * int64(si.Unit),
 		Runtime:     "layerfs-ns " + runtime.Version(),
-		Details: fmt.Sprintf("cgroup limits: memory %v, pids %v, cpu %v; seccomp: %s; user namespace: none (uid 0 without capabilities)",
-			mem, pids, p.current().CPULimit(), p.filterName()),
+		Details: fmt.Sprintf("cgroup limits: memory %v, pids %v, cpu %v; seccomp: %s; user namespace: %s",
+			mem, pids, p.current().CPULimit(), p.filterName(), p.userNSName()),
 	}, nil
+}
+
+// userNSName says which user namespace execs run in.
+func (p *Platform) userNSName() string {
+	r, err := p.current().UserNS()
+	if err != nil {
+		return "none (uid 0 without capabilities in the host's; " + err.Error() + ")"
+	}
+	return fmt.Sprintf("uid_map %q: uid 0 inside is %d on the host, workspaces id-mapped", r.String(), r.Host)
 }
 
 // filterName says which syscall filter execs run under.

@@ -62,6 +62,26 @@ var cases = map[string]attempt{
 	"chroot":          func([]string) error { return unix.Chroot("/tmp") },
 	"sysctl-hostname": func([]string) error { return unix.Sethostname([]byte("x")) },
 	"write-workspace": tryWriteWorkspace, // allowed: a control
+	"host-root":       tryHostRoot,
+}
+
+// tryHostRoot reads the sandbox's uid_map: uid 0 inside being the host's
+// uid 0 is the "escape"; otherwise the refusal names the host uid.
+func tryHostRoot([]string) error {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return usageError{err}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "0" {
+			if f[1] == "0" {
+				return nil
+			}
+			return fmt.Errorf("uid 0 is host uid %s", f[1])
+		}
+	}
+	return errors.New("uid 0 is not mapped")
 }
 
 func main() {
