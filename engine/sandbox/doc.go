@@ -38,7 +38,9 @@
 //     with no capabilities at all, under the seccomp filter
 //     (Launcher.SyscallFilter, which came in the init's environment) that
 //     the init loaded on that thread just before the fork; the init thread
-//     then keeps only CAP_KILL;
+//     then keeps only CAP_KILL. With Launcher.UserNamespace the fork makes a
+//     new user namespace for the command (see below), whose root has that
+//     namespace's capabilities;
 //  6. reaps every process until the namespace is empty, kills what the
 //     command left behind when it exits (or everything when the timeout
 //     fires: kill(-1) from PID 1 reaches the whole namespace), closes its
@@ -51,6 +53,24 @@
 // both output streams are in: the command's processes are gone by then.
 // The init's own exit, the teardown of its namespaces and the removal of
 // the exec's cgroup finish in the background (Settle waits for them).
+//
+// # User namespaces
+//
+// With Launcher.UserNamespace (platforms/local sets it) the command runs in
+// a user namespace of its own, uid and gid 0 to Size-1 inside being Host
+// to Host+Size-1 outside, while the init stays in the host's: it builds
+// the root and clones the workspace with the host's privileges, and forks
+// the command with CLONE_NEWUSER, writing its uid_map and gid_map. The
+// workspace clone is id-mapped (MOUNT_ATTR_IDMAP) with a user namespace of
+// the same mapping that the launcher makes once (holdUserNS) and hands
+// every init as fd 5, so that the ids on disk are the ids inside. A
+// workspace whose file system cannot be id-mapped (kernel overlayfs) runs
+// its command in the host's user namespace, and the result says why
+// (ExecResult.UserNamespace). The fork runs under the filter: clone's
+// program returns SECCOMP_RET_USER_NOTIF for CLONE_NEWUSER, and the init,
+// which loaded it with a listener, lets its own fork through and answers
+// EPERM to every other (answerNewUser). /, /tmp and /dev/shm are owned by
+// the namespace's root.
 //
 // # Warm inits
 //

@@ -253,6 +253,7 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, m *marks) initReport {
 	m.add("fork")
 	start := time.Now()
 	pid, err := syscall.ForkExec(bin, cfg.Argv, attr)
+	m.add("forked")
 	restore()
 	if err != nil {
 		return notStarted(cfg.Argv[0], err)

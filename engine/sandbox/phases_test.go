@@ -24,7 +24,9 @@ import (
 // test binary itself; LAYERFS_SANDBOX_WARM=n keeps n inits started ahead,
 // LAYERFS_SANDBOX_GAP (a duration) idles between execs, and
 // LAYERFS_SANDBOX_FILTER=1 measures each binary with and without the
-// seccomp filter (the name gets "+seccomp").
+// seccomp filter (the name gets "+seccomp"); LAYERFS_SANDBOX_USERNS=1 adds,
+// for each of those with the filter, one with the default user namespace
+// too ("+seccomp+userns").
 func TestPhases(t *testing.T) {
 	testenv.RequireRoot(t)
 	exes := []string{""}
@@ -40,6 +42,13 @@ func TestPhases(t *testing.T) {
 		for _, exe := range exes {
 			exes = append(exes, exe+"+seccomp")
 		}
+		if os.Getenv("LAYERFS_SANDBOX_USERNS") == "1" {
+			for _, exe := range exes {
+				if strings.HasSuffix(exe, "+seccomp") {
+					exes = append(exes, exe+"+userns")
+				}
+			}
+		}
 	}
 	type acc struct {
 		order  []string
@@ -54,7 +63,8 @@ func TestPhases(t *testing.T) {
 		a := &acc{per: map[string][]time.Duration{}}
 		accs[i] = a
 		warm, _ := strconv.Atoi(os.Getenv("LAYERFS_SANDBOX_WARM"))
-		ls[i] = &Launcher{Exe: strings.TrimSuffix(exe, "+seccomp"), Warm: warm, trace: func(ms []mark, cpu time.Duration) {
+		bin, _, _ := strings.Cut(exe, "+")
+		ls[i] = &Launcher{Exe: bin, Warm: warm, trace: func(ms []mark, cpu time.Duration) {
 			mu.Lock()
 			defer mu.Unlock()
 			a.cpu = append(a.cpu, cpu)
@@ -68,8 +78,12 @@ func TestPhases(t *testing.T) {
 		}}
 	}
 	for i, exe := range exes {
-		if strings.HasSuffix(exe, "+seccomp") {
+		if strings.Contains(exe, "+seccomp") {
 			ls[i].SyscallFilter = filter
+		}
+		if strings.HasSuffix(exe, "+userns") {
+			r := DefaultIDRange
+			ls[i].UserNamespace = &r
 		}
 	}
 	cfg := Config{Workspace: t.TempDir(), Spec: platforms.ExecSpec{Argv: []string{"true"}}}
