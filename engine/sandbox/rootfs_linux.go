@@ -79,8 +79,11 @@ type rootEntry struct {
 // init prepares its root this way long before its exec.
 //
 // owner, when >= 0, is the host uid and gid of the command's root (the
-// root of its user namespace): it owns the tmpfs mounts, so that /, /tmp
-// and /dev/shm are root's inside as they would be without one.
+// root of its user namespace, whose mapping is userNSFD's): it owns the
+// tmpfs mounts, so that /, /tmp and /dev/shm are root's inside as they
+// would be without one, and the runtime's clones are id-mapped where their
+// file system allows it, so that its files are root's too (elsewhere they
+// show as nobody's).
 func prepareRoot(image string, owner int, m *marks) (int, error) {
 	type result struct {
 		ns  int
@@ -100,7 +103,11 @@ func prepareRoot(image string, owner int, m *marks) (int, error) {
 func buildRoot(image string, owner int, m *marks) (ns int, err error) {
 	// The source trees are cloned while this thread still sees the host's
 	// mounts; the clones are detached and can be moved into the new tree.
-	entries, err := rootEntries(image)
+	idmap := -1
+	if owner >= 0 {
+		idmap = userNSFD
+	}
+	entries, err := rootEntries(image, idmap)
 	defer func() {
 		for _, e := range entries {
 			if e.tree >= 0 {
@@ -224,11 +231,11 @@ func ownedBy(owner int) string {
 
 // rootEntries clones the trees that make up the new root: the host runtime
 // when image is empty, else every top-level entry of the image directory.
-func rootEntries(image string) ([]rootEntry, error) {
+func rootEntries(image string, idmap int) ([]rootEntry, error) {
 	if image == "" {
 		var out []rootEntry
 		for _, name := range hostRuntime {
-			e, err := entryAt(unix.AT_FDCWD, "/"+name, name)
+			e, err := entryAt(unix.AT_FDCWD, "/"+name, name, idmap)
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
@@ -253,7 +260,7 @@ func rootEntries(image string) ([]rootEntry, error) {
 		if reserved[name] {
 			continue
 		}
-		e, err := entryAt(int(dir.Fd()), name, name)
+		e, err := entryAt(int(dir.Fd()), name, name, idmap)
 		if err != nil {
 			return out, err
 		}
@@ -266,8 +273,10 @@ func rootEntries(image string) ([]rootEntry, error) {
 }
 
 // entryAt describes path (relative to dirfd) as a root entry, cloning it
-// read-only unless it is a symlink. Symlinks are never followed.
-func entryAt(dirfd int, path, name string) (rootEntry, error) {
+// read-only unless it is a symlink, and id-mapped with the user namespace
+// idmap when that is >= 0 and the file system allows it. Symlinks are never
+// followed.
+func entryAt(dirfd int, path, name string, idmap int) (rootEntry, error) {
 	e := rootEntry{name: name, tree: -1}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirfd, path, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -286,6 +295,9 @@ func entryAt(dirfd int, path, name string) (rootEntry, error) {
 		fd, err := cloneTree(dirfd, path, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0)
 		if err != nil {
 			return e, fmt.Errorf("clone %s: %w", path, err)
+		}
+		if idmap >= 0 {
+			_ = idmapTree(fd, idmap) // else its files are nobody's inside
 		}
 		e.tree, e.isFile = fd, st.Mode&unix.S_IFMT == unix.S_IFREG
 		return e, nil

@@ -421,13 +421,17 @@ func TestRootDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(image, "marker"), []byte("image\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := shell(t.TempDir(), "cat /marker; echo /*; echo x > /marker")
-	cfg.RootDir = image
-	o := run(t, &l, cfg)
-	want := "image\n/dev /lib /lib64 /marker /proc /sys /tmp /usr /workspace\n"
-	if o.stdout != want || !strings.Contains(o.stderr, "Read-only") {
-		t.Errorf("got %q (stderr %q), want %q and a read-only /marker", o.stdout, o.stderr, want)
+	check := func(t *testing.T, l *sandbox.Launcher) {
+		cfg := shell(t.TempDir(), "cat /marker; echo /*; echo x > /marker")
+		cfg.RootDir = image
+		o := run(t, l, cfg)
+		want := "image\n/dev /lib /lib64 /marker /proc /sys /tmp /usr /workspace\n"
+		if o.stdout != want || !strings.Contains(o.stderr, "Read-only") {
+			t.Errorf("got %q (stderr %q), want %q and a read-only /marker", o.stdout, o.stderr, want)
+		}
 	}
+	check(t, &l)
+	t.Run("user namespace", func(t *testing.T) { check(t, userNSLauncher(t, 0)) })
 }
 
 func copyFile(t *testing.T, src, dst string) {

@@ -95,14 +95,20 @@ func cloneWorkspace(workspace string, userns int) (int, error) {
 	if err != nil || userns < 0 {
 		return fd, err
 	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+	if err := idmapTree(fd, userns); err != nil {
 		unix.Close(fd)
 		var st unix.Statfs_t
 		_ = unix.Statfs(workspace, &st)
 		return -1, fmt.Errorf("%w (%s): %w", errNoIDMap, fsName(st.Type), err)
 	}
 	return fd, nil
+}
+
+// idmapTree id-maps every mount of the detached tree fd with the user
+// namespace userns.
+func idmapTree(fd, userns int) error {
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
+	return unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
 }
 
 // fsName names the file systems a workspace is usually on, for messages.

@@ -48,13 +48,13 @@ func TestUserNamespace(t *testing.T) {
 				echo root > root-file; mkdir d; chmod 0700 d
 				echo u > user-file; chown 1000:1000 user-file
 				echo t > /tmp/t; stat -c '%u:%g' /tmp/t /tmp . root-file user-file
-				stat -c '%u' /usr/bin/env`))
+				stat -c "%u" /usr/bin/env`))
 			if o.res.ExitCode != 0 {
 				t.Fatalf("exit %d, stderr %q", o.res.ExitCode, o.stderr)
 			}
 			lines := strings.Fields(strings.TrimSpace(o.stdout))
 			got := strings.Join(lines, " ")
-			wantOut := strings.Join(strings.Fields(want+" "+want+" 0 0 0:0 0:0 0:0 0:0 1000:1000 65534"), " ")
+			wantOut := strings.Join(strings.Fields(want+" "+want+" 0 0 0:0 0:0 0:0 0:0 1000:1000 0"), " ")
 			if got != wantOut {
 				t.Errorf("got  %q\nwant %q\n(stderr %q)", got, wantOut, o.stderr)
 			}
