@@ -54,6 +54,7 @@ func TestPhases(t *testing.T) {
 		order  []string
 		per    map[string][]time.Duration
 		launch []time.Duration
+		wall   []time.Duration
 		cpu    []time.Duration
 	}
 	accs := make([]*acc, len(exes))
@@ -102,6 +103,7 @@ func TestPhases(t *testing.T) {
 			}
 			mu.Lock()
 			accs[i].launch = append(accs[i].launch, res.Launch)
+			accs[i].wall = append(accs[i].wall, res.Wall)
 			mu.Unlock()
 		}
 	}
@@ -112,8 +114,9 @@ func TestPhases(t *testing.T) {
 	defer mu.Unlock()
 	for i, a := range accs {
 		var b strings.Builder
-		fmt.Fprintf(&b, "exe %q: launch median %.3f ms, p10 %.3f ms; init CPU median %.3f ms\n", exes[i],
-			float64(quantile(a.launch, 0.5))/1e6, float64(quantile(a.launch, 0.1))/1e6, float64(quantile(a.cpu, 0.5))/1e6)
+		fmt.Fprintf(&b, "exe %q: launch median %.3f ms, p10 %.3f ms; wall median %.3f ms, p10 %.3f ms; init CPU median %.3f ms\n", exes[i],
+			float64(quantile(a.launch, 0.5))/1e6, float64(quantile(a.launch, 0.1))/1e6,
+			float64(quantile(a.wall, 0.5))/1e6, float64(quantile(a.wall, 0.1))/1e6, float64(quantile(a.cpu, 0.5))/1e6)
 		for _, k := range a.order {
 			fmt.Fprintf(&b, "  %-16s %8.3f ms (p10 %.3f)\n", k, float64(quantile(a.per[k], 0.5))/1e6, float64(quantile(a.per[k], 0.1))/1e6)
 		}
