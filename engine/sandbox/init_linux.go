@@ -120,12 +120,12 @@ func initMain(m *marks) int {
 		unix.Close(ns)
 		ns = -1
 	}
-	var userNS *IDRange // the command's user namespace, if it gets one
-	why := "the launcher has none"
+	var want *IDRange // the command's user namespace, if the launcher has one
 	if cfg.UserNS && hasUserNS {
-		userNS, why = &idRange, ""
+		want = &idRange
 	}
-	if err := setup(&cfg, ns, owner, &userNS, &why, m); err != nil {
+	userNS, why, err := setup(&cfg, ns, owner, want, m)
+	if err != nil {
 		return send(initReport{Error: err.Error()})
 	}
 	r := run(&cfg, ahead, userNS, m)
@@ -139,41 +139,41 @@ func initMain(m *marks) int {
 // setup turns this fresh set of namespaces into the sandbox: network,
 // hostname, the new root (unless ns is one prepared ahead) and the
 // workspace, and the working directory. The workspace is id-mapped for
-// *userNS when that is set; where it cannot be, *userNS is cleared and
-// *why says so.
-func setup(cfg *initConfig, ns, owner int, userNS **IDRange, why *string, m *marks) error {
+// userNS when that is set, which is then the command's user namespace;
+// where it cannot be (or userNS is nil), why says why the command has none.
+func setup(cfg *initConfig, ns, owner int, userNS *IDRange, m *marks) (granted *IDRange, why string, err error) {
 	if ns < 0 {
 		if !cfg.Network {
 			if err := loopbackUp(); err != nil {
-				return fmt.Errorf("bring up lo: %w", err)
+				return nil, "", fmt.Errorf("bring up lo: %w", err)
 			}
 		}
 		unix.Umask(0)
-		var err error
 		if ns, err = prepareRoot(cfg.RootDir, owner, m); err != nil {
-			return err
+			return nil, "", err
 		}
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		unix.Close(ns)
-		return fmt.Errorf("set hostname: %w", err)
+		return nil, "", fmt.Errorf("set hostname: %w", err)
 	}
 	idmap := -1
-	if *userNS != nil {
-		idmap = userNSFD
+	granted, why = userNS, "the launcher has none"
+	if userNS != nil {
+		idmap, why = userNSFD, ""
 	}
 	ws, err := cloneWorkspace(cfg.Workspace, idmap)
 	if errors.Is(err, errNoIDMap) {
-		*userNS, *why = nil, err.Error()
+		granted, why = nil, err.Error()
 		ws, err = cloneWorkspace(cfg.Workspace, -1)
 	}
 	if err != nil {
 		unix.Close(ns)
-		return fmt.Errorf("clone workspace %s: %w", cfg.Workspace, err)
+		return nil, "", fmt.Errorf("clone workspace %s: %w", cfg.Workspace, err)
 	}
 	err = enterRoot(ns, ws, cfg.Dir)
 	m.add("entered")
-	return err
+	return granted, why, err
 }
 
 // loopbackUp sets IFF_UP on lo, the only interface of a new network
