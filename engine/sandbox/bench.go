@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"slices"
 	"time"
 
+	"layerfs.dev/layerfs/internal/stats"
 	"layerfs.dev/layerfs/platforms"
 )
 
@@ -73,14 +73,8 @@ func MeasureOverhead(ctx context.Context, l *Launcher, workspace string, n int, 
 			launch, wall, spawn = append(launch, res.Launch), append(wall, res.Wall), append(spawn, d)
 		}
 	}
-	stat := func(ds []time.Duration) Stat { return Stat{quantile(ds, 0.5), quantile(ds, 0.95)} }
+	stat := func(ds []time.Duration) Stat {
+		return Stat{stats.MedianDuration(ds), stats.PercentileDuration(ds, 95)}
+	}
 	return Overhead{N: n, Launch: stat(launch), Wall: stat(wall), Spawn: stat(spawn)}, nil
-}
-
-// quantile returns the q-quantile of ds (nearest rank).
-func quantile(ds []time.Duration, q float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(q*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/internal/seccomp"
+	"layerfs.dev/layerfs/internal/stats"
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/platforms"
 )
@@ -115,10 +116,10 @@ func TestPhases(t *testing.T) {
 	for i, a := range accs {
 		var b strings.Builder
 		fmt.Fprintf(&b, "exe %q: launch median %.3f ms, p10 %.3f ms; wall median %.3f ms, p10 %.3f ms; init CPU median %.3f ms\n", exes[i],
-			float64(quantile(a.launch, 0.5))/1e6, float64(quantile(a.launch, 0.1))/1e6,
-			float64(quantile(a.wall, 0.5))/1e6, float64(quantile(a.wall, 0.1))/1e6, float64(quantile(a.cpu, 0.5))/1e6)
+			float64(stats.MedianDuration(a.launch))/1e6, float64(stats.PercentileDuration(a.launch, 10))/1e6,
+			float64(stats.MedianDuration(a.wall))/1e6, float64(stats.PercentileDuration(a.wall, 10))/1e6, float64(stats.MedianDuration(a.cpu))/1e6)
 		for _, k := range a.order {
-			fmt.Fprintf(&b, "  %-16s %8.3f ms (p10 %.3f)\n", k, float64(quantile(a.per[k], 0.5))/1e6, float64(quantile(a.per[k], 0.1))/1e6)
+			fmt.Fprintf(&b, "  %-16s %8.3f ms (p10 %.3f)\n", k, float64(stats.MedianDuration(a.per[k]))/1e6, float64(stats.PercentileDuration(a.per[k], 10))/1e6)
 		}
 		t.Log("\n" + b.String())
 	}
