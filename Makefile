@@ -27,7 +27,7 @@ test-lima: ## the lima platform for real: scripts/ensure-lima (QEMU, limactl fro
 cells: build ## the main job: the twelve cells on the local platform, LayerFS vs native, 5 samples; prints the table
 	bin/layerfs cells run --out $(or $(OUT),results/cells-$(shell date +%Y%m%d-%H%M%S)) $(ARGS)
 
-demo: layerfs ## import a directory, make history, diff and check out (scripts/demo)
+demo: build ## import a directory, make history, diff and check out (scripts/demo)
 	scripts/demo
 
 bench-store: layerfs ## dedup growth, capture throughput and fork time against the issue-2 targets

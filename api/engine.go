@@ -33,7 +33,7 @@ type Engine interface {
 	Log(ctx context.Context, project, ref string, limit int) ([]wire.Commit, error)
 	Diff(ctx context.Context, project, from, to, cursor string, limit int) (wire.DiffPage, error)
 	CommitDir(ctx context.Context, project, branch string, req wire.CommitDir) (wire.CommitResult, error)
-	Checkout(ctx context.Context, project, ref, path string) error
+	Checkout(ctx context.Context, project string, req wire.Checkout) (wire.CheckoutResult, error)
 
 	CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (wire.Workspace, error)
 	Workspaces(ctx context.Context) ([]wire.Workspace, error)
@@ -57,7 +57,7 @@ type Engine interface {
 	// ends; it returns when ctx ends or emit fails.
 	WatchWorkspace(ctx context.Context, id, prefix string, emit func([]wire.FileEvent) error) error
 
-	GC(ctx context.Context) (wire.GCResult, error)
+	GC(ctx context.Context, req wire.GCRequest) (wire.GCResult, error)
 	Fsck(ctx context.Context) (wire.FsckReport, error)
 	Stats(ctx context.Context) (wire.StoreStats, error)
 	WriteMetrics(w io.Writer) error

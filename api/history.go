@@ -306,15 +306,20 @@ func (s *Server) checkout(w http.ResponseWriter, r *http.Request) error {
 	if err := hostPath("path", req.Path, true); err != nil {
 		return err
 	}
-	if err := s.eng.Checkout(ctxOf(r), p, req.Ref, req.Path); err != nil {
+	res, err := s.eng.Checkout(ctxOf(r), p, req)
+	if err != nil {
 		return err
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, http.StatusOK, res)
 	return nil
 }
 
 func (s *Server) gc(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.eng.GC(ctxOf(r))
+	var req wire.GCRequest
+	if err := decodeOptional(w, r, &req); err != nil {
+		return err
+	}
+	res, err := s.eng.GC(ctxOf(r), req)
 	if err != nil {
 		return err
 	}

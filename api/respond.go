@@ -49,6 +49,7 @@ var sentinelCodes = []struct {
 	{engine.ErrBusy, http.StatusConflict, wire.CodeBusy},
 	{engine.ErrInvalid, http.StatusBadRequest, wire.CodeInvalid},
 	{engine.ErrUnavailable, http.StatusServiceUnavailable, wire.CodeUnavailable},
+	{engine.ErrCorrupt, http.StatusInternalServerError, wire.CodeCorrupt},
 }
 
 // classify maps err to a status and a typed error. internal is true when the

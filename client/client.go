@@ -36,11 +36,15 @@ func WithToken(token string) Option { return func(c *Client) { c.token = token }
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
 // Dial connects to the daemon at addr ("unix:///path/to/socket", a bare
-// socket path, or "http://host:port") and checks that it speaks this API.
+// socket path, or "http://host:port", which "tcp://host:port" also names)
+// and checks that it speaks this API.
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	c := &Client{}
 	for _, o := range opts {
 		o(c)
+	}
+	if hostPort, ok := strings.CutPrefix(addr, "tcp://"); ok {
+		addr = "http://" + hostPort
 	}
 	switch {
 	case strings.HasPrefix(addr, "unix://") || strings.HasPrefix(addr, "/"):
@@ -70,7 +74,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		}
 		c.base = u.Scheme + "://" + u.Host
 	default:
-		return nil, fmt.Errorf("dial %q: want unix:///path/to/socket or http://host:port", addr)
+		return nil, fmt.Errorf("dial %q: want unix:///path/to/socket, tcp://host:port or http://host:port", addr)
 	}
 	if err := c.get(ctx, "/v1/version", nil, &c.version); err != nil {
 		c.Close()

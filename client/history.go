@@ -134,15 +134,18 @@ func (c *Client) CommitDir(ctx context.Context, project, branch string, req wire
 	return res, c.doJSON(ctx, http.MethodPost, "/v1/projects/"+seg(project)+"/branches/"+seg(branch)+"/commits", nil, req, &res)
 }
 
-// Checkout materializes ref into path, a directory on the daemon's host.
-func (c *Client) Checkout(ctx context.Context, project, ref, path string) error {
-	return c.doJSON(ctx, http.MethodPost, "/v1/projects/"+seg(project)+"/checkout", nil, wire.Checkout{Ref: ref, Path: path}, nil)
+// Checkout materializes req.Ref into req.Path, a directory on the daemon's
+// host (empty or absent unless req.Overwrite).
+func (c *Client) Checkout(ctx context.Context, project string, req wire.Checkout) (wire.CheckoutResult, error) {
+	var res wire.CheckoutResult
+	return res, c.doJSON(ctx, http.MethodPost, "/v1/projects/"+seg(project)+"/checkout", nil, req, &res)
 }
 
-// GC removes what no ref, workspace or retained commit reaches.
-func (c *Client) GC(ctx context.Context) (wire.GCResult, error) {
+// GC removes what no ref, workspace or retained commit reaches (with
+// req.DryRun it only counts).
+func (c *Client) GC(ctx context.Context, req wire.GCRequest) (wire.GCResult, error) {
 	var res wire.GCResult
-	return res, c.doJSON(ctx, http.MethodPost, "/v1/gc", nil, nil, &res)
+	return res, c.doJSON(ctx, http.MethodPost, "/v1/gc", nil, req, &res)
 }
 
 // Fsck checks the Store's integrity.

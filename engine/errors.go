@@ -11,6 +11,7 @@ var (
 	ErrNotFound    = store.ErrNotFound
 	ErrExists      = store.ErrExists
 	ErrBusy        = store.ErrBusy
+	ErrCorrupt     = store.ErrCorrupt
 	ErrInvalid     = errors.New("invalid argument")
 	ErrHeadMoved   = errors.New("branch head moved")
 	ErrUncommitted = errors.New("workspace has uncommitted changes")

@@ -192,13 +192,9 @@ func (e *Engine) ForkBranch(ctx context.Context, project string, req wire.ForkBr
 }
 
 // DeleteBranch removes a branch; its commits stay until GC finds them
-// unreachable. A branch with live workspaces cannot be deleted.
+// unreachable. The Store refuses (ErrBusy) a branch that a workspace stands
+// on, in the same transaction as the delete.
 func (e *Engine) DeleteBranch(ctx context.Context, project, name string) error {
-	for _, w := range e.liveWorkspaces() {
-		if w.rec.Project == project && w.rec.Branch == name {
-			return fmt.Errorf("delete branch %s/%s: workspace %s is open on it: %w", project, name, w.rec.ID, ErrBusy)
-		}
-	}
 	return classify(e.db.DeleteBranch(ctx, project, name))
 }
 
@@ -231,16 +227,17 @@ func (e *Engine) Log(ctx context.Context, project, ref string, limit int) ([]wir
 	return out, nil
 }
 
-func (e *Engine) rootOf(ctx context.Context, project, ref string) (store.ID, error) {
+// rootOf resolves ref to its commit and that commit's root tree.
+func (e *Engine) rootOf(ctx context.Context, project, ref string) (commitID, root store.ID, err error) {
 	id, err := e.db.ResolveRef(ctx, project, ref)
 	if err != nil {
-		return store.ZeroID, classify(err)
+		return store.ZeroID, store.ZeroID, classify(err)
 	}
 	c, err := e.db.Commit(ctx, id)
 	if err != nil {
-		return store.ZeroID, err
+		return store.ZeroID, store.ZeroID, classify(err)
 	}
-	return c.Root, nil
+	return id, c.Root, nil
 }
 
 // Diff compares the trees of two refs, one page at a time.
@@ -248,11 +245,11 @@ func (e *Engine) Diff(ctx context.Context, project, from, to, cursor string, lim
 	if limit < 0 {
 		return wire.DiffPage{}, fmt.Errorf("%w: negative limit", ErrInvalid)
 	}
-	a, err := e.rootOf(ctx, project, from)
+	_, a, err := e.rootOf(ctx, project, from)
 	if err != nil {
 		return wire.DiffPage{}, err
 	}
-	b, err := e.rootOf(ctx, project, to)
+	_, b, err := e.rootOf(ctx, project, to)
 	if err != nil {
 		return wire.DiffPage{}, err
 	}
@@ -291,17 +288,21 @@ func (e *Engine) CommitDir(ctx context.Context, project, branch string, req wire
 	return wire.CommitResult{Commit: p.Commit.String(), Result: publishResult(p.Result), Head: p.Head.String(), Receipt: &r}, nil
 }
 
-// Checkout writes a ref's tree into an empty (or new) directory on this host.
-func (e *Engine) Checkout(ctx context.Context, project, ref, dir string) error {
-	if !filepath.IsAbs(dir) {
-		return fmt.Errorf("%w: checkout path %q must be absolute on the daemon's host", ErrInvalid, dir)
+// Checkout writes a ref's tree into an empty (or new) directory on this
+// host, or over what is there with req.Overwrite.
+func (e *Engine) Checkout(ctx context.Context, project string, req wire.Checkout) (wire.CheckoutResult, error) {
+	if !filepath.IsAbs(req.Path) {
+		return wire.CheckoutResult{}, fmt.Errorf("%w: checkout path %q must be absolute on the daemon's host", ErrInvalid, req.Path)
 	}
-	root, err := e.rootOf(ctx, project, ref)
+	id, root, err := e.rootOf(ctx, project, req.Ref)
 	if err != nil {
-		return err
+		return wire.CheckoutResult{}, err
 	}
-	_, err = commit.Checkout(ctx, e.db, root, dir, nil)
-	return classify(err)
+	st, err := commit.Checkout(ctx, e.db, root, req.Path, &commit.CheckoutOptions{Overwrite: req.Overwrite})
+	if err != nil {
+		return wire.CheckoutResult{}, classify(err)
+	}
+	return wire.CheckoutResult{Commit: id.String(), Path: req.Path, Entries: st.Entries, Files: st.Files, Bytes: st.Bytes}, nil
 }
 
 // storeReceipt fills a receipt's Store fields from a counters delta and the
@@ -320,18 +321,24 @@ func storeReceipt(d store.Counters, st commit.Stats) wire.Receipt {
 	}
 }
 
-// GC removes what no branch, layer or workspace reaches.
-func (e *Engine) GC(ctx context.Context) (wire.GCResult, error) {
+// GC removes what no branch, layer or workspace reaches (counts it only,
+// with req.DryRun).
+func (e *Engine) GC(ctx context.Context, req wire.GCRequest) (wire.GCResult, error) {
 	t0 := time.Now()
-	st, err := e.db.GC(ctx, store.GCOptions{})
+	st, err := e.db.GC(ctx, store.GCOptions{DryRun: req.DryRun, Vacuum: req.Vacuum})
 	if err != nil {
-		return wire.GCResult{}, err
+		return wire.GCResult{}, classify(err)
 	}
 	return wire.GCResult{
 		ObjectsRemoved: st.DeadObjects + st.DeadChunks,
-		BytesReclaimed: st.DiskBefore - st.DiskAfter,
+		BytesReclaimed: st.Reclaimed,
 		PacksRewritten: st.PacksRewritten,
+		PacksDeleted:   st.PacksDeleted,
 		DurationNs:     time.Since(t0).Nanoseconds(),
+		DryRun:         req.DryRun,
+		LiveCommits:    st.LiveCommits,
+		LiveChunks:     st.LiveChunks,
+		DeadChunkBytes: st.DeadChunkBytes,
 	}, nil
 }
 
@@ -339,9 +346,10 @@ func (e *Engine) GC(ctx context.Context) (wire.GCResult, error) {
 func (e *Engine) Fsck(ctx context.Context) (wire.FsckReport, error) {
 	r, err := e.db.Fsck(ctx, nil)
 	if err != nil {
-		return wire.FsckReport{}, err
+		return wire.FsckReport{}, classify(err)
 	}
-	out := wire.FsckReport{OK: r.OK(), Checked: r.Objects + r.Chunks, Problems: []wire.FsckProblem{}}
+	out := wire.FsckReport{OK: r.OK(), Checked: r.Objects + r.Chunks, Problems: []wire.FsckProblem{},
+		Refs: r.Refs, Objects: r.Objects, Chunks: r.Chunks, Bytes: r.Bytes, Packs: r.Packs}
 	for _, p := range r.Problems {
 		out.Problems = append(out.Problems, wire.FsckProblem{Object: idString(p.Object), Where: p.Where, Problem: p.Kind + ": " + p.Detail})
 	}
@@ -364,6 +372,12 @@ func (e *Engine) Stats(ctx context.Context) (wire.StoreStats, error) {
 		DedupRatio:   s.DedupRatio,
 		DBBytes:      s.DBBytes,
 		PackBytes:    s.PackBytes,
+		PackFiles:    int64(s.PackFiles),
 		CacheBytes:   s.CacheBytes,
+		ObjectBytes: map[string]int64{
+			"chunk": s.Chunks.Bytes, "manifest": s.Manifests.Bytes,
+			"tree": s.Trees.Bytes, "commit": s.Commits.Bytes,
+		},
+		Projects: s.Projects, Branches: s.Branches, Layers: s.Layers, Workspaces: s.Workspaces,
 	}, nil
 }

@@ -147,12 +147,18 @@ func Init(ctx context.Context, dir string, opts Options) (*DB, error) {
 	return db, nil
 }
 
+// Exists reports whether dir holds a store (its database file), without
+// opening it.
+func Exists(dir string) bool {
+	st, err := os.Stat(filepath.Join(dir, dbFile))
+	return err == nil && st.Mode().IsRegular()
+}
+
 // Open opens the store in dir, applying pending schema migrations. It fails
 // with ErrNoStore if dir holds no store and with ErrNewerSchema, changing
 // nothing, if the store was written by a newer LayerFS.
 func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
-	st, err := os.Stat(filepath.Join(dir, dbFile))
-	if err != nil || !st.Mode().IsRegular() {
+	if !Exists(dir) {
 		return nil, fmt.Errorf("open store %s: %w", dir, ErrNoStore)
 	}
 	db, err := open(ctx, dir, opts, false)

@@ -286,9 +286,20 @@ func (db *DB) Branches(ctx context.Context, project string) ([]Branch, error) {
 }
 
 // DeleteBranch removes a branch; its commits stay until GC finds them
-// unreachable.
+// unreachable. A branch that a workspace record stands on is refused with
+// ErrBusy, whoever asks: the workspace's next commit would have nowhere to go.
 func (db *DB) DeleteBranch(ctx context.Context, project, name string) error {
 	err := db.withTx(ctx, txWrite, func(tx *tx) error {
+		// A workspace's record says it stands on the branch: its next
+		// commit publishes there. The check and the delete are one
+		// transaction, so no workspace can be created in between.
+		var ws string
+		switch err := tx.row(ctx, `SELECT id FROM workspaces WHERE project = ? AND branch = ? ORDER BY created LIMIT 1`, project, name).Scan(&ws); {
+		case err == nil:
+			return fmt.Errorf("workspace %s stands on it (end it first): %w", ws, ErrBusy)
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
 		err := tx.execOne(ctx, ErrNotFound, `DELETE FROM branches WHERE project = ? AND name = ?`, project, name)
 		if errors.Is(err, ErrNotFound) {
 			// No such branch: say so, unless there is no such project.

@@ -220,3 +220,39 @@ func TestResolveRef(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteBranchUnderWorkspace: a branch a workspace stands on cannot be
+// deleted, by any caller of the Store; once the workspace's record is gone
+// it can.
+func TestDeleteBranchUnderWorkspace(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	c := commitFiles(t, db, ZeroID, "c", map[string][]byte{"a": []byte("a")})
+	if _, err := db.CreateProject(ctx, "p", c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreateBranch(ctx, "p", "other", c); err != nil {
+		t.Fatal(err)
+	}
+	w := Workspace{ID: "ws-1", Project: "p", Branch: DefaultBranch, Base: c, Head: c, MountPath: "/m", UpperDir: "/u", State: "mounted"}
+	if _, err := db.CreateWorkspace(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	err := db.DeleteBranch(ctx, "p", DefaultBranch)
+	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "ws-1") {
+		t.Fatalf("delete of a branch under a workspace = %v, want ErrBusy naming ws-1", err)
+	}
+	if _, err := db.Branch(ctx, "p", DefaultBranch); err != nil {
+		t.Fatalf("the refused delete removed the branch: %v", err)
+	}
+	// Another branch of the same project is not protected.
+	if err := db.DeleteBranch(ctx, "p", "other"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteWorkspace(ctx, "ws-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteBranch(ctx, "p", DefaultBranch); err != nil {
+		t.Fatalf("delete after the workspace ended: %v", err)
+	}
+}

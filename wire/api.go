@@ -3,10 +3,21 @@ package wire
 import "time"
 
 // Checkout is POST /v1/projects/{p}/checkout: materialize Ref into Path, a
-// directory on the daemon's host.
+// directory on the daemon's host that must be empty or absent unless
+// Overwrite (then entries in the way are replaced).
 type Checkout struct {
-	Ref  string `json:"ref"`
-	Path string `json:"path"`
+	Ref       string `json:"ref"`
+	Path      string `json:"path"`
+	Overwrite bool   `json:"overwrite,omitempty"`
+}
+
+// CheckoutResult answers a checkout: the commit written and what it took.
+type CheckoutResult struct {
+	Commit  string `json:"commit"`
+	Path    string `json:"path"`
+	Entries int64  `json:"entries"`
+	Files   int64  `json:"files"`
+	Bytes   int64  `json:"bytes"` // logical file bytes (holes included)
 }
 
 // CodeMethodNotAllowed answers a known path with a method it does not take (405).

@@ -26,6 +26,7 @@ const (
 	CodeTooLarge    = "too_large"           // 413
 	CodeUnavailable = "unavailable"         // 503: shutting down, platform not available
 	CodeInternal    = "internal"            // 500
+	CodeCorrupt     = "corrupt"             // 500: stored data fails its check (run fsck)
 	CodeNoSpace     = "no_space"            // 507: a file system of the Store or a workspace is full
 	// CodeDaemonLost is never sent: the SDK reports it when the connection
 	// to the daemon broke before a response was whole (the daemon crashed
@@ -365,12 +366,26 @@ type QuotaUsage struct {
 	Full       bool  `json:"full,omitempty"`
 }
 
+// GCRequest is the optional body of POST /v1/gc.
+type GCRequest struct {
+	// DryRun marks and counts but deletes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+	// Vacuum also rebuilds the SQLite file to return its free pages.
+	Vacuum bool `json:"vacuum,omitempty"`
+}
+
 // GCResult answers POST /v1/gc.
 type GCResult struct {
-	ObjectsRemoved int64 `json:"objects_removed"`
-	BytesReclaimed int64 `json:"bytes_reclaimed"` // on disk: packs and cache
+	ObjectsRemoved int64 `json:"objects_removed"` // (to be) removed: rows and chunks
+	BytesReclaimed int64 `json:"bytes_reclaimed"` // on disk: packs, cache and database
 	PacksRewritten int   `json:"packs_rewritten"`
+	PacksDeleted   int   `json:"packs_deleted"`
 	DurationNs     int64 `json:"duration_ns"`
+	DryRun         bool  `json:"dry_run,omitempty"`
+	LiveCommits    int64 `json:"live_commits"`
+	LiveChunks     int64 `json:"live_chunks"`
+	// DeadChunkBytes is the payload of the chunks (to be) removed.
+	DeadChunkBytes int64 `json:"dead_chunk_bytes"`
 }
 
 // FsckProblem is one thing fsck found wrong.
@@ -383,8 +398,13 @@ type FsckProblem struct {
 // FsckReport answers POST /v1/fsck.
 type FsckReport struct {
 	OK       bool          `json:"ok"`
-	Checked  int64         `json:"checked"`
+	Checked  int64         `json:"checked"` // Objects + Chunks
 	Problems []FsckProblem `json:"problems"`
+	Refs     int64         `json:"refs"`
+	Objects  int64         `json:"objects"` // manifests, trees and commits
+	Chunks   int64         `json:"chunks"`
+	Bytes    int64         `json:"bytes"` // chunk payload read and verified
+	Packs    int           `json:"packs"`
 }
 
 // StoreStats answers GET /v1/stats.
@@ -395,7 +415,14 @@ type StoreStats struct {
 	DedupRatio   float64          `json:"dedup_ratio"`
 	DBBytes      int64            `json:"db_bytes"`
 	PackBytes    int64            `json:"pack_bytes"`
+	PackFiles    int64            `json:"pack_files"`
 	CacheBytes   int64            `json:"cache_bytes"`
+	// ObjectBytes are the encoded bytes by kind (chunks: payload bytes).
+	ObjectBytes map[string]int64 `json:"object_bytes"`
+	Projects    int64            `json:"projects"`
+	Branches    int64            `json:"branches"`
+	Layers      int64            `json:"layers"`
+	Workspaces  int64            `json:"workspaces"`
 }
 
 // DaemonStatus answers GET /v1/daemon.

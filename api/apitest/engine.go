@@ -374,8 +374,8 @@ func (e *Engine) CommitDir(ctx context.Context, project, branch string, req wire
 }
 
 // Checkout implements api.Engine; the double has no host directories.
-func (e *Engine) Checkout(ctx context.Context, project, ref, path string) error {
-	return fmt.Errorf("checkout to %s: the test engine writes no host directories: %w", path, engine.ErrUnavailable)
+func (e *Engine) Checkout(ctx context.Context, project string, req wire.Checkout) (wire.CheckoutResult, error) {
+	return wire.CheckoutResult{}, fmt.Errorf("checkout to %s: the test engine writes no host directories: %w", req.Path, engine.ErrUnavailable)
 }
 
 // CreateWorkspace implements api.Engine.
@@ -749,7 +749,9 @@ func (e *Engine) GetTar(ctx context.Context, id, p string, w io.Writer) error {
 }
 
 // GC implements api.Engine.
-func (e *Engine) GC(ctx context.Context) (wire.GCResult, error) { return wire.GCResult{}, nil }
+func (e *Engine) GC(ctx context.Context, req wire.GCRequest) (wire.GCResult, error) {
+	return wire.GCResult{DryRun: req.DryRun}, nil
+}
 
 // Fsck implements api.Engine.
 func (e *Engine) Fsck(ctx context.Context) (wire.FsckReport, error) {

@@ -9,16 +9,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
-	"github.com/mattn/go-isatty"
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/commit"
 	"layerfs.dev/layerfs/store"
 )
 
@@ -107,29 +103,6 @@ func (a *app) dir() string {
 	return store.DefaultDir()
 }
 
-// open opens the store; verbs close it when done.
-func (a *app) open(ctx context.Context) (*store.DB, error) {
-	db, err := store.Open(ctx, a.dir(), store.Options{})
-	if errors.Is(err, store.ErrNoStore) {
-		return nil, fmt.Errorf("%w (run: layerfs init --store %s)", err, a.dir())
-	}
-	return db, err
-}
-
-// withDB runs fn on the open store and closes it, keeping fn's error first.
-func (a *app) withDB(ctx context.Context, fn func(db *store.DB) error) (err error) {
-	db, err := a.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := db.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
-	return fn(db)
-}
-
 // emit prints v as JSON with --json, else calls table with a tabwriter.
 func (a *app) emit(v any, table func(w io.Writer)) error {
 	if a.json {
@@ -163,64 +136,6 @@ func showBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
-}
-
-// progress shows a spinner with live counts on stderr while fn runs, when
-// stderr is a terminal; otherwise it only runs fn.
-func (a *app) progress(what string, p *commit.Progress, fn func() error) error {
-	f, ok := a.stderr.(*os.File)
-	if !ok || !isatty.IsTerminal(f.Fd()) {
-		return fn()
-	}
-	bar := progressbar.NewOptions64(-1,
-		progressbar.OptionSetWriter(f),
-		progressbar.OptionSetDescription(what),
-		progressbar.OptionSpinnerType(14),
-		progressbar.OptionClearOnFinish(),
-		progressbar.OptionThrottle(100*time.Millisecond),
-	)
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				bar.Describe(fmt.Sprintf("%s: %d entries, %s", what, p.Entries.Load(), showBytes(p.Bytes.Load())))
-				_ = bar.Add(1)
-			}
-		}
-	}()
-	err := fn()
-	close(done)
-	wg.Wait()
-	_ = bar.Finish()
-	return err
-}
-
-// fsckProgress is a progress bar with a known total for fsck.
-func (a *app) fsckProgress() (func(done, total int), func()) {
-	f, ok := a.stderr.(*os.File)
-	if !ok || !isatty.IsTerminal(f.Fd()) {
-		return nil, func() {}
-	}
-	var bar *progressbar.ProgressBar
-	return func(done, total int) {
-			if bar == nil {
-				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(f), progressbar.OptionSetDescription("fsck"),
-					progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
-			}
-			_ = bar.Set(done)
-		}, func() {
-			if bar != nil {
-				_ = bar.Finish()
-			}
-		}
 }
 
 func author() string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,6 +59,7 @@ type proc struct {
 	t     *testing.T
 	store string
 	bin   string
+	env   []string // added to the environment of every command
 }
 
 func newProc(t *testing.T) *proc {
@@ -80,7 +82,7 @@ func (p *proc) run(args ...string) result {
 	start := time.Now()
 	defer func() { p.t.Logf("layerfs %s: %v", strings.Join(args, " "), time.Since(start).Round(time.Millisecond)) }()
 	cmd := exec.Command(p.bin, append([]string{"--store", p.store}, args...)...)
-	cmd.Env = append(os.Environ(), "LAYERFS_DAEMON=", "LAYERFS_IDLE_EXIT=2m")
+	cmd.Env = append(append(os.Environ(), "LAYERFS_DAEMON=", "LAYERFS_IDLE_EXIT=2m"), p.env...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -117,6 +119,14 @@ func TestDaemonAutoStartStatusStop(t *testing.T) {
 	if r := p.run("daemon", "status"); r.code != 1 || !strings.Contains(r.stderr, "no daemon answers") {
 		t.Errorf("status before start: %+v", r)
 	}
+	// No Store: nothing is started, nothing created.
+	if r := p.run("ws", "list"); r.code != 1 || !strings.Contains(r.stderr, "no store") {
+		t.Errorf("ws list without a store: %+v", r)
+	}
+	if _, err := os.Stat(p.store); err == nil {
+		t.Errorf("a verb without a store created %s", p.store)
+	}
+	p.ok("init")
 	r := p.run("ws", "list")
 	if r.code != 0 || !strings.Contains(r.stderr, "started layerfsd") {
 		t.Fatalf("ws list with no daemon: %+v", r)
@@ -271,5 +281,101 @@ func TestDaemonCrashRecovers(t *testing.T) {
 	p.json(&st2, "daemon", "status")
 	if st2.PID == st.PID || st2.Supervisor != st.Supervisor {
 		t.Errorf("after the crash: daemon %d (was %d), supervisor %d (was %d)", st2.PID, st.PID, st2.Supervisor, st.Supervisor)
+	}
+}
+
+// TestBranchDeleteUnderWorkspace: a branch that a workspace stands on
+// cannot be deleted (busy), and the workspace's next commit still
+// publishes on it. Before the CLI went through the daemon, the delete
+// succeeded and the commit failed with "branch main of demo: not found".
+func TestBranchDeleteUnderWorkspace(t *testing.T) {
+	p := newProc(t)
+	p.ok("init")
+	p.ok("project", "create", "demo")
+	var ws wire.Workspace
+	p.json(&ws, "ws", "create", "demo", "main")
+	r := p.run("branch", "delete", "demo", "main")
+	if r.code == 0 || !strings.Contains(r.stderr, "busy") || !strings.Contains(r.stderr, ws.ID) {
+		t.Errorf("branch delete under a workspace: %+v, want a busy error naming %s", r, ws.ID)
+	}
+	p.ok("ws", "exec", ws.ID, "-c", "echo x > f")
+	var cr wire.CommitResult
+	p.json(&cr, "ws", "commit", ws.ID, "-m", "after the refused delete")
+	if cr.Result != wire.Created {
+		t.Errorf("commit after the refused delete: %+v", cr)
+	}
+	p.ok("ws", "end", ws.ID)
+	p.ok("branch", "delete", "demo", "main")
+}
+
+// TestRemoteDaemon: with $LAYERFS_DAEMON=tcp://... every verb is served by
+// that daemon and its Store; the --store of the command is not touched.
+func TestRemoteDaemon(t *testing.T) {
+	p := newProc(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+	remote := filepath.Join(dir, "remote-store")
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte("remote-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := exec.Command(filepath.Join(binaries(t), "layerfsd"), "serve", "--store", remote, "--tcp", addr, "--token-file", tok)
+	d.Stdout, d.Stderr = os.Stderr, os.Stderr
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = d.Process.Signal(syscall.SIGTERM)
+		_ = d.Wait()
+	})
+	p.env = []string{"LAYERFS_DAEMON=tcp://" + addr, "LAYERFS_TOKEN=remote-secret"}
+	var st wire.DaemonStatus
+	for deadline := time.Now().Add(time.Minute); ; {
+		r := p.run("daemon", "status", "--json")
+		if r.code == 0 {
+			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the remote daemon did not answer: %+v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st.Store != remote {
+		t.Fatalf("daemon status: store %q, want %q", st.Store, remote)
+	}
+	src := filepath.Join(dir, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("f\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.ok("project", "create", "demo", "--from", src)
+	p.ok("branch", "fork", "demo", "dev", "--from", "main")
+	var bs []wire.Branch
+	p.json(&bs, "branch", "list", "demo")
+	if len(bs) != 2 {
+		t.Errorf("branch list over TCP: %+v", bs)
+	}
+	var stats wire.StoreStats
+	p.json(&stats, "stats")
+	if stats.Projects != 1 || stats.Branches != 2 {
+		t.Errorf("stats over TCP: %+v", stats)
+	}
+	if _, err := os.Stat(p.store); err == nil {
+		t.Errorf("the verbs created the local store %s", p.store)
+	}
+	// A wrong token is refused.
+	p.env = []string{"LAYERFS_DAEMON=tcp://" + addr, "LAYERFS_TOKEN=wrong"}
+	if r := p.run("project", "list"); r.code == 0 || !strings.Contains(r.stderr, "unauthorized") {
+		t.Errorf("a wrong token: %+v", r)
 	}
 }

@@ -12,13 +12,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/store"
 )
 
 // Daemon discovery for the verbs that talk to layerfsd:
 //
-//   - $LAYERFS_DAEMON (unix:///path or http://host:port, with $LAYERFS_TOKEN
-//     for TCP) names a daemon explicitly; it is never auto-started.
+//   - $LAYERFS_DAEMON (unix:///path, or tcp://host:port or http://host:port
+//     with $LAYERFS_TOKEN) names a daemon explicitly; it is never
+//     auto-started. Paths the verbs pass (--from, checkout's DIR) are then
+//     paths on that daemon's host.
 //   - Otherwise the daemon of the selected Store answers on
 //     <store>/layerfsd.sock, and verbs that need one start it when nothing
 //     answers there: `layerfsd serve --store DIR --idle-exit 10m` in its own
@@ -58,7 +63,8 @@ func (a *app) dial(ctx context.Context) (*client.Client, error) {
 	return client.Dial(dctx, addr, opts...)
 }
 
-// daemon connects to the daemon, starting the Store's own when none answers.
+// daemon connects to the daemon, starting the Store's own when none answers
+// (never creating a Store: that is init's).
 func (a *app) daemon(ctx context.Context) (*client.Client, error) {
 	c, err := a.dial(ctx)
 	if err == nil {
@@ -68,6 +74,9 @@ func (a *app) daemon(ctx context.Context) (*client.Client, error) {
 	if !own || !(notListening(err) || client.IsDaemonLost(err)) { // lost: it died as we dialled
 		return nil, fmt.Errorf("no daemon answers on %s: %w", addr, err)
 	}
+	if !store.Exists(a.dir()) {
+		return nil, fmt.Errorf("open store %s: %w (run: layerfs init --store %s)", a.dir(), store.ErrNoStore, a.dir())
+	}
 	if a.supervised() {
 		// Its supervisor is starting it again (after a crash): wait.
 		return a.awaitDaemon(ctx, nil, nil)
@@ -76,6 +85,26 @@ func (a *app) daemon(ctx context.Context) (*client.Client, error) {
 		return nil, err
 	}
 	return a.dial(ctx)
+}
+
+// withDaemon runs fn with a client of the (auto-started) daemon.
+func (a *app) withDaemon(cmd *cobra.Command, fn func(c *client.Client) error) error {
+	c, err := a.daemon(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
+// hostPath makes a path given on the command line one the daemon can use:
+// absolute, for the Store's own daemon (it runs on this host); as given, for
+// a daemon named by $LAYERFS_DAEMON (a path on its host). "" stays "".
+func (a *app) hostPath(p string) (string, error) {
+	if _, own := a.daemonAddr(); !own || p == "" {
+		return p, nil
+	}
+	return filepath.Abs(p)
 }
 
 // supervisorLock is layerfsd's SupervisorLockName.

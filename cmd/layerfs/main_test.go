@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	_ "modernc.org/sqlite"
+
+	"layerfs.dev/layerfs/wire"
 )
 
 // cli runs the command in-process against one store.
@@ -70,9 +72,23 @@ func writeFile(t *testing.T, p, s string) {
 	}
 }
 
+// newCLI makes a Store. The verbs run in this process and reach the Store
+// through its daemon, which the first of them starts as a user's would:
+// layerfsd (built for the test) is on PATH. The daemon is stopped at the
+// end of the test.
 func newCLI(t *testing.T) *cli {
+	t.Setenv("PATH", binaries(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("LAYERFS_DAEMON", "")
 	c := &cli{t: t, store: filepath.Join(t.TempDir(), "store")}
 	c.ok("init")
+	t.Cleanup(func() {
+		c.run("daemon", "stop")
+		if t.Failed() {
+			if b, err := os.ReadFile(filepath.Join(c.store, daemonLog)); err == nil {
+				t.Logf("daemon log:\n%s", b)
+			}
+		}
+	})
 	return c
 }
 
@@ -83,13 +99,15 @@ func TestCLIFlow(t *testing.T) {
 	writeFile(t, filepath.Join(src, "pkg/a.go"), "package pkg\n")
 	writeFile(t, filepath.Join(src, "odd\nname"), "x")
 
-	var created struct {
-		Commit string
-		Stats  struct{ Delta struct{ Files int } }
-	}
+	var created wire.Project
 	c.json(&created, "project", "create", "demo", "--from", src, "-m", "import")
-	if created.Stats.Delta.Files != 3 || len(created.Commit) != 64 {
+	if created.Name != "demo" || created.Layers != 1 || created.Branches != 1 {
 		t.Fatalf("project create: %+v", created)
+	}
+	var first []wire.Commit
+	c.json(&first, "log", "demo", "main")
+	if len(first) != 1 || first[0].Stats.Files != 3 || len(first[0].ID) != 64 {
+		t.Fatalf("log of the first layer: %+v", first)
 	}
 	c.ok("project", "create", "empty")
 	var projects []struct {
@@ -135,21 +153,25 @@ func TestCLIFlow(t *testing.T) {
 	if len(log) != 2 || log[0].Message != "add b, drop README" || log[1].Message != "import" {
 		t.Fatalf("log: %+v", log)
 	}
-	var diff struct {
-		Diffs []struct{ Path, Kind string }
-		Next  string
-	}
+	var diff wire.DiffPage
 	c.json(&diff, "diff", "demo", "main", "dev")
 	got := []string{}
-	for _, d := range diff.Diffs {
+	for _, d := range diff.Changes {
 		got = append(got, d.Kind+" "+d.Path)
 	}
 	if strings.Join(got, ",") != "removed README,modified pkg,added pkg/b.go" {
 		t.Errorf("diff: %q", got)
 	}
 	c.json(&diff, "diff", "demo", "main", "dev", "--limit", "1")
-	if len(diff.Diffs) != 1 || diff.Next != "README" {
+	if len(diff.Changes) != 1 || diff.Next != "README" {
 		t.Errorf("diff page 1: %+v", diff)
+	}
+	c.json(&diff, "diff", "demo", "main", "dev", "--limit", "1", "--after", diff.Next)
+	if len(diff.Changes) != 1 || diff.Changes[0].Path != "pkg" {
+		t.Errorf("diff page 2: %+v", diff)
+	}
+	if out := c.ok("log", "demo", "dev", "-n", "1"); strings.Count(out, "\n") != 2 {
+		t.Errorf("log -n 1:\n%s", out)
 	}
 	if out := c.ok("diff", "demo", "main", log[0].ID[:10]); !strings.Contains(out, "added") {
 		t.Errorf("diff by commit prefix:\n%s", out)
@@ -184,12 +206,16 @@ func TestCLIFlow(t *testing.T) {
 	if len(fsck.Problems) != 0 {
 		t.Errorf("fsck: %+v", fsck)
 	}
-	var stats struct {
-		Commits struct{ Count int }
-	}
+	var stats wire.StoreStats
 	c.json(&stats, "stats")
-	if stats.Commits.Count < 3 {
+	if stats.Objects["commit"] < 3 || stats.Projects != 2 || stats.Branches != 2 || stats.Layers != 3 {
 		t.Errorf("stats: %+v", stats)
+	}
+	// dev's commits stay: layer 2 reaches them.
+	var gc wire.GCResult
+	c.json(&gc, "gc", "--dry-run")
+	if !gc.DryRun || gc.ObjectsRemoved != 0 || gc.LiveCommits != 3 {
+		t.Errorf("gc --dry-run: %+v", gc)
 	}
 	c.ok("gc")
 	c.ok("stats")
@@ -204,8 +230,8 @@ func TestCLIBadInput(t *testing.T) {
 
 	c.fail(1, "already exists", "init")
 	c.fail(1, "already exists", "project", "create", "p")
-	c.fail(1, "invalid name", "project", "create", "Not_Valid")
-	c.fail(1, "invalid name", "project", "create", "-", "--from", src)
+	c.fail(1, "not a valid name", "project", "create", "Not_Valid")
+	c.fail(1, "not a valid name", "project", "create", "-", "--from", src)
 	c.fail(1, "no such file or directory", "project", "create", "q", "--from", filepath.Join(src, "missing"))
 	c.fail(1, "not found", "branch", "list", "nope")
 	c.fail(1, "not found", "log", "nope", "main")
@@ -213,7 +239,7 @@ func TestCLIBadInput(t *testing.T) {
 	c.fail(1, "not found", "diff", "p", "main", "layer:7")
 	c.fail(1, "not found", "checkout", "p", "nope", filepath.Join(t.TempDir(), "x"))
 	c.fail(1, "not found", "branch", "fork", "p", "b", "--from", "nope")
-	c.fail(1, "invalid name", "branch", "fork", "p", "B A D", "--from", "main")
+	c.fail(1, "not a valid name", "branch", "fork", "p", "B A D", "--from", "main")
 	c.fail(1, "already exists", "branch", "fork", "p", "main", "--from", "main")
 	c.fail(1, "not found", "branch", "delete", "p", "nope")
 	c.fail(1, "not found", "layer", "add", "p", "nope")
@@ -259,6 +285,9 @@ func TestCLINewerSchema(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// The daemon that opened it is stopped; the next verb starts one,
+	// which refuses the Store.
+	c.ok("daemon", "stop")
 	c.fail(1, "newer", "project", "list")
 	c.fail(1, "newer", "project", "create", "q")
 	c.fail(1, "newer", "fsck")
@@ -299,10 +328,14 @@ func TestCLIGCAndCorruption(t *testing.T) {
 	}
 	c.ok("commit", "p", "big", "--from", work)
 	c.ok("branch", "delete", "p", "big")
-	var gc struct{ Reclaimed int64 }
+	var gc wire.GCResult
+	c.json(&gc, "gc", "--dry-run")
+	if !gc.DryRun || gc.ObjectsRemoved == 0 || gc.DeadChunkBytes < 50<<20 || gc.BytesReclaimed != 0 {
+		t.Errorf("gc --dry-run: %+v, want the 50 MiB counted and nothing reclaimed", gc)
+	}
 	c.json(&gc, "gc")
-	if gc.Reclaimed < 45<<20 {
-		t.Errorf("gc reclaimed %d bytes, want at least 45 MiB", gc.Reclaimed)
+	if gc.BytesReclaimed < 45<<20 {
+		t.Errorf("gc reclaimed %d bytes, want at least 45 MiB", gc.BytesReclaimed)
 	}
 	out := filepath.Join(t.TempDir(), "out")
 	c.ok("checkout", "p", "main", out)

@@ -1,51 +1,41 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/wire"
 )
 
 func gcCmd(a *app) *cobra.Command {
-	var opts store.GCOptions
+	var req wire.GCRequest
 	c := &cobra.Command{
 		Use:   "gc",
 		Short: "Delete objects and pack bytes that no branch, layer or workspace reaches",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			// GC needs the Store to itself: while a daemon serves it, the
-			// daemon collects (its workspaces are roots it knows).
-			if c, err := a.dial(cmd.Context()); err == nil {
-				defer c.Close()
-				if opts.DryRun || opts.Vacuum {
-					return usageError{errors.New("gc --dry-run and --vacuum need the Store to themselves: stop its daemon first (layerfs daemon stop)")}
-				}
-				r, err := c.GC(cmd.Context())
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				r, err := c.GC(cmd.Context(), req)
 				if err != nil {
 					return err
 				}
 				return a.emit(r, func(w io.Writer) {
-					fmt.Fprintf(w, "collected by\tthe daemon\nobjects removed\t%d\npacks rewritten\t%d\nreclaimed\t%s\n", r.ObjectsRemoved, r.PacksRewritten, showBytes(r.BytesReclaimed))
-				})
-			}
-			return a.withDB(cmd.Context(), func(db *store.DB) error {
-				st, err := db.GC(cmd.Context(), opts)
-				if err != nil {
-					return err
-				}
-				return a.emit(st, func(w io.Writer) {
-					fmt.Fprintf(w, "live commits\t%d\nlive chunks\t%d\ndead objects\t%d\ndead chunks\t%d (%s)\n", st.LiveCommits, st.LiveChunks, st.DeadObjects, st.DeadChunks, showBytes(st.DeadChunkBytes))
-					fmt.Fprintf(w, "packs rewritten\t%d\npacks deleted\t%d\ndisk before\t%s\ndisk after\t%s\nreclaimed\t%s\n", st.PacksRewritten, st.PacksDeleted, showBytes(st.DiskBefore), showBytes(st.DiskAfter), showBytes(st.Reclaimed))
+					if r.DryRun {
+						fmt.Fprintln(w, "dry run\tnothing was deleted")
+					}
+					fmt.Fprintf(w, "live commits\t%d\nlive chunks\t%d\ndead objects\t%d\ndead chunk bytes\t%s\n", r.LiveCommits, r.LiveChunks, r.ObjectsRemoved, showBytes(r.DeadChunkBytes))
+					fmt.Fprintf(w, "packs rewritten\t%d\npacks deleted\t%d\nreclaimed\t%s\n", r.PacksRewritten, r.PacksDeleted, showBytes(r.BytesReclaimed))
 				})
 			})
 		},
 	}
-	c.Flags().BoolVar(&opts.DryRun, "dry-run", false, "count what would be deleted, delete nothing")
-	c.Flags().BoolVar(&opts.Vacuum, "vacuum", false, "also rebuild the SQLite file to return free pages")
+	c.Flags().BoolVar(&req.DryRun, "dry-run", false, "count what would be deleted, delete nothing")
+	c.Flags().BoolVar(&req.Vacuum, "vacuum", false, "also rebuild the SQLite file to return free pages")
 	return c
 }
 
@@ -55,25 +45,24 @@ func fsckCmd(a *app) *cobra.Command {
 		Short: "Check SQLite integrity, every reference, every object hash and every pack range",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withDB(cmd.Context(), func(db *store.DB) error {
-				progress, finish := a.fsckProgress()
-				rep, err := db.Fsck(cmd.Context(), progress)
-				finish()
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				rep, err := c.Fsck(cmd.Context())
 				if err != nil {
 					return err
 				}
-				if rep.Problems == nil {
-					rep.Problems = []store.Problem{}
-				}
+				rep.Problems = nonNil(rep.Problems)
 				if err := a.emit(rep, func(w io.Writer) {
 					fmt.Fprintf(w, "refs\t%d\nobjects\t%d\nchunks\t%d\nbytes verified\t%s\npacks\t%d\nproblems\t%d\n", rep.Refs, rep.Objects, rep.Chunks, showBytes(rep.Bytes), rep.Packs, len(rep.Problems))
 					for _, p := range rep.Problems {
-						fmt.Fprintln(w, "  "+p.String())
+						fmt.Fprintf(w, "  %s %s: %s\n", p.Where, p.Object, p.Problem)
 					}
 				}); err != nil {
 					return err
 				}
-				return rep.Err()
+				if !rep.OK {
+					return fmt.Errorf("fsck: %d problems, the first: %s %s: %s", len(rep.Problems), rep.Problems[0].Where, rep.Problems[0].Object, rep.Problems[0].Problem)
+				}
+				return nil
 			})
 		},
 	}
@@ -85,18 +74,15 @@ func statsCmd(a *app) *cobra.Command {
 		Short: "Count objects and show logical vs stored bytes and the dedup ratio",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withDB(cmd.Context(), func(db *store.DB) error {
-				st, err := db.Stats(cmd.Context())
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				st, err := c.Stats(cmd.Context())
 				if err != nil {
 					return err
 				}
 				return a.emit(st, func(w io.Writer) {
 					fmt.Fprintln(w, "OBJECTS\tCOUNT\tBYTES")
-					for _, k := range []struct {
-						name string
-						s    store.KindStats
-					}{{"chunks", st.Chunks}, {"manifests", st.Manifests}, {"trees", st.Trees}, {"commits", st.Commits}} {
-						fmt.Fprintf(w, "%s\t%d\t%s\n", k.name, k.s.Count, showBytes(k.s.Bytes))
+					for _, k := range slices.Sorted(maps.Keys(st.Objects)) {
+						fmt.Fprintf(w, "%s\t%d\t%s\n", k, st.Objects[k], showBytes(st.ObjectBytes[k]))
 					}
 					fmt.Fprintf(w, "\nprojects\t%d\nbranches\t%d\nlayers\t%d\nworkspaces\t%d\n", st.Projects, st.Branches, st.Layers, st.Workspaces)
 					fmt.Fprintf(w, "logical bytes\t%s\nstored bytes\t%s\ndedup ratio\t%.2f\n", showBytes(st.LogicalBytes), showBytes(st.StoredBytes), st.DedupRatio)

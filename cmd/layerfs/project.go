@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/commit"
-	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/wire"
 )
 
 func projectCmd(a *app) *cobra.Command {
@@ -21,29 +21,28 @@ func projectCreateCmd(a *app) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "create NAME [--from DIR]",
 		Short: "Create a project: its first layer (DIR's contents, or empty) and branch main",
-		Args:  args(cobra.ExactArgs(1)),
+		Long: `Create a project: its first layer (DIR's contents, or empty) and branch main.
+DIR is read by the daemon: a path on its host ($LAYERFS_DAEMON's, when set).`,
+		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDB(cmd.Context(), func(db *store.DB) error {
-				var prog commit.Progress
-				var p store.Project
-				var id store.ID
-				var st commit.Stats
-				err := a.progress("import", &prog, func() error {
-					var err error
-					p, id, st, err = commit.CreateProject(cmd.Context(), db, argv[0], from, commit.Meta{Message: msg, Author: author()}, &commit.Options{Progress: &prog})
-					return err
-				})
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				dir, err := a.hostPath(from)
 				if err != nil {
 					return err
 				}
-				out := struct {
-					Project store.Project `json:"project"`
-					Commit  store.ID      `json:"commit"`
-					Stats   commit.Stats  `json:"stats"`
-				}{p, id, st}
-				return a.emit(out, func(w io.Writer) {
-					fmt.Fprintf(w, "created project %s: layer 1 and branch main at %s\n", p.Name, id.Short())
-					fmt.Fprintf(w, "files\t%d\nbytes\t%s\nnew payload\t%s\n", st.Delta.Files, showBytes(st.Delta.Bytes), showBytes(st.NewBytes))
+				p, err := c.CreateProject(cmd.Context(), wire.CreateProject{Name: argv[0], FromPath: dir, Message: msg})
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return a.emit(p, nil)
+				}
+				b, err := c.Branch(cmd.Context(), p.Name, "main")
+				if err != nil {
+					return err
+				}
+				return a.emit(p, func(w io.Writer) {
+					fmt.Fprintf(w, "created project %s: layer 1 and branch main at %s\n", p.Name, short(b.Head))
 				})
 			})
 		},
@@ -59,15 +58,12 @@ func projectListCmd(a *app) *cobra.Command {
 		Short: "List projects",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withDB(cmd.Context(), func(db *store.DB) error {
-				ps, err := db.Projects(cmd.Context())
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				ps, err := c.Projects(cmd.Context())
 				if err != nil {
 					return err
 				}
-				if ps == nil {
-					ps = []store.Project{}
-				}
-				return a.emit(ps, func(w io.Writer) {
+				return a.emit(nonNil(ps), func(w io.Writer) {
 					fmt.Fprintln(w, "NAME\tLAYERS\tBRANCHES\tCREATED")
 					for _, p := range ps {
 						fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", p.Name, p.Layers, p.Branches, showTime(p.Created))

@@ -1,28 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/commit"
-	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/wire"
 )
-
-// rootOf resolves ref to its commit's root tree.
-func rootOf(cmd *cobra.Command, db *store.DB, project, ref string) (store.ID, store.ID, error) {
-	id, err := db.ResolveRef(cmd.Context(), project, ref)
-	if err != nil {
-		return id, id, err
-	}
-	c, err := db.Commit(cmd.Context(), id)
-	if err != nil {
-		return id, id, err
-	}
-	return id, c.Root, nil
-}
 
 func diffCmd(a *app) *cobra.Command {
 	var after string
@@ -32,37 +19,36 @@ func diffCmd(a *app) *cobra.Command {
 		Short: "List paths added, removed, modified or type-changed from the first REF to the second",
 		Args:  args(cobra.ExactArgs(3)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDB(cmd.Context(), func(db *store.DB) error {
-				_, from, err := rootOf(cmd, db, argv[0], argv[1])
-				if err != nil {
-					return err
+			if limit < 0 {
+				return usageError{errors.New("diff: --limit must not be negative")}
+			}
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				// --limit 0 follows the pages to the end.
+				out := wire.DiffPage{Changes: []wire.Change{}}
+				opts := client.DiffOptions{Cursor: after, Limit: limit}
+				for {
+					page, err := c.Diff(cmd.Context(), argv[0], argv[1], argv[2], opts)
+					if err != nil {
+						return err
+					}
+					out.Changes = append(out.Changes, page.Changes...)
+					out.Next = page.Next
+					if limit > 0 || page.Next == "" {
+						break
+					}
+					opts.Cursor = page.Next
 				}
-				_, to, err := rootOf(cmd, db, argv[0], argv[2])
-				if err != nil {
-					return err
-				}
-				diffs, next, err := commit.Diff(cmd.Context(), db, from, to, after, limit)
-				if err != nil {
-					return err
-				}
-				if diffs == nil {
-					diffs = []commit.Difference{}
-				}
-				out := struct {
-					Diffs []commit.Difference `json:"diffs"`
-					Next  string              `json:"next,omitempty"`
-				}{diffs, next}
 				return a.emit(out, func(w io.Writer) {
 					fmt.Fprintln(w, "CHANGE\tTYPE\tPATH")
-					for _, d := range diffs {
-						e := d.New
-						if e == nil {
-							e = d.Old
+					for _, d := range out.Changes {
+						typ := d.NewType
+						if typ == "" {
+							typ = d.OldType
 						}
-						fmt.Fprintf(w, "%s\t%s\t%s\n", d.Kind, e.Type, showPath(d.Path))
+						fmt.Fprintf(w, "%s\t%s\t%s\n", d.Kind, typ, showPath(d.Path))
 					}
-					if next != "" {
-						fmt.Fprintf(w, "(more: --after %s)\n", showPath(next))
+					if out.Next != "" {
+						fmt.Fprintf(w, "(more: --after %s)\n", showPath(out.Next))
 					}
 				})
 			})
@@ -78,29 +64,21 @@ func checkoutCmd(a *app) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "checkout PROJECT REF DIR",
 		Short: "Write REF's tree into DIR (which must be empty or absent unless --force)",
-		Args:  args(cobra.ExactArgs(3)),
+		Long: `Write REF's tree into DIR (which must be empty or absent unless --force).
+DIR is written by the daemon: a path on its host ($LAYERFS_DAEMON's, when set).`,
+		Args: args(cobra.ExactArgs(3)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDB(cmd.Context(), func(db *store.DB) error {
-				id, root, err := rootOf(cmd, db, argv[0], argv[1])
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				dir, err := a.hostPath(argv[2])
 				if err != nil {
 					return err
 				}
-				var prog commit.Progress
-				var st commit.CheckoutStats
-				err = a.progress("checkout", &prog, func() error {
-					st, err = commit.Checkout(cmd.Context(), db, root, argv[2], &commit.CheckoutOptions{Overwrite: force, Progress: &prog})
-					return err
-				})
+				res, err := c.Checkout(cmd.Context(), argv[0], wire.Checkout{Ref: argv[1], Path: dir, Overwrite: force})
 				if err != nil {
 					return err
 				}
-				out := struct {
-					Commit store.ID             `json:"commit"`
-					Dir    string               `json:"dir"`
-					Stats  commit.CheckoutStats `json:"stats"`
-				}{id, argv[2], st}
-				return a.emit(out, func(w io.Writer) {
-					fmt.Fprintf(w, "checked out %s into %s: %d entries, %d files, %s\n", id.Short(), argv[2], st.Entries, st.Files, showBytes(st.Bytes))
+				return a.emit(res, func(w io.Writer) {
+					fmt.Fprintf(w, "checked out %s into %s: %d entries, %d files, %s\n", short(res.Commit), showPath(res.Path), res.Entries, res.Files, showBytes(res.Bytes))
 				})
 			})
 		},
@@ -114,37 +92,35 @@ func commitCmd(a *app) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "commit PROJECT BRANCH --from DIR [-m MSG]",
 		Short: "Capture DIR as the next commit on BRANCH (compare-and-swap on its head)",
-		Args:  args(cobra.ExactArgs(2)),
+		Long: `Capture DIR as the next commit on BRANCH (compare-and-swap on its head).
+DIR is read by the daemon: a path on its host ($LAYERFS_DAEMON's, when set).`,
+		Args: args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			if from == "" {
-				return usageError{fmt.Errorf("commit: --from DIR is required")}
+				return usageError{errors.New("commit: --from DIR is required")}
 			}
-			if _, err := os.Stat(from); err != nil {
-				return err
-			}
-			return a.withDB(cmd.Context(), func(db *store.DB) error {
-				var prog commit.Progress
-				var p commit.Published
-				var st commit.Stats
-				err := a.progress("commit", &prog, func() error {
-					var err error
-					p, st, err = commit.CommitDir(cmd.Context(), db, argv[0], argv[1], from, commit.Meta{Message: msg, Author: author()}, &commit.Options{Progress: &prog})
-					return err
-				})
+			return a.withDaemon(cmd, func(c *client.Client) error {
+				dir, err := a.hostPath(from)
 				if err != nil {
 					return err
 				}
-				out := struct {
-					commit.Published
-					Stats commit.Stats `json:"stats"`
-				}{p, st}
-				if err := a.emit(out, func(w io.Writer) {
-					fmt.Fprintf(w, "%s: %s on %s/%s\n", p.Result, p.Commit.Short(), argv[0], argv[1])
-					fmt.Fprintf(w, "files read\t%d\nbytes read\t%s\nnew payload\t%s\n", st.Files, showBytes(st.Bytes), showBytes(st.NewBytes))
+				res, err := c.CommitDir(cmd.Context(), argv[0], argv[1], wire.CommitDir{FromPath: dir, Message: msg, Author: author()})
+				if err != nil {
+					return err
+				}
+				if err := a.emit(res, func(w io.Writer) {
+					fmt.Fprintf(w, "%s: %s on %s/%s\n", res.Result, short(res.Commit), argv[0], argv[1])
+					if r := res.Receipt; r != nil {
+						fmt.Fprintf(w, "new payload\t%s\nreused payload\t%s\n", showBytes(r.NewBytes), showBytes(r.ReusedBytes))
+					}
 				}); err != nil {
 					return err
 				}
-				return p.Err()
+				if res.Result == wire.HeadMoved {
+					return fmt.Errorf("commit %s/%s: %w", argv[0], argv[1], &wire.Error{Code: wire.CodeHeadMoved,
+						Message: "the branch head moved to " + short(res.Head) + " while the directory was read; commit " + short(res.Commit) + " is stored but not published"})
+				}
+				return nil
 			})
 		},
 	}

@@ -31,16 +31,6 @@ func wsCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-// withDaemon runs fn with a client of the (auto-started) daemon.
-func (a *app) withDaemon(cmd *cobra.Command, fn func(c *client.Client) error) error {
-	c, err := a.daemon(cmd.Context())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return fn(c)
-}
-
 // withWorkspace runs fn with workspace id, looked up in the (auto-started)
 // daemon.
 func (a *app) withWorkspace(cmd *cobra.Command, id string, fn func(ws *client.Workspace) error) error {

@@ -198,7 +198,7 @@ func TestCrashMatrix(t *testing.T) {
 					err = w2.End(ctx, client.EndOptions{})
 				}
 			case "gc":
-				_, err = c.GC(ctx)
+				_, err = c.GC(ctx, wire.GCRequest{})
 			case "upload":
 				err = ws.Upload(ctx, upload, fmt.Sprintf("up%d", i%2))
 			}

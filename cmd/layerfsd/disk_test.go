@@ -115,7 +115,7 @@ func testFullDisk(t *testing.T, dataPath string) {
 	if res := sh(a, "rm big"); res.ExitCode != 0 {
 		t.Fatalf("rm: %+v", res)
 	}
-	if _, err := c.GC(ctx); err != nil {
+	if _, err := c.GC(ctx, wire.GCRequest{}); err != nil {
 		out, _ := exec.Command("sh", "-c", "df -h "+mnt+"; du -sh "+mnt+"/store/* "+mnt+"/store/workspaces/*/*; ls -la "+mnt+"/store/packs").CombinedOutput()
 		t.Fatalf("gc: %v\n%s", err, out)
 	}
