@@ -19,10 +19,12 @@
 // # Errors
 //
 // Every error is {"error": {"code": ..., "message": ...}} (wire.ErrorBody).
-// Engine errors are mapped with errors.Is on the engine's sentinels: not
+// Errors are mapped by their class (package errclass, which every layer's
+// errors wrap and which holds the one table of codes and statuses): not
 // found 404, exists, head moved, uncommitted changes and busy 409, invalid
-// 400, unavailable 503. Anything else is logged and answered with a generic
-// 500, so internal details do not leak to clients.
+// 400, unavailable 503, no space 507, corrupt 500 with its message.
+// Anything else is logged and answered with a generic 500, so internal
+// details do not leak to clients.
 //
 // # Streaming execs
 //

@@ -9,7 +9,7 @@ import (
 )
 
 // Engine is what the API needs from LayerFS's engine (*engine.Engine). Errors
-// wrap the engine's sentinels (engine.ErrNotFound, ...) so that handlers can
+// wrap error classes (errclass.NotFound, ...) so that handlers can
 // map them to statuses.
 //
 // Paths given to the file methods are relative to the workspace root, slash

@@ -11,73 +11,45 @@ import (
 	"strings"
 	"syscall"
 
-	"layerfs.dev/layerfs/engine"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
-// apiError is an error the handlers answer as is.
-type apiError struct {
-	status int
-	code   string
-	msg    string
-}
-
-func (e *apiError) Error() string { return e.msg }
-
 func invalid(format string, args ...any) error {
-	return &apiError{http.StatusBadRequest, wire.CodeInvalid, fmt.Sprintf(format, args...)}
+	return errclass.Errorf(errclass.Invalid, format, args...)
 }
 
 func tooLarge(format string, args ...any) error {
-	return &apiError{http.StatusRequestEntityTooLarge, wire.CodeTooLarge, fmt.Sprintf(format, args...)}
+	return errclass.Errorf(errclass.TooLarge, format, args...)
 }
 
 func unavailable(format string, args ...any) error {
-	return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, fmt.Sprintf(format, args...)}
+	return errclass.Errorf(errclass.Unavailable, format, args...)
 }
 
-// sentinelCodes maps engine sentinels to statuses, in the order checked.
-var sentinelCodes = []struct {
-	err    error
-	status int
-	code   string
-}{
-	{engine.ErrNotFound, http.StatusNotFound, wire.CodeNotFound},
-	{engine.ErrExists, http.StatusConflict, wire.CodeExists},
-	{engine.ErrHeadMoved, http.StatusConflict, wire.CodeHeadMoved},
-	{engine.ErrUncommitted, http.StatusConflict, wire.CodeUncommitted},
-	{engine.ErrBusy, http.StatusConflict, wire.CodeBusy},
-	{engine.ErrInvalid, http.StatusBadRequest, wire.CodeInvalid},
-	{engine.ErrUnavailable, http.StatusServiceUnavailable, wire.CodeUnavailable},
-	{engine.ErrCorrupt, http.StatusInternalServerError, wire.CodeCorrupt},
-}
-
-// classify maps err to a status and a typed error. internal is true when the
-// message must not reach the client.
+// classify maps err to its class's status and a typed error (package
+// errclass holds the one table). internal is true when the message must not
+// reach the client.
 func classify(err error) (status int, e wire.Error, internal bool) {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		return ae.status, wire.Error{Code: ae.code, Message: ae.msg}, false
-	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return http.StatusRequestEntityTooLarge, wire.Error{Code: wire.CodeTooLarge,
 			Message: fmt.Sprintf("request body exceeds the limit of %d bytes", mbe.Limit)}, false
 	}
-	for _, sc := range sentinelCodes {
-		if errors.Is(err, sc.err) {
-			return sc.status, wire.Error{Code: sc.code, Message: err.Error()}, false
-		}
-	}
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+	c := errclass.Of(err)
+	switch c {
+	case errclass.Internal:
+		return c.Status(), wire.Error{Code: c.Code()}, true
+	case errclass.NoSpace:
 		// The details name host paths; the daemon's log has them.
-		return http.StatusInsufficientStorage, wire.Error{Code: wire.CodeNoSpace,
+		return c.Status(), wire.Error{Code: c.Code(),
 			Message: "a file system of the Store or of a workspace is full (" + noSpaceErrno(err).Error() + "): nothing was published; free space (remove files, end workspaces, run gc) and retry"}, false
 	}
+	msg := err.Error()
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return http.StatusServiceUnavailable, wire.Error{Code: wire.CodeUnavailable, Message: "request canceled: " + err.Error()}, false
+		msg = "request canceled: " + msg
 	}
-	return http.StatusInternalServerError, wire.Error{Code: wire.CodeInternal}, true
+	return c.Status(), wire.Error{Code: c.Code(), Message: msg}, false
 }
 
 // noSpaceErrno is the errno that says which limit was hit.
@@ -99,11 +71,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("internal error", "id", id, "method", r.Method, "path", r.URL.Path, "err", err)
 		e.Message = "internal error; the daemon's log has the details under request id " + id
 	}
-	writeError(w, status, e.Code, e.Message)
+	writeJSON(w, status, wire.ErrorBody{Error: e})
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, wire.ErrorBody{Error: wire.Error{Code: code, Message: msg}})
+// writeError answers an error of class c with msg.
+func writeError(w http.ResponseWriter, c *errclass.Class, msg string) {
+	writeJSON(w, c.Status(), wire.ErrorBody{Error: wire.Error{Code: c.Code(), Message: msg}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

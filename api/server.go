@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Limits of request bodies.
@@ -220,7 +221,7 @@ func (s *Server) requireToken(token string, next http.Handler) http.Handler {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="layerfsd"`)
-			writeError(w, http.StatusUnauthorized, wire.CodeUnauth, "missing or wrong bearer token")
+			writeError(w, errclass.Unauthorized, "missing or wrong bearer token")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -231,7 +232,7 @@ func (s *Server) requireToken(token string, next http.Handler) http.Handler {
 // (".", ".." or empty segments) with a clear 400, then routes.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if msg := badURLPath(r.URL.Path); msg != "" {
-		writeError(w, http.StatusBadRequest, wire.CodeInvalid, msg)
+		writeError(w, errclass.Invalid, msg)
 		return
 	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
@@ -249,11 +250,11 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(probe, r)
 	if probe.status == http.StatusMethodNotAllowed {
 		w.Header().Set("Allow", probe.header.Get("Allow"))
-		writeError(w, http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed,
+		writeError(w, errclass.MethodNotAllowed,
 			"method "+r.Method+" is not allowed on "+r.URL.Path+" (allowed: "+probe.header.Get("Allow")+")")
 		return
 	}
-	writeError(w, http.StatusNotFound, wire.CodeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
+	writeError(w, errclass.NotFound, "no such route: "+r.Method+" "+r.URL.Path)
 }
 
 // headerProbe records what the mux's own not-found or not-allowed handler

@@ -22,8 +22,8 @@ import (
 
 	"layerfs.dev/layerfs/api"
 	"layerfs.dev/layerfs/api/apitest"
-	"layerfs.dev/layerfs/engine"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 var _ api.Engine = (*apitest.Engine)(nil)
@@ -699,13 +699,17 @@ func TestErrorMapping(t *testing.T) {
 		status int
 		code   string
 	}{
-		{fmt.Errorf("x: %w", engine.ErrNotFound), 404, wire.CodeNotFound},
-		{fmt.Errorf("x: %w", engine.ErrExists), 409, wire.CodeExists},
-		{fmt.Errorf("x: %w", engine.ErrHeadMoved), 409, wire.CodeHeadMoved},
-		{fmt.Errorf("x: %w", engine.ErrUncommitted), 409, wire.CodeUncommitted},
-		{fmt.Errorf("x: %w", engine.ErrBusy), 409, wire.CodeBusy},
-		{fmt.Errorf("x: %w", engine.ErrInvalid), 400, wire.CodeInvalid},
-		{fmt.Errorf("x: %w", engine.ErrUnavailable), 503, wire.CodeUnavailable},
+		{fmt.Errorf("x: %w", errclass.NotFound), 404, wire.CodeNotFound},
+		{fmt.Errorf("x: %w", errclass.Exists), 409, wire.CodeExists},
+		{fmt.Errorf("x: %w", errclass.HeadMoved), 409, wire.CodeHeadMoved},
+		{fmt.Errorf("x: %w", errclass.Uncommitted), 409, wire.CodeUncommitted},
+		{fmt.Errorf("x: %w", errclass.Busy), 409, wire.CodeBusy},
+		{fmt.Errorf("x: %w", errclass.Invalid), 400, wire.CodeInvalid},
+		{fmt.Errorf("x: %w", errclass.Unavailable), 503, wire.CodeUnavailable},
+		{fmt.Errorf("name %q: %w", "X", errclass.New(errclass.Invalid, "invalid name")), 400, wire.CodeInvalid},
+		{errclass.Errorf(errclass.Busy, "delete branch: workspace %s stands on it", "ws-1"), 409, wire.CodeBusy},
+		{fmt.Errorf("read chunk: %w", errclass.New(errclass.Corrupt, "corrupt object")), 500, wire.CodeCorrupt},
+		{fmt.Errorf("exec: %w", context.Canceled), 503, wire.CodeUnavailable},
 		{errors.New("disk on fire at /secret/path"), 500, wire.CodeInternal},
 		{&os.PathError{Op: "write", Path: "/secret/pack", Err: syscall.ENOSPC}, 507, wire.CodeNoSpace},
 	} {
@@ -718,7 +722,10 @@ func TestErrorMapping(t *testing.T) {
 		if strings.Contains(e.Message, "secret") {
 			t.Errorf("message %q leaks a host path", e.Message)
 		}
-		if c.status == 500 && (strings.Contains(e.Message, "secret") || !strings.Contains(e.Message, r.header.Get("X-Request-Id"))) {
+		if c.code != wire.CodeInternal && c.code != wire.CodeNoSpace && !strings.Contains(e.Message, c.err.Error()) {
+			t.Errorf("message %q lacks the error's own %q", e.Message, c.err.Error())
+		}
+		if c.code == wire.CodeInternal && (strings.Contains(e.Message, "secret") || !strings.Contains(e.Message, r.header.Get("X-Request-Id"))) {
 			t.Errorf("500 message %q leaks or lacks the request id", e.Message)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Client talks to one daemon. It is safe for concurrent use.
@@ -152,27 +153,7 @@ func responseError(resp *http.Response) error {
 	if msg == "" {
 		msg = resp.Status
 	}
-	return &wire.Error{Code: codeForStatus(resp.StatusCode), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg)}
-}
-
-func codeForStatus(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return wire.CodeInvalid
-	case http.StatusUnauthorized:
-		return wire.CodeUnauth
-	case http.StatusNotFound:
-		return wire.CodeNotFound
-	case http.StatusConflict:
-		return wire.CodeBusy
-	case http.StatusRequestEntityTooLarge:
-		return wire.CodeTooLarge
-	case http.StatusServiceUnavailable:
-		return wire.CodeUnavailable
-	case http.StatusInsufficientStorage:
-		return wire.CodeNoSpace
-	}
-	return wire.CodeInternal
+	return &wire.Error{Code: errclass.FromStatus(resp.StatusCode).Code(), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg)}
 }
 
 // doJSON sends in (when not nil) as JSON and decodes the answer into out
@@ -217,40 +198,48 @@ func Code(err error) string {
 	return ""
 }
 
-// IsNotFound reports whether err is a not_found API error.
-func IsNotFound(err error) bool { return Code(err) == wire.CodeNotFound }
+// The IsX helpers tell an error's class (package errclass): an API error
+// unwraps to the class of its code, so errors.Is(err, errclass.NotFound)
+// is the same test as IsNotFound(err).
 
-// IsExists reports whether err is an already_exists API error.
-func IsExists(err error) bool { return Code(err) == wire.CodeExists }
+// IsNotFound reports whether err is a not_found error.
+func IsNotFound(err error) bool { return errors.Is(err, errclass.NotFound) }
 
-// IsHeadMoved reports whether err is a head_moved API error.
-func IsHeadMoved(err error) bool { return Code(err) == wire.CodeHeadMoved }
+// IsExists reports whether err is an already_exists error.
+func IsExists(err error) bool { return errors.Is(err, errclass.Exists) }
 
-// IsUncommitted reports whether err is an uncommitted_changes API error.
-func IsUncommitted(err error) bool { return Code(err) == wire.CodeUncommitted }
+// IsHeadMoved reports whether err is a head_moved error.
+func IsHeadMoved(err error) bool { return errors.Is(err, errclass.HeadMoved) }
 
-// IsBusy reports whether err is a busy API error.
-func IsBusy(err error) bool { return Code(err) == wire.CodeBusy }
+// IsUncommitted reports whether err is an uncommitted_changes error.
+func IsUncommitted(err error) bool { return errors.Is(err, errclass.Uncommitted) }
 
-// IsInvalid reports whether err is an invalid_argument API error.
-func IsInvalid(err error) bool { return Code(err) == wire.CodeInvalid }
+// IsBusy reports whether err is a busy error.
+func IsBusy(err error) bool { return errors.Is(err, errclass.Busy) }
 
-// IsUnauthorized reports whether err is an unauthorized API error.
-func IsUnauthorized(err error) bool { return Code(err) == wire.CodeUnauth }
+// IsInvalid reports whether err is an invalid_argument error.
+func IsInvalid(err error) bool { return errors.Is(err, errclass.Invalid) }
 
-// IsTooLarge reports whether err is a too_large API error.
-func IsTooLarge(err error) bool { return Code(err) == wire.CodeTooLarge }
+// IsUnauthorized reports whether err is an unauthorized error.
+func IsUnauthorized(err error) bool { return errors.Is(err, errclass.Unauthorized) }
 
-// IsUnavailable reports whether err is an unavailable API error.
-func IsUnavailable(err error) bool { return Code(err) == wire.CodeUnavailable }
+// IsTooLarge reports whether err is a too_large error.
+func IsTooLarge(err error) bool { return errors.Is(err, errclass.TooLarge) }
 
-// IsNoSpace reports whether err is a no_space API error: a file system of
-// the Store or of a workspace is full.
-func IsNoSpace(err error) bool { return Code(err) == wire.CodeNoSpace }
+// IsUnavailable reports whether err is an unavailable error.
+func IsUnavailable(err error) bool { return errors.Is(err, errclass.Unavailable) }
+
+// IsNoSpace reports whether err is a no_space error: a file system of the
+// Store or of a workspace is full.
+func IsNoSpace(err error) bool { return errors.Is(err, errclass.NoSpace) }
+
+// IsCorrupt reports whether err is a corrupt error: stored data failed its
+// check (run fsck).
+func IsCorrupt(err error) bool { return errors.Is(err, errclass.Corrupt) }
 
 // IsDaemonLost reports whether the connection to the daemon broke during
 // the call (wire.CodeDaemonLost): its outcome is unknown.
-func IsDaemonLost(err error) bool { return Code(err) == wire.CodeDaemonLost }
+func IsDaemonLost(err error) bool { return errors.Is(err, errclass.DaemonLost) }
 
 // lostOr turns err into a daemon_lost error when it says that an open
 // connection to the daemon broke (and ctx did not end it); a daemon that

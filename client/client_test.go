@@ -19,6 +19,7 @@ import (
 	"layerfs.dev/layerfs/api/apitest"
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 func dial(t *testing.T) *client.Client {
@@ -126,8 +127,8 @@ func TestErrors(t *testing.T) {
 	if _, err := a.Exec(ctx, "echo", client.ExecOptions{Timeout: -time.Second}); !client.IsInvalid(err) || !strings.Contains(err.Error(), "timeout_ms") {
 		t.Errorf("negative timeout: %v", err)
 	}
-	if _, err := c.Workspace(ctx, "ws-ffffff"); !client.IsNotFound(err) {
-		t.Errorf("unknown workspace: %v", err)
+	if _, err := c.Workspace(ctx, "ws-ffffff"); !client.IsNotFound(err) || !errors.Is(err, errclass.NotFound) || errors.Is(err, errclass.Exists) {
+		t.Errorf("unknown workspace: %v, want the class errclass.NotFound", err)
 	}
 	if _, err := a.ReadFile(ctx, "../etc/passwd"); !client.IsInvalid(err) {
 		t.Errorf("read ../etc/passwd: %v", err)

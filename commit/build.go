@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Change is one edit of a tree, as a workspace hands it to Build.
@@ -41,8 +42,8 @@ type Change struct {
 
 // Errors of Build.
 var (
-	ErrInvalidPath   = errors.New("invalid path")
-	ErrInvalidChange = errors.New("invalid change")
+	ErrInvalidPath   = errclass.New(errclass.Invalid, "invalid path")
+	ErrInvalidChange = errclass.New(errclass.Invalid, "invalid change")
 )
 
 // ValidPath checks a change path: relative, slash-separated, no empty, "."

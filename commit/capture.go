@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Writer stores new objects; *store.Batch implements it. PutChunk must not
@@ -60,8 +61,9 @@ type Stats struct {
 	Delta store.CommitStats `json:"delta"`
 }
 
-// ErrChanged is wrapped when a file changes while it is being captured.
-var ErrChanged = errors.New("file changed during capture")
+// ErrChanged is wrapped when a file changes while it is being captured
+// (class busy: the capture may be tried again).
+var ErrChanged = errclass.New(errclass.Busy, "file changed during capture")
 
 // hostEntry turns an lstat result into an entry (without content and xattrs).
 func hostEntry(name string, st *unix.Stat_t) (store.Entry, error) {

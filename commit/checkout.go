@@ -12,11 +12,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // ErrNotEmpty is returned by Checkout for a non-empty target directory
 // unless CheckoutOptions.Overwrite is set.
-var ErrNotEmpty = errors.New("target directory is not empty")
+var ErrNotEmpty = errclass.New(errclass.Invalid, "target directory is not empty")
 
 // CheckoutOptions tune Checkout.
 type CheckoutOptions struct {

@@ -2,11 +2,11 @@ package commit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // The outcomes of Publish; they are the store's compare-and-swap outcomes.
@@ -17,8 +17,8 @@ const (
 )
 
 // ErrHeadMoved is what Published.Err returns for HeadMoved, for callers
-// that treat a lost race as an error.
-var ErrHeadMoved = errors.New("branch head moved")
+// that treat a lost race as an error: the class errclass.HeadMoved itself.
+var ErrHeadMoved = errclass.HeadMoved
 
 // Published is the result of Publish.
 type Published struct {

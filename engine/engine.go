@@ -18,6 +18,7 @@ import (
 	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Config is what an Engine is made of. The commands in cmd/ wire it.
@@ -216,7 +217,7 @@ func (e *Engine) checkOpen() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closing {
-		return fmt.Errorf("the daemon is shutting down: %w", ErrUnavailable)
+		return fmt.Errorf("the daemon is shutting down: %w", errclass.Unavailable)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"layerfs.dev/layerfs/platforms/local"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 func TestMain(m *testing.M) {
@@ -121,8 +122,8 @@ func testWorkspaceLifecycle(t *testing.T, path string) {
 	if len(st.Changes) == 0 || st.UpperBytes == 0 {
 		t.Fatalf("status shows no change: %+v", st)
 	}
-	if err := e.EndWorkspace(ctx, ws.ID, false); !errors.Is(err, engine.ErrUncommitted) {
-		t.Fatalf("end with changes: %v, want ErrUncommitted", err)
+	if err := e.EndWorkspace(ctx, ws.ID, false); !errors.Is(err, errclass.Uncommitted) {
+		t.Fatalf("end with changes: %v, want errclass.Uncommitted", err)
 	}
 	cr, err := e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{Message: "add a"})
 	if err != nil || cr.Result != wire.Created {
@@ -197,7 +198,7 @@ func testIsolationAndHeadMoved(t *testing.T, path string) {
 	if out, _ := run(t, e, b.ID, "cat only-b"); out != "b\n" {
 		t.Fatalf("after head-moved the workspace reads %q", out)
 	}
-	if err := e.EndWorkspace(ctx, b.ID, false); !errors.Is(err, engine.ErrUncommitted) {
+	if err := e.EndWorkspace(ctx, b.ID, false); !errors.Is(err, errclass.Uncommitted) {
 		t.Fatalf("end after head-moved: %v", err)
 	}
 	// The stored commit can be forked.
@@ -226,7 +227,7 @@ func TestBadRequests(t *testing.T) {
 		{Project: "p", Branch: "main", MountPath: "relative/path"},
 	} {
 		_, err := e.CreateWorkspace(ctx, spec)
-		if !errors.Is(err, engine.ErrInvalid) && !errors.Is(err, engine.ErrNotFound) {
+		if !errors.Is(err, errclass.Invalid) && !errors.Is(err, errclass.NotFound) {
 			t.Errorf("create %+v: %v, want invalid or not found", spec, err)
 		}
 	}
@@ -241,14 +242,14 @@ func TestBadRequests(t *testing.T) {
 		{Body: "true", Dir: "../etc"},
 		{Body: "true", Env: []string{"NOEQUALS"}},
 	} {
-		if _, err := e.Exec(ctx, ws.ID, req, nil, nil); !errors.Is(err, engine.ErrInvalid) {
-			t.Errorf("exec %+v: %v, want ErrInvalid", req, err)
+		if _, err := e.Exec(ctx, ws.ID, req, nil, nil); !errors.Is(err, errclass.Invalid) {
+			t.Errorf("exec %+v: %v, want errclass.Invalid", req, err)
 		}
 	}
-	if _, err := e.Exec(ctx, "ws-nope", wire.ExecRequest{Body: "true"}, nil, nil); !errors.Is(err, engine.ErrNotFound) {
+	if _, err := e.Exec(ctx, "ws-nope", wire.ExecRequest{Body: "true"}, nil, nil); !errors.Is(err, errclass.NotFound) {
 		t.Errorf("exec in an unknown workspace: %v", err)
 	}
-	if err := e.WriteFile(ctx, ws.ID, "../x", 0o644, strings.NewReader("x")); !errors.Is(err, engine.ErrInvalid) {
+	if err := e.WriteFile(ctx, ws.ID, "../x", 0o644, strings.NewReader("x")); !errors.Is(err, errclass.Invalid) {
 		t.Errorf("upload with ..: %v", err)
 	}
 	st, _ := e.WorkspaceStatus(ctx, ws.ID)
@@ -277,7 +278,7 @@ func TestNativeWorkspace(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(ws.MountPath, "f")); err != nil || string(b) != "x\n" {
 		t.Fatalf("native file %q %v", b, err)
 	}
-	if _, err := e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{}); !errors.Is(err, engine.ErrInvalid) {
+	if _, err := e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{}); !errors.Is(err, errclass.Invalid) {
 		t.Fatalf("commit of a native workspace: %v", err)
 	}
 	if err := e.EndWorkspace(ctx, ws.ID, false); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"layerfs.dev/layerfs/fswatch"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // WatchWorkspace reports the changes below the directory prefix of a
@@ -31,11 +32,11 @@ func (e *Engine) WatchWorkspace(ctx context.Context, id, prefix string, emit fun
 	fw, err := fswatch.Watch(mount, fswatch.Options{Prefix: rel})
 	switch {
 	case errors.Is(err, syscall.ENOENT):
-		return fmt.Errorf("watch %q: %w", relOrRoot(rel), ErrNotFound)
+		return fmt.Errorf("watch %q: %w", relOrRoot(rel), errclass.NotFound)
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EXDEV):
-		return fmt.Errorf("%w: watch %q: not a directory inside the workspace", ErrInvalid, relOrRoot(rel))
+		return fmt.Errorf("%w: watch %q: not a directory inside the workspace", errclass.Invalid, relOrRoot(rel))
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EMFILE):
-		return fmt.Errorf("%w: watch %s: the host's inotify limits are reached (fs.inotify.max_user_watches, max_user_instances): %v", ErrUnavailable, id, err)
+		return fmt.Errorf("%w: watch %s: the host's inotify limits are reached (fs.inotify.max_user_watches, max_user_instances): %v", errclass.Unavailable, id, err)
 	case err != nil:
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // maxTimeout bounds what a request may ask for.
@@ -19,19 +20,19 @@ func (e *Engine) execSpec(req wire.ExecRequest) (platforms.ExecSpec, error) {
 	var s platforms.ExecSpec
 	switch {
 	case len(req.Argv) > 0 && req.Body != "":
-		return s, fmt.Errorf("%w: give argv or body, not both", ErrInvalid)
+		return s, fmt.Errorf("%w: give argv or body, not both", errclass.Invalid)
 	case len(req.Argv) > 0:
 		s.Argv = req.Argv
 	case req.Body != "":
 		s.Argv = platforms.ShellArgv(req.Body)
 	default:
-		return s, fmt.Errorf("%w: an exec needs argv or body", ErrInvalid)
+		return s, fmt.Errorf("%w: an exec needs argv or body", errclass.Invalid)
 	}
 	if req.TimeoutMs < 0 || time.Duration(req.TimeoutMs)*time.Millisecond > maxTimeout {
-		return s, fmt.Errorf("%w: timeout_ms %d: want 0 (default) to %d", ErrInvalid, req.TimeoutMs, maxTimeout.Milliseconds())
+		return s, fmt.Errorf("%w: timeout_ms %d: want 0 (default) to %d", errclass.Invalid, req.TimeoutMs, maxTimeout.Milliseconds())
 	}
 	if req.OutputLimit < 0 || req.MemoryBytes < 0 || req.Pids < 0 || req.MilliCPUs < 0 || req.OpenFiles < 0 {
-		return s, fmt.Errorf("%w: limits must not be negative", ErrInvalid)
+		return s, fmt.Errorf("%w: limits must not be negative", errclass.Invalid)
 	}
 	dir, err := cleanRel(req.Dir)
 	if err != nil {
@@ -41,7 +42,7 @@ func (e *Engine) execSpec(req wire.ExecRequest) (platforms.ExecSpec, error) {
 	s.Env = req.Env
 	for _, kv := range req.Env {
 		if i := bytes.IndexByte([]byte(kv), '='); i <= 0 {
-			return s, fmt.Errorf("%w: env entry %q is not KEY=VALUE", ErrInvalid, kv)
+			return s, fmt.Errorf("%w: env entry %q is not KEY=VALUE", errclass.Invalid, kv)
 		}
 	}
 	if req.Stdin != nil {
@@ -60,7 +61,7 @@ func (e *Engine) execSpec(req wire.ExecRequest) (platforms.ExecSpec, error) {
 		s.GID = *req.GID
 	}
 	if s.UID < 0 || s.GID < 0 {
-		return s, fmt.Errorf("%w: negative uid or gid", ErrInvalid)
+		return s, fmt.Errorf("%w: negative uid or gid", errclass.Invalid)
 	}
 	s.MemoryBytes = req.MemoryBytes
 	s.Pids = req.Pids
@@ -74,7 +75,7 @@ func (e *Engine) startExec() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closing {
-		return fmt.Errorf("the daemon is shutting down: %w", ErrUnavailable)
+		return fmt.Errorf("the daemon is shutting down: %w", errclass.Unavailable)
 	}
 	e.execs.Add(1)
 	e.metrics.running.Add(1)
@@ -106,7 +107,7 @@ func (e *Engine) Exec(ctx context.Context, id string, req wire.ExecRequest, stdo
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.sb == nil {
-		return wire.ExecResult{}, fmt.Errorf("%w: workspace %s ended", ErrNotFound, id)
+		return wire.ExecResult{}, fmt.Errorf("%w: workspace %s ended", errclass.NotFound, id)
 	}
 	t0 := time.Now()
 	sqlBefore := e.db.Counters()

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Paths in requests are relative to a workspace's root and never trusted:
@@ -25,14 +27,14 @@ import (
 // the root itself.
 func cleanRel(p string) (string, error) {
 	if strings.ContainsRune(p, 0) {
-		return "", fmt.Errorf("%w: path contains NUL", ErrInvalid)
+		return "", fmt.Errorf("%w: path contains NUL", errclass.Invalid)
 	}
 	if strings.HasPrefix(p, "/") {
-		return "", fmt.Errorf("%w: path %q is absolute; paths are relative to the workspace", ErrInvalid, p)
+		return "", fmt.Errorf("%w: path %q is absolute; paths are relative to the workspace", errclass.Invalid, p)
 	}
 	for _, c := range strings.Split(p, "/") {
 		if c == ".." {
-			return "", fmt.Errorf("%w: path %q contains ..", ErrInvalid, p)
+			return "", fmt.Errorf("%w: path %q contains ..", errclass.Invalid, p)
 		}
 	}
 	c := path.Clean(p)
@@ -59,7 +61,7 @@ func beneath(root int, rel string, flags int, mode uint32) (*os.File, error) {
 			continue
 		}
 		if err == unix.EXDEV {
-			return nil, fmt.Errorf("%w: %q leads outside the workspace (through a symlink or ..)", ErrInvalid, rel)
+			return nil, fmt.Errorf("%w: %q leads outside the workspace (through a symlink or ..)", errclass.Invalid, rel)
 		}
 		if err != nil {
 			return nil, pathError(rel, err)
@@ -72,10 +74,10 @@ func beneath(root int, rel string, flags int, mode uint32) (*os.File, error) {
 func pathError(rel string, err error) error {
 	switch {
 	case errors.Is(err, syscall.ENOENT):
-		return fmt.Errorf("%q: %w", rel, ErrNotFound)
+		return fmt.Errorf("%q: %w", rel, errclass.NotFound)
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ELOOP),
 		errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.ENOTEMPTY):
-		return fmt.Errorf("%w: %q: %v", ErrInvalid, rel, err)
+		return fmt.Errorf("%w: %q: %v", errclass.Invalid, rel, err)
 	}
 	return fmt.Errorf("%q: %w", rel, err)
 }
@@ -126,7 +128,7 @@ func mkdirAll(root int, rel string, mode uint32) error {
 // written, so a failed or interrupted upload leaves rel as it was.
 func writeFile(root int, rel string, mode fs.FileMode, r io.Reader) error {
 	if rel == "" {
-		return fmt.Errorf("%w: a file path is required", ErrInvalid)
+		return fmt.Errorf("%w: a file path is required", errclass.Invalid)
 	}
 	dir, base := path.Split(rel)
 	dir = strings.TrimSuffix(dir, "/")
@@ -140,7 +142,7 @@ func writeFile(root int, rel string, mode fs.FileMode, r io.Reader) error {
 	defer d.Close()
 	var st unix.Stat_t
 	if err := unix.Fstatat(int(d.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%w: %q exists and is not a regular file", ErrInvalid, rel)
+		return fmt.Errorf("%w: %q exists and is not a regular file", errclass.Invalid, rel)
 	}
 	tmp := fmt.Sprintf(".%s.upload-%d", base, time.Now().UnixNano())
 	if len(tmp) > 255 {
@@ -182,7 +184,7 @@ func openRegular(root int, rel string) (*os.File, int64, error) {
 	}
 	if !st.Mode().IsRegular() {
 		f.Close()
-		return nil, 0, fmt.Errorf("%w: %q is a %s, not a regular file", ErrInvalid, rel, fileKind(st.Mode()))
+		return nil, 0, fmt.Errorf("%w: %q is a %s, not a regular file", errclass.Invalid, rel, fileKind(st.Mode()))
 	}
 	return f, st.Size(), nil
 }
@@ -227,7 +229,7 @@ func checkTar(r io.Reader) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: malformed tar: %v", ErrInvalid, err)
+			return fmt.Errorf("%w: malformed tar: %v", errclass.Invalid, err)
 		}
 		name, err := tarName(h.Name)
 		if err != nil {
@@ -235,7 +237,7 @@ func checkTar(r io.Reader) error {
 		}
 		for p := name; p != "."; p = path.Dir(p) {
 			if p != name && links[p] {
-				return fmt.Errorf("%w: tar entry %q is below the symlink %q", ErrInvalid, h.Name, p)
+				return fmt.Errorf("%w: tar entry %q is below the symlink %q", errclass.Invalid, h.Name, p)
 			}
 		}
 		switch h.Typeflag {
@@ -243,18 +245,18 @@ func checkTar(r io.Reader) error {
 		case tar.TypeSymlink:
 			t := h.Linkname
 			if strings.HasPrefix(t, "/") {
-				return fmt.Errorf("%w: tar symlink %q points to the absolute path %q", ErrInvalid, h.Name, t)
+				return fmt.Errorf("%w: tar symlink %q points to the absolute path %q", errclass.Invalid, h.Name, t)
 			}
 			if j := path.Join(path.Dir(name), t); j == ".." || strings.HasPrefix(j, "../") {
-				return fmt.Errorf("%w: tar symlink %q points outside (%q)", ErrInvalid, h.Name, t)
+				return fmt.Errorf("%w: tar symlink %q points outside (%q)", errclass.Invalid, h.Name, t)
 			}
 			links[name] = true
 		case tar.TypeLink:
 			if _, err := tarName(h.Linkname); err != nil || h.Linkname == "" {
-				return fmt.Errorf("%w: tar hard link %q to %q", ErrInvalid, h.Name, h.Linkname)
+				return fmt.Errorf("%w: tar hard link %q to %q", errclass.Invalid, h.Name, h.Linkname)
 			}
 		default:
-			return fmt.Errorf("%w: tar entry %q has type %q; only files, directories and links are accepted", ErrInvalid, h.Name, h.Typeflag)
+			return fmt.Errorf("%w: tar entry %q has type %q; only files, directories and links are accepted", errclass.Invalid, h.Name, h.Typeflag)
 		}
 	}
 }
@@ -275,7 +277,7 @@ func extractTar(root int, dir string, r io.Reader) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%w: malformed tar: %v", ErrInvalid, err)
+			return fmt.Errorf("%w: malformed tar: %v", errclass.Invalid, err)
 		}
 		name, err := tarName(h.Name)
 		if err != nil {

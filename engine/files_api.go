@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // withRoot runs fn with the root of a live workspace opened for beneath
@@ -41,7 +43,7 @@ func (e *Engine) WriteFile(ctx context.Context, id, path string, mode fs.FileMod
 		return err
 	}
 	if mode&^fs.ModePerm != 0 {
-		return fmt.Errorf("%w: mode %v: only permission bits", ErrInvalid, mode)
+		return fmt.Errorf("%w: mode %v: only permission bits", errclass.Invalid, mode)
 	}
 	if mode == 0 {
 		mode = 0o644

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // TestListPages: every page size walks the same tree in the same order,
@@ -72,17 +74,17 @@ func TestListStatStayInside(t *testing.T) {
 		t.Errorf("stat root = %+v, %v", fi, err)
 	}
 	for _, p := range []string{"abs-out", "rel-out", "abs-out/secret"} {
-		if page, err := listBelow(ctx, root, p, true, "", 0); !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrNotFound) {
+		if page, err := listBelow(ctx, root, p, true, "", 0); !errors.Is(err, errclass.Invalid) && !errors.Is(err, errclass.NotFound) {
 			t.Errorf("list %s: %+v, %v (want refused)", p, page, err)
 		}
 	}
-	if _, err := statBelow(root, "rel-out/secret"); !errors.Is(err, ErrInvalid) {
+	if _, err := statBelow(root, "rel-out/secret"); !errors.Is(err, errclass.Invalid) {
 		t.Errorf("stat through rel-out: %v", err)
 	}
-	if _, err := statBelow(root, "missing"); !errors.Is(err, ErrNotFound) {
+	if _, err := statBelow(root, "missing"); !errors.Is(err, errclass.NotFound) {
 		t.Errorf("stat missing: %v", err)
 	}
-	if _, err := listBelow(ctx, root, "sub/inside", false, "", 0); !errors.Is(err, ErrInvalid) {
+	if _, err := listBelow(ctx, root, "sub/inside", false, "", 0); !errors.Is(err, errclass.Invalid) {
 		t.Errorf("list of a file: %v", err)
 	}
 	// A symlink to a directory inside is followed only when named as the

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // fileTree lists every path under dir with its kind and content, for
@@ -95,8 +97,8 @@ func TestCleanRel(t *testing.T) {
 		if tc.bad != (err != nil) || (!tc.bad && got != tc.want) {
 			t.Errorf("cleanRel(%q) = %q, %v; want %q, bad=%v", tc.in, got, err, tc.want, tc.bad)
 		}
-		if tc.bad && !errors.Is(err, ErrInvalid) {
-			t.Errorf("cleanRel(%q) error %v does not wrap ErrInvalid", tc.in, err)
+		if tc.bad && !errors.Is(err, errclass.Invalid) {
+			t.Errorf("cleanRel(%q) error %v does not wrap errclass.Invalid", tc.in, err)
 		}
 	}
 }
@@ -105,11 +107,11 @@ func TestReadWriteRefuseEscapes(t *testing.T) {
 	ws, outside, root := workspaceWithTraps(t)
 	before := fileTree(t, filepath.Dir(ws))
 	for _, p := range []string{"abs-out/secret", "rel-out/secret", "abs-out/new", "rel-out/new"} {
-		if _, _, err := openRegular(root, p); !errors.Is(err, ErrInvalid) {
-			t.Errorf("read %q: got %v, want ErrInvalid (escape)", p, err)
+		if _, _, err := openRegular(root, p); !errors.Is(err, errclass.Invalid) {
+			t.Errorf("read %q: got %v, want errclass.Invalid (escape)", p, err)
 		}
-		if err := writeFile(root, p, 0o644, strings.NewReader("x")); !errors.Is(err, ErrInvalid) {
-			t.Errorf("write %q: got %v, want ErrInvalid (escape)", p, err)
+		if err := writeFile(root, p, 0o644, strings.NewReader("x")); !errors.Is(err, errclass.Invalid) {
+			t.Errorf("write %q: got %v, want errclass.Invalid (escape)", p, err)
 		}
 	}
 	if err := writeFile(root, "abs-out", 0o644, strings.NewReader("x")); err == nil {
@@ -133,11 +135,11 @@ func TestReadWriteRefuseEscapes(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(ws, "new/dir/file")); err != nil || string(b) != "hello" {
 		t.Fatalf("written file: %q %v", b, err)
 	}
-	if _, _, err := openRegular(root, "missing"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("missing file: %v, want ErrNotFound", err)
+	if _, _, err := openRegular(root, "missing"); !errors.Is(err, errclass.NotFound) {
+		t.Fatalf("missing file: %v, want errclass.NotFound", err)
 	}
-	if _, _, err := openRegular(root, "sub"); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("reading a directory as a file: %v, want ErrInvalid", err)
+	if _, _, err := openRegular(root, "sub"); !errors.Is(err, errclass.Invalid) {
+		t.Fatalf("reading a directory as a file: %v, want errclass.Invalid", err)
 	}
 }
 
@@ -183,8 +185,8 @@ func TestTarRefusesEscapesBeforeWriting(t *testing.T) {
 			before := fileTree(t, filepath.Dir(ws))
 			data := makeTar(t, good, bad)
 			err := checkTar(bytes.NewReader(data))
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("checkTar: got %v, want ErrInvalid", err)
+			if !errors.Is(err, errclass.Invalid) {
+				t.Fatalf("checkTar: got %v, want errclass.Invalid", err)
 			}
 			if !sameTree(before, fileTree(t, filepath.Dir(ws))) {
 				t.Fatalf("disk changed")
@@ -194,8 +196,8 @@ func TestTarRefusesEscapesBeforeWriting(t *testing.T) {
 	}
 	t.Run("entry below a symlink of the same archive", func(t *testing.T) {
 		data := makeTar(t, tarEntry{name: "l", link: "sub", typ: tar.TypeSymlink}, tarEntry{name: "l/x", body: "x", typ: tar.TypeReg})
-		if err := checkTar(bytes.NewReader(data)); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("got %v, want ErrInvalid", err)
+		if err := checkTar(bytes.NewReader(data)); !errors.Is(err, errclass.Invalid) {
+			t.Fatalf("got %v, want errclass.Invalid", err)
 		}
 	})
 	t.Run("extract through a workspace symlink that escapes", func(t *testing.T) {
@@ -205,8 +207,8 @@ func TestTarRefusesEscapesBeforeWriting(t *testing.T) {
 		if err := checkTar(bytes.NewReader(data)); err != nil {
 			t.Fatalf("checkTar cannot see the workspace: %v", err)
 		}
-		if err := extractTar(root, "", bytes.NewReader(data)); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("extract: got %v, want ErrInvalid", err)
+		if err := extractTar(root, "", bytes.NewReader(data)); !errors.Is(err, errclass.Invalid) {
+			t.Fatalf("extract: got %v, want errclass.Invalid", err)
 		}
 		if !sameTree(before, fileTree(t, filepath.Join(filepath.Dir(ws), "outside"))) {
 			t.Fatalf("outside changed")
@@ -265,7 +267,7 @@ func TestTarRoundTrip(t *testing.T) {
 	if err := writeTar(root, "abs-out", io.Discard); err != nil {
 		t.Fatalf("a symlink itself is downloadable as a link: %v", err)
 	}
-	if err := writeTar(root, "abs-out/secret", io.Discard); !errors.Is(err, ErrInvalid) {
+	if err := writeTar(root, "abs-out/secret", io.Discard); !errors.Is(err, errclass.Invalid) {
 		t.Fatalf("download through an escaping link: %v", err)
 	}
 }
@@ -296,7 +298,7 @@ func TestFailedUploadLeavesFileAsItWas(t *testing.T) {
 	if !sameTree(before, fileTree(t, ws)) {
 		t.Fatalf("a failed upload changed the workspace:\n%v\n%v", before, fileTree(t, ws))
 	}
-	if err := writeFile(root, "sub", 0o644, strings.NewReader("x")); !errors.Is(err, ErrInvalid) {
+	if err := writeFile(root, "sub", 0o644, strings.NewReader("x")); !errors.Is(err, errclass.Invalid) {
 		t.Fatalf("uploading over a directory: %v", err)
 	}
 	if err := writeFile(root, "keep", 0o600, strings.NewReader("new")); err != nil {

@@ -11,23 +11,15 @@ import (
 	"layerfs.dev/layerfs/commit"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
-// classify wraps store and commit errors that mean "bad request" in
-// ErrInvalid, so the API answers 400 for them rather than 500.
+// classify gives a host file system error that carries no class (a
+// missing directory named in a request) the class not found; store and
+// commit errors carry their own classes.
 func classify(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrInvalid), errors.Is(err, ErrNotFound), errors.Is(err, ErrExists):
-		return err
-	case errors.Is(err, store.ErrInvalidName), errors.Is(err, store.ErrAmbiguous),
-		errors.Is(err, commit.ErrInvalidPath), errors.Is(err, commit.ErrNotEmpty):
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	case errors.Is(err, commit.ErrHeadMoved):
-		return fmt.Errorf("%w: %w", ErrHeadMoved, err)
-	case errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	if err != nil && errors.Is(err, os.ErrNotExist) && errclass.Of(err) == errclass.Internal {
+		return fmt.Errorf("%w: %w", errclass.NotFound, err)
 	}
 	return err
 }
@@ -75,14 +67,14 @@ func publishResult(r store.Publish) string {
 // existing directory.
 func hostDir(p, what string) (string, error) {
 	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("%w: %s %q must be an absolute path on the daemon's host", ErrInvalid, what, p)
+		return "", fmt.Errorf("%w: %s %q must be an absolute path on the daemon's host", errclass.Invalid, what, p)
 	}
 	st, err := os.Stat(p)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", what, classify(err))
 	}
 	if !st.IsDir() {
-		return "", fmt.Errorf("%w: %s %q is not a directory", ErrInvalid, what, p)
+		return "", fmt.Errorf("%w: %s %q is not a directory", errclass.Invalid, what, p)
 	}
 	return filepath.Clean(p), nil
 }
@@ -192,7 +184,7 @@ func (e *Engine) ForkBranch(ctx context.Context, project string, req wire.ForkBr
 }
 
 // DeleteBranch removes a branch; its commits stay until GC finds them
-// unreachable. The Store refuses (ErrBusy) a branch that a workspace stands
+// unreachable. The Store refuses (errclass.Busy) a branch that a workspace stands
 // on, in the same transaction as the delete.
 func (e *Engine) DeleteBranch(ctx context.Context, project, name string) error {
 	return classify(e.db.DeleteBranch(ctx, project, name))
@@ -214,7 +206,7 @@ func (e *Engine) Commit(ctx context.Context, project, ref string) (wire.Commit, 
 // Log lists commits from ref back through their parents, newest first.
 func (e *Engine) Log(ctx context.Context, project, ref string, limit int) ([]wire.Commit, error) {
 	if limit < 0 {
-		return nil, fmt.Errorf("%w: negative limit", ErrInvalid)
+		return nil, fmt.Errorf("%w: negative limit", errclass.Invalid)
 	}
 	es, err := commit.Log(ctx, e.db, project, ref, limit)
 	if err != nil {
@@ -243,7 +235,7 @@ func (e *Engine) rootOf(ctx context.Context, project, ref string) (commitID, roo
 // Diff compares the trees of two refs, one page at a time.
 func (e *Engine) Diff(ctx context.Context, project, from, to, cursor string, limit int) (wire.DiffPage, error) {
 	if limit < 0 {
-		return wire.DiffPage{}, fmt.Errorf("%w: negative limit", ErrInvalid)
+		return wire.DiffPage{}, fmt.Errorf("%w: negative limit", errclass.Invalid)
 	}
 	_, a, err := e.rootOf(ctx, project, from)
 	if err != nil {
@@ -292,7 +284,7 @@ func (e *Engine) CommitDir(ctx context.Context, project, branch string, req wire
 // host, or over what is there with req.Overwrite.
 func (e *Engine) Checkout(ctx context.Context, project string, req wire.Checkout) (wire.CheckoutResult, error) {
 	if !filepath.IsAbs(req.Path) {
-		return wire.CheckoutResult{}, fmt.Errorf("%w: checkout path %q must be absolute on the daemon's host", ErrInvalid, req.Path)
+		return wire.CheckoutResult{}, fmt.Errorf("%w: checkout path %q must be absolute on the daemon's host", errclass.Invalid, req.Path)
 	}
 	id, root, err := e.rootOf(ctx, project, req.Ref)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // wsOptions are the workspace settings kept in the Store record's Options.
@@ -136,7 +137,7 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 			return wire.Workspace{}, err
 		}
 	} else if spec.Project != "" || spec.Branch != "" || spec.At != "" {
-		return wire.Workspace{}, fmt.Errorf("%w: a native workspace has no project, branch or ref", ErrInvalid)
+		return wire.Workspace{}, fmt.Errorf("%w: a native workspace has no project, branch or ref", errclass.Invalid)
 	}
 	rec.MountPath = filepath.Join(dir, "mnt")
 	if opts.Native {
@@ -187,18 +188,18 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 	o := wsOptions{Platform: spec.Platform, Network: spec.Network, Native: spec.Native,
 		QuotaBytes: spec.QuotaBytes, QuotaInodes: spec.QuotaInodes}
 	if o.QuotaBytes < 0 || o.QuotaInodes < 0 || (o.QuotaInodes > 0 && o.QuotaBytes == 0) {
-		return o, fmt.Errorf("%w: quota: bytes and inodes must not be negative, and inodes need bytes", ErrInvalid)
+		return o, fmt.Errorf("%w: quota: bytes and inodes must not be negative, and inodes need bytes", errclass.Invalid)
 	}
 	if o.Platform == "" {
 		o.Platform = e.defaultPlat
 	}
 	if _, ok := e.plats[o.Platform]; !ok {
-		return o, fmt.Errorf("%w: unknown platform %q (this daemon has %v)", ErrInvalid, o.Platform, e.Platforms())
+		return o, fmt.Errorf("%w: unknown platform %q (this daemon has %v)", errclass.Invalid, o.Platform, e.Platforms())
 	}
 	switch {
 	case o.Native:
 		if spec.DataPath != "" {
-			return o, fmt.Errorf("%w: a native workspace has no data path", ErrInvalid)
+			return o, fmt.Errorf("%w: a native workspace has no data path", errclass.Invalid)
 		}
 	case spec.DataPath == "":
 		o.DataPath = e.dataPath
@@ -211,25 +212,25 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 		o.DataPath = spec.DataPath
 		if o.DataPath == wire.DataPathOverlay {
 			if err := e.overlayCheck(); err != nil {
-				return o, fmt.Errorf("%w: data path overlay: %v", ErrUnavailable, err)
+				return o, fmt.Errorf("%w: data path overlay: %v", errclass.Unavailable, err)
 			}
 		}
 	default:
-		return o, fmt.Errorf("%w: data path %q: want %q or %q", ErrInvalid, spec.DataPath, wire.DataPathFUSE, wire.DataPathOverlay)
+		return o, fmt.Errorf("%w: data path %q: want %q or %q", errclass.Invalid, spec.DataPath, wire.DataPathFUSE, wire.DataPathOverlay)
 	}
 	switch o.Network {
 	case "":
 		o.Network = wire.NetworkNone
 	case wire.NetworkNone, wire.NetworkHost:
 	default:
-		return o, fmt.Errorf("%w: network %q: want %q or %q", ErrInvalid, o.Network, wire.NetworkNone, wire.NetworkHost)
+		return o, fmt.Errorf("%w: network %q: want %q or %q", errclass.Invalid, o.Network, wire.NetworkNone, wire.NetworkHost)
 	}
 	if !o.Native {
 		if err := store.ValidName(spec.Project); err != nil {
-			return o, fmt.Errorf("%w: project: %w", ErrInvalid, err)
+			return o, fmt.Errorf("%w: project: %w", errclass.Invalid, err)
 		}
 		if err := store.ValidName(spec.Branch); err != nil {
-			return o, fmt.Errorf("%w: branch: %w", ErrInvalid, err)
+			return o, fmt.Errorf("%w: branch: %w", errclass.Invalid, err)
 		}
 	}
 	return o, nil
@@ -239,7 +240,7 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 // directory or absent (then created).
 func mountTarget(p string) (string, error) {
 	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("%w: mount path %q must be absolute", ErrInvalid, p)
+		return "", fmt.Errorf("%w: mount path %q must be absolute", errclass.Invalid, p)
 	}
 	p = filepath.Clean(p)
 	ents, err := os.ReadDir(p)
@@ -247,10 +248,10 @@ func mountTarget(p string) (string, error) {
 		return p, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: mount path %q: %v", ErrInvalid, p, err)
+		return "", fmt.Errorf("%w: mount path %q: %v", errclass.Invalid, p, err)
 	}
 	if len(ents) > 0 {
-		return "", fmt.Errorf("%w: mount path %q is not empty", ErrInvalid, p)
+		return "", fmt.Errorf("%w: mount path %q is not empty", errclass.Invalid, p)
 	}
 	return p, nil
 }
@@ -393,9 +394,9 @@ func (e *Engine) get(ctx context.Context, id string) (*workspace, error) {
 		return w, nil
 	}
 	if _, err := e.db.Workspace(ctx, id); err == nil {
-		return nil, fmt.Errorf("%w: workspace %s is not mounted (remount it)", ErrInvalid, id)
+		return nil, fmt.Errorf("%w: workspace %s is not mounted (remount it)", errclass.Invalid, id)
 	}
-	return nil, fmt.Errorf("workspace %q: %w", id, ErrNotFound)
+	return nil, fmt.Errorf("workspace %q: %w", id, errclass.NotFound)
 }
 
 // Workspaces lists every recorded workspace, served or not.
@@ -541,7 +542,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.opts.Native {
-		return wire.CommitResult{}, fmt.Errorf("%w: workspace %s is native: it has no history", ErrInvalid, id)
+		return wire.CommitResult{}, fmt.Errorf("%w: workspace %s is native: it has no history", errclass.Invalid, id)
 	}
 	t0 := time.Now()
 	before := e.db.Counters()
@@ -602,7 +603,7 @@ func (e *Engine) EndWorkspace(ctx context.Context, id string, discard bool) erro
 			return classify(err)
 		}
 		if !discard {
-			return fmt.Errorf("workspace %s is not mounted, so its changes cannot be checked; remount it or end it with discard: %w", id, ErrUncommitted)
+			return fmt.Errorf("workspace %s is not mounted, so its changes cannot be checked; remount it or end it with discard: %w", id, errclass.Uncommitted)
 		}
 		return e.remove(ctx, rec)
 	}
@@ -614,7 +615,7 @@ func (e *Engine) EndWorkspace(ctx context.Context, id string, discard bool) erro
 			return err
 		}
 		if n := len(cs.Changes); n > 0 {
-			return fmt.Errorf("workspace %s has %d uncommitted changes (commit them or end with discard): %w", id, n, ErrUncommitted)
+			return fmt.Errorf("workspace %s has %d uncommitted changes (commit them or end with discard): %w", id, n, errclass.Uncommitted)
 		}
 	}
 	if err := e.unserve(ctx, w); err != nil {
@@ -678,7 +679,7 @@ func (e *Engine) MountWorkspace(ctx context.Context, id string) (wire.Workspace,
 		return wire.Workspace{}, fmt.Errorf("workspace %s: bad options: %w", id, err)
 	}
 	if _, ok := e.plats[w.opts.Platform]; !ok {
-		return wire.Workspace{}, fmt.Errorf("workspace %s needs platform %q, which this daemon lacks: %w", id, w.opts.Platform, ErrUnavailable)
+		return wire.Workspace{}, fmt.Errorf("workspace %s needs platform %q, which this daemon lacks: %w", id, w.opts.Platform, errclass.Unavailable)
 	}
 	if err := e.cleanStale(rec); err != nil {
 		return wire.Workspace{}, fmt.Errorf("clean stale mount of %s: %w", id, err)

@@ -2,18 +2,33 @@ package platforms
 
 import (
 	"context"
-	"errors"
 	"io"
 	"time"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
-// Errors every platform reports through errors.Is.
+// Errors every platform reports through errors.Is, each of a class of
+// package errclass. The wrapped message names the platform and says why.
 var (
 	// ErrUnavailable: the platform cannot run on this host (tool missing,
-	// wrong version, no hypervisor). The wrapped message says why.
-	ErrUnavailable = errors.New("platform unavailable")
+	// wrong version, no hypervisor).
+	ErrUnavailable = errclass.New(errclass.Unavailable, "platform unavailable")
 	// ErrNotUp: a call that needs the environment was made before Up.
-	ErrNotUp = errors.New("platform is not up")
+	ErrNotUp = errclass.New(errclass.Unavailable, "platform is not up")
+	// ErrClosed: Exec on a sandbox that was closed (or whose platform went
+	// down).
+	ErrClosed = errclass.New(errclass.Unavailable, "sandbox is closed")
+	// ErrConfig: a VM platform's configuration cannot make a valid instance.
+	ErrConfig = errclass.New(errclass.Invalid, "invalid platform configuration")
+	// ErrStart: a VM platform could not create or boot its instance.
+	ErrStart = errclass.New(errclass.Unavailable, "platform instance failed to start")
+	// ErrDaemon: the guest layerfsd of a VM platform did not answer on the
+	// forwarded socket.
+	ErrDaemon = errclass.New(errclass.Unavailable, "guest layerfsd did not answer")
+	// ErrCommand: a command of a VM platform's tool (limactl, container,
+	// msb) failed.
+	ErrCommand = errclass.New(errclass.Unavailable, "platform command failed")
 )
 
 // Platform is where a sandbox's Linux environment runs: this host, a Docker

@@ -1,22 +1,25 @@
 package store
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Sentinel errors, wrapped with context by every method; check them with
-// errors.Is. ErrCorrupt is declared in object.go.
+// errors.Is. Each belongs to a class of package errclass (the API's and
+// the CLI's vocabulary): ErrNotFound, ErrExists and ErrBusy are the classes
+// themselves. ErrCorrupt is declared in object.go.
 var (
-	ErrNotFound    = errors.New("not found")
-	ErrExists      = errors.New("already exists")
-	ErrInvalidName = errors.New("invalid name")
-	ErrAmbiguous   = errors.New("ambiguous reference")
-	ErrNoStore     = errors.New("no store")
-	ErrNewerSchema = errors.New("store schema is newer than this program")
-	ErrBusy        = errors.New("store busy")
-	ErrClosed      = errors.New("store closed")
+	ErrNotFound    = errclass.NotFound
+	ErrExists      = errclass.Exists
+	ErrBusy        = errclass.Busy
+	ErrInvalidName = errclass.New(errclass.Invalid, "invalid name")
+	ErrAmbiguous   = errclass.New(errclass.Invalid, "ambiguous reference")
+	ErrNoStore     = errclass.New(errclass.NotFound, "no store")
+	ErrNewerSchema = errclass.New(errclass.Unavailable, "store schema is newer than this program")
+	ErrClosed      = errclass.New(errclass.Unavailable, "store closed")
 )
 
 // MaxNameLen is the longest valid name in bytes.

@@ -3,13 +3,14 @@ package store
 import (
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 	"sort"
 	"strings"
 
 	"github.com/zeebo/blake3"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // ID names an object: the BLAKE3-256 hash of a per-kind domain prefix and the
@@ -103,7 +104,7 @@ func Hash(k Kind, data []byte) ID {
 
 // ErrCorrupt is wrapped by every error about bytes that do not match their
 // id or cannot be decoded.
-var ErrCorrupt = errors.New("corrupt object")
+var ErrCorrupt = errclass.New(errclass.Corrupt, "corrupt object")
 
 // EntryType is the type of a directory entry.
 type EntryType uint8

@@ -1,6 +1,10 @@
 package wire
 
-import "time"
+import (
+	"time"
+
+	"layerfs.dev/layerfs/wire/errclass"
+)
 
 // Checkout is POST /v1/projects/{p}/checkout: materialize Ref into Path, a
 // directory on the daemon's host that must be empty or absent unless
@@ -21,7 +25,7 @@ type CheckoutResult struct {
 }
 
 // CodeMethodNotAllowed answers a known path with a method it does not take (405).
-const CodeMethodNotAllowed = "method_not_allowed"
+const CodeMethodNotAllowed = errclass.CodeMethodNotAllowed
 
 // Headers and media types of the API beyond plain JSON.
 const (

@@ -1,6 +1,10 @@
 package wire
 
-import "time"
+import (
+	"time"
+
+	"layerfs.dev/layerfs/wire/errclass"
+)
 
 // APIVersion is the path prefix of every API resource.
 const APIVersion = "v1"
@@ -14,25 +18,26 @@ type Version struct {
 	Store     string `json:"store"`
 }
 
-// Error codes carried in ErrorBody; each maps to one HTTP status.
+// Error codes carried in ErrorBody; each is one class of package errclass,
+// which maps it to one HTTP status (and the CLI to one exit code).
 const (
-	CodeInvalid     = "invalid_argument"    // 400
-	CodeUnauth      = "unauthorized"        // 401
-	CodeNotFound    = "not_found"           // 404
-	CodeExists      = "already_exists"      // 409
-	CodeHeadMoved   = "head_moved"          // 409
-	CodeUncommitted = "uncommitted_changes" // 409
-	CodeBusy        = "busy"                // 409
-	CodeTooLarge    = "too_large"           // 413
-	CodeUnavailable = "unavailable"         // 503: shutting down, platform not available
-	CodeInternal    = "internal"            // 500
-	CodeCorrupt     = "corrupt"             // 500: stored data fails its check (run fsck)
-	CodeNoSpace     = "no_space"            // 507: a file system of the Store or a workspace is full
+	CodeInvalid     = errclass.CodeInvalid      // 400
+	CodeUnauth      = errclass.CodeUnauthorized // 401
+	CodeNotFound    = errclass.CodeNotFound     // 404
+	CodeExists      = errclass.CodeExists       // 409
+	CodeHeadMoved   = errclass.CodeHeadMoved    // 409
+	CodeUncommitted = errclass.CodeUncommitted  // 409
+	CodeBusy        = errclass.CodeBusy         // 409
+	CodeTooLarge    = errclass.CodeTooLarge     // 413
+	CodeUnavailable = errclass.CodeUnavailable  // 503: shutting down, platform not available
+	CodeInternal    = errclass.CodeInternal     // 500
+	CodeCorrupt     = errclass.CodeCorrupt      // 500: stored data fails its check (run fsck)
+	CodeNoSpace     = errclass.CodeNoSpace      // 507: a file system of the Store or a workspace is full
 	// CodeDaemonLost is never sent: the SDK reports it when the connection
 	// to the daemon broke before a response was whole (the daemon crashed
 	// or was killed mid-request). The request's outcome is unknown; a
 	// restarted daemon recovers the workspace it touched.
-	CodeDaemonLost = "daemon_lost"
+	CodeDaemonLost = errclass.CodeDaemonLost
 )
 
 // ErrorBody is every error response: {"error": {"code": ..., "message": ...}}.
@@ -47,6 +52,15 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Unwrap returns the error class of the code (nil for an unknown code), so
+// that errors.Is(err, errclass.NotFound) holds for an API error too.
+func (e *Error) Unwrap() error {
+	if c := errclass.FromCode(e.Code); c != nil {
+		return c
+	}
+	return nil
+}
 
 // Project is a named history.
 type Project struct {

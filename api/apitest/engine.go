@@ -23,8 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"layerfs.dev/layerfs/engine"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 type file struct {
@@ -86,7 +86,7 @@ func (e *Engine) id(prefix string) string {
 	return fmt.Sprintf("%s%04x", prefix, e.seq)
 }
 
-func notFound(what string) error { return fmt.Errorf("%s: %w", what, engine.ErrNotFound) }
+func notFound(what string) error { return fmt.Errorf("%s: %w", what, errclass.NotFound) }
 
 func (e *Engine) project(name string) (*project, error) {
 	p := e.projects[name]
@@ -149,7 +149,7 @@ func (p *project) resolve(ref string) (string, error) {
 	for id := range p.commits {
 		if strings.HasPrefix(id, ref) {
 			if hit != "" {
-				return "", fmt.Errorf("ref %s is ambiguous: %w", ref, engine.ErrInvalid)
+				return "", fmt.Errorf("ref %s is ambiguous: %w", ref, errclass.Invalid)
 			}
 			hit = id
 		}
@@ -179,7 +179,7 @@ func (e *Engine) CreateProject(ctx context.Context, req wire.CreateProject) (wir
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.projects[req.Name] != nil {
-		return wire.Project{}, fmt.Errorf("project %s: %w", req.Name, engine.ErrExists)
+		return wire.Project{}, fmt.Errorf("project %s: %w", req.Name, errclass.Exists)
 	}
 	e.Mutations.Add(1)
 	p := &project{info: wire.Project{Name: req.Name, Created: e.now(), Layers: 1, Branches: 1},
@@ -266,7 +266,7 @@ func (e *Engine) ForkBranch(ctx context.Context, project string, req wire.ForkBr
 		return wire.Branch{}, err
 	}
 	if p.branches[req.Name] != nil {
-		return wire.Branch{}, fmt.Errorf("branch %s: %w", req.Name, engine.ErrExists)
+		return wire.Branch{}, fmt.Errorf("branch %s: %w", req.Name, errclass.Exists)
 	}
 	head, err := p.resolve(req.From)
 	if err != nil {
@@ -337,7 +337,7 @@ func (e *Engine) Diff(ctx context.Context, project, from, to, cursor string, lim
 	start := 0
 	if cursor != "" {
 		if start, err = strconv.Atoi(cursor); err != nil || start < 0 || start > len(all) {
-			return wire.DiffPage{}, fmt.Errorf("cursor %q: %w", cursor, engine.ErrInvalid)
+			return wire.DiffPage{}, fmt.Errorf("cursor %q: %w", cursor, errclass.Invalid)
 		}
 	}
 	end := min(start+limit, len(all))
@@ -370,12 +370,12 @@ func diff(a, b tree) []wire.Change {
 
 // CommitDir implements api.Engine; the double has no host directories.
 func (e *Engine) CommitDir(ctx context.Context, project, branch string, req wire.CommitDir) (wire.CommitResult, error) {
-	return wire.CommitResult{}, fmt.Errorf("commit %s: the test engine reads no host directories: %w", req.FromPath, engine.ErrUnavailable)
+	return wire.CommitResult{}, fmt.Errorf("commit %s: the test engine reads no host directories: %w", req.FromPath, errclass.Unavailable)
 }
 
 // Checkout implements api.Engine; the double has no host directories.
 func (e *Engine) Checkout(ctx context.Context, project string, req wire.Checkout) (wire.CheckoutResult, error) {
-	return wire.CheckoutResult{}, fmt.Errorf("checkout to %s: the test engine writes no host directories: %w", req.Path, engine.ErrUnavailable)
+	return wire.CheckoutResult{}, fmt.Errorf("checkout to %s: the test engine writes no host directories: %w", req.Path, errclass.Unavailable)
 }
 
 // CreateWorkspace implements api.Engine.
@@ -464,7 +464,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	c := e.commit(p, ws.info.Head, req.Message, ws.files)
 	if b.Head != ws.info.Head {
 		return wire.CommitResult{Commit: c.ID, Result: wire.HeadMoved, Head: b.Head},
-			fmt.Errorf("commit %s on %s: %w", c.ID, b.Name, engine.ErrHeadMoved)
+			fmt.Errorf("commit %s on %s: %w", c.ID, b.Name, errclass.HeadMoved)
 	}
 	b.Head, b.Updated = c.ID, e.now()
 	ws.info.Head = c.ID
@@ -480,7 +480,7 @@ func (e *Engine) EndWorkspace(ctx context.Context, id string, discard bool) erro
 		return err
 	}
 	if !discard && len(e.changes(ws)) > 0 {
-		return fmt.Errorf("end %s: %w", id, engine.ErrUncommitted)
+		return fmt.Errorf("end %s: %w", id, errclass.Uncommitted)
 	}
 	e.Mutations.Add(1)
 	delete(e.workspaces, id)
@@ -624,7 +624,7 @@ func (e *Engine) ReadFile(ctx context.Context, id, p string, w io.Writer) (int64
 		return 0, notFound(p)
 	}
 	if !f.mode.IsRegular() {
-		return 0, fmt.Errorf("%s is not a regular file: %w", p, engine.ErrInvalid)
+		return 0, fmt.Errorf("%s is not a regular file: %w", p, errclass.Invalid)
 	}
 	n, err := w.Write(f.data)
 	return int64(n), err
@@ -645,11 +645,11 @@ func (e *Engine) PutTar(ctx context.Context, id, dir string, r io.Reader) error 
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("malformed tar: %v: %w", err, engine.ErrInvalid)
+			return fmt.Errorf("malformed tar: %v: %w", err, errclass.Invalid)
 		}
 		n := h.Name
 		if strings.HasPrefix(n, "/") || slices.Contains(strings.Split(n, "/"), "..") {
-			return fmt.Errorf("tar entry %q escapes: %w", n, engine.ErrInvalid)
+			return fmt.Errorf("tar entry %q escapes: %w", n, errclass.Invalid)
 		}
 		f := file{mode: fs.FileMode(h.Mode).Perm()}
 		switch h.Typeflag {
@@ -663,7 +663,7 @@ func (e *Engine) PutTar(ctx context.Context, id, dir string, r io.Reader) error 
 			f.mode |= fs.ModeSymlink
 			f.link = h.Linkname
 		default:
-			return fmt.Errorf("tar entry %q has type %q: %w", n, h.Typeflag, engine.ErrInvalid)
+			return fmt.Errorf("tar entry %q has type %q: %w", n, h.Typeflag, errclass.Invalid)
 		}
 		entries = append(entries, entry{path.Join(dir, n), f})
 	}
@@ -817,7 +817,7 @@ func (e *Engine) List(ctx context.Context, id, dir string, recursive bool, curso
 		if !ok {
 			return wire.DirPage{}, notFound(dir)
 		}
-		return wire.DirPage{}, fmt.Errorf("%s is not a directory: %w", dir, engine.ErrInvalid)
+		return wire.DirPage{}, fmt.Errorf("%s is not a directory: %w", dir, errclass.Invalid)
 	}
 	bySegments := func(a, b string) int { return slices.Compare(strings.Split(a, "/"), strings.Split(b, "/")) }
 	var names []string
@@ -856,7 +856,7 @@ func (e *Engine) WatchWorkspace(ctx context.Context, id, prefix string, emit fun
 		if !ok {
 			return notFound(prefix)
 		}
-		return fmt.Errorf("%s is not a directory: %w", prefix, engine.ErrInvalid)
+		return fmt.Errorf("%s is not a directory: %w", prefix, errclass.Invalid)
 	}
 	ch := make(chan wire.FileEvent, 64)
 	ws.watchers = append(ws.watchers, ch)

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // app is one invocation: the flags every verb shares and where output goes.
@@ -33,14 +34,17 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
-// usageError marks errors in how the command was called (exit code 2).
+// usageError marks errors in how the command was called (exit code 2, as
+// for an invalid argument).
 type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
-// run executes the command line args and returns the exit code: 0, 1 for
-// failures, 2 for usage errors. Errors are one line on stderr.
+// run executes the command line args and returns the exit code: 0, else
+// the exit code of the error's class (package errclass: 2 usage or invalid,
+// 3 not found, 4 exists, 5 conflict, 6 unavailable, 7 unauthorized, 8 no
+// space, 9 corrupt, 1 anything else). Errors are one line on stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	a := &app{stdout: stdout, stderr: stderr}
 	a.root = &cobra.Command{
@@ -70,9 +74,9 @@ REF names a layer (layer:N), a branch, or a commit (id or unique prefix).`,
 	fmt.Fprintln(stderr, "layerfs: "+oneLine(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
-		return 2
+		return errclass.Invalid.ExitCode()
 	}
-	return 1
+	return errclass.ExitCode(err)
 }
 
 // oneLine folds a multi-line message (cobra's suggestions) into one line.

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 func daemonCmd(a *app) *cobra.Command {
@@ -35,7 +36,7 @@ func daemonStatusCmd(a *app) *cobra.Command {
 			c, err := a.dial(cmd.Context())
 			if err != nil {
 				addr, _ := a.daemonAddr()
-				return fmt.Errorf("no daemon answers on %s", strings.TrimPrefix(addr, "unix://"))
+				return errclass.Errorf(errclass.Unavailable, "no daemon answers on %s", strings.TrimPrefix(addr, "unix://"))
 			}
 			defer c.Close()
 			st, err := c.Daemon(cmd.Context())

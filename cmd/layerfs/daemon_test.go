@@ -116,11 +116,11 @@ func (p *proc) json(v any, args ...string) {
 // one; status tells about it; stop stops it.
 func TestDaemonAutoStartStatusStop(t *testing.T) {
 	p := newProc(t)
-	if r := p.run("daemon", "status"); r.code != 1 || !strings.Contains(r.stderr, "no daemon answers") {
+	if r := p.run("daemon", "status"); r.code != 6 || !strings.Contains(r.stderr, "no daemon answers") {
 		t.Errorf("status before start: %+v", r)
 	}
 	// No Store: nothing is started, nothing created.
-	if r := p.run("ws", "list"); r.code != 1 || !strings.Contains(r.stderr, "no store") {
+	if r := p.run("ws", "list"); r.code != 3 || !strings.Contains(r.stderr, "no store") {
 		t.Errorf("ws list without a store: %+v", r)
 	}
 	if _, err := os.Stat(p.store); err == nil {
@@ -232,7 +232,7 @@ func TestWsVerbs(t *testing.T) {
 	if len(st.Changes) == 0 {
 		t.Errorf("status shows no changes: %+v", st)
 	}
-	if r := p.run("ws", "end", ws.ID); r.code != 1 || !strings.Contains(r.stderr, "--discard") {
+	if r := p.run("ws", "end", ws.ID); r.code != 5 || !strings.Contains(r.stderr, "--discard") {
 		t.Errorf("end with changes: %+v", r)
 	}
 	var cr wire.CommitResult
@@ -295,8 +295,8 @@ func TestBranchDeleteUnderWorkspace(t *testing.T) {
 	var ws wire.Workspace
 	p.json(&ws, "ws", "create", "demo", "main")
 	r := p.run("branch", "delete", "demo", "main")
-	if r.code == 0 || !strings.Contains(r.stderr, "busy") || !strings.Contains(r.stderr, ws.ID) {
-		t.Errorf("branch delete under a workspace: %+v, want a busy error naming %s", r, ws.ID)
+	if r.code != 5 || !strings.Contains(r.stderr, "busy") || !strings.Contains(r.stderr, ws.ID) {
+		t.Errorf("branch delete under a workspace: %+v, want a busy error (exit 5) naming %s", r, ws.ID)
 	}
 	p.ok("ws", "exec", ws.ID, "-c", "echo x > f")
 	var cr wire.CommitResult
@@ -325,13 +325,17 @@ func TestRemoteDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := exec.Command(filepath.Join(binaries(t), "layerfsd"), "serve", "--store", remote, "--tcp", addr, "--token-file", tok)
-	d.Stdout, d.Stderr = os.Stderr, os.Stderr
+	var dlog strings.Builder
+	d.Stdout, d.Stderr = &dlog, &dlog
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = d.Process.Signal(syscall.SIGTERM)
 		_ = d.Wait()
+		if t.Failed() {
+			t.Logf("remote daemon's log:\n%s", dlog.String())
+		}
 	})
 	p.env = []string{"LAYERFS_DAEMON=tcp://" + addr, "LAYERFS_TOKEN=remote-secret"}
 	var st wire.DaemonStatus
@@ -375,7 +379,7 @@ func TestRemoteDaemon(t *testing.T) {
 	}
 	// A wrong token is refused.
 	p.env = []string{"LAYERFS_DAEMON=tcp://" + addr, "LAYERFS_TOKEN=wrong"}
-	if r := p.run("project", "list"); r.code == 0 || !strings.Contains(r.stderr, "unauthorized") {
+	if r := p.run("project", "list"); r.code != 7 || !strings.Contains(r.stderr, "unauthorized") {
 		t.Errorf("a wrong token: %+v", r)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Daemon discovery for the verbs that talk to layerfsd:
@@ -71,8 +72,11 @@ func (a *app) daemon(ctx context.Context) (*client.Client, error) {
 		return c, nil
 	}
 	addr, own := a.daemonAddr()
-	if !own || !(notListening(err) || client.IsDaemonLost(err)) { // lost: it died as we dialled
-		return nil, fmt.Errorf("no daemon answers on %s: %w", addr, err)
+	switch {
+	case errclass.Of(err) != errclass.Internal && !client.IsDaemonLost(err): // it answered: unauthorized, ...
+		return nil, fmt.Errorf("daemon on %s: %w", addr, err)
+	case !own || !(notListening(err) || client.IsDaemonLost(err)): // lost: it died as we dialled
+		return nil, errclass.Errorf(errclass.Unavailable, "no daemon answers on %s: %w", addr, err)
 	}
 	if !store.Exists(a.dir()) {
 		return nil, fmt.Errorf("open store %s: %w (run: layerfs init --store %s)", a.dir(), store.ErrNoStore, a.dir())

@@ -228,24 +228,25 @@ func TestCLIBadInput(t *testing.T) {
 	c.ok("project", "create", "p", "--from", src)
 	before := c.ok("project", "list", "--json")
 
-	c.fail(1, "already exists", "init")
-	c.fail(1, "already exists", "project", "create", "p")
-	c.fail(1, "not a valid name", "project", "create", "Not_Valid")
-	c.fail(1, "not a valid name", "project", "create", "-", "--from", src)
-	c.fail(1, "no such file or directory", "project", "create", "q", "--from", filepath.Join(src, "missing"))
-	c.fail(1, "not found", "branch", "list", "nope")
-	c.fail(1, "not found", "log", "nope", "main")
-	c.fail(1, "not found", "log", "p", "nope")
-	c.fail(1, "not found", "diff", "p", "main", "layer:7")
-	c.fail(1, "not found", "checkout", "p", "nope", filepath.Join(t.TempDir(), "x"))
-	c.fail(1, "not found", "branch", "fork", "p", "b", "--from", "nope")
-	c.fail(1, "not a valid name", "branch", "fork", "p", "B A D", "--from", "main")
-	c.fail(1, "already exists", "branch", "fork", "p", "main", "--from", "main")
-	c.fail(1, "not found", "branch", "delete", "p", "nope")
-	c.fail(1, "not found", "layer", "add", "p", "nope")
-	c.fail(1, "no such file or directory", "commit", "p", "main", "--from", filepath.Join(src, "missing"))
-	c.fail(1, "not empty", "checkout", "p", "main", src)
-	// Usage errors exit 2.
+	c.fail(4, "already exists", "init")
+	c.fail(4, "already exists", "project", "create", "p")
+	c.fail(2, "not a valid name", "project", "create", "Not_Valid")
+	c.fail(2, "not a valid name", "project", "create", "-", "--from", src)
+	c.fail(3, "no such file or directory", "project", "create", "q", "--from", filepath.Join(src, "missing"))
+	c.fail(3, "not found", "branch", "list", "nope")
+	c.fail(3, "not found", "log", "nope", "main")
+	c.fail(3, "not found", "log", "p", "nope")
+	c.fail(3, "not found", "diff", "p", "main", "layer:7")
+	c.fail(3, "not found", "checkout", "p", "nope", filepath.Join(t.TempDir(), "x"))
+	c.fail(3, "not found", "branch", "fork", "p", "b", "--from", "nope")
+	c.fail(2, "not a valid name", "branch", "fork", "p", "B A D", "--from", "main")
+	c.fail(4, "already exists", "branch", "fork", "p", "main", "--from", "main")
+	c.fail(3, "not found", "branch", "delete", "p", "nope")
+	c.fail(3, "not found", "layer", "add", "p", "nope")
+	c.fail(3, "no such file or directory", "commit", "p", "main", "--from", filepath.Join(src, "missing"))
+	c.fail(2, "not empty", "checkout", "p", "main", src)
+	// Usage errors exit 2, as invalid arguments do; each error class has
+	// its exit code (package errclass).
 	c.fail(2, "accepts 1 arg", "project", "create")
 	c.fail(2, "unknown flag", "project", "list", "--bogus")
 	c.fail(2, "--from REF is required", "branch", "fork", "p", "b")
@@ -265,7 +266,7 @@ func TestCLIBadInput(t *testing.T) {
 	}
 	// No store.
 	none := &cli{t: t, store: filepath.Join(t.TempDir(), "none")}
-	none.fail(1, "no store", "project", "list")
+	none.fail(3, "no store", "project", "list")
 	if _, err := os.Stat(none.store); err == nil {
 		t.Errorf("a failed verb created the store directory")
 	}
@@ -364,8 +365,8 @@ func TestCLIGCAndCorruption(t *testing.T) {
 		t.Fatalf("kept content not found in packs %v", packs)
 	}
 	r2 := c.run("fsck")
-	if r2.code != 1 || !strings.Contains(r2.stdout+r2.stderr, "pack") {
+	if r2.code != 9 || !strings.Contains(r2.stdout+r2.stderr, "pack") {
 		t.Errorf("fsck after a flipped byte: exit %d\n%s%s", r2.code, r2.stdout, r2.stderr)
 	}
-	c.fail(1, "corrupt", "checkout", "p", "main", filepath.Join(t.TempDir(), "bad"))
+	c.fail(9, "corrupt", "checkout", "p", "main", filepath.Join(t.TempDir(), "bad"))
 }

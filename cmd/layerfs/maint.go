@@ -10,6 +10,7 @@ import (
 
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 func gcCmd(a *app) *cobra.Command {
@@ -60,7 +61,7 @@ func fsckCmd(a *app) *cobra.Command {
 					return err
 				}
 				if !rep.OK {
-					return fmt.Errorf("fsck: %d problems, the first: %s %s: %s", len(rep.Problems), rep.Problems[0].Where, rep.Problems[0].Object, rep.Problems[0].Problem)
+					return errclass.Errorf(errclass.Corrupt, "fsck: %d problems, the first: %s %s: %s", len(rep.Problems), rep.Problems[0].Where, rep.Problems[0].Object, rep.Problems[0].Problem)
 				}
 				return nil
 			})

@@ -9,6 +9,7 @@ import (
 
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 func diffCmd(a *app) *cobra.Command {
@@ -117,8 +118,8 @@ DIR is read by the daemon: a path on its host ($LAYERFS_DAEMON's, when set).`,
 					return err
 				}
 				if res.Result == wire.HeadMoved {
-					return fmt.Errorf("commit %s/%s: %w", argv[0], argv[1], &wire.Error{Code: wire.CodeHeadMoved,
-						Message: "the branch head moved to " + short(res.Head) + " while the directory was read; commit " + short(res.Commit) + " is stored but not published"})
+					return errclass.Errorf(errclass.HeadMoved, "commit %s/%s: the branch head moved to %s while the directory was read; commit %s is stored but not published",
+						argv[0], argv[1], short(res.Head), short(res.Commit))
 				}
 				return nil
 			})

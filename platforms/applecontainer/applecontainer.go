@@ -47,14 +47,6 @@ const (
 // unixPathMax is macOS's limit on a socket path (sun_path is 104 bytes).
 const unixPathMax = 104
 
-// Errors of this platform, beside platforms.ErrUnavailable and ErrNotUp.
-var (
-	ErrConfig  = errors.New("invalid applecontainer configuration")
-	ErrStart   = errors.New("container failed to start")
-	ErrDaemon  = errors.New("guest layerfsd did not answer")
-	ErrCommand = errors.New("container command failed")
-)
-
 // Config says which container to run and how.
 type Config struct {
 	// Project names the LayerFS project; the container is "layerfs-" and
@@ -116,11 +108,11 @@ func New(cfg Config) (*Platform, error) {
 		cfg.DaemonTimeout = DefaultDaemonTimeout
 	}
 	if cfg.CPUs < 0 {
-		return nil, fmt.Errorf("cpus %d: %w", cfg.CPUs, ErrConfig)
+		return nil, fmt.Errorf("cpus %d: %w", cfg.CPUs, platforms.ErrConfig)
 	}
 	sock := filepath.Join(cfg.RunDir, name+".sock")
 	if !filepath.IsAbs(sock) || len(sock) >= unixPathMax {
-		return nil, fmt.Errorf("host socket %q must be an absolute path shorter than %d bytes (set RunDir): %w", sock, unixPathMax, ErrConfig)
+		return nil, fmt.Errorf("host socket %q must be an absolute path shorter than %d bytes (set RunDir): %w", sock, unixPathMax, platforms.ErrConfig)
 	}
 	p := &Platform{cfg: cfg, name: name, hostSocket: sock, log: cfg.Logger}
 	if p.log == nil {
@@ -130,7 +122,6 @@ func New(cfg Config) (*Platform, error) {
 		Argv0:        "container",
 		Prefix:       "applecontainer",
 		Missing:      "the container CLI is not in PATH (install Apple's container " + MinVersion + " or newer from the signed package at https://github.com/apple/container/releases; it needs a Mac with Apple silicon and macOS 26)",
-		ErrCommand:   ErrCommand,
 		ParseVersion: parseVersion,
 		MinVersion:   minVersion,
 		Upgrade:      "install the newer signed package from https://github.com/apple/container/releases",
@@ -147,10 +138,10 @@ func New(cfg Config) (*Platform, error) {
 func ContainerName(project string) (string, error) {
 	name, err := guest.Name(project)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", err, ErrConfig)
+		return "", fmt.Errorf("%w: %w", err, platforms.ErrConfig)
 	}
 	if len(name) > 63 {
-		return "", fmt.Errorf("project %q makes a container name longer than 63 characters: %w", project, ErrConfig)
+		return "", fmt.Errorf("project %q makes a container name longer than 63 characters: %w", project, platforms.ErrConfig)
 	}
 	return name, nil
 }
@@ -186,7 +177,7 @@ func (p *Platform) ensureSystem(ctx context.Context) error {
 	}
 	if res.ExitCode != 0 {
 		return fmt.Errorf("applecontainer: container services did not start: %w (container system start exited with status %d); it said:\n%s",
-			ErrStart, res.ExitCode, guest.Tail(append(res.Stdout, res.Stderr...), 20))
+			platforms.ErrStart, res.ExitCode, guest.Tail(append(res.Stdout, res.Stderr...), 20))
 	}
 	return nil
 }
@@ -293,7 +284,7 @@ func (p *Platform) Up(ctx context.Context) error {
 	if c, found, err = p.find(ctx); err != nil {
 		return err
 	} else if !found || !c.running() {
-		return fmt.Errorf("applecontainer: container %q is not running after start (state %q): %w", p.name, c.state(), ErrStart)
+		return fmt.Errorf("applecontainer: container %q is not running after start (state %q): %w", p.name, c.state(), platforms.ErrStart)
 	}
 	p.info = c
 	daemon := guest.UnixDaemon(p.hostSocket)
@@ -308,7 +299,7 @@ func (p *Platform) Up(ctx context.Context) error {
 	v, err := daemon.Wait(ctx, p.cfg.DaemonTimeout)
 	if err != nil {
 		return fmt.Errorf("applecontainer: layerfsd in container %q did not answer GET /v1/version on %s within %s (%v): %w; guest log %s:\n%s",
-			p.name, p.hostSocket, p.cfg.DaemonTimeout, err, ErrDaemon, guestLog, p.daemonLog(ctx))
+			p.name, p.hostSocket, p.cfg.DaemonTimeout, err, platforms.ErrDaemon, guestLog, p.daemonLog(ctx))
 	}
 	p.log.Info("applecontainer: guest layerfsd is up", "container", p.name, "version", v.Version, "socket", p.hostSocket)
 	p.up = true
@@ -323,14 +314,14 @@ func (p *Platform) startOrFail(ctx context.Context, args ...string) error {
 	}
 	if res.ExitCode != 0 {
 		return fmt.Errorf("applecontainer: %s container %q: %w (container exited with status %d); it said:\n%s",
-			args[0], p.name, ErrStart, res.ExitCode, guest.Tail(res.Stderr, 20))
+			args[0], p.name, platforms.ErrStart, res.ExitCode, guest.Tail(res.Stderr, 20))
 	}
 	return nil
 }
 
 func (p *Platform) startDaemon(ctx context.Context) error {
 	if p.cfg.Daemon == "" {
-		return fmt.Errorf("applecontainer: Config.Daemon (a layerfsd built for linux/arm64) is not set: %w", ErrConfig)
+		return fmt.Errorf("applecontainer: Config.Daemon (a layerfsd built for linux/arm64) is not set: %w", platforms.ErrConfig)
 	}
 	// container copy resolves a relative host path against / (issue 1738).
 	daemon, err := filepath.Abs(p.cfg.Daemon)
@@ -338,7 +329,7 @@ func (p *Platform) startDaemon(ctx context.Context) error {
 		return fmt.Errorf("applecontainer: %w", err)
 	}
 	if _, err := os.Stat(daemon); err != nil {
-		return fmt.Errorf("applecontainer: layerfsd for the guest: %w: %w", err, ErrConfig)
+		return fmt.Errorf("applecontainer: layerfsd for the guest: %w: %w", err, platforms.ErrConfig)
 	}
 	if _, err := p.cli.Must(ctx, "exec", p.name, "sh", "-c", prepScript); err != nil {
 		return err

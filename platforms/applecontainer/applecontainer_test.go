@@ -91,9 +91,9 @@ func TestUpFailures(t *testing.T) {
 		want     error
 		mentions []string
 	}{
-		{"run-fails.json", ErrStart, []string{`run container "layerfs-demo"`, "status 1", "vm.bootstrapStart timed out"}},
-		{"services-fail.json", ErrStart, []string{"container services did not start", "XPC connection error"}},
-		{"daemon-timeout.json", ErrDaemon, []string{"did not answer GET /v1/version", "layerfs-demo.sock", "disk I/O error"}},
+		{"run-fails.json", platforms.ErrStart, []string{`run container "layerfs-demo"`, "status 1", "vm.bootstrapStart timed out"}},
+		{"services-fail.json", platforms.ErrStart, []string{"container services did not start", "XPC connection error"}},
+		{"daemon-timeout.json", platforms.ErrDaemon, []string{"did not answer GET /v1/version", "layerfs-demo.sock", "disk I/O error"}},
 		{"missing.json", platforms.ErrUnavailable, []string{"not in PATH", "github.com/apple/container/releases", "1.1.0"}},
 		{"too-old.json", platforms.ErrUnavailable, []string{"container 0.5.0 is too old", "needs 1.1.0 or newer"}},
 	} {
@@ -129,8 +129,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Project: "demo", CPUs: -1},
 		{Project: strings.Repeat("p", 60)},
 	} {
-		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
-			t.Errorf("New(%+v): got %v, want ErrConfig", cfg, err)
+		if _, err := New(cfg); !errors.Is(err, platforms.ErrConfig) {
+			t.Errorf("New(%+v): got %v, want platforms.ErrConfig", cfg, err)
 		}
 	}
 }

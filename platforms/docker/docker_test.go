@@ -134,8 +134,8 @@ func TestLifecycle(t *testing.T) {
 	if n := countContainers(t, p, "lifecycle"); n != 0 {
 		t.Errorf("%d containers after Close, want 0", n)
 	}
-	if _, err := sb.Exec(ctx, sh("true"), nil, nil); !errors.Is(err, ErrClosed) {
-		t.Errorf("Exec after Close: %v, want ErrClosed", err)
+	if _, err := sb.Exec(ctx, sh("true"), nil, nil); !errors.Is(err, platforms.ErrClosed) {
+		t.Errorf("Exec after Close: %v, want platforms.ErrClosed", err)
 	}
 	// Down removes what Close did not.
 	attach(t, p, platforms.Workspace{ID: "lifecycle-a"})

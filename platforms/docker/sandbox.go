@@ -27,13 +27,13 @@ import (
 
 	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/platforms/docker/supervise"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Errors of Attach and Exec.
 var (
-	ErrBadWorkspace = errors.New("bad workspace")
-	ErrBadSpec      = errors.New("bad exec spec")
-	ErrClosed       = errors.New("sandbox is closed")
+	ErrBadWorkspace = errclass.New(errclass.Invalid, "bad workspace")
+	ErrBadSpec      = errclass.New(errclass.Invalid, "bad exec spec")
 	// ErrSupervisor: the in-container supervisor ended without reporting
 	// (it could not start, or was killed from the host).
 	ErrSupervisor = errors.New("exec supervisor failed")
@@ -224,7 +224,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return res, fmt.Errorf("docker: exec in %s: %w", s.ws.ID, ErrClosed)
+		return res, fmt.Errorf("docker: exec in %s: %w", s.ws.ID, platforms.ErrClosed)
 	}
 	opts, timeout, err := s.execOptions(spec)
 	if err != nil {

@@ -48,14 +48,6 @@ const (
 	guestLog    = "/var/log/layerfsd.log"
 )
 
-// Errors of this platform, beside platforms.ErrUnavailable and ErrNotUp.
-var (
-	ErrConfig  = errors.New("invalid libkrun configuration")
-	ErrStart   = errors.New("microVM failed to start")
-	ErrDaemon  = errors.New("guest layerfsd did not answer")
-	ErrCommand = errors.New("msb command failed")
-)
-
 // Config says which microVM to run and how.
 type Config struct {
 	// Project names the LayerFS project; the sandbox is "layerfs-" and the
@@ -118,10 +110,10 @@ func New(cfg Config) (*Platform, error) {
 		cfg.StateDir = filepath.Join(os.TempDir(), "layerfs")
 	}
 	if !filepath.IsAbs(cfg.StateDir) {
-		return nil, fmt.Errorf("state dir %q is not absolute: %w", cfg.StateDir, ErrConfig)
+		return nil, fmt.Errorf("state dir %q is not absolute: %w", cfg.StateDir, platforms.ErrConfig)
 	}
 	if cfg.HostPort < 0 || cfg.HostPort > 65535 || cfg.CPUs < 0 || cfg.CPUs > 255 {
-		return nil, fmt.Errorf("port %d / cpus %d out of range: %w", cfg.HostPort, cfg.CPUs, ErrConfig)
+		return nil, fmt.Errorf("port %d / cpus %d out of range: %w", cfg.HostPort, cfg.CPUs, platforms.ErrConfig)
 	}
 	if cfg.DaemonTimeout <= 0 {
 		cfg.DaemonTimeout = DefaultDaemonTimeout
@@ -134,7 +126,6 @@ func New(cfg Config) (*Platform, error) {
 		Argv0:        "msb",
 		Prefix:       "libkrun",
 		Missing:      "msb (microsandbox) not found in PATH (install microsandbox " + MinVersion + " or newer: see https://docs.microsandbox.dev; it needs KVM on Linux or Apple silicon on macOS)",
-		ErrCommand:   ErrCommand,
 		ParseVersion: parseVersion,
 		MinVersion:   minVersion,
 		Upgrade:      "upgrade: msb self update",
@@ -151,10 +142,10 @@ func New(cfg Config) (*Platform, error) {
 func SandboxName(project string) (string, error) {
 	name, err := guest.Name(project)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", err, ErrConfig)
+		return "", fmt.Errorf("%w: %w", err, platforms.ErrConfig)
 	}
 	if len(name) > 128 { // msb's limit: 128 bytes
-		return "", fmt.Errorf("project %q makes a sandbox name longer than 128 bytes: %w", project, ErrConfig)
+		return "", fmt.Errorf("project %q makes a sandbox name longer than 128 bytes: %w", project, platforms.ErrConfig)
 	}
 	return name, nil
 }
@@ -320,14 +311,14 @@ func (p *Platform) Up(ctx context.Context) error {
 		}
 	}
 	if p.cfg.Daemon == "" {
-		return fmt.Errorf("libkrun: Config.Daemon (a layerfsd built for the guest) is not set: %w", ErrConfig)
+		return fmt.Errorf("libkrun: Config.Daemon (a layerfsd built for the guest) is not set: %w", platforms.ErrConfig)
 	}
 	daemon, err := filepath.Abs(p.cfg.Daemon)
 	if err != nil {
 		return fmt.Errorf("libkrun: %w", err)
 	}
 	if _, err := os.Stat(daemon); err != nil {
-		return fmt.Errorf("libkrun: layerfsd for the guest: %w: %w", err, ErrConfig)
+		return fmt.Errorf("libkrun: layerfsd for the guest: %w: %w", err, platforms.ErrConfig)
 	}
 	st, err := p.newState()
 	if err != nil {
@@ -339,12 +330,12 @@ func (p *Platform) Up(ctx context.Context) error {
 		return err
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("libkrun: run microVM %q: %w (msb exited with status %d); it said:\n%s", p.name, ErrStart, res.ExitCode, guest.Tail(res.Stderr, 20))
+		return fmt.Errorf("libkrun: run microVM %q: %w (msb exited with status %d); it said:\n%s", p.name, platforms.ErrStart, res.ExitCode, guest.Tail(res.Stderr, 20))
 	}
 	v, err := guest.TCPDaemon(p.url(st), st.Token).Wait(ctx, p.cfg.DaemonTimeout)
 	if err != nil {
 		return fmt.Errorf("libkrun: layerfsd in microVM %q did not answer GET /v1/version on %s within %s (%v): %w; guest log %s:\n%s",
-			p.name, p.url(st), p.cfg.DaemonTimeout, err, ErrDaemon, guestLog, p.daemonLog(ctx))
+			p.name, p.url(st), p.cfg.DaemonTimeout, err, platforms.ErrDaemon, guestLog, p.daemonLog(ctx))
 	}
 	p.log.Info("libkrun: guest layerfsd is up", "sandbox", p.name, "version", v.Version, "url", p.url(st))
 	p.st, p.up = st, true

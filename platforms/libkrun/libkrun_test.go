@@ -129,8 +129,8 @@ func TestUpFailures(t *testing.T) {
 		want     error
 		mentions []string
 	}{
-		{"run-fails.json", ErrStart, []string{`run microVM "layerfs-demo"`, "status 1", "KVM is not available"}},
-		{"daemon-timeout.json", ErrDaemon, []string{"did not answer GET /v1/version", "within 1s", "open /dev/fuse: no such device"}},
+		{"run-fails.json", platforms.ErrStart, []string{`run microVM "layerfs-demo"`, "status 1", "KVM is not available"}},
+		{"daemon-timeout.json", platforms.ErrDaemon, []string{"did not answer GET /v1/version", "within 1s", "open /dev/fuse: no such device"}},
 		{"missing.json", platforms.ErrUnavailable, []string{"msb (microsandbox) not found", "0.7.3"}},
 		{"too-old.json", platforms.ErrUnavailable, []string{"msb 0.2.6 is too old", "needs 0.7.3 or newer"}},
 	} {
@@ -149,8 +149,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Project: "demo", HostPort: 70000},
 		{Project: "demo", CPUs: 300},
 	} {
-		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
-			t.Errorf("New(%+v): got %v, want ErrConfig", cfg, err)
+		if _, err := New(cfg); !errors.Is(err, platforms.ErrConfig) {
+			t.Errorf("New(%+v): got %v, want platforms.ErrConfig", cfg, err)
 		}
 	}
 }

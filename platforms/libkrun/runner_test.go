@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/platforms/internal/guest/guesttest"
 )
 
@@ -17,7 +18,7 @@ func TestUpWithFakeMsb(t *testing.T) {
 	log := guesttest.FakeBin(t, "FAKE_MSB_LOG")
 	f := newFixture(t)
 	p := f.platform(t, nil, func(c *Config) { c.CPUs, c.Memory = 0, "" })
-	guesttest.WantError(t, p.Up(context.Background()), ErrStart, "KVM is not available")
+	guesttest.WantError(t, p.Up(context.Background()), platforms.ErrStart, "KVM is not available")
 	boot, err := os.ReadFile("testdata/boot.sh")
 	if err != nil {
 		t.Fatal(err)

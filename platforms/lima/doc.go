@@ -45,8 +45,9 @@
 //
 // limactl missing, too old, or run as root (limactl refuses root): an error
 // wrapping platforms.ErrUnavailable that says how to fix it. Create or boot
-// failing: ErrStart with limactl's stderr tail. The daemon not answering in
-// time: ErrDaemon with the tail of the guest daemon's log.
+// failing: platforms.ErrStart with limactl's stderr tail. The daemon not
+// answering in time: platforms.ErrDaemon with the tail of the guest daemon's
+// log.
 //
 // # On Linux, under software emulation
 //

@@ -105,7 +105,7 @@ func (in Install) Configure(cfg *Config) error {
 		uid, err1 := strconv.ParseUint(in.User.Uid, 10, 32)
 		gid, err2 := strconv.ParseUint(in.User.Gid, 10, 32)
 		if err1 != nil || err2 != nil {
-			return fmt.Errorf("lima: user %s has a non-numeric uid or gid: %w", in.User.Username, ErrConfig)
+			return fmt.Errorf("lima: user %s has a non-numeric uid or gid: %w", in.User.Username, platforms.ErrConfig)
 		}
 		r.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		home = in.User.HomeDir
@@ -182,7 +182,7 @@ func (p *Platform) instanceDir() (string, error) {
 	}
 	dir, err := store.InstanceDir(p.inst)
 	if err != nil {
-		return "", fmt.Errorf("lima: %w: %w", err, ErrConfig)
+		return "", fmt.Errorf("lima: %w: %w", err, platforms.ErrConfig)
 	}
 	return dir, nil
 }

@@ -26,18 +26,6 @@ const MinVersion = "1.0.0"
 
 var minVersion = guest.Semver{1, 0, 0}
 
-// Errors of this platform, beside platforms.ErrUnavailable and ErrNotUp.
-var (
-	// ErrConfig: the Config cannot make a valid instance.
-	ErrConfig = errors.New("invalid lima configuration")
-	// ErrStart: limactl could not create or boot the instance.
-	ErrStart = errors.New("lima instance failed to start")
-	// ErrDaemon: the guest layerfsd did not answer on the forwarded socket.
-	ErrDaemon = errors.New("guest layerfsd did not answer")
-	// ErrCommand: another limactl command failed.
-	ErrCommand = errors.New("limactl command failed")
-)
-
 // Defaults for Config fields left zero.
 const (
 	DefaultBootTimeout = 10 * time.Minute // limactl start's own default
@@ -168,7 +156,6 @@ func New(cfg Config) (*Platform, error) {
 		Argv0:        "limactl",
 		Prefix:       "lima",
 		Missing:      "limactl not found in PATH (install Lima " + MinVersion + " or newer: `brew install lima` on macOS, see https://lima-vm.io/docs/installation/)",
-		ErrCommand:   ErrCommand,
 		Refuse:       refuseRoot,
 		ParseVersion: parseVersion,
 		MinVersion:   minVersion,
@@ -187,10 +174,10 @@ func New(cfg Config) (*Platform, error) {
 func InstanceName(project string) (string, error) {
 	name, err := guest.Name(project)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", err, ErrConfig)
+		return "", fmt.Errorf("%w: %w", err, platforms.ErrConfig)
 	}
 	if err := store.ValidateInstName(name); err != nil {
-		return "", fmt.Errorf("project %q: %w: %w", project, err, ErrConfig)
+		return "", fmt.Errorf("project %q: %w: %w", project, err, platforms.ErrConfig)
 	}
 	return name, nil
 }
@@ -266,7 +253,7 @@ func (p *Platform) Up(ctx context.Context) error {
 		if in, found, err = p.find(ctx); err != nil {
 			return err
 		} else if !found {
-			return fmt.Errorf("lima: instance %q was created but limactl list does not show it: %w", p.inst, ErrStart)
+			return fmt.Errorf("lima: instance %q was created but limactl list does not show it: %w", p.inst, platforms.ErrStart)
 		}
 	}
 	p.dir, p.vmType, p.arch = in.Dir, in.VMType, in.Arch
@@ -281,7 +268,7 @@ func (p *Platform) Up(ctx context.Context) error {
 		}
 		if res.ExitCode != 0 && !p.onlyGuestAgentLate(ctx, res) {
 			err := fmt.Errorf("lima: start instance %q: %w (limactl exited with status %d; see %s/ha.stderr.log); limactl said:\n%s",
-				p.inst, ErrStart, res.ExitCode, in.Dir, guest.Tail(res.Stderr, 20))
+				p.inst, platforms.ErrStart, res.ExitCode, in.Dir, guest.Tail(res.Stderr, 20))
 			if created {
 				err = errors.Join(err, p.abandon(ctx, created))
 			}
@@ -301,7 +288,7 @@ func (p *Platform) Up(ctx context.Context) error {
 	if err != nil {
 		logTail := p.daemonLog(ctx)
 		return fmt.Errorf("lima: layerfsd in instance %q did not answer GET /v1/version on %s within %s (%v): %w; guest log %s:\n%s",
-			p.inst, p.hostSocket, p.cfg.DaemonTimeout, err, ErrDaemon, guestLog, logTail)
+			p.inst, p.hostSocket, p.cfg.DaemonTimeout, err, platforms.ErrDaemon, guestLog, logTail)
 	}
 	p.log.Info("lima: guest layerfsd is up", "instance", p.inst, "version", v.Version, "socket", p.hostSocket)
 	p.up = true
@@ -402,7 +389,7 @@ func (p *Platform) create(ctx context.Context) error {
 	}
 	if res.ExitCode != 0 {
 		return fmt.Errorf("lima: create instance %q: %w (limactl exited with status %d); limactl said:\n%s",
-			p.inst, ErrStart, res.ExitCode, guest.Tail(res.Stderr, 20))
+			p.inst, platforms.ErrStart, res.ExitCode, guest.Tail(res.Stderr, 20))
 	}
 	return nil
 }
@@ -436,14 +423,14 @@ var stopScript = "if [ -f " + guestPID + " ] && kill -0 \"$(cat " + guestPID + "
 // startDaemon copies layerfsd into the guest and starts it.
 func (p *Platform) startDaemon(ctx context.Context) error {
 	if p.cfg.Daemon == "" {
-		return fmt.Errorf("lima: Config.Daemon (a layerfsd built for the guest) is not set: %w", ErrConfig)
+		return fmt.Errorf("lima: Config.Daemon (a layerfsd built for the guest) is not set: %w", platforms.ErrConfig)
 	}
 	daemon, err := filepath.Abs(p.cfg.Daemon)
 	if err != nil {
 		return fmt.Errorf("lima: %w", err)
 	}
 	if _, err := os.Stat(daemon); err != nil {
-		return fmt.Errorf("lima: layerfsd for the guest: %w: %w", err, ErrConfig)
+		return fmt.Errorf("lima: layerfsd for the guest: %w: %w", err, platforms.ErrConfig)
 	}
 	if runsAsOtherUser(p.cfg.Runner) {
 		// That user may not read a private directory of this process (a

@@ -116,7 +116,7 @@ func TestUpIsIdempotentWhenDaemonAnswers(t *testing.T) {
 func TestUpReportsBootFailureWithStderr(t *testing.T) {
 	f := newFixture(t)
 	p := f.platform(t, guesttest.NewReplayer(t, "start-fails.json", f.vars), nil)
-	guesttest.WantError(t, p.Up(context.Background()), ErrStart,
+	guesttest.WantError(t, p.Up(context.Background()), platforms.ErrStart,
 		`start instance "layerfs-demo"`, "status 1", "Virtualization is not available on this hardware", "ha.stderr.log")
 }
 
@@ -128,7 +128,7 @@ func TestUpReportsSilentDaemonWithGuestLog(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Up took %s with a 1s daemon timeout", d)
 	}
-	guesttest.WantError(t, err, ErrDaemon, "did not answer GET /v1/version", f.hostSocket(), "within 1s", "open /dev/fuse: operation not permitted")
+	guesttest.WantError(t, err, platforms.ErrDaemon, "did not answer GET /v1/version", f.hostSocket(), "within 1s", "open /dev/fuse: operation not permitted")
 }
 
 func TestUnavailable(t *testing.T) {
@@ -219,7 +219,7 @@ func TestTemplateRejectedByLimaValidation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			guesttest.WantError(t, ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")), ErrConfig, tc.mentions)
+			guesttest.WantError(t, ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")), platforms.ErrConfig, tc.mentions)
 		})
 	}
 }
@@ -231,8 +231,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Project: "demo", Networks: []string{"socket:relative/path"}},
 		{Project: strings.Repeat("p", 80)},
 	} {
-		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
-			t.Errorf("New(%+v): got %v, want ErrConfig", cfg, err)
+		if _, err := New(cfg); !errors.Is(err, platforms.ErrConfig) {
+			t.Errorf("New(%+v): got %v, want platforms.ErrConfig", cfg, err)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"layerfs.dev/layerfs/platforms"
 	"layerfs.dev/layerfs/platforms/internal/guest/guesttest"
 )
 
@@ -31,6 +32,6 @@ func TestUpWithFakeLimactl(t *testing.T) {
 	}
 	t.Setenv("FAKE_LIMACTL_LIST", list)
 	p := f.platform(t, nil, nil)
-	guesttest.WantError(t, p.Up(context.Background()), ErrStart, f.limaHome+`/layerfs-demo/ha.stderr.log`)
+	guesttest.WantError(t, p.Up(context.Background()), platforms.ErrStart, f.limaHome+`/layerfs-demo/ha.stderr.log`)
 	guesttest.WantLog(t, log, "--version\n--\nlist\n--json\n--\nstart\n--tty=false\n--timeout=10m0s\nlayerfs-demo\n--\n")
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/lima-vm/lima/pkg/limayaml"
+
+	"layerfs.dev/layerfs/platforms"
 )
 
 // Paths inside the guest. The socket lives on /run (tmpfs) so that a reboot
@@ -113,7 +115,7 @@ func parseNetwork(s string) (limayaml.Network, error) {
 	case strings.HasPrefix(s, "socket:") && filepath.IsAbs(strings.TrimPrefix(s, "socket:")):
 		return limayaml.Network{Socket: strings.TrimPrefix(s, "socket:")}, nil
 	}
-	return limayaml.Network{}, fmt.Errorf("network %q: want lima:NAME, socket:/ABS/PATH or vzNAT: %w", s, ErrConfig)
+	return limayaml.Network{}, fmt.Errorf("network %q: want lima:NAME, socket:/ABS/PATH or vzNAT: %w", s, platforms.ErrConfig)
 }
 
 // MarshalTemplate renders y as the YAML file handed to `limactl create`.
@@ -136,7 +138,7 @@ func ValidateTemplate(b []byte, instDir string) error {
 		return fmt.Errorf("load lima template: %w", err)
 	}
 	if err := limayaml.Validate(y, false); err != nil {
-		return fmt.Errorf("lima template is invalid: %w", errors.Join(err, ErrConfig))
+		return fmt.Errorf("lima template is invalid: %w", errors.Join(err, platforms.ErrConfig))
 	}
 	return nil
 }

@@ -20,10 +20,6 @@ import (
 	"layerfs.dev/layerfs/platforms"
 )
 
-// ErrClosed is returned by Exec on a Sandbox that was closed (or whose
-// platform went down).
-var ErrClosed = errors.New("sandbox is closed")
-
 // probeTimeout bounds Up's trial sandbox.
 const probeTimeout = 10 * time.Second
 
@@ -299,7 +295,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return platforms.ExecResult{}, fmt.Errorf("local: exec in %s: %w", s.w.ID, ErrClosed)
+		return platforms.ExecResult{}, fmt.Errorf("local: exec in %s: %w", s.w.ID, platforms.ErrClosed)
 	}
 	s.running.Add(1)
 	s.mu.Unlock()
@@ -314,7 +310,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	}, stdout, stderr)
 	if err != nil {
 		if s.ctx.Err() != nil {
-			err = fmt.Errorf("%w: %w", ErrClosed, err)
+			err = fmt.Errorf("%w: %w", platforms.ErrClosed, err)
 		}
 		return res, fmt.Errorf("local: exec in %s: %w", s.w.ID, err)
 	}

@@ -15,7 +15,7 @@
 //   - Tool: one platform's CLI over a Runner. Run logs the argv and turns
 //     a missing tool into the platform's install hint (wrapping
 //     platforms.ErrUnavailable); Must makes a non-zero exit an error with
-//     the platform's ErrCommand and the tail of stderr; CheckVersion runs
+//     platforms.ErrCommand and the tail of stderr; CheckVersion runs
 //     `--version` once, with the platform's parser, minimum and upgrade
 //     hint. The tools' differences are data, plus a Refuse hook for a
 //     failure a tool has of its own (limactl refusing root).

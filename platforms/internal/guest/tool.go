@@ -28,9 +28,6 @@ type Tool struct {
 	// Missing is the error text for a tool that is not on PATH, with how
 	// to install it; the error wraps platforms.ErrUnavailable.
 	Missing string
-	// ErrCommand is the platform's sentinel for a failed command that Must
-	// ran.
-	ErrCommand error
 	// Refuse, when set, sees the result of every command that ran and
 	// returns the error to report instead of it, or nil. Its error follows
 	// Prefix and ": ".
@@ -77,7 +74,7 @@ func (t *Tool) Run(ctx context.Context, args ...string) (Result, error) {
 }
 
 // Must runs a command that has to succeed: a non-zero exit is an error
-// wrapping ErrCommand, with the end of what the tool wrote to stderr.
+// wrapping platforms.ErrCommand, with the end of what the tool wrote to stderr.
 func (t *Tool) Must(ctx context.Context, args ...string) (Result, error) {
 	res, err := t.Run(ctx, args...)
 	if err != nil {
@@ -85,7 +82,7 @@ func (t *Tool) Must(ctx context.Context, args ...string) (Result, error) {
 	}
 	if res.ExitCode != 0 {
 		return res, fmt.Errorf("%s: %s %s exited with status %d: %w; stderr:\n%s",
-			t.Prefix, t.Argv0, args[0], res.ExitCode, t.ErrCommand, Tail(res.Stderr, 20))
+			t.Prefix, t.Argv0, args[0], res.ExitCode, platforms.ErrCommand, Tail(res.Stderr, 20))
 	}
 	return res, nil
 }

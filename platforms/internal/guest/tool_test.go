@@ -14,15 +14,12 @@ import (
 	"layerfs.dev/layerfs/platforms/internal/guest/guesttest"
 )
 
-var errCommand = errors.New("faketool command failed")
-
 // newTool is a Tool as a platform sets one up, over r.
 func newTool(r guest.Runner, log *slog.Logger) *guest.Tool {
 	return &guest.Tool{
-		Argv0:      "faketool",
-		Prefix:     "demo",
-		Missing:    "faketool not found in PATH (install faketool 1.1.0 or newer)",
-		ErrCommand: errCommand,
+		Argv0:   "faketool",
+		Prefix:  "demo",
+		Missing: "faketool not found in PATH (install faketool 1.1.0 or newer)",
 		Refuse: func(res guest.Result) error {
 			if res.ExitCode != 0 && strings.Contains(string(res.Stderr), "refusing to start as root") {
 				return fmt.Errorf("faketool refuses root: %w", platforms.ErrUnavailable)
@@ -65,7 +62,7 @@ func TestToolRunAndMust(t *testing.T) {
 		t.Errorf("Run of a failing command = exit %d, %v; want exit 4 and no error", res.ExitCode, err)
 	}
 	res, err = tool.Must(ctx, "shell", "box", "false")
-	if want := "demo: faketool shell exited with status 4: faketool command failed; stderr:\none\ntwo\nthree"; !errors.Is(err, errCommand) || err.Error() != want || res.ExitCode != 4 {
+	if want := "demo: faketool shell exited with status 4: platform command failed; stderr:\none\ntwo\nthree"; !errors.Is(err, platforms.ErrCommand) || err.Error() != want || res.ExitCode != 4 {
 		t.Errorf("Must of a failing command = exit %d, %v; want %q", res.ExitCode, err, want)
 	}
 
