@@ -1,9 +1,11 @@
 # LayerFS. `make help` lists the targets; CI runs `make test` through .ci/run.
 GO ?= go
-export PATH := /usr/local/go/bin:$(PATH)
+# sbin too: the loop file systems (quotas, the bench) run mkfs.ext4 and
+# mkfs.xfs, which Debian installs there.
+export PATH := /usr/local/go/bin:$(PATH):/usr/sbin:/sbin
 
 .DEFAULT_GOAL := help
-.PHONY: help build layerfs test test-lima cells demo bench-store bench-session
+.PHONY: help build layerfs lint test test-lima cells demo bench-store bench-session
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -15,6 +17,12 @@ build: ## build every command (./cmd/...) into bin/, static (the Docker supervis
 layerfs: ## build only bin/layerfs
 	@mkdir -p bin
 	$(GO) build -o bin/layerfs ./cmd/layerfs
+
+lint: ## go vet, staticcheck (pinned; scripts/ensure-staticcheck installs it), gofmt -l and go mod tidy -diff; CI runs it before the tests
+	$(GO) vet ./...
+	$$(scripts/ensure-staticcheck) ./...
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
+	$(GO) mod tidy -diff
 
 test: ## the whole test suite: scripts/test-setup, then go test ./...
 	scripts/test-setup

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +16,9 @@ import (
 )
 
 func goroot(t *testing.T) string {
-	out, err := exec.Command("go", "env", "GOROOT").Output()
+	out, err := exec.Command(testenv.GoTool(), "env", "GOROOT").Output()
 	if err != nil {
-		return runtime.GOROOT()
+		t.Fatalf("go env GOROOT: %v", err)
 	}
 	return strings.TrimSpace(string(out))
 }

@@ -34,7 +34,7 @@ func cleanRel(p string) (string, error) {
 	}
 	for _, c := range strings.Split(p, "/") {
 		if c == ".." {
-			return "", fmt.Errorf("%w: path %q contains ..", errclass.Invalid, p)
+			return "", fmt.Errorf("%w: path %q has a \"..\" component", errclass.Invalid, p)
 		}
 	}
 	c := path.Clean(p)

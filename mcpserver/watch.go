@@ -52,7 +52,6 @@ type watch struct {
 	events   chan wire.FileEvent
 	mu       sync.Mutex
 	dropped  int64
-	ended    bool
 	lastPoll time.Time
 }
 

@@ -28,7 +28,6 @@ type prober struct {
 	chunk, obj driver.Stmt // SELECT 1 FROM chunks|objects WHERE id = ?
 	args       []driver.NamedValue
 	dest       []driver.Value
-	start      time.Time
 	inTx       bool
 }
 

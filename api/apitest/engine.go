@@ -54,7 +54,6 @@ type project struct {
 type workspace struct {
 	info  wire.Workspace
 	files tree
-	dirty bool
 	// watchers receive the double's own writes as events; ended closes
 	// when the workspace ends.
 	watchers []chan wire.FileEvent

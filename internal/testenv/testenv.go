@@ -5,8 +5,11 @@ package testenv
 
 import (
 	"context"
+	"go/build"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -66,4 +69,13 @@ func RequireDocker(t testing.TB) {
 func SkipNotHere(t testing.TB, reason string) {
 	t.Helper()
 	t.Skip("not runnable on this host: " + reason)
+}
+
+// GoTool is the go command to build test helpers with: the one on PATH,
+// else the toolchain's that built the tests.
+func GoTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(build.Default.GOROOT, "bin", "go")
 }

@@ -66,11 +66,7 @@ var supervisorBin string
 // buildSupervisor builds cmd/layerfs-supervise into dir, static.
 func buildSupervisor(dir string) (string, error) {
 	out := filepath.Join(dir, "layerfs-supervise")
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go") // go test's own toolchain
-	}
-	cmd := exec.Command(gobin, "build", "-o", out, "layerfs.dev/layerfs/cmd/layerfs-supervise")
+	cmd := exec.Command(testenv.GoTool(), "build", "-o", out, "layerfs.dev/layerfs/cmd/layerfs-supervise")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stderr = os.Stderr
 	return out, cmd.Run()

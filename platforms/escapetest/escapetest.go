@@ -28,7 +28,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -392,11 +391,7 @@ func quotaWorkspace(t *testing.T) string {
 // buildProbe builds ./probe, static, into a directory of the test's.
 func buildProbe(t *testing.T) string {
 	out := filepath.Join(t.TempDir(), "probe")
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go") // go test's own toolchain
-	}
-	cmd := exec.Command(gobin, "build", "-o", out, "layerfs.dev/layerfs/platforms/escapetest/probe")
+	cmd := exec.Command(testenv.GoTool(), "build", "-o", out, "layerfs.dev/layerfs/platforms/escapetest/probe")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the probe: %v: %s", err, msg)

@@ -250,7 +250,8 @@ func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
 }
 
 // Attach makes w.HostPath the /workspace of the returned Sandbox's execs.
-func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms.Sandbox, error) {
+// The sandbox outlives the call: its context is its own, not the caller's.
+func (p *Platform) Attach(_ context.Context, w platforms.Workspace) (platforms.Sandbox, error) {
 	if !filepath.IsAbs(w.HostPath) {
 		return nil, fmt.Errorf("local: attach %s: host path %q is not absolute", w.ID, w.HostPath)
 	}
