@@ -26,7 +26,7 @@ func branchForkCmd(a *app) *cobra.Command {
 			if from == "" {
 				return usageError{fmt.Errorf("branch fork: --from REF is required")}
 			}
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				b, err := c.ForkBranch(cmd.Context(), argv[0], argv[1], from)
 				if err != nil {
 					return err
@@ -47,7 +47,7 @@ func branchListCmd(a *app) *cobra.Command {
 		Short: "List a project's branches",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				bs, err := c.Branches(cmd.Context(), argv[0])
 				if err != nil {
 					return err
@@ -69,7 +69,7 @@ func branchDeleteCmd(a *app) *cobra.Command {
 		Short: "Delete a branch (refused while a workspace stands on it; its commits stay until gc finds them unreachable)",
 		Args:  args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				if err := c.DeleteBranch(cmd.Context(), argv[0], argv[1]); err != nil {
 					return err
 				}
@@ -87,7 +87,7 @@ func layerCmd(a *app) *cobra.Command {
 		Short: "Make BRANCH's head the project's next layer",
 		Args:  args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				l, err := c.AddLayer(cmd.Context(), argv[0], argv[1])
 				if err != nil {
 					return err
@@ -102,7 +102,7 @@ func layerCmd(a *app) *cobra.Command {
 		Short: "List a project's layers",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				ls, err := c.Layers(cmd.Context(), argv[0])
 				if err != nil {
 					return err
@@ -132,7 +132,7 @@ func logCmd(a *app) *cobra.Command {
 			if limit < 0 {
 				return usageError{fmt.Errorf("log: --limit must not be negative")}
 			}
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				// Page by parents: the next page starts at the last
 				// commit's parent.
 				log := []wire.Commit{}

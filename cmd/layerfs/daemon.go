@@ -20,8 +20,9 @@ func daemonCmd(a *app) *cobra.Command {
 		Short: "Start, stop and inspect the Store's daemon (layerfsd)",
 		Long: `Verbs that need a daemon start one for the selected Store when none answers
 on <store>/layerfsd.sock; it exits by itself after $LAYERFS_IDLE_EXIT (default 10m)
-without requests and without workspaces. $LAYERFS_DAEMON (unix:///path or
-http://host:port, with $LAYERFS_TOKEN) selects another daemon instead.`,
+without requests and without workspaces. $LAYERFS_DAEMON (unix:///path, or
+tcp://host:port with $LAYERFS_TOKEN) selects another daemon instead, for
+every verb.`,
 	}
 	cmd.AddCommand(daemonStatusCmd(a), daemonStartCmd(a), daemonStopCmd(a))
 	return cmd

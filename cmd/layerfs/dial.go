@@ -65,7 +65,7 @@ func (a *app) dial(ctx context.Context) (*client.Client, error) {
 }
 
 // daemon connects to the daemon, starting the Store's own when none answers
-// (never creating a Store: that is init's).
+// (which creates the Store when there is none).
 func (a *app) daemon(ctx context.Context) (*client.Client, error) {
 	c, err := a.dial(ctx)
 	if err == nil {
@@ -77,9 +77,6 @@ func (a *app) daemon(ctx context.Context) (*client.Client, error) {
 		return nil, fmt.Errorf("daemon on %s: %w", addr, err)
 	case !own || !(notListening(err) || client.IsDaemonLost(err)): // lost: it died as we dialled
 		return nil, errclass.Errorf(errclass.Unavailable, "no daemon answers on %s: %w", addr, err)
-	}
-	if !store.Exists(a.dir()) {
-		return nil, fmt.Errorf("open store %s: %w (run: layerfs init --store %s)", a.dir(), store.ErrNoStore, a.dir())
 	}
 	if a.supervised() {
 		// Its supervisor is starting it again (after a crash): wait.
@@ -99,6 +96,16 @@ func (a *app) withDaemon(cmd *cobra.Command, fn func(c *client.Client) error) er
 	}
 	defer c.Close()
 	return fn(c)
+}
+
+// withStore is withDaemon for the verbs about what a Store holds (history,
+// gc, fsck, stats): with no daemon named, a Store that does not exist is
+// refused rather than created empty by the daemon a verb would start.
+func (a *app) withStore(cmd *cobra.Command, fn func(c *client.Client) error) error {
+	if _, own := a.daemonAddr(); own && !store.Exists(a.dir()) {
+		return fmt.Errorf("open store %s: %w (run: layerfs init --store %s)", a.dir(), store.ErrNoStore, a.dir())
+	}
+	return a.withDaemon(cmd, fn)
 }
 
 // hostPath makes a path given on the command line one the daemon can use:

@@ -20,7 +20,7 @@ func gcCmd(a *app) *cobra.Command {
 		Short: "Delete objects and pack bytes that no branch, layer or workspace reaches",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				r, err := c.GC(cmd.Context(), req)
 				if err != nil {
 					return err
@@ -46,7 +46,7 @@ func fsckCmd(a *app) *cobra.Command {
 		Short: "Check SQLite integrity, every reference, every object hash and every pack range",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				rep, err := c.Fsck(cmd.Context())
 				if err != nil {
 					return err
@@ -75,7 +75,7 @@ func statsCmd(a *app) *cobra.Command {
 		Short: "Count objects and show logical vs stored bytes and the dedup ratio",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				st, err := c.Stats(cmd.Context())
 				if err != nil {
 					return err

@@ -25,7 +25,7 @@ func projectCreateCmd(a *app) *cobra.Command {
 DIR is read by the daemon: a path on its host ($LAYERFS_DAEMON's, when set).`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				dir, err := a.hostPath(from)
 				if err != nil {
 					return err
@@ -58,7 +58,7 @@ func projectListCmd(a *app) *cobra.Command {
 		Short: "List projects",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				ps, err := c.Projects(cmd.Context())
 				if err != nil {
 					return err

@@ -23,7 +23,7 @@ func diffCmd(a *app) *cobra.Command {
 			if limit < 0 {
 				return usageError{errors.New("diff: --limit must not be negative")}
 			}
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				// --limit 0 follows the pages to the end.
 				out := wire.DiffPage{Changes: []wire.Change{}}
 				opts := client.DiffOptions{Cursor: after, Limit: limit}
@@ -69,7 +69,7 @@ func checkoutCmd(a *app) *cobra.Command {
 DIR is written by the daemon: a path on its host ($LAYERFS_DAEMON's, when set).`,
 		Args: args(cobra.ExactArgs(3)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				dir, err := a.hostPath(argv[2])
 				if err != nil {
 					return err
@@ -100,7 +100,7 @@ DIR is read by the daemon: a path on its host ($LAYERFS_DAEMON's, when set).`,
 			if from == "" {
 				return usageError{errors.New("commit: --from DIR is required")}
 			}
-			return a.withDaemon(cmd, func(c *client.Client) error {
+			return a.withStore(cmd, func(c *client.Client) error {
 				dir, err := a.hostPath(from)
 				if err != nil {
 					return err
