@@ -73,7 +73,6 @@ type Overlay struct {
 	closeErr  error
 	log       *slog.Logger
 	umask     uint32
-	reflink   atomic.Int32 // 0 unknown, 1 yes, -1 no
 
 	// mu guards the tree: every node's names, state and directory
 	// fields, the identity tables and the dirty set. Data copies run
@@ -284,7 +283,6 @@ type dirState struct {
 	path      string     // cached relative path
 	pathGen   uint64
 	dirty     map[string]*dirtyEnt
-	below     bool // some descendant has dirty entries
 }
 
 // Ino returns the node's inode number.

@@ -57,10 +57,6 @@ func lgetxattr(path, name string) ([]byte, error) {
 	return readSized(256, 64, func(buf []byte) (int, error) { return unix.Lgetxattr(path, name, buf) })
 }
 
-func fgetxattr(fd int, name string) ([]byte, error) {
-	return readSized(256, 64, func(buf []byte) (int, error) { return unix.Fgetxattr(fd, name, buf) })
-}
-
 // llistxattr returns the xattr names of path (not following symlinks).
 func llistxattr(path string) ([]string, error) {
 	b, err := readSized(1024, 256, func(buf []byte) (int, error) { return unix.Llistxattr(path, buf) })

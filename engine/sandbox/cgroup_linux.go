@@ -256,25 +256,6 @@ func (e *execCgroup) add(pid int) error {
 	return nil
 }
 
-// oomKilled reports whether the kernel's OOM killer acted in this cgroup.
-func (e *execCgroup) oomKilled() bool {
-	for _, d := range e.dirs() {
-		for _, f := range []string{"memory.events", "memory.oom_control"} {
-			b, err := os.ReadFile(filepath.Join(d, f))
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(b), "\n") {
-				k, v, _ := strings.Cut(line, " ")
-				if k == "oom_kill" && v != "0" {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
 // remove deletes the exec's cgroup directories. The init has been reaped,
 // and with it every task of its PID namespace; a v1 hierarchy can still
 // report a task for a moment, hence the short retry on EBUSY.
