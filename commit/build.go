@@ -13,6 +13,7 @@ import (
 	"github.com/zeebo/blake3"
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/dirfd"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire/errclass"
 )
@@ -31,9 +32,15 @@ type Change struct {
 	// changes below it apply to its stored tree. A directory entry whose
 	// Object is ZeroID is an empty directory (filled by changes below it).
 	Entry *store.Entry
-	// Source, when Delete is false and Entry is nil, is the host path Path
-	// is captured from (a file, symlink, directory, device, ...).
+	// Source, when Delete is false and Entry is nil, is where Path is
+	// captured from (a file, symlink, directory, device, ...): below Root
+	// when Root is set, else a host path.
 	Source string
+	// Root, when set, is a host directory Source is relative to. Source is
+	// then reached from it through directory descriptors, at any depth (a
+	// host path past PATH_MAX works), never through a symlink and never
+	// above Root.
+	Root string
 	// Recursive, for a Source directory, captures its whole subtree and
 	// replaces Path's subtree; otherwise only the directory's own metadata
 	// changes and its children come from the base plus other Changes.
@@ -167,6 +174,7 @@ type builder struct {
 	prog   *Progress
 	links  map[[2]uint64]*linkGroup
 	counts map[store.ID]store.CommitStats // memo of stored subtree totals
+	srcs   sources
 }
 
 type linkGroup struct {
@@ -213,6 +221,11 @@ func Build(ctx context.Context, w Writer, r Reader, base store.ID, changes []Cha
 		if n := btoi(ch.Delete) + btoi(ch.Entry != nil) + btoi(ch.Source != ""); n != 1 {
 			return store.ZeroID, Stats{}, fmt.Errorf("change %d (%q): set exactly one of Delete, Entry and Source: %w", i, ch.Path, ErrInvalidChange)
 		}
+		if ch.Root != "" && ch.Source != "" {
+			if err := ValidPath(ch.Source); err != nil {
+				return store.ZeroID, Stats{}, fmt.Errorf("change %d: source: %w", i, err)
+			}
+		}
 		n := root
 		for c := range strings.SplitSeq(ch.Path, "/") {
 			n = n.child(c)
@@ -237,6 +250,58 @@ func CaptureDir(ctx context.Context, w Writer, r Reader, dir string, opts *Optio
 	return build(ctx, w, r, store.ZeroID, &node{}, dir, opts)
 }
 
+// sources opens the sources of a build's changes: each Root once, and the
+// directory of the last Source reached below it, which the next change (a
+// sibling, in path order) most often shares.
+type sources struct {
+	roots   map[string]int
+	lastKey [2]string // root, directory
+	lastFd  int
+}
+
+// at names chg's source; the At is valid until the next call or close.
+func (s *sources) at(chg *Change) (dirfd.At, error) {
+	if chg.Root == "" {
+		return dirfd.At{Dir: unix.AT_FDCWD, Name: chg.Source}, nil
+	}
+	dir, name := dirfd.Split(chg.Source)
+	if s.lastKey == [2]string{chg.Root, dir} && s.lastFd >= 0 {
+		return dirfd.At{Dir: s.lastFd, Name: name}, nil
+	}
+	rfd, ok := s.roots[chg.Root]
+	if !ok {
+		var err error
+		if rfd, err = dirfd.OpenRoot(chg.Root); err != nil {
+			return dirfd.At{}, fmt.Errorf("source root: %w", err)
+		}
+		if s.roots == nil {
+			s.roots = map[string]int{}
+		}
+		s.roots[chg.Root] = rfd
+	}
+	a, err := dirfd.Beneath(rfd, chg.Source)
+	if err != nil {
+		return dirfd.At{}, fmt.Errorf("source %s: %w", chg.Source, err)
+	}
+	s.dropLast()
+	s.lastKey, s.lastFd = [2]string{chg.Root, dir}, a.Dir
+	return a, nil
+}
+
+func (s *sources) dropLast() {
+	if s.lastFd >= 0 {
+		unix.Close(s.lastFd)
+	}
+	s.lastKey, s.lastFd = [2]string{}, -1
+}
+
+func (s *sources) close() {
+	s.dropLast()
+	for _, fd := range s.roots {
+		unix.Close(fd)
+	}
+}
+
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -253,13 +318,15 @@ func build(ctx context.Context, w Writer, r Reader, base store.ID, root *node, r
 	}
 	var stats Stats
 	b := &builder{r: r, w: w, stats: &stats, prog: opts.progress(), links: map[[2]uint64]*linkGroup{}, counts: map[store.ID]store.CommitStats{}}
+	b.srcs.lastFd = -1
+	defer b.srcs.close()
 	c, wctx := newContents(ctx, ch, w, &stats, b.prog, opts.workers())
 	b.c = c
 	var top *pdir
 	err = func() error {
 		if rootSource != "" {
 			top = &pdir{}
-			return b.walk(wctx, top, rootSource, "")
+			return b.walk(wctx, top, dirfd.At{Dir: unix.AT_FDCWD, Name: rootSource}, "")
 		}
 		var err error
 		if top, err = b.load(ctx, base); err != nil {
@@ -377,7 +444,11 @@ func (b *builder) apply(ctx context.Context, dir *pdir, n *node, rel string) err
 			}
 			dir.set(pe)
 		default:
-			e, st, err := statEntry(chg.Source, name)
+			src, err := b.srcs.at(chg)
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			e, st, err := statEntry(src, name, path)
 			if err != nil {
 				return err
 			}
@@ -393,7 +464,7 @@ func (b *builder) apply(ctx context.Context, dir *pdir, n *node, rel string) err
 			switch {
 			case e.Type == store.TypeDir && chg.Recursive:
 				pe.dir = &pdir{}
-				if err := b.walk(ctx, pe.dir, chg.Source, path); err != nil {
+				if err := b.walk(ctx, pe.dir, src, path); err != nil {
 					return err
 				}
 			case keepChildren:
@@ -405,7 +476,7 @@ func (b *builder) apply(ctx context.Context, dir *pdir, n *node, rel string) err
 			case e.Type == store.TypeDir:
 				pe.dir = &pdir{}
 			case e.Type == store.TypeFile:
-				if err := b.file(ctx, chg.Source, path, st, &pe.e); err != nil {
+				if err := b.file(ctx, src, path, st, &pe.e); err != nil {
 					return err
 				}
 			}
@@ -424,7 +495,7 @@ func (b *builder) apply(ctx context.Context, dir *pdir, n *node, rel string) err
 }
 
 // file queues a regular file's content and joins it to its hard-link group.
-func (b *builder) file(ctx context.Context, host, path string, st *unix.Stat_t, e *store.Entry) error {
+func (b *builder) file(ctx context.Context, a dirfd.At, path string, st *unix.Stat_t, e *store.Entry) error {
 	if st.Nlink > 1 {
 		key := [2]uint64{st.Dev, st.Ino}
 		if g := b.links[key]; g != nil {
@@ -434,7 +505,7 @@ func (b *builder) file(ctx context.Context, host, path string, st *unix.Stat_t, 
 		}
 		b.links[key] = &linkGroup{paths: []string{path}, entries: []*store.Entry{e}}
 	}
-	return b.c.add(ctx, contentJob{path: host, st: *st, e: e})
+	return b.c.add(ctx, a, path, st, e)
 }
 
 // fixLinks gives every hard-link group found in this build one content and
@@ -459,30 +530,30 @@ func (b *builder) fixLinks() {
 	}
 }
 
-// walk captures the host directory host (tree path rel) into d.
-func (b *builder) walk(ctx context.Context, d *pdir, host, rel string) error {
+// walk captures the host directory a (tree path rel) into d. Each level
+// holds its directory open while it captures the level below, and names
+// what is in it relative to that descriptor: any depth works.
+func (b *builder) walk(ctx context.Context, d *pdir, a dirfd.At, rel string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	// O_NOFOLLOW: a directory swapped for a symlink after its lstat must
 	// not lead the walk elsewhere.
-	fd, err := unix.Open(host, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := a.OpenDir(unix.O_RDONLY)
 	if err != nil {
-		return fmt.Errorf("capture: open %s: %w", host, err)
+		return fmt.Errorf("capture: open %s: %w", show(rel), err)
 	}
-	f := os.NewFile(uintptr(fd), host)
+	f := os.NewFile(uintptr(fd), show(rel))
+	defer f.Close()
 	names, err := f.Readdirnames(-1)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
-		return fmt.Errorf("capture: read dir %s: %w", host, err)
+		return fmt.Errorf("capture: read dir %s: %w", show(rel), err)
 	}
 	slices.Sort(names)
 	d.over = make(map[string]*pentry, len(names))
 	for _, name := range names {
-		hp, path := host+"/"+name, join(rel, name)
-		e, st, err := statEntry(hp, name)
+		ca, path := dirfd.At{Dir: fd, Name: name}, join(rel, name)
+		e, st, err := statEntry(ca, name, path)
 		if err != nil {
 			return fmt.Errorf("capture: %w", err)
 		}
@@ -496,11 +567,11 @@ func (b *builder) walk(ctx context.Context, d *pdir, host, rel string) error {
 		switch e.Type {
 		case store.TypeDir:
 			pe.dir = &pdir{}
-			if err := b.walk(ctx, pe.dir, hp, path); err != nil {
+			if err := b.walk(ctx, pe.dir, ca, path); err != nil {
 				return err
 			}
 		case store.TypeFile:
-			if err := b.file(ctx, hp, path, st, &pe.e); err != nil {
+			if err := b.file(ctx, ca, path, st, &pe.e); err != nil {
 				return err
 			}
 		}
@@ -656,6 +727,14 @@ func TreeTotals(ctx context.Context, r Reader, id store.ID, memo map[store.ID]st
 		memo[id] = s
 	}
 	return s, nil
+}
+
+// show names a tree path in a message ("." for the root).
+func show(rel string) string {
+	if rel == "" {
+		return "."
+	}
+	return rel
 }
 
 func join(dir, name string) string {

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/dirfd"
 	"layerfs.dev/layerfs/store"
 )
 
@@ -93,7 +96,7 @@ func (s *changeSet) list() []Change {
 			if c.Entry != nil && c.Entry.Type == store.TypeDir {
 				// A moved directory whose entries changed: the workspace
 				// hands the moved entry with its new metadata.
-				e, _, err := statEntry(filepath.Join(s.dir, d), "")
+				e, _, err := statEntry(dirfd.At{Dir: unix.AT_FDCWD, Name: filepath.Join(s.dir, d)}, "", d)
 				if err == nil {
 					m := *c.Entry
 					m.Mode, m.MtimeNs, m.UID, m.GID, m.Xattrs = e.Mode, e.MtimeNs, e.UID, e.GID, e.Xattrs
@@ -103,7 +106,7 @@ func (s *changeSet) list() []Change {
 			continue
 		}
 		if fi, err := os.Lstat(filepath.Join(s.dir, d)); err == nil && fi.IsDir() {
-			s.changes[d] = &Change{Path: d, Source: filepath.Join(s.dir, d)}
+			s.changes[d] = &Change{Path: d, Root: s.dir, Source: d}
 		}
 	}
 	var out []Change
@@ -196,7 +199,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 					continue
 				}
 				must(t, os.WriteFile(filepath.Join(dir, p), []byte(fmt.Sprintf("edited %d", r.Int())), 0o600))
-				s.set(p, Change{Source: filepath.Join(dir, p)})
+				s.set(p, Change{Root: dir, Source: p})
 				log = append(log, "modify "+p)
 			case 1: // new file
 				p := filepath.Join(parent(), fmt.Sprintf("new%d", r.IntN(1000)))
@@ -205,7 +208,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 					continue
 				}
 				must(t, os.WriteFile(filepath.Join(dir, p), []byte("new"), 0o640))
-				s.set(p, Change{Source: filepath.Join(dir, p)})
+				s.set(p, Change{Root: dir, Source: p})
 				log = append(log, "create "+p)
 			case 2: // delete anything
 				p := pick(all)
@@ -221,7 +224,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 					continue
 				}
 				randomTree(t, r, filepath.Join(dir, p), 1)
-				s.set(p, Change{Source: filepath.Join(dir, p), Recursive: true})
+				s.set(p, Change{Root: dir, Source: p, Recursive: true})
 				log = append(log, "mkdir -r "+p)
 			case 4: // a file or symlink becomes a directory
 				p := pick(files)
@@ -230,7 +233,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 				}
 				must(t, os.Remove(filepath.Join(dir, p)))
 				randomTree(t, r, filepath.Join(dir, p), 0)
-				s.set(p, Change{Source: filepath.Join(dir, p), Recursive: true})
+				s.set(p, Change{Root: dir, Source: p, Recursive: true})
 				log = append(log, "file->dir "+p)
 			case 5: // a directory becomes a symlink
 				p := pick(dirs)
@@ -239,7 +242,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 				}
 				must(t, os.RemoveAll(filepath.Join(dir, p)))
 				must(t, os.Symlink("was-a-dir", filepath.Join(dir, p)))
-				s.set(p, Change{Source: filepath.Join(dir, p)})
+				s.set(p, Change{Root: dir, Source: p})
 				log = append(log, "dir->symlink "+p)
 			case 6: // chmod a directory: only its own metadata changes
 				p := pick(dirs)
@@ -248,7 +251,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 				}
 				must(t, os.Chmod(filepath.Join(dir, p), os.FileMode(0o700+r.IntN(0o100))))
 				if _, ok := s.changes[p]; !ok {
-					s.changes[p] = &Change{Path: p, Source: filepath.Join(dir, p)}
+					s.changes[p] = &Change{Path: p, Root: dir, Source: p}
 				}
 				log = append(log, "chmod "+p)
 			case 7: // rename an unchanged base entry: an Entry change

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/dirfd"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire/errclass"
 )
@@ -159,11 +159,11 @@ func getXattr(path, name string) ([]byte, error) {
 	}
 }
 
-// statEntry captures path's metadata: its lstat, xattrs and, for a symlink,
-// its target. File content is left to a contentJob.
-func statEntry(path, name string) (store.Entry, *unix.Stat_t, error) {
+// statEntry captures the metadata of a (tree path path): its lstat, xattrs
+// and, for a symlink, its target. File content is left to a contentJob.
+func statEntry(a dirfd.At, name, path string) (store.Entry, *unix.Stat_t, error) {
 	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
+	if err := a.Lstat(&st); err != nil {
 		return store.Entry{}, nil, fmt.Errorf("lstat %s: %w", path, err)
 	}
 	e, err := hostEntry(name, &st)
@@ -171,16 +171,30 @@ func statEntry(path, name string) (store.Entry, *unix.Stat_t, error) {
 		return e, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if e.Type == store.TypeSymlink {
-		t, err := os.Readlink(path)
+		t, err := a.Readlink()
 		if err != nil {
-			return e, nil, err
+			return e, nil, fmt.Errorf("readlink %s: %w", path, err)
 		}
 		e.Target, e.Size = t, int64(len(t))
 	}
-	if e.Xattrs, err = readXattrs(path); err != nil {
-		return e, nil, err
+	if e.Xattrs, err = readXattrs(a.Proc()); err != nil {
+		return e, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return e, &st, nil
+}
+
+// openContent opens the regular file a for capture, without following a
+// symlink put in its place.
+func openContent(a dirfd.At, path string) (int, error) {
+	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK
+	fd, err := unix.Openat(a.Dir, a.Name, flags|unix.O_NOATIME, 0)
+	if errors.Is(err, unix.EPERM) { // O_NOATIME needs ownership or CAP_FOWNER
+		fd, err = unix.Openat(a.Dir, a.Name, flags, 0)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", path, err)
+	}
+	return fd, nil
 }
 
 // contents reads, chunks, hashes and stores regular files, several at a
@@ -199,8 +213,11 @@ type contents struct {
 	bufs    sync.Pool
 }
 
+// contentJob is one file to capture: its descriptor, opened when it was
+// found (so no host path is kept), closed by the job.
 type contentJob struct {
-	path string
+	fd   int
+	path string // its tree path, for messages
 	st   unix.Stat_t
 	e    *store.Entry // Object and ObjectKind are filled in
 }
@@ -216,6 +233,7 @@ func newContents(ctx context.Context, ch *Chunker, w Writer, stats *Stats, prog 
 			defer c.wg.Done()
 			for j := range c.jobs {
 				if ctx.Err() != nil {
+					unix.Close(j.fd)
 					continue // drain
 				}
 				if err := c.capture(ctx, j); err != nil {
@@ -231,19 +249,24 @@ func (c *contents) fail(err error) {
 	c.errOnce.Do(func() { c.err = err; c.cancel() })
 }
 
-// add queues a file; it blocks while the workers are busy.
-func (c *contents) add(ctx context.Context, j contentJob) error {
-	if j.st.Size == 0 {
-		j.e.Object, j.e.ObjectKind = store.ZeroID, 0
+// add queues the file a; it blocks while the workers are busy.
+func (c *contents) add(ctx context.Context, a dirfd.At, path string, st *unix.Stat_t, e *store.Entry) error {
+	if st.Size == 0 {
+		e.Object, e.ObjectKind = store.ZeroID, 0
 		c.mu.Lock()
 		c.stats.Files++
 		c.mu.Unlock()
 		return nil
 	}
+	fd, err := openContent(a, path)
+	if err != nil {
+		return err
+	}
 	select {
-	case c.jobs <- j:
+	case c.jobs <- contentJob{fd: fd, path: path, st: *st, e: e}:
 		return nil
 	case <-ctx.Done():
+		unix.Close(fd)
 		return context.Cause(ctx)
 	}
 }
@@ -281,14 +304,7 @@ func (c *contents) putHashed(id store.ID, data []byte) error {
 // with its runs of zeros (holes or written zeros alike) kept as zero-id
 // extents.
 func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
-	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK
-	fd, err := unix.Open(j.path, flags|unix.O_NOATIME, 0)
-	if errors.Is(err, unix.EPERM) { // O_NOATIME needs ownership or CAP_FOWNER
-		fd, err = unix.Open(j.path, flags, 0)
-	}
-	if err != nil {
-		return fmt.Errorf("open %s: %w", j.path, err)
-	}
+	fd := j.fd
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {

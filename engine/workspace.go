@@ -16,9 +16,13 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"layerfs.dev/layerfs/commit"
 	lfs "layerfs.dev/layerfs/fs"
+	"layerfs.dev/layerfs/internal/dirfd"
 	"layerfs.dev/layerfs/internal/mountinfo"
+	"layerfs.dev/layerfs/internal/unixmode"
 	"layerfs.dev/layerfs/kerneloverlay"
 	"layerfs.dev/layerfs/overlay"
 	"layerfs.dev/layerfs/platforms"
@@ -473,10 +477,11 @@ func (e *Engine) describe(ctx context.Context, base store.ID, c overlay.Change) 
 		out.Kind = wire.Modified
 	}
 	if !c.Delete {
+		var st unix.Stat_t
 		if c.Entry != nil {
 			out.NewType = c.Entry.Type.String()
-		} else if fi, err := os.Lstat(c.Source); err == nil {
-			out.NewType = entryTypeOf(fi.Mode())
+		} else if dirfd.LstatBeneath(c.Root, c.Source, &st) == nil {
+			out.NewType = entryTypeOf(unixmode.Type(st.Mode))
 		}
 		if old != nil && out.NewType != "" && out.NewType != out.OldType {
 			out.Kind = wire.TypeChanged

@@ -2,17 +2,17 @@ package overlay
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/dirfd"
 )
 
 // The upper layer is reached only relative to directory descriptors: the
 // upper and work directories are opened once, and an upper entry is named
 // by a descriptor of its parent directory (opened beneath the upper with
-// openat2, RESOLVE_BENEATH and no symlinks) and its own name. No host path
+// dirfd.OpenBeneath: RESOLVE_BENEATH and no symlinks) and its own name. No host path
 // grows with the workspace's depth, so a workspace path of any depth works
 // (a host path joining the upper directory with it would pass PATH_MAX),
 // and nothing under the upper can be swapped for a symlink that leads the
@@ -127,9 +127,7 @@ func (c *dirFds) closeAll() {
 // proc names the entry through /proc/self/fd for the calls that have no
 // *at form (the l*xattr calls, truncate): a short path whatever the depth,
 // whose last component is not followed by the l* calls.
-func (a at) proc() string {
-	return "/proc/self/fd/" + strconv.Itoa(a.dir) + "/" + a.name
-}
+func (a at) proc() string { return dirfd.At{Dir: a.dir, Name: a.name}.Proc() }
 
 // openRoots opens the upper and work directories as the descriptors every
 // upper and work entry is relative to.
@@ -148,56 +146,6 @@ func (o *Overlay) openRoots(readOnly bool) error {
 	return nil
 }
 
-// beneathHow opens a directory below the upper: no symlinks, no magic
-// links, never above the starting directory.
-var beneathHow = unix.OpenHow{
-	Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
-	Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
-}
-
-// maxWalk is the longest path handed to one openat2: below PATH_MAX, so
-// a deeper directory is reached in several steps.
-const maxWalk = 3072
-
-// openBeneath opens the directory rel (relative, slash-separated, "" for
-// root itself) below root.
-func openBeneath(root int, rel string) (int, error) {
-	fd, own := root, false
-	for rel != "" {
-		step := rel
-		if len(step) > maxWalk {
-			i := strings.LastIndexByte(step[:maxWalk], '/')
-			if i <= 0 {
-				i = strings.IndexByte(step, '/') // a name is at most 255 bytes
-			}
-			step = step[:i]
-		}
-		rel = strings.TrimPrefix(rel[len(step):], "/")
-		nfd, err := openat2(fd, step)
-		if own {
-			unix.Close(fd)
-		}
-		if err != nil {
-			return -1, err
-		}
-		fd, own = nfd, true
-	}
-	if !own {
-		return unix.Dup(root)
-	}
-	return fd, nil
-}
-
-func openat2(dir int, p string) (int, error) {
-	for {
-		fd, err := unix.Openat2(dir, p, &beneathHow)
-		if err == unix.EINTR || err == unix.EAGAIN {
-			continue // EAGAIN: a rename raced the RESOLVE_BENEATH walk
-		}
-		return fd, err
-	}
-}
-
 // childAt names d/name in the upper: d's upper directory, from the cache
 // or opened beneath the upper. Needs o.mu (d's path must not change
 // meanwhile); the caller closes it.
@@ -208,7 +156,7 @@ func (o *Overlay) childAt(d *Node, name string) (at, error) {
 	if !d.linked() {
 		return at{}, unix.ENOENT
 	}
-	h, err := o.dirFds.get(d, func() (int, error) { return openBeneath(o.upperFd, o.dirPath(d)) })
+	h, err := o.dirFds.get(d, func() (int, error) { return dirfd.OpenBeneath(o.upperFd, o.dirPath(d)) })
 	if err != nil {
 		return at{}, fmt.Errorf("open upper directory: %w", err)
 	}
@@ -229,7 +177,7 @@ func (o *Overlay) workAt(name string) at { return at{dir: o.workFd, name: name} 
 
 // openDirAt opens the directory a as a descriptor of its own.
 func openDirAt(a at, flags int) (int, error) {
-	return unix.Openat(a.dir, a.name, flags|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	return dirfd.At{Dir: a.dir, Name: a.name}.OpenDir(flags)
 }
 
 // removeAt removes a, a file or an empty directory.

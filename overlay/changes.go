@@ -32,11 +32,15 @@ import (
 //     Source; for a directory, only its own metadata comes from Source and
 //     its entries stay what they are (none if it is new), later changes
 //     adding to them.
+//
+// Source is relative to Root, the upper directory: a commit reaches it
+// through directory descriptors, at any depth and never through a symlink.
 type Change struct {
 	Path      string
 	Delete    bool
 	Entry     *store.Entry
 	Source    string
+	Root      string
 	Recursive bool
 }
 
@@ -351,9 +355,8 @@ func (o *Overlay) emitFull(cs *ChangeSet, n *Node, p string) error {
 	if !n.dir.loaded {
 		return errRetry
 	}
-	src := o.upperDir + "/" + p
 	if n.dir.lowerTree == nil && o.pureUpper(n) {
-		cs.Changes = append(cs.Changes, Change{Path: p, Source: src, Recursive: true})
+		cs.Changes = append(cs.Changes, Change{Path: p, Source: p, Root: o.upperDir, Recursive: true})
 		return nil
 	}
 	// The directory's own metadata over its lower tree, or over an empty
@@ -362,7 +365,7 @@ func (o *Overlay) emitFull(cs *ChangeSet, n *Node, p string) error {
 	if n.dir.lowerTree != nil {
 		tree = n.dir.lowerID
 	}
-	e, err := o.dirEntryFromUpper(src, path.Base(p), tree)
+	e, err := o.dirEntryFromUpper(n, path.Base(p), tree)
 	if err != nil {
 		return err
 	}
@@ -420,7 +423,7 @@ func (o *Overlay) emitDirMeta(cs *ChangeSet, n *Node, p string) error {
 	if n.state == stateLower {
 		return nil // unchanged lower metadata
 	}
-	cs.Changes = append(cs.Changes, Change{Path: p, Source: o.upperDir + "/" + p})
+	cs.Changes = append(cs.Changes, Change{Path: p, Source: p, Root: o.upperDir})
 	return nil
 }
 
@@ -432,10 +435,14 @@ func (o *Overlay) emitFile(cs *ChangeSet, n *Node, d *Node, name, p string) erro
 		e.Name = name
 		cs.Changes = append(cs.Changes, Change{Path: p, Entry: &e})
 	case stateMeta:
-		src := o.upperDir + "/" + p
+		src, err := o.childAt(d, name)
+		if err != nil {
+			return fmt.Errorf("changes: %s: %w", p, err)
+		}
+		defer src.close()
 		var st unix.Stat_t
-		if err := unix.Lstat(src, &st); err != nil {
-			return fmt.Errorf("changes: %w", err)
+		if err := unix.Fstatat(src.dir, src.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("changes: %s: %w", p, err)
 		}
 		e := *n.lower
 		e.Name = name
@@ -443,14 +450,14 @@ func (o *Overlay) emitFile(cs *ChangeSet, n *Node, d *Node, name, p string) erro
 		e.UID, e.GID = st.Uid, st.Gid
 		e.MtimeNs = st.Mtim.Nano()
 		e.Link = o.linkValue(n)
-		xs, err := upperXattrs(src)
+		xs, err := upperXattrs(src.proc())
 		if err != nil {
 			return err
 		}
 		e.Xattrs = xs
 		cs.Changes = append(cs.Changes, Change{Path: p, Entry: &e})
 	default:
-		cs.Changes = append(cs.Changes, Change{Path: p, Source: o.upperDir + "/" + p})
+		cs.Changes = append(cs.Changes, Change{Path: p, Source: p, Root: o.upperDir})
 	}
 	if cs.emitted != nil {
 		cs.emitted[p] = true
@@ -503,14 +510,20 @@ func upperXattrs(p string) ([]store.Xattr, error) {
 	return xs, nil
 }
 
-// dirEntryFromUpper describes a directory whose entries are the lower tree
-// id (to be modified by later changes) and whose metadata is the upper's.
-func (o *Overlay) dirEntryFromUpper(src, name string, tree store.ID) (*store.Entry, error) {
-	var st unix.Stat_t
-	if err := unix.Lstat(src, &st); err != nil {
-		return nil, fmt.Errorf("changes: %w", err)
+// dirEntryFromUpper describes the directory n, whose entries are the lower
+// tree id (to be modified by later changes) and whose metadata is the
+// upper's. Needs o.mu.
+func (o *Overlay) dirEntryFromUpper(n *Node, name string, tree store.ID) (*store.Entry, error) {
+	src, err := o.nodeAt(n)
+	if err != nil {
+		return nil, fmt.Errorf("changes: %s: %w", name, err)
 	}
-	xs, err := upperXattrs(src)
+	defer src.close()
+	var st unix.Stat_t
+	if err := unix.Fstatat(src.dir, src.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, fmt.Errorf("changes: %s: %w", name, err)
+	}
+	xs, err := upperXattrs(src.proc())
 	if err != nil {
 		return nil, err
 	}

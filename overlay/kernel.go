@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/dirfd"
 	"layerfs.dev/layerfs/store"
 )
 
@@ -75,23 +76,28 @@ func ScanUpper(dir string) (*UpperState, error) { return scanUpperSince(dir, nil
 // scanUpperSince is ScanUpper knowing an earlier scan: a regular file whose
 // inode, mode, size and ctime are as they were keeps its metacopy flag
 // without reading its xattrs again (an xattr change moves the ctime).
+//
+// The walk holds each level's directory open while it scans the level
+// below and names entries relative to it: any depth works, and no symlink
+// is followed.
 func scanUpperSince(dir string, earlier *UpperState) (*UpperState, error) {
 	s := &UpperState{paths: map[string]upperStamp{}}
-	var walk func(abs, rel string) error
-	walk = func(abs, rel string) error {
-		f, err := os.Open(abs)
+	var walk func(a dirfd.At, rel string) error
+	walk = func(a dirfd.At, rel string) error {
+		fd, err := a.OpenDir(unix.O_RDONLY)
 		if err != nil {
 			return err
 		}
+		f := os.NewFile(uintptr(fd), rel)
+		defer f.Close()
 		names, err := f.Readdirnames(-1)
-		f.Close()
 		if err != nil {
 			return err
 		}
 		for _, name := range names {
-			p, r := abs+"/"+name, join(rel, name)
+			e, r := dirfd.At{Dir: fd, Name: name}, join(rel, name)
 			var st unix.Stat_t
-			if err := unix.Lstat(p, &st); err != nil {
+			if err := e.Lstat(&st); err != nil {
 				if errors.Is(err, syscall.ENOENT) {
 					continue // removed while scanning: the next scan sees it
 				}
@@ -103,7 +109,7 @@ func scanUpperSince(dir string, earlier *UpperState) (*UpperState, error) {
 				s.Whiteouts++
 			case st.Mode&syscall.S_IFMT == syscall.S_IFDIR:
 				s.Dirs++
-				if err := walk(p, r); err != nil {
+				if err := walk(e, r); err != nil {
 					return err
 				}
 			case st.Mode&syscall.S_IFMT == syscall.S_IFREG:
@@ -114,7 +120,7 @@ func scanUpperSince(dir string, earlier *UpperState) (*UpperState, error) {
 				}
 				meta := old.meta
 				if !known || old.ino != stamp.ino || old.mode != stamp.mode || old.size != stamp.size || old.ctime != stamp.ctime {
-					names, err := llistxattr(p)
+					names, err := llistxattr(e.Proc())
 					if err != nil && !notSupported(err) {
 						return err
 					}
@@ -134,7 +140,7 @@ func scanUpperSince(dir string, earlier *UpperState) (*UpperState, error) {
 		}
 		return nil
 	}
-	if err := walk(dir, ""); err != nil {
+	if err := walk(dirfd.At{Dir: unix.AT_FDCWD, Name: dir}, ""); err != nil {
 		return nil, fmt.Errorf("scan upper %s: %w", dir, err)
 	}
 	return s, nil

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/dirfd"
 	"layerfs.dev/layerfs/store"
 )
 
@@ -105,7 +106,12 @@ func (s *UpperTrackers) Track(ctx context.Context, dir string, lower Lower, root
 	}
 	t := &UpperTracker{set: s, dir: dir, lower: lower, root: root}
 	t.reset()
-	if err := t.addTree(ctx, ""); err != nil {
+	up, err := dirfd.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("track upper: %w", err)
+	}
+	defer unix.Close(up)
+	if err := t.addTree(ctx, up, ""); err != nil {
 		t.unwatch()
 		return nil, fmt.Errorf("track upper %s: %w", dir, err)
 	}
@@ -144,25 +150,32 @@ func (t *UpperTracker) Summary(ctx context.Context) (UpperSummary, int64, error)
 	if t.closed {
 		return UpperSummary{}, 0, errors.New("upper tracker closed")
 	}
-	err := t.update(ctx)
+	up, err := dirfd.OpenRoot(t.dir)
+	if err != nil {
+		return t.sum, t.disk, fmt.Errorf("track upper: %w", err)
+	}
+	defer unix.Close(up)
+	err = t.update(ctx, up)
 	var st unix.Stat_t
 	if err == nil {
-		err = unix.Lstat(t.dir, &st)
+		err = unix.Fstat(up, &st)
 	}
 	return t.sum, t.disk + st.Blocks*512, err
 }
 
-func (t *UpperTracker) update(ctx context.Context) error {
+// update applies the queued events; up is the upper directory, every
+// entry is reached from it (see dirfd).
+func (t *UpperTracker) update(ctx context.Context, up int) error {
 	if err := t.set.drain(); err != nil {
 		return err
 	}
 	if t.rescan {
 		t.unwatch()
 		t.reset()
-		return t.addTree(ctx, "")
+		return t.addTree(ctx, up, "")
 	}
 	for p := range t.dirty {
-		if err := t.restat(ctx, p); err != nil {
+		if err := t.restat(ctx, up, p); err != nil {
 			return err
 		}
 	}
@@ -252,11 +265,17 @@ func (t *UpperTracker) forgetBelow(p string) {
 
 // restat brings p's entry up to date: gone, changed, or new (a new
 // directory is watched and scanned).
-func (t *UpperTracker) restat(ctx context.Context, p string) error {
+func (t *UpperTracker) restat(ctx context.Context, up int, p string) error {
 	var st unix.Stat_t
-	err := unix.Lstat(t.dir+"/"+p, &st)
+	a, err := dirfd.Beneath(up, p)
+	if err == nil {
+		defer unix.Close(a.Dir)
+		err = a.Lstat(&st)
+	}
 	old, had := t.entries[p]
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+	// ELOOP: a directory on the way is now a symlink, which the upper's
+	// entries are never reached through.
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 		if had {
 			t.account(old, -1)
 			delete(t.entries, p)
@@ -286,11 +305,12 @@ func (t *UpperTracker) restat(ctx context.Context, p string) error {
 			t.forgetBelow(p)
 		}
 	}
-	return t.add(ctx, p, &st)
+	return t.add(ctx, up, a, p, &st)
 }
 
-// add counts the entry p (stat st) and, for a directory, everything in it.
-func (t *UpperTracker) add(ctx context.Context, p string, st *unix.Stat_t) error {
+// add counts the entry p (at a, stat st) and, for a directory, everything
+// in it.
+func (t *UpperTracker) add(ctx context.Context, up int, a dirfd.At, p string, st *unix.Stat_t) error {
 	e := trackedEntry{ino: st.Ino, disk: st.Blocks * 512}
 	switch {
 	case isWhiteout(st):
@@ -299,7 +319,7 @@ func (t *UpperTracker) add(ctx context.Context, p string, st *unix.Stat_t) error
 		e.dir = true
 	case st.Mode&syscall.S_IFMT == syscall.S_IFREG:
 		e.file, e.size = true, st.Size
-		names, err := llistxattr(t.dir + "/" + p)
+		names, err := llistxattr(a.Proc())
 		if err != nil && !notSupported(err) && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("track upper %s: %w", t.dir, err)
 		}
@@ -317,27 +337,31 @@ func (t *UpperTracker) add(ctx context.Context, p string, st *unix.Stat_t) error
 	t.entries[p] = e
 	t.account(e, 1)
 	if e.dir {
-		return t.addTree(ctx, p)
+		return t.addTree(ctx, up, p)
 	}
 	return nil
 }
 
 // addTree watches directory rel and counts what it holds, recursively.
 // The watch comes first, so nothing made during the scan goes unseen.
-func (t *UpperTracker) addTree(ctx context.Context, rel string) error {
-	abs := t.dir
-	if rel != "" {
-		abs += "/" + rel
-	}
-	wd, err := unix.InotifyAddWatch(t.set.fd, abs, trackMask)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+func (t *UpperTracker) addTree(ctx context.Context, up int, rel string) error {
+	dfd, err := dirfd.OpenBeneath(up, rel)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 		return nil // gone already; its parent's event says so
 	}
+	if err != nil {
+		return fmt.Errorf("track upper %s: open %s: %w", t.dir, rel, err)
+	}
+	defer unix.Close(dfd)
+	// The watch is added through the descriptor's /proc link: a short
+	// path however deep the directory is.
+	here := dirfd.At{Dir: dfd, Name: "."}
+	wd, err := unix.InotifyAddWatch(t.set.fd, here.Proc(), trackMask)
 	if err != nil {
 		return fmt.Errorf("track upper %s: watch %s: %w", t.dir, rel, err)
 	}
 	t.set.byWd[int32(wd)], t.watched[rel] = watch{t, rel}, int32(wd)
-	names, err := dirNames(abs)
+	names, err := dirNames(here)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil
@@ -353,13 +377,14 @@ func (t *UpperTracker) addTree(ctx context.Context, rel string) error {
 			continue
 		}
 		var st unix.Stat_t
-		if err := unix.Lstat(abs+"/"+name, &st); err != nil {
+		a := dirfd.At{Dir: dfd, Name: name}
+		if err := a.Lstat(&st); err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
 			return fmt.Errorf("track upper %s: %w", t.dir, err)
 		}
-		if err := t.add(ctx, p, &st); err != nil {
+		if err := t.add(ctx, up, a, p, &st); err != nil {
 			return err
 		}
 	}
@@ -427,11 +452,12 @@ func (t *UpperTracker) baseTree(ctx context.Context, dir string) (*store.Tree, e
 	return tr, nil
 }
 
-func dirNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
+func dirNames(dir dirfd.At) ([]string, error) {
+	fd, err := dir.OpenDir(unix.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
+	f := os.NewFile(uintptr(fd), dir.Name)
 	defer f.Close()
 	return f.Readdirnames(-1)
 }

@@ -20,6 +20,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/dirfd"
 )
 
 // Target is a directory tree the operations act on; paths are relative,
@@ -407,46 +409,61 @@ type info struct {
 	group   string
 }
 
+// describe walks root relative to directory descriptors, so a tree of
+// any depth is described (a host path past PATH_MAX is never formed).
 func describe(root string) (map[string]*info, error) {
 	out := map[string]*info{}
 	byIno := map[uint64][]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	var walk func(d dirfd.At, rel string) error
+	walk = func(d dirfd.At, rel string) error {
+		fd, err := d.OpenDir(unix.O_RDONLY)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", rel, err)
 		}
-		rel, _ := filepath.Rel(root, p)
-		if rel == "." {
-			return nil
+		f := os.NewFile(uintptr(fd), rel)
+		defer f.Close()
+		names, err := f.Readdirnames(-1)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
 		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		x := &info{}
-		typ := st.Mode & unix.S_IFMT
-		x.desc = fmt.Sprintf("type=%o perm=%o", typ, st.Mode&07777)
-		switch typ {
-		case unix.S_IFREG:
-			x.desc += fmt.Sprintf(" size=%d nlink=%d", st.Size, st.Nlink)
-			if x.content, err = os.ReadFile(p); err != nil {
-				return err
+		for _, name := range names {
+			a, p := dirfd.At{Dir: fd, Name: name}, filepath.Join(rel, name)
+			var st unix.Stat_t
+			if err := a.Lstat(&st); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
 			}
-			if st.Nlink > 1 {
-				byIno[st.Ino] = append(byIno[st.Ino], rel)
+			x := &info{}
+			typ := st.Mode & unix.S_IFMT
+			x.desc = fmt.Sprintf("type=%o perm=%o", typ, st.Mode&07777)
+			switch typ {
+			case unix.S_IFREG:
+				x.desc += fmt.Sprintf(" size=%d nlink=%d", st.Size, st.Nlink)
+				if x.content, err = os.ReadFile(a.Proc()); err != nil {
+					return err
+				}
+				if st.Nlink > 1 {
+					byIno[st.Ino] = append(byIno[st.Ino], p)
+				}
+			case unix.S_IFLNK:
+				t, err := a.Readlink()
+				if err != nil {
+					return fmt.Errorf("%s: %w", p, err)
+				}
+				x.desc += " target=" + t
 			}
-		case unix.S_IFLNK:
-			t, err := os.Readlink(p)
-			if err != nil {
-				return err
+			if names, err := listUserXattrs(a.Proc()); err == nil && len(names) > 0 {
+				x.desc += " xattrs=" + strings.Join(names, ",")
 			}
-			x.desc += " target=" + t
+			out[p] = x
+			if typ == unix.S_IFDIR {
+				if err := walk(a, p); err != nil {
+					return err
+				}
+			}
 		}
-		if names, err := listUserXattrs(p); err == nil && len(names) > 0 {
-			x.desc += " xattrs=" + strings.Join(names, ",")
-		}
-		out[rel] = x
 		return nil
-	})
+	}
+	err := walk(dirfd.At{Dir: unix.AT_FDCWD, Name: root}, "")
 	for _, paths := range byIno {
 		sort.Strings(paths)
 		g := strings.Join(paths, "+")
