@@ -100,16 +100,22 @@ func Errno(err error) syscall.Errno {
 
 // Op is one generated operation.
 type Op struct {
-	Kind string
-	A, B string
-	Off  int64
-	Size int64
-	Mode uint32
-	Data []byte
+	Kind  string
+	A, B  string
+	Off   int64
+	Size  int64
+	Mode  uint32
+	Data  []byte
+	Off2  int64  // write2: where B's data goes
+	Data2 []byte // write2: B's data
 }
 
 func (op Op) String() string {
-	return fmt.Sprintf("%s %q %q off=%d size=%d mode=%o len=%d", op.Kind, op.A, op.B, op.Off, op.Size, op.Mode, len(op.Data))
+	s := fmt.Sprintf("%s %q %q off=%d size=%d mode=%o len=%d", op.Kind, op.A, op.B, op.Off, op.Size, op.Mode, len(op.Data))
+	if op.Kind == "write2" {
+		s += fmt.Sprintf(" off2=%d len2=%d", op.Off2, len(op.Data2))
+	}
+	return s
 }
 
 // Apply runs op on t.
@@ -139,14 +145,47 @@ func (op Op) Apply(t Target) error {
 		return t.Mkfifo(op.A, op.Mode)
 	case "setxattr":
 		return t.Setxattr(op.A, op.B, op.Data)
+	case "write2":
+		return writeBoth(t, op)
 	}
 	return fmt.Errorf("unknown op %q", op.Kind)
+}
+
+// writeBoth writes to two files at once, each from a goroutine of its own
+// in pieces (each its own open, write and close: copy-ups, opens and
+// writes of the two files interleave). The two ranges never overlap, even
+// when the two names are links of one file, so the outcome does not depend
+// on the interleaving; A's error, if any, else B's, is the op's.
+func writeBoth(t Target, op Op) error {
+	const piece = 1024
+	write := func(p string, off int64, data []byte, start <-chan struct{}) error {
+		<-start
+		for len(data) > 0 {
+			n := min(piece, len(data))
+			if err := t.WriteAt(p, off, data[:n]); err != nil {
+				return err
+			}
+			off, data = off+int64(n), data[n:]
+		}
+		return nil
+	}
+	start := make(chan struct{})
+	errB := make(chan error, 1)
+	go func() { errB <- write(op.B, op.Off2, op.Data2, start) }()
+	errA := make(chan error, 1)
+	go func() { errA <- write(op.A, op.Off, op.Data, start) }()
+	close(start)
+	a, b := <-errA, <-errB
+	if a != nil {
+		return a
+	}
+	return b
 }
 
 // Gen generates operations from a seed. It keeps a model of the tree built
 // from the outcomes reported to Done, so most operations are valid and some
 // deliberately fail the same way on both targets. Operations cover creates,
-// writes, truncates, renames of files and of directories between parents
+// writes (also by two concurrent writers on two files), truncates, renames of files and of directories between parents
 // (over existing files too), hard links, unlinks, mkdir, rmdir, chmod and
 // symlinks, with short names, names of up to NAME_MAX bytes (which nest
 // into long paths) and over-long ones.
@@ -217,6 +256,15 @@ func (g *Gen) Next() Op {
 		return Op{Kind: "mkfifo", A: join(g.pick(g.dirs), fmt.Sprintf("fifo%d", g.n)), Mode: 0o644}
 	case k < 5 && len(g.files) > 0:
 		return Op{Kind: "setxattr", A: g.pick(g.files), B: fmt.Sprintf("user.k%d", g.r.IntN(3)), Data: g.data(40)}
+	case k < 8 && len(g.files) > 1:
+		// Two writers at once on two files (B's range after A's).
+		op := Op{Kind: "write2", A: g.pick(g.files), B: g.pick(g.files), Off: int64(g.r.IntN(9000)), Data: g.data(5000)}
+		for op.B == op.A {
+			op.B = g.pick(g.files)
+		}
+		op.Off2 = op.Off + int64(len(op.Data)) + int64(g.r.IntN(3000))
+		op.Data2 = g.data(5000)
+		return op
 	}
 	for {
 		switch k := g.r.IntN(100); {
