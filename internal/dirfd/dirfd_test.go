@@ -1,0 +1,99 @@
+package dirfd
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestBeneath(t *testing.T) {
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "a/b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a/b/f"), []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "a/out")); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("t", 300)
+	if err := os.Symlink(long, filepath.Join(dir, "a/long")); err != nil {
+		t.Fatal(err)
+	}
+	// A chain of 255-byte names far past PATH_MAX.
+	name := strings.Repeat("n", 255)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := ""
+	for range 20 {
+		if err := unix.Mkdirat(fd, name, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, deep = next, deep+name+"/"
+	}
+	if err := unix.Mkfifoat(fd, "p", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+
+	root, err := OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(root)
+	for _, c := range []struct {
+		rel  string
+		mode uint32
+		err  error
+	}{
+		{"a/b/f", unix.S_IFREG, nil},
+		{"a/out", unix.S_IFLNK, nil},      // the symlink itself
+		{"a/out/secret", 0, unix.ENOTDIR}, // never through it, last on the way
+		{"a/out/x/y", 0, unix.ELOOP},      // nor on the way
+		{"a/../../x", 0, unix.EXDEV},      // never above the root
+		{"a/..", 0, unix.EINVAL},          // nor by a last ".."
+		{"..", 0, unix.EINVAL},
+		{deep + "p", unix.S_IFIFO, nil}, // 5,100 bytes deep
+	} {
+		a, err := Beneath(root, c.rel)
+		if err == nil {
+			var st unix.Stat_t
+			err = a.Lstat(&st)
+			unix.Close(a.Dir)
+			if err == nil && st.Mode&unix.S_IFMT != c.mode {
+				t.Errorf("%.40s: mode %o, want %o", c.rel, st.Mode&unix.S_IFMT, c.mode)
+			}
+		}
+		if !errors.Is(err, c.err) && !(c.err == nil && err == nil) {
+			t.Errorf("%.40s: %v, want %v", c.rel, err, c.err)
+		}
+	}
+	a, err := Beneath(root, "a/long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(a.Dir)
+	if got, err := a.Readlink(); err != nil || got != long {
+		t.Errorf("readlink of a 300-byte target: %d bytes, %v", len(got), err)
+	}
+	var st unix.Stat_t
+	if err := LstatBeneath(dir, deep+"p", &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		t.Errorf("LstatBeneath of the deep fifo: mode %o, %v", st.Mode, err)
+	}
+}
