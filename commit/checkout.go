@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	fdpath "layerfs.dev/layerfs/internal/dirfd"
 	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire/errclass"
 )
@@ -282,17 +283,15 @@ func (c *checkout) file(ctx context.Context, dirfd int, e *store.Entry, rel stri
 }
 
 // link makes name under dirfd a hard link to the earlier path first,
-// resolved strictly beneath the target with no symlinks.
+// resolved strictly beneath the target with no symlinks, at any depth.
 func (c *checkout) link(dirfd int, name, first string) error {
-	fd, err := unix.Openat2(c.rootfd, first, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS,
-	})
+	src, err := fdpath.Beneath(c.rootfd, first)
 	if err != nil {
 		return fmt.Errorf("open link target %s: %w", first, err)
 	}
-	defer unix.Close(fd)
-	if err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), dirfd, name, unix.AT_SYMLINK_FOLLOW); err != nil {
+	defer unix.Close(src.Dir)
+	// Flags 0: the entry itself is linked, never what a symlink names.
+	if err := unix.Linkat(src.Dir, src.Name, dirfd, name, 0); err != nil {
 		return fmt.Errorf("link to %s: %w", first, err)
 	}
 	return nil

@@ -17,9 +17,10 @@ const deepCommitLevels = 18
 
 // TestDeepPathCommit commits a workspace holding paths deeper than
 // PATH_MAX, new ones and ones of the base changed in place, checks the
-// commit out into a fresh workspace and compares it with a plain directory
-// that had the same calls; then changes the bottom again and commits once
-// more (on overlay, the incremental scan of a kernel-written upper).
+// commit out into a fresh workspace and into a directory, and compares them
+// with a plain directory that had the same calls; then changes the bottom
+// again and commits once more (on overlay, the incremental scan of a
+// kernel-written upper).
 func TestDeepPathCommit(t *testing.T) { onBothPaths(t, testDeepPathCommit) }
 
 func testDeepPathCommit(t *testing.T, path string) {
@@ -67,6 +68,7 @@ func testDeepPathCommit(t *testing.T, path string) {
 	root := e.Commit(m)
 	_, mnt2 := e.mount(root)
 	overlaytest.RequireSame(t, ref, mnt2, "fresh workspace on the commit")
+	overlaytest.RequireSame(t, ref, e.Checkout(root), "checkout of the commit")
 
 	for _, dir := range []string{ref, mnt} {
 		low := deepWalk(t, dir, "low")
