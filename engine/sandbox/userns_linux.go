@@ -91,6 +91,14 @@ func userNSFromEnv() (IDRange, bool) {
 // creates files owned by 0, files owned by 1000 are 1000 inside). A file
 // system that cannot be id-mapped gets errNoIDMap (wrapped) and no clone.
 func cloneWorkspace(workspace string, userns int) (int, error) {
+	if userns >= 0 {
+		// Kernel overlayfs (the default data path) never can: say so
+		// before cloning, not after a clone and a refused mount_setattr.
+		var st unix.Statfs_t
+		if err := unix.Statfs(workspace, &st); err == nil && st.Type == unix.OVERLAYFS_SUPER_MAGIC {
+			return -1, fmt.Errorf("%w (%s)", errNoIDMap, fsName(st.Type))
+		}
+	}
 	fd, err := cloneTree(unix.AT_FDCWD, workspace, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, unix.MOUNT_ATTR_RDONLY)
 	if err != nil || userns < 0 {
 		return fd, err
