@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -220,6 +221,7 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, m *marks) initReport {
 		return initReport{Error: err.Error()}
 	}
 	unix.Umask(0o022)
+	gcPercent := -2 // -2: collection was left as it was
 	if cfg.Seccomp {
 		progs, err := filterFromEnv()
 		listener := -1
@@ -234,6 +236,12 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, m *marks) initReport {
 			// On a thread of its own, which the filter does not bind; it
 			// lives as long as the init.
 			go answerNewUser(listener, unix.Gettid())
+			// The fork below is a raw clone that waits for that answer
+			// while it holds its P: the answer needs another P (an init
+			// with one CPU would otherwise deadlock), and no collection may
+			// stop the world meanwhile (it would wait for the clone).
+			runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), 2))
+			gcPercent = debug.SetGCPercent(-1)
 		}
 		m.add("filter")
 	}
@@ -254,6 +262,9 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, m *marks) initReport {
 	start := time.Now()
 	pid, err := syscall.ForkExec(bin, cfg.Argv, attr)
 	m.add("forked")
+	if gcPercent != -2 {
+		debug.SetGCPercent(gcPercent)
+	}
 	restore()
 	if err != nil {
 		return notStarted(cfg.Argv[0], err)

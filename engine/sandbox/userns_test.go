@@ -1,13 +1,18 @@
 package sandbox_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/engine/sandbox"
 	"layerfs.dev/layerfs/internal/seccomp"
@@ -110,5 +115,37 @@ func TestUserNamespaceNotHostRoot(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(secret); string(b) != "secret\n" {
 		t.Errorf("host file now %q", b)
+	}
+}
+
+// TestUserNamespaceOneCPU: an init that may run on one CPU only (a
+// container of one CPU, taskset) forks its command into a new user
+// namespace. That fork waits for the init's own seccomp answer, which must
+// not need the processor the fork holds (it did: every exec hung).
+func TestUserNamespaceOneCPU(t *testing.T) {
+	l := userNSLauncher(t, 0)
+	// The init inherits the affinity of the thread that starts it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var old, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		t.Fatal(err)
+	}
+	one.Set(0)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.SchedSetaffinity(0, &old)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	res, err := l.Run(ctx, shell(t.TempDir(), "nproc; cat /proc/self/uid_map"), &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("exec on one CPU: %v (stderr %q)", err, stderr.String())
+	}
+	r := sandbox.DefaultIDRange
+	want := fmt.Sprintf("1 0 %d %d", r.Host, r.Size)
+	if got := strings.Join(strings.Fields(stdout.String()), " "); res.ExitCode != 0 || got != want {
+		t.Fatalf("exit %d, output %q, want %q (stderr %q)", res.ExitCode, got, want, stderr.String())
 	}
 }
