@@ -45,34 +45,12 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashResult, error) {
 			cfg.Progress(s)
 		}
 	}
-	store := filepath.Join(cfg.WorkDir, "store")
-	socket := "unix://" + filepath.Join(store, "layerfsd.sock")
-	var log bytes.Buffer
-	sup := exec.Command(cfg.Daemon, "serve", "--supervise", "--store", store)
-	sup.Stdout, sup.Stderr = &log, &log
-	if err := sup.Start(); err != nil {
+	d, err := spawnDaemon(cfg.Daemon, filepath.Join(cfg.WorkDir, "store"), "--supervise")
+	if err != nil {
 		return res, err
 	}
-	defer func() {
-		_ = sup.Process.Signal(syscall.SIGTERM)
-		_ = sup.Wait()
-	}()
-	dial := func() (*client.Client, error) {
-		deadline := time.Now().Add(time.Minute)
-		for {
-			c, err := client.Dial(ctx, socket)
-			if err == nil {
-				if _, err = c.Workspaces(ctx); err == nil {
-					return c, nil
-				}
-				c.Close()
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return nil, fmt.Errorf("no daemon answered: %v; log:\n%s", err, log.String())
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	defer d.stop()
+	dial := func() (*client.Client, error) { return d.dial(ctx) }
 	c, err := dial()
 	if err != nil {
 		return res, err
@@ -146,4 +124,47 @@ func (w *firstWrite) Write(p []byte) (int, error) {
 		close(w.started)
 	}
 	return len(p), nil
+}
+
+// spawned is a layerfsd process serving a Store, as the CLI starts one.
+type spawned struct {
+	cmd    *exec.Cmd
+	socket string
+	log    bytes.Buffer
+}
+
+// spawnDaemon starts `layerfsd serve --store store args...` (the Store is
+// made if missing).
+func spawnDaemon(bin, store string, args ...string) (*spawned, error) {
+	d := &spawned{socket: "unix://" + filepath.Join(store, "layerfsd.sock")}
+	d.cmd = exec.Command(bin, append([]string{"serve", "--store", store}, args...)...)
+	d.cmd.Stdout, d.cmd.Stderr = &d.log, &d.log
+	if err := d.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	return d, nil
+}
+
+// dial connects to the daemon once it answers a listing, within a minute.
+func (d *spawned) dial(ctx context.Context) (*client.Client, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c, err := client.Dial(ctx, d.socket)
+		if err == nil {
+			if _, err = c.Workspaces(ctx); err == nil {
+				return c, nil
+			}
+			c.Close()
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("no daemon answered: %v; log:\n%s", err, d.log.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stop ends the daemon as a user would (SIGTERM) and waits for it.
+func (d *spawned) stop() {
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	_ = d.cmd.Wait()
 }

@@ -36,7 +36,9 @@ func benchSessionCmd(a *app) *cobra.Command {
 				dir = d
 			}
 			dir, _ = filepath.Abs(dir)
+			daemon, _ := findDaemon() // without it, no separate-daemon figures
 			cfg := bench.SessionConfig{
+				Daemon:    daemon,
 				Platforms: strings.Split(platformList, ","),
 				Calls:     calls,
 				Idle:      idle,
