@@ -4,8 +4,9 @@
 //
 // # Where the speed comes from
 //
-// A FUSE round trip costs ~20 µs on this machine kind, so the design
-// counts requests first:
+// A FUSE round trip costs far more than the daemon's work on a request
+// (docs/benchmarks.md has the figures), so the design counts requests
+// first:
 //
 //   - Entry, attribute and negative-entry timeouts are long (an hour by
 //     default): every change goes through the mount, so the kernel's

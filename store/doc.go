@@ -27,14 +27,15 @@
 // small transactions after the objects they name are durable, so an
 // acknowledged commit survives any crash of the process.
 //
-// Capture speed is decided by three measured costs on this machine kind.
-// Buffered writes that need fresh page-cache pages ran at 50-150 MB/s, while
-// O_DIRECT writes of the same data ran at 400-800 MB/s, so packs are
-// appended with aligned direct writes of 4 MiB where the file system allows
-// (see packWriter), double-buffered so that the disk takes one buffer while
-// the caller fills the other; Flush's fsync (~40 ms of device cache flush
-// here, whatever the size) runs while the index rows are inserted and the
-// transaction waits for it before committing. A dedup probe per chunk as an autocommit query through
+// Capture speed is decided by three costs (measured when the design was
+// chosen; `layerfs bench store` measures the whole). Buffered writes that
+// need fresh page-cache pages were several times slower than O_DIRECT
+// writes of the same data, so packs are appended with aligned direct writes
+// of 4 MiB where the file system allows (see packWriter), double-buffered
+// so that the disk takes one buffer while the caller fills the other;
+// Flush's fsync (a device cache flush, whatever the size) runs while the
+// index rows are inserted and the transaction waits for it before
+// committing. A dedup probe per chunk as an autocommit query through
 // database/sql cost about four times the lookup itself, so a batch's probes
 // run in one read snapshot through the driver's prepared statements (see
 // prober). One-row inserts were dominated by per-statement overhead, so the
