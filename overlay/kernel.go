@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -118,15 +119,14 @@ func scanUpperSince(dir string, earlier *UpperState) (*UpperState, error) {
 				if earlier != nil {
 					old, known = earlier.paths[r]
 				}
+				// The same stamp but for meta: the xattrs are as they were
+				// (a change of them moves the ctime).
+				stamp.meta = old.meta
 				meta := old.meta
-				if !known || old.ino != stamp.ino || old.mode != stamp.mode || old.size != stamp.size || old.ctime != stamp.ctime {
-					names, err := llistxattr(e.Proc())
-					if err != nil && !notSupported(err) {
+				if !known || stamp != old {
+					var err error
+					if meta, err = dataInLower(e.Proc()); err != nil && !notSupported(err) {
 						return err
-					}
-					meta = false
-					for _, n := range names {
-						meta = meta || n == xattrMetacopy || n == xattrOrigin
 					}
 				}
 				if meta {
@@ -144,6 +144,14 @@ func scanUpperSince(dir string, earlier *UpperState) (*UpperState, error) {
 		return nil, fmt.Errorf("scan upper %s: %w", dir, err)
 	}
 	return s, nil
+}
+
+// dataInLower reports whether the upper regular file at proc (its
+// /proc/self/fd path) still has its data in the lower: a kernel metacopy,
+// or a copy-up of this package's that kept its origin.
+func dataInLower(proc string) (bool, error) {
+	names, err := llistxattr(proc)
+	return slices.ContainsFunc(names, func(n string) bool { return n == xattrMetacopy || n == xattrOrigin }), err
 }
 
 // ChangesSince lists what differs between the merged view and the base
@@ -346,51 +354,71 @@ func FineTimestamps(dir string) (bool, error) {
 // directory counts as new. Trees come from lower (the Store caches them).
 func CountCopyUps(ctx context.Context, lower Lower, root store.ID, s *UpperState) error {
 	s.CopyUps = 0
-	if root.IsZero() {
-		return nil
-	}
-	dirs := map[string]*store.Tree{}
-	var treeAt func(dir string) (*store.Tree, error)
-	treeAt = func(dir string) (*store.Tree, error) {
-		if t, ok := dirs[dir]; ok {
-			return t, nil
-		}
-		var t *store.Tree
-		if dir == "" {
-			var err error
-			if t, err = lower.Tree(ctx, root); err != nil {
-				return nil, err
-			}
-		} else {
-			pt, err := treeAt(parent(dir))
-			if err != nil {
-				return nil, err
-			}
-			if pt != nil {
-				if e, ok := pt.Find(path.Base(dir)); ok && e.Type == store.TypeDir {
-					if t, err = lower.Tree(ctx, e.Object); err != nil {
-						return nil, err
-					}
-				}
-			}
-		}
-		dirs[dir] = t
-		return t, nil
-	}
+	base := newBaseTrees(lower, root)
 	for p, st := range s.paths {
 		if st.mode&syscall.S_IFMT != syscall.S_IFREG || st.meta {
 			continue
 		}
-		t, err := treeAt(parent(p))
+		copyUp, err := base.hasFile(ctx, p)
 		if err != nil {
 			return fmt.Errorf("count copy-ups: %w", err)
 		}
-		if t == nil {
-			continue
-		}
-		if e, ok := t.Find(path.Base(p)); ok && e.Type == store.TypeFile {
+		if copyUp {
 			s.CopyUps++
 		}
 	}
 	return nil
+}
+
+// baseTrees finds the directories of a base tree by path, reading each
+// once (the Store caches trees too).
+type baseTrees struct {
+	lower Lower
+	root  store.ID
+	byDir map[string]*store.Tree // nil: no directory there in the base
+}
+
+func newBaseTrees(lower Lower, root store.ID) *baseTrees {
+	return &baseTrees{lower: lower, root: root, byDir: map[string]*store.Tree{}}
+}
+
+// hasFile reports whether the base tree has a regular file at p: an upper
+// regular file there replaced it (a copy-up).
+func (b *baseTrees) hasFile(ctx context.Context, p string) (bool, error) {
+	t, err := b.at(ctx, parent(p))
+	if err != nil || t == nil {
+		return false, err
+	}
+	e, ok := t.Find(path.Base(p))
+	return ok && e.Type == store.TypeFile, nil
+}
+
+// at returns the base's directory dir, nil if there is none.
+func (b *baseTrees) at(ctx context.Context, dir string) (*store.Tree, error) {
+	if t, ok := b.byDir[dir]; ok {
+		return t, nil
+	}
+	var t *store.Tree
+	switch {
+	case b.root.IsZero():
+	case dir == "":
+		var err error
+		if t, err = b.lower.Tree(ctx, b.root); err != nil {
+			return nil, fmt.Errorf("base tree: %w", err)
+		}
+	default:
+		pt, err := b.at(ctx, parent(dir))
+		if err != nil {
+			return nil, err
+		}
+		if pt != nil {
+			if e, ok := pt.Find(path.Base(dir)); ok && e.Type == store.TypeDir {
+				if t, err = b.lower.Tree(ctx, e.Object); err != nil {
+					return nil, fmt.Errorf("base tree %s: %w", dir, err)
+				}
+			}
+		}
+	}
+	b.byDir[dir] = t
+	return t, nil
 }

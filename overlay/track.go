@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,7 +43,7 @@ type UpperTracker struct {
 	dirty   map[string]bool // paths to stat again
 	rescan  bool
 	closed  bool
-	trees   map[string]*store.Tree // base trees by directory, for copy-ups
+	base    *baseTrees // for copy-ups
 }
 
 // UpperTrackers share one inotify instance among the trackers of a daemon
@@ -185,7 +184,7 @@ func (t *UpperTracker) update(ctx context.Context, up int) error {
 
 func (t *UpperTracker) reset() {
 	t.watched = map[string]int32{}
-	t.entries, t.dirty, t.trees = map[string]trackedEntry{}, map[string]bool{}, map[string]*store.Tree{}
+	t.entries, t.dirty, t.base = map[string]trackedEntry{}, map[string]bool{}, newBaseTrees(t.lower, t.root)
 	t.sum, t.disk, t.rescan = UpperSummary{}, 0, false
 }
 
@@ -319,19 +318,14 @@ func (t *UpperTracker) add(ctx context.Context, up int, a dirfd.At, p string, st
 		e.dir = true
 	case st.Mode&syscall.S_IFMT == syscall.S_IFREG:
 		e.file, e.size = true, st.Size
-		names, err := llistxattr(a.Proc())
-		if err != nil && !notSupported(err) && !errors.Is(err, unix.ENOENT) {
+		var err error
+		if e.meta, err = dataInLower(a.Proc()); err != nil && !notSupported(err) && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("track upper %s: %w", t.dir, err)
 		}
-		for _, n := range names {
-			e.meta = e.meta || n == xattrMetacopy || n == xattrOrigin
-		}
 		if !e.meta {
-			copyUp, err := t.inBase(ctx, p)
-			if err != nil {
-				return err
+			if e.copyUp, err = t.base.hasFile(ctx, p); err != nil {
+				return fmt.Errorf("track upper %s: %w", t.dir, err)
 			}
-			e.copyUp = copyUp
 		}
 	}
 	t.entries[p] = e
@@ -409,47 +403,6 @@ func (t *UpperTracker) account(e trackedEntry, sign int64) {
 			t.sum.CopyUps += sign
 		}
 	}
-}
-
-// inBase reports whether the base tree has a regular file at p (so an
-// upper file there is a copy-up).
-func (t *UpperTracker) inBase(ctx context.Context, p string) (bool, error) {
-	if t.root.IsZero() {
-		return false, nil
-	}
-	tr, err := t.baseTree(ctx, parent(p))
-	if err != nil || tr == nil {
-		return false, err
-	}
-	e, ok := tr.Find(path.Base(p))
-	return ok && e.Type == store.TypeFile, nil
-}
-
-func (t *UpperTracker) baseTree(ctx context.Context, dir string) (*store.Tree, error) {
-	if tr, ok := t.trees[dir]; ok {
-		return tr, nil
-	}
-	var tr *store.Tree
-	if dir == "" {
-		var err error
-		if tr, err = t.lower.Tree(ctx, t.root); err != nil {
-			return nil, fmt.Errorf("track upper: base tree: %w", err)
-		}
-	} else {
-		pt, err := t.baseTree(ctx, parent(dir))
-		if err != nil {
-			return nil, err
-		}
-		if pt != nil {
-			if e, ok := pt.Find(path.Base(dir)); ok && e.Type == store.TypeDir {
-				if tr, err = t.lower.Tree(ctx, e.Object); err != nil {
-					return nil, fmt.Errorf("track upper: base tree: %w", err)
-				}
-			}
-		}
-	}
-	t.trees[dir] = tr
-	return tr, nil
 }
 
 func dirNames(dir dirfd.At) ([]string, error) {
