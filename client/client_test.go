@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"layerfs.dev/layerfs/api"
-	"layerfs.dev/layerfs/api/apitest"
 	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/internal/api"
+	"layerfs.dev/layerfs/internal/api/apitest"
 	"layerfs.dev/layerfs/wire"
 	"layerfs.dev/layerfs/wire/errclass"
 )

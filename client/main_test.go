@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"layerfs.dev/layerfs/api"
-	"layerfs.dev/layerfs/api/apitest"
+	"layerfs.dev/layerfs/internal/api"
+	"layerfs.dev/layerfs/internal/api/apitest"
 	"layerfs.dev/layerfs/internal/daemontest"
 )
 

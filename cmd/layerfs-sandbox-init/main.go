@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"os"
 
-	"layerfs.dev/layerfs/engine/sandbox"
+	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 )
 
 func main() {

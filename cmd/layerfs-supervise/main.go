@@ -1,5 +1,5 @@
 // Command layerfs-supervise runs LayerFS's docker execs inside their
-// containers; see package layerfs.dev/layerfs/platforms/docker/supervise.
+// containers; see package layerfs.dev/layerfs/internal/platforms/docker/supervise.
 // Build it static (CGO_ENABLED=0) and install it beside layerfs and
 // layerfsd, where the docker platform looks for it.
 package main
@@ -7,7 +7,7 @@ package main
 import (
 	"os"
 
-	"layerfs.dev/layerfs/platforms/docker/supervise"
+	"layerfs.dev/layerfs/internal/platforms/docker/supervise"
 )
 
 func main() { os.Exit(supervise.Main(os.Args[1:])) }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/wire/errclass"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/bench/storebench"
+	"layerfs.dev/layerfs/internal/bench/storebench"
 )
 
 func benchCmd(a *app) *cobra.Command {

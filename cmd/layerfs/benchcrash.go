@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/bench"
+	"layerfs.dev/layerfs/internal/bench"
 	"layerfs.dev/layerfs/internal/stats"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/bench/fsbench"
-	"layerfs.dev/layerfs/fs"
+	"layerfs.dev/layerfs/internal/bench/fsbench"
+	"layerfs.dev/layerfs/internal/fs"
 )
 
 // benchFSCmd measures the FUSE path alone: the cell bodies straight on a

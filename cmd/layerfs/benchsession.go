@@ -8,10 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/bench"
-	"layerfs.dev/layerfs/bench/report"
-	"layerfs.dev/layerfs/platforms"
-	"layerfs.dev/layerfs/platforms/catalog"
+	"layerfs.dev/layerfs/internal/bench"
+	"layerfs.dev/layerfs/internal/bench/report"
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/catalog"
 )
 
 // benchSessionCmd measures the session and scale figures: workspace open

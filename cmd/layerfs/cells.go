@@ -16,11 +16,11 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"layerfs.dev/layerfs/bench"
-	"layerfs.dev/layerfs/bench/report"
-	"layerfs.dev/layerfs/cells"
-	"layerfs.dev/layerfs/platforms"
-	"layerfs.dev/layerfs/platforms/catalog"
+	"layerfs.dev/layerfs/internal/bench"
+	"layerfs.dev/layerfs/internal/bench/report"
+	"layerfs.dev/layerfs/internal/cells"
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/catalog"
 )
 
 func cellsCmd(a *app) *cobra.Command {

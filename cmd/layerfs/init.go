@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/internal/store"
 )
 
 func initCmd(a *app) *cobra.Command {

@@ -14,8 +14,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"layerfs.dev/layerfs/engine/sandbox"
 	"layerfs.dev/layerfs/internal/cloexec"
+	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 )
 
 func main() {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"layerfs.dev/layerfs/internal/mcpserver"
 	"layerfs.dev/layerfs/internal/tokenfile"
-	"layerfs.dev/layerfs/mcpserver"
 )
 
 func mcpCmd(a *app) *cobra.Command {

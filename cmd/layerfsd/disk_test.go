@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"layerfs.dev/layerfs/bench"
 	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/internal/bench"
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/wire"
 )

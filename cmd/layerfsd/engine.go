@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 
-	"layerfs.dev/layerfs/api"
-	"layerfs.dev/layerfs/engine"
-	"layerfs.dev/layerfs/engine/sandbox"
-	"layerfs.dev/layerfs/platforms"
-	"layerfs.dev/layerfs/platforms/docker"
-	"layerfs.dev/layerfs/platforms/local"
-	"layerfs.dev/layerfs/store"
+	"layerfs.dev/layerfs/internal/api"
+	"layerfs.dev/layerfs/internal/engine"
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/host"
+	"layerfs.dev/layerfs/internal/store"
 )
 
 // daemonEngine is what the daemon needs from the engine beyond the API.
@@ -42,14 +40,9 @@ func newEngine(ctx context.Context, db *store.DB, names []string, dataPath strin
 		return errors.Join(errs...)
 	}
 	for _, n := range names {
-		var p platforms.Platform
-		switch n {
-		case "local":
-			p = local.New(local.Options{Exe: sandbox.InitBinary(), Logger: log.With("platform", "local")})
-		case "docker":
-			p = docker.New(docker.Options{})
-		default:
-			return nil, down, usageError{fmt.Errorf("--platform %q: this daemon runs sandboxes on local or docker", n)}
+		p, err := host.New(n, log)
+		if err != nil {
+			return nil, down, usageError{fmt.Errorf("--platform: %w", err)}
 		}
 		if err := p.Up(ctx); err != nil {
 			return nil, down, fmt.Errorf("platform %s: %w", n, err)

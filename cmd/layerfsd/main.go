@@ -27,8 +27,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/engine/sandbox"
 	"layerfs.dev/layerfs/internal/cloexec"
+	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 )
 
 func main() {

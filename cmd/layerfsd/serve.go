@@ -19,11 +19,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"layerfs.dev/layerfs/api"
-	"layerfs.dev/layerfs/engine"
-	lfs "layerfs.dev/layerfs/fs"
+	"layerfs.dev/layerfs/internal/api"
+	"layerfs.dev/layerfs/internal/engine"
+	lfs "layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/internal/tokenfile"
-	"layerfs.dev/layerfs/store"
 	"layerfs.dev/layerfs/wire"
 )
 

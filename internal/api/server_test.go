@@ -1,0 +1,747 @@
+package api_test
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/internal/api"
+	"layerfs.dev/layerfs/internal/api/apitest"
+	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
+)
+
+var _ api.Engine = (*apitest.Engine)(nil)
+
+// harness is a server on a unix socket (as layerfsd serves it) with an
+// HTTP client that dials it.
+type harness struct {
+	t   *testing.T
+	eng *apitest.Engine
+	srv *api.Server
+	hc  *http.Client
+	url string
+}
+
+func newHarness(t *testing.T, eng api.Engine, opts api.Options) *harness {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := api.NewServer(eng, opts)
+	hs := httptest.NewUnstartedServer(srv.Handler(api.ListenerOptions{}))
+	hs.Listener.Close()
+	hs.Listener = l
+	hs.Start()
+	t.Cleanup(hs.Close)
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	h := &harness{t: t, srv: srv, hc: &http.Client{Transport: tr}, url: "http://layerfsd"}
+	if e, ok := eng.(*apitest.Engine); ok {
+		h.eng = e
+	}
+	return h
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// errBody decodes a typed error, failing the test when the body is not one.
+func (r response) err(t *testing.T) wire.Error {
+	t.Helper()
+	var eb wire.ErrorBody
+	if err := json.Unmarshal(r.body, &eb); err != nil || eb.Error.Code == "" {
+		t.Fatalf("status %d: body is not a JSON error: %q", r.status, r.body)
+	}
+	return eb.Error
+}
+
+func (h *harness) do(method, path string, body io.Reader, hdr ...string) response {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.url+path, body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return response{resp.StatusCode, resp.Header, b}
+}
+
+func (h *harness) json(method, path string, in any, wantStatus int, out any) response {
+	h.t.Helper()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		body = bytes.NewReader(b)
+	}
+	r := h.do(method, path, body, "Content-Type", "application/json")
+	if r.status != wantStatus {
+		h.t.Fatalf("%s %s: status %d, want %d; body %s", method, path, r.status, wantStatus, r.body)
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.body, out); err != nil {
+			h.t.Fatalf("%s %s: decode %q: %v", method, path, r.body, err)
+		}
+	}
+	return r
+}
+
+// setup makes project p and a workspace on its main branch.
+func (h *harness) setup() wire.Workspace {
+	h.t.Helper()
+	h.json("POST", "/v1/projects", wire.CreateProject{Name: "p"}, http.StatusCreated, nil)
+	var ws wire.Workspace
+	h.json("POST", "/v1/workspaces", wire.WorkspaceSpec{Project: "p", Branch: "main"}, http.StatusCreated, &ws)
+	return ws
+}
+
+func tarOf(t *testing.T, entries ...tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range entries {
+		data := ""
+		if h.Typeflag == tar.TypeReg {
+			data = "content of " + h.Name
+			h.Size = int64(len(data))
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(tw, data)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestRoutes walks every route through its happy path.
+func TestRoutes(t *testing.T) {
+	h := newHarness(t, apitest.New(), api.Options{Daemon: wire.DaemonStatus{Socket: "/run/x.sock", Platforms: []string{"local"}}})
+
+	var v wire.Version
+	h.json("GET", "/v1/version", nil, 200, &v)
+	if v.API != "v1" || v.PID == 0 || v.GoVersion == "" {
+		t.Errorf("version = %+v", v)
+	}
+
+	var p wire.Project
+	r := h.json("POST", "/v1/projects", wire.CreateProject{Name: "p", Message: "hello"}, 201, &p)
+	if p.Name != "p" || r.header.Get("Content-Type") != "application/json" || r.header.Get("X-Request-Id") == "" {
+		t.Errorf("create project: %+v %v", p, r.header)
+	}
+	var ps []wire.Project
+	h.json("GET", "/v1/projects", nil, 200, &ps)
+	h.json("GET", "/v1/projects/p", nil, 200, &p)
+	if len(ps) != 1 || p.Name != "p" {
+		t.Errorf("projects = %+v, project = %+v", ps, p)
+	}
+	var ls []wire.Layer
+	h.json("GET", "/v1/projects/p/layers", nil, 200, &ls)
+	if len(ls) != 1 || ls[0].Index != 1 {
+		t.Fatalf("layers = %+v", ls)
+	}
+
+	var ws wire.Workspace
+	r = h.json("POST", "/v1/workspaces", wire.WorkspaceSpec{Project: "p", Branch: "main", Network: "host"}, 201, &ws)
+	if ws.ID == "" || ws.Network != "host" || r.header.Get("Location") != "/v1/workspaces/"+ws.ID {
+		t.Fatalf("workspace = %+v, Location %q", ws, r.header.Get("Location"))
+	}
+	base := "/v1/workspaces/" + ws.ID
+	var wss []wire.Workspace
+	h.json("GET", "/v1/workspaces", nil, 200, &wss)
+	if len(wss) != 1 {
+		t.Errorf("workspaces = %+v", wss)
+	}
+
+	if r := h.do("PUT", base+"/files/src/a%20b.txt?mode=0600", strings.NewReader("hello")); r.status != 204 {
+		t.Fatalf("put file: %d %s", r.status, r.body)
+	}
+	if r := h.do("GET", base+"/files/src/a%20b.txt", nil); r.status != 200 || string(r.body) != "hello" ||
+		r.header.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("get file: %d %q %v", r.status, r.body, r.header)
+	}
+	tb := tarOf(t, tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}, tar.Header{Name: "d/x", Typeflag: tar.TypeReg})
+	if r := h.do("PUT", base+"/tar?path=up", bytes.NewReader(tb), "Content-Type", wire.MediaTar); r.status != 204 {
+		t.Fatalf("put tar: %d %s", r.status, r.body)
+	}
+	r = h.do("GET", base+"/tar?path=up/d", nil)
+	if r.status != 200 || r.header.Get("Content-Type") != wire.MediaTar {
+		t.Fatalf("get tar: %d %s", r.status, r.body)
+	}
+	var names []string
+	tr := tar.NewReader(bytes.NewReader(r.body))
+	for {
+		th, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, th.Name)
+	}
+	if fmt.Sprint(names) != "[d d/x]" {
+		t.Errorf("tar names = %v", names)
+	}
+
+	var res wire.ExecResult
+	h.json("POST", base+"/execs", wire.ExecRequest{Argv: []string{"cat", "up/d/x"}, TimeoutMs: 1000}, 200, &res)
+	if res.ExitCode != 0 || string(res.Stdout) != "content of d/x" {
+		t.Errorf("exec = %+v", res)
+	}
+	h.json("POST", base+"/execs", wire.ExecRequest{Body: "exit 3"}, 200, &res)
+	if res.ExitCode != 3 {
+		t.Errorf("exec exit 3 = %+v", res)
+	}
+
+	var st wire.WorkspaceStatus
+	h.json("GET", base, nil, 200, &st)
+	if len(st.Changes) != 5 { // src, src/a b.txt, up, up/d, up/d/x
+		t.Errorf("changes = %+v", st.Changes)
+	}
+	// A plain end refuses to drop changes.
+	if e := h.do("DELETE", base, nil); e.status != 409 || e.err(t).Code != wire.CodeUncommitted {
+		t.Errorf("end with changes: %d %s", e.status, e.body)
+	}
+	var cr wire.CommitResult
+	h.json("POST", base+"/commit", wire.CommitRequest{Message: "m"}, 200, &cr)
+	if cr.Result != wire.Created {
+		t.Errorf("commit = %+v", cr)
+	}
+	h.json("POST", base+"/commit", nil, 200, &cr) // the body is optional
+	if cr.Result != wire.UpToDate {
+		t.Errorf("second commit = %+v", cr)
+	}
+	h.json("POST", base+"/mount", nil, 200, &ws)
+
+	var c wire.Commit
+	h.json("GET", "/v1/projects/p/commits/main", nil, 200, &c)
+	if c.ID != cr.Commit {
+		t.Errorf("commit main = %s, want %s", c.ID, cr.Commit)
+	}
+	h.json("GET", "/v1/projects/p/commits/layer:1", nil, 200, &c)
+	var log []wire.Commit
+	h.json("GET", "/v1/projects/p/log?ref=main&limit=10", nil, 200, &log)
+	if len(log) != 2 {
+		t.Errorf("log = %+v", log)
+	}
+	var page wire.DiffPage
+	h.json("GET", "/v1/projects/p/diff?from=layer:1&to=main&limit=2", nil, 200, &page)
+	if len(page.Changes) != 2 || page.Next == "" {
+		t.Errorf("diff page = %+v", page)
+	}
+	h.json("GET", "/v1/projects/p/diff?from=layer:1&to=main&cursor="+page.Next, nil, 200, &page)
+
+	var b wire.Branch
+	h.json("POST", "/v1/projects/p/branches", wire.ForkBranch{Name: "feature", From: "main"}, 201, &b)
+	if b.Head != cr.Commit {
+		t.Errorf("fork = %+v", b)
+	}
+	var bs []wire.Branch
+	h.json("GET", "/v1/projects/p/branches", nil, 200, &bs)
+	h.json("GET", "/v1/projects/p/branches/feature", nil, 200, &b)
+	var l wire.Layer
+	h.json("POST", "/v1/projects/p/layers", wire.AddLayer{Branch: "feature"}, 201, &l)
+	if l.Index != 2 || len(bs) != 2 {
+		t.Errorf("layer = %+v, branches = %+v", l, bs)
+	}
+	h.json("DELETE", "/v1/projects/p/branches/feature", nil, 204, nil)
+	h.json("GET", "/v1/projects/p/branches/feature", nil, 404, nil)
+
+	// The double has no host directories: these reach the engine and come back 503.
+	h.json("POST", "/v1/projects/p/branches/main/commits", wire.CommitDir{FromPath: "/srv/x"}, 503, nil)
+	h.json("POST", "/v1/projects/p/checkout", wire.Checkout{Ref: "main", Path: "/srv/out"}, 503, nil)
+
+	var gc wire.GCResult
+	h.json("POST", "/v1/gc", nil, 200, &gc)
+	var fr wire.FsckReport
+	h.json("POST", "/v1/fsck", nil, 200, &fr)
+	if !fr.OK || fr.Problems == nil {
+		t.Errorf("fsck = %+v", fr)
+	}
+	var ss wire.StoreStats
+	h.json("GET", "/v1/stats", nil, 200, &ss)
+
+	var ds wire.DaemonStatus
+	h.json("GET", "/v1/daemon", nil, 200, &ds)
+	if ds.Workspaces != 1 || ds.Socket != "/run/x.sock" || ds.Started.IsZero() || ds.API != "v1" {
+		t.Errorf("daemon = %+v", ds)
+	}
+	h.json("DELETE", base+"?discard=true", nil, 204, nil)
+	h.json("GET", base, nil, 404, nil)
+	// Without a Stop function the daemon cannot be stopped through the API.
+	h.json("POST", "/v1/daemon/stop", nil, 503, nil)
+
+	m := h.do("GET", "/metrics", nil)
+	for _, want := range []string{
+		`layerfs_api_requests_total{route="POST /v1/workspaces/{id}/execs",code="200"} 2`,
+		`layerfs_api_requests_total{route="GET /v1/workspaces/{id}",code="404"} 1`,
+		`layerfs_api_request_duration_seconds_bucket{route="GET /v1/version",le="+Inf"} 1`,
+		`layerfs_api_request_duration_seconds_count{route="POST /v1/projects"} 1`,
+		"layerfs_api_execs_running 0",
+		"layerfs_test_execs_running 0", // written by the engine
+	} {
+		if !strings.Contains(string(m.body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if !strings.HasPrefix(m.header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Errorf("metrics content type %q", m.header.Get("Content-Type"))
+	}
+}
+
+func TestStopDaemon(t *testing.T) {
+	stopped := make(chan struct{})
+	h := newHarness(t, apitest.New(), api.Options{Stop: func() { close(stopped) }})
+	h.json("POST", "/v1/daemon/stop", nil, 202, nil)
+	h.json("POST", "/v1/daemon/stop", nil, 202, nil) // Stop runs once
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop was not called")
+	}
+}
+
+// TestBadInput sends malformed requests; each gets a 4xx with a JSON error
+// that says what is wrong, and the engine's state does not change.
+func TestBadInput(t *testing.T) {
+	h := newHarness(t, apitest.New(), api.Options{})
+	ws := h.setup()
+	base := "/v1/workspaces/" + ws.ID
+	h.do("PUT", base+"/files/keep.txt", strings.NewReader("keep"))
+	before := h.eng.Mutations.Load()
+
+	evil := tarOf(t, tar.Header{Name: "ok.txt", Typeflag: tar.TypeReg}, tar.Header{Name: "../../etc/evil", Typeflag: tar.TypeReg})
+	absTar := tarOf(t, tar.Header{Name: "/etc/evil", Typeflag: tar.TypeReg})
+	devTar := tarOf(t, tar.Header{Name: "null", Typeflag: tar.TypeChar})
+
+	cases := []struct {
+		name, method, path, body string
+		hdr                      []string
+		status                   int
+		code, msg                string
+	}{
+		{"malformed JSON", "POST", "/v1/projects", `{"name": "x"`, nil, 400, wire.CodeInvalid, "malformed JSON"},
+		{"syntax error", "POST", "/v1/projects", `{"name": x}`, nil, 400, wire.CodeInvalid, "malformed JSON at byte"},
+		{"empty body", "POST", "/v1/projects", ``, nil, 400, wire.CodeInvalid, "empty"},
+		{"unknown field", "POST", "/v1/projects", `{"name": "x", "nmae": "y"}`, nil, 400, wire.CodeInvalid, `unknown field "nmae"`},
+		{"wrong type", "POST", "/v1/workspaces", `{"project": 7, "branch": "main"}`, nil, 400, wire.CodeInvalid, `field "project": want a string, got number`},
+		{"wrong type nested", "POST", base + "/execs", `{"argv": "ls"}`, nil, 400, wire.CodeInvalid, `field "argv": want an array, got string`},
+		{"wrong type number", "POST", base + "/execs", `{"body": "x", "timeout_ms": "10"}`, nil, 400, wire.CodeInvalid, `field "timeout_ms": want a number`},
+		{"not an object", "POST", "/v1/projects", `["x"]`, nil, 400, wire.CodeInvalid, "want a JSON object"},
+		{"two values", "POST", "/v1/projects", `{"name": "x"} {"name": "y"}`, nil, 400, wire.CodeInvalid, "exactly one JSON value"},
+		{"wrong content type", "POST", "/v1/projects", `{"name": "x"}`, []string{"Content-Type", "text/plain"}, 400, wire.CodeInvalid, "content type"},
+		{"name with slash", "POST", "/v1/projects", `{"name": "a/b"}`, nil, 400, wire.CodeInvalid, `"a/b" is not a valid name`},
+		{"name dotdot", "POST", "/v1/projects", `{"name": ".."}`, nil, 400, wire.CodeInvalid, "not a valid name"},
+		{"name upper", "POST", "/v1/projects", `{"name": "Ab"}`, nil, 400, wire.CodeInvalid, "not a valid name"},
+		{"name missing", "POST", "/v1/projects", `{}`, nil, 400, wire.CodeInvalid, "name is required"},
+		{"from_path relative", "POST", "/v1/projects", `{"name": "x", "from_path": "src"}`, nil, 400, wire.CodeInvalid, "absolute path"},
+		{"from_path unclean", "POST", "/v1/projects", `{"name": "x", "from_path": "/srv/../etc"}`, nil, 400, wire.CodeInvalid, "not clean"},
+		{"branch dotdot", "POST", "/v1/projects/p/branches", `{"name": "../x", "from": "main"}`, nil, 400, wire.CodeInvalid, "not a valid name"},
+		{"ref dotdot", "POST", "/v1/projects/p/branches", `{"name": "x", "from": "a..b"}`, nil, 400, wire.CodeInvalid, "not a valid ref"},
+		{"project path dotdot", "GET", "/v1/projects/%2e%2e/branches", ``, nil, 400, wire.CodeInvalid, ""},
+		{"project path encoded slash", "GET", "/v1/projects/a%2Fb", ``, nil, 400, wire.CodeInvalid, "not a valid name"},
+		{"unknown project", "GET", "/v1/projects/nope", ``, nil, 404, wire.CodeNotFound, "nope"},
+		{"unknown workspace", "GET", "/v1/workspaces/ws-ffff", ``, nil, 404, wire.CodeNotFound, "ws-ffff"},
+		{"bad workspace id", "GET", "/v1/workspaces/WS_1", ``, nil, 400, wire.CodeInvalid, "workspace id"},
+		{"unknown workspace exec", "POST", "/v1/workspaces/ws-ffff/execs", `{"body": "echo"}`, nil, 404, wire.CodeNotFound, ""},
+		{"negative timeout", "POST", base + "/execs", `{"body": "echo", "timeout_ms": -5}`, nil, 400, wire.CodeInvalid, "timeout_ms must not be negative"},
+		{"argv and body", "POST", base + "/execs", `{"body": "echo", "argv": ["echo"]}`, nil, 400, wire.CodeInvalid, "exclusive"},
+		{"no command", "POST", base + "/execs", `{}`, nil, 400, wire.CodeInvalid, "one of argv and body"},
+		{"bad env", "POST", base + "/execs", `{"body": "echo", "env": ["NOEQUALS"]}`, nil, 400, wire.CodeInvalid, "env[0]"},
+		{"exec dir escapes", "POST", base + "/execs", `{"body": "echo", "dir": "../.."}`, nil, 400, wire.CodeInvalid, "dir"},
+		{"bad network", "POST", "/v1/workspaces", `{"project": "p", "branch": "main", "network": "bridge"}`, nil, 400, wire.CodeInvalid, "network"},
+		{"upload dotdot", "PUT", base + "/files/a/../../etc/passwd", "x", nil, 400, wire.CodeInvalid, `".."`},
+		{"upload encoded dotdot", "PUT", base + "/files/%2e%2e/etc/passwd", "x", nil, 400, wire.CodeInvalid, `".."`},
+		{"upload encoded slash dotdot", "PUT", base + "/files/a%2F..%2F..%2Fx", "x", nil, 400, wire.CodeInvalid, `".."`},
+		{"upload absolute", "PUT", base + "/files//etc/passwd", "x", nil, 400, wire.CodeInvalid, "empty elements"},
+		{"upload encoded absolute", "PUT", base + "/files/%2Fetc%2Fpasswd", "x", nil, 400, wire.CodeInvalid, "empty elements"},
+		{"upload bad mode", "PUT", base + "/files/x?mode=99", "x", nil, 400, wire.CodeInvalid, "mode"},
+		{"download dotdot", "GET", base + "/files/%2e%2e/x", ``, nil, 400, wire.CodeInvalid, `".."`},
+		{"download root", "GET", base + "/files/", ``, nil, 400, wire.CodeInvalid, "root"},
+		{"tar path dotdot", "GET", base + "/tar?path=../x", ``, nil, 400, wire.CodeInvalid, `".."`},
+		{"tar path absolute dotdot", "PUT", base + "/tar?path=/../etc", string(tarOf(t, tar.Header{Name: "x", Typeflag: tar.TypeReg})), nil, 400, wire.CodeInvalid, `".."`},
+		{"tar entry dotdot", "PUT", base + "/tar", string(evil), nil, 400, wire.CodeInvalid, "escapes"},
+		{"tar entry absolute", "PUT", base + "/tar", string(absTar), nil, 400, wire.CodeInvalid, "escapes"},
+		{"tar device", "PUT", base + "/tar", string(devTar), nil, 400, wire.CodeInvalid, "type"},
+		{"unknown query", "GET", "/v1/projects/p/log?ref=main&limt=3", ``, nil, 400, wire.CodeInvalid, `unknown query parameter "limt"`},
+		{"bad limit", "GET", "/v1/projects/p/log?ref=main&limit=-1", ``, nil, 400, wire.CodeInvalid, "limit"},
+		{"missing ref", "GET", "/v1/projects/p/log", ``, nil, 400, wire.CodeInvalid, "ref is required"},
+		{"bad discard", "DELETE", base + "?discard=maybe", ``, nil, 400, wire.CodeInvalid, "discard"},
+		{"unknown route", "GET", "/v1/nope", ``, nil, 404, wire.CodeNotFound, "no such route"},
+		{"wrong method", "PATCH", "/v1/projects", ``, nil, 405, wire.CodeMethodNotAllowed, "not allowed"},
+		{"exists", "POST", "/v1/projects", `{"name": "p"}`, nil, 409, wire.CodeExists, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var body io.Reader
+			if c.body != "" {
+				body = strings.NewReader(c.body)
+			}
+			r := h.do(c.method, c.path, body, c.hdr...)
+			e := r.err(t)
+			if r.status != c.status || e.Code != c.code || !strings.Contains(e.Message, c.msg) {
+				t.Errorf("got %d %s %q, want %d %s containing %q", r.status, e.Code, e.Message, c.status, c.code, c.msg)
+			}
+			if r.header.Get("Content-Type") != "application/json" {
+				t.Errorf("content type %q", r.header.Get("Content-Type"))
+			}
+		})
+	}
+	if got := h.eng.Mutations.Load(); got != before {
+		t.Errorf("bad requests changed the engine's state: %d mutations, want %d", got, before)
+	}
+	if r := h.do("GET", base+"/files/keep.txt", nil); string(r.body) != "keep" {
+		t.Errorf("keep.txt = %q", r.body)
+	}
+}
+
+// zeros is a long stream (a prefix, then fill bytes) that allocates
+// nothing per byte.
+// The transport may still be reading it when the test looks at sent.
+type zeros struct {
+	prefix []byte
+	fill   byte
+	max    int64
+	sent   atomic.Int64
+}
+
+func (z *zeros) Read(p []byte) (int, error) {
+	done := z.sent.Load()
+	if done >= z.max {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), z.max-done)
+	for i := range p[:n] {
+		if done+int64(i) < int64(len(z.prefix)) {
+			p[i] = z.prefix[done+int64(i)]
+		} else {
+			p[i] = z.fill
+		}
+	}
+	z.sent.Add(n)
+	return int(n), nil
+}
+
+// TestBodyLimits sends 2 GiB bodies; each is refused with 413 after at most
+// the limit was read, and nothing is stored.
+func TestBodyLimits(t *testing.T) {
+	h := newHarness(t, apitest.New(), api.Options{MaxUpload: 4 << 20})
+	ws := h.setup()
+	base := "/v1/workspaces/" + ws.ID
+	before := h.eng.Mutations.Load()
+	const twoGiB = 2 << 30
+
+	send := func(method, path string, z *zeros, length int64) response {
+		t.Helper()
+		req, err := http.NewRequest(method, h.url+path, z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = length // -1: chunked, the server cannot know up front
+		resp, err := h.hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return response{resp.StatusCode, resp.Header, b}
+	}
+	// A tar whose one file claims 2 GiB: the engine reads it whole before
+	// extracting, so the cap stops it first.
+	var th bytes.Buffer
+	tw := tar.NewWriter(&th)
+	tw.WriteHeader(&tar.Header{Name: "big", Typeflag: tar.TypeReg, Size: twoGiB - 1024, Mode: 0o644})
+	jsonPrefix := []byte(`{"name": "`)
+	for _, c := range []struct {
+		name, method, path string
+		prefix             []byte
+		fill               byte
+		length             int64
+		maxRead            int64
+	}{
+		{"json with length", "POST", "/v1/projects", jsonPrefix, 'a', twoGiB, 64 << 20},
+		{"json chunked", "POST", "/v1/projects", jsonPrefix, 'a', -1, 64 << 20},
+		{"file with length", "PUT", base + "/files/big", nil, 0, twoGiB, 64 << 20},
+		{"file chunked", "PUT", base + "/files/big", nil, 0, -1, 64 << 20},
+		{"tar chunked", "PUT", base + "/tar", th.Bytes(), 0, -1, 64 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			z := &zeros{prefix: c.prefix, fill: c.fill, max: twoGiB}
+			r := send(c.method, c.path, z, c.length)
+			e := r.err(t)
+			if r.status != 413 || e.Code != wire.CodeTooLarge || !strings.Contains(e.Message, "limit") {
+				t.Errorf("got %d %+v, want 413 too_large", r.status, e)
+			}
+			// The client stops sending when the server answers and closes;
+			// what was read must be far below 2 GiB.
+			if n := z.sent.Load(); n > c.maxRead {
+				t.Errorf("client sent %d bytes before the refusal", n)
+			}
+		})
+	}
+	if h.eng.Mutations.Load() != before {
+		t.Errorf("a refused upload changed the engine's state")
+	}
+	if r := h.do("GET", base+"/files/big", nil); r.status != 404 {
+		t.Errorf("big exists after refused uploads: %d", r.status)
+	}
+}
+
+func TestExecStream(t *testing.T) {
+	h := newHarness(t, apitest.New(), api.Options{})
+	ws := h.setup()
+	body := `{"argv": ["stream", "5", "100"]}`
+	req, _ := http.NewRequest("POST", h.url+"/v1/workspaces/"+ws.ID+"/execs", strings.NewReader(body))
+	req.Header.Set("Accept", "application/x-ndjson")
+	start := time.Now()
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != wire.MediaNDJSON {
+		t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var lines []string
+	var firstAt time.Duration
+	var result *wire.ExecResult
+	for sc.Scan() {
+		var ev wire.ExecEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("event %q: %v", sc.Text(), err)
+		}
+		if ev.Stream == "stdout" {
+			if lines == nil {
+				firstAt = time.Since(start)
+			}
+			lines = append(lines, string(ev.Data))
+		}
+		if ev.Result != nil {
+			result = ev.Result
+		}
+	}
+	total := time.Since(start)
+	if len(lines) != 5 || lines[4] != "line 4\n" || result == nil || result.ExitCode != 0 {
+		t.Fatalf("lines %q, result %+v", lines, result)
+	}
+	if len(result.Stdout) != 0 {
+		t.Errorf("streamed result repeats stdout: %q", result.Stdout)
+	}
+	// The first line arrives while the command still runs (5 x 100 ms).
+	if firstAt > total-300*time.Millisecond {
+		t.Errorf("first line after %v of %v: output was not streamed", firstAt, total)
+	}
+
+	// An exec the engine refuses before any output is a plain JSON error.
+	r := h.do("POST", "/v1/workspaces/ws-ffff/execs", strings.NewReader(`{"body": "echo"}`), "Accept", wire.MediaNDJSON)
+	if r.status != 404 || r.err(t).Code != wire.CodeNotFound {
+		t.Errorf("unknown workspace streamed: %d %s", r.status, r.body)
+	}
+}
+
+func TestOutputCap(t *testing.T) {
+	h := newHarness(t, apitest.New(), api.Options{MaxExecOutput: 10})
+	ws := h.setup()
+	var res wire.ExecResult
+	h.json("POST", "/v1/workspaces/"+ws.ID+"/execs", wire.ExecRequest{Argv: []string{"echo", "0123456789abcdef"}}, 200, &res)
+	if string(res.Stdout) != "0123456789" || !res.OutputTruncated {
+		t.Errorf("stdout %q truncated %v", res.Stdout, res.OutputTruncated)
+	}
+}
+
+func TestToken(t *testing.T) {
+	srv := api.NewServer(apitest.New(), api.Options{})
+	hs := httptest.NewServer(srv.Handler(api.ListenerOptions{Token: "s3cret"}))
+	defer hs.Close()
+	for _, c := range []struct {
+		auth   string
+		status int
+	}{
+		{"", 401}, {"Bearer wrong", 401}, {"Bearer s3cre", 401}, {"s3cret", 401}, {"Basic s3cret", 401},
+		{"Bearer s3cret", 200},
+	} {
+		req, _ := http.NewRequest("GET", hs.URL+"/v1/projects", nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("Authorization %q: %d, want %d", c.auth, resp.StatusCode, c.status)
+		}
+		if c.status == 401 && (!strings.Contains(string(b), wire.CodeUnauth) || resp.Header.Get("WWW-Authenticate") == "") {
+			t.Errorf("401 body %q, headers %v", b, resp.Header)
+		}
+	}
+}
+
+// TestDrain: draining refuses new work, keeps reads, lets running execs
+// finish, and Abort ends what is left.
+func TestDrain(t *testing.T) {
+	h := newHarness(t, apitest.New(), api.Options{})
+	ws := h.setup()
+	base := "/v1/workspaces/" + ws.ID
+	done := make(chan response, 2)
+	go func() {
+		done <- h.do("POST", base+"/execs", strings.NewReader(`{"argv": ["sleep", "300"]}`))
+	}()
+	waitFor(t, func() bool { return h.eng.Running.Load() == 1 })
+	if n := h.srv.RunningExecs(); n != 1 {
+		t.Errorf("RunningExecs = %d", n)
+	}
+	h.srv.Drain()
+	if r := h.do("POST", base+"/execs", strings.NewReader(`{"body": "echo"}`)); r.status != 503 || r.err(t).Code != wire.CodeUnavailable {
+		t.Errorf("exec while draining: %d %s", r.status, r.body)
+	}
+	if r := h.do("GET", base, nil); r.status != 200 {
+		t.Errorf("read while draining: %d", r.status)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.srv.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.status != 200 {
+		t.Errorf("running exec after drain: %d %s", r.status, r.body)
+	}
+
+	// Abort cancels a running exec whose grace period ran out.
+	h2 := newHarness(t, apitest.New(), api.Options{})
+	ws2 := h2.setup()
+	go func() {
+		done <- h2.do("POST", "/v1/workspaces/"+ws2.ID+"/execs", strings.NewReader(`{"argv": ["sleep", "60000"]}`))
+	}()
+	waitFor(t, func() bool { return h2.eng.Running.Load() == 1 })
+	h2.srv.Drain()
+	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	if err := h2.srv.WaitIdle(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitIdle with a running exec = %v", err)
+	}
+	h2.srv.Abort()
+	select {
+	case r := <-done:
+		var res wire.ExecResult
+		json.Unmarshal(r.body, &res)
+		if r.status != 200 || res.Signal != "SIGKILL" {
+			t.Errorf("aborted exec: %d %s", r.status, r.body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Abort did not end the exec")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not reached in 5s")
+}
+
+// failing returns a configured error from Projects.
+type failing struct {
+	*apitest.Engine
+	err error
+}
+
+func (f failing) Projects(ctx context.Context) ([]wire.Project, error) { return nil, f.err }
+
+func TestErrorMapping(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{fmt.Errorf("x: %w", errclass.NotFound), 404, wire.CodeNotFound},
+		{fmt.Errorf("x: %w", errclass.Exists), 409, wire.CodeExists},
+		{fmt.Errorf("x: %w", errclass.HeadMoved), 409, wire.CodeHeadMoved},
+		{fmt.Errorf("x: %w", errclass.Uncommitted), 409, wire.CodeUncommitted},
+		{fmt.Errorf("x: %w", errclass.Busy), 409, wire.CodeBusy},
+		{fmt.Errorf("x: %w", errclass.Invalid), 400, wire.CodeInvalid},
+		{fmt.Errorf("x: %w", errclass.Unavailable), 503, wire.CodeUnavailable},
+		{fmt.Errorf("name %q: %w", "X", errclass.New(errclass.Invalid, "invalid name")), 400, wire.CodeInvalid},
+		{errclass.Errorf(errclass.Busy, "delete branch: workspace %s stands on it", "ws-1"), 409, wire.CodeBusy},
+		{fmt.Errorf("read chunk: %w", errclass.New(errclass.Corrupt, "corrupt object")), 500, wire.CodeCorrupt},
+		{fmt.Errorf("exec: %w", context.Canceled), 503, wire.CodeUnavailable},
+		{errors.New("disk on fire at /secret/path"), 500, wire.CodeInternal},
+		{&os.PathError{Op: "write", Path: "/secret/pack", Err: syscall.ENOSPC}, 507, wire.CodeNoSpace},
+	} {
+		h := newHarness(t, failing{apitest.New(), c.err}, api.Options{})
+		r := h.do("GET", "/v1/projects", nil)
+		e := r.err(t)
+		if r.status != c.status || e.Code != c.code {
+			t.Errorf("%v: got %d %s, want %d %s", c.err, r.status, e.Code, c.status, c.code)
+		}
+		if strings.Contains(e.Message, "secret") {
+			t.Errorf("message %q leaks a host path", e.Message)
+		}
+		if c.code != wire.CodeInternal && c.code != wire.CodeNoSpace && !strings.Contains(e.Message, c.err.Error()) {
+			t.Errorf("message %q lacks the error's own %q", e.Message, c.err.Error())
+		}
+		if c.code == wire.CodeInternal && (strings.Contains(e.Message, "secret") || !strings.Contains(e.Message, r.header.Get("X-Request-Id"))) {
+			t.Errorf("500 message %q leaks or lacks the request id", e.Message)
+		}
+	}
+}
+
+func TestIdle(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	h := newHarness(t, apitest.New(), api.Options{Now: clock})
+	now = now.Add(time.Minute)
+	if d := h.srv.Idle(); d != time.Minute {
+		t.Errorf("Idle = %v, want 1m", d)
+	}
+	h.do("GET", "/v1/version", nil)
+	now = now.Add(time.Second)
+	if d := h.srv.Idle(); d != time.Second {
+		t.Errorf("Idle after a request = %v, want 1s", d)
+	}
+}

@@ -1,0 +1,122 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"layerfs.dev/layerfs/internal/bench/report"
+	"layerfs.dev/layerfs/internal/cells"
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/local"
+	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
+	"layerfs.dev/layerfs/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	if sandbox.InitMain() {
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func localOnly(name string) (platforms.Platform, error) {
+	if name != "local" {
+		return nil, platforms.ErrUnavailable
+	}
+	return local.New(local.Options{}), nil
+}
+
+func TestCommandTime(t *testing.T) {
+	d, err := commandTime([]byte("noise\n" + clockMark + " 1000 4000\n"))
+	if err != nil || d != 3000 {
+		t.Fatalf("got %v %v", d, err)
+	}
+	if _, err := commandTime([]byte("no clock here")); err == nil {
+		t.Fatal("missing readings must fail the sample")
+	}
+}
+
+// TestRunCells runs every twelve-cell with one sample on the local
+// platform, as the README's main job does with five.
+func TestRunCells(t *testing.T) {
+	testenv.RequireFUSE(t)
+	out := t.TempDir()
+	res, err := Run(context.Background(), Config{
+		Cells:       cells.Twelve(),
+		Platforms:   []string{"local", "nowhere"},
+		Samples:     1,
+		OutDir:      out,
+		NewPlatform: localOnly,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range res.Samples {
+		if !s.Good() {
+			t.Errorf("%s %s %s: %s", s.Cell, s.Platform, s.Arm, s.Reason())
+		}
+		if s.Arm == report.LayerFS && s.TotalRequests() == 0 {
+			t.Errorf("%s: no FUSE requests counted", s.Cell)
+		}
+	}
+	if len(res.Samples) != 24 {
+		t.Fatalf("%d samples, want 24", len(res.Samples))
+	}
+	for _, f := range []string{report.SamplesFile, report.SummaryFile, report.TableMarkdownFile, report.ChartFile} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("output %s: %v", f, err)
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(out, report.TableMarkdownFile))
+	if !strings.Contains(string(md), "not run") {
+		t.Errorf("an unavailable platform must appear as not run:\n%s", md)
+	}
+	t.Logf("\n%s", md)
+}
+
+// TestRunSession runs every session and scale figure with few calls and a
+// small tree, and checks that each one measured something.
+func TestRunSession(t *testing.T) {
+	testenv.RequireFUSE(t)
+	figs, err := RunSession(context.Background(), SessionConfig{
+		Platforms:   []string{"local", "nowhere"},
+		Calls:       2,
+		Idle:        2,
+		LargeTree:   1_000,
+		WorkDir:     t.TempDir(),
+		NewPlatform: localOnly,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, commit := largeFigs(1_000)
+	want := map[string]bool{report.FigOpen: false, report.FigWarmExec: false, FigExecPython: false, FigCommitSmall: false,
+		report.FigForkCreate: false, report.FigThroughput16: false, open: false, commit: false, report.FigIdleMemory: false, FigIdleMemoryHost: false, FigExecOverheadThink: false}
+	notRun := 0
+	for _, f := range figs {
+		if f.Platform == "nowhere" {
+			if f.NotRun == "" {
+				t.Errorf("%s on an unavailable platform has no reason", f.Name)
+			}
+			notRun++
+			continue
+		}
+		if len(f.Failures) > 0 || len(f.Values) == 0 {
+			t.Errorf("%s: values %v, failures %v", f.Name, f.Values, f.Failures)
+		}
+		if _, ok := want[f.Name]; ok {
+			want[f.Name] = true
+		}
+	}
+	for n, seen := range want {
+		if !seen {
+			t.Errorf("figure %q missing", n)
+		}
+	}
+	if notRun == 0 {
+		t.Error("the unavailable platform's figures are missing")
+	}
+}

@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/internal/api"
+	"layerfs.dev/layerfs/internal/engine"
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/store"
+)
+
+// Daemon is a daemon served from this process over a fresh Store: the
+// engine and the HTTP API on a unix socket, driven through the SDK like
+// any other. The bench makes one per sample so that every sample starts
+// from a fresh Store, as the method requires.
+type Daemon struct {
+	Client *client.Client
+	Store  *store.DB
+	dir    string
+	eng    *engine.Engine
+	srv    *http.Server
+	ln     net.Listener
+}
+
+// StartDaemon initialises a Store in dir (which must not hold one) and
+// serves it with the given host platforms, which must be Up.
+func StartDaemon(ctx context.Context, dir string, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
+	db, err := store.Init(ctx, dir, store.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	eng, err := engine.New(ctx, engine.Config{Store: db, Platforms: plats, Logger: log})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	sock := filepath.Join(dir, "bench.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	os.Chmod(sock, 0o600)
+	s := api.NewServer(eng, api.Options{Logger: log})
+	d := &Daemon{Store: db, dir: dir, eng: eng, ln: ln, srv: &http.Server{Handler: s.Handler(api.ListenerOptions{}), ReadHeaderTimeout: 10 * time.Second}}
+	go d.srv.Serve(ln)
+	d.Client, err = client.Dial(ctx, "unix://"+sock)
+	if err != nil {
+		d.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("dial the bench daemon: %w", err)
+	}
+	return d, nil
+}
+
+// Close stops serving, unmounts what is left and closes the Store. The
+// Store's directory stays for inspection; the caller removes it.
+func (d *Daemon) Close(ctx context.Context) error {
+	var errs []error
+	if d.Client != nil {
+		errs = append(errs, d.Client.Close())
+	}
+	errs = append(errs, d.srv.Shutdown(ctx))
+	errs = append(errs, d.eng.Shutdown(ctx))
+	errs = append(errs, d.Store.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,548 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/internal/bench/report"
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/wire"
+)
+
+// SessionConfig is one run of the session and scale figures.
+type SessionConfig struct {
+	Platforms   []string
+	Calls       int // samples per latency figure; default 30
+	Idle        int // workspaces held open for the memory figure; default 100
+	LargeTree   int // files of the scale figures' tree; default 100,000 (tests use fewer)
+	WorkDir     string
+	NewPlatform func(name string) (platforms.Platform, error)
+	Logger      *slog.Logger
+	Progress    func(what string)
+	// DataPath is the workspaces' data path ("" is the daemon's default).
+	DataPath string
+	// Daemon, when set, is the layerfsd binary: the exec figures are then
+	// measured again through a daemon process of its own, as the CLI and
+	// the SDKs meet it (the other figures use a daemon in this process,
+	// whose memory they measure).
+	Daemon string
+}
+
+// More session figures than report names: what issue 4's bench asks.
+const (
+	FigExecOverhead = "exec true, fixed overhead"
+	// The same after thinkTime idle before each call.
+	FigExecThink         = "exec true after 50 ms idle, SDK wall"
+	FigExecOverheadThink = "exec true after 50 ms idle, fixed overhead"
+	FigExecPython        = "exec python3 JSON, 10,000 records"
+	// The exec figures through a separate layerfsd process.
+	FigExecSeparate              = "exec true, separate layerfsd, SDK wall"
+	FigExecOverheadSeparate      = "exec true, separate layerfsd, fixed overhead"
+	FigExecThinkSeparate         = "exec true after 50 ms idle, separate layerfsd, SDK wall"
+	FigExecOverheadThinkSeparate = "exec true after 50 ms idle, separate layerfsd, fixed overhead"
+	FigCommitSmall               = "commit of a small change"
+	// FigIdleMemoryHost counts what report.FigIdleMemory (the daemon's own
+	// memory) does not: the kernel's side of the mounts, and a platform's
+	// processes (Docker's container, its shim).
+	FigIdleMemoryHost = "host memory per idle workspace (100 open)"
+)
+
+// thinkTime is the idle time before each call of the think-time figures.
+const thinkTime = 50 * time.Millisecond
+
+// largeFigs names the scale figures for a tree of n files.
+func largeFigs(n int) (open, commit string) {
+	t := thousands(n)
+	return "workspace open, " + t + "-file tree", "commit of 1 changed file of " + t
+}
+
+// FilesPerLargeDir is the shape of the scale figures' tree: directories of 100
+// files of a few bytes each.
+const FilesPerLargeDir = 100
+
+// pythonJSON builds, encodes, decodes and sums 10,000 records in python3.
+const pythonJSON = `python3 -c '
+import json
+rs = [{"id": i, "name": "record-%d" % i, "tags": ["a", "b", "c"], "score": i * 0.5} for i in range(10000)]
+s = json.dumps(rs)
+back = json.loads(s)
+print(len(s), sum(r["score"] for r in back))
+'`
+
+// RunSession measures, per platform, on a daemon over a fresh Store:
+// workspace open and close, warm exec latency (true, and a python3 JSON
+// workload), commit of a small change, fork plus workspace create, exec
+// throughput at 1, 4 and 16 workers, and memory per idle mounted workspace.
+func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure, error) {
+	if cfg.Calls <= 0 {
+		cfg.Calls = 30
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = 100
+	}
+	if cfg.LargeTree <= 0 {
+		cfg.LargeTree = 100_000
+	}
+	if len(cfg.Platforms) == 0 {
+		cfg.Platforms = []string{"local"}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	say := func(s string) {
+		if cfg.Progress != nil {
+			cfg.Progress(s)
+		}
+	}
+	var figs []report.SessionFigure
+	for _, name := range cfg.Platforms {
+		t, err := prepare(ctx, Config{NewPlatform: cfg.NewPlatform}, name, log)
+		if err != nil {
+			openLarge, commitLarge := largeFigs(cfg.LargeTree)
+			for _, n := range []string{report.FigOpen, report.FigClose, report.FigWarmExec, FigExecOverhead, FigExecThink, FigExecOverheadThink, FigExecPython, FigCommitSmall, report.FigForkCreate, report.FigThroughput1, report.FigThroughput4, report.FigThroughput16, openLarge, commitLarge, report.FigIdleMemory, FigIdleMemoryHost} {
+				figs = append(figs, report.SessionFigure{Platform: name, Name: n, NotRun: err.Error()})
+			}
+			continue
+		}
+		dir := filepath.Join(cfg.WorkDir, "session-"+name)
+		os.RemoveAll(dir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.p.Down(ctx)
+			return figs, err
+		}
+		c, release, err := t.connect(ctx, filepath.Join(dir, "store"))
+		if err != nil {
+			t.p.Down(ctx)
+			return figs, fmt.Errorf("%s: %w", name, err)
+		}
+		s := &session{ctx: ctx, c: c, platform: name, calls: cfg.Calls, say: say, dir: dir, large: cfg.LargeTree, dataPath: cfg.DataPath}
+		err = s.run(cfg.Idle, t.hostFS)
+		release()
+		t.p.Down(context.WithoutCancel(ctx))
+		os.RemoveAll(dir)
+		for _, f := range s.figs {
+			figs = append(figs, *f)
+		}
+		if err != nil {
+			return figs, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if cfg.Daemon != "" && slices.Contains(cfg.Platforms, "local") {
+		say("local: exec latency through a separate layerfsd")
+		sep, err := separateDaemon(ctx, cfg)
+		figs = append(figs, sep...)
+		if err != nil {
+			return figs, fmt.Errorf("separate layerfsd: %w", err)
+		}
+	}
+	return figs, nil
+}
+
+// separateDaemon measures exec true back to back and after think time
+// through a layerfsd process of its own (its default platform, local).
+// Measured side by side on a 2-vCPU VM: with the SDK and the daemon in
+// one process, an exec after 50 ms idle cost about 12 ms of fixed
+// overhead; through a separate layerfsd, as users run it, under 2 ms.
+func separateDaemon(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure, error) {
+	d, err := spawnDaemon(cfg.Daemon, filepath.Join(cfg.WorkDir, "separate", "store"))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		d.stop()
+		os.RemoveAll(filepath.Join(cfg.WorkDir, "separate"))
+	}()
+	c, err := d.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	s := &session{ctx: ctx, c: c, platform: "local", calls: cfg.Calls, dataPath: cfg.DataPath}
+	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "session"}); err != nil {
+		return nil, err
+	}
+	ws, err := c.CreateWorkspace(ctx, s.spec())
+	if err != nil {
+		return nil, err
+	}
+	defer ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+	ws.Exec(ctx, "true", client.ExecOptions{}) // the first exec may pay one-off costs
+	s.execTrue(ws, s.fig(FigExecSeparate, "ms"), s.fig(FigExecOverheadSeparate, "ms"), 0)
+	s.execTrue(ws, s.fig(FigExecThinkSeparate, "ms"), s.fig(FigExecOverheadThinkSeparate, "ms"), thinkTime)
+	var figs []report.SessionFigure
+	for _, f := range s.figs {
+		figs = append(figs, *f)
+	}
+	return figs, nil
+}
+
+type session struct {
+	ctx      context.Context
+	c        *client.Client
+	platform string
+	dataPath string
+	calls    int
+	say      func(string)
+	dir      string                  // scratch on the host, beside the Store
+	large    int                     // files of the scale figures' tree
+	figs     []*report.SessionFigure // pointers: figures fill while others are added
+}
+
+func (s *session) fig(name, unit string) *report.SessionFigure {
+	f := &report.SessionFigure{Platform: s.platform, Name: name, Unit: unit}
+	s.figs = append(s.figs, f)
+	return f
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (s *session) spec() client.WorkspaceSpec {
+	return client.WorkspaceSpec{Project: "session", Branch: "main", Platform: s.platform, DataPath: s.dataPath}
+}
+
+func (s *session) run(idle int, hostFS bool) error {
+	ctx, c := s.ctx, s.c
+	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "session"}); err != nil {
+		return err
+	}
+	// A small base: a few files, committed, so that workspaces show something.
+	ws, err := c.CreateWorkspace(ctx, s.spec())
+	if err != nil {
+		return err
+	}
+	if res, err := ws.Exec(ctx, "mkdir -p src && for i in $(seq 1 50); do echo $i > src/f$i; done", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		return fmt.Errorf("base: %v %v", err, res)
+	}
+	if _, err := ws.Commit(ctx, "base"); err != nil {
+		return err
+	}
+	if err := ws.End(ctx, client.EndOptions{}); err != nil {
+		return err
+	}
+
+	s.say(s.platform + ": workspace open and close")
+	open, closeFig := s.fig(report.FigOpen, "ms"), s.fig(report.FigClose, "ms")
+	for range s.calls {
+		t0 := time.Now()
+		w, err := c.CreateWorkspace(ctx, s.spec())
+		if err != nil {
+			open.Failures = append(open.Failures, err.Error())
+			continue
+		}
+		open.Values = append(open.Values, ms(time.Since(t0)))
+		t1 := time.Now()
+		if err := w.End(ctx, client.EndOptions{}); err != nil {
+			closeFig.Failures = append(closeFig.Failures, err.Error())
+			continue
+		}
+		closeFig.Values = append(closeFig.Values, ms(time.Since(t1)))
+	}
+
+	ws, err = c.CreateWorkspace(ctx, s.spec())
+	if err != nil {
+		return err
+	}
+	defer ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+	s.say(s.platform + ": warm exec latency")
+	ws.Exec(ctx, "true", client.ExecOptions{}) // the first exec may pay one-off costs
+	warm, over := s.fig(report.FigWarmExec, "ms"), s.fig(FigExecOverhead, "ms")
+	s.execTrue(ws, warm, over, 0)
+	// An agent thinks between tool calls; in that time a platform may get
+	// its next sandbox ready (local's warm pool refills).
+	s.say(s.platform + ": exec latency after think time")
+	s.execTrue(ws, s.fig(FigExecThink, "ms"), s.fig(FigExecOverheadThink, "ms"), thinkTime)
+
+	s.say(s.platform + ": python3 JSON workload")
+	py := s.fig(FigExecPython, "ms")
+	for range s.calls {
+		t0 := time.Now()
+		res, err := ws.Exec(ctx, pythonJSON, client.ExecOptions{})
+		switch {
+		case err != nil:
+			py.Failures = append(py.Failures, err.Error())
+		case res.ExitCode != 0 || !strings.HasSuffix(strings.TrimSpace(string(res.Stdout)), " 24997500.0"):
+			py.Failures = append(py.Failures, fmt.Sprintf("exit %d: %s%s", res.ExitCode, res.Stdout, tail(res.Stderr)))
+		default:
+			py.Values = append(py.Values, ms(time.Since(t0)))
+		}
+	}
+
+	s.say(s.platform + ": commit of a small change")
+	cm := s.fig(FigCommitSmall, "ms")
+	for i := range s.calls {
+		if res, err := ws.Exec(ctx, "echo "+strconv.Itoa(i)+" >> src/log", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+			cm.Failures = append(cm.Failures, fmt.Sprint(err, res))
+			continue
+		}
+		t0 := time.Now()
+		if r, err := ws.Commit(ctx, "small change"); err != nil || r.Result != wire.Created {
+			cm.Failures = append(cm.Failures, fmt.Sprint(err, r.Result))
+			continue
+		}
+		cm.Values = append(cm.Values, ms(time.Since(t0)))
+	}
+
+	s.say(s.platform + ": fork and create")
+	fork := s.fig(report.FigForkCreate, "ms")
+	for i := range s.calls {
+		b := fmt.Sprintf("fork-%d", i)
+		t0 := time.Now()
+		_, err := c.ForkBranch(ctx, "session", b, "main")
+		var w *client.Workspace
+		if err == nil {
+			w, err = c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "session", Branch: b, Platform: s.platform, DataPath: s.dataPath})
+		}
+		if err != nil {
+			fork.Failures = append(fork.Failures, err.Error())
+			continue
+		}
+		fork.Values = append(fork.Values, ms(time.Since(t0)))
+		w.End(ctx, client.EndOptions{})
+	}
+
+	for _, n := range []struct {
+		workers int
+		name    string
+	}{{1, report.FigThroughput1}, {4, report.FigThroughput4}, {16, report.FigThroughput16}} {
+		s.say(fmt.Sprintf("%s: throughput with %d workers", s.platform, n.workers))
+		f := s.fig(n.name, "execs/s")
+		for range 3 {
+			v, err := s.throughput(n.workers, 10)
+			if err != nil {
+				f.Failures = append(f.Failures, err.Error())
+				continue
+			}
+			f.Values = append(f.Values, v)
+		}
+	}
+
+	if hostFS {
+		s.say(fmt.Sprintf("%s: memory with %d idle workspaces", s.platform, idle))
+		mem, host := s.fig(report.FigIdleMemory, "MiB"), s.fig(FigIdleMemoryHost, "MiB")
+		daemon, whole, err := s.idleMemory(idle)
+		if err != nil {
+			mem.Failures = append(mem.Failures, err.Error())
+			host.Failures = append(host.Failures, err.Error())
+		} else {
+			mem.Values = append(mem.Values, daemon)
+			host.Values = append(host.Values, whole)
+		}
+		// After the memory figure: importing the large tree churns the
+		// kernel's caches, which the host's figure would count.
+		if err := s.largeTree(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// execTrue runs true calls times in ws, idle for gap before each, and
+// records the SDK's wall time and the fixed overhead (wall minus the
+// command's own time).
+func (s *session) execTrue(ws *client.Workspace, wall, over *report.SessionFigure, gap time.Duration) {
+	for range s.calls {
+		time.Sleep(gap)
+		t0 := time.Now()
+		res, err := ws.Exec(s.ctx, "true", client.ExecOptions{})
+		d := time.Since(t0)
+		if err != nil || res.ExitCode != 0 {
+			wall.Failures = append(wall.Failures, fmt.Sprint(err, res))
+			continue
+		}
+		wall.Values = append(wall.Values, ms(d))
+		over.Values = append(over.Values, ms(d-time.Duration(res.Receipt.CommandNs)))
+	}
+}
+
+// largeTree measures opening a workspace over a 100,000-file tree (the lower
+// tree loads lazily, so the cost must not grow with it) and committing one
+// changed file of it (only the dirty path is visited and rebuilt). The tree
+// is imported from a host directory, so it needs the daemon on the host.
+func (s *session) largeTree() error {
+	ctx, c := s.ctx, s.c
+	s.say(fmt.Sprintf("%s: importing a %d-file tree", s.platform, s.large))
+	dirs := max(s.large/FilesPerLargeDir, 1)
+	openName, commitName := largeFigs(dirs * FilesPerLargeDir)
+	src := filepath.Join(s.dir, "large")
+	for d := range dirs {
+		sub := filepath.Join(src, fmt.Sprintf("d%03d", d))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			return err
+		}
+		for f := range FilesPerLargeDir {
+			if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%03d", f)), []byte(fmt.Sprintln(d, f)), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := c.CreateProject(ctx, wire.CreateProject{Name: "large", FromPath: src})
+	os.RemoveAll(src)
+	if err != nil {
+		return err
+	}
+	spec := client.WorkspaceSpec{Project: "large", Branch: "main", Platform: s.platform, DataPath: s.dataPath}
+
+	s.say(s.platform + ": workspace open over the large tree")
+	open := s.fig(openName, "ms")
+	for range s.calls {
+		t0 := time.Now()
+		w, err := c.CreateWorkspace(ctx, spec)
+		if err != nil {
+			open.Failures = append(open.Failures, err.Error())
+			continue
+		}
+		open.Values = append(open.Values, ms(time.Since(t0)))
+		w.End(ctx, client.EndOptions{})
+	}
+
+	s.say(s.platform + ": commit of one changed file of the large tree")
+	cm := s.fig(commitName, "ms")
+	w, err := c.CreateWorkspace(ctx, spec)
+	if err != nil {
+		return err
+	}
+	defer w.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+	for i := range s.calls {
+		path := fmt.Sprintf("d%03d/f%03d", i*7%dirs, i%FilesPerLargeDir)
+		if err := w.WriteFile(ctx, path, []byte(fmt.Sprintln("changed", i)), 0o644); err != nil {
+			cm.Failures = append(cm.Failures, err.Error())
+			continue
+		}
+		t0 := time.Now()
+		if r, err := w.Commit(ctx, "one change"); err != nil || r.Result != wire.Created {
+			cm.Failures = append(cm.Failures, fmt.Sprint(err, r.Result))
+			continue
+		}
+		cm.Values = append(cm.Values, ms(time.Since(t0)))
+	}
+	return nil
+}
+
+// thousands writes n with comma separators: 100000 is "100,000".
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// throughput runs workers workspaces, each running per execs of true one
+// after the other, all at once, and returns execs per second.
+func (s *session) throughput(workers, per int) (float64, error) {
+	ctx := s.ctx
+	wss := make([]*client.Workspace, workers)
+	for i := range wss {
+		w, err := s.c.CreateWorkspace(ctx, s.spec())
+		if err != nil {
+			return 0, err
+		}
+		defer w.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+		wss[i] = w
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	t0 := time.Now()
+	for _, w := range wss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range per {
+				res, err := w.Exec(ctx, "true", client.ExecOptions{})
+				if err == nil && res.ExitCode != 0 {
+					err = fmt.Errorf("exit %d", res.ExitCode)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0)
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return float64(workers*per) / el.Seconds(), nil
+}
+
+// idleMemory opens n workspaces and returns, per workspace in MiB, the
+// growth of this process's resident memory (the daemon is served from it)
+// and of the memory the whole host uses (MemTotal - MemAvailable).
+func (s *session) idleMemory(n int) (daemon, host float64, err error) {
+	// Both readings after handing freed memory back to the OS: otherwise
+	// garbage of the figures before (and its return to the OS midway) is
+	// counted, which can even make the growth negative.
+	debug.FreeOSMemory()
+	rss0, used0, err := memory()
+	if err != nil {
+		return 0, 0, err
+	}
+	var wss []*client.Workspace
+	defer func() {
+		for _, w := range wss {
+			w.End(context.WithoutCancel(s.ctx), client.EndOptions{Discard: true})
+		}
+	}()
+	for range n {
+		w, err := s.c.CreateWorkspace(s.ctx, s.spec())
+		if err != nil {
+			return 0, 0, err
+		}
+		wss = append(wss, w)
+		// Touch the mount so that it is really served: a lookup and a read.
+		if res, err := w.Exec(s.ctx, "cat src/f1 >/dev/null", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+			return 0, 0, fmt.Errorf("touch workspace: %v %v", err, res)
+		}
+	}
+	debug.FreeOSMemory()
+	rss1, used1, err := memory()
+	if err != nil {
+		return 0, 0, err
+	}
+	perMiB := func(d int64) float64 { return float64(d) / float64(n) / (1 << 20) }
+	return perMiB(rss1 - rss0), perMiB(used1 - used0), nil
+}
+
+// memory reads this process's resident set size and the memory the host
+// uses, in bytes.
+func memory() (rss, used int64, err error) {
+	rss, err = procField("/proc/self/status", "VmRSS:")
+	if err != nil {
+		return 0, 0, err
+	}
+	total, err := procField("/proc/meminfo", "MemTotal:")
+	if err != nil {
+		return 0, 0, err
+	}
+	avail, err := procField("/proc/meminfo", "MemAvailable:")
+	return rss, total - avail, err
+}
+
+// procField reads a "Name: N kB" line of a /proc file, in bytes.
+func procField(path, name string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == name {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in %s", name, path)
+}

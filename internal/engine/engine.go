@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"layerfs.dev/layerfs/internal/commit"
+	"layerfs.dev/layerfs/internal/overlay"
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/store"
+	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
+)
+
+// Config is what an Engine is made of. The commands in cmd/ wire it.
+type Config struct {
+	Store *store.DB
+	// Platforms are the host-side platforms (Features.HostMounts) sandboxes
+	// can run on; the first is the default. They must be Up.
+	Platforms []platforms.Platform
+	Logger    *slog.Logger
+	// Author signs commits whose request names none.
+	Author string
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// UID and GID run execs that name none (default 0:0, with no capabilities).
+	UID, GID int
+	// DataPath is the data path of workspaces that name none:
+	// wire.DataPathOverlay (the default; fuse, saying why, where the host
+	// cannot or the base has hard links) or wire.DataPathFUSE.
+	DataPath string
+}
+
+// Engine owns one Store's workspaces: their mounts, their sandboxes and
+// their commits. It is safe for concurrent use; one exec never waits for
+// another, while commit, end and remount of one workspace wait for that
+// workspace's running execs.
+type Engine struct {
+	db       *store.DB
+	source   string // of every FUSE mount: MountSource of the Store
+	log      *slog.Logger
+	author   string
+	now      func() time.Time
+	uid, gid int
+
+	plats       map[string]platforms.Platform
+	defaultPlat string
+	dataPath    string
+	overlayOnce sync.Once
+	overlayErr  error // why the overlay data path is unavailable (overlayCheck)
+	links       commit.LinkCounter
+	trackers    *overlay.UpperTrackers // nil: receipts scan the upper
+
+	mu      sync.Mutex
+	live    map[string]*workspace
+	closing bool
+	execs   sync.WaitGroup // running execs, for a graceful stop
+
+	metrics metrics
+}
+
+// MountSource is the source every FUSE mount of the Store in dir carries
+// in /proc/self/mountinfo: "layerfs:" and a hash of the Store's absolute
+// path. A daemon that takes over from one stuck dying aborts them by it.
+func MountSource(dir string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(dir)))
+	return "layerfs:" + hex.EncodeToString(sum[:6])
+}
+
+// New makes an engine over an open Store. Call Recover next to bring back
+// the workspaces a previous process left.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("engine: no store")
+	}
+	e := &Engine{
+		db:     cfg.Store,
+		source: MountSource(cfg.Store.Dir()),
+		log:    cfg.Logger,
+		author: cfg.Author,
+		now:    cfg.Now,
+		uid:    cfg.UID,
+		gid:    cfg.GID,
+		plats:  map[string]platforms.Platform{},
+		live:   map[string]*workspace{},
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.author == "" {
+		e.author = defaultAuthor()
+	}
+	switch e.dataPath = cfg.DataPath; e.dataPath {
+	case "":
+		e.dataPath = wire.DataPathOverlay
+	case wire.DataPathFUSE, wire.DataPathOverlay:
+	default:
+		return nil, fmt.Errorf("engine: data path %q: want %q or %q", cfg.DataPath, wire.DataPathFUSE, wire.DataPathOverlay)
+	}
+	for _, p := range cfg.Platforms {
+		if _, ok := p.(platforms.SandboxHost); !ok {
+			return nil, fmt.Errorf("engine: platform %s does not serve host directories; drive its guest daemon instead", p.Name())
+		}
+		if _, dup := e.plats[p.Name()]; dup {
+			return nil, fmt.Errorf("engine: platform %s given twice", p.Name())
+		}
+		e.plats[p.Name()] = p
+		if e.defaultPlat == "" {
+			e.defaultPlat = p.Name()
+		}
+	}
+	var err error
+	if e.trackers, err = overlay.NewUpperTrackers(); err != nil {
+		e.log.Warn("upper layers not tracked: each exec's receipt scans its workspace's upper", "err", err)
+	}
+	return e, nil
+}
+
+func defaultAuthor() string {
+	h, _ := os.Hostname()
+	u := os.Getenv("USER")
+	if u == "" {
+		u = "layerfs"
+	}
+	return u + "@" + h
+}
+
+// Platforms names the platforms sandboxes can run on, the default first.
+func (e *Engine) Platforms() []string {
+	out := []string{}
+	for n := range e.plats {
+		if n != e.defaultPlat {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	if e.defaultPlat != "" {
+		out = append([]string{e.defaultPlat}, out...)
+	}
+	return out
+}
+
+// Running is the number of execs in progress.
+func (e *Engine) Running() int { return int(e.metrics.running.Load()) }
+
+// LiveWorkspaces is the number of workspaces this engine serves.
+func (e *Engine) LiveWorkspaces() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.live)
+}
+
+func (e *Engine) liveWorkspaces() []*workspace {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*workspace, 0, len(e.live))
+	for _, w := range e.live {
+		out = append(out, w)
+	}
+	return out
+}
+
+// Drain refuses new execs and workspace changes and waits (up to ctx) for
+// running execs to finish. Shutdown follows.
+func (e *Engine) Drain(ctx context.Context) error {
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
+	done := make(chan struct{})
+	go func() { e.execs.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("drain: %d execs still running: %w", e.Running(), ctx.Err())
+	}
+}
+
+// Shutdown unmounts every workspace, keeping their records and upper layers
+// so that the next daemon remounts them, and detaches their sandboxes.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.closing = true
+	ws := make([]*workspace, 0, len(e.live))
+	for _, w := range e.live {
+		ws = append(ws, w)
+	}
+	e.mu.Unlock()
+	var errs []error
+	for _, w := range ws {
+		w.mu.Lock()
+		errs = append(errs, e.unserve(ctx, w))
+		w.mu.Unlock()
+		e.mu.Lock()
+		delete(e.live, w.rec.ID)
+		e.mu.Unlock()
+	}
+	if e.trackers != nil {
+		errs = append(errs, e.trackers.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Engine) checkOpen() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closing {
+		return fmt.Errorf("the daemon is shutting down: %w", errclass.Unavailable)
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
+)
+
+// maxTimeout bounds what a request may ask for.
+const maxTimeout = 24 * time.Hour
+
+// execSpec validates a request and turns it into the platform's spec.
+func (e *Engine) execSpec(req wire.ExecRequest) (platforms.ExecSpec, error) {
+	var s platforms.ExecSpec
+	switch {
+	case len(req.Argv) > 0 && req.Body != "":
+		return s, fmt.Errorf("%w: give argv or body, not both", errclass.Invalid)
+	case len(req.Argv) > 0:
+		s.Argv = req.Argv
+	case req.Body != "":
+		s.Argv = platforms.ShellArgv(req.Body)
+	default:
+		return s, fmt.Errorf("%w: an exec needs argv or body", errclass.Invalid)
+	}
+	if req.TimeoutMs < 0 || time.Duration(req.TimeoutMs)*time.Millisecond > maxTimeout {
+		return s, fmt.Errorf("%w: timeout_ms %d: want 0 (default) to %d", errclass.Invalid, req.TimeoutMs, maxTimeout.Milliseconds())
+	}
+	if req.OutputLimit < 0 || req.MemoryBytes < 0 || req.Pids < 0 || req.MilliCPUs < 0 || req.OpenFiles < 0 {
+		return s, fmt.Errorf("%w: limits must not be negative", errclass.Invalid)
+	}
+	dir, err := cleanRel(req.Dir)
+	if err != nil {
+		return s, fmt.Errorf("dir: %w", err)
+	}
+	s.Dir = dir
+	s.Env = req.Env
+	for _, kv := range req.Env {
+		if i := bytes.IndexByte([]byte(kv), '='); i <= 0 {
+			return s, fmt.Errorf("%w: env entry %q is not KEY=VALUE", errclass.Invalid, kv)
+		}
+	}
+	if req.Stdin != nil {
+		s.Stdin = bytes.NewReader(req.Stdin)
+	}
+	s.Timeout = time.Duration(req.TimeoutMs) * time.Millisecond
+	if s.Timeout == 0 {
+		s.Timeout = platforms.DefaultTimeout
+	}
+	s.OutputLimit = req.OutputLimit
+	s.UID, s.GID = e.uid, e.gid
+	if req.UID != nil {
+		s.UID = *req.UID
+	}
+	if req.GID != nil {
+		s.GID = *req.GID
+	}
+	if s.UID < 0 || s.GID < 0 {
+		return s, fmt.Errorf("%w: negative uid or gid", errclass.Invalid)
+	}
+	s.MemoryBytes = req.MemoryBytes
+	s.Pids = req.Pids
+	s.MilliCPUs = req.MilliCPUs
+	s.OpenFiles = req.OpenFiles
+	return s, nil
+}
+
+// startExec registers a running exec unless the engine is draining.
+func (e *Engine) startExec() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closing {
+		return fmt.Errorf("the daemon is shutting down: %w", errclass.Unavailable)
+	}
+	e.execs.Add(1)
+	e.metrics.running.Add(1)
+	return nil
+}
+
+func (e *Engine) endExec() {
+	e.metrics.running.Add(-1)
+	e.execs.Done()
+}
+
+// Exec runs one command in a fresh sandbox with the workspace at
+// /workspace, streaming its output to stdout and stderr. A command that
+// fails (non-zero exit, timeout) is a result, not an error; errors are for
+// requests that could not run.
+func (e *Engine) Exec(ctx context.Context, id string, req wire.ExecRequest, stdout, stderr io.Writer) (wire.ExecResult, error) {
+	spec, err := e.execSpec(req)
+	if err != nil {
+		return wire.ExecResult{}, err
+	}
+	w, err := e.get(ctx, id)
+	if err != nil {
+		return wire.ExecResult{}, err
+	}
+	if err := e.startExec(); err != nil {
+		return wire.ExecResult{}, err
+	}
+	defer e.endExec()
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.sb == nil {
+		return wire.ExecResult{}, fmt.Errorf("%w: workspace %s ended", errclass.NotFound, id)
+	}
+	t0 := time.Now()
+	sqlBefore := e.db.Counters()
+	var fuseBefore mountStats
+	if w.mnt != nil {
+		fuseBefore = w.mnt.Stats()
+	}
+	r, err := w.sb.Exec(ctx, spec, stdout, stderr)
+	wall := time.Since(t0)
+	if err != nil {
+		e.metrics.execErrors.Add(1)
+		return wire.ExecResult{}, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	res := wire.ExecResult{
+		ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, OutputTruncated: r.OutputTruncated,
+		Receipt: wire.Receipt{
+			WallNs:    wall.Nanoseconds(),
+			CommandNs: r.Command.Nanoseconds(),
+			LaunchNs:  (wall - r.Command).Nanoseconds(),
+			Platform:  w.opts.Platform,
+			Quota:     e.quotaUsage(w),
+
+			UserNamespace: r.UserNamespace,
+		},
+	}
+	d := e.db.Counters().Sub(sqlBefore)
+	res.Receipt.SQL = wire.SQLStats{Statements: d.Statements, Rows: d.Rows, Transactions: d.Transactions, TxNs: d.TxTime.Nanoseconds()}
+	res.Receipt.StoreBytesWritten = d.PackBytesWritten
+	if w.mnt != nil {
+		res.Receipt.FUSE = fuseStats(w.mnt.Stats().Sub(fuseBefore))
+		res.Receipt.Upper = e.upperTook(ctx, w)
+		e.metrics.observeUpper(res.Receipt.Upper)
+	}
+	e.metrics.observeExec(wall, r.ExitCode)
+	return res, nil
+}

@@ -1,0 +1,214 @@
+package kerneloverlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	lfs "layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/overlay"
+	"layerfs.dev/layerfs/internal/store"
+)
+
+// Options is what the overlay mount is made with.
+const Options = "redirect_dir=on,metacopy=on"
+
+// Config says what to mount.
+type Config struct {
+	Lower overlay.Lower
+	// Root is the committed tree the workspace lies over; Base the root
+	// tree of its last commit (ZeroID: Root).
+	Root, Base store.ID
+	// Dir is the workspace's own directory; it holds upper/, work/ (the
+	// kernel's), lower/ (the FUSE view's mountpoint) and view/.
+	Dir string
+	// Target is where the workspace is mounted.
+	Target string
+	// Committed is the upper as the last commit saw it: EmptyUpper for a
+	// new workspace, nil when unknown (a remount after a crash).
+	Committed *overlay.UpperState
+	Logger    *slog.Logger
+	// Source names the FUSE view in mountinfo (fs.Options.Source).
+	Source string
+}
+
+// Mount is one workspace served on the overlay data path.
+type Mount struct {
+	cfg  Config
+	view *lfs.Server
+
+	mu        sync.Mutex // serializes Changes and MarkCommitted
+	base      store.ID
+	committed *overlay.UpperState
+
+	unmountOnce sync.Once
+	unmountErr  error
+}
+
+// Dirs of a workspace directory.
+func upperDir(dir string) string { return filepath.Join(dir, "upper") }
+func workDir(dir string) string  { return filepath.Join(dir, "work") }
+func lowerDir(dir string) string { return filepath.Join(dir, "lower") }
+func viewDir(dir string) string  { return filepath.Join(dir, "view") }
+
+// UpperDir is the upper directory of the workspace directory dir.
+func UpperDir(dir string) string { return upperDir(dir) }
+
+// Check reports why this host cannot serve the overlay data path with an
+// upper under dir, or nil: overlayfs must be in the kernel, and the upper's
+// file system must take trusted.* xattrs (overlayfs keeps opaque
+// directories, redirects and metacopies in them) and have fine-grained
+// timestamps (overlay.FineTimestamps).
+func Check(dir string) error {
+	b, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return fmt.Errorf("overlay: %w", err)
+	}
+	if !strings.Contains(string(b), "\toverlay\n") {
+		return errors.New("the kernel has no overlayfs")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "xattr-probe")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if err := unix.Fsetxattr(int(f.Fd()), "trusted.layerfs.probe", []byte("y"), 0); err != nil {
+		return fmt.Errorf("no trusted xattrs on the file system of %s: %w", dir, err)
+	}
+	if fine, err := overlay.FineTimestamps(dir); err != nil {
+		return err
+	} else if !fine {
+		return fmt.Errorf("the file system of %s has coarse timestamps (a commit could miss a change)", dir)
+	}
+	if strings.ContainsAny(dir, ",:\\") {
+		return fmt.Errorf("workspace directory %q holds a character overlayfs options cannot carry", dir)
+	}
+	return nil
+}
+
+// New mounts the FUSE view of cfg.Root and the overlay over it at
+// cfg.Target (an existing directory).
+func New(ctx context.Context, cfg Config) (*Mount, error) {
+	if err := Detach(cfg.Target, cfg.Dir); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{upperDir(cfg.Dir), workDir(cfg.Dir), lowerDir(cfg.Dir)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("overlay mount: %w", err)
+		}
+	}
+	// The view's own overlay never takes a change: its upper stays empty.
+	// (Its work directory holds the empty file empty lower files open as.)
+	view := viewDir(cfg.Dir)
+	if err := os.RemoveAll(view); err != nil {
+		return nil, fmt.Errorf("overlay mount: %w", err)
+	}
+	ov, err := overlay.Open(ctx, overlay.Config{Lower: cfg.Lower, Root: cfg.Root,
+		UpperDir: filepath.Join(view, "upper"), WorkDir: filepath.Join(view, "work"), Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
+	}
+	srv, err := lfs.Mount(ctx, lowerDir(cfg.Dir), ov, lfs.Options{Logger: cfg.Logger, Lower: true, Source: cfg.Source})
+	if err != nil {
+		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
+	}
+	if err := MountDirs(lowerDir(cfg.Dir), upperDir(cfg.Dir), workDir(cfg.Dir), cfg.Target); err != nil {
+		srv.Unmount(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	base := cfg.Base
+	if base.IsZero() {
+		base = cfg.Root
+	}
+	return &Mount{cfg: cfg, view: srv, base: base, committed: cfg.Committed}, nil
+}
+
+// MountDirs mounts kernel overlayfs at target with the given lower, upper
+// and work directories and Options. The bench's floor arm uses it with a
+// plain-directory lower.
+func MountDirs(lower, upper, work, target string) error {
+	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,%s", lower, upper, work, Options)
+	if err := unix.Mount("overlay", target, "overlay", 0, data); err != nil {
+		return fmt.Errorf("mount overlay at %s (%s): %w", target, Options, err)
+	}
+	return nil
+}
+
+// UpperDir returns the upper directory.
+func (m *Mount) UpperDir() string { return upperDir(m.cfg.Dir) }
+
+// Changes lists what differs between the workspace and its last commit.
+func (m *Mount) Changes(ctx context.Context) (*overlay.ChangeSet, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// A private overlay reads the upper, writing nothing (a full disk
+	// must not stop a status or a commit).
+	ov, err := overlay.Open(ctx, overlay.Config{Lower: m.cfg.Lower, Root: m.cfg.Root, Base: m.base,
+		UpperDir: upperDir(m.cfg.Dir), WorkDir: viewDir(m.cfg.Dir), Logger: m.cfg.Logger, ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("changes: %w", err)
+	}
+	defer ov.Close()
+	return ov.ChangesSince(ctx, m.committed)
+}
+
+// MarkCommitted records that cs was committed as root newRoot.
+func (m *Mount) MarkCommitted(newRoot store.ID, cs *overlay.ChangeSet) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.base, m.committed = newRoot, cs.Upper
+}
+
+// Upper scans the upper layer and summarizes what it holds.
+func (m *Mount) Upper() (overlay.UpperSummary, error) {
+	s, err := overlay.ScanUpper(upperDir(m.cfg.Dir))
+	if err != nil {
+		return overlay.UpperSummary{}, err
+	}
+	return s.UpperSummary, nil
+}
+
+// Stats returns the lower FUSE view's request telemetry.
+func (m *Mount) Stats() lfs.Stats { return m.view.Stats() }
+
+// DataPath says how the workspace is served.
+func (m *Mount) DataPath() string { return "overlay: lower " + m.view.DataPath() }
+
+// Unmount takes the overlay down, then the FUSE view under it.
+func (m *Mount) Unmount(ctx context.Context) error {
+	m.unmountOnce.Do(func() {
+		err := unix.Unmount(m.cfg.Target, 0)
+		if err != nil {
+			// Busy: detach, so the mountpoint is usable at once.
+			err = unix.Unmount(m.cfg.Target, unix.MNT_DETACH)
+		}
+		m.unmountErr = errors.Join(err, m.view.Unmount(ctx))
+	})
+	return m.unmountErr
+}
+
+// Detach takes down what a dead daemon left of an overlay workspace whose
+// directory is dir and mount is target: the overlay mounted at target
+// first, then the FUSE view it stacks on (whose connection is aborted, so
+// that whoever still waits on the overlay's lower fails at once). Both go
+// through fs.CleanStale, which never sends a request to a mount.
+func Detach(target, dir string) error {
+	if err := lfs.CleanStale(target); err != nil {
+		return fmt.Errorf("detach overlay: %w", err)
+	}
+	if err := lfs.CleanStale(lowerDir(dir)); err != nil {
+		return fmt.Errorf("detach overlay lower: %w", err)
+	}
+	return nil
+}

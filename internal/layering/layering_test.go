@@ -1,0 +1,165 @@
+package layering
+
+import (
+	"bytes"
+	"encoding/json"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "layerfs.dev/layerfs/"
+
+// The mechanism, lowest layer first: store <- commit <- overlay <- fs <-
+// kerneloverlay <- engine. A layer may import those before it, never those
+// after it.
+var layers = []string{"internal/store", "internal/commit", "internal/overlay", "internal/fs", "internal/kerneloverlay", "internal/engine"}
+
+// pkg is what go list says of one package of the module.
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Standard   bool
+}
+
+// load lists every package of the module with its dependencies.
+func load(t *testing.T) map[string]pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Imports,Standard", "./...")
+	cmd.Dir = filepath.Join("..", "..")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v: %s", err, stderr.Bytes())
+	}
+	pkgs := map[string]pkg{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs[p.ImportPath] = p
+	}
+	if _, ok := pkgs[module+"client"]; !ok {
+		t.Fatalf("go list did not list %sclient: the test runs from the wrong directory", module)
+	}
+	return pkgs
+}
+
+// deps is the module's packages that p imports, directly or not, relative
+// to the module ("internal/store", "wire").
+func deps(pkgs map[string]pkg, p string) []string {
+	seen := map[string]bool{}
+	var walk func(string)
+	walk = func(ip string) {
+		for _, d := range pkgs[ip].Imports {
+			if !seen[d] {
+				seen[d] = true
+				walk(d)
+			}
+		}
+	}
+	walk(module + p)
+	var out []string
+	for d := range seen {
+		if rel, ok := strings.CutPrefix(d, module); ok {
+			out = append(out, rel)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// under reports whether rel is dir or a package below it.
+func under(rel, dir string) bool { return rel == dir || strings.HasPrefix(rel, dir+"/") }
+
+func TestLayers(t *testing.T) {
+	pkgs := load(t)
+	for i, l := range layers {
+		for _, d := range deps(pkgs, l) {
+			for _, higher := range layers[i+1:] {
+				if under(d, higher) {
+					t.Errorf("%s imports %s: a layer may import only those below it (%s)", l, d, strings.Join(layers, " <- "))
+				}
+			}
+			if under(d, "internal/api") {
+				t.Errorf("%s imports %s: the API serves the mechanism, never the other way round", l, d)
+			}
+			if under(d, "internal/platforms/") {
+				t.Errorf("%s imports %s: the mechanism knows platforms only by their interface, internal/platforms", l, d)
+			}
+		}
+	}
+}
+
+// TestSDK: the public SDK is the client and the wire types, over the
+// standard library alone, so a program that embeds it links no FUSE, no
+// SQLite and no platform.
+func TestSDK(t *testing.T) {
+	pkgs := load(t)
+	for _, p := range []string{"client", "wire", "wire/errclass"} {
+		for _, d := range deps(pkgs, p) {
+			if !under(d, "wire") {
+				t.Errorf("%s imports %s: the SDK imports only wire and the standard library", p, d)
+			}
+		}
+		for _, d := range pkgs[module+p].Imports {
+			if q, ok := pkgs[d]; ok && !q.Standard && !strings.HasPrefix(d, module) {
+				t.Errorf("%s imports %s: the SDK imports only wire and the standard library", p, d)
+			}
+		}
+	}
+}
+
+// TestFrontEnds: the API serves an engine it knows only by interface, and
+// the MCP server reaches LayerFS only through the SDK, as a remote agent
+// would.
+func TestFrontEnds(t *testing.T) {
+	pkgs := load(t)
+	for _, p := range []string{"internal/api", "internal/mcpserver"} {
+		for _, d := range deps(pkgs, p) {
+			for _, l := range append(slices.Clone(layers), "internal/platforms") {
+				if under(d, l) {
+					t.Errorf("%s imports %s: a front end does not link the mechanism", p, d)
+				}
+			}
+		}
+	}
+}
+
+// TestBenchThroughSDK: the cells and session benches measure what a user
+// meets, through the SDK; only the file that starts their in-process daemon
+// may touch the engine, the API or the Store.
+func TestBenchThroughSDK(t *testing.T) {
+	dir := filepath.Join("..", "bench")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s: %v", dir, err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || filepath.Base(f) == "daemon.go" {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range af.Imports {
+			ip, _ := strconv.Unquote(imp.Path.Value)
+			rel, _ := strings.CutPrefix(ip, module)
+			for _, l := range append(slices.Clone(layers), "internal/api") {
+				if under(rel, l) {
+					t.Errorf("%s imports %s: the bench measures through the SDK (only daemon.go starts the daemon)", f, ip)
+				}
+			}
+		}
+	}
+}

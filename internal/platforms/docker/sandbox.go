@@ -1,0 +1,530 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/docker/supervise"
+	"layerfs.dev/layerfs/wire/errclass"
+)
+
+// Errors of Attach and Exec.
+var (
+	ErrBadWorkspace = errclass.New(errclass.Invalid, "bad workspace")
+	ErrBadSpec      = errclass.New(errclass.Invalid, "bad exec spec")
+	// ErrSupervisor: the in-container supervisor ended without reporting
+	// (it could not start, or was killed from the host).
+	ErrSupervisor = errors.New("exec supervisor failed")
+)
+
+// Where things are inside every container, and the defaults an exec gets.
+const (
+	workspaceDir = "/workspace"
+	defaultHome  = "/tmp" // the root file system is read-only; /tmp is not
+	defaultTerm  = "dumb"
+	hostname     = "layerfs" // as engine/sandbox.DefaultHostname
+)
+
+// stopGrace is how long the host waits, after the supervisor's own
+// deadline, before it signals the supervisor, and then again before it
+// kills the exec's processes itself.
+const stopGrace = 5 * time.Second
+
+var workspaceID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// Sandbox is one attached workspace: a running container whose /workspace
+// is the workspace's host path. Exec may be called concurrently.
+type Sandbox struct {
+	cli      *client.Client
+	cg       *cgroupV1 // nil: no per-exec limits
+	log      *slog.Logger
+	id       string // container id
+	ws       platforms.Workspace
+	hostname string
+	rootImg  string // the Workspace.RootDir image, removed on Close
+
+	mu     sync.Mutex
+	closed bool
+}
+
+var _ platforms.Sandbox = (*Sandbox)(nil)
+
+// Attach creates and starts the workspace's container. Close the Sandbox
+// before unmounting a FUSE workspace: the container's bind mount holds the
+// FUSE connection, and go-fuse's Unmount was seen here to block until the
+// container is removed.
+func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms.Sandbox, error) {
+	cli, st, err := p.current()
+	if err != nil {
+		return nil, err
+	}
+	if !workspaceID.MatchString(w.ID) {
+		return nil, fmt.Errorf("docker: attach: workspace id %q: %w: want [a-z0-9-], at most 63", w.ID, ErrBadWorkspace)
+	}
+	if !filepath.IsAbs(w.HostPath) {
+		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: not absolute", w.ID, w.HostPath, ErrBadWorkspace)
+	}
+	if fi, err := os.Stat(w.HostPath); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: not a directory (%v)", w.ID, w.HostPath, ErrBadWorkspace, err)
+	}
+	s := &Sandbox{cli: cli, ws: w, cg: p.cg, log: p.log}
+	img := st.image.ID
+	if w.RootDir != "" {
+		if img, err = p.rootDirImage(ctx, cli, st, w.RootDir); err != nil {
+			return nil, fmt.Errorf("docker: attach %s: %w", w.ID, err)
+		}
+		s.rootImg = img
+	}
+
+	var rnd [3]byte
+	_, _ = rand.Read(rnd[:])
+	name := "layerfs-" + w.ID + "-" + hex.EncodeToString(rnd[:])
+	labels := map[string]string{labelWorkspace: w.ID, labelOwner: p.owner, labelPidNS: pidNamespace()}
+	cfg := &container.Config{
+		Image:      img,
+		Cmd:        []string{supervisorPath, "idle"},
+		Env:        []string{"PATH=" + imagePath},
+		WorkingDir: workspaceDir,
+		User:       "0:0",
+		Labels:     labels,
+	}
+	pids := p.opts.Pids
+	hc := &container.HostConfig{
+		NetworkMode: "none",
+		Mounts: []mount.Mount{
+			{Type: mount.TypeBind, Source: w.HostPath, Target: workspaceDir,
+				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
+			{Type: mount.TypeBind, Source: st.supervisor, Target: supervisorPath, ReadOnly: true},
+		},
+		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", p.opts.TmpBytes)},
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + st.seccomp},
+		IpcMode:        container.IPCModePrivate,
+		LogConfig:      container.LogConfig{Type: "none"},
+		Resources: container.Resources{
+			Memory:     p.opts.MemoryBytes,
+			MemorySwap: p.opts.MemoryBytes, // no swap on top
+			PidsLimit:  &pids,
+		},
+	}
+	if w.Network {
+		hc.NetworkMode = "host" // the host's network, as the contract says
+	} else {
+		cfg.Hostname = hostname
+	}
+	created, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	if err != nil {
+		s.removeRootImage(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("docker: attach %s: create container: %w", w.ID, err)
+	}
+	s.id = created.ID
+	p.mu.Lock()
+	if p.containers == nil {
+		p.containers = map[string]bool{}
+	}
+	p.containers[s.id] = true
+	p.mu.Unlock()
+	if err := cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
+		cerr := s.Close(context.WithoutCancel(ctx))
+		return nil, errors.Join(fmt.Errorf("docker: attach %s: start container: %w", w.ID, err), cerr)
+	}
+	ins, err := cli.ContainerInspect(ctx, s.id)
+	if err != nil {
+		cerr := s.Close(context.WithoutCancel(ctx))
+		return nil, errors.Join(fmt.Errorf("docker: attach %s: inspect container: %w", w.ID, err), cerr)
+	}
+	s.hostname = ins.Config.Hostname
+	p.log.Debug("docker attach", "workspace", w.ID, "container", s.id[:12], "host_path", w.HostPath)
+	return s, nil
+}
+
+// rootDirImage imports a Workspace.RootDir as an image, after checking that
+// the supervisor can run on it.
+func (p *Platform) rootDirImage(ctx context.Context, cli *client.Client, st upState, dir string) (string, error) {
+	_, interp, _, err := elfNeeds(st.supervisor)
+	if err != nil {
+		return "", fmt.Errorf("supervisor %s: %w", st.supervisor, err)
+	}
+	if interp != "" {
+		if _, err := os.Stat(filepath.Join(dir, interp)); err != nil {
+			return "", fmt.Errorf("root dir %s lacks %s, which the dynamically linked supervisor %s needs "+
+				"(build it with CGO_ENABLED=0): %w", dir, interp, st.supervisor, ErrBadWorkspace)
+		}
+	}
+	r, err := rootDirFS(dir)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadWorkspace, err)
+	}
+	b, err := ensureImage(ctx, cli, rootDirRepo, "rootdir", r)
+	if err != nil {
+		return "", err
+	}
+	return b.ID, nil
+}
+
+// Close removes the container (and a root-dir image no one else uses).
+// Calling it again does nothing.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	var err error
+	if s.id != "" {
+		err = s.cli.ContainerRemove(ctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if cerrdefs.IsNotFound(err) {
+			err = nil // Down got there first
+		}
+		if err != nil {
+			err = fmt.Errorf("docker: close %s: remove container %s: %w", s.ws.ID, s.id[:12], err)
+		}
+	}
+	s.removeRootImage(ctx)
+	return err
+}
+
+func (s *Sandbox) removeRootImage(ctx context.Context) {
+	if s.rootImg != "" {
+		// In use by another workspace's container: a conflict, left for Down.
+		_ = pruneImageID(ctx, s.cli, s.rootImg)
+	}
+}
+
+// Exec runs spec.Argv in the workspace's container through the supervisor.
+func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, stderr io.Writer) (platforms.ExecResult, error) {
+	start := time.Now()
+	var res platforms.ExecResult
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return res, fmt.Errorf("docker: exec in %s: %w", s.ws.ID, platforms.ErrClosed)
+	}
+	opts, timeout, err := s.execOptions(spec)
+	if err != nil {
+		return res, fmt.Errorf("docker: exec in %s: %w", s.ws.ID, err)
+	}
+	limit := spec.OutputLimit
+	if limit <= 0 {
+		limit = platforms.DefaultOutputLimit
+	}
+
+	limited := s.cg != nil && (spec.MemoryBytes > 0 || spec.Pids > 0 || spec.MilliCPUs > 0)
+	if limited {
+		opts.AttachStdin = true
+		opts.Cmd = slices.Insert(opts.Cmd, 3, "wait")
+	}
+
+	created, err := s.cli.ContainerExecCreate(ctx, s.id, opts)
+	if err != nil {
+		return res, fmt.Errorf("docker: exec in %s: create: %w", s.ws.ID, err)
+	}
+	hj, err := s.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return res, fmt.Errorf("docker: exec in %s: start: %w", s.ws.ID, err)
+	}
+	defer hj.Close()
+	if limited {
+		cg, err := s.limit(ctx, created.ID, spec)
+		if cg != nil {
+			defer func() {
+				if rerr := cg.remove(); rerr != nil {
+					s.log.Warn("docker: exec cgroup left behind", "err", rerr)
+				}
+			}()
+		}
+		if err == nil {
+			_, err = hj.Conn.Write([]byte{'\n'})
+		}
+		if err != nil {
+			hj.Close() // the supervisor reads EOF and exits without starting the command
+			return res, fmt.Errorf("docker: exec in %s: limits: %w", s.ws.ID, err)
+		}
+	}
+	if spec.Stdin == nil && limited {
+		_ = hj.CloseWrite()
+	}
+	if spec.Stdin != nil {
+		go func() {
+			// A command that exits without reading all its input makes
+			// this copy fail; that is not an error of the exec.
+			_, _ = io.Copy(hj.Conn, spec.Stdin)
+			_ = hj.CloseWrite()
+		}()
+	}
+	outW := &capWriter{w: stdout, limit: limit}
+	errCap := &capWriter{w: stderr, limit: limit}
+	errW := &tailWriter{next: errCap, keep: supervise.TrailerLen}
+	done := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(outW, errW, hj.Reader)
+		done <- err
+	}()
+
+	var stopErr error
+	backstop := time.NewTimer(timeout + stopGrace)
+	defer backstop.Stop()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err, stopErr = s.stop(ctx, created.ID, &hj, done), fmt.Errorf("docker: exec in %s: %w", s.ws.ID, ctx.Err())
+	case <-backstop.C:
+		res.TimedOut = true
+		err = s.stop(ctx, created.ID, &hj, done)
+	}
+	if err != nil && stopErr == nil {
+		stopErr = fmt.Errorf("docker: exec in %s: read output: %w", s.ws.ID, err)
+	}
+
+	tr, terr := supervise.DecodeTrailer(errW.tail())
+	if terr != nil {
+		_, _ = errCap.Write(errW.tail()) // it was the command's, or the engine's, stderr
+		code := -1
+		if ins, err := s.cli.ContainerExecInspect(context.WithoutCancel(ctx), created.ID); err == nil {
+			code = ins.ExitCode
+		}
+		res.ExitCode = code
+		res.Wall = time.Since(start)
+		res.Launch = res.Wall
+		if stopErr != nil {
+			return res, stopErr
+		}
+		return res, fmt.Errorf("docker: exec %q in %s: %w (exit code %d)", spec.Argv[0], s.ws.ID, ErrSupervisor, code)
+	}
+	res.ExitCode = tr.Exit
+	if tr.Signal != 0 {
+		res.Signal = unix.SignalName(unix.Signal(tr.Signal))
+	}
+	res.TimedOut = res.TimedOut || tr.Flags&supervise.FlagTimedOut != 0
+	res.OutputTruncated = outW.truncated || errCap.truncated
+	res.Command = tr.Command
+	res.Wall = time.Since(start)
+	res.Launch = res.Wall - res.Command
+	if stopErr != nil {
+		return res, stopErr
+	}
+	if err := errors.Join(outW.err, errCap.err); err != nil {
+		return res, fmt.Errorf("docker: exec in %s: write output: %w", s.ws.ID, err)
+	}
+	return res, nil
+}
+
+// limit puts the exec's supervisor into cgroups with the spec's limits.
+func (s *Sandbox) limit(ctx context.Context, execID string, spec platforms.ExecSpec) (*execCgroup, error) {
+	pid, err := s.supervisorPid(ctx, execID)
+	if err != nil {
+		return nil, err
+	}
+	pids := int64(spec.Pids)
+	if pids <= 0 {
+		pids = platforms.DefaultPids
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	return s.cg.limit(pid, execCgroupPrefix+hex.EncodeToString(rnd[:]), spec.MemoryBytes, pids, spec.MilliCPUs)
+}
+
+// supervisorPid waits until the engine reports the exec's pid, which it
+// does only once the process runs, and checks that it is a supervisor.
+func (s *Sandbox) supervisorPid(ctx context.Context, execID string) (int, error) {
+	deadline := time.Now().Add(stopGrace)
+	for delay := 200 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		ins, err := s.cli.ContainerExecInspect(ctx, execID)
+		if err != nil {
+			return 0, err
+		}
+		// Until runc has exec'd it, the process is "runc init".
+		if ins.Pid > 0 && isSupervisor(ins.Pid) {
+			return ins.Pid, nil
+		}
+		if time.Now().After(deadline) {
+			if ins.Pid > 0 {
+				return 0, fmt.Errorf("exec pid %d is not a supervisor visible from this host", ins.Pid)
+			}
+			return 0, fmt.Errorf("exec %s did not start", execID[:12])
+		}
+		time.Sleep(delay)
+	}
+}
+
+// execOptions turns a spec into the docker exec that runs it under the
+// supervisor.
+func (s *Sandbox) execOptions(spec platforms.ExecSpec) (container.ExecOptions, time.Duration, error) {
+	var o container.ExecOptions
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return o, 0, fmt.Errorf("%w: empty argv", ErrBadSpec)
+	}
+	dir := workspaceDir
+	if spec.Dir != "" {
+		if !filepath.IsLocal(spec.Dir) {
+			return o, 0, fmt.Errorf("%w: dir %q is not a path inside the workspace", ErrBadSpec, spec.Dir)
+		}
+		dir = path.Join(workspaceDir, filepath.ToSlash(spec.Dir))
+	}
+	if spec.Hostname != "" && spec.Hostname != s.hostname {
+		return o, 0, fmt.Errorf("%w: hostname %q: docker sets one hostname (%q) per workspace container", ErrBadSpec, spec.Hostname, s.hostname)
+	}
+	if spec.UID < 0 || spec.GID < 0 {
+		return o, 0, fmt.Errorf("%w: negative uid or gid", ErrBadSpec)
+	}
+	env, err := execEnv(spec.Env)
+	if err != nil {
+		return o, 0, err
+	}
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = platforms.DefaultTimeout
+	}
+	o = container.ExecOptions{
+		User:         strconv.Itoa(spec.UID) + ":" + strconv.Itoa(spec.GID),
+		AttachStdin:  spec.Stdin != nil,
+		AttachStdout: true,
+		AttachStderr: true,
+		Env:          env,
+		WorkingDir:   dir,
+		Cmd:          append([]string{supervisorPath, "exec", strconv.FormatInt(int64(timeout), 10), "--"}, spec.Argv...),
+	}
+	if spec.OpenFiles > 0 {
+		o.Cmd = slices.Insert(o.Cmd, 3, "nofile="+strconv.Itoa(spec.OpenFiles))
+	}
+	return o, timeout, nil
+}
+
+// execEnv is spec.Env plus PATH, HOME and TERM where it lacks them.
+func execEnv(env []string) ([]string, error) {
+	have := map[string]bool{}
+	out := make([]string, 0, len(env)+3)
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: env entry %q is not KEY=VALUE", ErrBadSpec, kv)
+		}
+		have[k] = true
+		out = append(out, kv)
+	}
+	for _, d := range [][2]string{{"PATH", imagePath}, {"HOME", defaultHome}, {"TERM", defaultTerm}} {
+		if !have[d[0]] {
+			out = append(out, d[0]+"="+d[1])
+		}
+	}
+	return out, nil
+}
+
+// stop ends an exec that the host gave up waiting for. Docker has no API to
+// kill an exec, so the host signals the supervisor (a process it can see:
+// the engine runs on this host), which kills its whole tree and reports;
+// if the supervisor does not finish, the host kills the tree itself; and if
+// the stream still does not end, it drops the connection.
+func (s *Sandbox) stop(ctx context.Context, execID string, hj interface{ Close() }, done <-chan error) error {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopGrace)
+	ins, err := s.cli.ContainerExecInspect(ictx, execID)
+	cancel()
+	pid := 0
+	if err == nil && isSupervisor(ins.Pid) {
+		pid = ins.Pid
+	}
+	if pid > 0 {
+		_ = unix.Kill(pid, unix.SIGTERM)
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(stopGrace):
+		}
+		for _, p := range append(supervise.Descendants(pid), pid) {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(stopGrace):
+		}
+	}
+	hj.Close()
+	<-done
+	return fmt.Errorf("%w: exec %s did not stop (pid %d, inspect: %v)", ErrSupervisor, execID[:12], pid, err)
+}
+
+// capWriter passes on at most limit bytes, then discards, and keeps the
+// first write error instead of returning it, so the stream is drained.
+type capWriter struct {
+	w         io.Writer
+	limit     int64
+	n         int64
+	truncated bool
+	err       error
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if room := c.limit - c.n; int64(len(p)) > room {
+		p = p[:max(room, 0)]
+		c.truncated = true
+	}
+	c.n += int64(len(p))
+	if len(p) > 0 && c.w != nil && c.err == nil {
+		if _, err := c.w.Write(p); err != nil {
+			c.err = err
+		}
+	}
+	return n, nil
+}
+
+// tailWriter passes on all but the last keep bytes written to it.
+type tailWriter struct {
+	next io.Writer
+	keep int
+	buf  []byte
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.keep; over > 0 {
+		if _, err := t.next.Write(t.buf[:over]); err != nil {
+			return 0, err
+		}
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailWriter) tail() []byte { return t.buf }
+
+// isSupervisor tells whether host pid is a supervisor, so that a pid from an
+// engine in another PID namespace is never signalled here by mistake.
+func isSupervisor(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	argv0, _, _ := strings.Cut(string(b), "\x00")
+	return path.Base(argv0) == supervise.Name
+}

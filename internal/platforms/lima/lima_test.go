@@ -1,0 +1,380 @@
+package lima
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/internal/guest/guesttest"
+	"layerfs.dev/layerfs/wire"
+)
+
+// fixture sets up what a replayed scenario refers to: a LIMA_HOME, a work
+// directory for the template, and a daemon binary to copy. The scenarios
+// in testdata/ (guesttest.Scenario) use them as $LIMA_HOME, $WORKDIR and
+// $DAEMON; their outputs come from Lima v1.2.1's own code paths (see
+// doc.go).
+type fixture struct {
+	limaHome, workDir, daemon string
+	vars                      map[string]string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{limaHome: t.TempDir(), workDir: t.TempDir(), daemon: guesttest.FakeDaemon(t)}
+	t.Setenv("LIMA_HOME", f.limaHome)
+	f.vars = map[string]string{"LIMA_HOME": f.limaHome, "WORKDIR": f.workDir, "DAEMON": f.daemon}
+	return f
+}
+
+func (f *fixture) platform(t *testing.T, r Runner, mod func(*Config)) *Platform {
+	t.Helper()
+	cfg := Config{Project: "demo", Daemon: f.daemon, WorkDir: f.workDir, Runner: r, DaemonTimeout: 5 * time.Second}
+	return guesttest.New(t, New, cfg, mod)
+}
+
+// hostSocket is where the scenarios' instance forwards the daemon socket.
+func (f *fixture) hostSocket() string {
+	return filepath.Join(f.limaHome, "layerfs-demo", "sock", "layerfsd.sock")
+}
+
+// serveDaemon answers GET /v1/version on the forwarded socket's host path,
+// as Lima's SSH forward would once the guest daemon runs.
+func (f *fixture) serveDaemon(t *testing.T) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(f.hostSocket()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	guesttest.ServeVersion(t, "unix", f.hostSocket(), wire.Version{Version: "0.1.0-test", API: "v1", Store: guestStore}, nil)
+}
+
+// checkTemplate compares the template limactl create is handed with a
+// golden file.
+func (f *fixture) checkTemplate(t *testing.T, golden string) {
+	t.Helper()
+	got, err := os.ReadFile(filepath.Join(f.workDir, "layerfs-demo.yaml"))
+	if err != nil {
+		t.Fatalf("template handed to limactl create: %v", err)
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", golden))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.ReplaceAll(string(want), "$LIMA_HOME", f.limaHome); string(got) != w {
+		t.Errorf("template handed to limactl create:\n%s\nwant (%s):\n%s", got, golden, w)
+	}
+}
+
+func TestUpCreatesStartsAndTearsDown(t *testing.T) {
+	f := newFixture(t)
+	r := guesttest.NewReplayer(t, "up-create.json", f.vars)
+	r.Hooks["check-template"] = func() { f.checkTemplate(t, "template-default.golden.yaml") }
+	r.Hooks["serve-daemon"] = func() { f.serveDaemon(t) }
+	p := f.platform(t, r, nil)
+	ctx := context.Background()
+
+	if _, _, err := p.Endpoint(ctx); !errors.Is(err, platforms.ErrNotUp) {
+		t.Fatalf("Endpoint before Up: got %v, want ErrNotUp", err)
+	}
+	if err := p.Up(ctx); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	addr, token, err := p.Endpoint(ctx)
+	if err != nil || addr != "unix://"+f.hostSocket() || token != "" {
+		t.Fatalf("Endpoint = %q, %q, %v; want unix://%s", addr, token, err, f.hostSocket())
+	}
+	id, err := p.Identity(ctx)
+	if err != nil {
+		t.Fatalf("Identity: %v", err)
+	}
+	want := platforms.Identity{Platform: "lima", Kernel: "6.1.0-37-cloud-arm64", CPUs: 4, MemoryBytes: 4010536 * 1024,
+		Runtime: "limactl 1.2.1", Image: "debian-12-genericcloud (latest)", Details: "instance layerfs-demo, vmType vz, arch aarch64"}
+	if id != want {
+		t.Errorf("Identity:\n got %+v\nwant %+v", id, want)
+	}
+	if _, err := os.Stat(filepath.Join(f.workDir, "layerfs-demo.yaml")); !os.IsNotExist(err) {
+		t.Errorf("the generated template was left behind: %v", err)
+	}
+	if err := p.Down(ctx); err != nil {
+		t.Fatalf("Down: %v", err)
+	}
+	guesttest.DownAgain(t, p)
+}
+
+func TestUpIsIdempotentWhenDaemonAnswers(t *testing.T) {
+	f := newFixture(t)
+	f.serveDaemon(t)
+	guesttest.Up(t, f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), nil), 2)
+}
+
+func TestUpReportsBootFailureWithStderr(t *testing.T) {
+	f := newFixture(t)
+	p := f.platform(t, guesttest.NewReplayer(t, "start-fails.json", f.vars), nil)
+	guesttest.WantError(t, p.Up(context.Background()), platforms.ErrStart,
+		`start instance "layerfs-demo"`, "status 1", "Virtualization is not available on this hardware", "ha.stderr.log")
+}
+
+func TestUpReportsSilentDaemonWithGuestLog(t *testing.T) {
+	f := newFixture(t)
+	p := f.platform(t, guesttest.NewReplayer(t, "daemon-timeout.json", f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
+	start := time.Now()
+	err := p.Up(context.Background())
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Up took %s with a 1s daemon timeout", d)
+	}
+	guesttest.WantError(t, err, platforms.ErrDaemon, "did not answer GET /v1/version", f.hostSocket(), "within 1s", "open /dev/fuse: operation not permitted")
+}
+
+func TestUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		scenario string
+		mentions []string
+	}{
+		{"missing.json", []string{"limactl not found", "brew install lima", "1.0.0"}},
+		{"too-old.json", []string{"limactl 0.23.2 is too old", "needs 1.0.0 or newer"}},
+		{"root.json", []string{"refuses to run as root"}},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			f := newFixture(t)
+			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), nil)
+			guesttest.WantError(t, p.Up(context.Background()), platforms.ErrUnavailable, tc.mentions...)
+		})
+	}
+}
+
+func TestDownKeepStopsWithoutDeleting(t *testing.T) {
+	f := newFixture(t)
+	p := f.platform(t, guesttest.NewReplayer(t, "down-keep.json", f.vars), func(c *Config) { c.Keep = true })
+	if err := p.Down(context.Background()); err != nil {
+		t.Fatalf("Down: %v", err)
+	}
+}
+
+// goldenTemplate renders the template for cfg, compares it with the golden
+// file (where $LIMA_HOME stands for the fixture's) and returns it.
+func (f *fixture) goldenTemplate(t *testing.T, cfg Config, golden string) []byte {
+	t.Helper()
+	y, err := Template(cfg, f.hostSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := MarshalTemplate(y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.ReplaceAll(string(want), "$LIMA_HOME", f.limaHome); string(b) != w {
+		t.Errorf("template:\n%s\nwant:\n%s", b, w)
+	}
+	return b
+}
+
+func TestTemplateLocalImage(t *testing.T) {
+	f := newFixture(t)
+	cfg := Config{Project: "demo", Image: "/Users/dev/images/debian-12-arm64.qcow2", Arch: "aarch64", VMType: "vz",
+		CPUs: 2, Memory: "3GiB", Disk: "20GiB", Networks: []string{"vzNAT"}}
+	f.goldenTemplate(t, cfg, "testdata/template-local-image.golden.yaml")
+	// vz needs the host's architecture, so Lima's validation only accepts
+	// this one on an arm64 host; the default template must pass anywhere.
+	def, err := Template(Config{Project: "demo"}, f.hostSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := MarshalTemplate(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")); err != nil {
+		t.Errorf("default template fails Lima's validation: %v", err)
+	}
+}
+
+func TestTemplateRejectedByLimaValidation(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		name     string
+		cfg      Config
+		socket   string
+		mentions string
+	}{
+		{"memory", Config{Project: "demo", Memory: "lots"}, f.hostSocket(), "field `memory` has an invalid value"},
+		{"disk", Config{Project: "demo", Disk: "-"}, f.hostSocket(), "field `disk` has an invalid value"},
+		{"socket path", Config{Project: "demo"}, "/" + strings.Repeat("s", 120) + "/layerfsd.sock", "UNIX_PATH_MAX"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			y, err := Template(tc.cfg, tc.socket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := MarshalTemplate(y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			guesttest.WantError(t, ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")), platforms.ErrConfig, tc.mentions)
+		})
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{},
+		{Project: "demo", Networks: []string{"bridged"}},
+		{Project: "demo", Networks: []string{"socket:relative/path"}},
+		{Project: strings.Repeat("p", 80)},
+	} {
+		if _, err := New(cfg); !errors.Is(err, platforms.ErrConfig) {
+			t.Errorf("New(%+v): got %v, want platforms.ErrConfig", cfg, err)
+		}
+	}
+}
+
+func TestInstanceName(t *testing.T) {
+	guesttest.CheckNames(t, "InstanceName", InstanceName)
+}
+
+// TestTemplateEmulatedDirectBoot is the template the platform writes for
+// scripts/ensure-lima's installation: a root disk booted with its own
+// kernel and initrd (legacy BIOS, no UEFI firmware), QEMU with the "max"
+// CPU model for software emulation. Lima's validation must accept it.
+func TestTemplateEmulatedDirectBoot(t *testing.T) {
+	f := newFixture(t)
+	cfg := Config{Project: "demo", Image: "/cache/image/disk.raw", Kernel: "/cache/image/vmlinuz",
+		Initrd: "/cache/image/initrd.img", KernelCmdline: kernelCmdline, Arch: "x86_64", SoftwareEmulation: true}
+	b := f.goldenTemplate(t, cfg, "testdata/template-emulated.golden.yaml")
+	if err := ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")); err != nil {
+		t.Errorf("emulated direct-boot template fails Lima's validation: %v", err)
+	}
+}
+
+// TestEmulationKeepsQEMUOffKVM checks the environment limactl gets under
+// SoftwareEmulation: Lima's QEMU override carrying -machine and -accel tcg,
+// and LIMA_HOME.
+func TestEmulationKeepsQEMUOffKVM(t *testing.T) {
+	p, err := New(Config{Project: "demo", SoftwareEmulation: true, LimaHome: "/srv/lima"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := p.cfg.Runner.(ExecRunner)
+	if !ok {
+		t.Fatalf("runner is %T, want ExecRunner", p.cfg.Runner)
+	}
+	env := strings.Join(r.Env, "\n")
+	for _, want := range []string{"QEMU_SYSTEM_X86_64=" + qemuTCG, "LIMA_HOME=/srv/lima"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("limactl's environment lacks %q", want)
+		}
+	}
+	if p.cfg.BootTimeout != DefaultEmulatedBootTimeout {
+		t.Errorf("boot timeout %s, want %s", p.cfg.BootTimeout, DefaultEmulatedBootTimeout)
+	}
+}
+
+// listRunner answers `limactl list --json` with a recorded list and fails
+// every other command.
+type listRunner struct{ list []byte }
+
+func (r listRunner) Run(_ context.Context, argv []string, _ io.Reader) (Result, error) {
+	if strings.Join(argv, " ") == "limactl list --json" {
+		return Result{Stdout: r.list}, nil
+	}
+	return Result{ExitCode: 1, Stderr: []byte("unexpected")}, nil
+}
+
+// TestGuestAgentLateIsNotAFailure: under software emulation, a limactl
+// start that failed only because Lima's guest agent was late, on a VM that
+// runs, lets Up go on; any other failure, a stopped VM, or a hypervisor
+// guest does not.
+func TestGuestAgentLateIsNotAFailure(t *testing.T) {
+	running, err := os.ReadFile("testdata/list-running.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped, err := os.ReadFile("testdata/list-stopped.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := `time="2026-12-01T12:01:37Z" level=error msg="[guest agent does not seem to be running; port forwards will not work]"
+time="2026-12-01T12:01:37Z" level=fatal msg="degraded, status={Running:true Degraded:true Exiting:false Errors:[guest agent does not seem to be running; port forwards will not work] SSHLocalPort:41887}"`
+	other := `time="2026-12-01T12:01:37Z" level=fatal msg="degraded, status={Running:true Degraded:true Exiting:false Errors:[guest agent does not seem to be running; port forwards will not work provisioning scripts failed] SSHLocalPort:41887}"`
+	for _, tc := range []struct {
+		name      string
+		emulation bool
+		list      []byte
+		stderr    string
+		want      bool
+	}{
+		{"late agent, running", true, running, late, true},
+		{"late agent, stopped", true, stopped, late, false},
+		{"another error too", true, running, other, false},
+		{"hypervisor", false, running, late, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := New(Config{Project: "demo", SoftwareEmulation: tc.emulation, Runner: listRunner{tc.list}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.onlyGuestAgentLate(context.Background(), Result{ExitCode: 1, Stderr: []byte(tc.stderr)}); got != tc.want {
+				t.Errorf("onlyGuestAgentLate = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// scriptRunner plays limactl for TestUpCutShortDeletesWhatItCreated: no
+// instance until create, then a stopped one; start is cut short by its
+// context. It records every command line.
+type scriptRunner struct {
+	stopped []byte
+	created bool
+	argvs   []string
+}
+
+func (r *scriptRunner) Run(ctx context.Context, argv []string, _ io.Reader) (Result, error) {
+	line := strings.Join(argv[1:], " ")
+	r.argvs = append(r.argvs, line)
+	switch {
+	case line == "--version":
+		return Result{Stdout: []byte("limactl version 1.2.1\n")}, nil
+	case line == "list --json":
+		if r.created {
+			return Result{Stdout: r.stopped}, nil
+		}
+		return Result{}, nil
+	case strings.HasPrefix(line, "create "):
+		r.created = true
+		return Result{}, nil
+	case strings.HasPrefix(line, "start "):
+		return Result{}, context.DeadlineExceeded
+	case line == "delete --force layerfs-demo":
+		return Result{}, nil
+	}
+	return Result{ExitCode: 1, Stderr: []byte("unexpected " + line)}, nil
+}
+
+// TestUpCutShortDeletesWhatItCreated: a start cut short (the caller's
+// deadline) leaves Lima's host agent and QEMU running; Up deletes the
+// instance it created rather than leave a VM booting unseen.
+func TestUpCutShortDeletesWhatItCreated(t *testing.T) {
+	f := newFixture(t)
+	stopped, err := os.ReadFile("testdata/list-stopped.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &scriptRunner{stopped: stopped}
+	p := f.platform(t, r, nil)
+	if err := p.Up(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Up: got %v, want the start's deadline", err)
+	}
+	if last := r.argvs[len(r.argvs)-1]; last != "delete --force layerfs-demo" {
+		t.Errorf("last limactl command %q, want the delete of the created instance; all: %q", last, r.argvs)
+	}
+}

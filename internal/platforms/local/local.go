@@ -1,0 +1,343 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
+	"layerfs.dev/layerfs/internal/seccomp"
+)
+
+// probeTimeout bounds Up's trial sandbox.
+const probeTimeout = 10 * time.Second
+
+// Options configures a Platform.
+type Options struct {
+	// Exe is the binary re-executed as the sandbox init (see
+	// sandbox.Launcher.Exe); empty means this binary.
+	Exe string
+	// NoCgroups enforces limits with rlimits only.
+	NoCgroups bool
+	// Warm is how many sandbox inits are kept started ahead, taking the
+	// process start and the root's construction off the latency of execs
+	// without network (see sandbox.Launcher.Warm): 0 means DefaultWarm, a
+	// negative number none.
+	Warm int
+	// NoSyscallFilter runs commands without the seccomp filter
+	// (internal/seccomp). It exists to measure what the filter costs;
+	// Identity says when it is off.
+	NoSyscallFilter bool
+	// UserNamespace is the host ids a sandbox's ids 0 to Size-1 map to;
+	// nil means DefaultIDRange: the first subordinate range of the user
+	// "layerfs" in /etc/subuid and /etc/subgid when both give it the
+	// same one, else sandbox.DefaultIDRange.
+	UserNamespace *sandbox.IDRange
+	// NoUserNamespace runs commands in the host's user namespace (uid 0
+	// without capabilities), as before user namespaces. It exists to
+	// measure what they cost; Identity says when it is off.
+	NoUserNamespace bool
+	Logger          *slog.Logger
+}
+
+// Platform runs sandboxes on this host. Its lifecycle is the one of
+// platforms.Platform: New -> Up -> Attach/Exec ... -> Down.
+type Platform struct {
+	opts     Options
+	launcher *sandbox.Launcher // replaced by Up after a Down
+	log      *slog.Logger
+	// filter is the compiled seccomp program every exec loads; filterErr
+	// is why it could not be compiled (Up fails with it).
+	filter    [][]byte
+	filterErr error
+
+	mu        sync.Mutex
+	up        bool
+	down      bool // the launcher was closed by Down
+	sandboxes map[*Sandbox]struct{}
+}
+
+func (p *Platform) current() *sandbox.Launcher {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.launcher
+}
+
+var (
+	_ platforms.Platform    = (*Platform)(nil)
+	_ platforms.SandboxHost = (*Platform)(nil)
+)
+
+// New returns a platform that is not up yet.
+func New(o Options) *Platform {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Platform{opts: o, log: log, sandboxes: map[*Sandbox]struct{}{}}
+	if !o.NoSyscallFilter {
+		p.filter, p.filterErr = seccomp.BPF()
+	}
+	p.launcher = p.newLauncher()
+	return p
+}
+
+// DefaultWarm is how many inits a platform keeps started ahead unless
+// Options.Warm says otherwise: enough for an exec and the one after it
+// while the first replacement starts.
+const DefaultWarm = 2
+
+func (p *Platform) newLauncher() *sandbox.Launcher {
+	warm := p.opts.Warm
+	switch {
+	case warm == 0:
+		warm = DefaultWarm
+	case warm < 0:
+		warm = 0
+	}
+	var ids *sandbox.IDRange
+	if !p.opts.NoUserNamespace {
+		ids = p.opts.UserNamespace
+		if ids == nil {
+			r := DefaultIDRange(p.log)
+			ids = &r
+		}
+	}
+	return &sandbox.Launcher{Exe: p.opts.Exe, Logger: p.log, NoCgroups: p.opts.NoCgroups, Warm: warm,
+		SyscallFilter: p.filter, UserNamespace: ids}
+}
+
+// Name is "local".
+func (p *Platform) Name() string { return "local" }
+
+// Features: host paths, the host network on request, and memory and pids
+// limits where this host has the cgroup controllers for them.
+func (p *Platform) Features() platforms.Features {
+	l := p.current()
+	mem, pids := l.Limits()
+	return platforms.Features{HostMounts: true, Network: true, MemoryLimit: mem, PidsLimit: pids,
+		CPULimit: l.CPULimit(), OpenFilesLimit: true}
+}
+
+// Up checks that this host can run sandboxes by running `true` in one.
+func (p *Platform) Up(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.up {
+		return nil
+	}
+	if p.down {
+		p.launcher, p.down = p.newLauncher(), false
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("local: %w: namespace sandboxes need root", platforms.ErrUnavailable)
+	}
+	if p.filterErr != nil {
+		return fmt.Errorf("local: %w: %w", platforms.ErrUnavailable, p.filterErr)
+	}
+	// Exec cgroups a crashed daemon left behind: empty ones go now.
+	if removed, err := p.launcher.RemoveStale(time.Minute); len(removed) > 0 || err != nil {
+		p.log.Info("stale sandbox cgroups", "removed", len(removed), "err", err)
+	}
+	dir, err := os.MkdirTemp("", "layerfs-probe-")
+	if err != nil {
+		return fmt.Errorf("local: probe: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var stderr strings.Builder
+	res, err := p.launcher.Run(ctx, sandbox.Config{Workspace: dir, Spec: platforms.ExecSpec{
+		Argv: []string{"true"}, Timeout: probeTimeout / 2,
+	}}, io.Discard, &stderr)
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("true exited %d: %s", res.ExitCode, strings.TrimSpace(stderr.String()))
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (does the binary call sandbox.InitMain first thing in main?)", err)
+		}
+		return fmt.Errorf("local: %w: trial sandbox: %w", platforms.ErrUnavailable, err)
+	}
+	p.up = true
+	p.log.Debug("local platform up", "launch", res.Launch)
+	return nil
+}
+
+// Down cancels every running exec, waits for them and detaches every
+// workspace. It can be called more than once.
+func (p *Platform) Down(ctx context.Context) error {
+	p.mu.Lock()
+	p.up, p.down = false, true
+	l := p.launcher
+	open := make([]*Sandbox, 0, len(p.sandboxes))
+	for s := range p.sandboxes {
+		open = append(open, s)
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range open {
+		errs = append(errs, s.Close(ctx))
+	}
+	errs = append(errs, l.Close(ctx))
+	return errors.Join(errs...)
+}
+
+// Identity describes this host.
+func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
+	p.mu.Lock()
+	up := p.up
+	p.mu.Unlock()
+	if !up {
+		return platforms.Identity{}, fmt.Errorf("local: identity: %w", platforms.ErrNotUp)
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return platforms.Identity{}, fmt.Errorf("local: uname: %w", err)
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return platforms.Identity{}, fmt.Errorf("local: sysinfo: %w", err)
+	}
+	mem, pids := p.current().Limits()
+	return platforms.Identity{
+		Platform:    p.Name(),
+		Kernel:      unix.ByteSliceToString(u.Release[:]),
+		CPUs:        runtime.NumCPU(),
+		MemoryBytes: int64(si.Totalram) * int64(si.Unit),
+		Runtime:     "layerfs-ns " + runtime.Version(),
+		Details: fmt.Sprintf("cgroup limits: memory %v, pids %v, cpu %v; seccomp: %s; user namespace: %s",
+			mem, pids, p.current().CPULimit(), p.filterName(), p.userNSName()),
+	}, nil
+}
+
+// userNSName says which user namespace execs run in.
+func (p *Platform) userNSName() string {
+	r, err := p.current().UserNS()
+	if err != nil {
+		return "none (uid 0 without capabilities in the host's; " + err.Error() + ")"
+	}
+	return fmt.Sprintf("uid_map %q: uid 0 inside is %d on the host, workspaces id-mapped", r.String(), r.Host)
+}
+
+// filterName says which syscall filter execs run under.
+func (p *Platform) filterName() string {
+	if p.filter == nil {
+		return "off"
+	}
+	n := 0
+	for _, prog := range p.filter {
+		n += len(prog) / 8
+	}
+	return fmt.Sprintf("%s (%d programs, %d instructions)", seccomp.Name, len(p.filter), n)
+}
+
+// Leaks lists what execs left on this host: sandbox cgroups and inits that
+// should be gone. Empty when no exec is running means clean.
+func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
+	return p.current().Leaks(ctx)
+}
+
+// Attach makes w.HostPath the /workspace of the returned Sandbox's execs.
+// The sandbox outlives the call: its context is its own, not the caller's.
+func (p *Platform) Attach(_ context.Context, w platforms.Workspace) (platforms.Sandbox, error) {
+	if !filepath.IsAbs(w.HostPath) {
+		return nil, fmt.Errorf("local: attach %s: host path %q is not absolute", w.ID, w.HostPath)
+	}
+	if st, err := os.Stat(w.HostPath); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("local: attach %s: host path %q is not a directory", w.ID, w.HostPath)
+	}
+	if w.RootDir != "" {
+		if st, err := os.Stat(w.RootDir); err != nil || !st.IsDir() || !filepath.IsAbs(w.RootDir) {
+			return nil, fmt.Errorf("local: attach %s: root dir %q is not an absolute directory", w.ID, w.RootDir)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.up {
+		cancel()
+		return nil, fmt.Errorf("local: attach %s: %w", w.ID, platforms.ErrNotUp)
+	}
+	s := &Sandbox{p: p, launcher: p.launcher, w: w, ctx: ctx, cancel: cancel}
+	p.sandboxes[s] = struct{}{}
+	return s, nil
+}
+
+// Sandbox runs the execs of one attached workspace, each in its own fresh
+// namespaces.
+type Sandbox struct {
+	p        *Platform
+	launcher *sandbox.Launcher
+	w        platforms.Workspace
+
+	// ctx ends when the sandbox is closed; it cancels running execs.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	running sync.WaitGroup
+}
+
+// Exec runs spec in a fresh sandbox on the workspace.
+func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, stderr io.Writer) (platforms.ExecResult, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return platforms.ExecResult{}, fmt.Errorf("local: exec in %s: %w", s.w.ID, platforms.ErrClosed)
+	}
+	s.running.Add(1)
+	s.mu.Unlock()
+	defer s.running.Done()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	res, err := s.launcher.Run(ctx, sandbox.Config{
+		Workspace: s.w.HostPath, RootDir: s.w.RootDir, Network: s.w.Network, Spec: spec,
+	}, stdout, stderr)
+	if err != nil {
+		if s.ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", platforms.ErrClosed, err)
+		}
+		return res, fmt.Errorf("local: exec in %s: %w", s.w.ID, err)
+	}
+	return res, nil
+}
+
+// Close cancels the workspace's running execs and waits until their
+// processes are gone (or ctx ends). It can be called more than once.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	done := make(chan struct{})
+	go func() { s.running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("local: close %s: %w", s.w.ID, ctx.Err())
+	}
+	// The inits' namespaces hold the workspace until they are reaped.
+	if err := s.launcher.Settle(ctx); err != nil {
+		return fmt.Errorf("local: close %s: %w", s.w.ID, err)
+	}
+	s.p.mu.Lock()
+	delete(s.p.sandboxes, s)
+	s.p.mu.Unlock()
+	return nil
+}

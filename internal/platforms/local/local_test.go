@@ -1,0 +1,92 @@
+package local_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/escapetest"
+	"layerfs.dev/layerfs/internal/platforms/local"
+	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
+	"layerfs.dev/layerfs/internal/platforms/platformtest"
+	"layerfs.dev/layerfs/internal/testenv"
+)
+
+// The test binary is the sandbox init too.
+func TestMain(m *testing.M) {
+	if sandbox.InitMain() {
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func TestConformance(t *testing.T) {
+	testenv.RequireRoot(t)
+	platformtest.Run(t, func(t *testing.T) platforms.Platform { return local.New(local.Options{}) })
+}
+
+func TestConformanceCold(t *testing.T) {
+	testenv.RequireRoot(t)
+	platformtest.Run(t, func(t *testing.T) platforms.Platform { return local.New(local.Options{Warm: -1}) })
+}
+
+func TestConformanceWithoutCgroups(t *testing.T) {
+	testenv.RequireRoot(t)
+	platformtest.Run(t, func(t *testing.T) platforms.Platform { return local.New(local.Options{NoCgroups: true, Warm: 1}) })
+}
+
+func TestEscapes(t *testing.T) {
+	testenv.RequireRoot(t)
+	escapetest.Run(t, local.New(local.Options{}))
+}
+
+// TestUserNamespace: by default a local sandbox's uid 0 is an unprivileged
+// host uid, the identity and every result say which, and a platform asked
+// for none says so too. A host where user namespaces cannot be made skips
+// (and fails under LAYERFS_TEST_STRICT=1).
+func TestUserNamespace(t *testing.T) {
+	testenv.RequireRoot(t)
+	want := local.DefaultIDRange(nil).String()
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("off %v", off), func(t *testing.T) {
+			ctx := context.Background()
+			p := local.New(local.Options{NoUserNamespace: off, Warm: -1})
+			if err := p.Up(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer p.Down(ctx)
+			id, err := p.Identity(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, details, _ := strings.Cut(id.Details, "user namespace: ")
+			if !off && !strings.HasPrefix(details, fmt.Sprintf("uid_map %q", want)) {
+				testenv.Skip(t, "no user namespace here: "+details)
+			}
+			if off && !strings.HasPrefix(details, "none") {
+				t.Errorf("identity says %q with user namespaces off", details)
+			}
+			sb, err := p.Attach(ctx, platforms.Workspace{ID: "userns", HostPath: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Close(ctx)
+			var out, errb bytes.Buffer
+			res, err := sb.Exec(ctx, platforms.ExecSpec{Argv: []string{"cat", "/proc/self/uid_map"}}, &out, &errb)
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("exec: %v, exit %d, %s", err, res.ExitCode, errb.String())
+			}
+			got := strings.Join(strings.Fields(out.String()), " ")
+			switch {
+			case off && (got != "0 0 4294967295" || !strings.HasPrefix(res.UserNamespace, "none: ")):
+				t.Errorf("off: uid_map %q, result %q", got, res.UserNamespace)
+			case !off && (got != want || res.UserNamespace != want):
+				t.Errorf("uid_map %q, result %q, want %q", got, res.UserNamespace, want)
+			}
+		})
+	}
+}

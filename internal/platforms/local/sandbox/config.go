@@ -1,0 +1,203 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"layerfs.dev/layerfs/internal/platforms"
+)
+
+// Errors reported by Run, checked with errors.Is.
+var (
+	// ErrInvalidConfig: the Config cannot be run (relative workspace,
+	// bad Dir, negative limits, empty argv). Nothing was started.
+	ErrInvalidConfig = errors.New("invalid sandbox config")
+	// ErrSetup: the sandbox init failed before the command started
+	// (a mount, the pivot, the cgroup). The command did not run.
+	ErrSetup = errors.New("sandbox setup failed")
+	// ErrUnsupported: this operating system has no namespace sandboxes.
+	ErrUnsupported = errors.New("namespace sandboxes need linux")
+)
+
+// Config is one exec: where its workspace is, what root it sees and what
+// it runs.
+type Config struct {
+	// Workspace is the absolute host path bound read-write at /workspace.
+	Workspace string
+	// RootDir, when set, is an image directory whose top-level entries
+	// become the sandbox's read-only root instead of the host's runtime.
+	RootDir string
+	// Network gives the sandbox the host's network namespace; otherwise it
+	// gets a fresh one holding only lo.
+	Network bool
+	Spec    platforms.ExecSpec
+}
+
+// DefaultHostname is the sandbox's hostname when the spec names none.
+const DefaultHostname = "layerfs"
+
+// DefaultPath is the PATH a sandbox gets when the exec's Env sets none.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// validate checks a Config before anything is started.
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if !filepath.IsAbs(c.Workspace) {
+		return bad("workspace %q is not an absolute path", c.Workspace)
+	}
+	if c.RootDir != "" && !filepath.IsAbs(c.RootDir) {
+		return bad("root dir %q is not an absolute path", c.RootDir)
+	}
+	s := c.Spec
+	if len(s.Argv) == 0 || s.Argv[0] == "" {
+		return bad("empty argv")
+	}
+	if _, err := cleanDir(s.Dir); err != nil {
+		return bad("%v", err)
+	}
+	if s.Timeout < 0 {
+		return bad("negative timeout %v", s.Timeout)
+	}
+	if s.OutputLimit < 0 || s.MemoryBytes < 0 || s.Pids < 0 || s.MilliCPUs < 0 || s.OpenFiles < 0 {
+		return bad("negative limit")
+	}
+	if s.UID < 0 || s.GID < 0 {
+		return bad("negative uid or gid")
+	}
+	for _, kv := range s.Env {
+		if !strings.Contains(kv, "=") || strings.HasPrefix(kv, "=") {
+			return bad("env entry %q is not KEY=VALUE", kv)
+		}
+	}
+	if len(s.Hostname) > 64 {
+		return bad("hostname longer than 64 bytes")
+	}
+	return nil
+}
+
+// cleanDir turns ExecSpec.Dir into a path below /workspace. It refuses
+// absolute paths and any ".." so that the working directory can be named
+// only inside the workspace (symlinks inside it stay inside the sandbox,
+// which sees nothing of the host anyway).
+func cleanDir(dir string) (string, error) {
+	if dir == "" || dir == "." {
+		return "/workspace", nil
+	}
+	if strings.HasPrefix(dir, "/") {
+		return "", fmt.Errorf("dir %q must be relative to /workspace", dir)
+	}
+	for _, part := range strings.Split(dir, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("dir %q leaves /workspace", dir)
+		}
+	}
+	return path.Join("/workspace", dir), nil
+}
+
+// sandboxEnv is the command's environment: the exec's Env on top of PATH,
+// HOME and TERM defaults. HOME is /tmp rather than /workspace so that the
+// dot-files and caches tools write there do not land in the workspace and
+// from there in a commit.
+func sandboxEnv(env []string) []string {
+	out := make([]string, 0, len(env)+3)
+	has := map[string]bool{}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		has[k] = true
+	}
+	for _, d := range []string{"PATH=" + DefaultPath, "HOME=/tmp", "TERM=dumb"} {
+		k, _, _ := strings.Cut(d, "=")
+		if !has[k] {
+			out = append(out, d)
+		}
+	}
+	return append(out, env...)
+}
+
+// initConfig is what the launcher sends the init over fd 3, as JSON.
+type initConfig struct {
+	Workspace string        `json:"workspace"`
+	RootDir   string        `json:"root_dir,omitempty"`
+	Network   bool          `json:"network,omitempty"`
+	Argv      []string      `json:"argv"`
+	Env       []string      `json:"env"`
+	Dir       string        `json:"dir"` // absolute, inside the sandbox
+	Timeout   time.Duration `json:"timeout"`
+	UID       int           `json:"uid"`
+	GID       int           `json:"gid"`
+	Hostname  string        `json:"hostname"`
+	// Rlimits stand in for the cgroup limits the host lacks.
+	RlimitAS    uint64 `json:"rlimit_as,omitempty"`
+	RlimitNproc uint64 `json:"rlimit_nproc,omitempty"`
+	// RlimitNofile is the exec's own open files limit (ExecSpec.OpenFiles).
+	RlimitNofile uint64 `json:"rlimit_nofile,omitempty"`
+	// UserNS: fork the command into a new user namespace with the
+	// mapping that came in the environment (userNSEnv), its workspace
+	// id-mapped with the launcher's namespace of that mapping (fd 5).
+	UserNS bool `json:"userns,omitempty"`
+	// Seccomp: load the syscall filter that came in the environment
+	// (seccompEnv) on the command's thread just before the fork; a missing
+	// one is a setup error.
+	Seccomp bool `json:"seccomp,omitempty"`
+}
+
+// initReport is what the init sends back over fd 4, as JSON, once the
+// whole tree is gone.
+type initReport struct {
+	Started  bool          `json:"started"`
+	ExitCode int           `json:"exit_code"`
+	Signal   string        `json:"signal,omitempty"`
+	TimedOut bool          `json:"timed_out,omitempty"`
+	Command  time.Duration `json:"command_ns"`
+	// Error is a setup failure (Started false) or a failure to start the
+	// command, such as a missing binary (Started false, ExitCode 127).
+	Error string `json:"error,omitempty"`
+	// UserNS is the command's user namespace mapping, or "none: why" when
+	// it ran in the host's.
+	UserNS string `json:"userns,omitempty"`
+	// Marks are CLOCK_MONOTONIC readings (ns) of the init's phases, shared
+	// with the launcher's clock (there is no time namespace).
+	Marks []mark `json:"marks,omitempty"`
+}
+
+// mark is one named CLOCK_MONOTONIC reading.
+type mark struct {
+	Name string `json:"name"`
+	NS   int64  `json:"ns"`
+}
+
+// IDRange is a user namespace's mapping: ids 0 to Size-1 inside are
+// Host to Host+Size-1 on the host, for users and groups alike.
+type IDRange struct {
+	Host uint32
+	Size uint32
+}
+
+// String is the mapping as /proc/PID/uid_map shows it: "inside host size".
+func (r IDRange) String() string { return fmt.Sprintf("0 %d %d", r.Host, r.Size) }
+
+// DefaultIDRange is the host ids a sandbox's user namespace maps its ids
+// 0-65535 to when nothing else is configured: a range no user or
+// subordinate range on a usual host has (useradd hands out subordinate
+// ranges from 100000 up, systemd-nspawn's dynamic ranges end at
+// 1879048191, and systemd's "foreign" range starts at 2147352576).
+var DefaultIDRange = IDRange{Host: 2_000_000_000, Size: 65536}
+
+// validate checks that r can be a user namespace's mapping.
+func (r IDRange) validate() error {
+	switch {
+	case r.Size == 0:
+		return fmt.Errorf("user namespace range %v is empty", r)
+	case r.Host == 0:
+		return fmt.Errorf("user namespace range %v would map a sandbox's root to the host's", r)
+	case uint64(r.Host)+uint64(r.Size) > 1<<32-1:
+		return fmt.Errorf("user namespace range %v goes past the last id", r)
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/testenv"
+)
+
+// waitWarm waits until l's pool holds n inits.
+func waitWarm(t *testing.T, l *Launcher, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(l.pool) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool has %d inits after 30s, want %d", len(l.pool), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func runShell(t *testing.T, l *Launcher, ws, body string) (platforms.ExecResult, string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	res, err := l.Run(context.Background(), Config{Workspace: ws, Spec: platforms.ExecSpec{Argv: platforms.ShellArgv(body)}}, &o, &e)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d, stderr %q", res.ExitCode, e.String())
+	}
+	return res, o.String()
+}
+
+func TestWarmPool(t *testing.T) {
+	testenv.RequireRoot(t)
+	var mu sync.Mutex
+	var lastRun int64 // of the exec that ran last
+	var lastWarm bool
+	l := &Launcher{Warm: 2, trace: func(ms []mark, _ time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		var runNS int64
+		warm := false
+		for _, m := range ms {
+			switch m.Name {
+			case "run":
+				runNS = m.NS
+			case "warm":
+				warm = true
+			}
+		}
+		if runNS > lastRun {
+			lastRun, lastWarm = runNS, warm
+		}
+	}}
+	ws := t.TempDir()
+	runShell(t, l, ws, "true") // cold, and starts the pool
+	waitWarm(t, l, 2)
+
+	t.Run("used", func(t *testing.T) {
+		_, out := runShell(t, l, ws, "echo warm > f; cat f; pwd; hostname; grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status | tr -d '\t'; touch /etc/x 2>/dev/null || echo ro")
+		want := "warm\n/workspace\nlayerfs\nCapEff:0000000000000000\nCapBnd:0000000000000000\nNoNewPrivs:1\nro\n"
+		if out != want {
+			t.Errorf("got %q, want %q", out, want)
+		}
+		if err := l.Settle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !lastWarm {
+			t.Errorf("the exec did not take a warm init")
+		}
+	})
+
+	t.Run("sees mounts made after it started", func(t *testing.T) {
+		waitWarm(t, l, 2)
+		mnt := filepath.Join(t.TempDir(), "mnt")
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Unmount(mnt, unix.MNT_DETACH)
+		if err := os.WriteFile(filepath.Join(mnt, "on-tmpfs"), []byte("mounted later\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, out := runShell(t, l, mnt, "cat on-tmpfs")
+		if out != "mounted later\n" {
+			t.Errorf("got %q: the warm init did not see the new mount", out)
+		}
+	})
+
+	t.Run("dead warm init is replaced", func(t *testing.T) {
+		waitWarm(t, l, 2)
+		// Both warm inits die (an OOM kill, an admin) before they are used.
+		for range 2 {
+			ip := <-l.pool
+			_ = ip.cmd.Process.Kill()
+			// Dead means its last thread is gone and with it the config
+			// pipe's reader.
+			for deadline := time.Now().Add(5 * time.Second); !ip.gone() && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			l.pool <- ip
+		}
+		_, out := runShell(t, l, ws, "echo still works")
+		if out != "still works\n" {
+			t.Errorf("got %q", out)
+		}
+	})
+
+	t.Run("concurrent", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runShell(t, l, ws, "true")
+			}()
+		}
+		wg.Wait()
+	})
+
+	t.Run("close", func(t *testing.T) {
+		waitWarm(t, l, 2)
+		pids := []int{}
+		for range 2 {
+			ip := <-l.pool
+			pids = append(pids, ip.cmd.Process.Pid)
+			l.pool <- ip
+		}
+		if err := l.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range pids {
+			if err := unix.Kill(pid, 0); err == nil {
+				t.Errorf("warm init %d still alive after Close", pid)
+			}
+		}
+		runShell(t, l, ws, "true") // still works, on demand
+		if err := l.Settle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(l.pool); n != 0 {
+			t.Errorf("%d warm inits after Close", n)
+		}
+		if leaks, err := l.Leaks(context.Background()); err != nil || len(leaks) > 0 {
+			t.Errorf("leaks: %v %v", leaks, err)
+		}
+	})
+}
