@@ -401,10 +401,14 @@ func dying(pid int) bool {
 	return false
 }
 
+// maxSocketPath is the longest path a unix socket may have (sun_path's 108
+// bytes with the terminating NUL).
+const maxSocketPath = 107
+
 // claimSocket makes sure nothing answers at path and removes a stale
 // socket a dead daemon left.
 func claimSocket(ctx context.Context, path string, log *slog.Logger) error {
-	if len(path) >= 108 {
+	if len(path) > maxSocketPath {
 		return fmt.Errorf("socket path %s is %d bytes; unix sockets allow at most 107 (use --socket)", path, len(path))
 	}
 	fi, err := os.Lstat(path)
@@ -431,23 +435,38 @@ func claimSocket(ctx context.Context, path string, log *slog.Logger) error {
 }
 
 // listenUnix listens at path with mode 0600 from the start (the umask
-// covers the moment between bind and chmod).
+// covers the moment between bind and chmod). It binds a temporary name
+// beside path and renames it into place once listening, so a client that
+// sees the socket (the SDKs' tests wait for it to appear) can connect:
+// between bind and listen a connect is refused.
 func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	tmp := filepath.Join(dir, fmt.Sprintf(".l%d", os.Getpid()))
+	if len(tmp) > maxSocketPath {
+		tmp = path // the temporary name does not fit; bind in place
+	}
+	os.Remove(tmp)
 	old := syscall.Umask(0o177)
-	l, err := net.Listen("unix", path)
+	l, err := net.Listen("unix", tmp)
 	syscall.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
-		return nil, err
-	}
 	// The socket is removed by serve itself, after the listeners stop.
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		l.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		l.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
 	return l, nil
 }
 

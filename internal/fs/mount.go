@@ -18,6 +18,7 @@ import (
 	"layerfs.dev/layerfs/internal/cloexec"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/store"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Options configure a mount.
@@ -70,7 +71,7 @@ type Server struct {
 }
 
 // ErrStale is wrapped when a mountpoint is left over from a dead server.
-var ErrStale = errors.New("stale mount")
+var ErrStale = errclass.New(errclass.Unavailable, "stale mount")
 
 // Mount mounts ov at dir (an existing directory) and serves it until
 // Unmount. The mount is made with mount(2) directly (no fusermount), is

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/unixmode"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Event kinds.
@@ -56,7 +57,7 @@ const DefaultMaxPending = 8192
 
 // ErrEnded is returned by Next when the watched directory is gone: the
 // workspace was unmounted, or the prefix directory removed.
-var ErrEnded = errors.New("the watched tree is gone")
+var ErrEnded = errclass.New(errclass.NotFound, "the watched tree is gone")
 
 const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_CLOSE_WRITE |
 	unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF |

@@ -11,7 +11,6 @@ package loopfs
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,11 +18,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // ErrToolMissing: a program loopfs needs is not on PATH; the message names
 // the Debian package that provides it.
-var ErrToolMissing = errors.New("required tool not installed")
+var ErrToolMissing = errclass.New(errclass.Unavailable, "required tool not installed")
 
 // Kinds are the file systems Make makes: the mkfs program, its arguments
 // before the image, and the Debian package that provides it.

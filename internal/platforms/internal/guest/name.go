@@ -3,12 +3,13 @@ package guest
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"strings"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // ErrNoProject: a project name is needed to name the guest.
-var ErrNoProject = errors.New("project name is empty")
+var ErrNoProject = errclass.New(errclass.Invalid, "project name is empty")
 
 // Name derives the name of a project's guest (Lima instance, container,
 // microVM): "layerfs-" and the project name lower-cased with every run of
