@@ -2,7 +2,6 @@ package commit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/dirfd"
@@ -24,10 +25,8 @@ func lookup(t testing.TB, r Reader, root store.ID, path string) *store.Entry {
 	id := root
 	var e *store.Entry
 	for c := range strings.SplitSeq(path, "/") {
-		tr, err := r.Tree(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tr, err := r.Tree(t.Context(), id)
+		require.NoError(t, err)
 		x, ok := tr.Find(c)
 		if !ok {
 			return nil
@@ -121,7 +120,7 @@ func (s *changeSet) list() []Change {
 // listPaths returns every path under dir (relative), sorted.
 func listPaths(t testing.TB, dir string) (files, dirs []string) {
 	t.Helper()
-	must(t, filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+	require.NoError(t, filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
 		if err != nil || p == dir {
 			return err
 		}
@@ -137,7 +136,7 @@ func listPaths(t testing.TB, dir string) (files, dirs []string) {
 }
 
 func randomTree(t testing.TB, r *rand.Rand, dir string, depth int) {
-	must(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.MkdirAll(dir, 0o755))
 	for i := range 2 + r.IntN(5) {
 		p := filepath.Join(dir, fmt.Sprintf("%c%d", 'a'+r.IntN(6), i))
 		switch k := r.IntN(10); {
@@ -150,9 +149,9 @@ func randomTree(t testing.TB, r *rand.Rand, dir string, depth int) {
 			for j := range b {
 				b[j] = byte(r.Uint32())
 			}
-			must(t, os.WriteFile(p, b, 0o644))
+			require.NoError(t, os.WriteFile(p, b, 0o644))
 		case k < 7:
-			must(t, os.Symlink(fmt.Sprintf("target-%d", r.IntN(100)), p))
+			require.NoError(t, os.Symlink(fmt.Sprintf("target-%d", r.IntN(100)), p))
 		default:
 			if depth > 0 {
 				randomTree(t, r, p, depth-1)
@@ -198,7 +197,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 				if !fi.Mode().IsRegular() {
 					continue
 				}
-				must(t, os.WriteFile(filepath.Join(dir, p), []byte(fmt.Sprintf("edited %d", r.Int())), 0o600))
+				require.NoError(t, os.WriteFile(filepath.Join(dir, p), []byte(fmt.Sprintf("edited %d", r.Int())), 0o600))
 				s.set(p, Change{Root: dir, Source: p})
 				log = append(log, "modify "+p)
 			case 1: // new file
@@ -207,7 +206,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 				if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
 					continue
 				}
-				must(t, os.WriteFile(filepath.Join(dir, p), []byte("new"), 0o640))
+				require.NoError(t, os.WriteFile(filepath.Join(dir, p), []byte("new"), 0o640))
 				s.set(p, Change{Root: dir, Source: p})
 				log = append(log, "create "+p)
 			case 2: // delete anything
@@ -215,7 +214,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 				if p == "" {
 					continue
 				}
-				must(t, os.RemoveAll(filepath.Join(dir, p)))
+				require.NoError(t, os.RemoveAll(filepath.Join(dir, p)))
 				s.set(p, Change{Delete: true})
 				log = append(log, "delete "+p)
 			case 3: // new directory with contents
@@ -231,7 +230,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 				if p == "" {
 					continue
 				}
-				must(t, os.Remove(filepath.Join(dir, p)))
+				require.NoError(t, os.Remove(filepath.Join(dir, p)))
 				randomTree(t, r, filepath.Join(dir, p), 0)
 				s.set(p, Change{Root: dir, Source: p, Recursive: true})
 				log = append(log, "file->dir "+p)
@@ -240,8 +239,8 @@ func TestBuildMatchesCapture(t *testing.T) {
 				if p == "" {
 					continue
 				}
-				must(t, os.RemoveAll(filepath.Join(dir, p)))
-				must(t, os.Symlink("was-a-dir", filepath.Join(dir, p)))
+				require.NoError(t, os.RemoveAll(filepath.Join(dir, p)))
+				require.NoError(t, os.Symlink("was-a-dir", filepath.Join(dir, p)))
 				s.set(p, Change{Root: dir, Source: p})
 				log = append(log, "dir->symlink "+p)
 			case 6: // chmod a directory: only its own metadata changes
@@ -249,7 +248,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 				if p == "" {
 					continue
 				}
-				must(t, os.Chmod(filepath.Join(dir, p), os.FileMode(0o700+r.IntN(0o100))))
+				require.NoError(t, os.Chmod(filepath.Join(dir, p), os.FileMode(0o700+r.IntN(0o100))))
 				if _, ok := s.changes[p]; !ok {
 					s.changes[p] = &Change{Path: p, Root: dir, Source: p}
 				}
@@ -270,7 +269,7 @@ func TestBuildMatchesCapture(t *testing.T) {
 				if _, err := os.Lstat(filepath.Join(dir, dst)); err == nil {
 					continue
 				}
-				must(t, os.Rename(filepath.Join(dir, src), filepath.Join(dir, dst)))
+				require.NoError(t, os.Rename(filepath.Join(dir, src), filepath.Join(dir, dst)))
 				s.set(src, Change{Delete: true})
 				s.set(dst, Change{Entry: e})
 				log = append(log, "rename "+src+" "+dst)
@@ -280,12 +279,12 @@ func TestBuildMatchesCapture(t *testing.T) {
 		got, st := buildT(t, db, base, changes)
 		want, full := capture(t, db, dir)
 		if got != want {
-			diffs, _, _ := Diff(context.Background(), db, want, got, "", 20)
+			diffs, _, _ := Diff(t.Context(), db, want, got, "", 20)
 			t.Fatalf("seed %d: Build gives %s, capture gives %s\nops: %s\ndiff capture->build: %+v", seed, got.Short(), want.Short(), strings.Join(log, "; "), diffs)
 		}
 		// The delta Build computed matches the totals of a full capture.
-		baseTotals, err := TreeTotals(context.Background(), db, base, nil)
-		must(t, err)
+		baseTotals, err := TreeTotals(t.Context(), db, base, nil)
+		require.NoError(t, err)
 		if baseTotals.Files+st.Delta.Files != full.Delta.Files || baseTotals.Dirs+st.Delta.Dirs != full.Delta.Dirs || baseTotals.Bytes+st.Delta.Bytes != full.Delta.Bytes {
 			t.Fatalf("seed %d: base %+v + delta %+v != full %+v\nops: %s", seed, baseTotals, st.Delta, full.Delta, strings.Join(log, "; "))
 		}
@@ -306,14 +305,14 @@ func (c *countingReader) Tree(ctx context.Context, id store.ID) (*store.Tree, er
 // TestBuildVisitsOnlyChangedPaths: one changed file in a 100,000-file
 // tree reads and writes one tree per ancestor.
 func TestBuildVisitsOnlyChangedPaths(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	db := newDB(t)
 	b, err := db.NewBatch(ctx)
-	must(t, err)
+	require.NoError(t, err)
 	chunk := []byte("same content everywhere")
 	cid := store.Hash(store.KindChunk, chunk)
 	_, err = b.PutChunk(cid, chunk)
-	must(t, err)
+	require.NoError(t, err)
 	root := &store.Tree{}
 	for d := range 100 {
 		sub := &store.Tree{}
@@ -322,23 +321,23 @@ func TestBuildVisitsOnlyChangedPaths(t *testing.T) {
 				Size: int64(len(chunk)), Object: cid, ObjectKind: store.KindChunk})
 		}
 		id, err := b.PutTree(sub)
-		must(t, err)
+		require.NoError(t, err)
 		root.Entries = append(root.Entries, store.Entry{Name: fmt.Sprintf("d%03d", d), Type: store.TypeDir, Mode: 0o755, Object: id, ObjectKind: store.KindTree})
 	}
 	base, err := b.PutTree(root)
-	must(t, err)
-	must(t, b.Flush(ctx))
+	require.NoError(t, err)
+	require.NoError(t, b.Flush(ctx))
 	b.Abort()
 
 	src := filepath.Join(t.TempDir(), "f")
-	must(t, os.WriteFile(src, []byte("changed"), 0o644))
+	require.NoError(t, os.WriteFile(src, []byte("changed"), 0o644))
 	cr := &countingReader{Reader: db}
 	b, err = db.NewBatch(ctx)
-	must(t, err)
+	require.NoError(t, err)
 	defer b.Abort()
 	got, st, err := Build(ctx, b, cr, base, []Change{{Path: "d042/f0500", Source: src}}, nil)
-	must(t, err)
-	must(t, b.Flush(ctx))
+	require.NoError(t, err)
+	require.NoError(t, b.Flush(ctx))
 	if st.Trees != 2 || cr.trees.Load() != 2 {
 		t.Errorf("wrote %d trees and read %d, want 2 and 2 (root and d042)", st.Trees, cr.trees.Load())
 	}
@@ -356,16 +355,16 @@ func TestBuildVisitsOnlyChangedPaths(t *testing.T) {
 func TestBuildEdgeCases(t *testing.T) {
 	db := newDB(t)
 	dir := t.TempDir()
-	must(t, os.MkdirAll(filepath.Join(dir, "a/deep"), 0o755))
-	must(t, os.WriteFile(filepath.Join(dir, "a/x"), []byte("x"), 0o644))
-	must(t, os.WriteFile(filepath.Join(dir, "a/y"), []byte("y"), 0o644))
-	must(t, os.WriteFile(filepath.Join(dir, "f"), []byte("f"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "a/deep"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a/x"), []byte("x"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a/y"), []byte("y"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("f"), 0o644))
 	base, _ := capture(t, db, dir)
 
 	// Deletes under a replaced directory apply to the replacement.
 	repl := t.TempDir()
-	must(t, os.WriteFile(filepath.Join(repl, "x"), []byte("new x"), 0o644))
-	must(t, os.WriteFile(filepath.Join(repl, "z"), []byte("z"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(repl, "x"), []byte("new x"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(repl, "z"), []byte("z"), 0o644))
 	got, _ := buildT(t, db, base, []Change{{Path: "a/x", Delete: true}, {Path: "a", Source: repl, Recursive: true}})
 	if lookup(t, db, got, "a/x") != nil || lookup(t, db, got, "a/y") != nil || lookup(t, db, got, "a/z") == nil {
 		t.Errorf("delete under a replaced dir: want only a/z")
@@ -414,13 +413,11 @@ func TestBuildEdgeCases(t *testing.T) {
 		{"missing source", []Change{{Path: "a/q", Source: filepath.Join(dir, "does-not-exist")}}, os.ErrNotExist},
 	}
 	for _, c := range bad {
-		b, err := db.NewBatch(context.Background())
-		must(t, err)
-		_, _, err = Build(context.Background(), b, db, base, c.changes, nil)
+		b, err := db.NewBatch(t.Context())
+		require.NoError(t, err)
+		_, _, err = Build(t.Context(), b, db, base, c.changes, nil)
 		b.Abort()
-		if !errors.Is(err, c.want) {
-			t.Errorf("%s: err = %v, want %v", c.name, err, c.want)
-		}
+		assert.ErrorIs(t, err, c.want, c.name)
 	}
 }
 
@@ -429,21 +426,21 @@ func TestBuildEdgeCases(t *testing.T) {
 func TestBuildEmptyDirEntry(t *testing.T) {
 	db := newDB(t)
 	f := filepath.Join(t.TempDir(), "f")
-	must(t, os.WriteFile(f, []byte("x"), 0o644))
+	require.NoError(t, os.WriteFile(f, []byte("x"), 0o644))
 	dirEntry := &store.Entry{Type: store.TypeDir, Mode: 0o755, ObjectKind: store.KindTree}
 	root, _ := buildT(t, db, store.ZeroID, []Change{{Path: "e", Entry: dirEntry}, {Path: "n", Entry: dirEntry}, {Path: "n/f", Source: f}})
 	e := lookup(t, db, root, "e")
 	if e == nil || e.Object.IsZero() {
 		t.Fatalf("e = %+v, want a directory naming a stored empty tree", e)
 	}
-	if tr, err := db.Tree(context.Background(), e.Object); err != nil || len(tr.Entries) != 0 {
+	if tr, err := db.Tree(t.Context(), e.Object); err != nil || len(tr.Entries) != 0 {
 		t.Errorf("e's tree: %v %v", tr, err)
 	}
 	if lookup(t, db, root, "n/f") == nil {
 		t.Errorf("n/f missing")
 	}
-	rep, err := db.Fsck(context.Background(), nil)
-	must(t, err)
+	rep, err := db.Fsck(t.Context(), nil)
+	require.NoError(t, err)
 	if !rep.OK() {
 		t.Errorf("fsck: %v", rep.Err())
 	}
@@ -453,30 +450,30 @@ func TestBuildEmptyDirEntry(t *testing.T) {
 // entries. The base tree is shared, not copied; the cost is encoding and
 // storing the one new tree.
 func BenchmarkBuildFlat100k(bb *testing.B) {
-	ctx := context.Background()
+	ctx := bb.Context()
 	db := newDB(bb)
 	b, err := db.NewBatch(ctx)
-	must(bb, err)
+	require.NoError(bb, err)
 	chunk := []byte("x")
 	cid := store.Hash(store.KindChunk, chunk)
 	_, err = b.PutChunk(cid, chunk)
-	must(bb, err)
+	require.NoError(bb, err)
 	root := &store.Tree{}
 	for f := range 100000 {
 		root.Entries = append(root.Entries, store.Entry{Name: fmt.Sprintf("f%06d", f), Type: store.TypeFile, Mode: 0o644,
 			Size: 1, Object: cid, ObjectKind: store.KindChunk})
 	}
 	base, err := b.PutTree(root)
-	must(bb, err)
-	must(bb, b.Flush(ctx))
+	require.NoError(bb, err)
+	require.NoError(bb, b.Flush(ctx))
 	b.Abort()
 	src := filepath.Join(bb.TempDir(), "f")
-	must(bb, os.WriteFile(src, []byte("y"), 0o644))
+	require.NoError(bb, os.WriteFile(src, []byte("y"), 0o644))
 	for bb.Loop() {
 		b, err := db.NewBatch(ctx)
-		must(bb, err)
+		require.NoError(bb, err)
 		_, _, err = Build(ctx, b, db, base, []Change{{Path: "f050000", Source: src}}, nil)
-		must(bb, err)
+		require.NoError(bb, err)
 		b.Abort()
 	}
 }

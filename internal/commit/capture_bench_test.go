@@ -1,22 +1,23 @@
 package commit
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkCapture64MiB captures one 64 MiB random file into a fresh store,
 // flush (fsync and index commit) included.
 func BenchmarkCapture64MiB(b *testing.B) {
 	dir := b.TempDir()
-	must(b, os.WriteFile(filepath.Join(dir, "random"), randBytes(9, 64<<20), 0o644))
+	require.NoError(b, os.WriteFile(filepath.Join(dir, "random"), randBytes(9, 64<<20), 0o644))
 	b.SetBytes(64 << 20)
-	ctx := context.Background()
+	ctx := b.Context()
 	var tcap, tflush time.Duration
 	cpu0 := cpuTime()
 	for b.Loop() {
@@ -24,12 +25,12 @@ func BenchmarkCapture64MiB(b *testing.B) {
 		db := newDB(b)
 		b.StartTimer()
 		bt, err := db.NewBatch(ctx)
-		must(b, err)
+		require.NoError(b, err)
 		t0 := time.Now()
 		_, _, err = CaptureDir(ctx, bt, db, dir, nil)
-		must(b, err)
+		require.NoError(b, err)
 		t1 := time.Now()
-		must(b, bt.Flush(ctx))
+		require.NoError(b, bt.Flush(ctx))
 		tcap += t1.Sub(t0)
 		tflush += time.Since(t1)
 		bt.Abort()
@@ -37,8 +38,8 @@ func BenchmarkCapture64MiB(b *testing.B) {
 		// the guest never touched cost a slow first fault, which would
 		// otherwise dominate every round.
 		b.StopTimer()
-		must(b, db.Close())
-		must(b, os.RemoveAll(db.Dir()))
+		require.NoError(b, db.Close())
+		require.NoError(b, os.RemoveAll(db.Dir()))
 		b.StartTimer()
 	}
 	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
@@ -62,20 +63,20 @@ func BenchmarkCaptureSmallFiles(b *testing.B) {
 	dir := b.TempDir()
 	for i := range 10000 {
 		sub := filepath.Join(dir, "d"+strconv.Itoa(i%100))
-		must(b, os.MkdirAll(sub, 0o755))
-		must(b, os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(i)), randBytes(uint64(i), 200+i%2000), 0o644))
+		require.NoError(b, os.MkdirAll(sub, 0o755))
+		require.NoError(b, os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(i)), randBytes(uint64(i), 200+i%2000), 0o644))
 	}
-	ctx := context.Background()
+	ctx := b.Context()
 	cpu0 := cpuTime()
 	for b.Loop() {
 		b.StopTimer()
 		db := newDB(b)
 		b.StartTimer()
 		bt, err := db.NewBatch(ctx)
-		must(b, err)
+		require.NoError(b, err)
 		_, _, err = CaptureDir(ctx, bt, db, dir, nil)
-		must(b, err)
-		must(b, bt.Flush(ctx))
+		require.NoError(b, err)
+		require.NoError(b, bt.Flush(ctx))
 		bt.Abort()
 	}
 	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")

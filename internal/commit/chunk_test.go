@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func randBytes(seed uint64, n int) []byte {
@@ -34,9 +36,7 @@ func cutAll(c *Chunker, data []byte) []int {
 
 func TestChunkerBounds(t *testing.T) {
 	c, err := NewChunker(DefaultParams)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	data := randBytes(1, 8<<20)
 	sizes := cutAll(c, data)
 	var sum, sq float64
@@ -122,9 +122,7 @@ func BenchmarkChunker(b *testing.B) {
 func TestChunkerZeroShortcut(t *testing.T) {
 	for _, p := range []Params{DefaultParams, {Min: 4096, Avg: 12288, Max: 49152}, {Min: 64, Avg: 256, Max: 1024}} {
 		c, err := NewChunker(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		hashing := *c
 		hashing.zeroCut = 0 // Cut hashes every byte
 		for i, zeros := range []int{p.Max - 1, p.Max, p.Max + 1, 3*p.Max + 17, 1 << 20} {

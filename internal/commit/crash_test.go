@@ -2,7 +2,6 @@ package commit
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/store"
 )
 
@@ -21,27 +22,27 @@ import (
 // that the parent can rebuild what the child committed.
 func genDir(t testing.TB, dir string, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 7))
-	must(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
 	for i := range 3 + r.IntN(4) {
 		b := make([]byte, r.IntN(4000))
 		for j := range b {
 			b[j] = byte(r.Uint32())
 		}
-		must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d", i)), b, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d", i)), b, 0o644))
 	}
 	big := make([]byte, 100<<10+r.IntN(200<<10)) // chunked: several pack records
 	for j := range big {
 		big[j] = byte(r.Uint32())
 	}
-	must(t, os.WriteFile(filepath.Join(dir, "sub/big"), big, 0o600))
-	must(t, os.WriteFile(filepath.Join(dir, "seed"), []byte(strconv.FormatUint(seed, 10)), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sub/big"), big, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "seed"), []byte(strconv.FormatUint(seed, 10)), 0o644))
 	ts := time.Unix(1_600_000_000+int64(seed), 0)
 	for _, p := range []string{"sub/big", "sub", "seed", "."} {
-		must(t, os.Chtimes(filepath.Join(dir, p), ts, ts))
+		require.NoError(t, os.Chtimes(filepath.Join(dir, p), ts, ts))
 	}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		must(t, os.Chtimes(filepath.Join(dir, e.Name()), ts, ts))
+		require.NoError(t, os.Chtimes(filepath.Join(dir, e.Name()), ts, ts))
 	}
 }
 
@@ -53,7 +54,7 @@ func TestCrashChild(t *testing.T) {
 		t.Skip("child process of TestCrashSafety")
 	}
 	round, _ := strconv.ParseUint(os.Getenv("LAYERFS_CRASH_ROUND"), 10, 64)
-	ctx := context.Background()
+	ctx := t.Context()
 	db, err := store.Open(ctx, dir, store.Options{})
 	if err != nil {
 		fmt.Println("ERR", err)
@@ -83,14 +84,14 @@ func TestCrashSafety(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	base := t.TempDir()
 	dir := filepath.Join(base, "store")
 	db, err := store.Init(ctx, dir, store.Options{})
-	must(t, err)
+	require.NoError(t, err)
 	_, _, _, err = CreateProject(ctx, db, "p", "", Meta{}, nil)
-	must(t, err)
-	must(t, db.Close())
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
 
 	type ack struct {
 		seed uint64
@@ -104,9 +105,9 @@ func TestCrashSafety(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "LAYERFS_CRASH_STORE="+dir, "LAYERFS_CRASH_ROUND="+strconv.FormatUint(round+1, 10))
 		out, err := cmd.StdoutPipe()
-		must(t, err)
+		require.NoError(t, err)
 		cmd.Stderr = os.Stderr
-		must(t, cmd.Start())
+		require.NoError(t, cmd.Start())
 		lines := make(chan string)
 		go func() {
 			sc := bufio.NewScanner(out)
@@ -138,14 +139,14 @@ func TestCrashSafety(t *testing.T) {
 				if f := strings.Fields(line); len(f) == 3 && f[0] == "ACK" {
 					seed, _ := strconv.ParseUint(f[1], 10, 64)
 					id, err := store.ParseID(f[2])
-					must(t, err)
+					require.NoError(t, err)
 					fresh = append(fresh, ack{seed, id})
 					if timer == nil {
 						timer = time.After(delay)
 					}
 				}
 			case <-timer:
-				must(t, cmd.Process.Signal(syscall.SIGKILL))
+				require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 				killed, timer = true, nil
 			case <-deadline:
 				t.Fatalf("round %d: the child made no progress", round)
@@ -162,19 +163,15 @@ func TestCrashSafety(t *testing.T) {
 		acked = append(acked, fresh...)
 
 		db, err := store.Open(ctx, dir, store.Options{})
-		if err != nil {
-			t.Fatalf("round %d: store does not open after SIGKILL: %v", round, err)
-		}
+		require.NoError(t, err, "round %d: store does not open after SIGKILL", round)
 		rep, err := db.Fsck(ctx, nil)
-		must(t, err)
-		if err := rep.Err(); err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, rep.Err(), "round %d", round)
 		head, err := db.Branch(ctx, "p", "main")
-		must(t, err)
+		require.NoError(t, err)
 		onBranch := map[store.ID]bool{}
 		log, err := Log(ctx, db, "p", "main", 0)
-		must(t, err)
+		require.NoError(t, err)
 		for _, e := range log {
 			onBranch[e.ID] = true
 		}
@@ -185,19 +182,18 @@ func TestCrashSafety(t *testing.T) {
 		}
 		for _, a := range fresh {
 			c, err := db.Commit(ctx, a.id)
-			must(t, err)
+			require.NoError(t, err)
 			want := filepath.Join(base, "want", strconv.FormatUint(a.seed, 10))
 			genDir(t, want, a.seed)
 			got := filepath.Join(base, "got", strconv.FormatUint(a.seed, 10))
-			if _, err := Checkout(ctx, db, c.Root, got, nil); err != nil {
-				t.Fatalf("round %d: checkout of %s: %v", round, a.id.Short(), err)
-			}
+			_, err = Checkout(ctx, db, c.Root, got, nil)
+			require.NoError(t, err, "round %d: checkout of %s", round, a.id.Short())
 			compareDirs(t, want, got, cmpOpts{dirTime: true})
-			must(t, os.RemoveAll(want))
-			must(t, os.RemoveAll(got))
+			require.NoError(t, os.RemoveAll(want))
+			require.NoError(t, os.RemoveAll(got))
 		}
-		must(t, db.Close())
-		must(t, os.RemoveAll(filepath.Join(base, "work")))
+		require.NoError(t, db.Close())
+		require.NoError(t, os.RemoveAll(filepath.Join(base, "work")))
 		if t.Failed() {
 			return
 		}

@@ -1,12 +1,13 @@
 package commit
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/store"
 )
@@ -15,8 +16,8 @@ func TestDiff(t *testing.T) {
 	db := newDB(t)
 	a := t.TempDir()
 	w := func(dir, p, s string) {
-		must(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755))
-		must(t, os.WriteFile(filepath.Join(dir, p), []byte(s), 0o644))
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, p), []byte(s), 0o644))
 	}
 	w(a, "same/x", "x")
 	w(a, "mod", "1")
@@ -24,38 +25,38 @@ func TestDiff(t *testing.T) {
 	w(a, "gonedir/y", "y")
 	w(a, "t2d", "file")
 	w(a, "d2t/z", "z")
-	must(t, os.Chmod(filepath.Join(a, "same"), 0o755))
+	require.NoError(t, os.Chmod(filepath.Join(a, "same"), 0o755))
 	b := filepath.Join(t.TempDir(), "b")
-	must(t, os.CopyFS(b, os.DirFS(a)))
+	require.NoError(t, os.CopyFS(b, os.DirFS(a)))
 	// CopyFS does not keep mtimes: give both sides the same.
 	for _, dir := range []string{a, b} {
-		must(t, filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-			must(t, err)
+		require.NoError(t, filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+			require.NoError(t, err)
 			return os.Chtimes(p, fi.ModTime().Truncate(0).AddDate(-1, 0, 0).Round(1e9), fi.ModTime().AddDate(-1, 0, 0).Round(1e9))
 		}))
 	}
-	must(t, filepath.Walk(b, func(p string, fi os.FileInfo, err error) error {
+	require.NoError(t, filepath.Walk(b, func(p string, fi os.FileInfo, err error) error {
 		rel, _ := filepath.Rel(b, p)
 		ai, _ := os.Lstat(filepath.Join(a, rel))
 		return os.Chtimes(p, ai.ModTime(), ai.ModTime())
 	}))
 	from, _ := capture(t, db, a)
 	w(b, "mod", "2")
-	must(t, os.Remove(filepath.Join(b, "gone")))
-	must(t, os.RemoveAll(filepath.Join(b, "gonedir")))
-	must(t, os.Remove(filepath.Join(b, "t2d")))
+	require.NoError(t, os.Remove(filepath.Join(b, "gone")))
+	require.NoError(t, os.RemoveAll(filepath.Join(b, "gonedir")))
+	require.NoError(t, os.Remove(filepath.Join(b, "t2d")))
 	w(b, "t2d/inner", "i")
-	must(t, os.RemoveAll(filepath.Join(b, "d2t")))
+	require.NoError(t, os.RemoveAll(filepath.Join(b, "d2t")))
 	w(b, "d2t", "now a file")
 	w(b, "new/deep/file", "n")
 	for _, p := range []string{".", "same", "same/x"} { // restore what the edits touched
 		ai, _ := os.Lstat(filepath.Join(a, p))
-		must(t, os.Chtimes(filepath.Join(b, p), ai.ModTime(), ai.ModTime()))
+		require.NoError(t, os.Chtimes(filepath.Join(b, p), ai.ModTime(), ai.ModTime()))
 	}
 	to, _ := capture(t, db, b)
 
-	all, next, err := Diff(context.Background(), db, from, to, "", 0)
-	must(t, err)
+	all, next, err := Diff(t.Context(), db, from, to, "", 0)
+	require.NoError(t, err)
 	if next != "" {
 		t.Errorf("next = %q without a limit", next)
 	}
@@ -83,8 +84,8 @@ func TestDiff(t *testing.T) {
 		var paged []Difference
 		cursor := ""
 		for range 100 {
-			page, nxt, err := Diff(context.Background(), db, from, to, cursor, limit)
-			must(t, err)
+			page, nxt, err := Diff(t.Context(), db, from, to, cursor, limit)
+			require.NoError(t, err)
 			if len(page) > limit {
 				t.Fatalf("limit %d: page of %d", limit, len(page))
 			}
@@ -104,12 +105,12 @@ func TestDiff(t *testing.T) {
 		}
 	}
 	// Equal trees: nothing, without reading them.
-	if d, _, err := Diff(context.Background(), db, from, from, "", 0); err != nil || len(d) != 0 {
+	if d, _, err := Diff(t.Context(), db, from, from, "", 0); err != nil || len(d) != 0 {
 		t.Errorf("diff of a tree with itself: %v %v", d, err)
 	}
 	// From the empty tree everything is added.
-	d, _, err := Diff(context.Background(), db, store.ZeroID, from, "", 0)
-	must(t, err)
+	d, _, err := Diff(t.Context(), db, store.ZeroID, from, "", 0)
+	require.NoError(t, err)
 	if len(d) != 9 {
 		t.Errorf("diff from the empty tree: %d differences, want 9 (every path)", len(d))
 	}

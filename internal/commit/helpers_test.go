@@ -2,7 +2,6 @@ package commit
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/store"
@@ -18,10 +18,8 @@ import (
 
 func newDB(t testing.TB) *store.DB {
 	t.Helper()
-	db, err := store.Init(context.Background(), filepath.Join(t.TempDir(), "store"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, err := store.Init(t.Context(), filepath.Join(t.TempDir(), "store"), store.Options{})
+	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	return db
 }
@@ -29,38 +27,26 @@ func newDB(t testing.TB) *store.DB {
 // capture stores dir as a root tree and flushes.
 func capture(t testing.TB, db *store.DB, dir string) (store.ID, Stats) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	b, err := db.NewBatch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer b.Abort()
 	id, st, err := CaptureDir(ctx, b, db, dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, b.Flush(ctx))
 	return id, st
 }
 
 // buildT applies changes and flushes.
 func buildT(t testing.TB, db *store.DB, base store.ID, changes []Change) (store.ID, Stats) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	b, err := db.NewBatch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer b.Abort()
 	id, st, err := Build(ctx, b, db, base, changes, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, b.Flush(ctx))
 	return id, st
 }
 
@@ -102,9 +88,7 @@ func scan(t testing.TB, root string) map[string]*fileInfo {
 		out[rel] = fi
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return out
 }
 
@@ -171,12 +155,5 @@ func compareDirs(t testing.TB, want, got string, o cmpOpts) {
 	}
 	if len(problems) > 0 {
 		t.Errorf("%s vs %s:\n%s", want, got, strings.Join(problems, "\n"))
-	}
-}
-
-func must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }

@@ -1,39 +1,41 @@
 package commit
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/store"
 )
 
 func TestPublishCAS(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	db := newDB(t)
 	dir := t.TempDir()
-	must(t, os.WriteFile(filepath.Join(dir, "f"), []byte("1"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("1"), 0o644))
 	_, first, _, err := CreateProject(ctx, db, "p", dir, Meta{Message: "one"}, nil)
-	must(t, err)
+	require.NoError(t, err)
 
 	// Same tree as the head: up-to-date, no new commit.
 	p, _, err := CommitDir(ctx, db, "p", "main", dir, Meta{Message: "again"}, nil)
-	must(t, err)
+	require.NoError(t, err)
 	if p.Result != UpToDate || p.Commit != first || p.Err() != nil {
 		t.Fatalf("unchanged commit: %+v, want up-to-date at %s", p, first.Short())
 	}
 
 	// A change: created, parent is the old head.
-	must(t, os.WriteFile(filepath.Join(dir, "f"), []byte("2"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("2"), 0o644))
 	p, st, err := CommitDir(ctx, db, "p", "main", dir, Meta{Message: "two"}, nil)
-	must(t, err)
+	require.NoError(t, err)
 	if p.Result != Created || p.Head != p.Commit {
 		t.Fatalf("changed commit: %+v, want created", p)
 	}
 	c, err := db.Commit(ctx, p.Commit)
-	must(t, err)
+	require.NoError(t, err)
 	if c.Parent != first || c.Message != "two" || c.Stats.Changed != 1 || c.Stats.Files != 1 {
 		t.Errorf("commit %+v: want parent %s, message two, 1 changed, 1 file", c, first.Short())
 	}
@@ -43,11 +45,11 @@ func TestPublishCAS(t *testing.T) {
 	second := p.Commit
 
 	// Publishing against a stale expect: head-moved, commit stored, branch unchanged.
-	must(t, os.WriteFile(filepath.Join(dir, "f"), []byte("3"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("3"), 0o644))
 	root, _, err := captureRoot(ctx, db, dir, nil)
-	must(t, err)
+	require.NoError(t, err)
 	p, err = Publish(ctx, db, "p", "main", first, &store.Commit{Root: root, Message: "stale"})
-	must(t, err)
+	require.NoError(t, err)
 	if p.Result != HeadMoved || p.Head != second || !errors.Is(p.Err(), ErrHeadMoved) {
 		t.Fatalf("stale publish: %+v (err %v), want head-moved with head %s", p, p.Err(), second.Short())
 	}
@@ -55,56 +57,56 @@ func TestPublishCAS(t *testing.T) {
 		t.Errorf("head-moved commit %s not stored: %v", p.Commit.Short(), err)
 	}
 	b, err := db.Branch(ctx, "p", "main")
-	must(t, err)
+	require.NoError(t, err)
 	if b.Head != second {
 		t.Errorf("head moved to %s by a failed CAS", b.Head.Short())
 	}
 	// The stored commit can be forked from.
 	fb, err := Fork(ctx, db, "p", "rescue", p.Commit.String())
-	must(t, err)
+	require.NoError(t, err)
 	if fb.Head != p.Commit {
 		t.Errorf("fork head %s, want %s", fb.Head.Short(), p.Commit.Short())
 	}
 }
 
 func TestHistory(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	db := newDB(t)
 	_, empty, _, err := CreateProject(ctx, db, "e", "", Meta{}, nil)
-	must(t, err)
+	require.NoError(t, err)
 	c, err := db.Commit(ctx, empty)
-	must(t, err)
+	require.NoError(t, err)
 	if c.Root.IsZero() || c.Stats.Files != 0 {
 		t.Errorf("empty project's commit: %+v", c)
 	}
 	ls, err := db.Layers(ctx, "e")
-	must(t, err)
+	require.NoError(t, err)
 	if len(ls) != 1 || ls[0].Commit != empty {
 		t.Errorf("layers %+v, want one at %s", ls, empty.Short())
 	}
 	// fork from layer, commit on the fork, add it as the next layer, log.
 	_, err = Fork(ctx, db, "e", "dev", "layer:1")
-	must(t, err)
+	require.NoError(t, err)
 	dir := t.TempDir()
-	must(t, os.WriteFile(filepath.Join(dir, "x"), []byte("x"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "x"), []byte("x"), 0o644))
 	p, _, err := CommitDir(ctx, db, "e", "dev", dir, Meta{Message: "add x"}, nil)
-	must(t, err)
+	require.NoError(t, err)
 	l, err := AddLayer(ctx, db, "e", "dev")
-	must(t, err)
+	require.NoError(t, err)
 	if l.Index != 2 || l.Commit != p.Commit {
 		t.Errorf("layer %+v, want 2 at %s", l, p.Commit.Short())
 	}
 	log, err := Log(ctx, db, "e", "dev", 0)
-	must(t, err)
+	require.NoError(t, err)
 	if len(log) != 2 || log[0].ID != p.Commit || log[1].ID != empty || log[0].Message != "add x" {
 		t.Errorf("log %+v", log)
 	}
 	// CommitChanges on top of the fork, the way a workspace commits.
-	must(t, os.WriteFile(filepath.Join(dir, "y"), []byte("yy"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "y"), []byte("yy"), 0o644))
 	p2, _, err := CommitChanges(ctx, db, "e", "dev", p.Commit, []Change{{Path: "y", Source: filepath.Join(dir, "y")}}, Meta{Message: "add y"}, nil)
-	must(t, err)
+	require.NoError(t, err)
 	c2, err := db.Commit(ctx, p2.Commit)
-	must(t, err)
+	require.NoError(t, err)
 	if p2.Result != Created || c2.Stats.Files != 2 || c2.Stats.Bytes != 3 || c2.Stats.Changed != 1 {
 		t.Errorf("CommitChanges: %+v, commit %+v", p2, c2)
 	}
@@ -131,18 +133,16 @@ func TestHistory(t *testing.T) {
 		}(), os.ErrNotExist},
 	}
 	for _, c := range bad {
-		if !errors.Is(c.err, c.want) {
-			t.Errorf("%s: err = %v, want %v", c.name, c.err, c.want)
-		}
+		assert.ErrorIs(t, c.err, c.want, c.name)
 	}
 	// Nothing of the failures is visible.
 	ps, err := db.Projects(ctx)
-	must(t, err)
+	require.NoError(t, err)
 	if len(ps) != 1 {
 		t.Errorf("projects %+v, want only e", ps)
 	}
 	bs, err := db.Branches(ctx, "e")
-	must(t, err)
+	require.NoError(t, err)
 	if len(bs) != 2 {
 		t.Errorf("branches %+v, want main and dev", bs)
 	}

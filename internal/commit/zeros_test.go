@@ -2,13 +2,13 @@ package commit
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/store"
@@ -33,9 +33,9 @@ func TestZeroRunsBecomeHoles(t *testing.T) {
 	want.Write(data(300 << 10))
 	want.Write(make([]byte, 100)) // a short zero run stays data
 	want.Write(data(10 << 10))
-	must(t, os.WriteFile(filepath.Join(src, "f"), want.Bytes(), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "f"), want.Bytes(), 0o644))
 	var st unix.Stat_t
-	must(t, unix.Stat(filepath.Join(src, "f"), &st))
+	require.NoError(t, unix.Stat(filepath.Join(src, "f"), &st))
 	if st.Blocks*512 < int64(want.Len()) {
 		t.Fatalf("the source must be fully allocated (%d of %d bytes)", st.Blocks*512, want.Len())
 	}
@@ -45,12 +45,12 @@ func TestZeroRunsBecomeHoles(t *testing.T) {
 	if cs.NewBytes > 700<<10 {
 		t.Errorf("stored %d payload bytes for %d data bytes: the zeros were stored", cs.NewBytes, 610<<10)
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	tree, err := db.Tree(ctx, root)
-	must(t, err)
+	require.NoError(t, err)
 	e, _ := tree.Find("f")
 	m, err := db.Manifest(ctx, e.Object)
-	must(t, err)
+	require.NoError(t, err)
 	var holes int64
 	for _, x := range m.Extents {
 		if x.Chunk.IsZero() {
@@ -66,19 +66,18 @@ func TestZeroRunsBecomeHoles(t *testing.T) {
 		}
 	}
 	r, err := db.OpenContent(ctx, e)
-	must(t, err)
+	require.NoError(t, err)
 	got, err := io.ReadAll(r)
 	r.Close()
-	must(t, err)
+	require.NoError(t, err)
 	if !bytes.Equal(got, want.Bytes()) {
 		t.Fatalf("content read back differs")
 	}
 	out := filepath.Join(t.TempDir(), "out")
-	if _, err := Checkout(ctx, db, root, out, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, err = Checkout(ctx, db, root, out, nil)
+	require.NoError(t, err)
 	back, err := os.ReadFile(filepath.Join(out, "f"))
-	must(t, err)
+	require.NoError(t, err)
 	if !bytes.Equal(back, want.Bytes()) {
 		t.Fatalf("checked-out content differs")
 	}
