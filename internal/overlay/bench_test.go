@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/overlay"
 )
 
@@ -16,26 +18,18 @@ func BenchmarkUpperOps(b *testing.B) {
 	d := e.ov.Root()
 	for _, name := range []string{"a", "b", "c", "d"} {
 		n, err := e.ov.Mkdir(e.ctx, d, name, 0o755, overlay.Caller{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		d = n
 	}
 	b.ResetTimer()
 	for b.Loop() {
 		n, f, err := e.ov.Create(e.ctx, d, "f", os.O_RDWR, 0o644, overlay.Caller{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		f.Close()
-		if _, err := e.ov.Getattr(e.ctx, n, nil); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := e.ov.Setattr(e.ctx, n, overlay.SetAttr{Valid: overlay.SetMode, Mode: 0o600}, nil); err != nil {
-			b.Fatal(err)
-		}
-		if err := e.ov.Unlink(e.ctx, d, "f"); err != nil {
-			b.Fatal(err)
-		}
+		_, err = e.ov.Getattr(e.ctx, n, nil)
+		require.NoError(b, err)
+		_, err = e.ov.Setattr(e.ctx, n, overlay.SetAttr{Valid: overlay.SetMode, Mode: 0o600}, nil)
+		require.NoError(b, err)
+		require.NoError(b, e.ov.Unlink(e.ctx, d, "f"))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/commit"
@@ -31,36 +32,30 @@ type env struct {
 // directories, a symlink, a hard-link pair, xattrs, a fifo.
 func populate(t testing.TB, dir string) {
 	t.Helper()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(os.MkdirAll(filepath.Join(dir, "a/b/c"), 0o755))
-	must(os.MkdirAll(filepath.Join(dir, "d/e"), 0o750))
-	must(os.WriteFile(filepath.Join(dir, "f1"), []byte("hello\n"), 0o644))
-	must(os.WriteFile(filepath.Join(dir, "a/f2"), []byte(strings.Repeat("abc", 40000)), 0o600))
-	must(os.WriteFile(filepath.Join(dir, "a/b/f3"), []byte("three"), 0o755))
-	must(os.WriteFile(filepath.Join(dir, "a/b/c/f4"), nil, 0o644))
-	must(os.WriteFile(filepath.Join(dir, "d/e/f5"), []byte("five"), 0o644))
-	must(os.Symlink("../f1", filepath.Join(dir, "a/link")))
-	must(os.WriteFile(filepath.Join(dir, "h1"), []byte("hard"), 0o644))
-	must(os.Link(filepath.Join(dir, "h1"), filepath.Join(dir, "d/h2")))
-	must(unix.Setxattr(filepath.Join(dir, "f1"), "user.color", []byte("blue"), 0))
-	must(unix.Mkfifo(filepath.Join(dir, "d/fifo"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "a/b/c"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "d/e"), 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f1"), []byte("hello\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a/f2"), []byte(strings.Repeat("abc", 40000)), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a/b/f3"), []byte("three"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a/b/c/f4"), nil, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "d/e/f5"), []byte("five"), 0o644))
+	require.NoError(t, os.Symlink("../f1", filepath.Join(dir, "a/link")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "h1"), []byte("hard"), 0o644))
+	require.NoError(t, os.Link(filepath.Join(dir, "h1"), filepath.Join(dir, "d/h2")))
+	require.NoError(t, unix.Setxattr(filepath.Join(dir, "f1"), "user.color", []byte("blue"), 0))
+	require.NoError(t, unix.Mkfifo(filepath.Join(dir, "d/fifo"), 0o644))
 	f, err := os.Create(filepath.Join(dir, "sparse"))
-	must(err)
-	must(f.Truncate(8 << 20))
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(8<<20))
 	_, err = f.WriteAt([]byte("middle"), 4<<20)
-	must(err)
-	must(f.Close())
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
 }
 
 func newEnv(t testing.TB, populated bool) *env {
 	t.Helper()
 	testenv.RequireRoot(t) // whiteouts are device nodes, xattrs are trusted.*
-	ctx := context.Background()
+	ctx := t.Context()
 	var fill func(testing.TB, string)
 	if populated {
 		fill = populate
@@ -277,9 +272,7 @@ func runLockstep(t *testing.T, e *env, target overlaytest.Target, ref string, se
 	var recent []string
 	for i := 0; i < n; i++ {
 		op, err := g.Step(ref, target)
-		if err != nil {
-			t.Fatalf("op %d %v", i, err)
-		}
+		require.NoError(t, err, "op %d", i)
 		recent = append(recent, fmt.Sprintf("%d %v", i, op))
 		if commitEvery > 0 && (i+1)%commitEvery == 0 {
 			root = e.Commit(e.ov)
@@ -311,20 +304,14 @@ func TestRandomOpsAPI(t *testing.T) {
 			root := runLockstep(t, e, apiTarget{e.ctx, e.ov}, ref, 42, 20000, every)
 			// A fresh overlay on the new commit shows the same tree.
 			ov2, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: root, UpperDir: filepath.Join(t.TempDir(), "u2")})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			files, _ := overlaytest.Scan(ref)
 			for _, f := range files {
 				n, err := apiTarget{e.ctx, ov2}.resolve(f)
-				if err != nil {
-					t.Fatalf("fresh overlay: %s: %v", f, err)
-				}
+				require.NoError(t, err, "fresh overlay: %s", f)
 				want, _ := os.ReadFile(filepath.Join(ref, f))
 				of, err := ov2.Open(e.ctx, n, os.O_RDONLY)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				got := make([]byte, len(want)+1)
 				k, _ := of.ReadAt(got, 0)
 				of.Close()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/overlay"
@@ -26,9 +27,7 @@ func TestUpperTracker(t *testing.T) {
 	tmp := t.TempDir()
 	upper, work, mnt := filepath.Join(tmp, "upper"), filepath.Join(tmp, "work"), filepath.Join(tmp, "mnt")
 	for _, d := range []string{upper, work, mnt} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Mkdir(d, 0o755))
 	}
 	opts := "lowerdir=" + s.Base + ",upperdir=" + upper + ",workdir=" + work + ",redirect_dir=on,metacopy=on"
 	if err := unix.Mount("overlay", mnt, "overlay", 0, opts); err != nil {
@@ -37,14 +36,10 @@ func TestUpperTracker(t *testing.T) {
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
 
 	set, err := overlay.NewUpperTrackers()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer set.Close()
 	tr, err := set.Track(ctx, upper, s.DB, s.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer tr.Close()
 	steps := []struct{ name, sh string }{
 		{"nothing yet", "true"},
@@ -67,19 +62,13 @@ func TestUpperTracker(t *testing.T) {
 			t.Fatalf("%s: %v\n%s", st.name, err, out)
 		}
 		got, disk, err := tr.Summary(ctx)
-		if err != nil {
-			t.Fatalf("%s: summary: %v", st.name, err)
-		}
+		require.NoError(t, err, "%s: summary", st.name)
 		if du := diskUsage(t, upper); disk != du {
 			t.Fatalf("after %q: tracked %d bytes on disk, a walk counts %d", st.name, disk, du)
 		}
 		want, err := overlay.ScanUpper(upper)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := overlay.CountCopyUps(ctx, s.DB, s.Root, want); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, overlay.CountCopyUps(ctx, s.DB, s.Root, want))
 		if got != want.UpperSummary {
 			t.Fatalf("after %q: tracked %+v, scanned %+v", st.name, got, want.UpperSummary)
 		}
@@ -101,8 +90,6 @@ func diskUsage(t *testing.T, dir string) int64 {
 		n += st.Blocks * 512
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return n
 }

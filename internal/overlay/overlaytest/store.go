@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/store"
@@ -32,14 +34,10 @@ func NewStore(t testing.TB, ctx context.Context, populate func(t testing.TB, dir
 	t.Helper()
 	tmp := t.TempDir()
 	db, err := store.Init(ctx, filepath.Join(tmp, "store"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	s := &Store{DB: db, Base: filepath.Join(tmp, "base"), t: t, ctx: ctx}
-	if err := os.Mkdir(s.Base, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(s.Base, 0o755))
 	if populate != nil {
 		populate(t, s.Base)
 		s.Root = s.Capture(s.Base)
