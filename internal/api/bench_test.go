@@ -1,12 +1,13 @@
 package api_test
 
 import (
-	"context"
 	"net"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/api"
@@ -20,40 +21,33 @@ import (
 func benchClient(b *testing.B) (*client.Client, *client.Workspace) {
 	sock := filepath.Join(b.TempDir(), "api.sock")
 	l, err := net.Listen("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	hs := httptest.NewUnstartedServer(api.NewServer(apitest.New(), api.Options{}).Handler(api.ListenerOptions{}))
 	hs.Listener.Close()
 	hs.Listener = l
 	hs.Start()
 	b.Cleanup(hs.Close)
-	ctx := context.Background()
+	ctx := b.Context()
 	c, err := client.Dial(ctx, "unix://"+sock)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	c.CreateProject(ctx, wire.CreateProject{Name: "p"})
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	return c, ws
 }
 
 func BenchmarkVersion(b *testing.B) {
 	c, _ := benchClient(b)
-	ctx := context.Background()
+	ctx := b.Context()
 	for b.Loop() {
-		if _, err := c.Daemon(ctx); err != nil {
-			b.Fatal(err)
-		}
+		_, err := c.Daemon(ctx)
+		require.NoError(b, err)
 	}
 }
 
 func BenchmarkExecWhole(b *testing.B) {
 	_, ws := benchClient(b)
-	ctx := context.Background()
+	ctx := b.Context()
 	for b.Loop() {
 		if res, err := ws.ExecArgv(ctx, []string{"echo", "hi"}, client.ExecOptions{}); err != nil || res.ExitCode != 0 {
 			b.Fatal(res, err)
@@ -63,7 +57,7 @@ func BenchmarkExecWhole(b *testing.B) {
 
 func BenchmarkExecStreamed(b *testing.B) {
 	_, ws := benchClient(b)
-	ctx := context.Background()
+	ctx := b.Context()
 	var out strings.Builder
 	for b.Loop() {
 		if res, err := ws.ExecArgv(ctx, []string{"echo", "hi"}, client.ExecOptions{Stdout: &out}); err != nil || res.ExitCode != 0 {

@@ -5,19 +5,17 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestOpenAPICoversRoutes keeps docs/openapi.yaml in step with the routes:
 // every registered METHOD PATH is documented.
 func TestOpenAPICoversRoutes(t *testing.T) {
 	src, err := os.ReadFile("routes.go")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	doc, err := os.ReadFile("../../docs/openapi.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// Split the document into path items: "  /v1/...:" and what follows.
 	items := map[string]string{}
 	var cur string

@@ -20,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/api"
 	"layerfs.dev/layerfs/internal/api/apitest"
 	"layerfs.dev/layerfs/wire"
@@ -42,9 +45,7 @@ func newHarness(t *testing.T, eng api.Engine, opts api.Options) *harness {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "api.sock")
 	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv := api.NewServer(eng, opts)
 	hs := httptest.NewUnstartedServer(srv.Handler(api.ListenerOptions{}))
 	hs.Listener.Close()
@@ -82,21 +83,15 @@ func (r response) err(t *testing.T) wire.Error {
 func (h *harness) do(method, path string, body io.Reader, hdr ...string) response {
 	h.t.Helper()
 	req, err := http.NewRequest(method, h.url+path, body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, err)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := h.hc.Do(req)
-	if err != nil {
-		h.t.Fatalf("%s %s: %v", method, path, err)
-	}
+	require.NoError(h.t, err, "%s %s", method, path)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		h.t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
+	require.NoError(h.t, err, "%s %s: read body", method, path)
 	return response{resp.StatusCode, resp.Header, b}
 }
 
@@ -105,9 +100,7 @@ func (h *harness) json(method, path string, in any, wantStatus int, out any) res
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
-		if err != nil {
-			h.t.Fatal(err)
-		}
+		require.NoError(h.t, err)
 		body = bytes.NewReader(b)
 	}
 	r := h.do(method, path, body, "Content-Type", "application/json")
@@ -115,9 +108,7 @@ func (h *harness) json(method, path string, in any, wantStatus int, out any) res
 		h.t.Fatalf("%s %s: status %d, want %d; body %s", method, path, r.status, wantStatus, r.body)
 	}
 	if out != nil {
-		if err := json.Unmarshal(r.body, out); err != nil {
-			h.t.Fatalf("%s %s: decode %q: %v", method, path, r.body, err)
-		}
+		require.NoError(h.t, json.Unmarshal(r.body, out), "%s %s: decode %q", method, path, r.body)
 	}
 	return r
 }
@@ -144,14 +135,10 @@ func tarOf(t *testing.T, entries ...tar.Header) []byte {
 		if h.Mode == 0 {
 			h.Mode = 0o644
 		}
-		if err := tw.WriteHeader(&h); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, tw.WriteHeader(&h))
 		io.WriteString(tw, data)
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, tw.Close())
 	return buf.Bytes()
 }
 
@@ -254,9 +241,7 @@ func TestRoutes(t *testing.T) {
 
 	var c wire.Commit
 	h.json("GET", "/v1/projects/p/commits/main", nil, 200, &c)
-	if c.ID != cr.Commit {
-		t.Errorf("commit main = %s, want %s", c.ID, cr.Commit)
-	}
+	assert.Equal(t, cr.Commit, c.ID, "commit main")
 	h.json("GET", "/v1/projects/p/commits/layer:1", nil, 200, &c)
 	var log []wire.Commit
 	h.json("GET", "/v1/projects/p/log?ref=main&limit=10", nil, 200, &log)
@@ -473,14 +458,10 @@ func TestBodyLimits(t *testing.T) {
 	send := func(method, path string, z *zeros, length int64) response {
 		t.Helper()
 		req, err := http.NewRequest(method, h.url+path, z)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		req.ContentLength = length // -1: chunked, the server cannot know up front
 		resp, err := h.hc.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
+		require.NoError(t, err, "%s %s", method, path)
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return response{resp.StatusCode, resp.Header, b}
@@ -534,9 +515,7 @@ func TestExecStream(t *testing.T) {
 	req.Header.Set("Accept", "application/x-ndjson")
 	start := time.Now()
 	resp, err := h.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != wire.MediaNDJSON {
 		t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
@@ -547,9 +526,7 @@ func TestExecStream(t *testing.T) {
 	var result *wire.ExecResult
 	for sc.Scan() {
 		var ev wire.ExecEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatalf("event %q: %v", sc.Text(), err)
-		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &ev), "event %q", sc.Text())
 		if ev.Stream == "stdout" {
 			if lines == nil {
 				firstAt = time.Since(start)
@@ -605,14 +582,10 @@ func TestToken(t *testing.T) {
 			req.Header.Set("Authorization", c.auth)
 		}
 		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != c.status {
-			t.Errorf("Authorization %q: %d, want %d", c.auth, resp.StatusCode, c.status)
-		}
+		assert.Equal(t, c.status, resp.StatusCode, "Authorization %q", c.auth)
 		if c.status == 401 && (!strings.Contains(string(b), wire.CodeUnauth) || resp.Header.Get("WWW-Authenticate") == "") {
 			t.Errorf("401 body %q, headers %v", b, resp.Header)
 		}
@@ -640,11 +613,9 @@ func TestDrain(t *testing.T) {
 	if r := h.do("GET", base, nil); r.status != 200 {
 		t.Errorf("read while draining: %d", r.status)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	if err := h.srv.WaitIdle(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, h.srv.WaitIdle(ctx))
 	if r := <-done; r.status != 200 {
 		t.Errorf("running exec after drain: %d %s", r.status, r.body)
 	}
@@ -657,11 +628,9 @@ func TestDrain(t *testing.T) {
 	}()
 	waitFor(t, func() bool { return h2.eng.Running.Load() == 1 })
 	h2.srv.Drain()
-	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	short, cancel2 := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel2()
-	if err := h2.srv.WaitIdle(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("WaitIdle with a running exec = %v", err)
-	}
+	assert.ErrorIs(t, h2.srv.WaitIdle(short), context.DeadlineExceeded, "WaitIdle with a running exec")
 	h2.srv.Abort()
 	select {
 	case r := <-done:
