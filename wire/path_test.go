@@ -1,8 +1,9 @@
 package wire
 
 import (
-	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestWorkspacePath(t *testing.T) {
@@ -27,16 +28,13 @@ func TestWorkspacePath(t *testing.T) {
 	} {
 		got, err := WorkspacePath(c.in)
 		if c.escapes {
-			if !errors.Is(err, ErrPathEscapes) {
-				t.Errorf("WorkspacePath(%q) = %q, %v; want ErrPathEscapes", c.in, got, err)
-			}
+			assert.ErrorIs(t, err, ErrPathEscapes, "WorkspacePath(%q) = %q", c.in, got)
 			continue
 		}
 		if err != nil || got != c.want {
 			t.Errorf("WorkspacePath(%q) = %q, %v; want %q", c.in, got, err, c.want)
 		}
 	}
-	if _, err := WorkspacePath("a\x00b"); err == nil {
-		t.Error("a NUL byte was accepted")
-	}
+	_, err := WorkspacePath("a\x00b")
+	assert.Error(t, err, "a NUL byte was accepted")
 }

@@ -3,16 +3,16 @@ package cgroups
 import (
 	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func writeFixture(t *testing.T, name, text string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
 	return p
 }
 
@@ -58,12 +58,12 @@ func TestCgroupParsing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			own, err := Paths(writeFixture(t, "cgroup", tc.cgroup))
-			if err != nil || !reflect.DeepEqual(own, tc.own) {
-				t.Errorf("Paths = %v, %v; want %v", own, err, tc.own)
+			if assert.NoError(t, err, "Paths") {
+				assert.Equal(t, tc.own, own, "Paths")
 			}
 			mounts, err := Mounts(writeFixture(t, "mountinfo", tc.mountinfo))
-			if err != nil || !reflect.DeepEqual(mounts, tc.mounts) {
-				t.Errorf("Mounts = %v, %v; want %v", mounts, err, tc.mounts)
+			if assert.NoError(t, err, "Mounts") {
+				assert.Equal(t, tc.mounts, mounts, "Mounts")
 			}
 		})
 	}

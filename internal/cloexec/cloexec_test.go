@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,34 +16,26 @@ import (
 func openInheritable(t *testing.T) int {
 	t.Helper()
 	fd, err := unix.Open(filepath.Join(t.TempDir(), "f"), unix.O_RDWR|unix.O_CREAT, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return fd
 }
 
 func cloexec(t *testing.T, fd int) bool {
 	t.Helper()
 	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
-	if err != nil {
-		t.Fatalf("F_GETFD %d: %v", fd, err)
-	}
+	require.NoError(t, err, "F_GETFD %d", fd)
 	return flags&unix.FD_CLOEXEC != 0
 }
 
 func TestAround(t *testing.T) {
 	var fd int
-	if err := Around(func() error { fd = openInheritable(t); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, Around(func() error { fd = openInheritable(t); return nil }))
 	defer unix.Close(fd)
 	if !cloexec(t, fd) {
 		t.Errorf("descriptor %d opened inside Around is not close-on-exec", fd)
 	}
 	want := errors.New("mount failed")
-	if err := Around(func() error { return want }); !errors.Is(err, want) {
-		t.Errorf("Around returned %v, want fn's error", err)
-	}
+	assert.ErrorIs(t, Around(func() error { return want }), want, "Around")
 }
 
 func TestCloseInherited(t *testing.T) {
@@ -49,13 +43,9 @@ func TestCloseInherited(t *testing.T) {
 	first, below := max(a, b), min(a, b) // only the higher one is closed
 	defer unix.Close(below)
 	kept, err := os.Open(t.TempDir()) // close-on-exec, as the runtime's own are
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer kept.Close()
-	if err := CloseInherited(first); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, CloseInherited(first))
 	for fd, open := range map[int]bool{first: false, below: true, int(kept.Fd()): true} {
 		_, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
 		if got := err == nil; got != open {

@@ -7,55 +7,36 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
 func TestBeneath(t *testing.T) {
 	outside := t.TempDir()
-	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret"), []byte("x"), 0o600))
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "a/b"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "a/b/f"), []byte("f"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(outside, filepath.Join(dir, "a/out")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "a/b"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a/b/f"), []byte("f"), 0o644))
+	require.NoError(t, os.Symlink(outside, filepath.Join(dir, "a/out")))
 	long := strings.Repeat("t", 300)
-	if err := os.Symlink(long, filepath.Join(dir, "a/long")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Symlink(long, filepath.Join(dir, "a/long")))
 	// A chain of 255-byte names far past PATH_MAX.
 	name := strings.Repeat("n", 255)
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	deep := ""
 	for range 20 {
-		if err := unix.Mkdirat(fd, name, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, unix.Mkdirat(fd, name, 0o755))
 		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		unix.Close(fd)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		fd, deep = next, deep+name+"/"
 	}
-	if err := unix.Mkfifoat(fd, "p", 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, unix.Mkfifoat(fd, "p", 0o644))
 	unix.Close(fd)
 
 	root, err := OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer unix.Close(root)
 	for _, c := range []struct {
 		rel  string
@@ -85,9 +66,7 @@ func TestBeneath(t *testing.T) {
 		}
 	}
 	a, err := Beneath(root, "a/long")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer unix.Close(a.Dir)
 	if got, err := a.Readlink(); err != nil || got != long {
 		t.Errorf("readlink of a 300-byte target: %d bytes, %v", len(got), err)

@@ -9,19 +9,20 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // collect reads events until pred holds for what was read (bounded).
 func collect(t *testing.T, w *Watcher, pred func([]Event) bool) []Event {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var all []Event
 	for !pred(all) {
 		batch, err := w.Next(ctx)
-		if err != nil {
-			t.Fatalf("after %v: %v", show(all), err)
-		}
+		require.NoError(t, err, "after %v", show(all))
 		all = append(all, batch...)
 	}
 	return all
@@ -56,9 +57,7 @@ func TestEvents(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "old", "deep"), 0o755)
 	os.WriteFile(filepath.Join(root, "before.txt"), []byte("x"), 0o644)
 	w, err := Watch(root, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer w.Close()
 
 	os.WriteFile(filepath.Join(root, "a.txt"), []byte("hello"), 0o644)
@@ -94,16 +93,12 @@ func TestPrefixAndSymlinks(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "src"), 0o755)
 	os.MkdirAll(outside, 0o755)
 	os.Symlink(outside, filepath.Join(root, "src", "escape"))
-	if _, err := Watch(root, Options{Prefix: "src/escape"}); err == nil {
-		t.Error("a prefix through a symlink was watched")
-	}
-	if _, err := Watch(root, Options{Prefix: "../x"}); err == nil {
-		t.Error("a prefix outside was accepted")
-	}
+	_, err := Watch(root, Options{Prefix: "src/escape"})
+	assert.Error(t, err, "a prefix through a symlink was watched")
+	_, err = Watch(root, Options{Prefix: "../x"})
+	assert.Error(t, err, "a prefix outside was accepted")
 	w, err := Watch(root, Options{Prefix: "src"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer w.Close()
 	os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644) // never seen
 	os.WriteFile(filepath.Join(root, "top"), []byte("t"), 0o644)       // outside the prefix
@@ -116,16 +111,14 @@ func TestPrefixAndSymlinks(t *testing.T) {
 	}
 	// Removing the prefix directory ends the watch.
 	os.RemoveAll(filepath.Join(root, "src"))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	for {
 		_, err := w.Next(ctx)
 		if errors.Is(err, ErrEnded) {
 			break
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const sample = `21 26 0:20 / /proc rw,relatime - proc proc rw
@@ -17,16 +20,12 @@ func TestRead(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "mountinfo")
 	os.WriteFile(f, []byte(sample), 0o644)
 	ms, err := Read(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(ms) != 5 {
 		t.Fatalf("%d mounts, want 5", len(ms))
 	}
 	want := Mount{Device: "0:50", Root: "/sub", Dir: "/tmp/with space/mnt", Options: "rw,nosuid", FSType: "fuse.layerfs", Source: "layerfs", SuperOptions: "rw,user_id=0"}
-	if ms[4] != want {
-		t.Errorf("got %+v, want %+v", ms[4], want)
-	}
+	assert.Equal(t, want, ms[4])
 	if b := Below(ms, "/tmp/with space"); len(b) != 2 || b[1].Dir != want.Dir {
 		t.Errorf("Below: %+v", b)
 	}
@@ -43,9 +42,8 @@ func TestRead(t *testing.T) {
 			t.Errorf("Containing(%q) = %q, want %q", path, m.Dir, dir)
 		}
 	}
-	if _, err := Read(filepath.Join(t.TempDir(), "none")); err == nil {
-		t.Error("a missing file must fail")
-	}
+	_, err = Read(filepath.Join(t.TempDir(), "none"))
+	assert.Error(t, err, "a missing file must fail")
 }
 
 func TestUnescape(t *testing.T) {
@@ -59,9 +57,7 @@ func TestUnescape(t *testing.T) {
 
 func TestSelf(t *testing.T) {
 	ms, err := Read(Self)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if m, ok := Containing(ms, "/"); !ok || m.Dir != "/" {
 		t.Fatalf("no root mount in %s: %+v", Self, ms)
 	}

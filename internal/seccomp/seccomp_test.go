@@ -8,6 +8,7 @@ import (
 
 	"github.com/elastic/go-seccomp-bpf/arch"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -22,13 +23,9 @@ type program struct {
 func compile(t *testing.T) program {
 	t.Helper()
 	progs, err := BPF()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	a, err := arch.GetInfo("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := program{arch: a}
 	for _, raw := range progs {
 		var insts []bpf.Instruction
@@ -40,9 +37,7 @@ func compile(t *testing.T) program {
 			insts = append(insts, ri.Disassemble())
 		}
 		vm, err := bpf.NewVM(insts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		p.vms = append(p.vms, vm)
 	}
 	return p
@@ -77,9 +72,7 @@ func (p program) run(t *testing.T, name string, args ...uint64) uint32 {
 	verdict := uint32(unix.SECCOMP_RET_ALLOW)
 	for _, vm := range p.vms {
 		v, err := vm.Run(data)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		verdict = min(verdict, uint32(v))
 	}
 	return verdict
@@ -139,9 +132,7 @@ func TestVerdicts(t *testing.T) {
 
 func TestRefusedNeverAllowed(t *testing.T) {
 	prof, err := Profile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := compile(t)
 	for _, name := range Refused {
 		if Allows(prof, name) {
@@ -160,9 +151,7 @@ func TestRefusedNeverAllowed(t *testing.T) {
 // LayerFS allows too, but for the ones it refuses on purpose.
 func TestDockerProfileKept(t *testing.T) {
 	prof, err := Profile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(prof.Architectures) != 1 {
 		t.Errorf("architectures %v, want the native one only", prof.Architectures)
 	}
@@ -182,10 +171,9 @@ func TestDockerProfileKept(t *testing.T) {
 
 func TestDockerProfileJSON(t *testing.T) {
 	s, err := DockerProfile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, want := range []string{`"defaultAction":"SCMP_ACT_ERRNO"`, `"names":["clone"]`, `"SCMP_CMP_MASKED_EQ"`, `"architectures":["SCMP_ARCH_`} {
+		// not assert.Contains: it would print the whole profile
 		if !strings.Contains(s, want) {
 			t.Errorf("docker profile lacks %s", want)
 		}
@@ -196,30 +184,18 @@ func TestDockerProfileJSON(t *testing.T) {
 // assembly of the same policy does (the chain it replaces).
 func TestTreeMatchesChain(t *testing.T) {
 	prof, err := Profile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	policies, err := policiesOf(prof)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	a, err := arch.GetInfo("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tree, err := byNumberTree(policies[0], a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	chain, err := policies[0].Assemble()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	vm := func(insts []bpf.Instruction) *bpf.VM {
 		v, err := bpf.NewVM(insts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return v
 	}
 	tv, cv := vm(tree), vm(chain)

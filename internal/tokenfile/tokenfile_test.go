@@ -5,6 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRead(t *testing.T) {
@@ -21,19 +24,15 @@ func TestRead(t *testing.T) {
 		{"spaces", "a b", 0o600, "", false, true},
 	} {
 		p := filepath.Join(dir, tc.name)
-		if err := os.WriteFile(p, []byte(tc.content), tc.mode); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(p, []byte(tc.content), tc.mode))
 		os.Chmod(p, tc.mode)
 		tok, warn, err := Read(p)
 		if tok != tc.want || (err != nil) != tc.bad || errors.Is(warn, ErrLoose) != tc.loose {
 			t.Errorf("%s: Read = %q, %v, %v", tc.name, tok, warn, err)
 		}
 	}
-	if _, _, err := Read(""); err == nil {
-		t.Error("no path accepted")
-	}
-	if _, _, err := Read(filepath.Join(dir, "missing")); err == nil {
-		t.Error("missing file accepted")
-	}
+	_, _, err := Read("")
+	assert.Error(t, err, "no path accepted")
+	_, _, err = Read(filepath.Join(dir, "missing"))
+	assert.Error(t, err, "missing file accepted")
 }

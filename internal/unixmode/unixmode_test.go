@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,9 +21,7 @@ func TestType(t *testing.T) {
 			p = filepath.Join(dir, name)
 		}
 		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, unix.Lstat(p, &st))
 		if got := Type(st.Mode); got != want {
 			t.Errorf("%s: Type = %v, want %v", name, got, want)
 		}

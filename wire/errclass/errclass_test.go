@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"syscall"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestClassesThroughWrapping(t *testing.T) {
@@ -58,9 +60,7 @@ func TestCodesAndStatuses(t *testing.T) {
 			t.Errorf("code %s twice", c.Code())
 		}
 		seen[c.Code()] = true
-		if FromCode(c.Code()) != c {
-			t.Errorf("FromCode(%q) = %v, want %v", c.Code(), FromCode(c.Code()), c)
-		}
+		assert.Equal(t, c, FromCode(c.Code()), "FromCode(%q)", c.Code())
 		if c.ExitCode() == 0 {
 			t.Errorf("%v exits 0", c)
 		}
