@@ -1,13 +1,14 @@
 package fs_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/fs"
@@ -29,7 +30,7 @@ var big100k struct {
 func tree100k(b *testing.B) (*store.DB, store.ID, string) {
 	testenv.RequireFUSE(b)
 	big100k.once.Do(func() {
-		ctx := context.Background()
+		ctx := b.Context()
 		dir, err := os.MkdirTemp("", "layerfs-100k-")
 		if err != nil {
 			big100k.err = err
@@ -68,9 +69,7 @@ func tree100k(b *testing.B) (*store.DB, store.ID, string) {
 		big100k.db, big100k.root, big100k.err = db, root, err
 		os.RemoveAll(src)
 	})
-	if big100k.err != nil {
-		b.Fatal(big100k.err)
-	}
+	require.NoError(b, big100k.err)
 	return big100k.db, big100k.root, big100k.dir
 }
 
@@ -78,22 +77,16 @@ func tree100k(b *testing.B) (*store.DB, store.ID, string) {
 // and mounting it (lazy: only the root tree is read).
 func BenchmarkMount100k(b *testing.B) {
 	db, root, dir := tree100k(b)
-	ctx := context.Background()
+	ctx := b.Context()
 	mnt := filepath.Join(dir, "mnt")
 	os.MkdirAll(mnt, 0o755)
 	for i := 0; b.Loop(); i++ {
 		ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: filepath.Join(dir, "ws", fmt.Sprint(i), "upper")})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		m, err := fs.Mount(ctx, mnt, ov, fs.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		b.StopTimer()
-		if err := m.Unmount(ctx); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, m.Unmount(ctx))
 		b.StartTimer()
 	}
 }
@@ -102,36 +95,26 @@ func BenchmarkMount100k(b *testing.B) {
 // commit after one file of a 100,000-file tree changed through the mount.
 func BenchmarkCommitOneOf100k(b *testing.B) {
 	db, root, dir := tree100k(b)
-	ctx := context.Background()
+	ctx := b.Context()
 	mnt := filepath.Join(dir, "mnt1")
 	os.MkdirAll(mnt, 0o755)
 	ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: filepath.Join(dir, "ws", "c", "upper")})
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	m, err := fs.Mount(ctx, mnt, ov, fs.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	defer m.Unmount(ctx)
 	var tChanges, tBuild, tFlush time.Duration
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
-		if err := os.WriteFile(filepath.Join(mnt, "d042", "f0042"), []byte(fmt.Sprint("changed ", i)), 0o644); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, os.WriteFile(filepath.Join(mnt, "d042", "f0042"), []byte(fmt.Sprint("changed ", i)), 0o644))
 		b.StartTimer()
 		t0 := time.Now()
 		cs, err := ov.Changes(ctx)
 		tChanges += time.Since(t0)
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		changes := cs.Changes
 		bt, err := db.NewBatch(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		t1 := time.Now()
 		id, _, err := commit.Build(ctx, bt, db, cs.Base, changes, nil)
 		t2 := time.Now()
@@ -141,9 +124,7 @@ func BenchmarkCommitOneOf100k(b *testing.B) {
 		}
 		tFlush += time.Since(t2)
 		bt.Abort()
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		ov.MarkCommitted(id, cs)
 		if len(changes) > 2 {
 			b.Fatalf("%d changes for one changed file: %+v", len(changes), cs.Changes)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/fs"
@@ -123,12 +124,8 @@ func startServer(t *testing.T, e *env, upper, mnt string, extra ...string) (*exe
 		"LAYERFS_ROOT="+e.Root.String(), "LAYERFS_UPPER="+upper, "LAYERFS_MNT="+mnt), extra...)
 	cmd.Dir = "/"
 	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
 	return cmd, bufio.NewReader(out)
 }
 
@@ -137,9 +134,7 @@ func TestCrash(t *testing.T) {
 	e := newEnv(t, true)
 	upper := filepath.Join(e.DB.WorkspacesDir(), "crash", "upper")
 	mnt := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(mnt, 0o755))
 	rnd := rand.New(rand.NewPCG(3, 4))
 	acked := map[string][]byte{} // file -> bytes whose writes returned
 	for iter := 0; iter < 20; iter++ {
@@ -181,22 +176,14 @@ func TestCrash(t *testing.T) {
 		<-killed
 		cmd.Wait()
 		// The mountpoint is stale now; clean it and remount here.
-		if err := fs.CleanStale(mnt); err != nil {
-			t.Fatalf("iteration %d: %v", iter, err)
-		}
+		require.NoError(t, fs.CleanStale(mnt), "iteration %d", iter)
 		ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: e.Root, UpperDir: upper})
-		if err != nil {
-			t.Fatalf("iteration %d: reopen: %v", iter, err)
-		}
+		require.NoError(t, err, "iteration %d: reopen", iter)
 		m, err := fs.Mount(e.ctx, mnt, ov, fs.Options{})
-		if err != nil {
-			t.Fatalf("iteration %d: remount: %v", iter, err)
-		}
+		require.NoError(t, err, "iteration %d: remount", iter)
 		for name, want := range acked {
 			got, err := os.ReadFile(filepath.Join(mnt, name))
-			if err != nil {
-				t.Fatalf("iteration %d: %v", iter, err)
-			}
+			require.NoError(t, err, "iteration %d", iter)
 			// Writes that were in flight at the kill may have landed
 			// too; every acknowledged byte must be there.
 			if !bytes.HasPrefix(got, want) {
@@ -206,12 +193,8 @@ func TestCrash(t *testing.T) {
 		}
 		root := e.Commit(ov)
 		rep, err := e.DB.Fsck(e.ctx, nil)
-		if err != nil {
-			t.Fatalf("iteration %d: fsck: %v", iter, err)
-		}
-		if err := rep.Err(); err != nil {
-			t.Fatalf("iteration %d: fsck: %v", iter, err)
-		}
+		require.NoError(t, err, "iteration %d: fsck", iter)
+		require.NoError(t, rep.Err(), "iteration %d: fsck", iter)
 		co := e.Checkout(root)
 		for name, want := range acked {
 			got, err := os.ReadFile(filepath.Join(co, name))
@@ -252,9 +235,7 @@ func TestCleanHungMount(t *testing.T) {
 	e := newEnv(t, true)
 	upper := filepath.Join(e.DB.WorkspacesDir(), "hung", "upper")
 	mnt := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(mnt, 0o755))
 	cmd, out := startServer(t, e, upper, mnt, holdEnv+"=1")
 	var holder int
 	if _, err := fmt.Fscanf(out, "holder %d\nready\n", &holder); err != nil {
@@ -270,16 +251,12 @@ func TestCleanHungMount(t *testing.T) {
 	go func() { done <- fs.CleanStale(mnt) }()
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	case <-time.After(time.Minute):
 		t.Fatal("CleanStale of a hung mount did not return in a minute")
 	}
 	ms, err := mountinfo.Read(mountinfo.Self)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if left := mountinfo.Below(ms, mnt); len(left) > 0 {
 		t.Fatalf("mounts left at %s: %+v", mnt, left)
 	}
@@ -287,13 +264,9 @@ func TestCleanHungMount(t *testing.T) {
 		t.Fatalf("mountpoint after clean: %v entries, %v", len(ents), err)
 	}
 	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: e.Root, UpperDir: upper})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	m, err := fs.Mount(e.ctx, mnt, ov, fs.Options{})
-	if err != nil {
-		t.Fatalf("remount: %v", err)
-	}
+	require.NoError(t, err, "remount")
 	defer m.Unmount(e.ctx)
 	if b, err := os.ReadFile(filepath.Join(mnt, "f1")); err != nil || string(b) != "hello\n" {
 		t.Fatalf("f1 after remount: %q, %v", b, err)
@@ -312,9 +285,7 @@ func TestCrashOverlay(t *testing.T) {
 			ws := filepath.Join(e.DB.WorkspacesDir(), "crash")
 			upper := filepath.Join(ws, "upper")
 			mnt := filepath.Join(t.TempDir(), "mnt")
-			if err := os.Mkdir(mnt, 0o755); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.Mkdir(mnt, 0o755))
 			extra := []string{pathEnv + "=overlay"}
 			if hold {
 				extra = append(extra, holdEnv+"=1")
@@ -345,23 +316,17 @@ func TestCrashOverlay(t *testing.T) {
 			go func() { done <- kerneloverlay.Detach(mnt, ws) }()
 			select {
 			case err := <-done:
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 			case <-time.After(time.Minute):
 				t.Fatal("Detach of a crashed overlay workspace did not return in a minute")
 			}
 			ms, err := mountinfo.Read(mountinfo.Self)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if left := append(mountinfo.Below(ms, mnt), mountinfo.Below(ms, ws)...); len(left) > 0 {
 				t.Fatalf("mounts left: %+v", left)
 			}
 			m, err := e.serve(ws, mnt, e.Root, store.ZeroID, nil)
-			if err != nil {
-				t.Fatalf("remount: %v", err)
-			}
+			require.NoError(t, err, "remount")
 			defer m.Unmount(e.ctx)
 			overlaytest.RequireSame(t, ref, mnt, "remounted workspace")
 			root := e.Commit(m)

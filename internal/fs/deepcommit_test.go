@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/overlay/overlaytest"
@@ -29,7 +30,7 @@ func testDeepPathCommit(t *testing.T, path string) {
 		defer unix.Close(bottom)
 		deepWrite(t, bottom, "f", "lower f\n")
 		deepWrite(t, bottom, "g", "lower g\n")
-		must(t, unix.Mkdirat(bottom, "sub", 0o755))
+		require.NoError(t, unix.Mkdirat(bottom, "sub", 0o755))
 		sub := deepOpen(t, bottom, "sub")
 		defer unix.Close(sub)
 		deepWrite(t, sub, "h", "lower h\n")
@@ -38,19 +39,19 @@ func testDeepPathCommit(t *testing.T, path string) {
 	m, mnt := e.mount(e.Root)
 	// The plain directory gets the same base (cp -a stops at PATH_MAX).
 	ref := filepath.Join(t.TempDir(), "ref")
-	must(t, os.Mkdir(ref, 0o755))
+	require.NoError(t, os.Mkdir(ref, 0o755))
 	fill(t, ref)
 	for _, dir := range []string{ref, mnt} {
 		// A new chain: captured whole from the upper.
 		bottom := deepChain(t, dir, "new")
 		deepWrite(t, bottom, "f", "new f\n")
 		f := deepOpenFile(t, bottom, "f")
-		must(t, unix.Fsetxattr(f, "user.deep", []byte("yes"), 0))
+		require.NoError(t, unix.Fsetxattr(f, "user.deep", []byte("yes"), 0))
 		unix.Close(f)
-		must(t, unix.Linkat(bottom, "f", bottom, "f2", 0))
-		must(t, unix.Symlinkat("../../escape", bottom, "s"))
-		must(t, unix.Mkfifoat(bottom, "p", 0o644))
-		must(t, unix.Mkdirat(bottom, "d", 0o750))
+		require.NoError(t, unix.Linkat(bottom, "f", bottom, "f2", 0))
+		require.NoError(t, unix.Symlinkat("../../escape", bottom, "s"))
+		require.NoError(t, unix.Mkfifoat(bottom, "p", 0o644))
+		require.NoError(t, unix.Mkdirat(bottom, "d", 0o750))
 		d := deepOpen(t, bottom, "d")
 		deepWrite(t, d, "e", "new e\n")
 		unix.Close(d)
@@ -60,9 +61,9 @@ func testDeepPathCommit(t *testing.T, path string) {
 		// of its own below lower directories.
 		low := deepWalk(t, dir, "low")
 		deepWrite(t, low, "f", "changed f\n")
-		must(t, unix.Fchmodat(low, "g", 0o600, 0))
+		require.NoError(t, unix.Fchmodat(low, "g", 0o600, 0))
 		deepWrite(t, low, "added", "added\n")
-		must(t, unix.Unlinkat(low, "sub/h", 0))
+		require.NoError(t, unix.Unlinkat(low, "sub/h", 0))
 		unix.Close(low)
 	}
 	root := e.Commit(m)
@@ -73,7 +74,7 @@ func testDeepPathCommit(t *testing.T, path string) {
 	for _, dir := range []string{ref, mnt} {
 		low := deepWalk(t, dir, "low")
 		deepWrite(t, low, "f", "changed again\n")
-		must(t, unix.Unlinkat(low, "g", 0))
+		require.NoError(t, unix.Unlinkat(low, "g", 0))
 		unix.Close(low)
 	}
 	root = e.Commit(m)
@@ -86,12 +87,10 @@ func testDeepPathCommit(t *testing.T, path string) {
 // returns the bottom's.
 func deepChain(t testing.TB, dir, top string) int {
 	t.Helper()
-	must(t, os.Mkdir(filepath.Join(dir, top), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, top), 0o755))
 	fd := deepOpen(t, unix.AT_FDCWD, filepath.Join(dir, top))
 	for i := range deepCommitLevels {
-		if err := unix.Mkdirat(fd, name255, 0o755); err != nil {
-			t.Fatalf("level %d: %v", i, err)
-		}
+		require.NoError(t, unix.Mkdirat(fd, name255, 0o755), "level %d", i)
 		next := deepOpen(t, fd, name255)
 		unix.Close(fd)
 		fd = next
@@ -114,18 +113,14 @@ func deepWalk(t testing.TB, dir, top string) int {
 func deepOpen(t testing.TB, dir int, name string) int {
 	t.Helper()
 	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatalf("open %s: %v", name, err)
-	}
+	require.NoError(t, err, "open %s", name)
 	return fd
 }
 
 func deepOpenFile(t testing.TB, dir int, name string) int {
 	t.Helper()
 	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatalf("open %s: %v", name, err)
-	}
+	require.NoError(t, err, "open %s", name)
 	return fd
 }
 
@@ -133,18 +128,8 @@ func deepOpenFile(t testing.TB, dir int, name string) int {
 func deepWrite(t testing.TB, dir int, name, data string) {
 	t.Helper()
 	fd, err := unix.Openat(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		t.Fatalf("create %s: %v", name, err)
-	}
+	require.NoError(t, err, "create %s", name)
 	defer unix.Close(fd)
-	if _, err := unix.Write(fd, []byte(data)); err != nil {
-		t.Fatalf("write %s: %v", name, err)
-	}
-}
-
-func must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, err = unix.Write(fd, []byte(data))
+	require.NoError(t, err, "write %s", name)
 }

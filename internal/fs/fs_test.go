@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/fs"
@@ -56,7 +58,7 @@ func newEnvOn(t testing.TB, populated bool, path string) *env {
 func newEnvWith(t testing.TB, fill func(testing.TB, string), path string) *env {
 	t.Helper()
 	testenv.RequireFUSE(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	e := &env{Store: overlaytest.NewStore(t, ctx, fill), t: t, ctx: ctx, path: path}
 	if path == "overlay" {
 		if err := kerneloverlay.Check(e.DB.WorkspacesDir()); err != nil {
@@ -80,19 +82,11 @@ func populate(t testing.TB, dir string) {
 	for p, data := range map[string]string{
 		"f1": "hello\n", "a/f2": strings.Repeat("abc", 40000), "a/b/f3": "three", "d/e/f5": "five", "h1": "hard",
 	} {
-		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, p), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, p), []byte(data), 0o644))
 	}
-	if err := os.Symlink("../f1", filepath.Join(dir, "a/link")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Link(filepath.Join(dir, "h1"), filepath.Join(dir, "d/h2")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Symlink("../f1", filepath.Join(dir, "a/link")))
+	require.NoError(t, os.Link(filepath.Join(dir, "h1"), filepath.Join(dir, "d/h2")))
 }
 
 // populateNoLowerLinks is populate without a hard link in the lower: kernel
@@ -103,12 +97,8 @@ func populate(t testing.TB, dir string) {
 func populateNoLowerLinks(t testing.TB, dir string) {
 	populate(t, dir)
 	h2 := filepath.Join(dir, "d/h2")
-	if err := os.Remove(h2); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(h2, []byte("hard"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Remove(h2))
+	require.NoError(t, os.WriteFile(h2, []byte("hard"), 0o644))
 }
 
 // mount opens a fresh workspace over root and mounts it on e's data path.
@@ -117,13 +107,9 @@ func (e *env) mount(root store.ID) (served, string) {
 	e.n++
 	ws := filepath.Join(e.DB.WorkspacesDir(), fmt.Sprint("w", e.n))
 	mnt := filepath.Join(e.t.TempDir(), "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, os.Mkdir(mnt, 0o755))
 	m, err := e.serve(ws, mnt, root, store.ZeroID, overlay.EmptyUpper())
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	e.t.Cleanup(func() { m.Unmount(context.Background()) })
 	return m, mnt
 }
@@ -159,9 +145,7 @@ func sh(t testing.TB, dir, body string) string {
 	cmd := exec.Command("bash", "-o", "pipefail", "-c", "cd "+dir+" && {\n"+body+"\n}")
 	cmd.Dir = "/"
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", body, err, out)
-	}
+	require.NoError(t, err, "%s\n%s", body, out)
 	return string(out)
 }
 
@@ -189,9 +173,7 @@ func testPosix(t *testing.T, path string) {
 				}
 				t.Run(name, func(t *testing.T) {
 					sub := filepath.Join(mnt, name)
-					if err := os.Mkdir(sub, 0o755); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, os.Mkdir(sub, 0o755))
 					posixtest.All[name](t, sub)
 				})
 			}
@@ -269,9 +251,8 @@ func testRandomOpsMount(t *testing.T, path string) {
 			t0 := time.Now()
 			var root store.ID
 			for i := 0; i < n; i++ {
-				if _, err := g.Step(ref, overlaytest.Dir(mnt)); err != nil {
-					t.Fatalf("op %d %v", i, err)
-				}
+				_, err := g.Step(ref, overlaytest.Dir(mnt))
+				require.NoError(t, err, "op %d", i)
 				if (i+1)%(n/4) == 0 {
 					overlaytest.RequireSame(t, ref, mnt, fmt.Sprintf("live mount after op %d", i))
 					root = e.Commit(m)
@@ -288,9 +269,7 @@ func testRandomOpsMount(t *testing.T, path string) {
 
 func TestStaleMountCleanup(t *testing.T) {
 	testenv.RequireFUSE(t)
-	if err := fs.CleanStale(t.TempDir()); err != nil {
-		t.Fatalf("clean of a plain directory: %v", err)
-	}
+	require.NoError(t, fs.CleanStale(t.TempDir()), "clean of a plain directory")
 	_ = unix.ENOTCONN
 }
 
@@ -306,17 +285,13 @@ func testMoreBehaviours(t *testing.T, path string) {
 	m, mnt := e.mount(e.Root)
 	ino := func(p string) uint64 {
 		var st unix.Stat_t
-		if err := unix.Lstat(filepath.Join(mnt, p), &st); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, unix.Lstat(filepath.Join(mnt, p), &st))
 		return st.Ino
 	}
 	inoF1 := ino("f1")
 	// Unlinked but open: the data stays readable and writable.
 	f, err := os.OpenFile(filepath.Join(mnt, "a/b/f3"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	body := `
 set -e
 chown 1234:5678 f1                       # lower file, metadata only
@@ -334,9 +309,8 @@ ln -s dangling d/sym
 mv d/sym d/sym2
 `
 	sh(t, mnt, body)
-	if _, err := f.WriteAt([]byte("open"), 0); err != nil {
-		t.Fatalf("write to an unlinked open file: %v", err)
-	}
+	_, err = f.WriteAt([]byte("open"), 0)
+	require.NoError(t, err, "write to an unlinked open file")
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Nlink != 0 {
 		t.Fatalf("fstat of an unlinked open file: nlink %d, %v", st.Nlink, err)
@@ -376,9 +350,8 @@ mv d/sym d/sym2
 		t.Errorf("directory over a lower one: opaque %q, %v", v, err)
 	}
 	metacopy := map[string]string{"fuse": "trusted.layerfs.origin", "overlay": "trusted.overlay.metacopy"}[path]
-	if _, err := lget(filepath.Join(upper, "d/e/y/f3"), metacopy); err != nil {
-		t.Errorf("chowned lower file is not a metacopy: %v", err)
-	}
+	_, err = lget(filepath.Join(upper, "d/e/y/f3"), metacopy)
+	assert.NoError(t, err, "chowned lower file is not a metacopy")
 	// Commit, and a fresh workspace on the commit.
 	root := e.Commit(m)
 	overlaytest.RequireSame(t, ref, e.Checkout(root), "checkout of the commit")
@@ -393,13 +366,9 @@ mv d/sym d/sym2
 	// ...so after a remount over the same lower, with that commit as the
 	// base, Changes must still delete it.
 	ovDir := filepath.Dir(upper)
-	if err := m.Unmount(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.Unmount(e.ctx))
 	m3, err := e.serve(ovDir, mnt, e.Root, rootL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer m3.Unmount(e.ctx)
 	overlaytest.RequireSame(t, ref, mnt, "remounted workspace")
 	root3 := e.Commit(m3)
@@ -425,22 +394,15 @@ func TestKillSuid(t *testing.T) {
 		os.Chmod(d, 0o755) // test directories are 0700: let nobody reach the mount
 	}
 	p := filepath.Join(mnt, "prog")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(p, 0o4777); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755))
+	require.NoError(t, os.Chmod(p, 0o4777))
 	cmd := exec.Command("sh", "-c", "echo x >> "+p)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("write as nobody: %v: %s", err, out)
-	}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "write as nobody: %s", out)
 	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if fi.Mode()&os.ModeSetuid != 0 {
 		t.Errorf("mode %v: set-user-ID survived a write by another user", fi.Mode())
 	}
@@ -456,16 +418,12 @@ func testWriteWhileLowerOpen(t *testing.T, path string) {
 	e := newEnvOn(t, true, path)
 	m, mnt := e.mount(e.Root)
 	r, err := os.Open(filepath.Join(mnt, "f1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer r.Close()
 	before, _ := os.ReadFile(filepath.Join(mnt, "f1"))
 	for _, flags := range []int{os.O_WRONLY | os.O_APPEND, os.O_RDWR, os.O_WRONLY | os.O_TRUNC} {
 		w, err := os.OpenFile(filepath.Join(mnt, "f1"), flags, 0)
-		if err != nil {
-			t.Fatalf("open for writing (flags %#x) while a reader has the lower file open: %v (data path %s)", flags, err, m.DataPath())
-		}
+		require.NoError(t, err, "open for writing (flags %#x) while a reader has the lower file open (data path %s)", flags, m.DataPath())
 		if flags&os.O_TRUNC != 0 {
 			_, err = w.WriteString("replaced\n")
 		} else if flags&os.O_APPEND != 0 {
@@ -474,9 +432,7 @@ func testWriteWhileLowerOpen(t *testing.T, path string) {
 		if cerr := w.Close(); err == nil {
 			err = cerr
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	// On the fuse path the reader keeps its kernel inode and the bytes it
 	// opened; kernel overlayfs sends the reader's reads to the copied-up
@@ -492,13 +448,9 @@ func testWriteWhileLowerOpen(t *testing.T, path string) {
 	// A second reader of another lower file, then a truncate through a
 	// path (SETATTR copies it up), then a new open of it.
 	r2, err := os.Open(filepath.Join(mnt, "a/b/f3"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer r2.Close()
-	if err := os.Truncate(filepath.Join(mnt, "a/b/f3"), 2); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Truncate(filepath.Join(mnt, "a/b/f3"), 2))
 	if got, err := os.ReadFile(filepath.Join(mnt, "a/b/f3")); err != nil || string(got) != "th" {
 		t.Errorf("a/b/f3 after truncate: %q, %v", got, err)
 	}
@@ -555,12 +507,8 @@ func testSymlinkCaching(t *testing.T, path string) {
 	if n := readlinks(); n > 1 {
 		t.Errorf("20 reads of one symlink sent %d READLINK requests; want at most 1", n)
 	}
-	if err := os.Remove(link); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("elsewhere", link); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Remove(link))
+	require.NoError(t, os.Symlink("elsewhere", link))
 	if target, err := os.Readlink(link); err != nil || target != "elsewhere" {
 		t.Fatalf("readlink of the replaced symlink: %q %v", target, err)
 	}

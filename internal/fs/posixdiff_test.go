@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/fs"
@@ -756,9 +757,7 @@ func diffAttrs(a, b attrs, path string) string {
 func openSide(t *testing.T, name, dir string) *side {
 	t.Helper()
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return &side{name: name, dir: dir, fd: fd, held: map[string]int{}}
 }
 
@@ -779,13 +778,9 @@ func differential(t *testing.T, fill func(testing.TB, string), path string) (e *
 // 0700.
 func openAccess(t *testing.T, dir string) {
 	for d := filepath.Dir(dir); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Chmod(d, 0o755))
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Chmod(dir, 0o755))
 }
 
 // daemonMtime reads the mtime of the workspace path p from the overlay.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/overlay/overlaytest"
 	"layerfs.dev/layerfs/internal/testenv"
 )
@@ -37,9 +39,7 @@ func testStress(t *testing.T, path string) {
 	e := newEnvOn(t, true, path)
 	m, mnt := e.mount(e.Root)
 	dir := filepath.Join(mnt, "stress")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(dir, 0o755))
 	args := []string{"--temp-path", dir, "--keep-files", "--verify", "--metrics-brief", "--timeout", fmt.Sprint(seconds, "s")}
 	for _, s := range stressors {
 		args = append(args, s, "1")
@@ -47,24 +47,18 @@ func testStress(t *testing.T, path string) {
 	args = append(args, "--hdd-bytes", "16M", "--hdd-opts", "wr-rnd,rd-rnd", "--fallocate-bytes", "16M")
 	// A deadline far beyond the run: a hung file system fails the test
 	// instead of hanging it.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds)*time.Second+5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Duration(seconds)*time.Second+5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "stress-ng", args...)
 	cmd.Dir = "/" // the serving process never forks with its working directory on the mount
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("stress-ng %v: %v\n%s", args, err, out)
-	}
+	require.NoError(t, err, "stress-ng %v\n%s", args, out)
 	t.Logf("stress-ng on %s:\n%s", path, out)
 
 	root := e.Commit(m)
 	rep, err := e.DB.Fsck(e.ctx, nil)
-	if err != nil {
-		t.Fatalf("fsck: %v", err)
-	}
-	if err := rep.Err(); err != nil {
-		t.Fatalf("fsck: %v", err)
-	}
+	require.NoError(t, err, "fsck")
+	require.NoError(t, rep.Err(), "fsck")
 	_, mnt2 := e.mount(root)
 	overlaytest.RequireSame(t, mnt, mnt2, "fresh workspace on the commit")
 }
