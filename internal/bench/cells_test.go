@@ -1,11 +1,12 @@
 package bench
 
 import (
-	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/bench/report"
 	"layerfs.dev/layerfs/internal/cells"
@@ -34,9 +35,8 @@ func TestCommandTime(t *testing.T) {
 	if err != nil || d != 3000 {
 		t.Fatalf("got %v %v", d, err)
 	}
-	if _, err := commandTime([]byte("no clock here")); err == nil {
-		t.Fatal("missing readings must fail the sample")
-	}
+	_, err = commandTime([]byte("no clock here"))
+	require.Error(t, err, "missing readings must fail the sample")
 }
 
 // TestRunCells runs every twelve-cell with one sample on the local
@@ -44,16 +44,14 @@ func TestCommandTime(t *testing.T) {
 func TestRunCells(t *testing.T) {
 	testenv.RequireFUSE(t)
 	out := t.TempDir()
-	res, err := Run(context.Background(), Config{
+	res, err := Run(t.Context(), Config{
 		Cells:       cells.Twelve(),
 		Platforms:   []string{"local", "nowhere"},
 		Samples:     1,
 		OutDir:      out,
 		NewPlatform: localOnly,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, s := range res.Samples {
 		if !s.Good() {
 			t.Errorf("%s %s %s: %s", s.Cell, s.Platform, s.Arm, s.Reason())
@@ -66,14 +64,11 @@ func TestRunCells(t *testing.T) {
 		t.Fatalf("%d samples, want 24", len(res.Samples))
 	}
 	for _, f := range []string{report.SamplesFile, report.SummaryFile, report.TableMarkdownFile, report.ChartFile} {
-		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
-			t.Errorf("output %s: %v", f, err)
-		}
+		_, err := os.Stat(filepath.Join(out, f))
+		assert.NoError(t, err, "output %s", f)
 	}
 	md, _ := os.ReadFile(filepath.Join(out, report.TableMarkdownFile))
-	if !strings.Contains(string(md), "not run") {
-		t.Errorf("an unavailable platform must appear as not run:\n%s", md)
-	}
+	assert.Contains(t, string(md), "not run", "an unavailable platform must appear as not run")
 	t.Logf("\n%s", md)
 }
 
@@ -81,7 +76,7 @@ func TestRunCells(t *testing.T) {
 // small tree, and checks that each one measured something.
 func TestRunSession(t *testing.T) {
 	testenv.RequireFUSE(t)
-	figs, err := RunSession(context.Background(), SessionConfig{
+	figs, err := RunSession(t.Context(), SessionConfig{
 		Platforms:   []string{"local", "nowhere"},
 		Calls:       2,
 		Idle:        2,
@@ -89,9 +84,7 @@ func TestRunSession(t *testing.T) {
 		WorkDir:     t.TempDir(),
 		NewPlatform: localOnly,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	open, commit := largeFigs(1_000)
 	want := map[string]bool{report.FigOpen: false, report.FigWarmExec: false, FigExecPython: false, FigCommitSmall: false,
 		report.FigForkCreate: false, report.FigThroughput16: false, open: false, commit: false, report.FigIdleMemory: false, FigIdleMemoryHost: false, FigExecOverheadThink: false}

@@ -1,13 +1,14 @@
 package bench
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/testenv"
@@ -30,9 +31,8 @@ func TestParseLoopSpec(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"ext4", "btrfs:8G", "ext4:", "ext4:0", "ext4:-1G", "ext4:8X", "ext4:G", "xfs:99999999999T"} {
-		if _, _, err := LoopFS(context.Background(), t.TempDir(), bad); !errors.Is(err, ErrLoopSpec) {
-			t.Errorf("%q: %v, want ErrLoopSpec", bad, err)
-		}
+		_, _, err := LoopFS(t.Context(), t.TempDir(), bad)
+		assert.ErrorIs(t, err, ErrLoopSpec, "%q", bad)
 	}
 }
 
@@ -41,7 +41,7 @@ func TestParseLoopSpec(t *testing.T) {
 func TestLoopFSMissingTool(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	for spec, pkg := range map[string]string{"xfs:512M": "xfsprogs", "ext4:64M": "e2fsprogs"} {
-		_, _, err := LoopFS(context.Background(), t.TempDir(), spec)
+		_, _, err := LoopFS(t.Context(), t.TempDir(), spec)
 		if !errors.Is(err, ErrToolMissing) || !strings.Contains(err.Error(), "Debian package "+pkg) {
 			t.Errorf("%s: %v, want ErrToolMissing naming %s", spec, err, pkg)
 		}
@@ -58,7 +58,7 @@ func TestLoopFS(t *testing.T) {
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
 			dir := t.TempDir()
-			mnt, cleanup, err := LoopFS(context.Background(), dir, tc.spec)
+			mnt, cleanup, err := LoopFS(t.Context(), dir, tc.spec)
 			if err != nil {
 				if errors.Is(err, ErrToolMissing) {
 					testenv.Skip(t, err.Error())
@@ -71,27 +71,17 @@ func TestLoopFS(t *testing.T) {
 				t.Errorf("DescribeFS(%s) = %q, want %q... at %s", mnt, desc, tc.desc, mnt)
 			}
 			var st unix.Statfs_t
-			if err := unix.Statfs(mnt, &st); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, unix.Statfs(mnt, &st))
 			if size := int64(st.Blocks) * st.Bsize; size > 320<<20 || size < 32<<20 {
 				t.Errorf("file system of %d bytes for %s", size, tc.spec)
 			}
 			a := filepath.Join(mnt, "a")
-			if err := os.WriteFile(a, []byte("data"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.WriteFile(a, []byte("data"), 0o644))
 			if strings.HasPrefix(tc.spec, "xfs") {
-				if err := clone(a, filepath.Join(mnt, "b")); err != nil {
-					t.Errorf("XFS without reflinks: %v", err)
-				}
+				assert.NoError(t, clone(a, filepath.Join(mnt, "b")), "XFS without reflinks")
 			}
-			if err := cleanup(); err != nil {
-				t.Fatal(err)
-			}
-			if err := cleanup(); err != nil {
-				t.Errorf("second cleanup: %v", err)
-			}
+			require.NoError(t, cleanup())
+			assert.NoError(t, cleanup(), "second cleanup")
 			if _, err := os.Stat(mnt); !os.IsNotExist(err) {
 				t.Errorf("mountpoint left after cleanup: %v", err)
 			}
@@ -106,7 +96,7 @@ func TestLoopFS(t *testing.T) {
 // pretending, and succeeds once it is released.
 func TestLoopFSBusy(t *testing.T) {
 	testenv.RequireRoot(t)
-	mnt, cleanup, err := LoopFS(context.Background(), t.TempDir(), "ext4:64M")
+	mnt, cleanup, err := LoopFS(t.Context(), t.TempDir(), "ext4:64M")
 	if err != nil {
 		if errors.Is(err, ErrToolMissing) {
 			testenv.Skip(t, err.Error())
@@ -118,18 +108,11 @@ func TestLoopFSBusy(t *testing.T) {
 		cleanup()
 		t.Fatal(err)
 	}
-	if err := cleanup(); !errors.Is(err, unix.EBUSY) {
-		t.Errorf("cleanup with an open file: %v, want EBUSY", err)
-	}
-	if _, err := os.Stat(filepath.Join(mnt, "held")); err != nil {
-		t.Errorf("the busy file system must stay mounted: %v", err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cleanup(); err != nil {
-		t.Fatal(err)
-	}
+	assert.ErrorIs(t, cleanup(), unix.EBUSY, "cleanup with an open file")
+	_, err = os.Stat(filepath.Join(mnt, "held"))
+	assert.NoError(t, err, "the busy file system must stay mounted")
+	require.NoError(t, f.Close())
+	require.NoError(t, cleanup())
 }
 
 func clone(src, dst string) error {

@@ -1,12 +1,13 @@
 package cells
 
 import (
-	"context"
 	"errors"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkNative times each cell's body run natively with bash in a fresh
@@ -16,7 +17,7 @@ import (
 //
 //	go test ./cells -run '^$' -bench Native -benchtime 5x
 func BenchmarkNative(b *testing.B) {
-	ctx := context.Background()
+	ctx := b.Context()
 	for _, c := range All() {
 		b.Run(c.ID, func(b *testing.B) {
 			base := b.TempDir()
@@ -39,9 +40,7 @@ func BenchmarkNative(b *testing.B) {
 				cmd.Dir = dir
 				b.StartTimer()
 				out, err := cmd.CombinedOutput()
-				if err != nil {
-					b.Fatalf("body: %v: %s", err, out)
-				}
+				require.NoError(b, err, "body: %s", out)
 			}
 		})
 	}

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"io"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestBigHash(t *testing.T) {
 	h, n, err := HashOf(NewBigReader())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if n != BigSize {
 		t.Fatalf("generator gave %d bytes, want %d", n, BigSize)
 	}
@@ -22,17 +22,14 @@ func TestBigHash(t *testing.T) {
 // The stream must not depend on how it is read.
 func TestBigReaderChunking(t *testing.T) {
 	a := make([]byte, 3<<20)
-	if _, err := io.ReadFull(NewBigReader(), a); err != nil {
-		t.Fatal(err)
-	}
+	_, err := io.ReadFull(NewBigReader(), a)
+	require.NoError(t, err)
 	b := make([]byte, 0, len(a))
 	r := NewBigReader()
 	buf := make([]byte, 4093) // odd size: crosses ChaCha8 block boundaries
 	for len(b) < len(a) {
 		n, err := r.Read(buf[:min(len(buf), len(a)-len(b))])
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		b = append(b, buf[:n]...)
 	}
 	if !bytes.Equal(a, b) {

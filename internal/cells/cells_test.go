@@ -10,6 +10,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The bodies, titles and bases must be exactly those of CELLS.md, read from
@@ -45,15 +48,9 @@ func TestTwelveMatchCELLSmd(t *testing.T) {
 	}
 	for _, c := range got {
 		w := want[c.ID]
-		if c.Body != w.Body {
-			t.Errorf("%s body:\n got %s\nwant %s", c.ID, c.Body, w.Body)
-		}
-		if c.Title != w.Title {
-			t.Errorf("%s title %q, want %q", c.ID, c.Title, w.Title)
-		}
-		if c.Base.Name != w.Base.Name {
-			t.Errorf("%s base %q, want %q", c.ID, c.Base.Name, w.Base.Name)
-		}
+		assert.Equal(t, w.Body, c.Body, "%s body", c.ID)
+		assert.Equal(t, w.Title, c.Title, "%s title", c.ID)
+		assert.Equal(t, w.Base.Name, c.Base.Name, "%s base", c.ID)
 	}
 }
 
@@ -92,13 +89,11 @@ func TestCellsWellFormed(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"c01", "C12", "X01"} {
-		if _, err := ByID(id); err != nil {
-			t.Error(err)
-		}
+		_, err := ByID(id)
+		assert.NoError(t, err)
 	}
-	if _, err := ByID("C13"); !errors.Is(err, ErrUnknown) {
-		t.Errorf("ByID(C13) = %v, want ErrUnknown", err)
-	}
+	_, err := ByID("C13")
+	assert.ErrorIs(t, err, ErrUnknown, "ByID(C13)")
 	if got, err := Select(nil); err != nil || len(got) != 12 {
 		t.Errorf("Select(nil) = %d cells, %v; want the twelve", len(got), err)
 	}
@@ -120,11 +115,9 @@ func (b bash) Run(ctx context.Context, body string) (string, int, error) {
 func TestEligible(t *testing.T) {
 	r := bash{t.TempDir()}
 	ok := Cell{ID: "T1", Probe: needs("bash", "cat")}
-	if err := Eligible(context.Background(), r, ok); err != nil {
-		t.Errorf("bash and cat: %v", err)
-	}
+	assert.NoError(t, Eligible(t.Context(), r, ok), "bash and cat")
 	missing := Cell{ID: "T2", Probe: needs("bash", "no-such-tool-here")}
-	err := Eligible(context.Background(), r, missing)
+	err := Eligible(t.Context(), r, missing)
 	if !errors.Is(err, ErrIneligible) || !strings.Contains(err.Error(), "no-such-tool-here is not on the sandbox's PATH") {
 		t.Errorf("missing tool: got %v", err)
 	}
@@ -138,15 +131,11 @@ func TestRepoDeterministic(t *testing.T) {
 	}
 	heads := func() string {
 		dir := t.TempDir()
-		if err := writeRepo(context.Background(), dir); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, writeRepo(t.Context(), dir))
 		cmd := exec.Command("git", "rev-parse", "main", "feature", "HEAD")
 		cmd.Dir = dir
 		out, err := cmd.Output()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return string(out)
 	}
 	a, b := heads(), heads()
@@ -154,24 +143,18 @@ func TestRepoDeterministic(t *testing.T) {
 		t.Fatalf("two builds differ:\n%s\n%s", a, b)
 	}
 	const want = "4dd7899f8bb9f616798d6d544121e179d798d003\n3e6fa4872f6770bdc0622b615517f9acfd73798d\n4dd7899f8bb9f616798d6d544121e179d798d003\n"
-	if a != want {
-		t.Errorf("heads (main, feature, HEAD):\n%s\nwant\n%s", a, want)
-	}
+	assert.Equal(t, want, a, "heads (main, feature, HEAD)")
 }
 
 func TestTarballDeterministic(t *testing.T) {
 	a, err := tarball()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, _ := tarball()
 	if !bytes.Equal(a, b) {
 		t.Fatal("two archives differ")
 	}
 	dir := t.TempDir()
-	if err := writeTarball(context.Background(), dir); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, writeTarball(t.Context(), dir))
 	got, err := os.ReadFile(filepath.Join(dir, "src.tar.gz"))
 	if err != nil || !bytes.Equal(got, a) {
 		t.Fatalf("written archive differs from the expectation's (%v)", err)

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/testenv"
 )
 
@@ -46,9 +48,7 @@ func Binaries(t testing.TB) string {
 			}
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	require.NoError(t, buildErr)
 	return binDir
 }
 
@@ -89,9 +89,7 @@ func Start(t testing.TB, extra ...string) *Daemon {
 	d := &Daemon{Store: store, Socket: filepath.Join(store, "layerfsd.sock"), Bin: bin, log: &syncBuffer{}, done: make(chan error, 1)}
 	d.cmd = exec.Command(filepath.Join(bin, "layerfsd"), append([]string{"serve", "--store", store}, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.cmd.Start())
 	go func() { d.done <- d.cmd.Wait() }()
 	t.Cleanup(func() { d.stop(t) })
 	deadline := time.Now().Add(60 * time.Second)

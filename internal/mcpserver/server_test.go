@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/daemontest"
@@ -29,9 +31,7 @@ func newServer(t *testing.T, d *daemontest.Daemon) *mcpserver.Server {
 		Version:   "test",
 		MaxOutput: 1024,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return srv
 }
 
@@ -43,17 +43,13 @@ func connect(t *testing.T, srv *mcpserver.Server) *mcp.ClientSession {
 
 func connectWith(t *testing.T, srv *mcpserver.Server, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := srv.MCP().Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { ss.Close() })
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "go-test", Version: "v0"}, opts).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { cs.Close() })
 	return cs
 }
@@ -71,9 +67,7 @@ func (s session) call(name string, args map[string]any) *mcp.CallToolResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		s.t.Fatalf("%s: protocol error %v", name, err)
-	}
+	require.NoError(s.t, err, "%s: protocol", name)
 	return res
 }
 
@@ -85,12 +79,8 @@ func (s session) ok(out any, name string, args map[string]any) {
 		s.t.Fatalf("%s(%v): tool error %s", name, args, text(res))
 	}
 	b, err := json.Marshal(res.StructuredContent)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		s.t.Fatalf("%s: decode %s: %v", name, b, err)
-	}
+	require.NoError(s.t, err)
+	require.NoError(s.t, json.Unmarshal(b, out), "%s: decode %s", name, b)
 }
 
 // refused calls a tool that must fail with a message containing want.
@@ -118,12 +108,10 @@ func TestSession(t *testing.T) {
 	d := daemontest.Start(t)
 	cs := connect(t, newServer(t, d))
 	s := session{t, cs}
-	ctx := context.Background()
+	ctx := t.Context()
 
 	tools, err := cs.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var names []string
 	for _, tool := range tools.Tools {
 		names = append(names, tool.Name)
@@ -214,9 +202,8 @@ func TestSession(t *testing.T) {
 	if err != nil || len(rr.Contents) != 1 || rr.Contents[0].Text != "hello.txt\n" {
 		t.Errorf("directory resource: %+v %v", rr, err)
 	}
-	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: mcpserver.FileURI(ws.ID, "missing")}); err == nil {
-		t.Error("a missing file's resource was read")
-	}
+	_, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: mcpserver.FileURI(ws.ID, "missing")})
+	assert.Error(t, err, "a missing file's resource was read")
 
 	var cm struct{ Result, Commit string }
 	s.ok(&cm, "commit", map[string]any{"workspace": ws.ID, "message": "hello"})
@@ -322,7 +309,7 @@ func TestExecProgress(t *testing.T) {
 	s.ok(&ws, "workspace_create", map[string]any{"project": "p"})
 	params := &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"workspace": ws.ID, "command": "echo one; echo two >&2; echo three"}}
 	params.SetProgressToken("exec-1")
-	res, err := cs.CallTool(context.Background(), params)
+	res, err := cs.CallTool(t.Context(), params)
 	if err != nil || res.IsError {
 		t.Fatalf("exec: %v %s", err, text(res))
 	}
@@ -423,26 +410,21 @@ func snapshot(t *testing.T, s session, id string) string {
 func TestHTTPToken(t *testing.T) {
 	d := daemontest.Start(t)
 	srv := newServer(t, d)
-	if _, err := srv.Handler(""); err == nil {
-		t.Error("a handler without a token was built")
-	}
+	_, err := srv.Handler("")
+	assert.Error(t, err, "a handler without a token was built")
 	h, err := srv.Handler("s3cret-token")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 
 	resp, err := http.Post(hs.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("no token: status %d", resp.StatusCode)
 	}
 
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, tc := range []struct {
 		token string
 		ok    bool
@@ -457,9 +439,7 @@ func TestHTTPToken(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		s := session{t, cs}
 		var wl struct{ Workspaces []any }
 		s.ok(&wl, "workspace_list", nil)

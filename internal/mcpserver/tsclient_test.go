@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/daemontest"
 	"layerfs.dev/layerfs/internal/testenv"
 )
@@ -47,7 +50,7 @@ func TestTypeScriptClient(t *testing.T) {
 		}
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "session.mjs", layerfs, store)
 	cmd.Dir, cmd.Env = dir, env
@@ -55,18 +58,12 @@ func TestTypeScriptClient(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
 	t.Logf("transcript (%s):\n%s", strings.TrimSpace(mustOutput(t, node, "--version")), stdout.String())
-	if err != nil {
-		t.Fatalf("session.mjs: %v\nstderr:\n%s", err, stderr.String())
-	}
-	if !strings.Contains(stdout.String(), `{"step":"close"}`) {
-		t.Errorf("the session did not reach its end")
-	}
+	require.NoError(t, err, "session.mjs\nstderr:\n%s", stderr.String())
+	assert.Contains(t, stdout.String(), `{"step":"close"}`, "the session did not reach its end")
 }
 
 func mustOutput(t *testing.T, name string, args ...string) string {
 	out, err := exec.Command(name, args...).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return string(out)
 }

@@ -53,7 +53,7 @@ const DockerSocket = "/var/run/docker.sock"
 func RequireDocker(t testing.TB) {
 	t.Helper()
 	d := net.Dialer{Timeout: time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	c, err := d.DialContext(ctx, "unix", DockerSocket)
 	if err != nil {

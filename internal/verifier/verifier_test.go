@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/cells"
 	"layerfs.dev/layerfs/internal/verifier"
 )
@@ -47,7 +50,7 @@ func requireTools(t *testing.T, tools ...string) {
 func endState(t *testing.T, c cells.Cell) string {
 	t.Helper()
 	dir := t.TempDir()
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := c.WriteBase(ctx, dir); err != nil {
 		if errors.Is(err, cells.ErrUnavailable) {
 			t.Skipf("base: %v", err)
@@ -77,11 +80,9 @@ func clone(t *testing.T, src string) string {
 func verify(t *testing.T, dir string, c cells.Cell) error {
 	t.Helper()
 	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer root.Close()
-	return verifier.Verify(context.Background(), root.FS(), c, bashRunner{dir})
+	return verifier.Verify(t.Context(), root.FS(), c, bashRunner{dir})
 }
 
 // mutation is a deliberately wrong end state and the line that must report
@@ -150,22 +151,20 @@ func mutations(e cells.Expectation) []mutation {
 func create(t *testing.T, dir, p string) (undo func()) {
 	t.Helper()
 	write(t, dir, p, []byte("x\n"))
-	return func() { must(t, os.Remove(filepath.Join(dir, p))) }
+	return func() { require.NoError(t, os.Remove(filepath.Join(dir, p))) }
 }
 
 func write(t *testing.T, dir, p string, b []byte) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, p), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, p), b, 0o644))
 }
 
 // remove renames the file aside, so that undo restores the very same file.
 func remove(t *testing.T, dir, p string) (undo func()) {
 	t.Helper()
 	aside := filepath.Join(filepath.Dir(dir), "aside")
-	must(t, os.Rename(filepath.Join(dir, p), aside))
-	return func() { must(t, os.Rename(aside, filepath.Join(dir, p))) }
+	require.NoError(t, os.Rename(filepath.Join(dir, p), aside))
+	return func() { require.NoError(t, os.Rename(aside, filepath.Join(dir, p))) }
 }
 
 // resize makes the file one byte shorter, or one byte long if it was empty.
@@ -173,25 +172,25 @@ func resize(t *testing.T, dir, p string) (undo func()) {
 	t.Helper()
 	name := filepath.Join(dir, p)
 	info, err := os.Stat(name)
-	must(t, err)
+	require.NoError(t, err)
 	size := info.Size()
 	if size == 0 {
-		must(t, os.Truncate(name, 1))
-		return func() { must(t, os.Truncate(name, 0)) }
+		require.NoError(t, os.Truncate(name, 1))
+		return func() { require.NoError(t, os.Truncate(name, 0)) }
 	}
 	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	must(t, err)
+	require.NoError(t, err)
 	last := make([]byte, 1)
 	_, err = f.ReadAt(last, size-1)
-	must(t, err)
-	must(t, f.Truncate(size-1))
-	must(t, f.Close())
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(size-1))
+	require.NoError(t, f.Close())
 	return func() {
 		f, err := os.OpenFile(name, os.O_WRONLY, 0)
-		must(t, err)
+		require.NoError(t, err)
 		_, err = f.WriteAt(last, size-1)
-		must(t, err)
-		must(t, f.Close())
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
 	}
 }
 
@@ -199,14 +198,14 @@ func flip(t *testing.T, dir, p string, off int64) (undo func()) {
 	t.Helper()
 	xor := func() {
 		f, err := os.OpenFile(filepath.Join(dir, p), os.O_RDWR, 0)
-		must(t, err)
+		require.NoError(t, err)
 		b := make([]byte, 1)
 		_, err = f.ReadAt(b, off)
-		must(t, err)
+		require.NoError(t, err)
 		b[0] ^= 0x01
 		_, err = f.WriteAt(b, off)
-		must(t, err)
-		must(t, f.Close())
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
 	}
 	xor()
 	return xor
@@ -229,28 +228,20 @@ func TestCells(t *testing.T) {
 		t.Run(c.ID, func(t *testing.T) {
 			t.Parallel() // the bodies are spawn-bound; two at a time on two cores
 			dir := endState(t, c)
-			if err := verify(t, dir, c); err != nil {
-				t.Fatalf("correct end state fails:\n%v", err)
-			}
+			require.NoError(t, verify(t, dir, c), "correct end state fails")
 			for _, m := range mutations(c.Expect()) {
 				t.Run(m.name, func(t *testing.T) {
 					undo := m.apply(t, dir)
 					err := verify(t, dir, c)
 					undo()
-					if err == nil {
-						t.Fatalf("wrong state passes; want a line starting %q", m.want)
-					}
-					if !errors.Is(err, verifier.ErrMismatch) {
-						t.Errorf("error does not match ErrMismatch: %v", err)
-					}
+					require.Error(t, err, "wrong state passes; want a line starting %q", m.want)
+					assert.ErrorIs(t, err, verifier.ErrMismatch, "error does not match ErrMismatch")
 					if !hasLine(err, m.want) {
 						t.Errorf("no line starting %q in:\n%v", m.want, err)
 					}
 				})
 			}
-			if err := verify(t, dir, c); err != nil {
-				t.Fatalf("end state fails after the mutations were undone:\n%v", err)
-			}
+			require.NoError(t, verify(t, dir, c), "end state fails after the mutations were undone")
 		})
 	}
 }
@@ -263,17 +254,17 @@ func materialize(t *testing.T, e cells.Expectation) string {
 	dir := t.TempDir()
 	for _, en := range e.Entries {
 		p := filepath.Join(dir, filepath.FromSlash(en.Path))
-		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		switch {
 		case en.Kind == cells.Dir:
-			must(t, os.MkdirAll(p, 0o755))
+			require.NoError(t, os.MkdirAll(p, 0o755))
 		case en.Kind == cells.Symlink:
-			must(t, os.Symlink(en.Target, p))
+			require.NoError(t, os.Symlink(en.Target, p))
 		case en.Content.Match == cells.MatchBytes:
-			must(t, os.WriteFile(p, en.Content.Data, 0o644))
+			require.NoError(t, os.WriteFile(p, en.Content.Data, 0o644))
 		case en.Content.Match == cells.MatchZeros:
-			must(t, os.WriteFile(p, nil, 0o644))
-			must(t, os.Truncate(p, en.Content.Size))
+			require.NoError(t, os.WriteFile(p, nil, 0o644))
+			require.NoError(t, os.Truncate(p, en.Content.Size))
 		default:
 			t.Fatalf("cannot materialize %s", en.Path)
 		}
@@ -298,15 +289,15 @@ func TestMessages(t *testing.T) {
 		{c04, func(t *testing.T, d string) func() { return create(t, d, "d3/d4/f11") }, "d3/d4/f11: unexpected file"},
 		{c04, func(t *testing.T, d string) func() { return remove(t, d, "d3/d4") }, "d3/d4: missing (and the 10 expected entries under it)"},
 		{c04, func(t *testing.T, d string) func() {
-			must(t, os.Mkdir(filepath.Join(d, "d11"), 0o755))
-			return func() { must(t, os.Remove(filepath.Join(d, "d11"))) }
+			require.NoError(t, os.Mkdir(filepath.Join(d, "d11"), 0o755))
+			return func() { require.NoError(t, os.Remove(filepath.Join(d, "d11"))) }
 		}, "d11: unexpected directory"},
 		{c06, func(t *testing.T, d string) func() { return resize(t, d, "big") }, "big: size 67108863, want 67108864"},
 		{c06, func(t *testing.T, d string) func() { return flip(t, d, "big", 5<<20) }, "big: byte 5242880 is 0x01, want 64 MiB of zeros"},
 		{c06, func(t *testing.T, d string) func() {
 			undo := remove(t, d, "big")
-			must(t, os.Symlink("/etc/passwd", filepath.Join(d, "big")))
-			return func() { must(t, os.Remove(filepath.Join(d, "big"))); undo() }
+			require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(d, "big")))
+			return func() { require.NoError(t, os.Remove(filepath.Join(d, "big"))); undo() }
 		}, "big: is a symlink, want a regular file"},
 	}
 	states := map[string]string{}
@@ -333,10 +324,8 @@ func TestMessages(t *testing.T) {
 func TestBaseCells(t *testing.T) {
 	c09, c11 := mustCell(t, "C09"), mustCell(t, "C11")
 	dir := t.TempDir()
-	must(t, c09.WriteBase(context.Background(), dir))
-	if err := verify(t, dir, c09); err != nil {
-		t.Fatalf("untouched base fails C09: %v", err)
-	}
+	require.NoError(t, c09.WriteBase(t.Context(), dir))
+	require.NoError(t, verify(t, dir, c09), "untouched base fails C09")
 	err := verify(t, dir, c11)
 	if err == nil || !hasLine(err, "big: byte 0 is 0x") || !hasLine(err, "big: still holds the content") {
 		t.Fatalf("untouched base against C11: got %v", err)
@@ -362,7 +351,7 @@ func TestGitChecks(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := clone(t, dir)
-			if _, code, err := (bashRunner{d}).Run(context.Background(), tc.body); err != nil || code != 0 {
+			if _, code, err := (bashRunner{d}).Run(t.Context(), tc.body); err != nil || code != 0 {
 				t.Fatalf("mutate: exit %d, %v", code, err)
 			}
 			err := verify(t, d, c)
@@ -375,7 +364,7 @@ func TestGitChecks(t *testing.T) {
 
 func TestNoRunner(t *testing.T) {
 	c := mustCell(t, "C12")
-	err := verifier.Verify(context.Background(), os.DirFS(t.TempDir()), c, nil)
+	err := verifier.Verify(t.Context(), os.DirFS(t.TempDir()), c, nil)
 	if err == nil || !strings.Contains(err.Error(), "no sandbox runner") {
 		t.Fatalf("got %v, want a failure naming the missing runner", err)
 	}
@@ -387,17 +376,8 @@ func TestNoRunner(t *testing.T) {
 func mustCell(t *testing.T, id string) cells.Cell {
 	t.Helper()
 	c, err := cells.ByID(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return c
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // Entries listed inside an opaque directory are checked; the rest of it is not.
@@ -405,20 +385,18 @@ func TestOpaque(t *testing.T) {
 	var b cells.Builder
 	e := b.Opaque(".git").File(".git/sub/out", cells.Text("ok\n")).File("a", cells.Text("a\n")).Build()
 	dir := t.TempDir()
-	must(t, os.MkdirAll(filepath.Join(dir, ".git/sub"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, ".git/sub"), 0o755))
 	write(t, dir, ".git/sub/out", []byte("ok\n"))
 	write(t, dir, ".git/anything", []byte("whatever"))
 	write(t, dir, "a", []byte("a\n"))
 	fsys := os.DirFS(dir)
-	if err := verifier.Check(context.Background(), fsys, e, nil); err != nil {
-		t.Fatalf("correct state: %v", err)
-	}
+	require.NoError(t, verifier.Check(t.Context(), fsys, e, nil), "correct state")
 	write(t, dir, ".git/sub/out", []byte("no\n"))
-	if err := verifier.Check(context.Background(), fsys, e, nil); err == nil || !hasLine(err, `.git/sub/out: content "no\n", want "ok\n"`) {
+	if err := verifier.Check(t.Context(), fsys, e, nil); err == nil || !hasLine(err, `.git/sub/out: content "no\n", want "ok\n"`) {
 		t.Errorf("changed entry in an opaque dir: %v", err)
 	}
-	must(t, os.RemoveAll(filepath.Join(dir, ".git/sub")))
-	if err := verifier.Check(context.Background(), fsys, e, nil); err == nil || err.Error() != ".git/sub/out: missing" {
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, ".git/sub")))
+	if err := verifier.Check(t.Context(), fsys, e, nil); err == nil || err.Error() != ".git/sub/out: missing" {
 		t.Errorf("missing entry in an opaque dir: %v", err)
 	}
 }

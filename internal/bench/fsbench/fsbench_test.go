@@ -2,11 +2,13 @@ package fsbench
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/cells"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -15,9 +17,7 @@ import (
 func pick(t *testing.T, ids ...string) []cells.Cell {
 	t.Helper()
 	cs, err := cells.Select(ids)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return cs
 }
 
@@ -36,15 +36,13 @@ func TestRun(t *testing.T) {
 	}}
 	never := cells.Cell{ID: "T02", Body: `true`, Probe: `echo "not here"; exit 1`, Expect: func() cells.Expectation { return cells.Expectation{} }}
 	var progress []string
-	rep, err := Run(context.Background(), Config{
+	rep, err := Run(t.Context(), Config{
 		Dir:      t.TempDir(),
 		Samples:  1,
 		Cells:    append(pick(t, ids...), wrong, never),
 		Progress: func(done, total int, what string) { progress = append(progress, what) },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(rep.Results) != len(ids)+2 {
 		t.Fatalf("%d results for %d cells", len(rep.Results), len(ids)+2)
 	}
@@ -79,18 +77,12 @@ func TestRun(t *testing.T) {
 	}
 
 	var tab bytes.Buffer
-	if err := rep.Table(&tab); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rep.Table(&tab))
 	for _, want := range []string{"| C01 |", "| C09 |", "| T01 |", "NO: ", "| T02 | ineligible: ", "CREATE 1000", "geometric mean of ratios"} {
-		if !strings.Contains(tab.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, tab.String())
-		}
+		assert.Contains(t, tab.String(), want, "table")
 	}
 	js, err := json.Marshal(rep.JSON())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if !strings.Contains(string(js), `"cell":"C09"`) || !strings.Contains(string(js), `"geomean_ratio"`) {
 		t.Errorf("JSON: %s", js)
 	}
@@ -102,7 +94,7 @@ func TestRun(t *testing.T) {
 func TestBodyFailure(t *testing.T) {
 	testenv.RequireFUSE(t)
 	bad := cells.Cell{ID: "T03", Body: `echo broken >&2; false`, Expect: func() cells.Expectation { return cells.Expectation{} }}
-	_, err := Run(context.Background(), Config{Dir: t.TempDir(), Samples: 1, Cells: []cells.Cell{bad}})
+	_, err := Run(t.Context(), Config{Dir: t.TempDir(), Samples: 1, Cells: []cells.Cell{bad}})
 	if err == nil || !strings.Contains(err.Error(), "broken") || !strings.Contains(err.Error(), "T03") {
 		t.Fatalf("got %v", err)
 	}

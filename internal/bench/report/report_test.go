@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/platforms"
 )
 
@@ -209,13 +212,9 @@ func TestSummarize(t *testing.T) {
 
 	// JSON: the required keys are present, and missing figures are null.
 	var b bytes.Buffer
-	if err := WriteSummaryJSON(&b, sums); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, WriteSummaryJSON(&b, sums))
 	var objs []map[string]any
-	if err := json.Unmarshal(b.Bytes(), &objs); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(b.Bytes(), &objs))
 	for _, key := range []string{"cell", "platform", "samples", "verified", "native_ms", "layerfs_ms", "ratio", "requests", "us_per_request", "commit_ms", "overlay_bytes", "store_bytes"} {
 		if _, ok := objs[0][key]; !ok {
 			t.Errorf("summary.json lacks %q", key)
@@ -259,14 +258,10 @@ func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	path := filepath.Join("testdata", name)
 	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(path, got, 0o644))
 	}
 	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
+	require.NoError(t, err, "run go test -update to create it")
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s differs from the golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
 	}
@@ -278,36 +273,20 @@ func TestTables(t *testing.T) {
 		r    Results
 	}{{"one", fixture(false)}, {"multi", fixture(true)}} {
 		var md, txt, js bytes.Buffer
-		if err := tc.r.WriteMarkdown(&md); err != nil {
-			t.Fatal(err)
-		}
-		if err := tc.r.WriteText(&txt); err != nil {
-			t.Fatal(err)
-		}
-		if err := WriteSummaryJSON(&js, tc.r.Summarize()); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, tc.r.WriteMarkdown(&md))
+		require.NoError(t, tc.r.WriteText(&txt))
+		require.NoError(t, WriteSummaryJSON(&js, tc.r.Summarize()))
 		golden(t, "cells-"+tc.name+".md", md.Bytes())
 		golden(t, "cells-"+tc.name+".txt", txt.Bytes())
 		golden(t, "summary-"+tc.name+".json", js.Bytes())
-		if strings.Contains(md.String(), "| 0.00") {
-			t.Error("a zero time appears in the table")
-		}
+		assert.NotContains(t, md.String(), "| 0.00", "a zero time appears in the table")
 	}
 	r := fixture(true)
-	if !strings.Contains(tableString(t, r), "not run: limactl not found") {
-		t.Error("lima is not shown as not run")
-	}
+	assert.Contains(t, tableString(t, r), "not run: limactl not found", "lima is not shown as not run")
 	var sm, st, sj bytes.Buffer
-	if err := r.WriteSessionMarkdown(&sm); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.WriteSessionText(&st); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteSessionJSON(&sj, r.Session); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, r.WriteSessionMarkdown(&sm))
+	require.NoError(t, r.WriteSessionText(&st))
+	require.NoError(t, WriteSessionJSON(&sj, r.Session))
 	golden(t, "session.md", sm.Bytes())
 	golden(t, "session.txt", st.Bytes())
 	golden(t, "session.json", sj.Bytes())
@@ -315,29 +294,21 @@ func TestTables(t *testing.T) {
 
 func tableString(t *testing.T, r Results) string {
 	var b bytes.Buffer
-	if err := r.WriteMarkdown(&b); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, r.WriteMarkdown(&b))
 	return b.String()
 }
 
 func TestChart(t *testing.T) {
 	for _, size := range [][2]int{{ChartWidth, ChartHeight}, {640, 360}} {
 		var b bytes.Buffer
-		if err := fixture(true).WriteChart(&b, size[0], size[1]); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, fixture(true).WriteChart(&b, size[0], size[1]))
 		img, err := png.Decode(&b)
-		if err != nil {
-			t.Fatalf("chart is not a PNG: %v", err)
-		}
+		require.NoError(t, err, "chart is not a PNG")
 		if got := img.Bounds().Size(); got.X != size[0] || got.Y != size[1] {
 			t.Errorf("chart is %dx%d, want %dx%d", got.X, got.Y, size[0], size[1])
 		}
 	}
-	if err := (Results{}).WriteChart(&bytes.Buffer{}, 0, 10); err == nil {
-		t.Error("a zero-width chart must fail")
-	}
+	assert.Error(t, (Results{}).WriteChart(&bytes.Buffer{}, 0, 10), "a zero-width chart must fail")
 }
 
 func TestLogRoundTrip(t *testing.T) {
@@ -345,27 +316,17 @@ func TestLogRoundTrip(t *testing.T) {
 	want := fixture(false).Samples
 	for half := range 2 { // reopening appends
 		l, err := OpenLog(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for _, s := range want[half*len(want)/2 : (half+1)*len(want)/2] {
-			if err := l.Append(s); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, l.Append(s))
 		}
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, l.Close())
 	}
 	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	got, err := ReadSamples(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(got) != len(want) {
 		t.Fatalf("read %d samples, want %d", len(got), len(want))
 	}
@@ -374,16 +335,13 @@ func TestLogRoundTrip(t *testing.T) {
 	if !bytes.Equal(a, b) {
 		t.Error("samples changed in the round trip")
 	}
-	if _, err := ReadSamples(strings.NewReader("{\"cell\": 1}\n")); err == nil {
-		t.Error("a bad line must fail")
-	}
+	_, err = ReadSamples(strings.NewReader("{\"cell\": 1}\n"))
+	assert.Error(t, err, "a bad line must fail")
 }
 
 func TestWriteAll(t *testing.T) {
 	dir := t.TempDir()
-	if err := fixture(true).WriteAll(dir); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, fixture(true).WriteAll(dir))
 	for _, name := range []string{SummaryFile, TableMarkdownFile, TableTextFile, ChartFile, SessionFile, SessionMarkdownFile, SessionTextFile} {
 		if info, err := os.Stat(filepath.Join(dir, name)); err != nil || info.Size() == 0 {
 			t.Errorf("%s: %v", name, err)

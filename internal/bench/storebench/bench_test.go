@@ -1,9 +1,10 @@
 package storebench
 
 import (
-	"context"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestDedupTargets runs the dedup part of the bench at full size: its
@@ -11,10 +12,8 @@ import (
 // fails here, not only in a bench run.
 func TestDedupTargets(t *testing.T) {
 	r := &runner{cfg: Config{Chunking: defaultConfig().Chunking}, dir: t.TempDir()}
-	rows, err := r.dedup(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows, err := r.dedup(t.Context())
+	require.NoError(t, err)
 	if len(rows) != 3 {
 		t.Fatalf("%d rows, want 3", len(rows))
 	}
@@ -31,20 +30,14 @@ func TestSmallRun(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Runs, cfg.Forks, cfg.BigTree, cfg.SmallFile = 1, 5, 3000, 300
 	r := &runner{cfg: cfg, dir: t.TempDir()}
-	rows, err := r.smallFiles(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fr, err := r.forks(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows, err := r.smallFiles(t.Context())
+	require.NoError(t, err)
+	fr, err := r.forks(t.Context())
+	require.NoError(t, err)
 	rows = append(rows, fr...)
 	rep := &Report{Chunking: cfg.Chunking, Rows: rows}
 	var b strings.Builder
-	if err := rep.WriteTable(&b); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rep.WriteTable(&b))
 	if !strings.Contains(b.String(), "fork a branch of a 3000-file tree") || !strings.Contains(b.String(), "capture 300 small files") {
 		t.Errorf("table:\n%s", b.String())
 	}
