@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/api"
 	"layerfs.dev/layerfs/internal/api/apitest"
@@ -24,10 +27,8 @@ import (
 
 func dial(t *testing.T) *client.Client {
 	t.Helper()
-	c, err := client.Dial(context.Background(), daemonAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, err := client.Dial(t.Context(), daemonAddr)
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -35,9 +36,8 @@ func dial(t *testing.T) *client.Client {
 func project(t *testing.T, c *client.Client) string {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if _, err := c.CreateProject(context.Background(), wire.CreateProject{Name: name}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.CreateProject(t.Context(), wire.CreateProject{Name: name})
+	require.NoError(t, err)
 	return name
 }
 
@@ -45,13 +45,11 @@ func project(t *testing.T, c *client.Client) string {
 // the engine double here; the same sequence runs against a real layerfsd in
 // cmd/layerfsd's tests).
 func TestWorkflow(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	c := dial(t)
 	p := project(t, c)
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if res, err := ws.Exec(ctx, "write data/out.txt forty two", client.ExecOptions{Timeout: time.Second}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("write: %+v %v", res, err)
 	}
@@ -60,9 +58,7 @@ func TestWorkflow(t *testing.T) {
 		t.Fatalf("cat: %+v %v", res, err)
 	}
 	dst := filepath.Join(t.TempDir(), "out.txt")
-	if err := ws.Download(ctx, "data/out.txt", dst); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws.Download(ctx, "data/out.txt", dst))
 	if b, _ := os.ReadFile(dst); string(b) != "forty two\n" {
 		t.Errorf("downloaded %q", b)
 	}
@@ -70,13 +66,10 @@ func TestWorkflow(t *testing.T) {
 	if err != nil || cr.Result != wire.Created {
 		t.Fatalf("commit: %+v %v", cr, err)
 	}
-	if _, err := c.ForkBranch(ctx, p, "second", cr.Commit); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.ForkBranch(ctx, p, "second", cr.Commit)
+	require.NoError(t, err)
 	ws2, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "second"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if b, err := ws2.ReadFile(ctx, "data/out.txt"); err != nil || string(b) != "forty two\n" {
 		t.Errorf("second workspace reads %q, %v", b, err)
 	}
@@ -93,9 +86,7 @@ func TestWorkflow(t *testing.T) {
 		t.Errorf("attach: %+v %v", again, err)
 	}
 	for _, w := range []*client.Workspace{ws, ws2} {
-		if err := w.End(ctx, client.EndOptions{}); err != nil {
-			t.Errorf("end %s: %v", w.ID(), err)
-		}
+		assert.NoError(t, w.End(ctx, client.EndOptions{}), "end %s", w.ID())
 	}
 	wss, _ := c.Workspaces(ctx)
 	for _, w := range wss {
@@ -106,17 +97,16 @@ func TestWorkflow(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	c := dial(t)
 	p := project(t, c)
 	a, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "main"})
 	b, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "main"})
 	a.WriteFile(ctx, "x", []byte("a"), 0o644)
 	b.WriteFile(ctx, "x", []byte("b"), 0o644)
-	if _, err := a.Commit(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
-	_, err := b.Commit(ctx, "b")
+	_, err := a.Commit(ctx, "a")
+	require.NoError(t, err)
+	_, err = b.Commit(ctx, "b")
 	var we *wire.Error
 	if !client.IsHeadMoved(err) || !errors.As(err, &we) || we.Code != wire.CodeHeadMoved {
 		t.Errorf("second commit: %v", err)
@@ -142,7 +132,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestExecStreams(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	c := dial(t)
 	ws, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project(t, c), Branch: "main"})
 	var out, errb bytes.Buffer
@@ -171,13 +161,11 @@ func TestExecStreams(t *testing.T) {
 		t.Errorf("first chunk %q after %v, %v", buf[:n], time.Since(start), err)
 	}
 	io.Copy(io.Discard, pr)
-	if err := <-done; err != nil {
-		t.Error(err)
-	}
+	assert.NoError(t, <-done)
 }
 
 func TestUploadDownloadTree(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	c := dial(t)
 	ws, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project(t, c), Branch: "main"})
 	src := t.TempDir()
@@ -187,16 +175,10 @@ func TestUploadDownloadTree(t *testing.T) {
 		os.WriteFile(filepath.Join(src, n), []byte(d), 0o640)
 	}
 	os.Symlink("b.txt", filepath.Join(src, "sub", "link"))
-	if err := ws.Upload(ctx, src, "tree"); err != nil {
-		t.Fatal(err)
-	}
-	if err := ws.Upload(ctx, filepath.Join(src, "a.txt"), "single.txt"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws.Upload(ctx, src, "tree"))
+	require.NoError(t, ws.Upload(ctx, filepath.Join(src, "a.txt"), "single.txt"))
 	dst := filepath.Join(t.TempDir(), "copy")
-	if err := ws.Download(ctx, "tree", dst); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws.Download(ctx, "tree", dst))
 	for n, d := range files {
 		b, err := os.ReadFile(filepath.Join(dst, n))
 		if err != nil || string(b) != d {
@@ -211,17 +193,13 @@ func TestUploadDownloadTree(t *testing.T) {
 	}
 	// Into an existing directory, the copy goes under the base name (cp -r).
 	existing := t.TempDir()
-	if err := ws.Download(ctx, "tree/sub", existing); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws.Download(ctx, "tree/sub", existing))
 	if b, _ := os.ReadFile(filepath.Join(existing, "sub", "deep", "c.txt")); string(b) != "C" {
 		t.Errorf("cp into dir: %q", b)
 	}
 	// The root merges into an existing directory.
 	root := t.TempDir()
-	if err := ws.Download(ctx, ".", root); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws.Download(ctx, ".", root))
 	if b, _ := os.ReadFile(filepath.Join(root, "single.txt")); string(b) != "A" {
 		t.Errorf("root download: single.txt = %q", b)
 	}
@@ -249,9 +227,7 @@ func craft(t *testing.T, hs ...tar.Header) []byte {
 			h.Size = 4
 		}
 		h.Mode = 0o644
-		if err := tw.WriteHeader(&h); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, tw.WriteHeader(&h))
 		if h.Typeflag == tar.TypeReg {
 			tw.Write([]byte("evil"))
 		}
@@ -263,19 +239,15 @@ func craft(t *testing.T, hs ...tar.Header) []byte {
 // TestDownloadSafety: whatever the daemon sends, Download writes nothing
 // outside the destination.
 func TestDownloadSafety(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	eng := &evil{Engine: apitest.New()}
 	srv := httptest.NewServer(api.NewServer(eng, api.Options{}).Handler(api.ListenerOptions{}))
 	defer srv.Close()
 	c, err := client.Dial(ctx, srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	eng.CreateProject(ctx, wire.CreateProject{Name: "p"})
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dir := func(n string) tar.Header { return tar.Header{Name: n, Typeflag: tar.TypeDir} }
 	reg := func(n string) tar.Header { return tar.Header{Name: n, Typeflag: tar.TypeReg} }
 	sym := func(n, to string) tar.Header { return tar.Header{Name: n, Typeflag: tar.TypeSymlink, Linkname: to} }
@@ -302,9 +274,7 @@ func TestDownloadSafety(t *testing.T) {
 			dest := filepath.Join(base, "in", "dest")
 			os.MkdirAll(filepath.Dir(dest), 0o755)
 			err := ws.Download(ctx, "d", dest)
-			if err == nil {
-				t.Fatal("download succeeded")
-			}
+			require.Error(t, err, "download succeeded")
 			var got []string
 			filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
 				if rel, _ := filepath.Rel(base, p); !strings.HasPrefix(rel, "in") && rel != "." {
@@ -315,15 +285,14 @@ func TestDownloadSafety(t *testing.T) {
 			if strings.Join(got, ",") != "outside,outside/secret" {
 				t.Errorf("outside the destination: %v (err %v)", got, err)
 			}
-			if _, serr := os.Stat("/tmp/outside-x"); serr == nil {
-				t.Errorf("wrote /tmp/outside-x")
-			}
+			_, serr := os.Stat("/tmp/outside-x")
+			assert.ErrorIs(t, serr, os.ErrNotExist, "wrote /tmp/outside-x")
 		})
 	}
 }
 
 func TestToken(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	srv := httptest.NewServer(api.NewServer(apitest.New(), api.Options{}).Handler(api.ListenerOptions{Token: "tok"}))
 	defer srv.Close()
 	if _, err := client.Dial(ctx, srv.URL); !client.IsUnauthorized(err) {
@@ -333,20 +302,16 @@ func TestToken(t *testing.T) {
 		t.Errorf("dial with a wrong token: %v", err)
 	}
 	c, err := client.Dial(ctx, srv.URL, client.WithToken("tok"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Projects(ctx); err != nil {
-		t.Error(err)
-	}
+	require.NoError(t, err)
+	_, err = c.Projects(ctx)
+	assert.NoError(t, err)
 }
 
 func TestDialErrors(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, addr := range []string{"ftp://x", "unix://", "http://h/with/path", "unix:///nonexistent/sock"} {
-		if _, err := client.Dial(ctx, addr); err == nil {
-			t.Errorf("Dial(%q) succeeded", addr)
-		}
+		_, err := client.Dial(ctx, addr)
+		assert.Error(t, err, "Dial(%q) succeeded", addr)
 	}
 	// A server that is not layerfsd.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -362,7 +327,7 @@ func TestDialErrors(t *testing.T) {
 // docker cp reads a container path) in both directions and in every call
 // that takes a workspace path; ".." that would leave the root is refused.
 func TestAbsoluteWorkspacePaths(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	c := dial(t)
 	ws, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project(t, c), Branch: "main"})
 	src := t.TempDir()
@@ -370,15 +335,9 @@ func TestAbsoluteWorkspacePaths(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "sub", "b.txt"), []byte("B"), 0o644)
 	one := filepath.Join(src, "one.txt")
 	os.WriteFile(one, []byte("one"), 0o644)
-	if err := ws.Upload(ctx, one, "/dir/one.txt"); err != nil {
-		t.Fatalf("upload to an absolute path: %v", err)
-	}
-	if err := ws.Upload(ctx, src, "/tree"); err != nil {
-		t.Fatalf("upload of a tree to an absolute path: %v", err)
-	}
-	if err := ws.WriteFile(ctx, "//dir/two.txt", []byte("two"), 0o644); err != nil {
-		t.Fatalf("write to an absolute path: %v", err)
-	}
+	require.NoError(t, ws.Upload(ctx, one, "/dir/one.txt"), "upload to an absolute path")
+	require.NoError(t, ws.Upload(ctx, src, "/tree"), "upload of a tree to an absolute path")
+	require.NoError(t, ws.WriteFile(ctx, "//dir/two.txt", []byte("two"), 0o644), "write to an absolute path")
 	for p, want := range map[string]string{"dir/one.txt": "one", "/dir/one.txt": "one", "/dir/two.txt": "two", "/tree/sub/b.txt": "B", "/tree/../dir/one.txt": "one"} {
 		if b, err := ws.ReadFile(ctx, p); err != nil || string(b) != want {
 			t.Errorf("read %s = %q, %v; want %q", p, b, err, want)
@@ -391,21 +350,13 @@ func TestAbsoluteWorkspacePaths(t *testing.T) {
 		t.Errorf("list of /: %+v, %v; want dir and tree", l, err)
 	}
 	dst := t.TempDir()
-	if err := ws.Download(ctx, "/dir/one.txt", dst); err != nil {
-		t.Fatalf("download from an absolute path: %v", err)
-	}
+	require.NoError(t, ws.Download(ctx, "/dir/one.txt", dst), "download from an absolute path")
 	if b, _ := os.ReadFile(filepath.Join(dst, "one.txt")); string(b) != "one" {
 		t.Errorf("downloaded one.txt = %q", b)
 	}
 	for _, p := range []string{"/../x", "../x", "/a/../../x"} {
-		if err := ws.WriteFile(ctx, p, []byte("x"), 0o644); err == nil {
-			t.Errorf("write to %s above the root was accepted", p)
-		}
-		if err := ws.Upload(ctx, src, p); err == nil {
-			t.Errorf("upload to %s above the root was accepted", p)
-		}
-		if err := ws.Download(ctx, p, t.TempDir()); err == nil {
-			t.Errorf("download of %s above the root was accepted", p)
-		}
+		assert.Error(t, ws.WriteFile(ctx, p, []byte("x"), 0o644), "write to %s above the root was accepted", p)
+		assert.Error(t, ws.Upload(ctx, src, p), "upload to %s above the root was accepted", p)
+		assert.Error(t, ws.Download(ctx, p, t.TempDir()), "download of %s above the root was accepted", p)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/daemontest"
 	"layerfs.dev/layerfs/wire"
@@ -59,9 +61,7 @@ func until(t *testing.T, st *client.EventStream, m mirror, want string) {
 	t.Helper()
 	for m.String() != want {
 		ev, err := st.Next()
-		if err != nil {
-			t.Fatalf("mirror %q, want %q: %v", m, want, err)
-		}
+		require.NoError(t, err, "mirror %q, want %q", m, want)
 		m.apply(ev)
 	}
 }
@@ -71,37 +71,26 @@ func until(t *testing.T, st *client.EventStream, m mirror, want string) {
 // prefix filters, and ending the workspace ends the stream.
 func TestWatchRealDaemon(t *testing.T) {
 	d := daemontest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	c, err := client.Dial(ctx, d.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
-	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "events"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.CreateProject(ctx, wire.CreateProject{Name: "events"})
+	require.NoError(t, err)
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "events", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	st, err := ws.Watch(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer st.Close()
 	m := mirror{}
 	if res, err := ws.Exec(ctx, "mkdir -p d/e && echo hi > d/f && mv d/f d/g && echo x > d/e/h && rm d/e/h", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec: %+v %v", res, err)
 	}
 	until(t, st, m, "d:dir d/e:dir d/g:file")
-	if err := ws.WriteFile(ctx, "api.txt", []byte("from the API"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws.WriteFile(ctx, "api.txt", []byte("from the API"), 0o644))
 	until(t, st, m, "api.txt:file d:dir d/e:dir d/g:file")
-	if err := os.WriteFile(filepath.Join(ws.MountPath(), "d", "host.txt"), []byte("from the host"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(ws.MountPath(), "d", "host.txt"), []byte("from the host"), 0o644))
 	until(t, st, m, "api.txt:file d:dir d/e:dir d/g:file d/host.txt:file")
 	if res, err := ws.Exec(ctx, "mv d moved", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec mv: %+v %v", res, err)
@@ -110,9 +99,7 @@ func TestWatchRealDaemon(t *testing.T) {
 
 	// A prefix sees only its directory.
 	sub, err := ws.Watch(ctx, "moved/e")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer sub.Close()
 	ws.Exec(ctx, "echo 1 > top.txt && echo 2 > moved/e/in.txt", client.ExecOptions{})
 	ev, err := sub.Next()
@@ -123,17 +110,13 @@ func TestWatchRealDaemon(t *testing.T) {
 		t.Errorf("watch of a file: %v", err)
 	}
 
-	if err := ws.End(ctx, client.EndOptions{Discard: true}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws.End(ctx, client.EndOptions{Discard: true}))
 	for {
 		ev, err := st.Next()
 		if err == io.EOF {
 			t.Fatal("stream closed without an ended event")
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if ev.Kind == wire.EventEnded {
 			break
 		}
@@ -152,21 +135,15 @@ func TestMeasureEvents(t *testing.T) {
 		t.Skip("a measurement: set LAYERFS_MEASURE_EVENTS=1")
 	}
 	d := daemontest.Start(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	c, err := client.Dial(ctx, d.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c.CreateProject(ctx, wire.CreateProject{Name: "measure"})
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "measure", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ws.End(ctx, client.EndOptions{Discard: true})
 	st, err := ws.Watch(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer st.Close()
 	mount := ws.MountPath()
 
@@ -174,14 +151,10 @@ func TestMeasureEvents(t *testing.T) {
 	for i := range 300 {
 		name := fmt.Sprintf("lat-%d", i)
 		start := time.Now()
-		if err := os.WriteFile(filepath.Join(mount, name), []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(mount, name), []byte("x"), 0o644))
 		for {
 			ev, err := st.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if ev.Path == name {
 				lat = append(lat, time.Since(start))
 				break
@@ -210,9 +183,7 @@ func TestMeasureEvents(t *testing.T) {
 	seen, dropped := 0, int64(0)
 	for seen+int(dropped) < files {
 		ev, err := st.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		switch {
 		case ev.Kind == wire.EventDropped:
 			dropped += ev.Count
@@ -224,9 +195,7 @@ func TestMeasureEvents(t *testing.T) {
 	}
 	all := time.Since(start)
 	for range writers {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, <-done)
 	}
 	writeTime := time.Since(start)
 	t.Logf("burst of %d creates by %d writers: %d events delivered, %d dropped, in %v: %.0f events/s (the writers were done after %v)",

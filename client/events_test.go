@@ -1,9 +1,10 @@
 package client_test
 
 import (
-	"context"
 	"io"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/wire"
@@ -12,13 +13,11 @@ import (
 // TestWatch against the engine double (the real engine's events are tested
 // through a real daemon in mcpserver and sdk/python).
 func TestWatch(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	c := dial(t)
 	p := project(t, c)
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ws.WriteFile(ctx, "src/keep", nil, 0o644)
 	if _, err := ws.Watch(ctx, "missing"); !client.IsNotFound(err) {
 		t.Errorf("watch of a missing prefix: %v", err)
@@ -27,9 +26,7 @@ func TestWatch(t *testing.T) {
 		t.Errorf("watch of an escaping prefix: %v", err)
 	}
 	st, err := ws.Watch(ctx, "src")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer st.Close()
 	ws.WriteFile(ctx, "other", []byte("x"), 0o644)
 	ws.WriteFile(ctx, "src/a.go", []byte("package a"), 0o644)
@@ -37,9 +34,7 @@ func TestWatch(t *testing.T) {
 	if err != nil || ev.Kind != "created" || ev.Path != "src/a.go" || ev.Size != 9 {
 		t.Errorf("first event = %+v, %v", ev, err)
 	}
-	if err := ws.End(ctx, client.EndOptions{Discard: true}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws.End(ctx, client.EndOptions{Discard: true}))
 	if ev, err := st.Next(); err != nil || ev.Kind != wire.EventEnded {
 		t.Errorf("after end = %+v, %v", ev, err)
 	}

@@ -1,24 +1,21 @@
 package client_test
 
 import (
-	"context"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/client"
 )
 
 func TestStatAndList(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	c := dial(t)
 	p := project(t, c)
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, f := range []string{"src/a.go", "src/b.go", "src/deep/c.go", "README"} {
-		if err := ws.WriteFile(ctx, f, []byte(f), 0o640); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, ws.WriteFile(ctx, f, []byte(f), 0o640))
 	}
 	fi, err := ws.Stat(ctx, "src/a.go")
 	if err != nil || fi.Type != "file" || fi.Size != 8 || fi.Mode != 0o640 || fi.Path != "src/a.go" {

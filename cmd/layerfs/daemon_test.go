@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/wire"
 )
@@ -40,9 +43,7 @@ func binaries(t *testing.T) string {
 			}
 		}
 	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
+	require.NoError(t, binErr)
 	return binDir
 }
 
@@ -107,9 +108,7 @@ func (p *proc) ok(args ...string) string {
 func (p *proc) json(v any, args ...string) {
 	p.t.Helper()
 	out := p.ok(append(args, "--json")...)
-	if err := json.Unmarshal([]byte(out), v); err != nil {
-		p.t.Fatalf("layerfs %s --json: %v\n%s", strings.Join(args, " "), err, out)
-	}
+	require.NoError(p.t, json.Unmarshal([]byte(out), v), "layerfs %s --json\n%s", strings.Join(args, " "), out)
 }
 
 // TestDaemonAutoStartStatusStop: the first verb that needs a daemon starts
@@ -124,9 +123,8 @@ func TestDaemonAutoStartStatusStop(t *testing.T) {
 	if r := p.run("project", "list"); r.code != 3 || !strings.Contains(r.stderr, "no store") {
 		t.Errorf("project list without a store: %+v", r)
 	}
-	if _, err := os.Stat(p.store); err == nil {
-		t.Errorf("a history verb without a store created %s", p.store)
-	}
+	_, err := os.Stat(p.store)
+	assert.ErrorIs(t, err, os.ErrNotExist, "a history verb without a store created %s", p.store)
 	r := p.run("ws", "list")
 	if r.code != 0 || !strings.Contains(r.stderr, "started layerfsd") {
 		t.Fatalf("ws list with no daemon: %+v", r)
@@ -139,31 +137,20 @@ func TestDaemonAutoStartStatusStop(t *testing.T) {
 	if fi, err := os.Lstat(st.Socket); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("socket: %v %v", fi, err)
 	}
-	if out := p.ok("daemon", "status"); !strings.Contains(out, "execs running") {
-		t.Errorf("status table: %q", out)
-	}
+	assert.Contains(t, p.ok("daemon", "status"), "execs running", "status table")
 	// A second verb reuses the daemon.
 	if r := p.run("ws", "list"); r.code != 0 || strings.Contains(r.stderr, "started") {
 		t.Errorf("second ws list: %+v", r)
 	}
-	if out := p.ok("daemon", "start"); !strings.Contains(out, "already runs") {
-		t.Errorf("start with a daemon up: %q", out)
-	}
-	if out := p.ok("daemon", "stop"); !strings.Contains(out, "stopped") {
-		t.Errorf("stop: %q", out)
-	}
+	assert.Contains(t, p.ok("daemon", "start"), "already runs", "start with a daemon up")
+	assert.Contains(t, p.ok("daemon", "stop"), "stopped", "stop")
 	if !processGone(st.PID) {
 		t.Errorf("pid %d still runs after stop", st.PID)
 	}
-	if _, err := os.Lstat(st.Socket); err == nil {
-		t.Error("socket left after stop")
-	}
-	if out := p.ok("daemon", "stop"); !strings.Contains(out, "no daemon running") {
-		t.Errorf("second stop: %q", out)
-	}
-	if out := p.ok("daemon", "start", "--idle-exit", "1m"); !strings.Contains(out, "runs (pid") {
-		t.Errorf("explicit start: %q", out)
-	}
+	_, err = os.Lstat(st.Socket)
+	assert.ErrorIs(t, err, os.ErrNotExist, "socket left after stop")
+	assert.Contains(t, p.ok("daemon", "stop"), "no daemon running", "second stop")
+	assert.Contains(t, p.ok("daemon", "start", "--idle-exit", "1m"), "runs (pid", "explicit start")
 }
 
 // TestWsVerbs drives a workspace through the CLI.
@@ -176,9 +163,7 @@ func TestWsVerbs(t *testing.T) {
 	if ws.ID == "" || ws.MountPath == "" {
 		t.Fatalf("ws create: %+v", ws)
 	}
-	if out := p.ok("ws", "list"); !strings.Contains(out, ws.ID) {
-		t.Errorf("ws list lacks %s: %q", ws.ID, out)
-	}
+	assert.Contains(t, p.ok("ws", "list"), ws.ID, "ws list lacks %s", ws.ID)
 
 	// argv exactly as given: the quotes and the semicolon reach sh intact.
 	r := p.run("ws", "exec", ws.ID, "--", "sh", "-c", "echo 'a b'; echo err >&2; exit 3")
@@ -241,9 +226,7 @@ func TestWsVerbs(t *testing.T) {
 		t.Errorf("commit: %+v", cr)
 	}
 	p.ok("ws", "end", ws.ID)
-	if out := p.ok("ws", "list"); strings.Contains(out, ws.ID) {
-		t.Errorf("ended workspace still listed: %q", out)
-	}
+	assert.NotContains(t, p.ok("ws", "list"), ws.ID, "ended workspace still listed")
 }
 
 // TestBenchCrash runs the crash bench briefly: a supervised daemon killed
@@ -271,9 +254,7 @@ func TestDaemonCrashRecovers(t *testing.T) {
 	if st.Supervisor == 0 {
 		t.Fatalf("the auto-started daemon has no supervisor: %+v", st)
 	}
-	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
 	if out := p.ok("ws", "exec", ws.ID, "-c", "cat f"); out != "kept\n" {
 		t.Errorf("after the crash: %q", out)
 	}
@@ -313,23 +294,17 @@ func TestBranchDeleteUnderWorkspace(t *testing.T) {
 func TestRemoteDaemon(t *testing.T) {
 	p := newProc(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	addr := l.Addr().String()
 	l.Close()
 	dir := t.TempDir()
 	remote := filepath.Join(dir, "remote-store")
 	tok := filepath.Join(dir, "token")
-	if err := os.WriteFile(tok, []byte("remote-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(tok, []byte("remote-secret\n"), 0o600))
 	d := exec.Command(filepath.Join(binaries(t), "layerfsd"), "serve", "--store", remote, "--tcp", addr, "--token-file", tok)
 	var dlog strings.Builder
 	d.Stdout, d.Stderr = &dlog, &dlog
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.Start())
 	t.Cleanup(func() {
 		_ = d.Process.Signal(syscall.SIGTERM)
 		_ = d.Wait()
@@ -342,9 +317,7 @@ func TestRemoteDaemon(t *testing.T) {
 	for deadline := time.Now().Add(time.Minute); ; {
 		r := p.run("daemon", "status", "--json")
 		if r.code == 0 {
-			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
 			break
 		}
 		if time.Now().After(deadline) {
@@ -352,16 +325,10 @@ func TestRemoteDaemon(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if st.Store != remote {
-		t.Fatalf("daemon status: store %q, want %q", st.Store, remote)
-	}
+	require.Equal(t, remote, st.Store, "daemon status: store")
 	src := filepath.Join(dir, "src")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(src, "f"), []byte("f\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(src, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "f"), []byte("f\n"), 0o644))
 	p.ok("project", "create", "demo", "--from", src)
 	p.ok("branch", "fork", "demo", "dev", "--from", "main")
 	var bs []wire.Branch
@@ -374,9 +341,8 @@ func TestRemoteDaemon(t *testing.T) {
 	if stats.Projects != 1 || stats.Branches != 2 {
 		t.Errorf("stats over TCP: %+v", stats)
 	}
-	if _, err := os.Stat(p.store); err == nil {
-		t.Errorf("the verbs created the local store %s", p.store)
-	}
+	_, err = os.Stat(p.store)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the verbs created the local store %s", p.store)
 	// A wrong token is refused.
 	p.env = []string{"LAYERFS_DAEMON=tcp://" + addr, "LAYERFS_TOKEN=wrong"}
 	if r := p.run("project", "list"); r.code != 7 || !strings.Contains(r.stderr, "unauthorized") {

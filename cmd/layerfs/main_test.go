@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"database/sql"
 	"encoding/json"
 	"math/rand/v2"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
 
 	"layerfs.dev/layerfs/wire"
@@ -30,7 +31,7 @@ type result struct {
 func (c *cli) run(args ...string) result {
 	c.t.Helper()
 	var out, errb bytes.Buffer
-	code := run(context.Background(), append([]string{"--store", c.store}, args...), &out, &errb)
+	code := run(c.t.Context(), append([]string{"--store", c.store}, args...), &out, &errb)
 	return result{code, out.String(), errb.String()}
 }
 
@@ -57,19 +58,13 @@ func (c *cli) fail(code int, want string, args ...string) {
 func (c *cli) json(v any, args ...string) {
 	c.t.Helper()
 	out := c.ok(append(args, "--json")...)
-	if err := json.Unmarshal([]byte(out), v); err != nil {
-		c.t.Fatalf("layerfs %s --json: %v\n%s", strings.Join(args, " "), err, out)
-	}
+	require.NoError(c.t, json.Unmarshal([]byte(out), v), "layerfs %s --json\n%s", strings.Join(args, " "), out)
 }
 
 func writeFile(t *testing.T, p, s string) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, []byte(s), 0o644))
 }
 
 // newCLI makes a Store. The verbs run in this process and reach the Store
@@ -130,9 +125,7 @@ func TestCLIFlow(t *testing.T) {
 		t.Fatalf("checkout: odd name: %q %v", b, err)
 	}
 	writeFile(t, filepath.Join(work, "pkg/b.go"), "package pkg // b\n")
-	if err := os.Remove(filepath.Join(work, "README")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Remove(filepath.Join(work, "README")))
 	var pub struct {
 		Result string
 		Commit string
@@ -173,9 +166,7 @@ func TestCLIFlow(t *testing.T) {
 	if out := c.ok("log", "demo", "dev", "-n", "1"); strings.Count(out, "\n") != 2 {
 		t.Errorf("log -n 1:\n%s", out)
 	}
-	if out := c.ok("diff", "demo", "main", log[0].ID[:10]); !strings.Contains(out, "added") {
-		t.Errorf("diff by commit prefix:\n%s", out)
-	}
+	assert.Contains(t, c.ok("diff", "demo", "main", log[0].ID[:10]), "added", "diff by commit prefix")
 	var layer struct{ Index int }
 	c.json(&layer, "layer", "add", "demo", "dev")
 	if layer.Index != 2 {
@@ -267,9 +258,8 @@ func TestCLIBadInput(t *testing.T) {
 	// No store.
 	none := &cli{t: t, store: filepath.Join(t.TempDir(), "none")}
 	none.fail(3, "no store", "project", "list")
-	if _, err := os.Stat(none.store); err == nil {
-		t.Errorf("a failed verb created the store directory")
-	}
+	_, err := os.Stat(none.store)
+	assert.ErrorIs(t, err, os.ErrNotExist, "a failed verb created the store directory")
 }
 
 func TestCLINewerSchema(t *testing.T) {
@@ -277,15 +267,10 @@ func TestCLINewerSchema(t *testing.T) {
 	c.ok("project", "create", "p")
 	// Forge a store written by a newer LayerFS.
 	db, err := sql.Open("sqlite", filepath.Join(c.store, "store.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`UPDATE meta SET value = 999 WHERE key = 'schema_version'`); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	_, err = db.Exec(`UPDATE meta SET value = 999 WHERE key = 'schema_version'`)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
 	// The daemon that opened it is stopped; the next verb starts one,
 	// which refuses the Store.
 	c.ok("daemon", "stop")
@@ -293,9 +278,7 @@ func TestCLINewerSchema(t *testing.T) {
 	c.fail(1, "newer", "project", "create", "q")
 	c.fail(1, "newer", "fsck")
 	db, err = sql.Open("sqlite", filepath.Join(c.store, "store.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer db.Close()
 	var v, n int
 	if err := db.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v); err != nil || v != 999 {
@@ -324,9 +307,7 @@ func TestCLIGCAndCorruption(t *testing.T) {
 			big[i+j] = byte(v >> (8 * j))
 		}
 	}
-	if err := os.WriteFile(filepath.Join(work, "big"), big, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(work, "big"), big, 0o644))
 	c.ok("commit", "p", "big", "--from", work)
 	c.ok("branch", "delete", "p", "big")
 	var gc wire.GCResult
@@ -355,9 +336,7 @@ func TestCLIGCAndCorruption(t *testing.T) {
 		}
 		if i := bytes.Index(b, []byte("kept content")); i >= 0 {
 			b[i] ^= 0x20
-			if err := os.WriteFile(p, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.WriteFile(p, b, 0o600))
 			flipped = true
 		}
 	}

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/wire"
 )
 
@@ -24,9 +27,7 @@ func TestWsWatch(t *testing.T) {
 	cmd.Env = append(os.Environ(), "LAYERFS_DAEMON=")
 	stdout, _ := cmd.StdoutPipe()
 	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	defer cmd.Process.Kill()
 	if line, err := bufio.NewReader(stderr).ReadString('\n'); err != nil || line != "watching "+ws.ID+"\n" {
 		t.Fatalf("ws watch stderr: %q %v", line, err)
@@ -70,7 +71,5 @@ func TestWsWatch(t *testing.T) {
 	if got[len(got)-1] != "ended" {
 		t.Errorf("last line %q, want ended (all: %q)", got[len(got)-1], got)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("ws watch: %v", err)
-	}
+	assert.NoError(t, cmd.Wait(), "ws watch")
 }
