@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/proctest"
@@ -41,9 +44,7 @@ func startSupervisedDaemon(t *testing.T, extra ...string) *supervised {
 	s := &supervised{store: store, socket: filepath.Join(store, SocketName), log: &bytes.Buffer{}, done: make(chan error, 1)}
 	s.cmd = exec.Command(daemonBinary(t), append([]string{"serve", "--supervise", "--store", store}, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.cmd.Start())
 	go func() { s.done <- s.cmd.Wait() }()
 	t.Cleanup(func() {
 		s.cmd.Process.Signal(syscall.SIGTERM)
@@ -56,9 +57,8 @@ func startSupervisedDaemon(t *testing.T, extra ...string) *supervised {
 			t.Logf("daemon log:\n%s", s.log)
 		}
 	})
-	if _, err := s.waitUp(t.Context(), time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	_, err := s.waitUp(t.Context(), time.Minute)
+	require.NoError(t, err)
 	return s
 }
 
@@ -98,22 +98,15 @@ func TestCrashMatrix(t *testing.T) {
 	s := startSupervisedDaemon(t)
 	ctx := t.Context()
 	c, err := s.waitUp(ctx, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	src := t.TempDir()
 	for i := range 20 {
-		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("base%d", i)), []byte(strconv.Itoa(i)), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(src, fmt.Sprintf("base%d", i)), []byte(strconv.Itoa(i)), 0o644))
 	}
-	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "p", FromPath: src}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.CreateProject(ctx, wire.CreateProject{Name: "p", FromPath: src})
+	require.NoError(t, err)
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wsID := ws.ID()
 	c.Close()
 
@@ -131,17 +124,11 @@ func TestCrashMatrix(t *testing.T) {
 	for i := range kills {
 		kind := kinds[i%len(kinds)]
 		c, err := s.waitUp(ctx, time.Minute)
-		if err != nil {
-			t.Fatalf("kill %d: %v", i, err)
-		}
+		require.NoError(t, err, "kill %d", i)
 		st, err := c.Daemon(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ws, err := c.Workspace(ctx, wsID)
-		if err != nil {
-			t.Fatalf("kill %d: workspace after recovery: %v", i, err)
-		}
+		require.NoError(t, err, "kill %d: workspace after recovery", i)
 		switch kind {
 		case "exec": // an exec that returns before the kill: its file must survive
 			name := fmt.Sprintf("acked%d", i)
@@ -150,28 +137,22 @@ func TestCrashMatrix(t *testing.T) {
 			}
 			doneFiles[name] = fmt.Sprintf("%d\n", i)
 		case "commit": // a commit that returns before the kill, then something large
-			if _, err := ws.Exec(ctx, fmt.Sprintf("echo %d > small", i), client.ExecOptions{}); err != nil {
-				t.Fatalf("kill %d: %v", i, err)
-			}
+			_, err := ws.Exec(ctx, fmt.Sprintf("echo %d > small", i), client.ExecOptions{})
+			require.NoError(t, err, "kill %d", i)
 			res, err := ws.Commit(ctx, fmt.Sprintf("small %d", i))
 			if err != nil || res.Result != wire.Created {
 				t.Fatalf("kill %d: commit: %v %+v", i, err, res)
 			}
 			commits = append(commits, res.Commit)
-			if _, err := ws.Exec(ctx, fmt.Sprintf("head -c 16M /dev/urandom > big%d", i%3), client.ExecOptions{}); err != nil {
-				t.Fatalf("kill %d: %v", i, err)
-			}
+			_, err = ws.Exec(ctx, fmt.Sprintf("head -c 16M /dev/urandom > big%d", i%3), client.ExecOptions{})
+			require.NoError(t, err, "kill %d", i)
 		}
 		if kind == "gc" { // garbage for the GC: a branch's commit, then the branch gone
-			if _, err := c.ForkBranch(ctx, "p", fmt.Sprintf("g%d", i), "main"); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.CommitDir(ctx, "p", fmt.Sprintf("g%d", i), wire.CommitDir{FromPath: filepath.Dir(upload), Message: "garbage"}); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.DeleteBranch(ctx, "p", fmt.Sprintf("g%d", i)); err != nil {
-				t.Fatal(err)
-			}
+			_, err := c.ForkBranch(ctx, "p", fmt.Sprintf("g%d", i), "main")
+			require.NoError(t, err)
+			_, err = c.CommitDir(ctx, "p", fmt.Sprintf("g%d", i), wire.CommitDir{FromPath: filepath.Dir(upload), Message: "garbage"})
+			require.NoError(t, err)
+			require.NoError(t, c.DeleteBranch(ctx, "p", fmt.Sprintf("g%d", i)))
 		}
 
 		result := make(chan error, 1)
@@ -205,9 +186,7 @@ func TestCrashMatrix(t *testing.T) {
 			result <- err
 		}()
 		time.Sleep(time.Duration(rnd.IntN(60)) * time.Millisecond)
-		if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill %d: %v", i, err)
-		}
+		require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL), "kill %d", i)
 		killed := time.Now()
 		var opErr error
 		select {
@@ -226,12 +205,9 @@ func TestCrashMatrix(t *testing.T) {
 		c.Close()
 
 		c, err = s.waitUp(ctx, time.Minute)
-		if err != nil {
-			t.Fatalf("kill %d (%s): %v", i, kind, err)
-		}
-		if _, err := c.Workspaces(ctx); err != nil {
-			t.Fatalf("kill %d (%s): first call after recovery: %v", i, kind, err)
-		}
+		require.NoError(t, err, "kill %d (%s)", i, kind)
+		_, err = c.Workspaces(ctx)
+		require.NoError(t, err, "kill %d (%s): first call after recovery", i, kind)
 		recoveries = append(recoveries, time.Since(killed))
 		checkAfterCrash(t, ctx, c, s, wsID, marker, doneFiles, commits, fmt.Sprintf("kill %d (%s)", i, kind))
 		c.Close()
@@ -263,9 +239,7 @@ func checkAfterCrash(t *testing.T, ctx context.Context, c *client.Client, s *sup
 		t.Fatalf("%s: fsck: %v %+v", what, err, rep.Problems)
 	}
 	log, err := c.Log(ctx, "p", "main", 0)
-	if err != nil {
-		t.Fatalf("%s: log: %v", what, err)
-	}
+	require.NoError(t, err, "%s: log", what)
 	onBranch := map[string]bool{}
 	for _, cm := range log {
 		onBranch[cm.ID] = true
@@ -276,9 +250,7 @@ func checkAfterCrash(t *testing.T, ctx context.Context, c *client.Client, s *sup
 		}
 	}
 	ws, err := c.Workspace(ctx, wsID)
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
+	require.NoError(t, err, what)
 	if ws.Info().State != wire.StateMounted {
 		t.Fatalf("%s: workspace is %s after recovery", what, ws.Info().State)
 	}
@@ -306,14 +278,10 @@ func checkAfterCrash(t *testing.T, ctx context.Context, c *client.Client, s *sup
 	// The live mounts of every workspace, each answering: one on the fuse
 	// data path, two on overlay (the overlay and its FUSE lower).
 	ms, err := mountinfo.Read(mountinfo.Self)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	below := mountinfo.Below(ms, filepath.Join(s.store, "workspaces"))
 	wss, err := c.Workspaces(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := 0
 	for _, w := range wss {
 		want++
@@ -325,9 +293,8 @@ func checkAfterCrash(t *testing.T, ctx context.Context, c *client.Client, s *sup
 		t.Fatalf("%s: %d mounts below the Store for %d workspaces, want %d: %+v", what, len(below), len(wss), want, below)
 	}
 	for _, m := range below {
-		if _, err := os.ReadDir(m.Dir); err != nil {
-			t.Fatalf("%s: mount %s: %v", what, m.Dir, err)
-		}
+		_, err := os.ReadDir(m.Dir)
+		require.NoError(t, err, "%s: mount %s", what, m.Dir)
 	}
 }
 
@@ -347,9 +314,7 @@ func writeRandom(t *testing.T, file string, n int) {
 	t.Helper()
 	b := make([]byte, n)
 	rand.Read(b)
-	if err := os.WriteFile(file, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(file, b, 0o644))
 }
 
 // TestUpgradeInPlace stops a daemon with SIGTERM while a workspace holds
@@ -362,20 +327,14 @@ func TestUpgradeInPlace(t *testing.T) {
 	if res, err := ws.Exec(ctx, "mkdir -p src && echo work in progress > src/wip", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec: %+v %v", res, err)
 	}
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
 	if code := d.wait(t, time.Minute); code != 0 {
 		t.Fatalf("old daemon exit %d", code)
 	}
 	newer := filepath.Join(t.TempDir(), "layerfsd-newer")
 	b, err := os.ReadFile(daemonBinary(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(newer, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(newer, b, 0o755))
 	d2 := startDaemonBinary(t, newer, d.store)
 	c2 := d2.client(t)
 	ws2, err := c2.Workspace(ctx, ws.ID())
@@ -414,9 +373,7 @@ func TestSandboxInitKilled(t *testing.T) {
 	if initPid == 0 {
 		t.Fatal("the exec's init was not found")
 	}
-	if err := syscall.Kill(initPid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, syscall.Kill(initPid, syscall.SIGKILL))
 	o := <-done
 	if o.err == nil && o.res.ExitCode == 0 {
 		t.Errorf("an exec whose init was killed succeeded: %+v", o.res)
@@ -459,13 +416,9 @@ func TestOnlyTheDaemonHoldsFUSE(t *testing.T) {
 	c := d.client(t)
 	ws := workspaceInP(t, c)
 	st, err := c.Daemon(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ms, err := mountinfo.Read(mountinfo.Self)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// The workspace's FUSE mount: at its mount path on the fuse data
 	// path, its lower beside it on overlay.
 	var conn string
@@ -519,24 +472,17 @@ func TestCrashDocker(t *testing.T) {
 	s := startSupervisedDaemon(t, "--platform", "docker")
 	ctx := t.Context()
 	c, err := s.waitUp(ctx, 2*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
-	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "p"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	require.NoError(t, err)
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main", Platform: "docker"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if res, err := ws.Exec(ctx, "echo kept > f", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec: %+v %v", res, err)
 	}
 	st, err := c.Daemon(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	marker := proctest.Marker()
 	done := inBackground(func() (*client.ExecResult, error) {
 		return ws.Exec(ctx, "sleep "+marker, client.ExecOptions{})
@@ -547,16 +493,12 @@ func TestCrashDocker(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
 	if o := <-done; !client.IsDaemonLost(o.err) {
 		t.Errorf("the exec's caller got %+v, %v; want daemon_lost", o.res, o.err)
 	}
 	c2, err := s.waitUp(ctx, 2*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c2.Close()
 	for deadline := time.Now().Add(time.Minute); len(proctest.Sleepers(marker)) > 0; {
 		if time.Now().After(deadline) {
@@ -565,15 +507,11 @@ func TestCrashDocker(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	ws2, err := c2.Workspace(ctx, ws.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if res, err := ws2.Exec(ctx, "cat f", client.ExecOptions{}); err != nil || string(res.Stdout) != "kept\n" {
 		t.Fatalf("exec after recovery: %+v %v", res, err)
 	}
-	if err := ws2.End(ctx, client.EndOptions{Discard: true}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws2.End(ctx, client.EndOptions{Discard: true}))
 }
 
 // TestKilledWithItsOwnFileOpen kills the daemon while it holds a file of
@@ -587,15 +525,11 @@ func TestKilledWithItsOwnFileOpen(t *testing.T) {
 	s := startSupervisedDaemon(t)
 	ctx := t.Context()
 	c, err := s.waitUp(ctx, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	ws := workspaceInP(t, c)
 	st, err := c.Daemon(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	body, feed := io.Pipe()
 	defer feed.Close()
 	go func() {
@@ -616,17 +550,12 @@ func TestKilledWithItsOwnFileOpen(t *testing.T) {
 			t.Fatal("the upload never reached the upper layer")
 		}
 	}
-	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
 	c2, err := s.waitUp(ctx, time.Minute)
-	if err != nil {
-		t.Fatalf("after killing a daemon with its own file open: %v", err)
-	}
+	require.NoError(t, err, "after killing a daemon with its own file open")
 	defer c2.Close()
-	if _, err := c2.Workspace(ctx, ws.ID()); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c2.Workspace(ctx, ws.ID())
+	require.NoError(t, err)
 	if state, _, ok := proctest.Status(st.PID); ok && state != 'Z' {
 		t.Errorf("the killed daemon %d is still there, state %c", st.PID, state)
 	}
@@ -635,9 +564,7 @@ func TestKilledWithItsOwnFileOpen(t *testing.T) {
 	feed.Close()
 	select {
 	case err := <-done:
-		if err == nil {
-			t.Error("the upload to a killed daemon succeeded")
-		}
+		assert.Error(t, err, "the upload to a killed daemon succeeded")
 	case <-time.After(time.Minute):
 		t.Error("the upload did not end after its daemon died and its body ended")
 	}

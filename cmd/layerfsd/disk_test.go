@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/bench"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -35,46 +38,31 @@ func testFullDisk(t *testing.T, dataPath string) {
 		testenv.Skip(t, "loop file system: "+err.Error())
 	}
 	t.Cleanup(func() {
-		if err := cleanup(); err != nil {
-			t.Errorf("loop file system cleanup: %v", err)
-		}
+		assert.NoError(t, cleanup(), "loop file system cleanup")
 	})
 	d := startDaemon(t, filepath.Join(mnt, "store"), "--data-path", dataPath)
 	c := d.client(t)
 	src := t.TempDir()
-	if err := os.WriteFile(filepath.Join(src, "base"), []byte("base\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(src, "base"), []byte("base\n"), 0o644))
 	// cold is first read once the disk is full: no cache copy of it can be made.
 	cold := bytes.Repeat([]byte("cold data, read first on a full disk\n"), 1<<15)
-	if err := os.WriteFile(filepath.Join(src, "cold"), cold, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "p", FromPath: src}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(src, "cold"), cold, 0o644))
+	_, err = c.CreateProject(ctx, wire.CreateProject{Name: "p", FromPath: src})
+	require.NoError(t, err)
 	a, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sh := func(ws *client.Workspace, body string) *client.ExecResult {
 		t.Helper()
 		res, err := ws.Exec(ctx, body, client.ExecOptions{})
-		if err != nil {
-			t.Fatalf("exec %q: %v", body, err)
-		}
+		require.NoError(t, err, "exec %q", body)
 		return res
 	}
 	head := func() string {
 		t.Helper()
 		br, err := c.Branch(ctx, "p", "main")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return br.Head
 	}
 	fsck := func(when string) {
@@ -99,9 +87,7 @@ func testFullDisk(t *testing.T, dataPath string) {
 	// A commit that cannot fit: a clear error, the head unmoved, the Store clean.
 	before := head()
 	_, err = a.Commit(ctx, "too big")
-	if err == nil {
-		t.Fatal("a commit that cannot fit on the disk succeeded")
-	}
+	require.Error(t, err, "a commit that cannot fit on the disk succeeded")
 	if !client.IsNoSpace(err) || !strings.Contains(err.Error(), "no space left on device") {
 		t.Errorf("commit on a full disk: %v; want an error that says the disk is full", err)
 	}

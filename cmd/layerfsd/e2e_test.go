@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -50,9 +53,7 @@ func daemonBinaryB(t testing.TB) string {
 			binPath = string(out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatalf("build layerfsd: %v\n%s", buildErr, binPath)
-	}
+	require.NoError(t, buildErr, "build layerfsd\n%s", binPath)
 	return binPath
 }
 
@@ -80,9 +81,7 @@ func startDaemonBinary(t *testing.T, bin, store string, extra ...string) *daemon
 	d := &daemon{store: store, socket: filepath.Join(store, SocketName), log: &bytes.Buffer{}, done: make(chan error, 1)}
 	d.cmd = exec.Command(bin, append([]string{"serve", "--store", store, "--log-level", "debug"}, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.cmd.Start())
 	go func() { d.done <- d.cmd.Wait() }()
 	t.Cleanup(func() {
 		if d.cmd.ProcessState == nil {
@@ -116,10 +115,8 @@ func startDaemonBinary(t *testing.T, bin, store string, extra ...string) *daemon
 
 func (d *daemon) client(t *testing.T) *client.Client {
 	t.Helper()
-	c, err := client.Dial(context.Background(), "unix://"+d.socket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, err := client.Dial(t.Context(), "unix://"+d.socket)
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -139,9 +136,7 @@ func (d *daemon) wait(t *testing.T, within time.Duration) int {
 // mountsUnder counts mounts below dir.
 func mountsUnder(t *testing.T, dir string) int {
 	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	n := 0
 	for _, l := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dir) {
@@ -163,18 +158,15 @@ func TestEndToEnd(t *testing.T) {
 
 func testEndToEnd(t *testing.T, path string) {
 	d := startDaemon(t, "", "--data-path", path)
-	ctx := context.Background()
+	ctx := t.Context()
 	c := d.client(t)
 	if fi, err := os.Lstat(d.socket); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("socket mode: %v %v", fi.Mode(), err)
 	}
-	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "demo"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.CreateProject(ctx, wire.CreateProject{Name: "demo"})
+	require.NoError(t, err)
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "demo", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if got := ws.Info().DataPath; !strings.HasPrefix(got, path+": ") {
 		t.Errorf("data path %q, want %s", got, path)
 	}
@@ -190,9 +182,7 @@ func testEndToEnd(t *testing.T, path string) {
 		t.Errorf("exec receipt is empty: %+v", res.Receipt)
 	}
 	local := filepath.Join(t.TempDir(), "greeting.txt")
-	if err := ws.Download(ctx, "out/greeting.txt", local); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws.Download(ctx, "out/greeting.txt", local))
 	if b, _ := os.ReadFile(local); string(b) != "hello from the sandbox\n" {
 		t.Errorf("downloaded %q", b)
 	}
@@ -200,13 +190,10 @@ func testEndToEnd(t *testing.T, path string) {
 	if err != nil || cr.Result != wire.Created {
 		t.Fatalf("commit: %+v %v", cr, err)
 	}
-	if _, err := c.ForkBranch(ctx, "demo", "second", cr.Commit); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.ForkBranch(ctx, "demo", "second", cr.Commit)
+	require.NoError(t, err)
 	ws2, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "demo", Branch: "second"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	res, err = ws2.Exec(ctx, "cat out/greeting.txt", client.ExecOptions{})
 	if err != nil || string(res.Stdout) != "hello from the sandbox\n" {
 		t.Errorf("second workspace: %q %v", res.Stdout, err)
@@ -216,9 +203,7 @@ func testEndToEnd(t *testing.T, path string) {
 		t.Errorf("write ../escape: %v", err)
 	}
 	for _, w := range []*client.Workspace{ws, ws2} {
-		if err := w.End(ctx, client.EndOptions{}); err != nil {
-			t.Errorf("end: %v", err)
-		}
+		assert.NoError(t, w.End(ctx, client.EndOptions{}), "end")
 	}
 }
 
@@ -226,7 +211,7 @@ func testEndToEnd(t *testing.T, path string) {
 // refused, mounts are gone and the socket removed, exit 0.
 func TestSIGTERMGrace(t *testing.T) {
 	d := startDaemon(t, "", "--grace", "30s")
-	ctx := context.Background()
+	ctx := t.Context()
 	ws := workspaceInP(t, d.client(t))
 	started := make(chan struct{})
 	w := &signalWriter{started: started}
@@ -234,9 +219,7 @@ func TestSIGTERMGrace(t *testing.T) {
 		return ws.Exec(ctx, "echo started; sleep 1; echo finished", client.ExecOptions{Stdout: w})
 	})
 	<-started
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
 	o := <-done
 	if o.err != nil || o.res.ExitCode != 0 {
 		t.Errorf("exec during shutdown: %+v %v", o.res, o.err)
@@ -244,9 +227,8 @@ func TestSIGTERMGrace(t *testing.T) {
 	if code := d.wait(t, 30*time.Second); code != 0 {
 		t.Errorf("exit code %d", code)
 	}
-	if _, err := os.Lstat(d.socket); err == nil {
-		t.Error("socket left behind")
-	}
+	_, err := os.Lstat(d.socket)
+	assert.ErrorIs(t, err, os.ErrNotExist, "socket left behind")
 	if n := mountsUnder(t, d.store); n != 0 {
 		t.Errorf("%d mounts left under the store", n)
 	}
@@ -288,9 +270,7 @@ func TestStaleSocketAndIdleExit(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
 	os.MkdirAll(store, 0o700)
 	l, err := net.Listen("unix", filepath.Join(store, SocketName))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()
 	start := time.Now()
@@ -306,15 +286,13 @@ func TestStaleSocketAndIdleExit(t *testing.T) {
 func TestTCPToken(t *testing.T) {
 	testenv.RequireFUSE(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	addr := l.Addr().String()
 	l.Close()
 	tok := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tok, []byte("tcp-secret\n"), 0o600)
 	startDaemon(t, "", "--tcp", addr, "--token-file", tok)
-	ctx := context.Background()
+	ctx := t.Context()
 	if _, err := client.Dial(ctx, "http://"+addr); !client.IsUnauthorized(err) {
 		t.Errorf("no token: %v", err)
 	}
@@ -322,12 +300,9 @@ func TestTCPToken(t *testing.T) {
 		t.Errorf("wrong token: %v", err)
 	}
 	c, err := client.Dial(ctx, "http://"+addr, client.WithToken("tcp-secret"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Projects(ctx); err != nil {
-		t.Error(err)
-	}
+	require.NoError(t, err)
+	_, err = c.Projects(ctx)
+	assert.NoError(t, err)
 }
 
 // TestLoad: 16 workspaces each running 20 execs concurrently through the
@@ -335,11 +310,10 @@ func TestTCPToken(t *testing.T) {
 // mounts, child processes or file descriptors than before.
 func TestLoad(t *testing.T) {
 	d := startDaemon(t, "")
-	ctx := context.Background()
+	ctx := t.Context()
 	c := d.client(t)
-	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "load"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.CreateProject(ctx, wire.CreateProject{Name: "load"})
+	require.NoError(t, err)
 	pid := d.cmd.Process.Pid
 	fdsBefore, kidsBefore := countFDs(t, pid), countChildren(t, pid)
 	mountsBefore := mountsUnder(t, d.store)
@@ -423,9 +397,7 @@ const maxSQLiteFDs = 2*(1+8) + 1
 func countFDs(t *testing.T, pid int) int {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	n, sqlite := 0, 0
 	for _, e := range es {
 		l, _ := os.Readlink(filepath.Join(dir, e.Name()))
@@ -444,9 +416,7 @@ func countFDs(t *testing.T, pid int) int {
 // countChildren counts the processes whose parent is pid.
 func countChildren(t *testing.T, pid int) int {
 	kids, err := proctest.Children(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return len(kids)
 }
 
@@ -454,7 +424,7 @@ func countChildren(t *testing.T, pid int) int {
 // with a JSON error, and neither the host nor the workspace changes.
 func TestBadInputReal(t *testing.T) {
 	d := startDaemon(t, "", "--max-upload", "1048576")
-	ctx := context.Background()
+	ctx := t.Context()
 	c := d.client(t)
 	ws := workspaceInP(t, c)
 	outside := t.TempDir() // a host directory the workspace must not reach
@@ -463,9 +433,8 @@ func TestBadInputReal(t *testing.T) {
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("setup exec: %+v %v", res, err)
 	}
-	if _, err := ws.Commit(ctx, "links"); err != nil {
-		t.Fatal(err)
-	}
+	_, err = ws.Commit(ctx, "links")
+	require.NoError(t, err)
 
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var dd net.Dialer
@@ -517,9 +486,7 @@ func TestBadInputReal(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			req, _ := http.NewRequest(c.method, c.url, c.body)
 			resp, err := hc.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			var eb wire.ErrorBody
@@ -536,9 +503,7 @@ func TestBadInputReal(t *testing.T) {
 		req, _ := http.NewRequest("PUT", base+"/files/big", io.LimitReader(zeroReader{}, 2<<30))
 		req.ContentLength = length
 		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatalf("2 GiB upload (length %d): %v", length, err)
-		}
+		require.NoError(t, err, "2 GiB upload (length %d)", length)
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 413 || !strings.Contains(string(b), wire.CodeTooLarge) {
@@ -551,9 +516,8 @@ func TestBadInputReal(t *testing.T) {
 		t.Errorf("the outside directory changed: %v", es)
 	}
 	for _, p := range []string{"/etc/planted", "/tmp/planted", "/escape.txt"} {
-		if _, err := os.Lstat(p); err == nil {
-			t.Errorf("%s was created on the host", p)
-		}
+		_, err := os.Lstat(p)
+		assert.ErrorIs(t, err, os.ErrNotExist, "%s was created on the host", p)
 	}
 	st, err := ws.Status(ctx)
 	if err != nil || len(st.Changes) != 0 {
@@ -571,11 +535,9 @@ func BenchmarkExecTrue(b *testing.B) {
 	testenv.RequireFUSE(b)
 	store := filepath.Join(b.TempDir(), "store")
 	cmd := exec.Command(daemonBinaryB(b), "serve", "--store", store)
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, cmd.Start())
 	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
-	ctx := context.Background()
+	ctx := b.Context()
 	var c *client.Client
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		var err error

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/api"
@@ -25,12 +27,10 @@ var quiet = slog.New(slog.DiscardHandler)
 // its main branch.
 func workspaceInP(tb testing.TB, c *client.Client) *client.Workspace {
 	tb.Helper()
-	ctx := context.Background()
+	ctx := tb.Context()
 	c.CreateProject(ctx, wire.CreateProject{Name: "p"})
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	return ws
 }
 
@@ -54,54 +54,41 @@ func inBackground(exec func() (*client.ExecResult, error)) <-chan execOutcome {
 func TestListenUnixMode(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "d.sock")
 	l, err := listenUnix(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	fi, err := os.Lstat(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
 		t.Errorf("socket mode %v, want a socket with 0600", fi.Mode())
 	}
 }
 
 func TestClaimSocket(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := t.TempDir()
 
 	// A stale socket (its daemon died without removing it) is removed.
 	stale := filepath.Join(dir, "stale.sock")
 	l, err := net.Listen("unix", stale)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()
-	if _, err := os.Lstat(stale); err != nil {
-		t.Fatalf("the stale socket is not there to test with: %v", err)
-	}
-	if err := claimSocket(ctx, stale, quiet); err != nil {
-		t.Fatalf("stale socket: %v", err)
-	}
-	if _, err := os.Lstat(stale); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("stale socket still there: %v", err)
-	}
+	_, err = os.Lstat(stale)
+	require.NoError(t, err, "the stale socket is not there to test with")
+	require.NoError(t, claimSocket(ctx, stale, quiet), "stale socket")
+	_, err = os.Lstat(stale)
+	assert.ErrorIs(t, err, os.ErrNotExist, "stale socket still there")
 
 	// A live one is refused and left alone.
 	live := filepath.Join(dir, "live.sock")
 	l, err = net.Listen("unix", live)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	if err := claimSocket(ctx, live, quiet); err == nil || !strings.Contains(err.Error(), "another daemon answers") {
 		t.Errorf("live socket: %v", err)
 	}
-	if _, err := os.Lstat(live); err != nil {
-		t.Errorf("live socket removed: %v", err)
-	}
+	_, err = os.Lstat(live)
+	assert.NoError(t, err, "live socket removed")
 
 	// Anything else at the path is not ours to remove.
 	file := filepath.Join(dir, "file")
@@ -109,25 +96,19 @@ func TestClaimSocket(t *testing.T) {
 	if err := claimSocket(ctx, file, quiet); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("regular file: %v", err)
 	}
-	if err := claimSocket(ctx, "/"+strings.Repeat("x", 120), quiet); err == nil {
-		t.Error("a socket path over 107 bytes was accepted")
-	}
+	assert.Error(t, claimSocket(ctx, "/"+strings.Repeat("x", 120), quiet), "a socket path over 107 bytes was accepted")
 }
 
 func TestLockStore(t *testing.T) {
 	dir := t.TempDir()
 	a, err := lockStore(dir, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := lockStore(dir, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "another layerfsd") {
 		t.Errorf("second lock: %v", err)
 	}
 	a.Close()
 	b, err := lockStore(dir, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatalf("lock after release: %v", err)
-	}
+	require.NoError(t, err, "lock after release")
 	b.Close()
 }
 
@@ -141,13 +122,11 @@ func TestReadToken(t *testing.T) {
 	for name, content := range map[string]string{"empty": "\n", "spaces": "a b"} {
 		p := filepath.Join(dir, name)
 		os.WriteFile(p, []byte(content), 0o600)
-		if _, err := readToken(p, quiet); err == nil {
-			t.Errorf("%s token accepted", name)
-		}
+		_, err := readToken(p, quiet)
+		assert.Error(t, err, "%s token accepted", name)
 	}
-	if _, err := readToken("", quiet); err == nil {
-		t.Error("TCP without a token file accepted")
-	}
+	_, err := readToken("", quiet)
+	assert.Error(t, err, "TCP without a token file accepted")
 }
 
 // testEngine adapts the API's engine double to what the daemon needs, to
@@ -177,20 +156,16 @@ func TestShutdownGrace(t *testing.T) {
 		{"killed", "60000", 200 * time.Millisecond, true, 5 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctx := context.Background()
+			ctx := t.Context()
 			eng := &testEngine{Engine: apitest.New()}
 			srv := api.NewServer(eng, api.Options{})
 			sock := filepath.Join(t.TempDir(), "d.sock")
 			l, err := listenUnix(sock)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			hs := newHTTPServer(srv.Handler(api.ListenerOptions{}), quiet)
 			go hs.Serve(l)
 			cl, err := client.Dial(ctx, "unix://"+sock)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			ws := workspaceInP(t, cl)
 			done := inBackground(func() (*client.ExecResult, error) {
 				return ws.ExecArgv(ctx, []string{"sleep", c.sleepMs}, client.ExecOptions{})
@@ -208,24 +183,19 @@ func TestShutdownGrace(t *testing.T) {
 				t.Errorf("new exec while draining: %v, want unavailable", err)
 			}
 			o := <-done
-			if o.err != nil {
-				t.Fatalf("running exec: %v", o.err)
-			}
+			require.NoError(t, o.err, "running exec")
 			if killed := o.res.Signal != ""; killed != c.wantKill {
 				t.Errorf("exec result %+v, want killed=%v", o.res, c.wantKill)
 			}
-			if err := <-stopped; err != nil {
-				t.Errorf("shutdown: %v", err)
-			}
+			assert.NoError(t, <-stopped, "shutdown")
 			if time.Since(start) > c.maxWithin {
 				t.Errorf("shutdown took %v", time.Since(start))
 			}
 			if !eng.drained || !eng.shut {
 				t.Errorf("engine drained %v, shut down %v", eng.drained, eng.shut)
 			}
-			if _, err := net.Dial("unix", sock); err == nil {
-				t.Error("the socket still answers after shutdown")
-			}
+			_, err = net.Dial("unix", sock)
+			assert.Error(t, err, "the socket still answers after shutdown")
 		})
 	}
 }
@@ -237,9 +207,7 @@ func TestDying(t *testing.T) {
 		t.Error("this process is said to be dying")
 	}
 	cmd := exec.Command("true")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	defer cmd.Wait()
 	for deadline := time.Now().Add(30 * time.Second); !dying(cmd.Process.Pid); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {

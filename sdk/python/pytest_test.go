@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/daemontest"
 	"layerfs.dev/layerfs/internal/testenv"
 )
@@ -21,15 +23,13 @@ func TestPythonSDK(t *testing.T) {
 		testenv.Skip(t, "needs python3 with pytest (Debian's python3-pytest; run scripts/test-setup)")
 	}
 	bin := daemontest.Binaries(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
 	cmd.Env = append(os.Environ(), "LAYERFS_TEST_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1", "LAYERFS_DAEMON=")
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s -m pytest tests:\n%s", python, out)
-	if err != nil {
-		t.Fatalf("pytest failed: %v", err)
-	}
+	require.NoError(t, err, "pytest failed")
 	summary := regexp.MustCompile(`(\d+) passed`).FindSubmatch(out)
 	if summary == nil || regexp.MustCompile(`\d+ (skipped|failed|error)`).Match(out) {
 		t.Errorf("pytest did not pass every test (want only passes)")
