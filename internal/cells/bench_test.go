@@ -33,13 +33,12 @@ func BenchmarkNative(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				b.StopTimer()
 				dir := filepath.Join(b.TempDir(), "ws"+strconv.Itoa(i))
-				if out, err := exec.Command("cp", "-a", base, dir).CombinedOutput(); err != nil {
-					b.Fatalf("copy base: %v: %s", err, out)
-				}
+				out, err := exec.Command("cp", "-a", base, dir).CombinedOutput()
+				require.NoError(b, err, "copy base: %s", out)
 				cmd := exec.Command("bash", "-o", "pipefail", "-c", Wrap(c.Body))
 				cmd.Dir = dir
 				b.StartTimer()
-				out, err := cmd.CombinedOutput()
+				out, err = cmd.CombinedOutput()
 				require.NoError(b, err, "body: %s", out)
 			}
 		})

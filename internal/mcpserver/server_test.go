@@ -64,7 +64,7 @@ type session struct {
 // protocol error (a tool error is a result).
 func (s session) call(name string, args map[string]any) *mcp.CallToolResult {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(s.t.Context(), 2*time.Minute)
 	defer cancel()
 	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	require.NoError(s.t, err, "%s: protocol", name)

@@ -40,9 +40,8 @@ func TestTypeScriptClient(t *testing.T) {
 	t.Cleanup(func() {
 		stop := exec.Command(layerfs, "--store", store, "daemon", "stop")
 		stop.Env = env
-		if out, err := stop.CombinedOutput(); err != nil {
-			t.Errorf("daemon stop: %v\n%s", err, out)
-		}
+		out, err := stop.CombinedOutput()
+		assert.NoError(t, err, "daemon stop\n%s", out)
 		if t.Failed() {
 			if b, err := os.ReadFile(filepath.Join(store, "layerfsd.log")); err == nil {
 				t.Logf("daemon log:\n%s", b)

@@ -69,9 +69,7 @@ func newEnv(t testing.TB, populated bool) *env {
 func (e *env) open(root, base store.ID) *overlay.Overlay {
 	e.t.Helper()
 	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: root, Base: base, UpperDir: e.upper})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	return ov
 }
 

@@ -58,9 +58,8 @@ func TestUpperTracker(t *testing.T) {
 		{"all of it removed", "rm -rf big a d/e x"},
 	}
 	for _, st := range steps {
-		if out, err := exec.Command("sh", "-ec", "cd "+mnt+" && "+st.sh).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", st.name, err, out)
-		}
+		out, err := exec.Command("sh", "-ec", "cd "+mnt+" && "+st.sh).CombinedOutput()
+		require.NoError(t, err, "%s\n%s", st.name, out)
 		got, disk, err := tr.Summary(ctx)
 		require.NoError(t, err, "%s: summary", st.name)
 		if du := diskUsage(t, upper); disk != du {

@@ -71,9 +71,8 @@ func endState(t *testing.T, c cells.Cell) string {
 func clone(t *testing.T, src string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "ws")
-	if out, err := exec.Command("cp", "-a", "--reflink=auto", src, dst).CombinedOutput(); err != nil {
-		t.Fatalf("cp: %v: %s", err, out)
-	}
+	out, err := exec.Command("cp", "-a", "--reflink=auto", src, dst).CombinedOutput()
+	require.NoError(t, err, "cp: %s", out)
 	return dst
 }
 

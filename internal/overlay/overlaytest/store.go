@@ -49,17 +49,11 @@ func NewStore(t testing.TB, ctx context.Context, populate func(t testing.TB, dir
 func (s *Store) Capture(dir string) store.ID {
 	s.t.Helper()
 	b, err := s.DB.NewBatch(s.ctx)
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	require.NoError(s.t, err)
 	defer b.Abort()
 	id, _, err := commit.CaptureDir(s.ctx, b, s.DB, dir, nil)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := b.Flush(s.ctx); err != nil {
-		s.t.Fatal(err)
-	}
+	require.NoError(s.t, err)
+	require.NoError(s.t, b.Flush(s.ctx))
 	return id
 }
 
@@ -75,14 +69,10 @@ type Changer interface {
 func (s *Store) Commit(ov Changer) store.ID {
 	s.t.Helper()
 	cs, err := ov.Changes(s.ctx)
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	require.NoError(s.t, err)
 	changes := cs.Changes
 	b, err := s.DB.NewBatch(s.ctx)
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	require.NoError(s.t, err)
 	defer b.Abort()
 	id, _, err := commit.Build(s.ctx, b, s.DB, cs.Base, changes, nil)
 	if err != nil {
@@ -91,9 +81,7 @@ func (s *Store) Commit(ov Changer) store.ID {
 		}
 		s.t.Fatalf("build: %v", err)
 	}
-	if err := b.Flush(s.ctx); err != nil {
-		s.t.Fatal(err)
-	}
+	require.NoError(s.t, b.Flush(s.ctx))
 	ov.MarkCommitted(id, cs)
 	return id
 }
@@ -102,9 +90,8 @@ func (s *Store) Commit(ov Changer) store.ID {
 func (s *Store) Checkout(root store.ID) string {
 	s.t.Helper()
 	dir := filepath.Join(s.t.TempDir(), "co")
-	if _, err := commit.Checkout(s.ctx, s.DB, root, dir, nil); err != nil {
-		s.t.Fatal(err)
-	}
+	_, err := commit.Checkout(s.ctx, s.DB, root, dir, nil)
+	require.NoError(s.t, err)
 	return dir
 }
 
