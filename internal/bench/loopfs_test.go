@@ -82,9 +82,8 @@ func TestLoopFS(t *testing.T) {
 			}
 			require.NoError(t, cleanup())
 			assert.NoError(t, cleanup(), "second cleanup")
-			if _, err := os.Stat(mnt); !os.IsNotExist(err) {
-				t.Errorf("mountpoint left after cleanup: %v", err)
-			}
+			_, err = os.Stat(mnt)
+			assert.ErrorIs(t, err, os.ErrNotExist, "mountpoint left after cleanup")
 			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 				t.Errorf("cleanup left %v in %s", ents, dir)
 			}

@@ -3,7 +3,6 @@ package commit
 import (
 	"bytes"
 	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -131,9 +130,7 @@ func TestChunkerZeroShortcut(t *testing.T) {
 			data = append(data, make([]byte, zeros)...)
 			data = append(data, randBytes(uint64(i+100), 50_000)...)
 			got, want := cutAll(c, data), cutAll(&hashing, data)
-			if !slices.Equal(got, want) {
-				t.Fatalf("%+v, %d zeros: the shortcut cuts %v, hashing %v", p, zeros, got, want)
-			}
+			require.Equal(t, want, got, "%+v, %d zeros: the shortcut's cuts (actual) against hashing's (expected)", p, zeros)
 		}
 	}
 }

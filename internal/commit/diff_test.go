@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/store"
@@ -70,9 +71,7 @@ func TestDiff(t *testing.T) {
 	}
 	slices.Sort(got)
 	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("diff:\n got %q\nwant %q", got, want)
-	}
+	assert.Equal(t, want, got, "diff")
 	// Path order: a directory before its contents, components bytewise.
 	for i := 1; i < len(all); i++ {
 		if ComparePaths(all[i-1].Path, all[i].Path) >= 0 {
