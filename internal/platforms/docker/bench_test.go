@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"context"
 	"io"
 	"os"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
@@ -26,17 +26,13 @@ import (
 func BenchmarkExecOverhead(b *testing.B) {
 	testenv.RequireRoot(b)
 	testenv.RequireDocker(b)
-	ctx := context.Background()
+	ctx := b.Context()
 	p := New(Options{Supervisor: supervisorBin})
-	if err := p.Up(ctx); err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, p.Up(ctx))
 	defer p.Down(ctx)
 	dir := b.TempDir()
 	sb, err := p.Attach(ctx, platforms.Workspace{ID: "bench-overhead", HostPath: dir})
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	defer sb.Close(ctx)
 	var l sandbox.Launcher
 	spec := platforms.ExecSpec{Argv: []string{"true"}}
@@ -61,18 +57,12 @@ func BenchmarkExecOverhead(b *testing.B) {
 	runRaw := func() time.Duration {
 		start := time.Now()
 		c, err := raw.cli.ContainerExecCreate(ctx, raw.id, container.ExecOptions{AttachStdout: true, AttachStderr: true, Cmd: []string{"true"}})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		hj, err := raw.cli.ContainerExecAttach(ctx, c.ID, container.ExecAttachOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		_, err = io.Copy(io.Discard, hj.Reader)
 		hj.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		ins, err := raw.cli.ContainerExecInspect(ctx, c.ID)
 		if err != nil || ins.ExitCode != 0 {
 			b.Fatalf("raw exec: %+v %v", ins, err)
@@ -102,21 +92,15 @@ func BenchmarkExecOverhead(b *testing.B) {
 func BenchmarkDockerExecTrue(b *testing.B) {
 	testenv.RequireDocker(b)
 	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	for _, sup := range []struct{ name, path string }{{"static", supervisorBin}, {"reexec", exe}} {
 		b.Run(sup.name, func(b *testing.B) {
-			ctx := context.Background()
+			ctx := b.Context()
 			p := New(Options{Supervisor: sup.path})
-			if err := p.Up(ctx); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, p.Up(ctx))
 			defer p.Down(ctx)
 			sb, err := p.Attach(ctx, platforms.Workspace{ID: "bench-true", HostPath: b.TempDir()})
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			defer sb.Close(ctx)
 			var launch []time.Duration
 			for b.Loop() {

@@ -3,7 +3,6 @@ package docker
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/escapetest"
@@ -35,22 +36,16 @@ func attach(t *testing.T, p *Platform, w platforms.Workspace) platforms.Sandbox 
 	t.Helper()
 	if w.HostPath == "" {
 		w.HostPath = t.TempDir()
-		if err := os.Chmod(w.HostPath, 0o777); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Chmod(w.HostPath, 0o777))
 	}
 	if w.ID == "" {
 		w.ID = strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 		w.ID = strings.Trim(w.ID[:min(len(w.ID), 50)], "-")
 	}
-	sb, err := p.Attach(context.Background(), w)
-	if err != nil {
-		t.Fatalf("Attach(%+v): %v", w, err)
-	}
+	sb, err := p.Attach(t.Context(), w)
+	require.NoError(t, err, "Attach(%+v)", w)
 	t.Cleanup(func() {
-		if err := sb.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
+		assert.NoError(t, sb.Close(context.Background()), "Close")
 	})
 	return sb
 }
@@ -59,10 +54,8 @@ func attach(t *testing.T, p *Platform, w platforms.Workspace) platforms.Sandbox 
 func run(t *testing.T, sb platforms.Sandbox, spec platforms.ExecSpec) (platforms.ExecResult, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	res, err := sb.Exec(context.Background(), spec, &out, &errb)
-	if err != nil {
-		t.Fatalf("Exec(%q): %v (stderr %q)", spec.Argv, err, errb.String())
-	}
+	res, err := sb.Exec(t.Context(), spec, &out, &errb)
+	require.NoError(t, err, "Exec(%q) (stderr %q)", spec.Argv, errb.String())
 	return res, out.String(), errb.String()
 }
 
@@ -72,44 +65,32 @@ func TestNoEngine(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "no-docker-here.sock")
 	p := New(Options{Host: "unix://" + sock})
-	ctx := context.Background()
-	if _, err := p.Identity(ctx); !errors.Is(err, platforms.ErrNotUp) {
-		t.Errorf("Identity before Up: %v, want ErrNotUp", err)
-	}
-	if _, err := p.Attach(ctx, platforms.Workspace{ID: "x", HostPath: t.TempDir()}); !errors.Is(err, platforms.ErrNotUp) {
-		t.Errorf("Attach before Up: %v, want ErrNotUp", err)
-	}
-	err := p.Up(ctx)
-	if !errors.Is(err, platforms.ErrUnavailable) {
-		t.Fatalf("Up with no engine: %v, want ErrUnavailable", err)
-	}
+	ctx := t.Context()
+	_, err := p.Identity(ctx)
+	assert.ErrorIs(t, err, platforms.ErrNotUp, "Identity before Up")
+	_, err = p.Attach(ctx, platforms.Workspace{ID: "x", HostPath: t.TempDir()})
+	assert.ErrorIs(t, err, platforms.ErrNotUp, "Attach before Up")
+	err = p.Up(ctx)
+	require.ErrorIs(t, err, platforms.ErrUnavailable, "Up with no engine")
 	for _, want := range []string{sock, "scripts/ensure-docker", "dockerd"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not mention %q", err, want)
-		}
+		assert.ErrorContains(t, err, want)
 	}
-	if err := p.Down(ctx); err != nil {
-		t.Errorf("Down after a failed Up: %v", err)
-	}
+	assert.NoError(t, p.Down(ctx), "Down after a failed Up")
 }
 
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
 	shared.get(t) // the image exists: this Up must not race another import
-	ctx := context.Background()
+	ctx := t.Context()
 	p := New(Options{})
 	if p.Name() != "docker" || !p.Features().HostMounts || p.Features().RemoteDaemon {
 		t.Fatalf("name %q features %+v", p.Name(), p.Features())
 	}
 	for i := range 2 { // Up is idempotent
-		if err := p.Up(ctx); err != nil {
-			t.Fatalf("Up #%d: %v", i+1, err)
-		}
+		require.NoError(t, p.Up(ctx), "Up #%d", i+1)
 	}
 	id, err := p.Identity(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Logf("identity: %+v", id)
 	if id.Platform != "docker" || id.Kernel == "" || id.CPUs < 1 || id.MemoryBytes <= 0 ||
 		!strings.HasPrefix(id.Runtime, "docker ") || !strings.HasPrefix(id.Image, "sha256:") {
@@ -127,31 +108,23 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("%d containers for the workspace, want 1", n)
 	}
 	for i := range 2 { // Close is idempotent
-		if err := sb.Close(ctx); err != nil {
-			t.Fatalf("Close #%d: %v", i+1, err)
-		}
+		require.NoError(t, sb.Close(ctx), "Close #%d", i+1)
 	}
 	if n := countContainers(t, p, "lifecycle"); n != 0 {
 		t.Errorf("%d containers after Close, want 0", n)
 	}
-	if _, err := sb.Exec(ctx, sh("true"), nil, nil); !errors.Is(err, platforms.ErrClosed) {
-		t.Errorf("Exec after Close: %v, want platforms.ErrClosed", err)
-	}
+	_, err = sb.Exec(ctx, sh("true"), nil, nil)
+	assert.ErrorIs(t, err, platforms.ErrClosed, "Exec after Close")
 	// Down removes what Close did not.
 	attach(t, p, platforms.Workspace{ID: "lifecycle-a"})
 	attach(t, p, platforms.Workspace{ID: "lifecycle-b"})
 	for i := range 2 {
-		if err := p.Down(ctx); err != nil {
-			t.Fatalf("Down #%d: %v", i+1, err)
-		}
+		require.NoError(t, p.Down(ctx), "Down #%d", i+1)
 	}
-	if _, err := p.Identity(ctx); !errors.Is(err, platforms.ErrNotUp) {
-		t.Errorf("Identity after Down: %v, want ErrNotUp", err)
-	}
+	_, err = p.Identity(ctx)
+	assert.ErrorIs(t, err, platforms.ErrNotUp, "Identity after Down")
 	// Up again: the image is still there, so nothing is rebuilt.
-	if err := p.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.Up(ctx))
 	defer p.Down(ctx)
 	for _, w := range []string{"lifecycle-a", "lifecycle-b"} {
 		if n := countContainers(t, p, w); n != 0 {
@@ -166,25 +139,19 @@ func TestLifecycle(t *testing.T) {
 func countContainers(t *testing.T, p *Platform, workspace string) int {
 	t.Helper()
 	cli, _, err := p.current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := cli.ContainerList(context.Background(), containerListLabel(labelWorkspace+"="+workspace))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	cs, err := cli.ContainerList(t.Context(), containerListLabel(labelWorkspace+"="+workspace))
+	require.NoError(t, err)
 	return len(cs)
 }
 
 func TestImageRebuildSkipped(t *testing.T) {
 	t.Parallel()
 	first := shared.get(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	p := New(Options{})
 	start := time.Now()
-	if err := p.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.Up(ctx))
 	defer p.Down(ctx)
 	t.Logf("Up with the image present took %v (image %s, tar %d bytes, engine size %d bytes)",
 		time.Since(start), p.state.image.Ref, p.state.image.TarBytes, p.state.image.SizeBytes)
@@ -200,9 +167,7 @@ func TestExecResults(t *testing.T) {
 	t.Parallel()
 	p := shared.get(t)
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755))
 	sb := attach(t, p, platforms.Workspace{HostPath: dir})
 	tests := []struct {
 		name      string
@@ -241,9 +206,8 @@ func TestExecResults(t *testing.T) {
 			if res.ExitCode != tt.exit || res.Signal != tt.signal || res.TimedOut || res.OutputTruncated != tt.truncated {
 				t.Errorf("result %+v, want exit %d signal %q truncated %v", res, tt.exit, tt.signal, tt.truncated)
 			}
-			if out != tt.out || errs != tt.errs {
-				t.Errorf("stdout %q stderr %q, want %q %q", out, errs, tt.out, tt.errs)
-			}
+			assert.Equal(t, tt.out, out, "stdout")
+			assert.Equal(t, tt.errs, errs, "stderr")
 			if res.Command < 0 || (res.Command == 0 && tt.exit != 127) || res.Wall < res.Command || res.Launch != res.Wall-res.Command {
 				t.Errorf("times %+v", res)
 			}
@@ -264,18 +228,16 @@ func TestExecRefusesBadSpecs(t *testing.T) {
 		{Argv: []string{"true"}, Hostname: "other"},
 		{Argv: []string{"true"}, UID: -1},
 	} {
-		if _, err := sb.Exec(context.Background(), spec, nil, nil); !errors.Is(err, ErrBadSpec) {
-			t.Errorf("Exec(%+v): %v, want ErrBadSpec", spec, err)
-		}
+		_, err := sb.Exec(t.Context(), spec, nil, nil)
+		assert.ErrorIs(t, err, ErrBadSpec, "Exec(%+v)", spec)
 	}
 	for _, w := range []platforms.Workspace{
 		{ID: "Bad_ID", HostPath: t.TempDir()},
 		{ID: "ok", HostPath: "relative"},
 		{ID: "ok", HostPath: filepath.Join(t.TempDir(), "missing")},
 	} {
-		if _, err := p.Attach(context.Background(), w); !errors.Is(err, ErrBadWorkspace) {
-			t.Errorf("Attach(%+v): %v, want ErrBadWorkspace", w, err)
-		}
+		_, err := p.Attach(t.Context(), w)
+		assert.ErrorIs(t, err, ErrBadWorkspace, "Attach(%+v)", w)
 	}
 }
 
@@ -344,14 +306,12 @@ func TestContextCancelKillsTree(t *testing.T) {
 	p := shared.get(t)
 	sb := attach(t, p, platforms.Workspace{})
 	arg := proctest.Marker()
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	var out bytes.Buffer
 	_, err := sb.Exec(ctx, platforms.ExecSpec{Argv: proctest.Escapers(arg, "sleep "+arg), Timeout: time.Hour}, &out, nil)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Exec with an expiring context: %v, want DeadlineExceeded", err)
-	}
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "Exec with an expiring context")
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("cancelled exec took %v", took)
 	}
@@ -366,9 +326,7 @@ func TestContextCancelKillsTree(t *testing.T) {
 // hostInterfaces lists this host's network interfaces.
 func hostInterfaces(t *testing.T) string {
 	ents, err := os.ReadDir("/sys/class/net")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var names []string
 	for _, e := range ents {
 		names = append(names, e.Name())
@@ -395,9 +353,7 @@ func TestNetwork(t *testing.T) {
 // sandbox and the other way round, by root and by another uid.
 func checkBothWays(t *testing.T, sb platforms.Sandbox, hostDir string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(hostDir, "from-host"), []byte("host\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(hostDir, "from-host"), []byte("host\n"), 0o644))
 	res, out, errs := run(t, sb, sh("cat from-host && echo sandbox > from-sandbox && mkdir -p d/e && echo deep > d/e/f"))
 	if res.ExitCode != 0 || out != "host\n" {
 		t.Fatalf("sandbox reading the host's file: %+v %q %q", res, out, errs)
@@ -413,9 +369,7 @@ func checkBothWays(t *testing.T, sb platforms.Sandbox, hostDir string) {
 		}
 	}
 	fi, err := os.Stat(filepath.Join(hostDir, "from-user"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1000 || st.Gid != 1000 {
 		t.Errorf("from-user owned by %d:%d on the host, want 1000:1000", st.Uid, st.Gid)
 	}
@@ -425,9 +379,7 @@ func TestWorkspacePlainDir(t *testing.T) {
 	t.Parallel()
 	p := shared.get(t)
 	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Chmod(dir, 0o777))
 	checkBothWays(t, attach(t, p, platforms.Workspace{HostPath: dir}), dir)
 }
 
@@ -438,22 +390,14 @@ func TestWorkspaceFUSE(t *testing.T) {
 	testenv.RequireFUSE(t)
 	p := shared.get(t)
 	backing, mnt := t.TempDir(), t.TempDir()
-	if err := os.Chmod(backing, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Chmod(backing, 0o777))
 	root, err := gofs.NewLoopbackRoot(backing)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv, err := gofs.Mount(mnt, root, &gofs.Options{MountOptions: fuse.MountOptions{
 		DirectMount: true, AllowOther: true, FsName: fuseTestName, Name: "loopback"}})
-	if err != nil {
-		t.Fatalf("mount: %v", err)
-	}
+	require.NoError(t, err, "mount")
 	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
+		assert.NoError(t, srv.Unmount(), "unmount")
 	})
 	sb := attach(t, p, platforms.Workspace{HostPath: mnt})
 	checkBothWays(t, sb, mnt)
@@ -462,13 +406,10 @@ func TestWorkspaceFUSE(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(backing, "from-sandbox")); err != nil || string(b) != "sandbox\n" {
 		t.Errorf("backing dir: %q, %v", b, err)
 	}
-	if _, out, _ := run(t, sb, sh("stat -f -c %T /workspace")); !strings.Contains(out, "fuse") {
-		t.Errorf("/workspace file system type %q, want fuse", out)
-	}
+	_, out, _ := run(t, sb, sh("stat -f -c %T /workspace"))
+	assert.Contains(t, out, "fuse", "/workspace file system type")
 	// Close must come before the unmount (cleanups run last-in first-out).
-	if err := sb.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sb.Close(t.Context()))
 }
 
 func TestRootDir(t *testing.T) {
@@ -477,17 +418,11 @@ func TestRootDir(t *testing.T) {
 	// An image directory holding bash and what it and the supervisor need,
 	// and nothing else (no git).
 	r, err := sandboxRoot([]string{"bash"}, p.state.supervisor)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dir := t.TempDir()
 	var buf bytes.Buffer
-	if err := r.writeTar(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if err := untar(&buf, dir); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, r.writeTar(&buf))
+	require.NoError(t, untar(&buf, dir))
 	sb := attach(t, p, platforms.Workspace{RootDir: dir})
 	s := sb.(*Sandbox)
 	if s.rootImg == "" || s.rootImg == p.state.image.ID {
@@ -497,20 +432,16 @@ func TestRootDir(t *testing.T) {
 	if res.ExitCode != 0 || out != "5\nno git\n" {
 		t.Errorf("%+v %q", res, out)
 	}
-	if err := sb.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sb.Close(t.Context()))
 	cli, _, _ := p.current()
-	if _, err := cli.ImageInspect(context.Background(), s.rootImg); err == nil {
-		t.Errorf("root-dir image %s still there after Close", s.rootImg)
-	}
+	_, err = cli.ImageInspect(t.Context(), s.rootImg)
+	assert.Error(t, err, "root-dir image %s still there after Close", s.rootImg)
 }
 
 func TestMarkerUnique(t *testing.T) {
 	a := proctest.Marker()
-	if _, err := strconv.ParseFloat(a, 64); err != nil {
-		t.Fatalf("marker %q is not a sleep duration", a)
-	}
+	_, err := strconv.ParseFloat(a, 64)
+	require.NoError(t, err, "marker %q is not a sleep duration", a)
 }
 
 func TestPerExecLimits(t *testing.T) {
@@ -551,9 +482,7 @@ func TestPerExecLimits(t *testing.T) {
 	// those that started when the shell exits). dash, because bash retries
 	// a failed fork for seconds.
 	res, out, errs = run(t, sb, platforms.ExecSpec{Argv: []string{"sh", "-c", "for i in $(seq 40); do sleep 60 & done; exit 0"}, Pids: 20})
-	if !strings.Contains(errs, "Cannot fork") {
-		t.Errorf("40 processes in a 20-pid exec: %+v stdout %q stderr %q", res, out, errs)
-	}
+	assert.Contains(t, errs, "Cannot fork", "40 processes in a 20-pid exec: %+v stdout %q", res, out)
 	// No exec cgroup outlives its exec.
 	s := sb.(*Sandbox)
 	for _, dir := range []string{s.cg.memory.Dir, s.cg.pids.Dir} {
@@ -577,31 +506,22 @@ func TestConformance(t *testing.T) {
 // the fake dead owner's container while it is being attached.
 func TestCrashedOwnerCleanedUp(t *testing.T) {
 	shared.get(t) // the image exists: these Ups do not import it again
-	ctx := context.Background()
+	ctx := t.Context()
 	// A pid that no longer exists: a process that has exited.
 	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Run())
 	crashed := New(Options{Supervisor: supervisorBin})
 	crashed.owner = strconv.Itoa(cmd.Process.Pid) + "-crashed"
-	if err := crashed.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, crashed.Up(ctx))
 	sb := attach(t, crashed, platforms.Workspace{ID: "crashed-owner"})
 	id := sb.(*Sandbox).id
 	next := New(Options{Supervisor: supervisorBin})
-	if err := next.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, next.Up(ctx))
 	defer next.Down(ctx)
 	cli, _, _ := next.current()
-	if _, err := cli.ContainerInspect(ctx, id); err == nil {
-		t.Errorf("container %.12s of a dead owner survived the next Up", id)
-	}
-	if err := crashed.Down(ctx); err != nil {
-		t.Errorf("Down of the crashed owner: %v", err)
-	}
+	_, err := cli.ContainerInspect(ctx, id)
+	assert.Error(t, err, "container %.12s of a dead owner survived the next Up", id)
+	assert.NoError(t, crashed.Down(ctx), "Down of the crashed owner")
 }
 
 // TestEscapes runs the escape suite: hostile programs in the container must

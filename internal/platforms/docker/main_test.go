@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -99,11 +100,10 @@ func (s *sharedPlatform) get(t *testing.T) *Platform {
 	defer s.mu.Unlock()
 	if s.p == nil {
 		p := New(Options{Supervisor: supervisorBin})
+		// Not t.Context(): the shared Platform outlives the test that brings it up.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if err := p.Up(ctx); err != nil {
-			t.Fatalf("Up: %v", err)
-		}
+		require.NoError(t, p.Up(ctx), "Up")
 		s.p = p
 	}
 	return s.p

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/testenv"
 )
 
@@ -22,13 +25,9 @@ func TestSandboxRootFromHost(t *testing.T) {
 		testenv.SkipNotHere(t, "not a Debian host: "+err.Error())
 	}
 	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r, err := sandboxRoot(DefaultPackages, exe)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// The cells' programs, by the names a shell finds them.
 	for _, prog := range []string{"bash", "seq", "echo", "stat", "rm", "mkdir", "touch", "find", "wc",
 		"dd", "cp", "cat", "date", "git", "python3", "awk", "sh", "sed", "grep", "tar", "gzip", "ps", "env", "sort"} {
@@ -66,9 +65,7 @@ func TestSandboxRootFromHost(t *testing.T) {
 			t.Errorf("%s is not canonical (%s, %v)", p, c, err)
 		}
 	}
-	if !strings.Contains(string(r.inline["/etc/passwd"]), "root:x:0:0:") {
-		t.Errorf("no root in /etc/passwd")
-	}
+	assert.Contains(t, string(r.inline["/etc/passwd"]), "root:x:0:0:", "no root in /etc/passwd")
 }
 
 // resolves reports whether absolute path p names a file of the image,
@@ -82,9 +79,7 @@ func (r *rootFS) resolves(t *testing.T, p string) bool {
 		for _, top := range []string{"/bin", "/sbin", "/lib", "/lib64"} {
 			if r.files[top] && (dir == top || strings.HasPrefix(dir, top+"/")) {
 				target, err := os.Readlink(r.hostPath(top))
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				dir = path.Join("/", target, strings.TrimPrefix(dir, top))
 			}
 		}
@@ -114,9 +109,8 @@ func (r *rootFS) resolves(t *testing.T, p string) bool {
 func TestMissingPackage(t *testing.T) {
 	r := newRootFS("")
 	err := r.addPackages([]string{"no-such-package-anywhere"})
-	if !errors.Is(err, errNotInstalled) || !strings.Contains(err.Error(), "no-such-package-anywhere") {
-		t.Fatalf("addPackages of a missing package: %v", err)
-	}
+	require.ErrorIs(t, err, errNotInstalled, "addPackages of a missing package")
+	require.ErrorContains(t, err, "no-such-package-anywhere", "addPackages of a missing package")
 }
 
 // writeTree makes a small image directory.
@@ -124,16 +118,10 @@ func writeTree(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, body := range map[string]string{"bin/tool": "#!/bin/sh\n", "etc/conf": "a=1\n", "etc/copy": "a=1\n", "data/big": strings.Repeat("x", 5000)} {
-		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
 	}
-	if err := os.Symlink("../etc/conf", filepath.Join(dir, "bin", "conf")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Symlink("../etc/conf", filepath.Join(dir, "bin", "conf")))
 	return dir
 }
 
@@ -141,17 +129,11 @@ func writeTree(t *testing.T) string {
 func treeHash(t *testing.T, dir string) string {
 	t.Helper()
 	r, err := rootDirFS(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	h, _, err := contentHash(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fp, err := r.fingerprint()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return h + "/" + fp
 }
 
@@ -180,9 +162,7 @@ func TestContentHash(t *testing.T) {
 	}
 	prev := h1
 	for _, c := range changes {
-		if err := c.do(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, c.do())
 		h := treeHash(t, dir)
 		ph, pf, _ := strings.Cut(prev, "/")
 		nh, nf, _ := strings.Cut(h, "/")
@@ -198,13 +178,9 @@ func TestContentHash(t *testing.T) {
 func TestTarLayout(t *testing.T) {
 	dir := writeTree(t)
 	r, err := rootDirFS(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var buf bytes.Buffer
-	if err := r.writeTar(&buf); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, r.writeTar(&buf))
 	tr := tar.NewReader(&buf)
 	seen := map[string]*tar.Header{}
 	prev := ""
@@ -213,9 +189,7 @@ func TestTarLayout(t *testing.T) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		name := strings.TrimSuffix(h.Name, "/")
 		if h.Name < prev {
 			t.Errorf("%s after %s: not sorted", h.Name, prev)

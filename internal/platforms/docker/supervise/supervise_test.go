@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/proctest"
 )
 
@@ -32,14 +35,12 @@ func TestTrailerRoundTrip(t *testing.T) {
 			t.Fatalf("encoded length %d, want %d", len(b), TrailerLen)
 		}
 		got, err := DecodeTrailer(b)
-		if err != nil || got != want {
-			t.Fatalf("decode(encode(%+v)) = %+v, %v", want, got, err)
-		}
+		require.NoError(t, err, "decode(encode(%+v))", want)
+		require.Equal(t, want, got, "decode(encode(%+v))", want)
 	}
 	for _, bad := range [][]byte{nil, []byte("hello"), bytes.Repeat([]byte("x"), TrailerLen)} {
-		if _, err := DecodeTrailer(bad); err == nil {
-			t.Errorf("DecodeTrailer(%q) succeeded", bad)
-		}
+		_, err := DecodeTrailer(bad)
+		assert.Error(t, err, "DecodeTrailer(%q) succeeded", bad)
 	}
 }
 
@@ -48,9 +49,7 @@ func TestTrailerRoundTrip(t *testing.T) {
 func runSupervisor(t *testing.T, timeout time.Duration, argv ...string) (Trailer, string, string) {
 	t.Helper()
 	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cmd := &exec.Cmd{Path: exe, Args: append([]string{Name, "exec", strconv.FormatInt(int64(timeout), 10), "--"}, argv...)}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -60,9 +59,7 @@ func runSupervisor(t *testing.T, timeout time.Duration, argv ...string) (Trailer
 		t.Fatalf("supervisor %v: stderr %q too short for a trailer (%v)", argv, e, runErr)
 	}
 	tr, err := DecodeTrailer(e[len(e)-TrailerLen:])
-	if err != nil {
-		t.Fatalf("supervisor %v: %v in %q", argv, err, e)
-	}
+	require.NoError(t, err, "supervisor %v: stderr %q", argv, e)
 	if got := cmd.ProcessState.ExitCode(); got != tr.Exit {
 		t.Errorf("supervisor exit code %d, trailer says %d", got, tr.Exit)
 	}
@@ -90,8 +87,9 @@ func TestSuperviseExitStatus(t *testing.T) {
 			if tr.Exit != tt.exit || tr.Signal != tt.signal || tr.Flags != tt.flags {
 				t.Errorf("trailer %+v, want exit %d signal %d flags %d", tr, tt.exit, tt.signal, tt.flags)
 			}
-			if out != tt.out || (tt.err != "" && errs != tt.err) {
-				t.Errorf("stdout %q stderr %q, want %q %q", out, errs, tt.out, tt.err)
+			assert.Equal(t, tt.out, out, "stdout")
+			if tt.err != "" {
+				assert.Equal(t, tt.err, errs, "stderr")
 			}
 		})
 	}
@@ -143,9 +141,7 @@ func TestSuperviseSIGTERMKillsTree(t *testing.T) {
 	cmd := &exec.Cmd{Path: exe, Args: append([]string{Name, "exec", strconv.FormatInt(int64(time.Minute), 10), "--"}, proctest.Escapers(arg, "sleep "+arg)...)}
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	deadline := time.Now().Add(10 * time.Second)
 	for len(proctest.Sleepers(arg)) < 4 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -153,9 +149,7 @@ func TestSuperviseSIGTERMKillsTree(t *testing.T) {
 	if n := len(proctest.Sleepers(arg)); n < 4 {
 		t.Fatalf("%d sleepers started, want 4", n)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	_ = cmd.Wait()
 	e := errb.Bytes()
 	tr, err := DecodeTrailer(e[max(len(e)-TrailerLen, 0):])
