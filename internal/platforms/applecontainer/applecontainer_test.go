@@ -1,13 +1,14 @@
 package applecontainer
 
 import (
-	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest"
@@ -51,31 +52,22 @@ func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 	r := guesttest.NewReplayer(t, "up-create.json", f.vars)
 	r.Hooks["serve-daemon"] = func() { f.serveDaemon(t) }
 	p := f.platform(t, r, nil)
-	ctx := context.Background()
-	if err := p.Up(ctx); err != nil {
-		t.Fatalf("Up: %v", err)
-	}
+	ctx := t.Context()
+	require.NoError(t, p.Up(ctx), "Up")
 	addr, token, err := p.Endpoint(ctx)
 	if err != nil || addr != "unix://"+f.hostSocket() || token != "" {
 		t.Fatalf("Endpoint = %q, %q, %v", addr, token, err)
 	}
 	id, err := p.Identity(ctx)
-	if err != nil {
-		t.Fatalf("Identity: %v", err)
-	}
+	require.NoError(t, err, "Identity")
 	want := platforms.Identity{Platform: "applecontainer", Kernel: "6.12.28", CPUs: 4, MemoryBytes: 4005336 * 1024,
 		Runtime: "container 1.2.1",
 		Image:   "docker.io/library/debian:bookworm-slim@sha256:4b44499bd3b3ad5c6b7d2c1f8a2e1b6c2a0f0a9d3f2d0b5e1e3c4a8b7f6e5d4c3",
 		Details: "container layerfs-demo"}
-	if id != want {
-		t.Errorf("Identity:\n got %+v\nwant %+v", id, want)
-	}
-	if err := p.Down(ctx); err != nil {
-		t.Fatalf("Down: %v", err)
-	}
-	if _, err := os.Stat(f.hostSocket()); !os.IsNotExist(err) {
-		t.Errorf("Down left the host socket: %v", err)
-	}
+	assert.Equal(t, want, id, "Identity")
+	require.NoError(t, p.Down(ctx), "Down")
+	_, err = os.Stat(f.hostSocket())
+	assert.ErrorIs(t, err, os.ErrNotExist, "Down left the host socket")
 	guesttest.DownAgain(t, p)
 }
 
@@ -100,22 +92,18 @@ func TestUpFailures(t *testing.T) {
 		t.Run(tc.scenario, func(t *testing.T) {
 			f := newFixture(t)
 			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
-			guesttest.WantError(t, p.Up(context.Background()), tc.want, tc.mentions...)
+			guesttest.WantError(t, p.Up(t.Context()), tc.want, tc.mentions...)
 		})
 	}
 }
 
 func TestRunArgs(t *testing.T) {
 	p, err := New(Config{Project: "demo", RunDir: "/tmp/l", NoNetwork: true, Image: "ghcr.io/acme/guest:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	got := strings.Join(p.runArgs(), " ")
 	want := "run --detach --name layerfs-demo --cap-add ALL --label layerfs.project=demo --network none " +
 		"--publish-socket /tmp/l/layerfs-demo.sock:/var/lib/layerfs/run/layerfsd.sock ghcr.io/acme/guest:1 sleep infinity"
-	if got != want {
-		t.Errorf("runArgs:\n got %s\nwant %s", got, want)
-	}
+	assert.Equal(t, want, got, "runArgs")
 	if p.Features().Network {
 		t.Error("NoNetwork platform claims the network")
 	}
@@ -129,9 +117,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Project: "demo", CPUs: -1},
 		{Project: strings.Repeat("p", 60)},
 	} {
-		if _, err := New(cfg); !errors.Is(err, platforms.ErrConfig) {
-			t.Errorf("New(%+v): got %v, want platforms.ErrConfig", cfg, err)
-		}
+		_, err := New(cfg)
+		assert.ErrorIs(t, err, platforms.ErrConfig, "New(%+v)", cfg)
 	}
 }
 
@@ -146,9 +133,7 @@ func TestParseList(t *testing.T) {
 		{"testdata/list-running-0x.json", []string{"layerfs-demo"}, []string{"running"}},
 	} {
 		b, err := os.ReadFile(tc.file)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		list, err := parseList(b)
 		if err != nil || len(list) != len(tc.ids) {
 			t.Fatalf("%s: %d containers, %v", tc.file, len(list), err)
@@ -160,9 +145,8 @@ func TestParseList(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"ID IMAGE\n", `[{"status":"running"}]`} {
-		if _, err := parseList([]byte(bad)); err == nil {
-			t.Errorf("parseList(%q) accepted it", bad)
-		}
+		_, err := parseList([]byte(bad))
+		assert.Error(t, err, "parseList(%q) accepted it", bad)
 	}
 	if l, err := parseList(nil); err != nil || l != nil {
 		t.Errorf("parseList(empty) = %v, %v", l, err)

@@ -1,7 +1,6 @@
 package applecontainer
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -15,7 +14,7 @@ func TestUpWithFakeCLI(t *testing.T) {
 	log := guesttest.FakeBin(t, "FAKE_CONTAINER_LOG")
 	f := newFixture(t)
 	p := f.platform(t, nil, func(c *Config) { c.CPUs, c.Memory = 0, "" })
-	guesttest.WantError(t, p.Up(context.Background()), platforms.ErrStart, "nested virtualization is not available")
+	guesttest.WantError(t, p.Up(t.Context()), platforms.ErrStart, "nested virtualization is not available")
 	guesttest.WantLog(t, log, strings.Join([]string{"--version", "--", "system", "status", "--", "list", "--all", "--format", "json", "--",
 		"run", "--detach", "--name", "layerfs-demo", "--cap-add", "ALL", "--label", "layerfs.project=demo",
 		"--publish-socket", f.hostSocket() + ":/var/lib/layerfs/run/layerfsd.sock",

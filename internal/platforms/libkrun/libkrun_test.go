@@ -1,9 +1,7 @@
 package libkrun
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest"
@@ -32,9 +33,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{stateDir: t.TempDir(), daemon: guesttest.FakeDaemon(t)}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f.port = l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	f.vars = map[string]string{"STATEDIR": f.stateDir, "DAEMON": f.daemon, "PORT": strconv.Itoa(f.port)}
@@ -63,10 +62,8 @@ func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 	r := guesttest.NewReplayer(t, "up-create.json", f.vars)
 	r.Hooks["serve-daemon"] = func() { f.serveDaemon(t) }
 	p := f.platform(t, r, nil)
-	ctx := context.Background()
-	if err := p.Up(ctx); err != nil {
-		t.Fatalf("Up: %v", err)
-	}
+	ctx := t.Context()
+	require.NoError(t, p.Up(ctx), "Up")
 	addr, token, err := p.Endpoint(ctx)
 	if err != nil || addr != "http://127.0.0.1:"+strconv.Itoa(f.port) || len(token) != 64 {
 		t.Fatalf("Endpoint = %q, %q, %v", addr, token, err)
@@ -78,17 +75,11 @@ func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 		}
 	}
 	id, err := p.Identity(ctx)
-	if err != nil {
-		t.Fatalf("Identity: %v", err)
-	}
+	require.NoError(t, err, "Identity")
 	want := platforms.Identity{Platform: "libkrun", Kernel: "6.12.34", CPUs: 2, MemoryBytes: 2014764 * 1024,
 		Runtime: "msb 0.7.8", Image: "debian:bookworm-slim", Details: "sandbox layerfs-demo (libkrun microVM)"}
-	if id != want {
-		t.Errorf("Identity:\n got %+v\nwant %+v", id, want)
-	}
-	if err := p.Down(ctx); err != nil {
-		t.Fatalf("Down: %v", err)
-	}
+	assert.Equal(t, want, id, "Identity")
+	require.NoError(t, p.Down(ctx), "Down")
 	if ents, _ := os.ReadDir(f.stateDir); len(ents) != 0 {
 		t.Errorf("Down left state files: %v", ents)
 	}
@@ -99,17 +90,13 @@ func TestUpReusesAnsweringDaemon(t *testing.T) {
 	f := newFixture(t)
 	st := state{Port: f.port, Token: "0123456789abcdef"}
 	b, _ := json.Marshal(st)
-	if err := os.WriteFile(filepath.Join(f.stateDir, "layerfs-demo.json"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(f.stateDir, "layerfs-demo.token"), []byte(st.Token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(f.stateDir, "layerfs-demo.json"), b, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(f.stateDir, "layerfs-demo.token"), []byte(st.Token+"\n"), 0o600))
 	f.serveDaemon(t)
 	// Another process: no port in its Config, it reads the saved one.
 	p := f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), func(c *Config) { c.HostPort = 0 })
 	guesttest.Up(t, p, 2)
-	if _, tok, _ := p.Endpoint(context.Background()); tok != st.Token {
+	if _, tok, _ := p.Endpoint(t.Context()); tok != st.Token {
 		t.Errorf("Endpoint token %q, want the saved %q", tok, st.Token)
 	}
 }
@@ -118,9 +105,7 @@ func TestUpReplacesStoppedMicroVM(t *testing.T) {
 	f := newFixture(t)
 	r := guesttest.NewReplayer(t, "up-replace-stopped.json", f.vars)
 	r.Hooks["serve-daemon"] = func() { f.serveDaemon(t) }
-	if err := f.platform(t, r, nil).Up(context.Background()); err != nil {
-		t.Fatalf("Up: %v", err)
-	}
+	require.NoError(t, f.platform(t, r, nil).Up(t.Context()), "Up")
 }
 
 func TestUpFailures(t *testing.T) {
@@ -137,7 +122,7 @@ func TestUpFailures(t *testing.T) {
 		t.Run(tc.scenario, func(t *testing.T) {
 			f := newFixture(t)
 			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
-			guesttest.WantError(t, p.Up(context.Background()), tc.want, tc.mentions...)
+			guesttest.WantError(t, p.Up(t.Context()), tc.want, tc.mentions...)
 		})
 	}
 }
@@ -149,9 +134,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Project: "demo", HostPort: 70000},
 		{Project: "demo", CPUs: 300},
 	} {
-		if _, err := New(cfg); !errors.Is(err, platforms.ErrConfig) {
-			t.Errorf("New(%+v): got %v, want platforms.ErrConfig", cfg, err)
-		}
+		_, err := New(cfg)
+		assert.ErrorIs(t, err, platforms.ErrConfig, "New(%+v)", cfg)
 	}
 }
 
@@ -161,14 +145,12 @@ func TestParseListAndVersion(t *testing.T) {
 		t.Errorf("parseList = %+v, %v", list, err)
 	}
 	for _, bad := range []string{"NAME IMAGE STATUS\n", `[{"status":"Running"}]`} {
-		if _, err := parseList([]byte(bad)); err == nil {
-			t.Errorf("parseList(%q) accepted it", bad)
-		}
+		_, err := parseList([]byte(bad))
+		assert.Error(t, err, "parseList(%q) accepted it", bad)
 	}
 	if v, raw, err := parseVersion([]byte("msb 0.7.8\n")); err != nil || v != (guest.Semver{0, 7, 8}) || raw != "0.7.8" {
 		t.Errorf("parseVersion = %v %q %v", v, raw, err)
 	}
-	if _, _, err := parseVersion([]byte("microsandbox 0.7.8\n")); err == nil {
-		t.Error("parseVersion accepted another program's version")
-	}
+	_, _, err = parseVersion([]byte("microsandbox 0.7.8\n"))
+	assert.Error(t, err, "parseVersion accepted another program's version")
 }

@@ -1,12 +1,13 @@
 package libkrun
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest/guesttest"
@@ -18,11 +19,9 @@ func TestUpWithFakeMsb(t *testing.T) {
 	log := guesttest.FakeBin(t, "FAKE_MSB_LOG")
 	f := newFixture(t)
 	p := f.platform(t, nil, func(c *Config) { c.CPUs, c.Memory = 0, "" })
-	guesttest.WantError(t, p.Up(context.Background()), platforms.ErrStart, "KVM is not available")
+	guesttest.WantError(t, p.Up(t.Context()), platforms.ErrStart, "KVM is not available")
 	boot, err := os.ReadFile("testdata/boot.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	guesttest.WantLog(t, log, strings.Join([]string{"--version", "--", "ls", "--format", "json", "--",
 		"run", "--detach", "--quiet", "--name", "layerfs-demo", "--label", "layerfs.project=demo",
 		"--port", "127.0.0.1:" + strconv.Itoa(f.port) + ":7411",

@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/wire"
 )
@@ -36,9 +38,7 @@ func versionHandler(token string) http.Handler {
 func serveUnix(t *testing.T, path string, h http.Handler) {
 	t.Helper()
 	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv := &http.Server{Handler: h}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -47,7 +47,7 @@ func serveUnix(t *testing.T, path string, h http.Handler) {
 func TestUnixDaemonVersion(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "layerfsd.sock")
 	serveUnix(t, sock, versionHandler(""))
-	v, err := UnixDaemon(sock).Version(context.Background())
+	v, err := UnixDaemon(sock).Version(t.Context())
 	if err != nil || v.Version != "0.1.0-test" || v.API != "v1" {
 		t.Fatalf("Version = %+v, %v", v, err)
 	}
@@ -56,13 +56,13 @@ func TestUnixDaemonVersion(t *testing.T) {
 func TestTCPDaemonSendsToken(t *testing.T) {
 	srv := httptest.NewServer(versionHandler("s3cret"))
 	defer srv.Close()
-	if v, err := TCPDaemon(srv.URL, "s3cret").Version(context.Background()); err != nil || v.Version != "0.1.0-test" {
+	if v, err := TCPDaemon(srv.URL, "s3cret").Version(t.Context()); err != nil || v.Version != "0.1.0-test" {
 		t.Fatalf("Version with the token = %+v, %v", v, err)
 	}
-	_, err := TCPDaemon(srv.URL, "wrong").Version(context.Background())
-	if !errors.Is(err, errNotAnswering) || !strings.Contains(err.Error(), "401 Unauthorized") || !strings.Contains(err.Error(), "missing or wrong token") {
-		t.Errorf("Version with a wrong token: got %v, want errNotAnswering with the status and body", err)
-	}
+	_, err := TCPDaemon(srv.URL, "wrong").Version(t.Context())
+	assert.ErrorIs(t, err, errNotAnswering, "Version with a wrong token")
+	assert.ErrorContains(t, err, "401 Unauthorized", "Version with a wrong token: the status")
+	assert.ErrorContains(t, err, "missing or wrong token", "Version with a wrong token: the body")
 }
 
 func TestDaemonVersionRejectsWhatIsNotAVersion(t *testing.T) {
@@ -70,10 +70,9 @@ func TestDaemonVersionRejectsWhatIsNotAVersion(t *testing.T) {
 		fmt.Fprintln(w, "<html>a proxy page</html>")
 	}))
 	defer srv.Close()
-	_, err := TCPDaemon(srv.URL, "").Version(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "decode") || !strings.Contains(err.Error(), "a proxy page") {
-		t.Errorf("Version of a non-JSON answer: got %v", err)
-	}
+	_, err := TCPDaemon(srv.URL, "").Version(t.Context())
+	assert.ErrorContains(t, err, "decode", "Version of a non-JSON answer")
+	assert.ErrorContains(t, err, "a proxy page", "Version of a non-JSON answer")
 }
 
 func TestWaitUntilDaemonAnswers(t *testing.T) {
@@ -89,7 +88,7 @@ func TestWaitUntilDaemonAnswers(t *testing.T) {
 		}
 		_ = srv.Serve(l)
 	}()
-	v, err := UnixDaemon(sock).Wait(context.Background(), 30*time.Second)
+	v, err := UnixDaemon(sock).Wait(t.Context(), 30*time.Second)
 	if err != nil || v.Version != "0.1.0-test" {
 		t.Fatalf("Wait = %+v, %v; want the daemon that came up late", v, err)
 	}
@@ -100,10 +99,8 @@ func TestWaitIsBoundedAndReturnsTheLastError(t *testing.T) {
 	start := time.Now()
 	// 1.1 s: not a multiple of the 200 ms poll, so the deadline falls
 	// between probes and the last error is a probe's own.
-	_, err := UnixDaemon(sock).Wait(context.Background(), 1100*time.Millisecond)
-	if err == nil || !strings.Contains(err.Error(), sock) {
-		t.Errorf("Wait on an absent socket: got %v, want the dial error naming %s", err, sock)
-	}
+	_, err := UnixDaemon(sock).Wait(t.Context(), 1100*time.Millisecond)
+	assert.ErrorContains(t, err, sock, "Wait on an absent socket: want the dial error naming the socket")
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Wait took %s with a 1.1s timeout", d)
 	}
@@ -112,10 +109,10 @@ func TestWaitIsBoundedAndReturnsTheLastError(t *testing.T) {
 		http.Error(w, "store is being opened", http.StatusServiceUnavailable)
 	}))
 	defer srv.Close()
-	_, err = TCPDaemon(srv.URL, "").Wait(context.Background(), 500*time.Millisecond)
-	if !errors.Is(err, errNotAnswering) || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "store is being opened") {
-		t.Errorf("Wait on a daemon answering 503: got %v", err)
-	}
+	_, err = TCPDaemon(srv.URL, "").Wait(t.Context(), 500*time.Millisecond)
+	assert.ErrorIs(t, err, errNotAnswering, "Wait on a daemon answering 503")
+	assert.ErrorContains(t, err, "503", "Wait on a daemon answering 503")
+	assert.ErrorContains(t, err, "store is being opened", "Wait on a daemon answering 503")
 }
 
 func TestLogTail(t *testing.T) {
@@ -127,10 +124,8 @@ func TestLogTail(t *testing.T) {
 	if lines := strings.Split(got, "\n"); len(lines) != 40 || lines[0] != "line 11" || lines[39] != "line 50" {
 		t.Errorf("LogTail of 50 lines = %q, want lines 11 to 50", got)
 	}
-	if got := LogTail(Result{ExitCode: 1, Stderr: []byte("a\nb\nc\ntail: cannot open '/var/log/layerfsd.log'\n")}, nil); got != "(cannot read it: b\nc\ntail: cannot open '/var/log/layerfsd.log')" {
-		t.Errorf("LogTail of a failed tail = %q", got)
-	}
-	if got := LogTail(Result{}, errors.New("limactl: context deadline exceeded")); got != "(cannot read it: limactl: context deadline exceeded)" {
-		t.Errorf("LogTail of a tool that did not run = %q", got)
-	}
+	assert.Equal(t, "(cannot read it: b\nc\ntail: cannot open '/var/log/layerfsd.log')",
+		LogTail(Result{ExitCode: 1, Stderr: []byte("a\nb\nc\ntail: cannot open '/var/log/layerfsd.log'\n")}, nil), "LogTail of a failed tail")
+	assert.Equal(t, "(cannot read it: limactl: context deadline exceeded)",
+		LogTail(Result{}, errors.New("limactl: context deadline exceeded")), "LogTail of a tool that did not run")
 }

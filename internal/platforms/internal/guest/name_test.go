@@ -1,8 +1,9 @@
 package guest_test
 
 import (
-	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 
 	"layerfs.dev/layerfs/internal/platforms/internal/guest"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest/guesttest"
@@ -15,11 +16,12 @@ func TestName(t *testing.T) {
 		// Nothing of the name is left but its hash.
 		{Project: "___", Want: "layerfs-bda251"},
 	} {
-		if got, err := guest.Name(tc.Project); err != nil || got != tc.Want {
-			t.Errorf("Name(%q) = %q, %v; want %q", tc.Project, got, err, tc.Want)
+		got, err := guest.Name(tc.Project)
+		if assert.NoError(t, err, "Name(%q)", tc.Project) {
+			assert.Equal(t, tc.Want, got, "Name(%q)", tc.Project)
 		}
 	}
-	if _, err := guest.Name(""); !errors.Is(err, guest.ErrNoProject) || err.Error() != "project name is empty" {
-		t.Errorf("Name(\"\"): got %v, want ErrNoProject", err)
-	}
+	_, err := guest.Name("")
+	assert.ErrorIs(t, err, guest.ErrNoProject, `Name("")`)
+	assert.EqualError(t, err, "project name is empty", `Name("")`)
 }

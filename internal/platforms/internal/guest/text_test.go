@@ -3,6 +3,8 @@ package guest
 import (
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestParseSemver(t *testing.T) {
@@ -32,25 +34,15 @@ func TestParseSemver(t *testing.T) {
 		(Semver{1, 0, 0}).Less(Semver{1, 0, 0}) || (Semver{1, 0, 1}).Less(Semver{1, 0, 0}) {
 		t.Error("version comparison is wrong")
 	}
-	if s := (Semver{1, 2, 0}).String(); s != "1.2.0" {
-		t.Errorf("String = %q", s)
-	}
+	assert.Equal(t, "1.2.0", (Semver{1, 2, 0}).String(), "String")
 }
 
 func TestTail(t *testing.T) {
-	if got := Tail([]byte("a\nb\nc\nd\n"), 2); got != "c\nd" {
-		t.Errorf("Tail = %q", got)
-	}
-	if got := Tail([]byte(strings.Repeat("x\n", 3)), 10); got != "x\nx\nx" {
-		t.Errorf("Tail = %q", got)
-	}
+	assert.Equal(t, "c\nd", Tail([]byte("a\nb\nc\nd\n"), 2), "Tail")
+	assert.Equal(t, "x\nx\nx", Tail([]byte(strings.Repeat("x\n", 3)), 10), "Tail")
 }
 
 func TestTruncate(t *testing.T) {
-	if got := Truncate("abcdef", 3); got != "abc..." {
-		t.Errorf("Truncate = %q", got)
-	}
-	if got := Truncate("abc", 3); got != "abc" {
-		t.Errorf("Truncate = %q", got)
-	}
+	assert.Equal(t, "abc...", Truncate("abcdef", 3), "Truncate")
+	assert.Equal(t, "abc", Truncate("abc", 3), "Truncate")
 }

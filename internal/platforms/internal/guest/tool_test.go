@@ -3,11 +3,13 @@ package guest_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest"
@@ -44,15 +46,13 @@ func newTool(r guest.Runner, log *slog.Logger) *guest.Tool {
 func TestToolRunAndMust(t *testing.T) {
 	var logged bytes.Buffer
 	tool := newTool(guesttest.NewReplayer(t, "tool-run.json", nil), slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	ctx := context.Background()
+	ctx := t.Context()
 
 	res, err := tool.Run(ctx, "list", "--json")
 	if err != nil || string(res.Stdout) != "[]\n" || res.ExitCode != 0 {
 		t.Errorf("Run = %q, exit %d, %v", res.Stdout, res.ExitCode, err)
 	}
-	if !strings.Contains(logged.String(), `level=DEBUG msg="demo: run" argv="[faketool list --json]"`) {
-		t.Errorf("debug log:\n%s", logged.String())
-	}
+	assert.Contains(t, logged.String(), `level=DEBUG msg="demo: run" argv="[faketool list --json]"`, "debug log")
 	if res, err := tool.Must(ctx, "list", "--json"); err != nil || string(res.Stdout) != "[]\n" {
 		t.Errorf("Must of a command that succeeds = %q, %v", res.Stdout, err)
 	}
@@ -62,27 +62,25 @@ func TestToolRunAndMust(t *testing.T) {
 		t.Errorf("Run of a failing command = exit %d, %v; want exit 4 and no error", res.ExitCode, err)
 	}
 	res, err = tool.Must(ctx, "shell", "box", "false")
-	if want := "demo: faketool shell exited with status 4: platform command failed; stderr:\none\ntwo\nthree"; !errors.Is(err, platforms.ErrCommand) || err.Error() != want || res.ExitCode != 4 {
-		t.Errorf("Must of a failing command = exit %d, %v; want %q", res.ExitCode, err, want)
-	}
+	assert.ErrorIs(t, err, platforms.ErrCommand, "Must of a failing command")
+	assert.EqualError(t, err, "demo: faketool shell exited with status 4: platform command failed; stderr:\none\ntwo\nthree", "Must of a failing command")
+	assert.Equal(t, 4, res.ExitCode, "Must of a failing command: exit")
 
 	_, err = tool.Run(ctx, "start", "box")
-	if want := "demo: faketool refuses root: platform unavailable"; !errors.Is(err, platforms.ErrUnavailable) || err.Error() != want {
-		t.Errorf("Run of a command Refuse rejects: got %v, want %q", err, want)
-	}
+	assert.ErrorIs(t, err, platforms.ErrUnavailable, "Run of a command Refuse rejects")
+	assert.EqualError(t, err, "demo: faketool refuses root: platform unavailable", "Run of a command Refuse rejects")
 }
 
 func TestToolMissing(t *testing.T) {
 	tool := newTool(guesttest.NewReplayer(t, "tool-missing.json", nil), nil)
-	ctx := context.Background()
+	ctx := t.Context()
 	want := "demo: faketool not found in PATH (install faketool 1.1.0 or newer): platform unavailable"
 	_, errRun := tool.Run(ctx, "list")
 	_, errMust := tool.Must(ctx, "list")
 	errVersion := tool.CheckVersion(ctx)
 	for i, err := range []error{errRun, errMust, errVersion} {
-		if !errors.Is(err, platforms.ErrUnavailable) || err.Error() != want {
-			t.Errorf("call %d without the tool: got %v, want %q", i+1, err, want)
-		}
+		assert.ErrorIs(t, err, platforms.ErrUnavailable, "call %d without the tool", i+1)
+		assert.EqualError(t, err, want, "call %d without the tool", i+1)
 	}
 }
 
@@ -90,37 +88,30 @@ func TestToolMissing(t *testing.T) {
 // already canceled, through the real os/exec runner) names the command.
 func TestToolCannotRun(t *testing.T) {
 	guesttest.FakeBin(t, "FAKE_TOOL_LOG")
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	_, err := newTool(guest.ExecRunner{}, nil).Run(ctx, "shell", "box", "sh", "-c", "true")
-	if want := "demo: faketool shell box: faketool: context canceled"; !errors.Is(err, context.Canceled) || err.Error() != want {
-		t.Errorf("Run with a canceled context: got %v, want %q", err, want)
-	}
+	assert.ErrorIs(t, err, context.Canceled, "Run with a canceled context")
+	assert.EqualError(t, err, "demo: faketool shell box: faketool: context canceled", "Run with a canceled context")
 }
 
 func TestToolCheckVersion(t *testing.T) {
 	tool := newTool(guesttest.NewReplayer(t, "tool-version.json", nil), nil)
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, want := range []string{
 		"demo: faketool --version exited with status 2: platform unavailable; stderr:\na\nunknown flag: --version",
 		"demo: unexpected faketool --version output \"Usage: faketool COMMAND\\n\": platform unavailable",
 		"demo: faketool 0.9.7 is too old, LayerFS needs 1.1.0 or newer (upgrade: faketool self-update): platform unavailable",
 	} {
-		if err := tool.CheckVersion(ctx); !errors.Is(err, platforms.ErrUnavailable) || err.Error() != want {
-			t.Errorf("CheckVersion: got %v, want %q", err, want)
-		}
-		if v := tool.Version(); v != "" {
-			t.Errorf("Version after a failed check = %q", v)
-		}
+		err := tool.CheckVersion(ctx)
+		assert.ErrorIs(t, err, platforms.ErrUnavailable, "CheckVersion")
+		assert.EqualError(t, err, want, "CheckVersion")
+		assert.Equal(t, "", tool.Version(), "Version after a failed check")
 	}
 	// The replayer fails the test on a call past the recorded ones, so the
 	// checks after the first that passes must run nothing.
 	for i := range 3 {
-		if err := tool.CheckVersion(ctx); err != nil {
-			t.Fatalf("CheckVersion #%d of 1.2.0-rc.1: %v", i+1, err)
-		}
+		require.NoError(t, tool.CheckVersion(ctx), "CheckVersion #%d of 1.2.0-rc.1", i+1)
 	}
-	if v := tool.Version(); v != "1.2.0-rc.1" {
-		t.Errorf("Version = %q, want the text faketool printed", v)
-	}
+	assert.Equal(t, "1.2.0-rc.1", tool.Version(), "Version: want the text faketool printed")
 }

@@ -1,11 +1,11 @@
 package guesttest
 
 import (
-	"context"
-	"errors"
 	"os"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 )
@@ -19,9 +19,7 @@ func New[C, P any](t *testing.T, newPlatform func(C) (P, error), cfg C, mod func
 		mod(&cfg)
 	}
 	p, err := newPlatform(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return p
 }
 
@@ -30,9 +28,7 @@ func New[C, P any](t *testing.T, newPlatform func(C) (P, error), cfg C, mod func
 func Up(t *testing.T, p platforms.Platform, times int) {
 	t.Helper()
 	for i := range times {
-		if err := p.Up(context.Background()); err != nil {
-			t.Fatalf("Up #%d: %v", i+1, err)
-		}
+		require.NoError(t, p.Up(t.Context()), "Up #%d", i+1)
 	}
 }
 
@@ -40,13 +36,9 @@ func Up(t *testing.T, p platforms.Platform, times int) {
 // each of mentions.
 func WantError(t *testing.T, err, want error, mentions ...string) {
 	t.Helper()
-	if !errors.Is(err, want) {
-		t.Fatalf("got error %v, want %v", err, want)
-	}
+	require.ErrorIs(t, err, want)
 	for _, s := range mentions {
-		if !strings.Contains(err.Error(), s) {
-			t.Errorf("error does not mention %q:\n%v", s, err)
-		}
+		assert.ErrorContains(t, err, s)
 	}
 }
 
@@ -55,12 +47,8 @@ func WantError(t *testing.T, err, want error, mentions ...string) {
 func WantLog(t *testing.T, log, want string) {
 	t.Helper()
 	got, err := os.ReadFile(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != want {
-		t.Errorf("the tool saw\n%s\nwant\n%s", got, want)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, want, string(got), "what the tool saw")
 }
 
 // NameCase is a project name and the guest name derived from it.
@@ -85,8 +73,8 @@ func CheckNames(t *testing.T, fn string, name func(project string) (string, erro
 	t.Helper()
 	for _, tc := range NameCases() {
 		got, err := name(tc.Project)
-		if err != nil || got != tc.Want {
-			t.Errorf("%s(%q) = %q, %v; want %q", fn, tc.Project, got, err, tc.Want)
+		if assert.NoError(t, err, "%s(%q)", fn, tc.Project) {
+			assert.Equal(t, tc.Want, got, "%s(%q)", fn, tc.Project)
 		}
 	}
 }
@@ -97,17 +85,13 @@ func CheckNames(t *testing.T, fn string, name func(project string) (string, erro
 // platforms.ErrNotUp.
 func DownAgain(t *testing.T, p platforms.Platform) {
 	t.Helper()
-	ctx := context.Background()
-	if err := p.Down(ctx); err != nil {
-		t.Fatalf("second Down: %v", err)
-	}
-	if _, err := p.Identity(ctx); !errors.Is(err, platforms.ErrNotUp) {
-		t.Errorf("Identity after Down: got %v, want ErrNotUp", err)
-	}
+	ctx := t.Context()
+	require.NoError(t, p.Down(ctx), "second Down")
+	_, err := p.Identity(ctx)
+	assert.ErrorIs(t, err, platforms.ErrNotUp, "Identity after Down")
 	if r, ok := p.(platforms.Remote); ok {
-		if _, _, err := r.Endpoint(ctx); !errors.Is(err, platforms.ErrNotUp) {
-			t.Errorf("Endpoint after Down: got %v, want ErrNotUp", err)
-		}
+		_, _, err := r.Endpoint(ctx)
+		assert.ErrorIs(t, err, platforms.ErrNotUp, "Endpoint after Down")
 	}
 }
 
@@ -119,5 +103,5 @@ func UpWithoutTool[C any, P platforms.Platform](t *testing.T, newPlatform func(C
 	t.Helper()
 	t.Setenv("PATH", t.TempDir())
 	p := New(t, newPlatform, cfg, nil)
-	WantError(t, p.Up(context.Background()), platforms.ErrUnavailable, mentions...)
+	WantError(t, p.Up(t.Context()), platforms.ErrUnavailable, mentions...)
 }

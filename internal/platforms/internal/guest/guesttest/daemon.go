@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/platformtest"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -28,9 +30,8 @@ func GuestDaemon(t *testing.T) string {
 	out := filepath.Join(t.TempDir(), "layerfsd")
 	cmd := exec.Command("go", "build", "-o", out, "layerfs.dev/layerfs/cmd/layerfsd")
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+runtime.GOARCH, "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build layerfsd for the guest (or set LAYERFS_GUEST_DAEMON): %v\n%s", err, b)
-	}
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "build layerfsd for the guest (or set LAYERFS_GUEST_DAEMON)\n%s", b)
 	return out
 }
 
@@ -55,9 +56,7 @@ func Conformance[P platforms.Platform](t *testing.T, tool, why string, newPlatfo
 	daemon := GuestDaemon(t)
 	platformtest.Run(t, func(t *testing.T) platforms.Platform {
 		p, err := newPlatform(t, Project(), daemon)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return p
 	})
 }
@@ -71,9 +70,7 @@ func Conformance[P platforms.Platform](t *testing.T, tool, why string, newPlatfo
 func ServeVersion(t *testing.T, network, addr string, v wire.Version, token func() (string, error)) {
 	t.Helper()
 	l, err := net.Listen(network, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token != nil {
 			tok, err := token()
@@ -97,8 +94,6 @@ func ServeVersion(t *testing.T, network, addr string, v wire.Version, token func
 func FakeDaemon(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "layerfsd")
-	if err := os.WriteFile(path, []byte("#!/bin/false\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, []byte("#!/bin/false\n"), 0o755))
 	return path
 }

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // FakeBin puts the package's testdata/fakebin, where its stand-in tool
@@ -14,9 +16,7 @@ import (
 func FakeBin(t *testing.T, logVar string) string {
 	t.Helper()
 	bin, err := filepath.Abs(filepath.Join("testdata", "fakebin"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	log := filepath.Join(t.TempDir(), "argv.log")
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	t.Setenv(logVar, log)

@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms/internal/guest"
 )
@@ -60,13 +62,9 @@ var _ guest.Runner = (*Replayer)(nil)
 func NewReplayer(t *testing.T, file string, vars map[string]string) *Replayer {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", file))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r := &Replayer{Hooks: map[string]func(){}, t: t, vars: vars}
-	if err := json.Unmarshal(b, &r.sc); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
+	require.NoError(t, json.Unmarshal(b, &r.sc), "%s", file)
 	t.Cleanup(func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -82,9 +80,7 @@ func NewReplayer(t *testing.T, file string, vars map[string]string) *Replayer {
 func (r *Replayer) expandString(s string) string {
 	if name, ok := strings.CutPrefix(s, "@"); ok {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
-		if err != nil {
-			r.t.Fatal(err)
-		}
+		require.NoError(r.t, err)
 		s = strings.TrimSuffix(string(b), "\n")
 	}
 	for k, v := range r.vars {
@@ -114,9 +110,7 @@ func (r *Replayer) Run(ctx context.Context, argv []string, stdin io.Reader) (gue
 	n := r.next
 	want := r.expand(c.Argv)
 	r.mu.Unlock()
-	if !slices.Equal(argv, want) {
-		r.t.Errorf("call %d: command line\n got: %q\nwant: %q", n, argv, want)
-	}
+	assert.Equal(r.t, want, argv, "call %d: command line", n)
 	if c.Hook != "" {
 		h, ok := r.Hooks[c.Hook]
 		if !ok {
