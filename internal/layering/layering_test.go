@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 const module = "layerfs.dev/layerfs/"
@@ -35,16 +37,12 @@ func load(t *testing.T) map[string]pkg {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v: %s", err, stderr.Bytes())
-	}
+	require.NoError(t, err, "go list: %s", stderr.Bytes())
 	pkgs := map[string]pkg{}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for dec.More() {
 		var p pkg
-		if err := dec.Decode(&p); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, dec.Decode(&p))
 		pkgs[p.ImportPath] = p
 	}
 	if _, ok := pkgs[module+"client"]; !ok {
@@ -149,9 +147,7 @@ func TestBenchThroughSDK(t *testing.T) {
 			continue
 		}
 		af, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for _, imp := range af.Imports {
 			ip, _ := strconv.Unquote(imp.Path.Value)
 			rel, _ := strings.CutPrefix(ip, module)

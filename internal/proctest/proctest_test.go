@@ -3,33 +3,31 @@ package proctest
 import (
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestFindsAChild(t *testing.T) {
 	arg := Marker()
 	cmd := exec.Command("sleep", arg)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	pid := strconv.Itoa(cmd.Process.Pid)
 
 	kids, err := Children(os.Getpid())
-	if want := pid + " (sleep)"; err != nil || !slices.Contains(kids, want) {
-		t.Errorf("Children = %q, %v; want it to hold %q", kids, err, want)
+	if assert.NoError(t, err, "Children") {
+		assert.Contains(t, kids, pid+" (sleep)", "Children")
 	}
 	ps, err := WithCmdline("sleep\x00" + arg)
-	if want := pid + ": sleep " + arg + " "; err != nil || len(ps) != 1 || ps[0] != want {
-		t.Errorf("WithCmdline = %q, %v; want [%q]", ps, err, want)
+	if assert.NoError(t, err, "WithCmdline") {
+		assert.Equal(t, []string{pid + ": sleep " + arg + " "}, ps, "WithCmdline")
 	}
-	if got := Sleepers(arg); !slices.Equal(got, []int{cmd.Process.Pid}) {
-		t.Errorf("Sleepers = %v, want [%s]", got, pid)
-	}
+	assert.Equal(t, []int{cmd.Process.Pid}, Sleepers(arg), "Sleepers")
 
 	// A killed sleep is found by none of them once it is reaped; a zombie
 	// is not a Sleeper even before.

@@ -2,11 +2,12 @@ package local_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/escapetest"
@@ -53,16 +54,12 @@ func TestUserNamespace(t *testing.T) {
 	want := local.DefaultIDRange(nil).String()
 	for _, off := range []bool{false, true} {
 		t.Run(fmt.Sprintf("off %v", off), func(t *testing.T) {
-			ctx := context.Background()
+			ctx := t.Context()
 			p := local.New(local.Options{NoUserNamespace: off, Warm: -1})
-			if err := p.Up(ctx); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, p.Up(ctx))
 			defer p.Down(ctx)
 			id, err := p.Identity(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			_, details, _ := strings.Cut(id.Details, "user namespace: ")
 			if !off && !strings.HasPrefix(details, fmt.Sprintf("uid_map %q", want)) {
 				testenv.Skip(t, "no user namespace here: "+details)
@@ -71,9 +68,7 @@ func TestUserNamespace(t *testing.T) {
 				t.Errorf("identity says %q with user namespaces off", details)
 			}
 			sb, err := p.Attach(ctx, platforms.Workspace{ID: "userns", HostPath: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer sb.Close(ctx)
 			var out, errb bytes.Buffer
 			res, err := sb.Exec(ctx, platforms.ExecSpec{Argv: []string{"cat", "/proc/self/uid_map"}}, &out, &errb)
