@@ -70,8 +70,8 @@ func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 	}
 	for _, file := range []string{"layerfs-demo.token", "layerfs-demo.json"} {
 		fi, err := os.Stat(filepath.Join(f.stateDir, file))
-		if err != nil || fi.Mode().Perm() != 0o600 {
-			t.Errorf("%s: %v, mode %v; want 0600", file, err, fi.Mode())
+		if assert.NoError(t, err, file) {
+			assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "%s: mode", file)
 		}
 	}
 	id, err := p.Identity(ctx)
