@@ -354,8 +354,9 @@ func setTimes(root int, rel string, mtime time.Time) error {
 }
 
 // writeTar writes rel below root (a file, a symlink or a whole tree) to w as
-// a tar stream, never following symlinks.
-func writeTar(root int, rel string, w io.Writer) error {
+// a tar stream, never following symlinks. Owners are the ids on disk: the
+// ids root shows less offset (withRoot).
+func writeTar(root int, rel string, offset uint32, w io.Writer) error {
 	tw := tar.NewWriter(w)
 	f, err := beneath(root, rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
 	if err != nil {
@@ -365,7 +366,7 @@ func writeTar(root int, rel string, w io.Writer) error {
 	if rel == "" {
 		name = "."
 	}
-	err = addTar(tw, f, name)
+	err = addTar(tw, f, name, offset)
 	f.Close()
 	if err != nil {
 		return err
@@ -373,8 +374,18 @@ func writeTar(root int, rel string, w io.Writer) error {
 	return tw.Close()
 }
 
+// diskID is the id on disk of a file that a mount shows as id, its ids
+// offset by offset. Ids below it are the overflow id (65534) that a mount
+// shows for an id on disk that its mapping lacks.
+func diskID(id, offset uint32) int {
+	if id >= offset {
+		return int(id - offset)
+	}
+	return int(id)
+}
+
 // addTar adds the object f (an O_PATH fd) as name, recursing into directories.
-func addTar(tw *tar.Writer, f *os.File, name string) error {
+func addTar(tw *tar.Writer, f *os.File, name string, offset uint32) error {
 	var st unix.Stat_t
 	if err := unix.Fstatat(int(f.Fd()), "", &st, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err
@@ -382,8 +393,8 @@ func addTar(tw *tar.Writer, f *os.File, name string) error {
 	h := &tar.Header{
 		Name:    name,
 		Mode:    int64(st.Mode & 0o7777),
-		Uid:     int(st.Uid),
-		Gid:     int(st.Gid),
+		Uid:     diskID(st.Uid, offset),
+		Gid:     diskID(st.Gid, offset),
 		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
 		Format:  tar.FormatPAX,
 	}
@@ -434,7 +445,7 @@ func addTar(tw *tar.Writer, f *os.File, name string) error {
 				return err
 			}
 			c := os.NewFile(uintptr(cfd), n)
-			err = addTar(tw, c, path.Join(name, n))
+			err = addTar(tw, c, path.Join(name, n), offset)
 			c.Close()
 			if err != nil {
 				return err

@@ -9,13 +9,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/fsids"
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // withRoot runs fn with the root of a live workspace opened for beneath
 // lookups. The files go through the workspace's mount, like a sandbox's
-// writes, so the kernel's caches stay true.
-func (e *Engine) withRoot(ctx context.Context, id string, write bool, fn func(root int) error) error {
+// writes, so the kernel's caches stay true. On a mount over id-mapped
+// layers fn writes as the mapping's root (whose files are owned by 0 on
+// disk; the daemon's own ids are not mapped there) and offset is that
+// root's host id, what reads subtract from the ids they report; else 0.
+func (e *Engine) withRoot(ctx context.Context, id string, write bool, fn func(root int, offset uint32) error) error {
 	if write {
 		if err := e.checkOpen(); err != nil {
 			return err
@@ -32,7 +36,14 @@ func (e *Engine) withRoot(ctx context.Context, id string, write bool, fn func(ro
 		return err
 	}
 	defer unix.Close(root)
-	return fn(root)
+	m := w.idmap()
+	switch {
+	case m == nil:
+		return fn(root, 0)
+	case write:
+		return fsids.Do(m.Root, func() error { return fn(root, m.Root) })
+	}
+	return fn(root, m.Root)
 }
 
 // WriteFile creates or replaces one file of a workspace, creating its
@@ -48,7 +59,7 @@ func (e *Engine) WriteFile(ctx context.Context, id, path string, mode fs.FileMod
 	if mode == 0 {
 		mode = 0o644
 	}
-	return e.withRoot(ctx, id, true, func(root int) error { return writeFile(root, rel, mode, r) })
+	return e.withRoot(ctx, id, true, func(root int, _ uint32) error { return writeFile(root, rel, mode, r) })
 }
 
 // ReadFile writes one regular file of a workspace to w, after reporting its
@@ -59,7 +70,7 @@ func (e *Engine) ReadFile(ctx context.Context, id, path string, w io.Writer) (in
 		return 0, err
 	}
 	var n int64
-	err = e.withRoot(ctx, id, false, func(root int) error {
+	err = e.withRoot(ctx, id, false, func(root int, _ uint32) error {
 		f, size, err := openRegular(root, rel)
 		if err != nil {
 			return err
@@ -103,7 +114,7 @@ func (e *Engine) PutTar(ctx context.Context, id, dir string, r io.Reader) error 
 	if _, err := spool.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	return e.withRoot(ctx, id, true, func(root int) error {
+	return e.withRoot(ctx, id, true, func(root int, _ uint32) error {
 		if err := mkdirAll(root, rel, 0o755); err != nil {
 			return err
 		}
@@ -117,5 +128,5 @@ func (e *Engine) GetTar(ctx context.Context, id, path string, w io.Writer) error
 	if err != nil {
 		return err
 	}
-	return e.withRoot(ctx, id, false, func(root int) error { return writeTar(root, rel, w) })
+	return e.withRoot(ctx, id, false, func(root int, offset uint32) error { return writeTar(root, rel, offset, w) })
 }

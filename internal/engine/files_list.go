@@ -24,7 +24,7 @@ func (e *Engine) Stat(ctx context.Context, id, p string) (wire.FileInfo, error) 
 		return wire.FileInfo{}, err
 	}
 	var fi wire.FileInfo
-	err = e.withRoot(ctx, id, false, func(root int) error {
+	err = e.withRoot(ctx, id, false, func(root int, _ uint32) error {
 		fi, err = statBelow(root, rel)
 		return err
 	})
@@ -52,7 +52,7 @@ func (e *Engine) List(ctx context.Context, id, p string, recursive bool, cursor 
 		return wire.DirPage{}, err
 	}
 	var page wire.DirPage
-	err = e.withRoot(ctx, id, false, func(root int) error {
+	err = e.withRoot(ctx, id, false, func(root int, _ uint32) error {
 		page, err = listBelow(ctx, root, rel, recursive, cursor, limit)
 		return err
 	})

@@ -244,7 +244,7 @@ func TestTarRoundTrip(t *testing.T) {
 		t.Errorf("directory mtime %v not restored", st.ModTime())
 	}
 	var out bytes.Buffer
-	if err := writeTar(root, "up/d", &out); err != nil {
+	if err := writeTar(root, "up/d", 0, &out); err != nil {
 		t.Fatal(err)
 	}
 	tr := tar.NewReader(&out)
@@ -264,10 +264,10 @@ func TestTarRoundTrip(t *testing.T) {
 	if !sameTree(got, want) {
 		t.Fatalf("tar out = %v, want %v", got, want)
 	}
-	if err := writeTar(root, "abs-out", io.Discard); err != nil {
+	if err := writeTar(root, "abs-out", 0, io.Discard); err != nil {
 		t.Fatalf("a symlink itself is downloadable as a link: %v", err)
 	}
-	if err := writeTar(root, "abs-out/secret", io.Discard); !errors.Is(err, errclass.Invalid) {
+	if err := writeTar(root, "abs-out/secret", 0, io.Discard); !errors.Is(err, errclass.Invalid) {
 		t.Fatalf("download through an escaping link: %v", err)
 	}
 }

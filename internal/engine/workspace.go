@@ -278,7 +278,8 @@ func (e *Engine) serve(ctx context.Context, w *workspace, fresh bool) error {
 		e.trackUpper(ctx, w)
 	}
 	host := e.plats[w.opts.Platform].(platforms.SandboxHost)
-	sb, err := host.Attach(ctx, platforms.Workspace{ID: w.rec.ID, HostPath: w.rec.MountPath, Network: w.opts.Network == wire.NetworkHost})
+	sb, err := host.Attach(ctx, platforms.Workspace{ID: w.rec.ID, HostPath: w.rec.MountPath,
+		Network: w.opts.Network == wire.NetworkHost, IDMapped: w.idmap() != nil})
 	if err != nil {
 		e.unserve(context.WithoutCancel(ctx), w)
 		return fmt.Errorf("attach workspace %s to %s: %w", w.rec.ID, w.opts.Platform, err)
@@ -326,11 +327,19 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 		if fresh {
 			committed = overlay.EmptyUpper()
 		}
-		m, err := kerneloverlay.New(ctx, kerneloverlay.Config{
+		cfg := kerneloverlay.Config{
 			Lower: e.db, Root: w.opts.Root, Base: w.opts.HeadRoot,
 			Dir: e.workspaceDir(w.rec.ID), Target: w.rec.MountPath, Committed: committed, Logger: e.log,
-			Source: e.source,
-		})
+			Source: e.source, IDMap: e.layerIDMap(w),
+		}
+		m, err := kerneloverlay.New(ctx, cfg)
+		if err != nil && cfg.IDMap != nil {
+			// Its sandboxes then run in the host's user namespace, and
+			// their receipts say so.
+			e.log.Warn("overlay over id-mapped layers refused; mounting the layers as they are", "id", w.rec.ID, "err", err)
+			cfg.IDMap = nil
+			m, err = kerneloverlay.New(ctx, cfg)
+		}
 		if err == nil || !fresh || e.dataPath != wire.DataPathOverlay {
 			if err != nil {
 				return nil, fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)
@@ -362,6 +371,30 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 		return nil, fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)
 	}
 	return m, nil
+}
+
+// layerIDMap is the mapping w's overlay layers take: that of its
+// platform's sandboxes, when they run in a user namespace of their own
+// (platforms.IDMapper), so that the one overlay mount serves the host and
+// the sandboxes alike (see kerneloverlay.IDMap); else nil.
+func (e *Engine) layerIDMap(w *workspace) *kerneloverlay.IDMap {
+	m, ok := e.plats[w.opts.Platform].(platforms.IDMapper)
+	if !ok {
+		return nil
+	}
+	ns, root, err := m.IDMap()
+	if err != nil {
+		return nil
+	}
+	return &kerneloverlay.IDMap{UserNS: ns, Root: root}
+}
+
+// idmap is the mapping w's mount shows its files with, or nil.
+func (w *workspace) idmap() *kerneloverlay.IDMap {
+	if m, ok := w.mnt.(*kerneloverlay.Mount); ok {
+		return m.IDMap()
+	}
+	return nil
 }
 
 // cleanStale takes down whatever a dead daemon left mounted for rec: the

@@ -37,6 +37,27 @@ type Config struct {
 	Logger    *slog.Logger
 	// Source names the FUSE view in mountinfo (fs.Options.Source).
 	Source string
+	// IDMap, when set, mounts the overlay over id-mapped layers (see
+	// IDMap); nil mounts it over the layers as they are.
+	IDMap *IDMap
+}
+
+// IDMap is the user namespace whose mapping a workspace's layers take.
+// The overlay is then mounted over an id-mapped clone of the FUSE view and
+// one of the workspace's directory (its upper and work directories), so
+// that a file owned by id N on disk belongs, through the workspace mount,
+// to the host id that N maps to. A sandbox whose user namespace has that
+// mapping sees the ids on disk as they are, and what its processes create
+// is owned on disk by their ids inside (its root's files by 0): the
+// kernel cannot id-map an overlay mount itself, only its layers.
+//
+// The mount then serves every process with the mapped ids: on the host,
+// files show the range's host ids, and only a process whose file system
+// uid and gid are in the range can create files there (any other gets
+// EOVERFLOW); the daemon writes as Root (package fsids).
+type IDMap struct {
+	UserNS *os.File // an open /proc/PID/ns/user with the mapping
+	Root   uint32   // the host id that id 0 maps to
 }
 
 // Mount is one workspace served on the overlay data path.
@@ -47,6 +68,7 @@ type Mount struct {
 	mu        sync.Mutex // serializes Changes and MarkCommitted
 	base      store.ID
 	committed *overlay.UpperState
+	idmap     *IDMap // the layers' mapping; nil: none
 
 	unmountOnce sync.Once
 	unmountErr  error
@@ -123,7 +145,12 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
 	}
-	if err := MountDirs(lowerDir(cfg.Dir), upperDir(cfg.Dir), workDir(cfg.Dir), cfg.Target); err != nil {
+	if cfg.IDMap != nil {
+		err = MountIDMapped(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, cfg.IDMap)
+	} else {
+		err = MountDirs(lowerDir(cfg.Dir), upperDir(cfg.Dir), workDir(cfg.Dir), cfg.Target)
+	}
+	if err != nil {
 		srv.Unmount(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -131,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	if base.IsZero() {
 		base = cfg.Root
 	}
-	return &Mount{cfg: cfg, view: srv, base: base, committed: cfg.Committed}, nil
+	return &Mount{cfg: cfg, view: srv, base: base, committed: cfg.Committed, idmap: cfg.IDMap}, nil
 }
 
 // MountDirs mounts kernel overlayfs at target with the given lower, upper
@@ -144,6 +171,9 @@ func MountDirs(lower, upper, work, target string) error {
 	}
 	return nil
 }
+
+// IDMap is the mapping the layers were mounted with, or nil.
+func (m *Mount) IDMap() *IDMap { return m.idmap }
 
 // UpperDir returns the upper directory.
 func (m *Mount) UpperDir() string { return upperDir(m.cfg.Dir) }

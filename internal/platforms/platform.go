@@ -3,6 +3,7 @@ package platforms
 import (
 	"context"
 	"io"
+	"os"
 	"time"
 
 	"layerfs.dev/layerfs/wire/errclass"
@@ -97,6 +98,22 @@ type Workspace struct {
 	// RootDir, when set, is an image directory to use as the sandbox's root
 	// file system instead of the platform's default runtime.
 	RootDir string
+	// IDMapped: the workspace's mount was made over layers id-mapped with
+	// the platform's IDMapper namespace, so it shows the host ids of the
+	// sandboxes' user namespace already.
+	IDMapped bool
+}
+
+// IDMapper is implemented by SandboxHost platforms whose sandboxes run in a
+// user namespace of their own and id-map their workspace for it. A
+// workspace whose file system cannot be id-mapped as a whole (kernel
+// overlayfs) is mounted over layers id-mapped with IDMap's namespace
+// instead, and attached with Workspace.IDMapped.
+type IDMapper interface {
+	// IDMap returns a user namespace with the sandboxes' mapping (an open
+	// /proc/PID/ns/user that stays the platform's: the caller must not
+	// close it) and the host id that its id 0 maps to, or why there is none.
+	IDMap() (userns *os.File, root uint32, err error)
 }
 
 // Sandbox launches execs for one attached workspace. Exec may be called

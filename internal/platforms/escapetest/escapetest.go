@@ -33,6 +33,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/loopfs"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -69,7 +72,6 @@ type Case struct {
 // hostFixture is what the suite sets up on the host for the cases to aim at.
 type hostFixture struct {
 	marker   string // a file that exists only on the host
-	foreign  string // a workspace file, 0600, of a host uid no sandbox maps
 	unixSock string // a listening unix socket, as the daemon's
 	abstract string // a listening abstract unix socket
 	tcp      string // a listening TCP address on 127.0.0.1
@@ -129,7 +131,7 @@ func cases(h hostFixture) []Case {
 			Mechanism: "user namespace: /proc/self/uid_map maps 0 to an unprivileged host uid"},
 		{Name: "write a host root file: /proc/1/oom_score_adj", Probe: []string{"write", "/proc/1/oom_score_adj"}, UserNS: true,
 			Mechanism: "user namespace: the host's uid 0 (owner, mode 0644) is not the sandbox's"},
-		{Name: "read a 0600 file of an unmapped host uid", Probe: []string{"read", "/workspace/" + filepath.Base(h.foreign)},
+		{Name: "read a 0600 file of an unmapped host uid", Probe: []string{"read", "/workspace/" + foreignName},
 			Mechanism: "no capabilities over ids outside the user namespace (no capabilities at all without one)"},
 		{Name: "control: an AF_INET socket", Probe: []string{"socket-inet"}, Control: true},
 		{Name: "control: write the workspace", Probe: []string{"write-workspace"}, Control: true},
@@ -159,24 +161,36 @@ func Run(t *testing.T, p platforms.Platform) {
 	}
 	t.Logf("platform %s: %s", id.Platform, id.Details)
 
-	ws := quotaWorkspace(t)
-	if err := os.Chmod(ws, 0o755); err != nil { // the setuid case runs as another uid
-		t.Fatal(err)
-	}
-	copyFile(t, probe, filepath.Join(ws, ".probe"), 0o755)
-	copyFile(t, probe, filepath.Join(ws, ".probe-suid"), 0o4755)
 	h := fixture(t)
-	h.foreign = filepath.Join(ws, ".probe-foreign")
-	if err := os.WriteFile(h.foreign, []byte("host only\n"), 0o600); err != nil {
-		t.Fatal(err)
+	for _, kind := range []string{"directory", "overlay"} {
+		t.Run(kind, func(t *testing.T) { runOn(t, ctx, p, sh, kind, probe, h) })
 	}
-	if err := os.Chown(h.foreign, foreignID, foreignID); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// runOn runs every case on a workspace of kind: "directory", a directory
+// of its own file system (what a sandbox sees of a FUSE workspace: a mount
+// it can id-map itself), or "overlay", kernel overlayfs (the default data
+// path) over a plain lower directory and an upper on that file system,
+// over id-mapped layers where the platform maps ids (platforms.IDMapper).
+func runOn(t *testing.T, ctx context.Context, p platforms.Platform, sh platforms.SandboxHost, kind, probe string, h hostFixture) {
+	ws, idmapped := workspace(t, p, kind, func(dir string) {
+		if err := os.Chmod(dir, 0o755); err != nil { // the setuid case runs as another uid
+			t.Fatal(err)
+		}
+		copyFile(t, probe, filepath.Join(dir, ".probe"), 0o755)
+		copyFile(t, probe, filepath.Join(dir, ".probe-suid"), 0o4755)
+		foreign := filepath.Join(dir, foreignName)
+		if err := os.WriteFile(foreign, []byte("host only\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(foreign, foreignID, foreignID); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	sb, err := sh.Attach(ctx, platforms.Workspace{ID: "escape-" + hex.EncodeToString(b[:]), HostPath: ws})
+	sb, err := sh.Attach(ctx, platforms.Workspace{ID: "escape-" + hex.EncodeToString(b[:]), HostPath: ws, IDMapped: idmapped})
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
@@ -189,6 +203,16 @@ func Run(t *testing.T, p platforms.Platform) {
 	userNS := uidMap(t, ctx, sb)
 	t.Logf("uid_map in the sandbox: %q", userNS)
 	hasUserNS := !strings.HasPrefix(userNS, "0 0 ")
+	if m, ok := p.(platforms.IDMapper); ok {
+		_, _, err := m.IDMap()
+		switch {
+		case err != nil:
+			testenv.Skip(t, p.Name()+" has no user namespace here: "+err.Error())
+		case !hasUserNS:
+			t.Errorf("%s runs sandboxes in a user namespace, but one on the %s workspace got none (uid_map %q)",
+				p.Name(), kind, userNS)
+		}
+	}
 
 	var report strings.Builder
 	for _, c := range cases(h) {
@@ -202,8 +226,54 @@ func Run(t *testing.T, p platforms.Platform) {
 			fmt.Fprintf(&report, "  %-45s %-18s %s\n", c.Name, got, c.Mechanism)
 		})
 	}
-	t.Logf("escape suite on %s:\n%s", p.Name(), report.String())
+	t.Logf("escape suite on %s, %s workspace:\n%s", p.Name(), kind, report.String())
 }
+
+// workspace makes a workspace of kind (see runOn) on a file system of its
+// own of quotaSize, as the engine makes for a workspace with a quota, and
+// returns its host path and whether it was mounted over id-mapped layers.
+// fill puts the fixture's files into its directory (the overlay's lower)
+// before anything is mounted over it: through id-mapped layers the host's
+// root could not create them.
+func workspace(t *testing.T, p platforms.Platform, kind string, fill func(dir string)) (string, bool) {
+	fsDir := quotaWorkspace(t)
+	if kind == "directory" {
+		fill(fsDir)
+		return fsDir, false
+	}
+	tmp := t.TempDir()
+	lower, target := filepath.Join(tmp, "lower"), filepath.Join(tmp, "mnt")
+	for _, d := range []string{lower, target, filepath.Join(fsDir, "upper"), filepath.Join(fsDir, "work")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill(lower)
+	var idmap *kerneloverlay.IDMap
+	if m, ok := p.(platforms.IDMapper); ok {
+		if ns, root, err := m.IDMap(); err == nil {
+			idmap = &kerneloverlay.IDMap{UserNS: ns, Root: root}
+		}
+	}
+	var err error
+	if idmap != nil {
+		err = kerneloverlay.MountIDMapped(lower, fsDir, target, idmap)
+	} else {
+		err = kerneloverlay.MountDirs(lower, filepath.Join(fsDir, "upper"), filepath.Join(fsDir, "work"), target)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // before the file system under it (cleanups run last first)
+		if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount the overlay: %v", err)
+		}
+	})
+	return target, idmap != nil
+}
+
+// foreignName is the workspace file of foreignID.
+const foreignName = ".probe-foreign"
 
 // foreignID owns a workspace file that no sandbox's user namespace maps
 // (they map 0-65535).

@@ -77,6 +77,7 @@ func (p *Platform) current() *sandbox.Launcher {
 var (
 	_ platforms.Platform    = (*Platform)(nil)
 	_ platforms.SandboxHost = (*Platform)(nil)
+	_ platforms.IDMapper    = (*Platform)(nil)
 )
 
 // New returns a platform that is not up yet.
@@ -228,7 +229,17 @@ func (p *Platform) userNSName() string {
 	if err != nil {
 		return "none (uid 0 without capabilities in the host's; " + err.Error() + ")"
 	}
-	return fmt.Sprintf("uid_map %q: uid 0 inside is %d on the host, workspaces id-mapped", r.String(), r.Host)
+	return fmt.Sprintf("uid_map %q: uid 0 inside is %d on the host, workspaces id-mapped (overlay: its layers)", r.String(), r.Host)
+}
+
+// IDMap is the launcher's user namespace, for workspaces mounted over
+// id-mapped layers (platforms.Workspace.IDMapped).
+func (p *Platform) IDMap() (*os.File, uint32, error) {
+	f, r, err := p.current().IDMap()
+	if err != nil {
+		return nil, 0, fmt.Errorf("local: %w", err)
+	}
+	return f, r.Host, nil
 }
 
 // filterName says which syscall filter execs run under.
@@ -307,7 +318,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 	res, err := s.launcher.Run(ctx, sandbox.Config{
-		Workspace: s.w.HostPath, RootDir: s.w.RootDir, Network: s.w.Network, Spec: spec,
+		Workspace: s.w.HostPath, RootDir: s.w.RootDir, Network: s.w.Network, IDMapped: s.w.IDMapped, Spec: spec,
 	}, stdout, stderr)
 	if err != nil {
 		if s.ctx.Err() != nil {

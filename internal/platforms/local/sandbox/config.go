@@ -34,7 +34,14 @@ type Config struct {
 	// Network gives the sandbox the host's network namespace; otherwise it
 	// gets a fresh one holding only lo.
 	Network bool
-	Spec    platforms.ExecSpec
+	// IDMapped says that the workspace's file system shows its files with
+	// the host ids of the launcher's user namespace already (kernel
+	// overlayfs over layers id-mapped with Launcher.IDMap's namespace, see
+	// kerneloverlay.IDMap): the init clones it as it is, and the command
+	// still runs in its user namespace. Otherwise the init id-maps the
+	// workspace's clone itself, where its file system allows.
+	IDMapped bool
+	Spec     platforms.ExecSpec
 }
 
 // DefaultHostname is the sandbox's hostname when the spec names none.
@@ -141,6 +148,9 @@ type initConfig struct {
 	// mapping that came in the environment (userNSEnv), its workspace
 	// id-mapped with the launcher's namespace of that mapping (fd 5).
 	UserNS bool `json:"userns,omitempty"`
+	// WorkspaceMapped: the workspace shows that mapping already
+	// (Config.IDMapped); it is cloned without id-mapping it again.
+	WorkspaceMapped bool `json:"workspace_mapped,omitempty"`
 	// Seccomp: load the syscall filter that came in the environment
 	// (seccompEnv) on the command's thread just before the fork; a missing
 	// one is a setup error.

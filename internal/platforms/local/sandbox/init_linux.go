@@ -160,7 +160,7 @@ func setup(cfg *initConfig, ns, owner int, userNS *IDRange, m *marks) (granted *
 	}
 	idmap := -1
 	granted, why = userNS, "the launcher has none"
-	if userNS != nil {
+	if userNS != nil && !cfg.WorkspaceMapped {
 		idmap, why = userNSFD, ""
 	}
 	ws, err := cloneWorkspace(cfg.Workspace, idmap)

@@ -140,6 +140,19 @@ func (l *Launcher) UserNS() (IDRange, error) {
 	return *l.UserNamespace, nil
 }
 
+// IDMap returns the launcher's user namespace (an open /proc/PID/ns/user
+// with UserNamespace's mapping, owned by the launcher: the caller must not
+// close it) and its mapping, for mounting a workspace whose own file system
+// cannot be id-mapped over id-mapped layers (Config.IDMapped); or why there
+// is none.
+func (l *Launcher) IDMap() (*os.File, IDRange, error) {
+	r, err := l.UserNS()
+	if err != nil {
+		return nil, IDRange{}, err
+	}
+	return l.userNS, r, nil
+}
+
 func (l *Launcher) logger() *slog.Logger {
 	if l.Logger == nil {
 		return slog.New(slog.DiscardHandler)
@@ -395,7 +408,7 @@ func (l *Launcher) initConfig(cfg Config) (initConfigX, error) {
 		Workspace: ws, RootDir: root, Network: cfg.Network,
 		Argv: s.Argv, Env: sandboxEnv(s.Env), Dir: dir, Timeout: timeout,
 		UID: s.UID, GID: s.GID, Hostname: host, Seccomp: len(l.SyscallFilter) > 0,
-		UserNS: l.userNS != nil,
+		UserNS: l.userNS != nil, WorkspaceMapped: cfg.IDMapped,
 	}, pids: pids}, nil
 }
 

@@ -92,8 +92,8 @@ func userNSFromEnv() (IDRange, bool) {
 // system that cannot be id-mapped gets errNoIDMap (wrapped) and no clone.
 func cloneWorkspace(workspace string, userns int) (int, error) {
 	if userns >= 0 {
-		// Kernel overlayfs (the default data path) never can: say so
-		// before cloning, not after a clone and a refused mount_setattr.
+		// Kernel overlayfs never can (its layers can: Config.IDMapped):
+		// say so before cloning, not after a refused mount_setattr.
 		var st unix.Statfs_t
 		if err := unix.Statfs(workspace, &st); err == nil && st.Type == unix.OVERLAYFS_SUPER_MAGIC {
 			return -1, fmt.Errorf("%w (%s)", errNoIDMap, fsName(st.Type))
@@ -123,7 +123,7 @@ func idmapTree(fd, userns int) error {
 func fsName(magic int64) string {
 	switch magic {
 	case unix.OVERLAYFS_SUPER_MAGIC:
-		return "kernel overlayfs, which cannot be id-mapped"
+		return "kernel overlayfs over layers that are not id-mapped"
 	case unix.FUSE_SUPER_MAGIC:
 		return "a FUSE server that does not allow id-mapped mounts"
 	}
