@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/daemontest"
+	"layerfs.dev/layerfs/internal/fsids"
 	"layerfs.dev/layerfs/wire"
 )
 
@@ -90,7 +92,14 @@ func TestWatchRealDaemon(t *testing.T) {
 	until(t, st, m, "d:dir d/e:dir d/g:file")
 	require.NoError(t, ws.WriteFile(ctx, "api.txt", []byte("from the API"), 0o644))
 	until(t, st, m, "api.txt:file d:dir d/e:dir d/g:file")
-	require.NoError(t, os.WriteFile(filepath.Join(ws.MountPath(), "d", "host.txt"), []byte("from the host"), 0o644))
+	// A host process creates files in a workspace as a uid its mount maps:
+	// on the overlay data path of local sandboxes, the mount shows on-disk
+	// root as the user namespace's root (kerneloverlay.IDMap).
+	owner, err := os.Stat(ws.MountPath())
+	require.NoError(t, err)
+	require.NoError(t, fsids.Do(owner.Sys().(*syscall.Stat_t).Uid, func() error {
+		return os.WriteFile(filepath.Join(ws.MountPath(), "d", "host.txt"), []byte("from the host"), 0o644)
+	}))
 	until(t, st, m, "api.txt:file d:dir d/e:dir d/g:file d/host.txt:file")
 	if res, err := ws.Exec(ctx, "mv d moved", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec mv: %+v %v", res, err)
