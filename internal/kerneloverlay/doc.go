@@ -20,6 +20,10 @@
 // no data). The lower FUSE mount must have a stacking depth of 1, and the
 // upper's file system must take trusted.* xattrs (Check).
 //
+// With Config.IDMap the overlay is mounted over id-mapped layers, for
+// sandboxes that run in a user namespace: the one mount then shows every
+// process the mapped ids (see IDMap).
+//
 // Unmount and Detach take the overlay mount down first, then the FUSE
 // lower it stacks on.
 package kerneloverlay

@@ -63,9 +63,12 @@
 // the command with CLONE_NEWUSER, writing its uid_map and gid_map. The
 // workspace clone is id-mapped (MOUNT_ATTR_IDMAP) with a user namespace of
 // the same mapping that the launcher makes once (holdUserNS) and hands
-// every init as fd 5, so that the ids on disk are the ids inside. A
-// workspace whose file system cannot be id-mapped (kernel overlayfs) runs
-// its command in the host's user namespace, and the result says why
+// every init as fd 5, so that the ids on disk are the ids inside. Kernel
+// overlayfs cannot be id-mapped as a mount, only its layers: a workspace
+// mounted over layers id-mapped with that namespace (Launcher.IDMap,
+// kerneloverlay.IDMap) shows the mapped ids already and is cloned as it is
+// (Config.IDMapped). A workspace whose file system cannot be id-mapped
+// runs its command in the host's user namespace, and the result says why
 // (ExecResult.UserNamespace). The fork runs under the filter: clone's
 // program returns SECCOMP_RET_USER_NOTIF for CLONE_NEWUSER, and the init,
 // which loaded it with a listener, lets its own fork through and answers
