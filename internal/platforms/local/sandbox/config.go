@@ -148,6 +148,9 @@ type initConfig struct {
 	// mapping that came in the environment (userNSEnv), its workspace
 	// id-mapped with the launcher's namespace of that mapping (fd 5).
 	UserNS bool `json:"userns,omitempty"`
+	// ForkNow: the command's process may not be one forked ahead (the init
+	// alone was moved into a cgroup since).
+	ForkNow bool `json:"fork_now,omitempty"`
 	// WorkspaceMapped: the workspace shows that mapping already
 	// (Config.IDMapped); it is cloned without id-mapping it again.
 	WorkspaceMapped bool `json:"workspace_mapped,omitempty"`

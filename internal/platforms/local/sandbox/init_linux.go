@@ -39,6 +39,9 @@ func InitMain() (handled bool) {
 	if len(os.Args) > 0 && os.Args[0] == userNSArg0 {
 		userNSHolderMain()
 	}
+	if len(os.Args) > 0 && os.Args[0] == stubArg0 {
+		stubMain()
+	}
 	if !IsInit() {
 		return false
 	}
@@ -91,6 +94,7 @@ func initMain(m *marks) int {
 	// one-time work, lo, and the default root.
 	ns := -1
 	ahead := false // privileges dropped and spare threads made already
+	var st *stub   // the command's process, forked ahead
 	if os.Getenv(prewarmEnv) == "1" {
 		prewarm()
 		spareThreads()
@@ -107,6 +111,15 @@ func initMain(m *marks) int {
 			return send(initReport{Error: err.Error()})
 		}
 		m.add("prewarmed")
+		if hasUserNS && os.Getenv(forkAheadEnv) == "1" {
+			if err := awaitCgroup(); err != nil {
+				return send(initReport{Error: err.Error()})
+			}
+			if st, err = forkAhead(ns, idRange); err != nil {
+				return send(initReport{Error: err.Error()})
+			}
+			m.add("forked ahead")
+		}
 	}
 	var cfg initConfig
 	cfgFile := os.NewFile(configFD, "config")
@@ -121,6 +134,10 @@ func initMain(m *marks) int {
 		unix.Close(ns)
 		ns = -1
 	}
+	if st != nil && (ns < 0 || !cfg.UserNS || !hasUserNS || cfg.ForkNow) {
+		st.discard()
+		st = nil
+	}
 	var want *IDRange // the command's user namespace, if the launcher has one
 	if cfg.UserNS && hasUserNS {
 		want = &idRange
@@ -129,7 +146,11 @@ func initMain(m *marks) int {
 	if err != nil {
 		return send(initReport{Error: err.Error()})
 	}
-	r := run(&cfg, ahead, userNS, m)
+	if st != nil && userNS == nil { // the workspace could not be id-mapped
+		st.discard()
+		st = nil
+	}
+	r := run(&cfg, ahead, userNS, st, m)
 	r.UserNS = "none: " + why
 	if userNS != nil {
 		r.UserNS = userNS.String()
@@ -196,13 +217,34 @@ func loopbackUp() error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
-// run starts the command as PID 1's only child, reaps everything until the
-// namespace is empty and reports how the command ended.
-func run(cfg *initConfig, ahead bool, userNS *IDRange, m *marks) initReport {
+// run starts the command as PID 1's only child (st, when it is forked
+// ahead and can take the exec), reaps everything until the namespace is
+// empty and reports how the command ended.
+func run(cfg *initConfig, ahead bool, userNS *IDRange, st *stub, m *marks) initReport {
 	env := cfg.Env
 	bin, err := lookPath(cfg.Argv[0], env)
 	if err != nil {
+		if st != nil {
+			st.discard()
+		}
 		return notStarted(cfg.Argv[0], err)
+	}
+	if st != nil && (st.filtered != cfg.Seccomp || !stubTakes(cfg)) {
+		st.discard()
+		st = nil
+	}
+	if st != nil {
+		m.add("fork")
+		start := time.Now()
+		err := st.start(stubOrder{Bin: bin, Argv: cfg.Argv, Env: env, Dir: cfg.Dir, UID: cfg.UID, GID: cfg.GID,
+			Nofile: cfg.RlimitNofile, AS: cfg.RlimitAS, Nproc: cfg.RlimitNproc}, ownNice())
+		m.add("forked")
+		if err != nil {
+			st.discard()
+			return initReport{Error: "start the command's process forked ahead: " + err.Error()}
+		}
+		_ = keepOnlyKill()
+		return reap(cfg, st.pid, start, m)
 	}
 	if !ahead {
 		if err := dropPrivileges(); err != nil {
@@ -272,7 +314,29 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, m *marks) initReport {
 	// From here on the init only signals and reaps: on this thread it keeps
 	// CAP_KILL alone, which it needs for a command running as another uid.
 	_ = keepOnlyKill()
+	return reap(cfg, pid, start, m)
+}
 
+// stubTakes reports whether a stub can set the exec's limits: it cannot
+// raise a hard limit (it has no capabilities in the host's user namespace),
+// so a limit above the one it inherited from the init needs a fork now.
+func stubTakes(cfg *initConfig) bool {
+	for _, l := range []struct {
+		res int
+		v   uint64
+	}{{unix.RLIMIT_NOFILE, cfg.RlimitNofile}, {unix.RLIMIT_AS, cfg.RlimitAS}, {unix.RLIMIT_NPROC, cfg.RlimitNproc}} {
+		var cur unix.Rlimit
+		if l.v > 0 && (unix.Getrlimit(l.res, &cur) != nil || l.v > cur.Max) {
+			return false
+		}
+	}
+	return true
+}
+
+// reap waits for the command pid, started at start, and everything else
+// in the namespace, killing what the command leaves behind, or everything
+// once the exec's timeout fires, and reports how the command ended.
+func reap(cfg *initConfig, pid int, start time.Time, m *marks) initReport {
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(cfg.Timeout, func() {
 		timedOut.Store(true)

@@ -86,6 +86,10 @@ type Launcher struct {
 	refills  sync.WaitGroup // goroutines starting them
 	closed   bool           // Close was called: no more warming
 
+	// forkAtExec: warm inits do not fork their command's process ahead
+	// (ahead_linux.go), for measuring what that saves (tests).
+	forkAtExec bool
+
 	// trace, when set, gets every exec's phase marks and the CPU time of
 	// the init and everything it reaped (tests).
 	trace func(marks []mark, cpu time.Duration)

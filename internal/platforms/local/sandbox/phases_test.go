@@ -27,7 +27,8 @@ import (
 // LAYERFS_SANDBOX_FILTER=1 measures each binary with and without the
 // seccomp filter (the name gets "+seccomp"); LAYERFS_SANDBOX_USERNS=1 adds,
 // for each of those with the filter, one with the default user namespace
-// too ("+seccomp+userns").
+// too ("+seccomp+userns"; warm inits fork the command's process ahead) and
+// one whose warm inits fork it at exec time ("+seccomp+userns+fork-at-exec").
 func TestPhases(t *testing.T) {
 	testenv.RequireRoot(t)
 	exes := []string{""}
@@ -46,7 +47,7 @@ func TestPhases(t *testing.T) {
 		if os.Getenv("LAYERFS_SANDBOX_USERNS") == "1" {
 			for _, exe := range exes {
 				if strings.HasSuffix(exe, "+seccomp") {
-					exes = append(exes, exe+"+userns")
+					exes = append(exes, exe+"+userns", exe+"+userns+fork-at-exec")
 				}
 			}
 		}
@@ -83,9 +84,10 @@ func TestPhases(t *testing.T) {
 		if strings.Contains(exe, "+seccomp") {
 			ls[i].SyscallFilter = filter
 		}
-		if strings.HasSuffix(exe, "+userns") {
+		if strings.Contains(exe, "+userns") {
 			r := DefaultIDRange
 			ls[i].UserNamespace = &r
+			ls[i].forkAtExec = strings.HasSuffix(exe, "+fork-at-exec")
 		}
 	}
 	cfg := Config{Workspace: t.TempDir(), Spec: platforms.ExecSpec{Argv: []string{"true"}}}

@@ -84,6 +84,13 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, env ...s
 			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 		}
 	}
+	// The init is in its cgroup: a warm init that forks its command's
+	// process ahead waits for this (see inCgroup); the config's decoder
+	// skips it as white space.
+	if _, err := p.cfgW.Write([]byte{inCgroup}); err != nil {
+		ip.discard()
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	}
 	return ip, nil
 }
 
@@ -168,7 +175,11 @@ func (l *Launcher) warmOne() {
 			return
 		}
 	}
-	ip, err := l.spawn(false, cg, nil, prewarmEnv+"=1")
+	env := []string{prewarmEnv + "=1"}
+	if !l.forkAtExec {
+		env = append(env, forkAheadEnv+"=1") // used when it has a user namespace
+	}
+	ip, err := l.spawn(false, cg, nil, env...)
 	if err != nil && cg != nil {
 		_ = cg.remove()
 	}
@@ -234,6 +245,9 @@ func (l *Launcher) Close(ctx context.Context) error {
 func (ip *initProc) send(mem int64, milliCPUs int, ic initConfigX) error {
 	var err error
 	if ip.cg != nil && milliCPUs > 0 {
+		// A cgroup v1 cpu cgroup is made now and takes the init alone: a
+		// process it forked ahead would stay out of it.
+		ic.ForkNow = ip.cg.unified == "" && ip.cg.cpu == ""
 		err = ip.cg.addCPU(ip.cmd.Process.Pid)
 	}
 	if ip.cg != nil && err == nil {

@@ -1,0 +1,258 @@
+package sandbox
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/cloexec"
+)
+
+// A warm init whose commands run in a user namespace forks the command's
+// process ahead: a stub, already in its new user namespace and the
+// sandbox's mount namespace, with no_new_privs set and the seccomp filter
+// loaded, that waits for its order and then execs the command. What the
+// fork into a new user namespace costs (it cannot share the init's memory,
+// since the child waits for its uid_map, and the Go runtime can only fork,
+// not enter an existing user namespace) and the filter's loading are then
+// off the exec's latency: the init hands the stub an order through a pipe.
+
+// stubArg0 is the argv[0] of a stub; forkAheadEnv tells a warm init to fork
+// one.
+const (
+	stubArg0     = "layerfs-sandbox-stub"
+	forkAheadEnv = "LAYERFS_SANDBOX_FORK_AHEAD"
+)
+
+func init() {
+	// The stub's main goroutine stays on the main thread, whose thread id
+	// is the process id: the init sets that thread's priority before the
+	// stub execs (the command is the thread that calls execve).
+	if len(os.Args) > 0 && os.Args[0] == stubArg0 {
+		runtime.LockOSThread()
+	}
+}
+
+// inCgroup is the byte the launcher writes first on an init's config pipe
+// once the init is in its cgroup (cgroup v1 moves a process after it
+// started); a process the init forks later is in it too.
+const inCgroup = '\n'
+
+// awaitCgroup reads the launcher's inCgroup.
+func awaitCgroup() error {
+	var b [1]byte
+	for {
+		n, err := unix.Read(configFD, b[:])
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return fmt.Errorf("wait for the cgroup: %w", err)
+		case n != 1 || b[0] != inCgroup:
+			return errors.New("wait for the cgroup: the launcher sent something else")
+		}
+		return nil
+	}
+}
+
+// stub is a command's process forked ahead.
+type stub struct {
+	pid      int
+	order    *os.File // the write end of its order pipe
+	filtered bool     // it loaded the seccomp filter
+}
+
+// stubOrder is what the init sends a stub: the command and its process's
+// settings, as the init would give them to a fork.
+type stubOrder struct {
+	Bin    string   `json:"bin"` // as lookPath found it
+	Argv   []string `json:"argv"`
+	Env    []string `json:"env"`
+	Dir    string   `json:"dir"`
+	UID    int      `json:"uid"`
+	GID    int      `json:"gid"`
+	Nofile uint64   `json:"nofile,omitempty"`
+	AS     uint64   `json:"as,omitempty"`
+	Nproc  uint64   `json:"nproc,omitempty"`
+}
+
+// forkAhead starts a stub in a new user namespace with mapping r, in the
+// mount namespace ns (the sandbox's root, prepared ahead; the workspace is
+// mounted there later and the stub sees it then), as root of its namespace,
+// in its own process group, with the init's stdio. It is forked from a
+// thread of its own that enters ns and ends with the goroutine; the stub
+// execs this binary through /proc/self/exe, which the sandbox's /proc
+// resolves to it whatever the new root shows.
+func forkAhead(ns int, r IDRange) (*stub, error) {
+	// The stub gets fds 0, 1, 2 and its order pipe and nothing else (the
+	// init's own, such as the launcher's user namespace, stay here).
+	if err := cloexec.All(); err != nil {
+		return nil, fmt.Errorf("fork ahead: %w", err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("fork ahead: %w", err)
+	}
+	defer pr.Close()
+	env := []string{"HOME=/"}
+	filtered := false
+	if v := os.Getenv(seccompEnv); v != "" {
+		env, filtered = append(env, seccompEnv+"="+v), true
+	}
+	type forked struct {
+		pid int
+		err error
+	}
+	done := make(chan forked, 1)
+	go func() {
+		// Never unlocked: this thread's root and mount namespace are the
+		// sandbox's, and it ends with the goroutine.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			done <- forked{err: fmt.Errorf("unshare fs: %w", err)}
+			return
+		}
+		if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+			done <- forked{err: fmt.Errorf("enter the sandbox's mount namespace: %w", err)}
+			return
+		}
+		attr := &syscall.ProcAttr{
+			Dir: "/", Env: env, Files: []uintptr{0, 1, 2, pr.Fd()},
+			Sys: &syscall.SysProcAttr{Credential: &syscall.Credential{Groups: []uint32{}}, Setpgid: true},
+		}
+		userNSAttr(attr.Sys, r)
+		pid, err := syscall.ForkExec("/proc/self/exe", []string{stubArg0}, attr)
+		done <- forked{pid, err}
+	}()
+	f := <-done
+	if f.err != nil {
+		pw.Close()
+		return nil, fmt.Errorf("fork ahead: %w", f.err)
+	}
+	return &stub{pid: f.pid, order: pw, filtered: filtered}, nil
+}
+
+// start sends the stub its order and gives its process the priority nice.
+func (s *stub) start(o stubOrder, nice int) error {
+	_ = unix.Setpriority(unix.PRIO_PROCESS, s.pid, nice)
+	err := json.NewEncoder(s.order).Encode(o)
+	if cerr := s.order.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// discard kills a stub that will not be used and reaps it.
+func (s *stub) discard() {
+	s.order.Close()
+	_ = unix.Kill(s.pid, unix.SIGKILL)
+	var ws unix.WaitStatus
+	for {
+		if _, err := unix.Wait4(s.pid, &ws, 0, nil); !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
+}
+
+// stubMain is the whole life of a stub: it sets no_new_privs, loads the
+// filter, waits for its order and execs the command. Its exit status, when
+// the command cannot be started, is a shell's (127 not found, 126 not
+// executable), its message on stderr; without an order (the init is gone
+// or discarded it) it exits quietly.
+func stubMain() {
+	os.Exit(stubRun())
+}
+
+func stubRun() int {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "layerfs: set no_new_privs: %v\n", err)
+		return 126
+	}
+	if os.Getenv(seccompEnv) != "" {
+		progs, err := filterFromEnv()
+		if err == nil {
+			err = loadStubFilter(progs)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "layerfs: %v\n", err)
+			return 126
+		}
+	}
+	raw, err := io.ReadAll(os.NewFile(3, "order"))
+	var o stubOrder
+	if err != nil || json.Unmarshal(raw, &o) != nil || len(o.Argv) == 0 {
+		return 125
+	}
+	unix.Close(3)
+	err = o.apply()
+	if err == nil {
+		err = syscall.Exec(o.Bin, o.Argv, o.Env)
+	}
+	fmt.Fprintf(os.Stderr, "layerfs: %s: %v\n", o.Argv[0], err)
+	if errors.Is(err, unix.ENOENT) {
+		return 127
+	}
+	return 126
+}
+
+// apply gives this process the order's limits, umask, working directory
+// and ids. The ids are set on this thread alone (raw calls), the one that
+// execs: execve leaves the process with this thread's credentials.
+func (o stubOrder) apply() error {
+	for _, l := range []struct {
+		res int
+		v   uint64
+	}{{unix.RLIMIT_NOFILE, o.Nofile}, {unix.RLIMIT_AS, o.AS}, {unix.RLIMIT_NPROC, o.Nproc}} {
+		if l.v > 0 {
+			if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.v, Max: l.v}); err != nil {
+				return fmt.Errorf("set rlimit %d: %w", l.res, err)
+			}
+		}
+	}
+	unix.Umask(0o022)
+	if err := unix.Chdir(o.Dir); err != nil {
+		return fmt.Errorf("chdir %s: %w", o.Dir, err)
+	}
+	if o.GID != 0 {
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(o.GID), uintptr(o.GID), uintptr(o.GID)); errno != 0 {
+			return fmt.Errorf("setresgid %d: %w", o.GID, errno)
+		}
+	}
+	if o.UID != 0 {
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(o.UID), uintptr(o.UID), uintptr(o.UID)); errno != 0 {
+			return fmt.Errorf("setresuid %d: %w", o.UID, errno)
+		}
+	}
+	return nil
+}
+
+// loadStubFilter loads the filter on this thread for a stub, whose user
+// namespace exists already: clone's "notify" for CLONE_NEWUSER (the init's
+// exception for its own fork, see answerNewUser) becomes EPERM, so that
+// every such clone of the command is refused as the rest of the filter's
+// refusals are.
+func loadStubFilter(progs [][]byte) error {
+	const retK = unix.BPF_RET | unix.BPF_K
+	for _, prog := range progs {
+		p := prog
+		if notifies(prog) {
+			p = append([]byte(nil), prog...)
+			for i := 0; i+8 <= len(p); i += 8 {
+				if binary.NativeEndian.Uint16(p[i:]) == retK && binary.NativeEndian.Uint32(p[i+4:]) == unix.SECCOMP_RET_USER_NOTIF {
+					binary.NativeEndian.PutUint32(p[i+4:], unix.SECCOMP_RET_ERRNO|uint32(unix.EPERM))
+				}
+			}
+		}
+		if _, err := loadProgram(p, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}

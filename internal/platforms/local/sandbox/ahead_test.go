@@ -1,0 +1,87 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/seccomp"
+	"layerfs.dev/layerfs/internal/testenv"
+)
+
+// TestForkAhead: a warm init with a user namespace forks its command's
+// process ahead, and the command it execs has what a fork at exec time
+// gives: the mapping, the uid and gid asked for, no_new_privs, the filter
+// (a clone into a new user namespace refused with EPERM), the working
+// directory, the open files limit, the umask and the init's priority rather
+// than the pool's; a command that is not found is 127. Without a user
+// namespace for the workspace (a stub cannot take it), the init forks at
+// exec time.
+func TestForkAhead(t *testing.T) {
+	testenv.RequireRoot(t)
+	filter, err := seccomp.BPF()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := DefaultIDRange
+	var mu sync.Mutex
+	var ahead []bool // per exec: the init forked ahead
+	l := &Launcher{Warm: 1, SyscallFilter: filter, UserNamespace: &r, trace: func(ms []mark, _ time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		got := false
+		for _, m := range ms {
+			got = got || m.Name == "forked ahead"
+		}
+		ahead = append(ahead, got)
+	}}
+	if _, err := l.UserNS(); err != nil {
+		testenv.Skip(t, "no user namespace: "+err.Error())
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	ws := t.TempDir()
+	exec := func(body string, uid int) (platforms.ExecResult, string, string) {
+		t.Helper()
+		waitWarm(t, l, 1)
+		var o, e bytes.Buffer
+		res, err := l.Run(context.Background(), Config{Workspace: ws, Spec: platforms.ExecSpec{
+			Argv: platforms.ShellArgv(body), UID: uid, GID: uid, OpenFiles: 512, Dir: "."}}, &o, &e)
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if err := l.Settle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return res, o.String(), e.String()
+	}
+	if _, err := l.Run(context.Background(), Config{Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}}}, nil, nil); err != nil {
+		t.Fatal(err) // cold, and starts the pool
+	}
+	if err := l.Settle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	ahead = nil
+	mu.Unlock()
+	res, out, errs := exec(`cat /proc/self/uid_map | tr -s ' '; id -u; id -g; pwd; ulimit -n; umask; nice
+		grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -d '\t'
+		case $(unshare -U true 2>&1) in *"not permitted"*) echo refused;; esac`, 1000)
+	want := " 0 2000000000 65536\n1000\n1000\n/workspace\n512\n0022\n0\nNoNewPrivs:1\nSeccomp:2\nrefused\n"
+	if res.ExitCode != 0 || out != want || res.UserNamespace != r.String() {
+		t.Errorf("exit %d, user namespace %q, stdout %q (want %q), stderr %q", res.ExitCode, res.UserNamespace, out, want, errs)
+	}
+	if res, _, errs := exec("no-such-command-here", 0); res.ExitCode != 127 || !strings.Contains(errs, "no-such-command-here") {
+		t.Errorf("missing command: exit %d, stderr %q", res.ExitCode, errs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ahead) != 2 || !ahead[0] || !ahead[1] {
+		t.Errorf("forked ahead per exec: %v, want both", ahead)
+	}
+}
