@@ -101,7 +101,8 @@ func forkAhead(ns int, r IDRange) (*stub, error) {
 		return nil, fmt.Errorf("fork ahead: %w", err)
 	}
 	defer pr.Close()
-	env := []string{"HOME=/"}
+	// One P: fewer threads for execve to end (each must run to exit).
+	env := []string{"HOME=/", "GOMAXPROCS=1"}
 	filtered := false
 	if v := os.Getenv(seccompEnv); v != "" {
 		env, filtered = append(env, seccompEnv+"="+v), true
@@ -139,9 +140,11 @@ func forkAhead(ns int, r IDRange) (*stub, error) {
 	return &stub{pid: f.pid, order: pw, filtered: filtered}, nil
 }
 
-// start sends the stub its order and gives its process the priority nice.
+// start sends the stub its order and gives its threads the priority nice:
+// it was forked at the warm pool's (nice is per thread), and execve waits
+// for every other thread to run and exit.
 func (s *stub) start(o stubOrder, nice int) error {
-	_ = unix.Setpriority(unix.PRIO_PROCESS, s.pid, nice)
+	renice(s.pid, nice)
 	err := json.NewEncoder(s.order).Encode(o)
 	if cerr := s.order.Close(); err == nil {
 		err = cerr
