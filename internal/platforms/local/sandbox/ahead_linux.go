@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"syscall"
@@ -188,12 +187,11 @@ func stubRun() int {
 			return 126
 		}
 	}
-	raw, err := io.ReadAll(os.NewFile(3, "order"))
+	raw, err := readOrder()
 	var o stubOrder
 	if err != nil || json.Unmarshal(raw, &o) != nil || len(o.Argv) == 0 {
 		return 125
 	}
-	unix.Close(3)
 	err = o.apply()
 	if err == nil {
 		err = syscall.Exec(o.Bin, o.Argv, o.Env)
@@ -203,6 +201,31 @@ func stubRun() int {
 		return 127
 	}
 	return 126
+}
+
+// readOrder reads fd 3 to its end with plain blocking reads on this
+// thread. (Through os.File the pipe would be the runtime poller's, whose
+// wake-up of a goroutine locked to the main thread takes a handoff between
+// threads: about a millisecond on a loaded machine.)
+func readOrder() ([]byte, error) {
+	defer unix.Close(3)
+	if err := unix.SetNonblock(3, false); err != nil {
+		return nil, err
+	}
+	var out []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(3, buf)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return nil, err
+		case n == 0:
+			return out, nil
+		}
+		out = append(out, buf[:n]...)
+	}
 }
 
 // apply gives this process the order's limits, umask, working directory
