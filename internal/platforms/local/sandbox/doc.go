@@ -83,7 +83,16 @@
 // brought up lo, built the default root (step 3) and dropped its
 // privileges, and is blocked on reading its config. The workspace is still
 // cloned when the config comes (step 4), so it sees workspaces mounted
-// after it started. An exec without network or image takes one, sets its
+// after it started. With a user namespace, a warm init also forks its
+// command's process ahead, once the launcher has put it in its cgroup: a
+// stub (this binary again, started through the sandbox's /proc/self/exe
+// from a thread in the sandbox's mount namespace) in the new user
+// namespace, with no_new_privs and the filter loaded, that waits on a pipe;
+// when the exec comes the init sends it the command, its ids, directory
+// and limits, and the stub execs it (ahead_linux.go). The init forks at
+// exec time instead when the workspace gets no user namespace, a limit is
+// above what the stub may set, or a cgroup v1 cpu cgroup was made for the
+// exec. An exec without network or image takes one, sets its
 // cgroup's limits and sends the config; a replacement starts in the
 // background. Execs with network or an image directory, and execs that find
 // the pool empty, start their own. Close kills the waiting ones.
