@@ -14,14 +14,20 @@ import (
 	"layerfs.dev/layerfs/internal/cloexec"
 )
 
-// A warm init whose commands run in a user namespace forks the command's
-// process ahead: a stub, already in its new user namespace and the
+// A warm init whose commands run in a user namespace forks ahead a stub
+// for its command: a process already in its new user namespace and the
 // sandbox's mount namespace, with no_new_privs set and the seccomp filter
-// loaded, that waits for its order and then execs the command. What the
-// fork into a new user namespace costs (it cannot share the init's memory,
-// since the child waits for its uid_map, and the Go runtime can only fork,
-// not enter an existing user namespace) and the filter's loading are then
-// off the exec's latency: the init hands the stub an order through a pipe.
+// loaded, that waits for its order, then starts the command with a vfork
+// and an exec, reports the command's pid and exits. What the fork into a
+// new user namespace costs (it cannot share the init's memory, since the
+// child waits for its uid_map, and the Go runtime can only fork, not enter
+// an existing user namespace) and the filter's loading are then off the
+// exec's latency. The stub does not exec the command itself: execve in a
+// Go process first ends its other threads, each of which has to be
+// scheduled to exit (about a millisecond on a loaded machine, measured),
+// where a vfork child is one thread. The command, once the stub is gone,
+// is a child of the init, which is the PID namespace's reaper, as a
+// command forked by the init is.
 
 // stubArg0 is the argv[0] of a stub; forkAheadEnv tells a warm init to fork
 // one.
@@ -61,10 +67,11 @@ func awaitCgroup() error {
 	}
 }
 
-// stub is a command's process forked ahead.
+// stub is a command's stub forked ahead.
 type stub struct {
 	pid      int
 	order    *os.File // the write end of its order pipe
+	report   *os.File // the read end of its report pipe
 	filtered bool     // it loaded the seccomp filter
 }
 
@@ -100,6 +107,12 @@ func forkAhead(ns int, r IDRange) (*stub, error) {
 		return nil, fmt.Errorf("fork ahead: %w", err)
 	}
 	defer pr.Close()
+	rr, rw, err := os.Pipe()
+	if err != nil {
+		pw.Close()
+		return nil, fmt.Errorf("fork ahead: %w", err)
+	}
+	defer rw.Close()
 	// One P: fewer threads for execve to end (each must run to exit).
 	env := []string{"HOME=/", "GOMAXPROCS=1"}
 	filtered := false
@@ -124,7 +137,7 @@ func forkAhead(ns int, r IDRange) (*stub, error) {
 			return
 		}
 		attr := &syscall.ProcAttr{
-			Dir: "/", Env: env, Files: []uintptr{0, 1, 2, pr.Fd()},
+			Dir: "/", Env: env, Files: []uintptr{0, 1, 2, pr.Fd(), rw.Fd()},
 			Sys: &syscall.SysProcAttr{Credential: &syscall.Credential{Groups: []uint32{}}, Setpgid: true},
 		}
 		userNSAttr(attr.Sys, r)
@@ -134,26 +147,50 @@ func forkAhead(ns int, r IDRange) (*stub, error) {
 	f := <-done
 	if f.err != nil {
 		pw.Close()
+		rr.Close()
 		return nil, fmt.Errorf("fork ahead: %w", f.err)
 	}
-	return &stub{pid: f.pid, order: pw, filtered: filtered}, nil
+	return &stub{pid: f.pid, order: pw, report: rr, filtered: filtered}, nil
 }
 
-// start sends the stub its order and gives its threads the priority nice:
-// it was forked at the warm pool's (nice is per thread), and execve waits
-// for every other thread to run and exit.
-func (s *stub) start(o stubOrder, nice int) error {
+// start sends the stub its order, after giving its threads the priority
+// nice (it was forked at the warm pool's; nice is per thread), and returns
+// the pid of the command it started, or why it could not start it (an
+// errno from the command's exec: see notStarted).
+func (s *stub) start(o stubOrder, nice int) (int, error) {
 	renice(s.pid, nice)
 	err := json.NewEncoder(s.order).Encode(o)
 	if cerr := s.order.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return 0, fmt.Errorf("send the order: %w", err)
+	}
+	var rep stubReport
+	err = json.NewDecoder(s.report).Decode(&rep)
+	s.report.Close()
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("read the report: %w", err)
+	case rep.Errno != 0:
+		return 0, &os.SyscallError{Syscall: "exec", Err: syscall.Errno(rep.Errno)}
+	case rep.Error != "":
+		return 0, fmt.Errorf("stub: %s", rep.Error)
+	}
+	return rep.Pid, nil
+}
+
+// stubReport is what a stub answers its order with.
+type stubReport struct {
+	Pid   int    `json:"pid,omitempty"`
+	Errno int    `json:"errno,omitempty"` // the command's exec failed
+	Error string `json:"error,omitempty"` // anything else failed
 }
 
 // discard kills a stub that will not be used and reaps it.
 func (s *stub) discard() {
 	s.order.Close()
+	s.report.Close()
 	_ = unix.Kill(s.pid, unix.SIGKILL)
 	var ws unix.WaitStatus
 	for {
@@ -164,45 +201,52 @@ func (s *stub) discard() {
 }
 
 // stubMain is the whole life of a stub: it sets no_new_privs, loads the
-// filter, waits for its order and execs the command. Its exit status, when
-// the command cannot be started, is a shell's (127 not found, 126 not
-// executable), its message on stderr; without an order (the init is gone
-// or discarded it) it exits quietly.
+// filter, waits for its order, starts the command and reports on fd 4.
+// Without an order (the init is gone or discarded it) it exits quietly.
 func stubMain() {
-	os.Exit(stubRun())
+	rep := stubRun()
+	_ = json.NewEncoder(os.NewFile(4, "report")).Encode(rep)
+	os.Exit(0)
 }
 
-func stubRun() int {
+func stubRun() stubReport {
+	unix.CloseOnExec(4)
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		fmt.Fprintf(os.Stderr, "layerfs: set no_new_privs: %v\n", err)
-		return 126
+		return stubReport{Error: "set no_new_privs: " + err.Error()}
 	}
-	// The decoder's type cache, built now rather than on the exec's time.
+	// The codecs' type caches, built now rather than on the exec's time.
 	_ = json.Unmarshal([]byte(`{"bin":"/t","argv":["t"],"env":["A=b"],"dir":"/","uid":1,"nofile":1}`), &stubOrder{})
+	_, _ = json.Marshal(stubReport{Pid: 1})
 	if os.Getenv(seccompEnv) != "" {
 		progs, err := filterFromEnv()
 		if err == nil {
 			err = loadStubFilter(progs)
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "layerfs: %v\n", err)
-			return 126
+			return stubReport{Error: err.Error()}
 		}
 	}
 	raw, err := readOrder()
 	var o stubOrder
 	if err != nil || json.Unmarshal(raw, &o) != nil || len(o.Argv) == 0 {
-		return 125
+		os.Exit(0) // no order
 	}
-	err = o.apply()
-	if err == nil {
-		err = syscall.Exec(o.Bin, o.Argv, o.Env)
+	if err := o.limits(); err != nil {
+		return stubReport{Error: err.Error()}
 	}
-	fmt.Fprintf(os.Stderr, "layerfs: %s: %v\n", o.Argv[0], err)
-	if errors.Is(err, unix.ENOENT) {
-		return 127
+	unix.Umask(0o022)
+	pid, err := syscall.ForkExec(o.Bin, o.Argv, &syscall.ProcAttr{
+		Dir: o.Dir, Env: o.Env, Files: []uintptr{0, 1, 2},
+		Sys: &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(o.UID), Gid: uint32(o.GID), Groups: []uint32{}}},
+	})
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &errno):
+		return stubReport{Errno: int(errno)}
+	case err != nil:
+		return stubReport{Error: err.Error()}
 	}
-	return 126
+	return stubReport{Pid: pid}
 }
 
 // readOrder reads fd 3 to its end with plain blocking reads on this
@@ -230,10 +274,9 @@ func readOrder() ([]byte, error) {
 	}
 }
 
-// apply gives this process the order's limits, umask, working directory
-// and ids. The ids are set on this thread alone (raw calls), the one that
-// execs: execve leaves the process with this thread's credentials.
-func (o stubOrder) apply() error {
+// limits sets the order's rlimits on this process; the command inherits
+// them.
+func (o stubOrder) limits() error {
 	for _, l := range []struct {
 		res int
 		v   uint64
@@ -242,20 +285,6 @@ func (o stubOrder) apply() error {
 			if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.v, Max: l.v}); err != nil {
 				return fmt.Errorf("set rlimit %d: %w", l.res, err)
 			}
-		}
-	}
-	unix.Umask(0o022)
-	if err := unix.Chdir(o.Dir); err != nil {
-		return fmt.Errorf("chdir %s: %w", o.Dir, err)
-	}
-	if o.GID != 0 {
-		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(o.GID), uintptr(o.GID), uintptr(o.GID)); errno != 0 {
-			return fmt.Errorf("setresgid %d: %w", o.GID, errno)
-		}
-	}
-	if o.UID != 0 {
-		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(o.UID), uintptr(o.UID), uintptr(o.UID)); errno != 0 {
-			return fmt.Errorf("setresuid %d: %w", o.UID, errno)
 		}
 	}
 	return nil

@@ -236,15 +236,20 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, st *stub, m *marks) initR
 	if st != nil {
 		m.add("fork")
 		start := time.Now()
-		err := st.start(stubOrder{Bin: bin, Argv: cfg.Argv, Env: env, Dir: cfg.Dir, UID: cfg.UID, GID: cfg.GID,
+		pid, err := st.start(stubOrder{Bin: bin, Argv: cfg.Argv, Env: env, Dir: cfg.Dir, UID: cfg.UID, GID: cfg.GID,
 			Nofile: cfg.RlimitNofile, AS: cfg.RlimitAS, Nproc: cfg.RlimitNproc}, ownNice())
 		m.add("forked")
-		if err != nil {
+		var exe *os.SyscallError
+		switch {
+		case errors.As(err, &exe):
 			st.discard()
-			return initReport{Error: "start the command's process forked ahead: " + err.Error()}
+			return notStarted(cfg.Argv[0], exe.Err)
+		case err != nil:
+			st.discard()
+			return initReport{Error: "start the command from its stub forked ahead: " + err.Error()}
 		}
 		_ = keepOnlyKill()
-		return reap(cfg, st.pid, start, m)
+		return reap(cfg, pid, start, m)
 	}
 	if !ahead {
 		if err := dropPrivileges(); err != nil {
