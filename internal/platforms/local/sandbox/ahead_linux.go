@@ -153,21 +153,26 @@ func forkAhead(ns int, r IDRange) (*stub, error) {
 	return &stub{pid: f.pid, order: pw, report: rr, filtered: filtered}, nil
 }
 
-// start sends the stub its order, after giving its threads the priority
-// nice (it was forked at the warm pool's; nice is per thread), and returns
-// the pid of the command it started, or why it could not start it (an
-// errno from the command's exec: see notStarted).
-func (s *stub) start(o stubOrder, nice int) (int, error) {
+// send sends the stub its order, after giving its threads the priority
+// nice (it was forked at the warm pool's; nice is per thread).
+func (s *stub) send(o stubOrder, nice int) error {
 	renice(s.pid, nice)
 	err := json.NewEncoder(s.order).Encode(o)
 	if cerr := s.order.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return 0, fmt.Errorf("send the order: %w", err)
+		return fmt.Errorf("send the order: %w", err)
 	}
+	return nil
+}
+
+// started reads, once the stub has exited, the pid of the command it
+// started, or why it could not start it (an errno from the command's exec,
+// as an *os.SyscallError: see notStarted).
+func (s *stub) started() (int, error) {
 	var rep stubReport
-	err = json.NewDecoder(s.report).Decode(&rep)
+	err := json.NewDecoder(s.report).Decode(&rep)
 	s.report.Close()
 	switch {
 	case err != nil:

@@ -5,6 +5,8 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +22,8 @@ import (
 // gives: the mapping, the uid and gid asked for, no_new_privs, the filter
 // (a clone into a new user namespace refused with EPERM), the working
 // directory, the open files limit, the umask and the init's priority rather
-// than the pool's; a command that is not found is 127. Without a user
+// than the pool's; a command that is not found is 127, one the stub cannot
+// exec 126. Without a user
 // namespace for the workspace (a stub cannot take it), the init forks at
 // exec time.
 func TestForkAhead(t *testing.T) {
@@ -46,12 +49,12 @@ func TestForkAhead(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	ws := t.TempDir()
-	exec := func(body string, uid int) (platforms.ExecResult, string, string) {
+	exec := func(argv []string, uid int) (platforms.ExecResult, string, string) {
 		t.Helper()
 		waitWarm(t, l, 1)
 		var o, e bytes.Buffer
 		res, err := l.Run(context.Background(), Config{Workspace: ws, Spec: platforms.ExecSpec{
-			Argv: platforms.ShellArgv(body), UID: uid, GID: uid, OpenFiles: 512, Dir: "."}}, &o, &e)
+			Argv: argv, UID: uid, GID: uid, OpenFiles: 512, Dir: "."}}, &o, &e)
 		if err != nil {
 			t.Fatalf("run: %v", err)
 		}
@@ -69,19 +72,26 @@ func TestForkAhead(t *testing.T) {
 	mu.Lock()
 	ahead = nil
 	mu.Unlock()
-	res, out, errs := exec(`cat /proc/self/uid_map | tr -s ' '; id -u; id -g; pwd; ulimit -n; umask; nice
+	res, out, errs := exec(platforms.ShellArgv(`cat /proc/self/uid_map | tr -s ' '; id -u; id -g; pwd; ulimit -n; umask; nice
 		grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -d '\t'
-		case $(unshare -U true 2>&1) in *"not permitted"*) echo refused;; esac`, 1000)
+		case $(unshare -U true 2>&1) in *"not permitted"*) echo refused;; esac`), 1000)
 	want := " 0 2000000000 65536\n1000\n1000\n/workspace\n512\n0022\n0\nNoNewPrivs:1\nSeccomp:2\nrefused\n"
 	if res.ExitCode != 0 || out != want || res.UserNamespace != r.String() {
 		t.Errorf("exit %d, user namespace %q, stdout %q (want %q), stderr %q", res.ExitCode, res.UserNamespace, out, want, errs)
 	}
-	if res, _, errs := exec("no-such-command-here", 0); res.ExitCode != 127 || !strings.Contains(errs, "no-such-command-here") {
+	if res, _, errs := exec([]string{"no-such-command-here"}, 0); res.ExitCode != 127 || !strings.Contains(errs, "no-such-command-here") {
 		t.Errorf("missing command: exit %d, stderr %q", res.ExitCode, errs)
+	}
+	// A file that is not executable: the stub's exec fails, the init says so.
+	if err := os.WriteFile(filepath.Join(ws, "noexec"), []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, _, errs := exec([]string{"./noexec"}, 0); res.ExitCode != 126 || !strings.Contains(errs, "permission denied") {
+		t.Errorf("command not executable: exit %d, stderr %q", res.ExitCode, errs)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(ahead) != 2 || !ahead[0] || !ahead[1] {
-		t.Errorf("forked ahead per exec: %v, want both", ahead)
+	if len(ahead) != 3 || !ahead[0] || !ahead[1] || !ahead[2] {
+		t.Errorf("forked ahead per exec: %v, want all", ahead)
 	}
 }

@@ -236,20 +236,15 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, st *stub, m *marks) initR
 	if st != nil {
 		m.add("fork")
 		start := time.Now()
-		pid, err := st.start(stubOrder{Bin: bin, Argv: cfg.Argv, Env: env, Dir: cfg.Dir, UID: cfg.UID, GID: cfg.GID,
+		err := st.send(stubOrder{Bin: bin, Argv: cfg.Argv, Env: env, Dir: cfg.Dir, UID: cfg.UID, GID: cfg.GID,
 			Nofile: cfg.RlimitNofile, AS: cfg.RlimitAS, Nproc: cfg.RlimitNproc}, ownNice())
 		m.add("forked")
-		var exe *os.SyscallError
-		switch {
-		case errors.As(err, &exe):
-			st.discard()
-			return notStarted(cfg.Argv[0], exe.Err)
-		case err != nil:
+		if err != nil {
 			st.discard()
 			return initReport{Error: "start the command from its stub forked ahead: " + err.Error()}
 		}
 		_ = keepOnlyKill()
-		return reap(cfg, pid, start, m)
+		return reap(cfg, 0, st, start, m)
 	}
 	if !ahead {
 		if err := dropPrivileges(); err != nil {
@@ -319,7 +314,7 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, st *stub, m *marks) initR
 	// From here on the init only signals and reaps: on this thread it keeps
 	// CAP_KILL alone, which it needs for a command running as another uid.
 	_ = keepOnlyKill()
-	return reap(cfg, pid, start, m)
+	return reap(cfg, pid, nil, start, m)
 }
 
 // stubTakes reports whether a stub can set the exec's limits: it cannot
@@ -340,8 +335,11 @@ func stubTakes(cfg *initConfig) bool {
 
 // reap waits for the command pid, started at start, and everything else
 // in the namespace, killing what the command leaves behind, or everything
-// once the exec's timeout fires, and reports how the command ended.
-func reap(cfg *initConfig, pid int, start time.Time, m *marks) initReport {
+// once the exec's timeout fires, and reports how the command ended. With
+// st, the command is the one st starts, whose pid st reports when it exits
+// (pid is 0 until then): the init waits for the command's end at once,
+// not for the stub's report first.
+func reap(cfg *initConfig, pid int, st *stub, start time.Time, m *marks) initReport {
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(cfg.Timeout, func() {
 		timedOut.Store(true)
@@ -351,6 +349,15 @@ func reap(cfg *initConfig, pid int, start time.Time, m *marks) initReport {
 
 	var status unix.WaitStatus
 	var end time.Time
+	var early map[int]unix.WaitStatus // reaped before st's report named the command
+	var failed *initReport            // st could not start the command
+	ended := func(ws unix.WaitStatus) {
+		end = time.Now()
+		m.add("exit")
+		status = ws
+		// The command is done; whatever it left behind goes with it.
+		_ = unix.Kill(-1, unix.SIGKILL)
+	}
 	for {
 		var ws unix.WaitStatus
 		wpid, err := unix.Wait4(-1, &ws, 0, nil)
@@ -360,15 +367,37 @@ func reap(cfg *initConfig, pid int, start time.Time, m *marks) initReport {
 		if err != nil { // ECHILD: the namespace is empty
 			break
 		}
-		if wpid == pid {
-			end = time.Now()
-			m.add("exit")
-			status = ws
-			// The command is done; whatever it left behind goes with it.
-			_ = unix.Kill(-1, unix.SIGKILL)
+		switch {
+		case st != nil && wpid == st.pid:
+			var serr error
+			pid, serr = st.started()
+			st = nil
+			var exe *os.SyscallError
+			switch {
+			case errors.As(serr, &exe):
+				r := notStarted(cfg.Argv[0], exe.Err)
+				failed = &r
+			case serr != nil && timedOut.Load(): // killed before it reported
+				ended(unix.WaitStatus(unix.SIGKILL))
+			case serr != nil:
+				failed = &initReport{Error: "start the command from its stub forked ahead: " + serr.Error()}
+			}
+			if ews, ok := early[pid]; ok && serr == nil {
+				ended(ews)
+			}
+		case st != nil:
+			if early == nil {
+				early = map[int]unix.WaitStatus{}
+			}
+			early[wpid] = ws
+		case wpid == pid:
+			ended(ws)
 		}
 	}
 	m.add("reaped")
+	if failed != nil {
+		return *failed
+	}
 	r := initReport{Started: true, Command: end.Sub(start), TimedOut: timedOut.Load()}
 	switch {
 	case status.Signaled():
