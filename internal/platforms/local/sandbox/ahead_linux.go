@@ -37,9 +37,9 @@ const (
 )
 
 func init() {
-	// The stub's main goroutine stays on the main thread, whose thread id
-	// is the process id: the init sets that thread's priority before the
-	// stub execs (the command is the thread that calls execve).
+	// The stub's main goroutine stays on one thread, the main one: the
+	// filter and no_new_privs are that thread's alone, and the command is
+	// forked from it.
 	if len(os.Args) > 0 && os.Args[0] == stubArg0 {
 		runtime.LockOSThread()
 	}
@@ -97,7 +97,7 @@ type stubOrder struct {
 // execs this binary through /proc/self/exe, which the sandbox's /proc
 // resolves to it whatever the new root shows.
 func forkAhead(ns int, r IDRange) (*stub, error) {
-	// The stub gets fds 0, 1, 2 and its order pipe and nothing else (the
+	// The stub gets fds 0, 1, 2 and its two pipes and nothing else (the
 	// init's own, such as the launcher's user namespace, stay here).
 	if err := cloexec.All(); err != nil {
 		return nil, fmt.Errorf("fork ahead: %w", err)
@@ -113,7 +113,7 @@ func forkAhead(ns int, r IDRange) (*stub, error) {
 		return nil, fmt.Errorf("fork ahead: %w", err)
 	}
 	defer rw.Close()
-	// One P: fewer threads for execve to end (each must run to exit).
+	// One P: a stub needs no more, and has fewer threads to renice.
 	env := []string{"HOME=/", "GOMAXPROCS=1"}
 	filtered := false
 	if v := os.Getenv(seccompEnv); v != "" {
@@ -242,7 +242,11 @@ func stubRun() stubReport {
 	unix.Umask(0o022)
 	pid, err := syscall.ForkExec(o.Bin, o.Argv, &syscall.ProcAttr{
 		Dir: o.Dir, Env: o.Env, Files: []uintptr{0, 1, 2},
-		Sys: &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(o.UID), Gid: uint32(o.GID), Groups: []uint32{}}},
+		Sys: &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: uint32(o.UID), Gid: uint32(o.GID), Groups: []uint32{}},
+			// Its own process group, as a command the init forks has.
+			Setpgid: true,
+		},
 	})
 	var errno syscall.Errno
 	switch {

@@ -21,8 +21,8 @@ import (
 // process ahead, and the command it execs has what a fork at exec time
 // gives: the mapping, the uid and gid asked for, no_new_privs, the filter
 // (a clone into a new user namespace refused with EPERM), the working
-// directory, the open files limit, the umask and the init's priority rather
-// than the pool's; a command that is not found is 127, one the stub cannot
+// directory, the open files limit, the umask, a process group of its own
+// and the init's priority rather than the pool's; a command that is not found is 127, one the stub cannot
 // exec 126. Without a user
 // namespace for the workspace (a stub cannot take it), the init forks at
 // exec time.
@@ -73,9 +73,10 @@ func TestForkAhead(t *testing.T) {
 	ahead = nil
 	mu.Unlock()
 	res, out, errs := exec(platforms.ShellArgv(`cat /proc/self/uid_map | tr -s ' '; id -u; id -g; pwd; ulimit -n; umask; nice
+		[ "$(ps -o pgid= -p $$ | tr -d ' ')" = $$ ] && echo own-group
 		grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -d '\t'
 		case $(unshare -U true 2>&1) in *"not permitted"*) echo refused;; esac`), 1000)
-	want := " 0 2000000000 65536\n1000\n1000\n/workspace\n512\n0022\n0\nNoNewPrivs:1\nSeccomp:2\nrefused\n"
+	want := " 0 2000000000 65536\n1000\n1000\n/workspace\n512\n0022\n0\nown-group\nNoNewPrivs:1\nSeccomp:2\nrefused\n"
 	if res.ExitCode != 0 || out != want || res.UserNamespace != r.String() {
 		t.Errorf("exit %d, user namespace %q, stdout %q (want %q), stderr %q", res.ExitCode, res.UserNamespace, out, want, errs)
 	}
