@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 
 import layerfs
 
@@ -25,14 +26,28 @@ def _until(stream, want):
     raise AssertionError(f"stream ended at {mirror}, want {want}")
 
 
+def _host_write(mount, name, text):
+    """Creates a file in a workspace's mount as a host process can: as the
+    uid that owns the mount. (On a local workspace of the overlay data path
+    the mount shows the sandboxes' user namespace ids, and only those can
+    create files there.) The directory is opened here, as root, and reached
+    through /proc/self/fd, so that its parents need not be searchable."""
+    st = os.stat(mount)
+    fd = os.open(mount, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        subprocess.run(["sh", "-c", 'printf %s "$1" > "/proc/self/fd/$2/$3"', "sh", text, str(fd), name],
+                       user=st.st_uid, group=st.st_gid, extra_groups=[], pass_fds=[fd], check=True)
+    finally:
+        os.close(fd)
+
+
 def test_watch(client, project):
     ws = client.workspaces.create(project)
     with ws.watch(timeout=120) as events:
         ws.exec("mkdir -p src && echo hi > src/a.txt && mv src/a.txt src/b.txt")
         _until(events, {"src": "dir", "src/b.txt": "file"})
         ws.files.write("api.txt", "from the API")
-        with open(os.path.join(ws.info.mount_path, "host.txt"), "w") as f:
-            f.write("from the host")
+        _host_write(ws.info.mount_path, "host.txt", "from the host")
         _until(events, {"api.txt": "file", "host.txt": "file"})
         with ws.watch("src", timeout=120) as sub:
             ws.exec("echo 1 > top.txt && echo 2 > src/c.txt")
