@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/client"
@@ -209,4 +210,28 @@ func TestMeasureEvents(t *testing.T) {
 	writeTime := time.Since(start)
 	t.Logf("burst of %d creates by %d writers: %d events delivered, %d dropped, in %v: %.0f events/s (the writers were done after %v)",
 		files, writers, seen, dropped, all.Round(time.Millisecond), float64(seen)/all.Seconds(), writeTime.Round(time.Millisecond))
+}
+
+// TestHostWritesWithoutUserNamespace: a daemon started with
+// --no-user-namespace gives local overlay workspaces plain layers, so the
+// host's root creates files in the mount under its own ids, and the
+// receipt says the exec had no user namespace of its own.
+func TestHostWritesWithoutUserNamespace(t *testing.T) {
+	d := daemontest.Start(t, "--no-user-namespace")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, d.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.CreateProject(ctx, wire.CreateProject{Name: "plain"})
+	require.NoError(t, err)
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "plain", Branch: "main"})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(ws.MountPath(), "host.txt"), []byte("from the host"), 0o644))
+	res, err := ws.Exec(ctx, "stat -c %u:%g host.txt", client.ExecOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
+	assert.Equal(t, "0:0\n", string(res.Stdout))
+	require.NotNil(t, res.Receipt)
+	assert.Contains(t, res.Receipt.UserNamespace, "none")
 }

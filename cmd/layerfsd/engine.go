@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"layerfs.dev/layerfs/internal/api"
 	"layerfs.dev/layerfs/internal/engine"
@@ -30,7 +29,7 @@ var _ daemonEngine = (*engine.Engine)(nil)
 
 // newEngine brings up the named platforms and builds the engine over the
 // Store. down takes the platforms down again (after the engine's Shutdown).
-func newEngine(ctx context.Context, db *store.DB, names []string, dataPath string, log *slog.Logger) (daemonEngine, func(context.Context) error, error) {
+func newEngine(ctx context.Context, db *store.DB, names []string, dataPath string, hostOpts host.Options) (daemonEngine, func(context.Context) error, error) {
 	var plats []platforms.Platform
 	down := func(ctx context.Context) error {
 		var errs []error
@@ -40,7 +39,7 @@ func newEngine(ctx context.Context, db *store.DB, names []string, dataPath strin
 		return errors.Join(errs...)
 	}
 	for _, n := range names {
-		p, err := host.New(n, log)
+		p, err := host.New(n, hostOpts)
 		if err != nil {
 			return nil, down, usageError{fmt.Errorf("--platform: %w", err)}
 		}
@@ -49,7 +48,7 @@ func newEngine(ctx context.Context, db *store.DB, names []string, dataPath strin
 		}
 		plats = append(plats, p)
 	}
-	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: plats, DataPath: dataPath, Logger: log})
+	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: plats, DataPath: dataPath, Logger: hostOpts.Logger})
 	if err != nil {
 		return nil, down, err
 	}

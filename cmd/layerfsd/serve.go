@@ -22,6 +22,7 @@ import (
 	"layerfs.dev/layerfs/internal/api"
 	"layerfs.dev/layerfs/internal/engine"
 	lfs "layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/platforms/host"
 	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/internal/tokenfile"
 	"layerfs.dev/layerfs/wire"
@@ -42,6 +43,7 @@ type serveFlags struct {
 	grace     time.Duration
 	platforms []string
 	dataPath  string
+	noUserNS  bool
 	logLevel  string
 	maxUpload int64
 	supervise bool
@@ -75,6 +77,7 @@ func serveCmd() *cobra.Command {
 	fl.DurationVar(&f.idleExit, "idle-exit", 0, "exit after this long without requests and without workspaces (0: never)")
 	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running execs may take before they are killed")
 	fl.StringSliceVar(&f.platforms, "platform", []string{"local"}, "sandbox platforms to bring up; the first is the default")
+	fl.BoolVar(&f.noUserNS, "no-user-namespace", false, "run local sandboxes in the host's user namespace (uid 0 without capabilities) instead of one of their own; host processes can then create files in local overlay workspaces' mounts under their own ids")
 	fl.StringVar(&f.dataPath, "data-path", "overlay", "data path of workspaces that name none: overlay (kernel overlayfs over a FUSE view of the commit; fuse, saying why, where the host cannot or the base has hard links), or fuse")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Int64Var(&f.maxUpload, "max-upload", api.DefaultMaxUpload, "largest accepted upload in bytes")
@@ -164,7 +167,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		}
 	}()
 
-	eng, down, err := newEngine(ctx, db, f.platforms, f.dataPath, log)
+	eng, down, err := newEngine(ctx, db, f.platforms, f.dataPath, host.Options{Logger: log, NoUserNamespace: f.noUserNS})
 	defer func() {
 		// Platforms go down last, after every workspace is unmounted.
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)

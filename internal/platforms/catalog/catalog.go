@@ -39,7 +39,7 @@ func New(name string, o Options) (platforms.Platform, error) {
 		o.Project = "default"
 	}
 	if slices.Contains(host.Names, name) {
-		return host.New(name, o.Logger)
+		return host.New(name, host.Options{Logger: o.Logger})
 	}
 	switch name {
 	case "lima":

@@ -14,9 +14,21 @@ import (
 // Names lists the host platforms, the default first.
 var Names = []string{"local", "docker"}
 
-// New makes the host platform called name, logging to log (nil: discard);
-// it is not Up yet.
-func New(name string, log *slog.Logger) (platforms.Platform, error) {
+// Options are the settings of the host platforms.
+type Options struct {
+	// Logger receives the platforms' events; nil discards them.
+	Logger *slog.Logger
+	// NoUserNamespace runs local sandboxes in the host's user namespace
+	// (uid 0 without capabilities). A local overlay workspace then has
+	// plain layers, so host processes create files in its mount under
+	// their own ids; with a user namespace only ids of the sandboxes'
+	// range can (docs/security.md, "User namespaces").
+	NoUserNamespace bool
+}
+
+// New makes the host platform called name; it is not Up yet.
+func New(name string, o Options) (platforms.Platform, error) {
+	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -25,7 +37,7 @@ func New(name string, log *slog.Logger) (platforms.Platform, error) {
 	case "local":
 		// The small init binary installed beside this one, when there is
 		// one, is re-executed much faster than this binary.
-		return local.New(local.Options{Exe: sandbox.InitBinary(), Logger: log}), nil
+		return local.New(local.Options{Exe: sandbox.InitBinary(), NoUserNamespace: o.NoUserNamespace, Logger: log}), nil
 	case "docker":
 		return docker.New(docker.Options{Logger: log}), nil
 	}
