@@ -13,6 +13,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/engine"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/local"
@@ -48,23 +51,17 @@ func onBothPaths(t *testing.T, f func(t *testing.T, path string)) {
 func newEngineOn(t *testing.T, path string) (*engine.Engine, *store.DB) {
 	t.Helper()
 	testenv.RequireFUSE(t)
+	// Not t.Context(): the engine and the platform outlive the test body,
+	// their Shutdown and Down run in a cleanup.
 	ctx := context.Background()
 	db, err := store.Init(ctx, filepath.Join(t.TempDir(), "store"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := local.New(local.Options{})
-	if err := p.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.Up(ctx))
 	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{p}, DataPath: path})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() {
-		if err := e.Shutdown(context.Background()); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
+		assert.NoError(t, e.Shutdown(context.Background()), "shutdown")
 		p.Down(context.Background())
 		db.Close()
 	})
@@ -74,10 +71,8 @@ func newEngineOn(t *testing.T, path string) (*engine.Engine, *store.DB) {
 func run(t *testing.T, e *engine.Engine, id, body string) (string, wire.ExecResult) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	res, err := e.Exec(context.Background(), id, wire.ExecRequest{Body: body}, &out, &errb)
-	if err != nil {
-		t.Fatalf("exec %q: %v", body, err)
-	}
+	res, err := e.Exec(t.Context(), id, wire.ExecRequest{Body: body}, &out, &errb)
+	require.NoError(t, err, "exec %q", body)
 	if res.ExitCode != 0 {
 		t.Fatalf("exec %q: exit %d, stderr %q", body, res.ExitCode, errb.String())
 	}
@@ -88,14 +83,11 @@ func TestWorkspaceLifecycle(t *testing.T) { onBothPaths(t, testWorkspaceLifecycl
 
 func testWorkspaceLifecycle(t *testing.T, path string) {
 	e, _ := newEngineOn(t, path)
-	ctx := context.Background()
-	if _, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"}); err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	_, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	require.NoError(t, err)
 	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if ws.State != wire.StateMounted || !strings.HasPrefix(ws.DataPath, path+": ") {
 		t.Fatalf("workspace %+v, want data path %s", ws, path)
 	}
@@ -116,15 +108,11 @@ func testWorkspaceLifecycle(t *testing.T, path string) {
 		t.Fatalf("download: %q %d %v", buf.String(), n, err)
 	}
 	st, err := e.WorkspaceStatus(ctx, ws.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(st.Changes) == 0 || st.UpperBytes == 0 {
 		t.Fatalf("status shows no change: %+v", st)
 	}
-	if err := e.EndWorkspace(ctx, ws.ID, false); !errors.Is(err, errclass.Uncommitted) {
-		t.Fatalf("end with changes: %v, want errclass.Uncommitted", err)
-	}
+	require.ErrorIs(t, e.EndWorkspace(ctx, ws.ID, false), errclass.Uncommitted, "end with changes")
 	cr, err := e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{Message: "add a"})
 	if err != nil || cr.Result != wire.Created {
 		t.Fatalf("commit: %+v %v", cr, err)
@@ -148,48 +136,35 @@ func testWorkspaceLifecycle(t *testing.T, path string) {
 	if cr3, err := e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{}); err != nil || cr3.Result != wire.UpToDate {
 		t.Fatalf("commit without changes: %+v %v", cr3, err)
 	}
-	if err := e.EndWorkspace(ctx, ws.ID, false); err != nil {
-		t.Fatalf("end after commit: %v", err)
-	}
-	if _, err := os.Stat(ws.MountPath); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("mount path left behind: %v", err)
-	}
+	require.NoError(t, e.EndWorkspace(ctx, ws.ID, false), "end after commit")
+	_, err = os.Stat(ws.MountPath)
+	require.ErrorIs(t, err, os.ErrNotExist, "mount path left behind")
 
 	// Fork from the first commit and find the file as it was then.
-	if _, err := e.ForkBranch(ctx, "p", wire.ForkBranch{Name: "fix", From: cr.Commit}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = e.ForkBranch(ctx, "p", wire.ForkBranch{Name: "fix", From: cr.Commit})
+	require.NoError(t, err)
 	ws2, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "fix"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if out, _ := run(t, e, ws2.ID, "cat src/a.txt"); out != "hello\n" {
 		t.Fatalf("forked workspace reads %q", out)
 	}
-	if err := e.EndWorkspace(ctx, ws2.ID, false); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.EndWorkspace(ctx, ws2.ID, false))
 }
 
 func TestIsolationAndHeadMoved(t *testing.T) { onBothPaths(t, testIsolationAndHeadMoved) }
 
 func testIsolationAndHeadMoved(t *testing.T, path string) {
 	e, _ := newEngineOn(t, path)
-	ctx := context.Background()
+	ctx := t.Context()
 	e.CreateProject(ctx, wire.CreateProject{Name: "p"})
 	a, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	run(t, e, a.ID, "echo a > only-a")
 	run(t, e, b.ID, "echo b > only-b; test ! -e only-a")
-	if _, err := e.CommitWorkspace(ctx, a.ID, wire.CommitRequest{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = e.CommitWorkspace(ctx, a.ID, wire.CommitRequest{})
+	require.NoError(t, err)
 	r, err := e.CommitWorkspace(ctx, b.ID, wire.CommitRequest{})
 	if err != nil || r.Result != wire.HeadMoved || r.Commit == "" || r.Head == r.Commit {
 		t.Fatalf("commit after the head moved: %+v %v", r, err)
@@ -198,24 +173,17 @@ func testIsolationAndHeadMoved(t *testing.T, path string) {
 	if out, _ := run(t, e, b.ID, "cat only-b"); out != "b\n" {
 		t.Fatalf("after head-moved the workspace reads %q", out)
 	}
-	if err := e.EndWorkspace(ctx, b.ID, false); !errors.Is(err, errclass.Uncommitted) {
-		t.Fatalf("end after head-moved: %v", err)
-	}
+	require.ErrorIs(t, e.EndWorkspace(ctx, b.ID, false), errclass.Uncommitted, "end after head-moved")
 	// The stored commit can be forked.
-	if _, err := e.ForkBranch(ctx, "p", wire.ForkBranch{Name: "b-work", From: r.Commit}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.EndWorkspace(ctx, b.ID, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.EndWorkspace(ctx, a.ID, true); err != nil {
-		t.Fatal(err)
-	}
+	_, err = e.ForkBranch(ctx, "p", wire.ForkBranch{Name: "b-work", From: r.Commit})
+	require.NoError(t, err)
+	require.NoError(t, e.EndWorkspace(ctx, b.ID, true))
+	require.NoError(t, e.EndWorkspace(ctx, a.ID, true))
 }
 
 func TestBadRequests(t *testing.T) {
 	e, _ := newEngine(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	e.CreateProject(ctx, wire.CreateProject{Name: "p"})
 	for _, spec := range []wire.WorkspaceSpec{
 		{Project: "nope", Branch: "main"},
@@ -232,9 +200,7 @@ func TestBadRequests(t *testing.T) {
 		}
 	}
 	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, req := range []wire.ExecRequest{
 		{},
 		{Body: "true", Argv: []string{"true"}},
@@ -242,16 +208,12 @@ func TestBadRequests(t *testing.T) {
 		{Body: "true", Dir: "../etc"},
 		{Body: "true", Env: []string{"NOEQUALS"}},
 	} {
-		if _, err := e.Exec(ctx, ws.ID, req, nil, nil); !errors.Is(err, errclass.Invalid) {
-			t.Errorf("exec %+v: %v, want errclass.Invalid", req, err)
-		}
+		_, err := e.Exec(ctx, ws.ID, req, nil, nil)
+		assert.ErrorIs(t, err, errclass.Invalid, "exec %+v", req)
 	}
-	if _, err := e.Exec(ctx, "ws-nope", wire.ExecRequest{Body: "true"}, nil, nil); !errors.Is(err, errclass.NotFound) {
-		t.Errorf("exec in an unknown workspace: %v", err)
-	}
-	if err := e.WriteFile(ctx, ws.ID, "../x", 0o644, strings.NewReader("x")); !errors.Is(err, errclass.Invalid) {
-		t.Errorf("upload with ..: %v", err)
-	}
+	_, err = e.Exec(ctx, "ws-nope", wire.ExecRequest{Body: "true"}, nil, nil)
+	assert.ErrorIs(t, err, errclass.NotFound, "exec in an unknown workspace")
+	assert.ErrorIs(t, e.WriteFile(ctx, ws.ID, "../x", 0o644, strings.NewReader("x")), errclass.Invalid, "upload with ..")
 	st, _ := e.WorkspaceStatus(ctx, ws.ID)
 	if len(st.Changes) != 0 {
 		t.Errorf("refused requests changed the workspace: %+v", st.Changes)
@@ -269,57 +231,42 @@ func TestBadRequests(t *testing.T) {
 
 func TestNativeWorkspace(t *testing.T) {
 	e, _ := newEngine(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Native: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	run(t, e, ws.ID, "echo x > f")
 	if b, err := os.ReadFile(filepath.Join(ws.MountPath, "f")); err != nil || string(b) != "x\n" {
 		t.Fatalf("native file %q %v", b, err)
 	}
-	if _, err := e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{}); !errors.Is(err, errclass.Invalid) {
-		t.Fatalf("commit of a native workspace: %v", err)
-	}
-	if err := e.EndWorkspace(ctx, ws.ID, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(ws.MountPath); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("native directory left: %v", err)
-	}
+	_, err = e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{})
+	require.ErrorIs(t, err, errclass.Invalid, "commit of a native workspace")
+	require.NoError(t, e.EndWorkspace(ctx, ws.ID, false))
+	_, err = os.Stat(ws.MountPath)
+	require.ErrorIs(t, err, os.ErrNotExist, "native directory left")
 }
 
 func TestRemountKeepsChanges(t *testing.T) { onBothPaths(t, testRemountKeepsChanges) }
 
 func testRemountKeepsChanges(t *testing.T, path string) {
 	e, db := newEngineOn(t, path)
-	ctx := context.Background()
+	ctx := t.Context()
 	e.CreateProject(ctx, wire.CreateProject{Name: "p"})
 	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	run(t, e, ws.ID, "echo kept > k; mkdir d; echo 1 > d/one")
-	if _, err := e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{})
+	require.NoError(t, err)
 	run(t, e, ws.ID, "echo later > l; rm d/one")
 	// A new engine on the same store, as a restarted daemon, after this one
 	// stopped serving without ending the workspace.
-	if err := e.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.Shutdown(ctx))
 	p := local.New(local.Options{})
 	p.Up(ctx)
 	defer p.Down(ctx)
 	e2, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{p}, DataPath: path})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer e2.Shutdown(ctx)
-	if err := e2.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e2.Recover(ctx))
 	if out, _ := run(t, e2, ws.ID, "cat k l; test ! -e d/one && echo gone"); out != "kept\nlater\ngone\n" {
 		t.Fatalf("after remount: %q", out)
 	}
@@ -328,9 +275,7 @@ func testRemountKeepsChanges(t *testing.T, path string) {
 		t.Fatalf("commit after remount: %+v %v", r, err)
 	}
 	page, err := e2.Diff(ctx, "p", "layer:1", "main", "", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	got := []string{}
 	for _, c := range page.Changes {
 		got = append(got, c.Kind+" "+c.Path)
@@ -341,9 +286,7 @@ func testRemountKeepsChanges(t *testing.T, path string) {
 	if rep, err := e2.Fsck(ctx); err != nil || !rep.OK {
 		t.Fatalf("fsck: %+v %v", rep, err)
 	}
-	if err := e2.EndWorkspace(ctx, ws.ID, false); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e2.EndWorkspace(ctx, ws.ID, false))
 }
 
 // TestExecIsolation checks from inside an exec what must be out of reach:
@@ -353,27 +296,19 @@ func testRemountKeepsChanges(t *testing.T, path string) {
 // workspace keeps being served.
 func TestExecIsolation(t *testing.T) {
 	e, db := newEngine(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	e.CreateProject(ctx, wire.CreateProject{Name: "p"})
 	a, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	run(t, e, b.ID, "echo secret-b > in-b")
 	sock := filepath.Join(db.Dir(), "layerfsd.sock")
 	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer tcp.Close()
 	go func() {
 		for {
@@ -402,9 +337,7 @@ func TestExecIsolation(t *testing.T) {
 		"raising privileges": "grep -q '^CapEff:.*[1-9a-f]' /proc/self/status && grep -Eq '^ *0 +0 ' /proc/self/uid_map",
 	} {
 		res, err := e.Exec(ctx, a.ID, wire.ExecRequest{Body: probe, TimeoutMs: 20000}, io.Discard, io.Discard)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
+		require.NoError(t, err, what)
 		if res.ExitCode == 0 {
 			t.Errorf("%s is reachable from a sandbox (probe %q succeeded)", what, probe)
 		}
@@ -423,8 +356,7 @@ func TestExecIsolation(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			res, err := e.Exec(ctx, a.ID, hog, io.Discard, io.Discard)
-			if err != nil {
-				t.Errorf("hog %q: %v", hog.Body, err)
+			if !assert.NoError(t, err, "hog %q", hog.Body) {
 				return
 			}
 			if hog.MemoryBytes > 0 && res.ExitCode == 0 {
@@ -442,9 +374,7 @@ func TestExecIsolation(t *testing.T) {
 		t.Fatalf("after the hogs: %q", out)
 	}
 	for _, w := range []string{a.ID, b.ID} {
-		if err := e.EndWorkspace(ctx, w, true); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, e.EndWorkspace(ctx, w, true))
 	}
 }
 
@@ -454,13 +384,10 @@ func TestExecIsolation(t *testing.T) {
 func TestHardLinkedBase(t *testing.T) {
 	e, _ := newEngineOn(t, wire.DataPathOverlay)
 	ctx := t.Context()
-	if _, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	require.NoError(t, err)
 	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if !strings.HasPrefix(ws.DataPath, wire.DataPathOverlay+": ") {
 		t.Fatalf("a base without hard links: data path %q, want overlay", ws.DataPath)
 	}
@@ -472,20 +399,14 @@ func TestHardLinkedBase(t *testing.T) {
 	if out, _ := run(t, e, ws.ID, "echo two > a && cat b"); out != "two\n" {
 		t.Fatalf("through b after writing a, on the workspace that made the link: %q", out)
 	}
-	if err := e.EndWorkspace(ctx, ws.ID, true); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.EndWorkspace(ctx, ws.ID, true))
 	ws, err = e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if !strings.HasPrefix(ws.DataPath, wire.DataPathFUSE+": ") || !strings.Contains(ws.DataPath, "hard-linked") {
 		t.Fatalf("a base with hard links: data path %q, want fuse and why", ws.DataPath)
 	}
 	if out, _ := run(t, e, ws.ID, "echo three > a && cat b && stat -c %h b"); out != "three\n2\n" {
 		t.Fatalf("through b after writing a: %q", out)
 	}
-	if err := e.EndWorkspace(ctx, ws.ID, true); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.EndWorkspace(ctx, ws.ID, true))
 }

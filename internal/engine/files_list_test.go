@@ -1,12 +1,13 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/wire/errclass"
 )
@@ -19,7 +20,7 @@ func TestListPages(t *testing.T) {
 		os.MkdirAll(filepath.Join(ws, filepath.Dir(p)), 0o755)
 		os.WriteFile(filepath.Join(ws, p), []byte(p), 0o644)
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, recursive := range []bool{false, true} {
 		whole, err := listBelow(ctx, root, "", recursive, "", 0)
 		if err != nil || whole.Next != "" {
@@ -29,8 +30,8 @@ func TestListPages(t *testing.T) {
 		for _, e := range whole.Entries {
 			want = append(want, e.Path)
 		}
-		if recursive && !slices.Equal(want, []string{"a", "a/x", "a/x/1", "a/x/2", "a/y", "abs-out", "b", "c", "c/d", "c/d/e", "c/d/e/f", "in-link", "rel-out", "sub", "sub/inside", "sub/z"}) {
-			t.Fatalf("recursive order: %q", want)
+		if recursive {
+			require.Equal(t, []string{"a", "a/x", "a/x/1", "a/x/2", "a/y", "abs-out", "b", "c", "c/d", "c/d/e", "c/d/e/f", "in-link", "rel-out", "sub", "sub/inside", "sub/z"}, want, "recursive order")
 		}
 		for limit := 1; limit <= len(want); limit++ {
 			var got []string
@@ -40,9 +41,7 @@ func TestListPages(t *testing.T) {
 					t.Fatalf("limit %d: paging does not end", limit)
 				}
 				page, err := listBelow(ctx, root, "", recursive, cursor, limit)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				for _, e := range page.Entries {
 					got = append(got, e.Path)
 				}
@@ -51,9 +50,7 @@ func TestListPages(t *testing.T) {
 				}
 				cursor = page.Next
 			}
-			if !slices.Equal(got, want) {
-				t.Errorf("recursive=%v limit %d: got %q, want %q", recursive, limit, got, want)
-			}
+			assert.Equal(t, want, got, "recursive=%v limit %d", recursive, limit)
 		}
 	}
 }
@@ -62,7 +59,7 @@ func TestListPages(t *testing.T) {
 // listing through a symlink that leaves, or with "..", is refused.
 func TestListStatStayInside(t *testing.T) {
 	_, _, root := workspaceWithTraps(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	fi, err := statBelow(root, "abs-out")
 	if err != nil || fi.Type != "symlink" || fi.Target == "" {
 		t.Errorf("stat abs-out = %+v, %v", fi, err)
@@ -78,15 +75,12 @@ func TestListStatStayInside(t *testing.T) {
 			t.Errorf("list %s: %+v, %v (want refused)", p, page, err)
 		}
 	}
-	if _, err := statBelow(root, "rel-out/secret"); !errors.Is(err, errclass.Invalid) {
-		t.Errorf("stat through rel-out: %v", err)
-	}
-	if _, err := statBelow(root, "missing"); !errors.Is(err, errclass.NotFound) {
-		t.Errorf("stat missing: %v", err)
-	}
-	if _, err := listBelow(ctx, root, "sub/inside", false, "", 0); !errors.Is(err, errclass.Invalid) {
-		t.Errorf("list of a file: %v", err)
-	}
+	_, err = statBelow(root, "rel-out/secret")
+	assert.ErrorIs(t, err, errclass.Invalid, "stat through rel-out")
+	_, err = statBelow(root, "missing")
+	assert.ErrorIs(t, err, errclass.NotFound, "stat missing")
+	_, err = listBelow(ctx, root, "sub/inside", false, "", 0)
+	assert.ErrorIs(t, err, errclass.Invalid, "list of a file")
 	// A symlink to a directory inside is followed only when named as the
 	// listed directory, and a recursive walk does not descend through one.
 	page, err := listBelow(ctx, root, "in-link", false, "", 0)

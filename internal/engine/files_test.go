@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/wire/errclass"
@@ -22,9 +24,7 @@ func fileTree(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	m := map[string]string{}
 	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		rel, _ := filepath.Rel(dir, p)
 		switch {
 		case fi.Mode()&os.ModeSymlink != 0:
@@ -41,18 +41,6 @@ func fileTree(t *testing.T, dir string) map[string]string {
 	return m
 }
 
-func sameTree(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
 // workspaceWithTraps makes a workspace directory holding symlinks that point
 // outside it, and a secret outside.
 func workspaceWithTraps(t *testing.T) (ws, outside string, root int) {
@@ -61,9 +49,7 @@ func workspaceWithTraps(t *testing.T) (ws, outside string, root int) {
 	ws = filepath.Join(base, "ws")
 	outside = filepath.Join(base, "outside")
 	for _, d := range []string{ws, outside, filepath.Join(ws, "sub")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(d, 0o755))
 	}
 	os.WriteFile(filepath.Join(outside, "secret"), []byte("s3cret"), 0o600)
 	os.WriteFile(filepath.Join(ws, "sub", "inside"), []byte("ok"), 0o644)
@@ -71,9 +57,7 @@ func workspaceWithTraps(t *testing.T) (ws, outside string, root int) {
 	os.Symlink("../outside", filepath.Join(ws, "rel-out"))
 	os.Symlink("sub", filepath.Join(ws, "in-link"))
 	fd, err := rootDir(ws)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { unix.Close(fd) })
 	return ws, outside, fd
 }
@@ -97,8 +81,8 @@ func TestCleanRel(t *testing.T) {
 		if tc.bad != (err != nil) || (!tc.bad && got != tc.want) {
 			t.Errorf("cleanRel(%q) = %q, %v; want %q, bad=%v", tc.in, got, err, tc.want, tc.bad)
 		}
-		if tc.bad && !errors.Is(err, errclass.Invalid) {
-			t.Errorf("cleanRel(%q) error %v does not wrap errclass.Invalid", tc.in, err)
+		if tc.bad {
+			assert.ErrorIs(t, err, errclass.Invalid, "cleanRel(%q)", tc.in)
 		}
 	}
 }
@@ -107,19 +91,12 @@ func TestReadWriteRefuseEscapes(t *testing.T) {
 	ws, outside, root := workspaceWithTraps(t)
 	before := fileTree(t, filepath.Dir(ws))
 	for _, p := range []string{"abs-out/secret", "rel-out/secret", "abs-out/new", "rel-out/new"} {
-		if _, _, err := openRegular(root, p); !errors.Is(err, errclass.Invalid) {
-			t.Errorf("read %q: got %v, want errclass.Invalid (escape)", p, err)
-		}
-		if err := writeFile(root, p, 0o644, strings.NewReader("x")); !errors.Is(err, errclass.Invalid) {
-			t.Errorf("write %q: got %v, want errclass.Invalid (escape)", p, err)
-		}
+		_, _, err := openRegular(root, p)
+		assert.ErrorIs(t, err, errclass.Invalid, "read %q (escape)", p)
+		assert.ErrorIs(t, writeFile(root, p, 0o644, strings.NewReader("x")), errclass.Invalid, "write %q (escape)", p)
 	}
-	if err := writeFile(root, "abs-out", 0o644, strings.NewReader("x")); err == nil {
-		t.Errorf("writing over a symlink must not follow it")
-	}
-	if !sameTree(before, fileTree(t, filepath.Dir(ws))) {
-		t.Fatalf("refused requests changed the disk")
-	}
+	assert.Error(t, writeFile(root, "abs-out", 0o644, strings.NewReader("x")), "writing over a symlink must not follow it")
+	require.Equal(t, before, fileTree(t, filepath.Dir(ws)), "refused requests changed the disk")
 	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "s3cret" {
 		t.Fatalf("secret changed: %q", b)
 	}
@@ -129,18 +106,14 @@ func TestReadWriteRefuseEscapes(t *testing.T) {
 		t.Fatalf("read through an inside symlink: %v size %d", err, size)
 	}
 	f.Close()
-	if err := writeFile(root, "new/dir/file", 0o640, strings.NewReader("hello")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, writeFile(root, "new/dir/file", 0o640, strings.NewReader("hello")))
 	if b, err := os.ReadFile(filepath.Join(ws, "new/dir/file")); err != nil || string(b) != "hello" {
 		t.Fatalf("written file: %q %v", b, err)
 	}
-	if _, _, err := openRegular(root, "missing"); !errors.Is(err, errclass.NotFound) {
-		t.Fatalf("missing file: %v, want errclass.NotFound", err)
-	}
-	if _, _, err := openRegular(root, "sub"); !errors.Is(err, errclass.Invalid) {
-		t.Fatalf("reading a directory as a file: %v, want errclass.Invalid", err)
-	}
+	_, _, err = openRegular(root, "missing")
+	require.ErrorIs(t, err, errclass.NotFound, "missing file")
+	_, _, err = openRegular(root, "sub")
+	require.ErrorIs(t, err, errclass.Invalid, "reading a directory as a file")
 }
 
 type tarEntry struct {
@@ -160,9 +133,7 @@ func makeTar(t *testing.T, entries ...tarEntry) []byte {
 		if e.typ == tar.TypeDir {
 			h.Mode = 0o755
 		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, tw.WriteHeader(h))
 		io.WriteString(tw, e.body)
 	}
 	tw.Close()
@@ -184,35 +155,22 @@ func TestTarRefusesEscapesBeforeWriting(t *testing.T) {
 			ws, _, root := workspaceWithTraps(t)
 			before := fileTree(t, filepath.Dir(ws))
 			data := makeTar(t, good, bad)
-			err := checkTar(bytes.NewReader(data))
-			if !errors.Is(err, errclass.Invalid) {
-				t.Fatalf("checkTar: got %v, want errclass.Invalid", err)
-			}
-			if !sameTree(before, fileTree(t, filepath.Dir(ws))) {
-				t.Fatalf("disk changed")
-			}
+			require.ErrorIs(t, checkTar(bytes.NewReader(data)), errclass.Invalid, "checkTar")
+			require.Equal(t, before, fileTree(t, filepath.Dir(ws)), "disk changed")
 			_ = root
 		})
 	}
 	t.Run("entry below a symlink of the same archive", func(t *testing.T) {
 		data := makeTar(t, tarEntry{name: "l", link: "sub", typ: tar.TypeSymlink}, tarEntry{name: "l/x", body: "x", typ: tar.TypeReg})
-		if err := checkTar(bytes.NewReader(data)); !errors.Is(err, errclass.Invalid) {
-			t.Fatalf("got %v, want errclass.Invalid", err)
-		}
+		require.ErrorIs(t, checkTar(bytes.NewReader(data)), errclass.Invalid)
 	})
 	t.Run("extract through a workspace symlink that escapes", func(t *testing.T) {
 		ws, _, root := workspaceWithTraps(t)
 		before := fileTree(t, filepath.Join(filepath.Dir(ws), "outside"))
 		data := makeTar(t, tarEntry{name: "rel-out/x", body: "x", typ: tar.TypeReg})
-		if err := checkTar(bytes.NewReader(data)); err != nil {
-			t.Fatalf("checkTar cannot see the workspace: %v", err)
-		}
-		if err := extractTar(root, "", bytes.NewReader(data)); !errors.Is(err, errclass.Invalid) {
-			t.Fatalf("extract: got %v, want errclass.Invalid", err)
-		}
-		if !sameTree(before, fileTree(t, filepath.Join(filepath.Dir(ws), "outside"))) {
-			t.Fatalf("outside changed")
-		}
+		require.NoError(t, checkTar(bytes.NewReader(data)), "checkTar cannot see the workspace")
+		require.ErrorIs(t, extractTar(root, "", bytes.NewReader(data)), errclass.Invalid, "extract")
+		require.Equal(t, before, fileTree(t, filepath.Join(filepath.Dir(ws), "outside")), "outside changed")
 	})
 }
 
@@ -224,12 +182,8 @@ func TestTarRoundTrip(t *testing.T) {
 		tarEntry{name: "d/l", link: "f", typ: tar.TypeSymlink},
 		tarEntry{name: "d/h", link: "d/f", typ: tar.TypeLink},
 	)
-	if err := checkTar(bytes.NewReader(data)); err != nil {
-		t.Fatal(err)
-	}
-	if err := extractTar(root, "up", bytes.NewReader(data)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, checkTar(bytes.NewReader(data)))
+	require.NoError(t, extractTar(root, "up", bytes.NewReader(data)))
 	var a, b unix.Stat_t
 	unix.Stat(filepath.Join(ws, "up/d/f"), &a)
 	unix.Stat(filepath.Join(ws, "up/d/h"), &b)
@@ -244,9 +198,7 @@ func TestTarRoundTrip(t *testing.T) {
 		t.Errorf("directory mtime %v not restored", st.ModTime())
 	}
 	var out bytes.Buffer
-	if err := writeTar(root, "up/d", 0, &out); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, writeTar(root, "up/d", 0, &out))
 	tr := tar.NewReader(&out)
 	got := map[string]string{}
 	for {
@@ -254,22 +206,14 @@ func TestTarRoundTrip(t *testing.T) {
 		if err == io.EOF {
 			break
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		body, _ := io.ReadAll(tr)
 		got[h.Name] = string(h.Typeflag) + ":" + h.Linkname + ":" + string(body)
 	}
 	want := map[string]string{"d/": "5::", "d/f": "0::hello", "d/h": "0::hello", "d/l": "2:f:"}
-	if !sameTree(got, want) {
-		t.Fatalf("tar out = %v, want %v", got, want)
-	}
-	if err := writeTar(root, "abs-out", 0, io.Discard); err != nil {
-		t.Fatalf("a symlink itself is downloadable as a link: %v", err)
-	}
-	if err := writeTar(root, "abs-out/secret", 0, io.Discard); !errors.Is(err, errclass.Invalid) {
-		t.Fatalf("download through an escaping link: %v", err)
-	}
+	require.Equal(t, want, got, "tar out")
+	require.NoError(t, writeTar(root, "abs-out", 0, io.Discard), "a symlink itself is downloadable as a link")
+	require.ErrorIs(t, writeTar(root, "abs-out/secret", 0, io.Discard), errclass.Invalid, "download through an escaping link")
 }
 
 // failingReader delivers some bytes and then fails, like a client that
@@ -289,21 +233,11 @@ func TestFailedUploadLeavesFileAsItWas(t *testing.T) {
 	ws, _, root := workspaceWithTraps(t)
 	os.WriteFile(filepath.Join(ws, "keep"), []byte("original"), 0o644)
 	before := fileTree(t, ws)
-	if err := writeFile(root, "keep", 0o644, &failingReader{n: 1 << 20}); err == nil {
-		t.Fatal("a failed upload must report an error")
-	}
-	if err := writeFile(root, "new", 0o644, &failingReader{n: 10}); err == nil {
-		t.Fatal("a failed upload must report an error")
-	}
-	if !sameTree(before, fileTree(t, ws)) {
-		t.Fatalf("a failed upload changed the workspace:\n%v\n%v", before, fileTree(t, ws))
-	}
-	if err := writeFile(root, "sub", 0o644, strings.NewReader("x")); !errors.Is(err, errclass.Invalid) {
-		t.Fatalf("uploading over a directory: %v", err)
-	}
-	if err := writeFile(root, "keep", 0o600, strings.NewReader("new")); err != nil {
-		t.Fatal(err)
-	}
+	require.Error(t, writeFile(root, "keep", 0o644, &failingReader{n: 1 << 20}), "a failed upload must report an error")
+	require.Error(t, writeFile(root, "new", 0o644, &failingReader{n: 10}), "a failed upload must report an error")
+	require.Equal(t, before, fileTree(t, ws), "a failed upload changed the workspace")
+	require.ErrorIs(t, writeFile(root, "sub", 0o644, strings.NewReader("x")), errclass.Invalid, "uploading over a directory")
+	require.NoError(t, writeFile(root, "keep", 0o600, strings.NewReader("new")))
 	if st, _ := os.Stat(filepath.Join(ws, "keep")); st.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v, want 0600", st.Mode().Perm())
 	}

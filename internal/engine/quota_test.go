@@ -2,12 +2,14 @@ package engine_test
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/wire"
@@ -21,30 +23,22 @@ func TestQuota(t *testing.T) {
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
 		testenv.Skip(t, "needs mkfs.ext4 (Debian package e2fsprogs)")
 	}
-	ctx := context.Background()
-	if _, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"}); err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	_, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	require.NoError(t, err)
 	const quota = 32 << 20
 	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", QuotaBytes: quota})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	other, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	img := filepath.Join(db.WorkspacesDir(), ws.ID+".img")
-	if _, err := os.Stat(img); err != nil {
-		t.Fatalf("no quota image: %v", err)
-	}
+	_, err = os.Stat(img)
+	require.NoError(t, err, "no quota image")
 
 	// Bytes: a file twice the quota stops at it.
 	var out, errb bytes.Buffer
 	res, err := e.Exec(ctx, ws.ID, wire.ExecRequest{Body: "dd if=/dev/zero of=big bs=1M count=64 status=none"}, &out, &errb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if res.ExitCode == 0 || !strings.Contains(errb.String(), "No space left on device") {
 		t.Errorf("writing past the quota: exit %d, stderr %q; want ENOSPC", res.ExitCode, errb.String())
 	}
@@ -65,32 +59,20 @@ func TestQuota(t *testing.T) {
 
 	// Inodes, in a workspace with room for the bytes.
 	files, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", QuotaBytes: 64 << 20, QuotaInodes: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	errb.Reset()
 	res, err = e.Exec(ctx, files.ID, wire.ExecRequest{Body: "mkdir many && cd many && for i in $(seq 3000); do : > f$i || exit 1; done"}, &out, &errb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if q := res.Receipt.Quota; res.ExitCode == 0 || !strings.Contains(errb.String(), "No space left on device") ||
 		q == nil || !q.Full || q.InodesUsed != q.Inodes || q.Inodes > 2048 {
 		t.Errorf("creating files past the quota: exit %d, stderr %q, quota %+v; want ENOSPC and no inode left", res.ExitCode, errb.String(), q)
 	}
-	if err := e.EndWorkspace(ctx, files.ID, true); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.EndWorkspace(ctx, files.ID, true))
 
-	if err := e.EndWorkspace(ctx, ws.ID, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(img); !os.IsNotExist(err) {
-		t.Errorf("quota image left after end: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(db.WorkspacesDir(), ws.ID)); !os.IsNotExist(err) {
-		t.Errorf("workspace dir left after end: %v", err)
-	}
-	if err := e.EndWorkspace(ctx, other.ID, true); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.EndWorkspace(ctx, ws.ID, true))
+	_, err = os.Stat(img)
+	assert.ErrorIs(t, err, os.ErrNotExist, "quota image left after end")
+	_, err = os.Stat(filepath.Join(db.WorkspacesDir(), ws.ID))
+	assert.ErrorIs(t, err, os.ErrNotExist, "workspace dir left after end")
+	require.NoError(t, e.EndWorkspace(ctx, other.ID, true))
 }

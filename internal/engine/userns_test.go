@@ -3,9 +3,10 @@ package engine_test
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms/local"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -21,14 +22,11 @@ func TestUserNamespaceOwnership(t *testing.T) { onBothPaths(t, testUserNamespace
 
 func testUserNamespaceOwnership(t *testing.T, path string) {
 	e, _ := newEngineOn(t, path)
-	ctx := context.Background()
-	if _, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"}); err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	_, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	require.NoError(t, err)
 	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out, res := run(t, e, ws.ID, "echo r > r && mkdir -m 0777 d && stat -c %u:%g r d")
 	if strings.HasPrefix(res.Receipt.UserNamespace, "none: the launcher has none") {
 		testenv.Skip(t, "the local platform has no user namespace on this host")
@@ -41,18 +39,16 @@ func testUserNamespaceOwnership(t *testing.T, path string) {
 	}
 	// What the daemon writes is root's, in the sandbox and on disk; what
 	// it reads reports the ids on disk.
-	if err := e.WriteFile(ctx, ws.ID, "api", 0o644, strings.NewReader("a\n")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.WriteFile(ctx, ws.ID, "api", 0o644, strings.NewReader("a\n")))
 	if out, _ := run(t, e, ws.ID, "stat -c %u:%g api"); out != "0:0\n" {
 		t.Errorf("a file the daemon wrote is %q inside, want 0:0", out)
 	}
 	var tarball bytes.Buffer
-	if err := e.GetTar(ctx, ws.ID, "r", &tarball); err != nil {
-		t.Fatal(err)
-	}
-	if h, err := tar.NewReader(&tarball).Next(); err != nil || h.Uid != 0 || h.Gid != 0 {
-		t.Errorf("tar of r: %v, owner %d:%d, want 0:0", err, h.Uid, h.Gid)
+	require.NoError(t, e.GetTar(ctx, ws.ID, "r", &tarball))
+	h, err := tar.NewReader(&tarball).Next()
+	require.NoError(t, err, "tar of r")
+	if h.Uid != 0 || h.Gid != 0 {
+		t.Errorf("tar of r: owner %d:%d, want 0:0", h.Uid, h.Gid)
 	}
 	uid := 1000
 	var o, errb bytes.Buffer
@@ -62,13 +58,10 @@ func testUserNamespaceOwnership(t *testing.T, path string) {
 	// Root in its namespace has CAP_CHOWN over the namespace's ids
 	// (without one it has no capabilities at all).
 	run(t, e, ws.ID, "echo c > c && chown 1000:1000 c")
-	if _, err := e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{Message: "owners"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{Message: "owners"})
+	require.NoError(t, err)
 	again, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if out, _ := run(t, e, again.ID, "stat -c %u:%g r d d/u c api"); out != "0:0\n0:0\n1000:1000\n1000:1000\n0:0\n" {
 		t.Errorf("owners after commit and checkout: %q", out)
 	}
