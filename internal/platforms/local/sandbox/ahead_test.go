@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/seccomp"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -29,9 +31,7 @@ import (
 func TestForkAhead(t *testing.T) {
 	testenv.RequireRoot(t)
 	filter, err := seccomp.BPF()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r := DefaultIDRange
 	var mu sync.Mutex
 	var ahead []bool // per exec: the init forked ahead
@@ -53,22 +53,15 @@ func TestForkAhead(t *testing.T) {
 		t.Helper()
 		waitWarm(t, l, 1)
 		var o, e bytes.Buffer
-		res, err := l.Run(context.Background(), Config{Workspace: ws, Spec: platforms.ExecSpec{
+		res, err := l.Run(t.Context(), Config{Workspace: ws, Spec: platforms.ExecSpec{
 			Argv: argv, UID: uid, GID: uid, OpenFiles: 512, Dir: "."}}, &o, &e)
-		if err != nil {
-			t.Fatalf("run: %v", err)
-		}
-		if err := l.Settle(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, "run")
+		require.NoError(t, l.Settle(t.Context()))
 		return res, o.String(), e.String()
 	}
-	if _, err := l.Run(context.Background(), Config{Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}}}, nil, nil); err != nil {
-		t.Fatal(err) // cold, and starts the pool
-	}
-	if err := l.Settle(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	_, err = l.Run(t.Context(), Config{Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}}}, nil, nil) // cold, and starts the pool
+	require.NoError(t, err)
+	require.NoError(t, l.Settle(t.Context()))
 	mu.Lock()
 	ahead = nil
 	mu.Unlock()
@@ -84,9 +77,7 @@ func TestForkAhead(t *testing.T) {
 		t.Errorf("missing command: exit %d, stderr %q", res.ExitCode, errs)
 	}
 	// A file that is not executable: the stub's exec fails, the init says so.
-	if err := os.WriteFile(filepath.Join(ws, "noexec"), []byte("#!/bin/sh\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "noexec"), []byte("#!/bin/sh\n"), 0o644))
 	if res, _, errs := exec([]string{"./noexec"}, 0); res.ExitCode != 126 || !strings.Contains(errs, "permission denied") {
 		t.Errorf("command not executable: exit %d, stderr %q", res.ExitCode, errs)
 	}

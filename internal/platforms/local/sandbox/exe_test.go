@@ -6,15 +6,15 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 	"layerfs.dev/layerfs/internal/testenv"
 )
 
 func TestInitBinary(t *testing.T) {
 	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := filepath.Join(filepath.Dir(exe), sandbox.InitBinaryName)
 	if _, err := os.Stat(p); err == nil {
 		t.Skipf("%s exists already", p)
@@ -29,9 +29,7 @@ func TestInitBinary(t *testing.T) {
 	if got := sandbox.InitBinary(); got != p {
 		t.Errorf("got %q, want %q", got, p)
 	}
-	if err := os.Chmod(p, 0o757); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Chmod(p, 0o757))
 	if got := sandbox.InitBinary(); got != "" {
 		t.Errorf("world-writable init binary accepted: %q", got)
 	}
@@ -50,9 +48,8 @@ func TestDedicatedInit(t *testing.T) {
 	}
 	bin := filepath.Join(t.TempDir(), sandbox.InitBinaryName)
 	build := exec.Command(gobin, "build", "-o", bin, "layerfs.dev/layerfs/cmd/layerfs-sandbox-init")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "build: %s", out)
 	l := sandbox.Launcher{Exe: bin}
 	o := run(t, &l, shell(t.TempDir(), "echo via $(cat /proc/1/comm)"))
 	if o.stdout != "via layerfs-sandbox\n" || o.res.ExitCode != 0 {

@@ -3,11 +3,13 @@
 package sandbox
 
 import (
-	"slices"
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/proctest"
@@ -21,15 +23,13 @@ import (
 func TestNoDaemonDescriptors(t *testing.T) {
 	testenv.RequireFUSE(t)
 	leaked, err := unix.Open("/dev/fuse", unix.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer unix.Close(leaked)
 
 	ws := t.TempDir()
 	for _, warm := range []int{0, 1} {
 		l := &Launcher{Warm: warm}
-		t.Cleanup(func() { l.Close(t.Context()) })
+		t.Cleanup(func() { l.Close(context.Background()) }) // t.Context is cancelled by then
 		if warm > 0 {
 			l.init()
 			l.topUp()
@@ -59,12 +59,8 @@ func TestNoDaemonDescriptors(t *testing.T) {
 		}
 		// 3 is the shell's own glob of the directory (the for loop's
 		// listing); nothing else may be there.
-		if want := []string{"0", "1", "2", "3"}; !slices.Equal(fds, want) {
-			t.Errorf("warm=%d: the command holds fds %v, want %v:\n%s", warm, fds, want, out)
-		}
-		if err := l.Settle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		assert.Equal(t, []string{"0", "1", "2", "3"}, fds, "warm=%d: the command's fds:\n%s", warm, out)
+		require.NoError(t, l.Settle(t.Context()))
 	}
 }
 

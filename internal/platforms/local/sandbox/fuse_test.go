@@ -1,7 +1,6 @@
 package sandbox_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -25,23 +26,13 @@ func TestFUSEWorkspace(t *testing.T) {
 	testenv.RequireFUSE(t)
 	backing, mnt := t.TempDir(), t.TempDir()
 	root, err := gofs.NewLoopbackRoot(backing)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	server, err := gofs.Mount(mnt, root, &gofs.Options{MountOptions: fuse.MountOptions{
 		AllowOther: true, DirectMount: true, FsName: "layerfs-test", Name: "rawBridge",
 	}})
-	if err != nil {
-		t.Fatalf("mount: %v", err)
-	}
-	defer func() {
-		if err := server.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	}()
-	if err := os.WriteFile(filepath.Join(backing, "in"), []byte("from the backing dir\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "mount")
+	defer func() { assert.NoError(t, server.Unmount(), "unmount") }()
+	require.NoError(t, os.WriteFile(filepath.Join(backing, "in"), []byte("from the backing dir\n"), 0o644))
 	var l sandbox.Launcher
 	o := run(t, &l, shell(mnt, "cat in; grep ' /workspace ' /proc/self/mountinfo | sed 's/.* - //' | cut -d' ' -f1,2; echo out > out"))
 	if o.stdout != "from the backing dir\nfuse.rawBridge layerfs-test\n" || o.res.ExitCode != 0 {
@@ -62,7 +53,7 @@ func TestFUSEWorkspace(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	l.Settle(context.Background())
+	l.Settle(t.Context())
 }
 
 // TestFUSEWorkspaceIDMapped: a FUSE server that lets the kernel id-map its
@@ -76,20 +67,12 @@ func TestFUSEWorkspaceIDMapped(t *testing.T) {
 		t.Run(fmt.Sprintf("allow idmap %v", allow), func(t *testing.T) {
 			backing, mnt := t.TempDir(), t.TempDir()
 			root, err := gofs.NewLoopbackRoot(backing)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			opts := fuse.MountOptions{AllowOther: true, DirectMount: true, FsName: "layerfs-test", Name: "rawBridge",
 				Options: []string{"default_permissions"}, IDMappedMount: allow}
 			server, err := gofs.Mount(mnt, root, &gofs.Options{MountOptions: opts})
-			if err != nil {
-				t.Fatalf("mount: %v", err)
-			}
-			defer func() {
-				if err := server.Unmount(); err != nil {
-					t.Errorf("unmount: %v", err)
-				}
-			}()
+			require.NoError(t, err, "mount")
+			defer func() { assert.NoError(t, server.Unmount(), "unmount") }()
 			o := run(t, l, shell(mnt, "echo x > f && mkdir d && stat -c %u:%g f d"))
 			if o.res.ExitCode != 0 {
 				t.Fatalf("exit %d: %s", o.res.ExitCode, o.stderr)
@@ -105,9 +88,7 @@ func TestFUSEWorkspaceIDMapped(t *testing.T) {
 			}
 			for _, name := range []string{"f", "d"} {
 				st, err := os.Lstat(filepath.Join(backing, name))
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				if s := st.Sys().(*syscall.Stat_t); s.Uid != 0 || s.Gid != 0 {
 					t.Errorf("%s is %d:%d in the backing dir, want 0:0", name, s.Uid, s.Gid)
 				}

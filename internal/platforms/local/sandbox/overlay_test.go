@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/kerneloverlay"
@@ -23,27 +25,17 @@ func overlayWorkspace(t *testing.T, idmap *kerneloverlay.IDMap) (mnt, upper stri
 	dir := t.TempDir()
 	lower, mnt, upper := filepath.Join(dir, "lower"), filepath.Join(dir, "mnt"), filepath.Join(dir, "ws", "upper")
 	for _, d := range []string{lower, mnt, upper, filepath.Join(dir, "ws", "work")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(d, 0o755))
 	}
-	if err := os.WriteFile(filepath.Join(lower, "committed"), []byte("c\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(lower, "committed"), []byte("c\n"), 0o644))
 	var err error
 	if idmap != nil {
 		err = kerneloverlay.MountIDMapped(lower, filepath.Join(dir, "ws"), mnt, idmap)
 	} else {
 		err = kerneloverlay.MountDirs(lower, upper, filepath.Join(dir, "ws", "work"), mnt)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, unix.Unmount(mnt, 0), "unmount") })
 	return mnt, upper
 }
 
@@ -64,9 +56,7 @@ func TestOverlayWorkspaceIDMapped(t *testing.T) {
 	})
 	t.Run("id-mapped layers", func(t *testing.T) {
 		ns, r, err := l.IDMap()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		mnt, upper := overlayWorkspace(t, &kerneloverlay.IDMap{UserNS: ns, Root: r.Host})
 		cfg := shell(mnt, `set -e
 			stat -c %u:%g committed .
@@ -108,8 +98,7 @@ func TestOverlayWorkspaceIDMapped(t *testing.T) {
 		}
 		for name, id := range want {
 			st, err := os.Lstat(filepath.Join(upper, name))
-			if err != nil {
-				t.Errorf("upper: %v", err)
+			if !assert.NoError(t, err, "upper") {
 				continue
 			}
 			if s := st.Sys().(*syscall.Stat_t); s.Uid != id || (s.Gid != id && name != "committed") {

@@ -3,7 +3,6 @@
 package sandbox
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/seccomp"
@@ -38,9 +39,8 @@ func TestPhases(t *testing.T) {
 	var filter [][]byte
 	if os.Getenv("LAYERFS_SANDBOX_FILTER") == "1" {
 		var err error
-		if filter, err = seccomp.BPF(); err != nil {
-			t.Fatal(err)
-		}
+		filter, err = seccomp.BPF()
+		require.NoError(t, err)
 		for _, exe := range exes {
 			exes = append(exes, exe+"+seccomp")
 		}
@@ -100,10 +100,8 @@ func TestPhases(t *testing.T) {
 	for range n {
 		for i, l := range ls {
 			time.Sleep(gap)
-			res, err := l.Run(context.Background(), cfg, io.Discard, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
+			res, err := l.Run(t.Context(), cfg, io.Discard, io.Discard)
+			require.NoError(t, err)
 			mu.Lock()
 			accs[i].launch = append(accs[i].launch, res.Launch)
 			accs[i].wall = append(accs[i].wall, res.Wall)
@@ -111,7 +109,7 @@ func TestPhases(t *testing.T) {
 		}
 	}
 	for _, l := range ls {
-		l.Settle(context.Background())
+		l.Settle(t.Context())
 	}
 	mu.Lock()
 	defer mu.Unlock()

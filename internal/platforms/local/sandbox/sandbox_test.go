@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 	"layerfs.dev/layerfs/internal/proctest"
@@ -31,10 +34,8 @@ type output struct {
 func run(t *testing.T, l *sandbox.Launcher, cfg sandbox.Config) output {
 	t.Helper()
 	var o, e bytes.Buffer
-	res, err := l.Run(context.Background(), cfg, &o, &e)
-	if err != nil {
-		t.Fatalf("run %q: %v", cfg.Spec.Argv, err)
-	}
+	res, err := l.Run(t.Context(), cfg, &o, &e)
+	require.NoError(t, err, "run %q", cfg.Spec.Argv)
 	return output{res, o.String(), e.String()}
 }
 
@@ -46,9 +47,7 @@ func TestExitCodes(t *testing.T) {
 	testenv.RequireRoot(t)
 	var l sandbox.Launcher
 	ws := t.TempDir()
-	if err := os.WriteFile(filepath.Join(ws, "noexec"), []byte("#!/bin/sh\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "noexec"), []byte("#!/bin/sh\n"), 0o644))
 	for _, tc := range []struct {
 		name   string
 		argv   []string
@@ -89,7 +88,7 @@ func TestOutput(t *testing.T) {
 	})
 	t.Run("one writer for both", func(t *testing.T) {
 		var both bytes.Buffer // not safe for concurrent writes: the launcher serializes them
-		res, err := l.Run(context.Background(), shell(ws, "for i in $(seq 200); do echo o$i; echo e$i >&2; done"), &both, &both)
+		res, err := l.Run(t.Context(), shell(ws, "for i in $(seq 200); do echo o$i; echo e$i >&2; done"), &both, &both)
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("%+v %v", res, err)
 		}
@@ -130,12 +129,8 @@ func TestWorkspace(t *testing.T) {
 	testenv.RequireRoot(t)
 	var l sandbox.Launcher
 	ws := t.TempDir()
-	if err := os.WriteFile(filepath.Join(ws, "from-host"), []byte("host data\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "from-host"), []byte("host data\n"), 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(ws, "sub"), 0o755))
 	o := run(t, &l, shell(ws, "pwd; cat from-host; echo sandbox data > from-sandbox"))
 	if o.stdout != "/workspace\nhost data\n" || o.res.ExitCode != 0 {
 		t.Fatalf("got %q (stderr %q, %+v)", o.stdout, o.stderr, o.res)
@@ -163,7 +158,7 @@ func TestConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var o bytes.Buffer
-			res, err := l.Run(context.Background(), shell(ws, fmt.Sprintf("echo %d > f%d; cat f%d; ls | wc -l > /dev/null", i, i, i)), &o, nil)
+			res, err := l.Run(t.Context(), shell(ws, fmt.Sprintf("echo %d > f%d; cat f%d; ls | wc -l > /dev/null", i, i, i)), &o, nil)
 			if err == nil && (res.ExitCode != 0 || o.String() != fmt.Sprintf("%d\n", i)) {
 				err = fmt.Errorf("exec %d: got %q, %+v", i, o.String(), res)
 			}
@@ -173,9 +168,7 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, err)
 	}
 	for i := range n {
 		if b, err := os.ReadFile(filepath.Join(ws, fmt.Sprintf("f%d", i))); err != nil || string(b) != fmt.Sprintf("%d\n", i) {
@@ -236,12 +229,10 @@ func TestContextCancel(t *testing.T) {
 	testenv.RequireRoot(t)
 	var l sandbox.Launcher
 	marker := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1000000+1)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	_, err := l.Run(ctx, shell(t.TempDir(), "sleep "+marker), nil, nil)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("got %v, want context.DeadlineExceeded", err)
-	}
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	if ps := processesWith(t, marker); len(ps) > 0 {
 		t.Errorf("processes survived the sandbox: %v", ps)
 	}
@@ -251,9 +242,7 @@ func TestContextCancel(t *testing.T) {
 func processesWith(t *testing.T, s string) []string {
 	t.Helper()
 	ps, err := proctest.WithCmdline(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return ps
 }
 
@@ -262,7 +251,7 @@ func TestIsolation(t *testing.T) {
 	for _, warm := range []int{0, 1} {
 		t.Run(fmt.Sprintf("warm %d", warm), func(t *testing.T) {
 			l := &sandbox.Launcher{Warm: warm}
-			defer l.Close(context.Background())
+			defer l.Close(t.Context())
 			if warm > 0 {
 				run(t, l, shell(t.TempDir(), "true")) // fills the pool
 				time.Sleep(300 * time.Millisecond)
@@ -275,9 +264,7 @@ func TestIsolation(t *testing.T) {
 func testIsolation(t *testing.T, l *sandbox.Launcher) {
 	ws := t.TempDir()
 	sentinel := filepath.Join(t.TempDir(), "sentinel")
-	if err := os.Mkdir(sentinel, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(sentinel, 0o755))
 	// Each line must fail inside the sandbox; the script prints the ones
 	// that did not.
 	attempts := []string{
@@ -345,9 +332,7 @@ func TestNetwork(t *testing.T) {
 	var l sandbox.Launcher
 	ws := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	got := make(chan string, 4)
 	go func() {
@@ -397,30 +382,22 @@ func TestRootDir(t *testing.T) {
 	for _, bin := range []string{"/usr/bin/bash", "/usr/bin/cat"} {
 		copyFile(t, bin, filepath.Join(image, bin))
 		out, err := exec.Command("ldd", bin).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for _, f := range strings.Fields(string(out)) {
 			if strings.HasPrefix(f, "/") {
 				real, err := filepath.EvalSymlinks(f)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				copyFile(t, real, filepath.Join(image, f))
 			}
 		}
 	}
 	for _, d := range []string{"lib", "lib64"} {
-		if err := os.Rename(filepath.Join(image, d), filepath.Join(image, "usr", d)); err != nil && !os.IsNotExist(err) {
-			t.Fatal(err)
+		if err := os.Rename(filepath.Join(image, d), filepath.Join(image, "usr", d)); !errors.Is(err, os.ErrNotExist) {
+			require.NoError(t, err)
 		}
-		if err := os.Symlink("usr/"+d, filepath.Join(image, d)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Symlink("usr/"+d, filepath.Join(image, d)))
 	}
-	if err := os.WriteFile(filepath.Join(image, "marker"), []byte("image\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(image, "marker"), []byte("image\n"), 0o644))
 	check := func(t *testing.T, l *sandbox.Launcher) {
 		cfg := shell(t.TempDir(), "cat /marker; echo /*; echo x > /marker")
 		cfg.RootDir = image
@@ -437,19 +414,11 @@ func TestRootDir(t *testing.T) {
 func copyFile(t *testing.T, src, dst string) {
 	t.Helper()
 	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	st, err := os.Stat(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, b, st.Mode().Perm()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Dir(dst), 0o755))
+	require.NoError(t, os.WriteFile(dst, b, st.Mode().Perm()))
 }
 
 func TestLimits(t *testing.T) {
@@ -489,10 +458,10 @@ func TestLimits(t *testing.T) {
 			done := make(chan output, 1)
 			go func() {
 				var o, e bytes.Buffer
+				// Not t.Context(): should the subtest stop early, a
+				// cancelled Run here would report after it ended.
 				res, err := l.Run(context.Background(), cfg, &o, &e)
-				if err != nil {
-					t.Errorf("run: %v", err)
-				}
+				assert.NoError(t, err, "run")
 				done <- output{res, o.String(), e.String()}
 			}()
 			// Meanwhile an ordinary exec still runs normally.
@@ -517,7 +486,7 @@ func TestNoLeaks(t *testing.T) {
 	cfg := shell(ws, "sleep 0.01 & echo x > f; cat f")
 	cfg.Spec.MemoryBytes = 256 << 20
 	run(t, &l, cfg) // warm up the runtime's own descriptors
-	l.Settle(context.Background())
+	l.Settle(t.Context())
 	fds, mounts := fdCount(t), relevantMounts(t, ws)
 	for range 5 {
 		run(t, &l, cfg)
@@ -527,7 +496,7 @@ func TestNoLeaks(t *testing.T) {
 	if o := run(t, &l, timeout); !o.res.TimedOut {
 		t.Errorf("want a timeout, got %+v", o.res)
 	}
-	l.Settle(context.Background()) // Run returns before the init's own exit is reaped
+	l.Settle(t.Context()) // Run returns before the init's own exit is reaped
 	// A leak is more descriptors than before. The Go runtime opens and
 	// closes some of its own (cgroup files it reads for GOMAXPROCS), so the
 	// count may dip, or rise for a moment.
@@ -544,7 +513,7 @@ func TestNoLeaks(t *testing.T) {
 	if got := relevantMounts(t, ws); got != mounts {
 		t.Errorf("mounts changed:\nbefore:\n%s\nafter:\n%s", mounts, got)
 	}
-	leaks, err := l.Leaks(context.Background())
+	leaks, err := l.Leaks(t.Context())
 	if err != nil || len(leaks) > 0 {
 		t.Errorf("leaks: %v %v", leaks, err)
 	}
@@ -555,9 +524,7 @@ func TestNoLeaks(t *testing.T) {
 
 func fdCount(t *testing.T) int {
 	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return len(ents)
 }
 
@@ -565,9 +532,7 @@ func fdCount(t *testing.T) int {
 // add: on /tmp (where the init stages its root) or below the workspace.
 func relevantMounts(t *testing.T, ws string) string {
 	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
@@ -581,9 +546,7 @@ func relevantMounts(t *testing.T, ws string) string {
 // children lists this process's child processes.
 func children(t *testing.T) []string {
 	kids, err := proctest.Children(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return kids
 }
 
@@ -599,9 +562,8 @@ func TestInvalidConfig(t *testing.T) {
 		"negative timeout":   {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Timeout: -time.Second}},
 		"bad env":            {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Env: []string{"NOEQUALS"}}},
 	} {
-		if _, err := l.Run(context.Background(), cfg, nil, nil); !errors.Is(err, sandbox.ErrInvalidConfig) {
-			t.Errorf("%s: got %v, want ErrInvalidConfig", name, err)
-		}
+		_, err := l.Run(t.Context(), cfg, nil, nil)
+		assert.ErrorIs(t, err, sandbox.ErrInvalidConfig, name)
 	}
 }
 
@@ -610,8 +572,9 @@ func TestSetupFailure(t *testing.T) {
 	var l sandbox.Launcher
 	cfg := shell(t.TempDir(), "true")
 	cfg.Spec.Dir = "does/not/exist"
-	if _, err := l.Run(context.Background(), cfg, nil, nil); !errors.Is(err, sandbox.ErrSetup) || !strings.Contains(err.Error(), "does/not/exist") {
-		t.Errorf("got %v, want ErrSetup naming the dir", err)
+	_, err := l.Run(t.Context(), cfg, nil, nil)
+	if assert.ErrorIs(t, err, sandbox.ErrSetup) {
+		assert.ErrorContains(t, err, "does/not/exist", "ErrSetup naming the dir")
 	}
 }
 
@@ -652,9 +615,7 @@ func TestRemoveStale(t *testing.T) {
 	// A cgroup left by a crashed daemon looks like this.
 	parent := pidsParent(t)
 	stale := filepath.Join(parent, "layerfs-crashed-1")
-	if err := os.Mkdir(stale, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(stale, 0o755))
 	defer os.Remove(stale)
 	// Only old ones go: other launchers on this host may be between
 	// creating a cgroup and moving their init into it.
@@ -662,61 +623,44 @@ func TestRemoveStale(t *testing.T) {
 		t.Errorf("a fresh cgroup was removed")
 	}
 	old := time.Now().Add(-2 * time.Hour)
-	if err := os.Chtimes(stale, old, old); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Chtimes(stale, old, old))
 	// (Launchers of tests running in parallel clean the same parent: one
 	// of them may remove it first. It must be gone either way.)
 	if removed, _ := l.RemoveStale(time.Hour); !slices.Contains(removed, stale) {
 		t.Logf("got %v: %s removed by another launcher meanwhile?", removed, stale)
 	}
-	if _, err := os.Stat(stale); !os.IsNotExist(err) {
-		t.Errorf("stale cgroup still there: %v", err)
-	}
+	_, err := os.Stat(stale)
+	assert.ErrorIs(t, err, os.ErrNotExist, "stale cgroup still there")
 
 	// A cgroup of a launcher whose process died goes at once, and what
 	// still runs in it is killed; one of a live process stays.
 	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, dead.Run())
 	orphan := filepath.Join(parent, fmt.Sprintf("layerfs-%d-0123456789ab-1", dead.Process.Pid))
 	live := filepath.Join(parent, fmt.Sprintf("layerfs-%d-0123456789ab-1", os.Getpid()))
 	for _, d := range []string{orphan, live} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Mkdir(d, 0o755))
 		defer os.Remove(d)
 	}
 	escaped := exec.Command("sleep", "1000")
-	if err := escaped.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, escaped.Start())
 	defer escaped.Process.Kill()
-	if err := os.WriteFile(filepath.Join(orphan, "cgroup.procs"), []byte(strconv.Itoa(escaped.Process.Pid)), 0); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(orphan, "cgroup.procs"), []byte(strconv.Itoa(escaped.Process.Pid)), 0))
 	removed, err := l.RemoveStale(time.Hour)
 	if err != nil || slices.Contains(removed, live) {
 		t.Errorf("got %v, %v; want %s kept", removed, err, live)
 	}
-	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
-		t.Errorf("got %v; the dead owner's cgroup %s is still there: %v", removed, orphan, err)
-	}
-	if _, err := os.Stat(live); err != nil {
-		t.Errorf("the live owner's cgroup: %v", err)
-	}
-	if err := escaped.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
-		t.Errorf("the process in the dead owner's cgroup ended with %v, want killed", err)
-	}
+	_, err = os.Stat(orphan)
+	assert.ErrorIs(t, err, os.ErrNotExist, "got %v; the dead owner's cgroup %s is still there", removed, orphan)
+	_, err = os.Stat(live)
+	assert.NoError(t, err, "the live owner's cgroup")
+	assert.ErrorContains(t, escaped.Wait(), "killed", "the process in the dead owner's cgroup")
 }
 
 // pidsParent is this process's pids cgroup directory (v1 here, v2 elsewhere).
 func pidsParent(t *testing.T) string {
 	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, line := range strings.Split(string(b), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) == 3 && parts[1] == "pids" {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
@@ -25,9 +26,7 @@ func userNSLauncher(t *testing.T, warm int) *sandbox.Launcher {
 	t.Helper()
 	testenv.RequireRoot(t)
 	filter, err := seccomp.BPF()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r := sandbox.DefaultIDRange
 	l := &sandbox.Launcher{SyscallFilter: filter, UserNamespace: &r, Warm: warm}
 	if _, err := l.UserNS(); err != nil {
@@ -69,9 +68,7 @@ func TestUserNamespace(t *testing.T) {
 			// On disk, the ids are the ones inside.
 			for name, id := range map[string]uint32{"root-file": 0, "d": 0, "user-file": 1000} {
 				st, err := os.Lstat(filepath.Join(ws, name))
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				if s := st.Sys().(*syscall.Stat_t); s.Uid != id || s.Gid != id {
 					t.Errorf("%s is %d:%d on disk, want %d:%d", name, s.Uid, s.Gid, id, id)
 				}
@@ -90,12 +87,8 @@ func TestUserNamespaceNotHostRoot(t *testing.T) {
 	secret := filepath.Join(ws, "host-root-only")
 	// Owned by an id outside the mapping: the command's root is not its
 	// owner and has no capability over it.
-	if err := os.WriteFile(secret, []byte("secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(secret, 70000, 70000); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(secret, []byte("secret\n"), 0o600))
+	require.NoError(t, os.Chown(secret, 70000, 70000))
 	o := run(t, l, shell(ws, `
 		cat host-root-only 2>/dev/null && echo read
 		echo x >> host-root-only 2>/dev/null && echo wrote
@@ -128,21 +121,15 @@ func TestUserNamespaceOneCPU(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var old, one unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, unix.SchedGetaffinity(0, &old))
 	one.Set(0)
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, unix.SchedSetaffinity(0, &one))
 	defer unix.SchedSetaffinity(0, &old)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	res, err := l.Run(ctx, shell(t.TempDir(), "nproc; cat /proc/self/uid_map"), &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("exec on one CPU: %v (stderr %q)", err, stderr.String())
-	}
+	require.NoError(t, err, "exec on one CPU (stderr %q)", stderr.String())
 	r := sandbox.DefaultIDRange
 	want := fmt.Sprintf("1 0 %d %d", r.Host, r.Size)
 	if got := strings.Join(strings.Fields(stdout.String()), " "); res.ExitCode != 0 || got != want {

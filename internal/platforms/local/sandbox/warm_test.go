@@ -4,13 +4,14 @@ package sandbox
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/platforms"
@@ -32,10 +33,8 @@ func waitWarm(t *testing.T, l *Launcher, n int) {
 func runShell(t *testing.T, l *Launcher, ws, body string) (platforms.ExecResult, string) {
 	t.Helper()
 	var o, e bytes.Buffer
-	res, err := l.Run(context.Background(), Config{Workspace: ws, Spec: platforms.ExecSpec{Argv: platforms.ShellArgv(body)}}, &o, &e)
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
+	res, err := l.Run(t.Context(), Config{Workspace: ws, Spec: platforms.ExecSpec{Argv: platforms.ShellArgv(body)}}, &o, &e)
+	require.NoError(t, err, "run")
 	if res.ExitCode != 0 {
 		t.Fatalf("exit %d, stderr %q", res.ExitCode, e.String())
 	}
@@ -74,9 +73,7 @@ func TestWarmPool(t *testing.T) {
 		if out != want {
 			t.Errorf("got %q, want %q", out, want)
 		}
-		if err := l.Settle(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, l.Settle(t.Context()))
 		mu.Lock()
 		defer mu.Unlock()
 		if !lastWarm {
@@ -87,16 +84,10 @@ func TestWarmPool(t *testing.T) {
 	t.Run("sees mounts made after it started", func(t *testing.T) {
 		waitWarm(t, l, 2)
 		mnt := filepath.Join(t.TempDir(), "mnt")
-		if err := os.Mkdir(mnt, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Mkdir(mnt, 0o755))
+		require.NoError(t, unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"))
 		defer unix.Unmount(mnt, unix.MNT_DETACH)
-		if err := os.WriteFile(filepath.Join(mnt, "on-tmpfs"), []byte("mounted later\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(mnt, "on-tmpfs"), []byte("mounted later\n"), 0o644))
 		_, out := runShell(t, l, mnt, "cat on-tmpfs")
 		if out != "mounted later\n" {
 			t.Errorf("got %q: the warm init did not see the new mount", out)
@@ -142,22 +133,16 @@ func TestWarmPool(t *testing.T) {
 			pids = append(pids, ip.cmd.Process.Pid)
 			l.pool <- ip
 		}
-		if err := l.Close(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, l.Close(t.Context()))
 		for _, pid := range pids {
-			if err := unix.Kill(pid, 0); err == nil {
-				t.Errorf("warm init %d still alive after Close", pid)
-			}
+			assert.Error(t, unix.Kill(pid, 0), "warm init %d still alive after Close", pid)
 		}
 		runShell(t, l, ws, "true") // still works, on demand
-		if err := l.Settle(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, l.Settle(t.Context()))
 		if n := len(l.pool); n != 0 {
 			t.Errorf("%d warm inits after Close", n)
 		}
-		if leaks, err := l.Leaks(context.Background()); err != nil || len(leaks) > 0 {
+		if leaks, err := l.Leaks(t.Context()); err != nil || len(leaks) > 0 {
 			t.Errorf("leaks: %v %v", leaks, err)
 		}
 	})
