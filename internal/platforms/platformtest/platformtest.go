@@ -6,12 +6,13 @@
 //	}
 //
 // newPlatform returns a fresh platform that is not up; the suite brings it
-// up and down itself. Workspaces are plain directories below one temporary
+// up once, makes every check of a running platform on it, and brings it
+// down at the end, so a VM platform boots once per suite. Workspaces are plain directories below one temporary
 // directory (any mount left below it afterwards is a leak), so
 // the suite needs no FUSE and no daemon.
 //
-// What it checks: the lifecycle (Up twice, Down twice, Identity only while
-// up), exit codes and signals, separate stdout and stderr, stdin,
+// What it checks: the lifecycle (Up twice, Down twice, Identity and the
+// endpoint or Attach only while up), exit codes and signals, separate stdout and stderr, stdin,
 // timeouts that kill the whole process tree, the output cap, the network
 // (off by default, the host's when granted and Features.Network),
 // workspace files visible both ways, concurrent execs, the limits the
@@ -72,7 +73,11 @@ const (
 	killSlack = 10 * time.Second
 )
 
-// Run runs the conformance suite against platforms made by newPlatform.
+// Run runs the conformance suite against one platform made by newPlatform,
+// brought up once: the checks of Up (and of what is refused before it),
+// every check of the running platform, then the checks of Down (and of what
+// is refused after it) and that nothing is left. A platform whose Up is a
+// VM boot boots once per suite.
 func Run(t *testing.T, newPlatform func(t *testing.T) platforms.Platform) {
 	before := hostSnapshot(t)
 	// Every workspace of the suite is a directory below root, so that
@@ -89,52 +94,30 @@ func Run(t *testing.T, newPlatform func(t *testing.T) platforms.Platform) {
 		}
 		return d
 	}
-	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, newPlatform(t), newWorkspace(t)) })
-
 	p := newPlatform(t)
 	f := p.Features()
-	switch {
-	case f.HostMounts:
-		runHostMounts(t, p, newWorkspace)
-	case f.RemoteDaemon:
-		runRemote(t, p)
-	default:
+	if !f.HostMounts && !f.RemoteDaemon {
 		t.Fatalf("%s: Features has neither HostMounts nor RemoteDaemon", p.Name())
 	}
-	t.Run("NothingLeft", func(t *testing.T) { checkNothingLeft(t, p, before, root) })
-}
-
-// runRemote checks a RemoteDaemon platform: the endpoint of its guest's
-// layerfsd exists exactly while it is up, and through it (with the SDK) the
-// checks runHostMounts makes.
-func runRemote(t *testing.T, p platforms.Platform) {
-	r, ok := p.(platforms.Remote)
-	if !ok {
-		t.Fatalf("%s: Features.RemoteDaemon but no Remote", p.Name())
-	}
-	ctx := ctxFor(t, upTimeout)
-	t.Run("Endpoint", func(t *testing.T) {
-		if _, _, err := r.Endpoint(ctx); !errors.Is(err, platforms.ErrNotUp) {
-			t.Errorf("Endpoint before Up: got %v, want ErrNotUp", err)
-		}
-		if err := p.Up(ctx); err != nil {
-			t.Fatalf("Up: %v", err)
-		}
-		addr, _, err := r.Endpoint(ctx)
-		if err != nil {
-			t.Fatalf("Endpoint: %v", err)
-		}
-		if !strings.HasPrefix(addr, "unix:///") && !strings.HasPrefix(addr, "http://") && !strings.HasPrefix(addr, "https://") {
-			t.Errorf("Endpoint %q is neither unix:///path nor http(s)://host:port", addr)
-		}
+	// Down is idempotent: whatever fails or stops the suite, the platform
+	// goes down (NothingLeft checks it did).
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
+		defer cancel()
 		if err := p.Down(ctx); err != nil {
-			t.Errorf("Down: %v", err)
-		}
-		if _, _, err := r.Endpoint(ctx); !errors.Is(err, platforms.ErrNotUp) {
-			t.Errorf("Endpoint after Down: got %v, want ErrNotUp", err)
+			t.Errorf("Down at the end of the suite: %v", err)
 		}
 	})
-	t.Run("Exec", func(t *testing.T) { runRemoteExec(t, p, r) })
+	if t.Run("Up", func(t *testing.T) { testUp(t, p) }) {
+		switch {
+		case f.HostMounts:
+			runHostMounts(t, p, newWorkspace)
+		case f.RemoteDaemon:
+			t.Run("Exec", func(t *testing.T) { runRemoteExec(t, p) })
+		}
+	}
+	t.Run("Down", func(t *testing.T) { testDown(t, p, newWorkspace(t)) })
+	t.Run("NothingLeft", func(t *testing.T) { checkNothingLeft(t, p, before, root) })
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
@@ -143,10 +126,22 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func testLifecycle(t *testing.T, p platforms.Platform, ws string) {
+// testUp checks what a platform refuses before Up, that Up twice is one
+// Up, and what it tells once up: its Identity and, for a RemoteDaemon
+// platform, the endpoint of its guest's layerfsd.
+func testUp(t *testing.T, p platforms.Platform) {
 	ctx := ctxFor(t, upTimeout)
 	if _, err := p.Identity(ctx); !errors.Is(err, platforms.ErrNotUp) {
 		t.Errorf("Identity before Up: got %v, want ErrNotUp", err)
+	}
+	r, remote := p.(platforms.Remote)
+	if p.Features().RemoteDaemon {
+		if !remote {
+			t.Fatalf("%s: Features.RemoteDaemon but no Remote", p.Name())
+		}
+		if _, _, err := r.Endpoint(ctx); !errors.Is(err, platforms.ErrNotUp) {
+			t.Errorf("Endpoint before Up: got %v, want ErrNotUp", err)
+		}
 	}
 	for i := range 2 {
 		if err := p.Up(ctx); err != nil {
@@ -160,6 +155,21 @@ func testLifecycle(t *testing.T, p platforms.Platform, ws string) {
 	if id.Platform != p.Name() || id.Kernel == "" || id.CPUs <= 0 || id.MemoryBytes <= 0 || id.Runtime == "" {
 		t.Errorf("Identity incomplete: %+v", id)
 	}
+	if p.Features().RemoteDaemon {
+		addr, _, err := r.Endpoint(ctx)
+		if err != nil {
+			t.Fatalf("Endpoint: %v", err)
+		}
+		if !strings.HasPrefix(addr, "unix:///") && !strings.HasPrefix(addr, "http://") && !strings.HasPrefix(addr, "https://") {
+			t.Errorf("Endpoint %q is neither unix:///path nor http(s)://host:port", addr)
+		}
+	}
+}
+
+// testDown checks that Down twice is one Down and what the platform
+// refuses after it. ws is a workspace directory that was never attached.
+func testDown(t *testing.T, p platforms.Platform, ws string) {
+	ctx := ctxFor(t, upTimeout)
 	for i := range 2 {
 		if err := p.Down(ctx); err != nil {
 			t.Errorf("Down #%d: %v", i+1, err)
@@ -171,6 +181,11 @@ func testLifecycle(t *testing.T, p platforms.Platform, ws string) {
 	if sh, ok := p.(platforms.SandboxHost); ok {
 		if _, err := sh.Attach(ctx, platforms.Workspace{ID: "after-down", HostPath: ws}); !errors.Is(err, platforms.ErrNotUp) {
 			t.Errorf("Attach after Down: got %v, want ErrNotUp", err)
+		}
+	}
+	if r, ok := p.(platforms.Remote); ok {
+		if _, _, err := r.Endpoint(ctx); !errors.Is(err, platforms.ErrNotUp) {
+			t.Errorf("Endpoint after Down: got %v, want ErrNotUp", err)
 		}
 	}
 }
@@ -212,9 +227,6 @@ func runHostMounts(t *testing.T, p platforms.Platform, newWorkspace func(t *test
 		t.Fatalf("%s: Features.HostMounts but no SandboxHost", p.Name())
 	}
 	ctx := ctxFor(t, upTimeout)
-	if err := p.Up(ctx); err != nil {
-		t.Fatalf("Up: %v", err)
-	}
 	e := &env{p: p, sh: sh, ws: newWorkspace(t), newWorkspace: newWorkspace}
 	sb, err := sh.Attach(ctx, platforms.Workspace{ID: workspaceID(), HostPath: e.ws})
 	if err != nil {
@@ -244,9 +256,6 @@ func runHostMounts(t *testing.T, p platforms.Platform, newWorkspace func(t *test
 			t.Error("Exec after Close succeeded")
 		}
 	})
-	if err := p.Down(ctx); err != nil {
-		t.Errorf("Down: %v", err)
-	}
 }
 
 func testExitCodes(t *testing.T, e *env) {
@@ -632,6 +641,9 @@ func hostSnapshot(t *testing.T) snapshot {
 	return s
 }
 
+// checkNothingLeft checks, after Down (run again here: it is idempotent,
+// and the Down checks may have stopped early), that the platform left
+// nothing on this host.
 func checkNothingLeft(t *testing.T, p platforms.Platform, before snapshot, root string) {
 	ctx := ctxFor(t, upTimeout)
 	if err := p.Down(ctx); err != nil {

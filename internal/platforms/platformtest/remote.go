@@ -34,20 +34,13 @@ func (e *remoteEnv) sh(t *testing.T, body string, o client.ExecOptions) *client.
 	return res
 }
 
-// runRemoteExec makes through the guest's API the checks runHostMounts makes
-// through SandboxHost: exit codes and signals, output, stdin, timeouts,
-// files both ways, concurrency and the network being off.
-func runRemoteExec(t *testing.T, p platforms.Platform, r platforms.Remote) {
+// runRemoteExec makes through the API of the guest's daemon (p is up) the
+// checks runHostMounts makes through SandboxHost: exit codes and signals,
+// output, stdin, timeouts, files both ways, concurrency and the network
+// being off.
+func runRemoteExec(t *testing.T, p platforms.Platform) {
 	ctx := ctxFor(t, upTimeout)
-	if err := p.Up(ctx); err != nil {
-		t.Fatalf("Up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := p.Down(context.Background()); err != nil {
-			t.Errorf("Down: %v", err)
-		}
-	})
-	addr, tok, err := r.Endpoint(ctx)
+	addr, tok, err := p.(platforms.Remote).Endpoint(ctx)
 	if err != nil {
 		t.Fatalf("Endpoint: %v", err)
 	}
