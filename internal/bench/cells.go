@@ -314,8 +314,9 @@ func runSample(ctx context.Context, cfg Config, bases *baseCache, tk task, log *
 	s := report.Sample{
 		Cell: tk.cell.ID, Platform: tk.target.name, Arm: tk.arm, Index: tk.index,
 		Start: time.Now().UTC(), Identity: tk.target.id, Status: report.OK,
-		Details: map[string]string{},
+		Details: map[string]string{}, Phases: map[string]time.Duration{},
 	}
+	defer func(t0 time.Time) { s.Phases["total"] = time.Since(t0) }(time.Now())
 	dir := filepath.Join(cfg.WorkDir, fmt.Sprintf("%s-%s-%s-%d", tk.cell.ID, tk.target.name, tk.arm, tk.index))
 	os.RemoveAll(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -362,10 +363,17 @@ type sampleRun struct {
 	dataPath string
 }
 
+// timed adds the time since t0 to the sample's phase name:
+// defer r.timed("base", time.Now()).
+func (r *sampleRun) timed(name string, t0 time.Time) {
+	r.s.Phases[name] += time.Since(t0)
+}
+
 // project makes the sample's project with the cell's base as its first
 // layer: captured from a directory on the daemon's host when it is this
 // host, else uploaded into a workspace, committed and added as a layer.
 func (r *sampleRun) project(name string) error {
+	defer r.timed("base", time.Now())
 	ctx, c, cell := r.ctx, r.c, r.tk.cell
 	if cell.Base.Write == nil {
 		_, err := c.CreateProject(ctx, wire.CreateProject{Name: name})
@@ -444,6 +452,7 @@ func (r *sampleRun) timedExec(ws *client.Workspace) (*client.ExecResult, error) 
 // warm runs the body once, untimed, in a workspace made by open and ended
 // before the timed run (the "earlier mount" of cache state class B).
 func (r *sampleRun) warm(open func() (*client.Workspace, error)) error {
+	defer r.timed("warm-up", time.Now())
 	ws, err := open()
 	if err != nil {
 		return fmt.Errorf("warm-up workspace: %w", err)
@@ -511,7 +520,10 @@ func (r *sampleRun) layerfs() error {
 	if st, err := ws.Status(ctx); err == nil {
 		s.OverlayBytes = st.UpperBytes
 	}
-	if err := verify(ctx, r.tk.target, ws, r.tk.cell, r.scratch); err != nil {
+	tv := time.Now()
+	err = verify(ctx, r.tk.target, ws, r.tk.cell, r.scratch)
+	r.timed("verify live", tv)
+	if err != nil {
 		s.VerifyError = "live: " + err.Error()
 		return nil
 	}
@@ -519,6 +531,7 @@ func (r *sampleRun) layerfs() error {
 	t1 := time.Now()
 	cr, err := ws.Commit(ctx, "cell "+r.tk.cell.ID)
 	s.Commit = time.Since(t1)
+	r.timed("commit", t1)
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
@@ -529,12 +542,14 @@ func (r *sampleRun) layerfs() error {
 		s.StoreBytes = st.DBBytes + st.PackBytes
 	}
 
+	tv = time.Now()
 	fresh, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project, Branch: "main", At: cr.Commit, Platform: r.tk.target.wsPlatform, DataPath: r.dataPath})
 	if err != nil {
 		return fmt.Errorf("workspace of the commit: %w", err)
 	}
 	verr := verify(ctx, r.tk.target, fresh, r.tk.cell, r.scratch)
 	fresh.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+	r.timed("verify commit", tv)
 	if verr != nil {
 		s.VerifyError = "commit: " + verr.Error()
 		return nil
@@ -543,6 +558,7 @@ func (r *sampleRun) layerfs() error {
 	t2 := time.Now()
 	err = ws.End(ctx, client.EndOptions{})
 	s.Unmount = time.Since(t2)
+	r.timed("end", t2)
 	ended = err == nil
 	if err != nil {
 		return fmt.Errorf("unmount: %w", err)
@@ -573,7 +589,9 @@ func (r *sampleRun) native() error {
 	if err := r.warm(open); err != nil {
 		return err
 	}
+	to := time.Now()
 	ws, err := open()
+	r.timed("open", to)
 	if err != nil {
 		return err
 	}
@@ -584,7 +602,10 @@ func (r *sampleRun) native() error {
 	if st, err := ws.Status(ctx); err == nil {
 		s.OverlayBytes = st.UpperBytes
 	}
-	if err := verify(ctx, r.tk.target, ws, r.tk.cell, r.scratch); err != nil {
+	tv := time.Now()
+	err = verify(ctx, r.tk.target, ws, r.tk.cell, r.scratch)
+	r.timed("verify live", tv)
+	if err != nil {
 		s.VerifyError = err.Error()
 		return nil
 	}

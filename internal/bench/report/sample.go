@@ -86,6 +86,12 @@ type Sample struct {
 	StoreBytes   int64 `json:"store_bytes"`   // database and payload files after the commit
 	OverlayBytes int64 `json:"overlay_bytes"` // the workspace's upper layer after the run
 
+	// Phases is where the sample's wall time went, by step of the method
+	// ("base", "warm-up", "open", "verify live", "commit", "verify commit",
+	// "end", and "total"), as the runner saw it: what a platform spends
+	// around the timed body, which a slow guest makes long.
+	Phases map[string]time.Duration `json:"phases_ns,omitempty"`
+
 	// Details pins anything else a reader needs (file system of the upper
 	// layer, whether FUSE passthrough ran, cache state).
 	Details map[string]string `json:"details,omitempty"`
