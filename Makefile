@@ -28,9 +28,9 @@ test: ## the whole test suite: scripts/test-setup, then go test ./...
 	scripts/test-setup
 	$(GO) test -count=1 -timeout 60m ./...
 
-test-lima: ## the lima platform for real: scripts/ensure-lima (QEMU, limactl from source, the guest image), then its conformance suite in VMs under software emulation (~15 min; not part of `make test`)
+test-lima: ## only the lima platform's conformance suite (also in `make test`): scripts/ensure-lima (QEMU, limactl from source, the guest image), then one VM under software emulation
 	scripts/ensure-lima
-	LAYERFS_TEST_LIMA=1 $(GO) test -count=1 -timeout 60m -run TestConformance -v ./internal/platforms/lima/
+	$(GO) test -count=1 -timeout 60m -run TestConformance -v ./internal/platforms/lima/
 
 cells: build ## the main job: the twelve cells on the local platform, LayerFS vs native, 5 samples; prints the table
 	bin/layerfs cells run --out $(or $(OUT),results/cells-$(shell date +%Y%m%d-%H%M%S)) $(ARGS)

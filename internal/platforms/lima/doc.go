@@ -22,6 +22,8 @@
 //	      limactl list --json          (does the instance exist, is it running)
 //	      limactl create --tty=false --name=N FILE   (when missing)
 //	      limactl start --tty=false --timeout=D N    (when not running)
+//	      ssh -F DIR/ssh.config -O forward -L SOCK:GUESTSOCK lima-N
+//	                                   (emulated, plain mode: see below)
 //	      limactl copy layerfsd N:/tmp/layerfsd.upload
 //	      limactl shell --workdir / N sudo sh -c START
 //	      GET /v1/version on the forwarded socket, bounded by DaemonTimeout
@@ -60,9 +62,11 @@
 // the user layerfs-lima when this process is root. Lima picks KVM for a
 // native guest on Linux with no setting to change it; the QEMU command it
 // is given ($QEMU_SYSTEM_X86_64) carries its own -machine and -accel tcg,
-// which Lima's qemu driver does not override. Lima's guest agent may then
-// be later than the minute Lima waits for it; the platform does not need it
-// (see onlyGuestAgentLate).
+// which Lima's qemu driver does not override. An emulated instance runs in
+// Lima's plain mode: no Lima boot scripts and no guest agent, which took
+// minutes of each boot under emulation, and no port forwarding by Lima, so
+// Up forwards the daemon's socket itself through the instance's SSH master
+// (ssh -O forward -L, before the daemon starts; see forwardSocket).
 //
 // Lima reads $LIMA_HOME (default ~/.lima) both in limactl and in the Go
 // packages used here, so both see the same instances.

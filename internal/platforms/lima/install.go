@@ -1,8 +1,11 @@
 package lima
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -10,8 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/lima-vm/lima/pkg/store"
+	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest"
@@ -72,7 +77,11 @@ func FindInstall(dir string) (Install, error) {
 	}
 	for _, f := range []string{in.Limactl, in.Disk, in.Kernel, in.Initrd} {
 		if _, err := os.Stat(f); err != nil {
-			return Install{}, fmt.Errorf("lima: no Lima installation in %s (run scripts/ensure-lima): %w: %w", dir, err, platforms.ErrUnavailable)
+			how := "run scripts/ensure-lima"
+			if log := filepath.Join(dir, "ensure-lima.log"); fileExists(log) {
+				how += "; the log of its last run: " + log
+			}
+			return Install{}, fmt.Errorf("lima: no Lima installation in %s (%s): %w: %w", dir, how, err, platforms.ErrUnavailable)
 		}
 	}
 	if os.Geteuid() == 0 {
@@ -83,6 +92,39 @@ func FindInstall(dir string) (Install, error) {
 		in.User = u
 	}
 	return in, nil
+}
+
+// WaitInstall is FindInstall once no scripts/ensure-lima is building in
+// dir ("" is DefaultInstallDir): the script holds dir/.lock while it works
+// (scripts/test-setup may run it in the background while other tests run),
+// and an installation it is still building is not one yet. It waits, a
+// shared lock polled each second, until ctx is done.
+func WaitInstall(ctx context.Context, dir string) (Install, error) {
+	if dir == "" {
+		dir = DefaultInstallDir()
+	}
+	f, err := os.Open(filepath.Join(dir, ".lock"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return FindInstall(dir) // no ensure-lima ever ran here
+	} else if err != nil {
+		return Install{}, fmt.Errorf("lima: %w", err)
+	}
+	defer f.Close()
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+		if err == nil {
+			defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+			return FindInstall(dir)
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return Install{}, fmt.Errorf("lima: lock %s: %w", f.Name(), err)
+		}
+		select {
+		case <-ctx.Done():
+			return Install{}, fmt.Errorf("lima: scripts/ensure-lima still holds %s (log: %s): %w", f.Name(), filepath.Join(dir, "ensure-lima.log"), ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // Configure fills cfg's image, emulation and runner from the installation:
@@ -187,10 +229,26 @@ func (p *Platform) instanceDir() (string, error) {
 	return dir, nil
 }
 
+// sshRunner runs ssh as r runs limactl (the same user and environment):
+// an ExecRunner finds ssh on PATH instead of running limactl; another
+// Runner (a test's) is returned as it is.
+func sshRunner(r Runner) Runner {
+	if er, ok := r.(guest.ExecRunner); ok {
+		er.Path = ""
+		return er
+	}
+	return r
+}
+
 // runsAsOtherUser tells whether r runs limactl as another user.
 func runsAsOtherUser(r Runner) bool {
 	er, ok := r.(guest.ExecRunner)
 	return ok && er.Credential != nil
+}
+
+func fileExists(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
 }
 
 // copyFile copies src to dst with mode perm.

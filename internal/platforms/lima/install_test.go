@@ -1,12 +1,16 @@
 package lima
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/platforms"
 )
@@ -59,5 +63,38 @@ func TestInstallConfigure(t *testing.T) {
 	}
 	if got := r.Credential != nil; got != (os.Geteuid() == 0) {
 		t.Errorf("runs limactl as another user: %v, want %v (root: limactl refuses it)", got, os.Geteuid() == 0)
+	}
+}
+
+// TestWaitInstallWaitsForEnsureLima: while scripts/ensure-lima holds the
+// directory's lock (it is building), WaitInstall waits, and gives up with
+// the log's path when its context ends; once the lock is free it answers as
+// FindInstall does.
+func TestWaitInstallWaitsForEnsureLima(t *testing.T) {
+	dir := t.TempDir()
+	lock, err := os.Create(filepath.Join(dir, ".lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	_, err = WaitInstall(ctx, dir)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ensure-lima.log") {
+		t.Fatalf("while the lock is held: got %v, want the deadline and the log's path", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := WaitInstall(context.Background(), dir)
+		done <- err
+	}()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, platforms.ErrUnavailable) {
+		t.Fatalf("after the lock is freed, in an empty directory: got %v, want ErrUnavailable", err)
 	}
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lima-vm/lima/pkg/store"
@@ -97,6 +100,7 @@ type Platform struct {
 	cfg     Config
 	inst    string
 	limactl *guest.Tool
+	ssh     *guest.Tool // the socket forward under SoftwareEmulation (plain mode)
 	log     *slog.Logger
 
 	mu         sync.Mutex
@@ -162,6 +166,13 @@ func New(cfg Config) (*Platform, error) {
 		Upgrade:      "upgrade Lima: `brew upgrade lima`",
 		Runner:       cfg.Runner,
 		Log:          p.log,
+	}
+	p.ssh = &guest.Tool{
+		Argv0:   "ssh",
+		Prefix:  "lima",
+		Missing: "ssh not found in PATH (install OpenSSH's client: Lima needs it too)",
+		Runner:  sshRunner(cfg.Runner),
+		Log:     p.log,
 	}
 	return p, nil
 }
@@ -266,7 +277,7 @@ func (p *Platform) Up(ctx context.Context) error {
 			// killed limactl and would boot on unseen.
 			return errors.Join(err, p.abandon(ctx, created))
 		}
-		if res.ExitCode != 0 && !p.onlyGuestAgentLate(ctx, res) {
+		if res.ExitCode != 0 {
 			err := fmt.Errorf("lima: start instance %q: %w (limactl exited with status %d; see %s/ha.stderr.log); limactl said:\n%s",
 				p.inst, platforms.ErrStart, res.ExitCode, in.Dir, guest.Tail(res.Stderr, 20))
 			if created {
@@ -280,6 +291,11 @@ func (p *Platform) Up(ctx context.Context) error {
 		p.log.Info("lima: guest layerfsd already answering", "instance", p.inst, "version", v.Version)
 		p.up = true
 		return nil
+	}
+	if p.cfg.SoftwareEmulation {
+		if err := p.forwardSocket(ctx, in.Dir); err != nil {
+			return err
+		}
 	}
 	if err := p.startDaemon(ctx); err != nil {
 		return err
@@ -315,36 +331,6 @@ func (p *Platform) abandon(ctx context.Context, created bool) error {
 	return nil
 }
 
-// guestAgentLate is how limactl start (Lima v1.2.1, pkg/hostagent) reports
-// a guest agent that did not answer within its fixed minute.
-const guestAgentLate = "guest agent does not seem to be running"
-
-// onlyGuestAgentLate tells whether a failed limactl start failed only
-// because Lima's guest agent was late, on a VM that runs. Under software
-// emulation the agent, installed by Lima's boot scripts, can take longer
-// than the minute Lima gives it, and Lima then calls the VM "degraded"
-// though it runs. The platform does not need the agent: it forwards TCP
-// ports, and every guest port is ignored here; the daemon's socket is
-// forwarded by the host agent over SSH. So the platform goes on and lets
-// the daemon's answer on that socket decide.
-func (p *Platform) onlyGuestAgentLate(ctx context.Context, res Result) bool {
-	if !p.cfg.SoftwareEmulation || !strings.Contains(string(res.Stderr), guestAgentLate) {
-		return false
-	}
-	for _, line := range strings.Split(string(res.Stderr), "\n") {
-		if strings.Contains(line, "level=fatal") && strings.Contains(line, "Errors:[") &&
-			!strings.Contains(line, "Errors:["+guestAgentLate+"; port forwards will not work]") {
-			return false
-		}
-	}
-	in, found, err := p.find(ctx)
-	if err != nil || !found || !in.running() {
-		return false
-	}
-	p.log.Warn("lima: the guest agent was late (software emulation); going on without TCP port forwards", "instance", p.inst)
-	return true
-}
-
 // hostSocketOf finds the host end of the daemon's socket forward in the
 // instance's configuration (Lima has filled in the absolute path), falling
 // back to where this package puts it.
@@ -357,6 +343,43 @@ func hostSocketOf(in instance) string {
 		}
 	}
 	return filepath.Join(in.Dir, "sock", "layerfsd.sock")
+}
+
+// forwardSocket forwards the daemon's guest socket to p.hostSocket under
+// SoftwareEmulation, where the instance runs in Lima's plain mode (see
+// Template), which turns Lima's own port forwarding off. It asks the
+// instance's SSH master, which Lima's host agent keeps for the instance's
+// life, to listen on the host socket (`ssh -O forward`, as Lima's own
+// socket forwards do), so the forward lives and ends with the instance and
+// no process of this one carries it. A forward that still answers is kept;
+// a stale socket (the master it belonged to is gone) is removed first.
+func (p *Platform) forwardSocket(ctx context.Context, instDir string) error {
+	if c, err := net.Dial("unix", p.hostSocket); err == nil {
+		c.Close()
+		return nil
+	}
+	if err := os.Remove(p.hostSocket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("lima: remove the stale socket forward: %w", err)
+	}
+	// The socket's directory belongs to whoever runs limactl (its master
+	// listens there).
+	dir := filepath.Dir(p.hostSocket)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("lima: socket forward: %w", err)
+	}
+	if st, err := os.Stat(instDir); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			if err := os.Lchown(dir, int(sys.Uid), int(sys.Gid)); err != nil {
+				return fmt.Errorf("lima: socket forward: %w", err)
+			}
+		}
+	}
+	_, err := p.ssh.Must(ctx, "-F", filepath.Join(instDir, "ssh.config"), "-O", "forward",
+		"-L", p.hostSocket+":"+guestSocket, "lima-"+p.inst)
+	if err != nil {
+		return fmt.Errorf("lima: forward the daemon's socket through the instance's SSH master: %w", err)
+	}
+	return nil
 }
 
 // create writes the template and runs limactl create.

@@ -278,57 +278,6 @@ func TestEmulationKeepsQEMUOffKVM(t *testing.T) {
 	}
 }
 
-// listRunner answers `limactl list --json` with a recorded list and fails
-// every other command.
-type listRunner struct{ list []byte }
-
-func (r listRunner) Run(_ context.Context, argv []string, _ io.Reader) (Result, error) {
-	if strings.Join(argv, " ") == "limactl list --json" {
-		return Result{Stdout: r.list}, nil
-	}
-	return Result{ExitCode: 1, Stderr: []byte("unexpected")}, nil
-}
-
-// TestGuestAgentLateIsNotAFailure: under software emulation, a limactl
-// start that failed only because Lima's guest agent was late, on a VM that
-// runs, lets Up go on; any other failure, a stopped VM, or a hypervisor
-// guest does not.
-func TestGuestAgentLateIsNotAFailure(t *testing.T) {
-	running, err := os.ReadFile("testdata/list-running.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped, err := os.ReadFile("testdata/list-stopped.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	late := `time="2026-12-01T12:01:37Z" level=error msg="[guest agent does not seem to be running; port forwards will not work]"
-time="2026-12-01T12:01:37Z" level=fatal msg="degraded, status={Running:true Degraded:true Exiting:false Errors:[guest agent does not seem to be running; port forwards will not work] SSHLocalPort:41887}"`
-	other := `time="2026-12-01T12:01:37Z" level=fatal msg="degraded, status={Running:true Degraded:true Exiting:false Errors:[guest agent does not seem to be running; port forwards will not work provisioning scripts failed] SSHLocalPort:41887}"`
-	for _, tc := range []struct {
-		name      string
-		emulation bool
-		list      []byte
-		stderr    string
-		want      bool
-	}{
-		{"late agent, running", true, running, late, true},
-		{"late agent, stopped", true, stopped, late, false},
-		{"another error too", true, running, other, false},
-		{"hypervisor", false, running, late, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, err := New(Config{Project: "demo", SoftwareEmulation: tc.emulation, Runner: listRunner{tc.list}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := p.onlyGuestAgentLate(context.Background(), Result{ExitCode: 1, Stderr: []byte(tc.stderr)}); got != tc.want {
-				t.Errorf("onlyGuestAgentLate = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 // scriptRunner plays limactl for TestUpCutShortDeletesWhatItCreated: no
 // instance until create, then a stopped one; start is cut short by its
 // context. It records every command line.
@@ -376,5 +325,86 @@ func TestUpCutShortDeletesWhatItCreated(t *testing.T) {
 	}
 	if last := r.argvs[len(r.argvs)-1]; last != "delete --force layerfs-demo" {
 		t.Errorf("last limactl command %q, want the delete of the created instance; all: %q", last, r.argvs)
+	}
+}
+
+// forwardRunner plays limactl and ssh for TestEmulatedUpForwardsTheSocket:
+// the instance runs, and the daemon answers on the host socket once ssh
+// has been asked to forward it (as the instance's SSH master then
+// listens there). It records every command line.
+type forwardRunner struct {
+	list    []byte
+	serve   func()
+	argvs   []string
+	forward int
+}
+
+func (r *forwardRunner) Run(ctx context.Context, argv []string, _ io.Reader) (Result, error) {
+	line := strings.Join(argv, " ")
+	r.argvs = append(r.argvs, line)
+	switch {
+	case line == "limactl --version":
+		return Result{Stdout: []byte("limactl version 1.2.1\n")}, nil
+	case line == "limactl list --json":
+		return Result{Stdout: r.list}, nil
+	case argv[0] == "ssh":
+		r.forward++
+		r.serve()
+		return Result{}, nil
+	case strings.HasPrefix(line, "limactl copy ") || strings.HasPrefix(line, "limactl shell "):
+		return Result{}, nil
+	}
+	return Result{ExitCode: 1, Stderr: []byte("unexpected " + line)}, nil
+}
+
+// TestEmulatedUpForwardsTheSocket: under software emulation the instance
+// runs in Lima's plain mode, without Lima's port forwarding, and Up asks
+// the instance's SSH master to forward the daemon's socket before it
+// starts the daemon; a second platform finds the forward answering and
+// neither forwards nor starts anything again.
+func TestEmulatedUpForwardsTheSocket(t *testing.T) {
+	f := newFixture(t)
+	list, err := os.ReadFile("testdata/list-running.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list = []byte(strings.ReplaceAll(string(list), "$LIMA_HOME", f.limaHome))
+	// Plain mode drops the port forwards from the instance's configuration:
+	// the socket is where the platform puts it.
+	if err := os.MkdirAll(filepath.Join(f.limaHome, "layerfs-demo"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := &forwardRunner{list: list, serve: func() { f.serveDaemon(t) }}
+	p := f.platform(t, r, func(c *Config) { c.SoftwareEmulation = true })
+	if err := p.Up(context.Background()); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	want := "ssh -F " + filepath.Join(f.limaHome, "layerfs-demo", "ssh.config") + " -O forward -L " +
+		f.hostSocket() + ":" + guestSocket + " lima-layerfs-demo"
+	var sawForward, sawStart bool
+	for _, line := range r.argvs {
+		switch {
+		case line == want:
+			sawForward = true
+			if sawStart {
+				t.Errorf("the socket was forwarded after the daemon was started: %q", r.argvs)
+			}
+		case strings.Contains(line, "sudo sh -c"):
+			sawStart = true
+		}
+	}
+	if !sawForward || !sawStart || r.forward != 1 {
+		t.Errorf("commands %q: want the forward %q once, then the daemon's start", r.argvs, want)
+	}
+
+	r2 := &forwardRunner{list: list, serve: func() { t.Error("forwarded again") }}
+	p2 := f.platform(t, r2, func(c *Config) { c.SoftwareEmulation = true })
+	if err := p2.Up(context.Background()); err != nil {
+		t.Fatalf("second Up: %v", err)
+	}
+	for _, line := range r2.argvs {
+		if strings.Contains(line, "sudo sh -c") || strings.HasPrefix(line, "ssh ") {
+			t.Errorf("second Up ran %q; the daemon already answered", line)
+		}
 	}
 }

@@ -69,6 +69,13 @@ func Template(cfg Config, hostSocket string) (*limayaml.LimaYAML, error) {
 	if cfg.SoftwareEmulation {
 		y.VMType = ptr(limayaml.QEMU)
 		y.CPUType = limayaml.CPUType{limayaml.X8664: "max", limayaml.AARCH64: "max"}
+		// Plain mode: no Lima boot scripts and no guest agent to wait
+		// for, which under emulation took minutes of each boot. It also
+		// turns Lima's port forwarding off (the rules below stay as the
+		// record of what is forwarded): the platform forwards the
+		// daemon's socket itself (Platform.forwardSocket), and no guest
+		// port reaches the host.
+		y.Plain = ptr(true)
 	}
 	if cfg.CPUs > 0 {
 		y.CPUs = ptr(cfg.CPUs)
