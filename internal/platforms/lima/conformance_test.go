@@ -19,7 +19,7 @@ import (
 // installWait bounds the wait for a scripts/ensure-lima that scripts/test-setup
 // left building the installation in the background (a cold image build
 // took 8.5 minutes on the loaded 2-core development machine).
-const installWait = 40 * time.Minute
+const installWait = 25 * time.Minute
 
 // TestConformance boots one real Lima VM and runs the whole conformance
 // suite through its guest daemon: Up, every check on the running VM, then

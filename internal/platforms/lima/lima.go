@@ -37,6 +37,10 @@ const (
 	// may take several on a loaded machine.
 	DefaultEmulatedBootTimeout = 20 * time.Minute
 	DefaultDaemonTimeout       = 60 * time.Second
+	// DefaultEmulatedDaemonTimeout is the wait for the guest daemon's first
+	// answer under SoftwareEmulation (its start and a fresh Store took
+	// 10-20 s on a loaded machine).
+	DefaultEmulatedDaemonTimeout = 3 * time.Minute
 )
 
 // Config says which instance to run and how.
@@ -148,6 +152,9 @@ func New(cfg Config) (*Platform, error) {
 	}
 	if cfg.DaemonTimeout <= 0 {
 		cfg.DaemonTimeout = DefaultDaemonTimeout
+		if cfg.SoftwareEmulation {
+			cfg.DaemonTimeout = DefaultEmulatedDaemonTimeout
+		}
 	}
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = os.TempDir()

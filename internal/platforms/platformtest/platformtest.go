@@ -65,9 +65,10 @@ type Leaker interface {
 // Docker) are slower than namespaces.
 const (
 	// upTimeout bounds an Up (and the steps sharing its context): a Lima
-	// VM under software emulation took 4-5 minutes to boot on the loaded
-	// 2-core development machine.
-	upTimeout   = 20 * time.Minute
+	// VM under software emulation took 3-8 minutes to boot on the loaded
+	// 2-core development machine, and the platform's own boot timeout
+	// (20 minutes) must expire first, with its error naming the step.
+	upTimeout   = 30 * time.Minute
 	execTimeout = 2 * time.Minute
 	// killSlack is how long past its timeout an exec may take to return.
 	killSlack = 10 * time.Second
