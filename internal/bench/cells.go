@@ -67,6 +67,59 @@ type target struct {
 	// target's own on this host; "" (the daemon's default, its own local
 	// platform) for a guest daemon, which knows no VM platform.
 	wsPlatform string
+	// guestBases holds the cells' bases on a guest daemon's host for the
+	// run (remote targets only; see guestBase).
+	guestBases map[string]guestBase
+}
+
+// guestBase is a cell's base held on a guest daemon's host for the whole
+// run: uploaded once into a native workspace (dir, its directory there) and
+// captured as a project, so that each sample takes the base from there
+// (the LayerFS arm captures dir as its first layer, the native arm checks
+// the project out) instead of carrying it through the platform's forward
+// again: 64 MiB took minutes through Lima's SSH forward under emulation,
+// three times per cell and run.
+type guestBase struct{ ws, dir, project string }
+
+// guestBase returns the base of cell on t's guest, putting it there (from
+// hostDir, the base written on this host) on first use.
+func (t *target) guestBase(ctx context.Context, c *client.Client, cell cells.Cell, hostDir string) (guestBase, error) {
+	if gb, ok := t.guestBases[cell.Base.Name]; ok {
+		return gb, nil
+	}
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Native: true, Platform: t.wsPlatform})
+	if err != nil {
+		return guestBase{}, fmt.Errorf("a directory for the base in the guest: %w", err)
+	}
+	gb := guestBase{ws: ws.ID(), dir: ws.MountPath(), project: strings.ToLower(fmt.Sprintf("base-%s-%d", cell.Base.Name, time.Now().UnixNano()))}
+	if err := uploadDir(ctx, ws, hostDir); err != nil {
+		ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+		return guestBase{}, fmt.Errorf("upload the base to the guest: %w", err)
+	}
+	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: gb.project, FromPath: gb.dir, Message: "base " + cell.Base.Name}); err != nil {
+		ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+		return guestBase{}, fmt.Errorf("capture the base in the guest: %w", err)
+	}
+	if t.guestBases == nil {
+		t.guestBases = map[string]guestBase{}
+	}
+	t.guestBases[cell.Base.Name] = gb
+	return gb, nil
+}
+
+// dropGuestBases ends the workspaces holding t's bases in the guest.
+func (t *target) dropGuestBases(ctx context.Context) {
+	if len(t.guestBases) == 0 {
+		return
+	}
+	c, release, err := t.connect(ctx, "")
+	if err != nil {
+		return
+	}
+	defer release()
+	for _, gb := range t.guestBases {
+		c.Attach(gb.ws).End(ctx, client.EndOptions{Discard: true})
+	}
 }
 
 type task struct {
@@ -127,6 +180,7 @@ func Run(ctx context.Context, cfg Config) (report.Results, error) {
 			continue
 		}
 		defer t.p.Down(context.WithoutCancel(ctx))
+		defer t.dropGuestBases(context.WithoutCancel(ctx))
 		id := t.id
 		res.Platforms = append(res.Platforms, report.Platform{Name: name, Identity: &id})
 		targets = append(targets, t)
@@ -370,8 +424,9 @@ func (r *sampleRun) timed(name string, t0 time.Time) {
 }
 
 // project makes the sample's project with the cell's base as its first
-// layer: captured from a directory on the daemon's host when it is this
-// host, else uploaded into a workspace, committed and added as a layer.
+// layer, captured from a directory on the daemon's host: the base written
+// on this host when the daemon runs here, else the copy held in the guest
+// for the run (guestBase).
 func (r *sampleRun) project(name string) error {
 	defer r.timed("base", time.Now())
 	ctx, c, cell := r.ctx, r.c, r.tk.cell
@@ -383,25 +438,33 @@ func (r *sampleRun) project(name string) error {
 	if err != nil {
 		return err
 	}
-	if r.tk.target.hostFS {
-		_, err = c.CreateProject(ctx, wire.CreateProject{Name: name, FromPath: base, Message: "base " + cell.Base.Name})
-		return err
+	if !r.tk.target.hostFS {
+		gb, err := r.tk.target.guestBase(ctx, c, cell, base)
+		if err != nil {
+			return err
+		}
+		base = gb.dir
 	}
-	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: name}); err != nil {
-		return err
-	}
-	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: name, Branch: "main"})
+	_, err = c.CreateProject(ctx, wire.CreateProject{Name: name, FromPath: base, Message: "base " + cell.Base.Name})
+	return err
+}
+
+// nativeBase puts the cell's base into a native workspace: uploaded from
+// this host when the daemon runs here, else checked out of the copy held
+// in the guest (guestBase).
+func (r *sampleRun) nativeBase(ws *client.Workspace) error {
+	base, err := r.bases.get(r.ctx, r.tk.cell)
 	if err != nil {
 		return err
 	}
-	defer ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
-	if err := uploadDir(ctx, ws, base); err != nil {
+	if r.tk.target.hostFS {
+		return uploadDir(r.ctx, ws, base)
+	}
+	gb, err := r.tk.target.guestBase(r.ctx, r.c, r.tk.cell, base)
+	if err != nil {
 		return err
 	}
-	if _, err := ws.Commit(ctx, "base "+cell.Base.Name); err != nil {
-		return err
-	}
-	_, err = c.AddLayer(ctx, name, "main")
+	_, err = r.c.Checkout(r.ctx, gb.project, wire.Checkout{Ref: "main", Path: ws.MountPath()})
 	return err
 }
 
@@ -575,11 +638,7 @@ func (r *sampleRun) native() error {
 			return nil, err
 		}
 		if r.tk.cell.Base.Write != nil {
-			base, err := r.bases.get(ctx, r.tk.cell)
-			if err == nil {
-				err = uploadDir(ctx, ws, base)
-			}
-			if err != nil {
+			if err := r.nativeBase(ws); err != nil {
 				ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
 				return nil, fmt.Errorf("base: %w", err)
 			}

@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -112,4 +114,86 @@ func TestRunSession(t *testing.T) {
 	if notRun == 0 {
 		t.Error("the unavailable platform's figures are missing")
 	}
+}
+
+// guestLike is a RemoteDaemon platform whose "guest" is a Daemon of this
+// process over the local platform: the bench drives it as it drives a VM's
+// daemon (a project per sample, bases held on the daemon's side), so that
+// route runs where no VM boots.
+type guestLike struct {
+	local *local.Platform
+	dir   string
+	d     *Daemon
+}
+
+func (g *guestLike) Name() string { return "guest" }
+func (g *guestLike) Features() platforms.Features {
+	return platforms.Features{RemoteDaemon: true}
+}
+
+func (g *guestLike) Up(ctx context.Context) error {
+	if err := g.local.Up(ctx); err != nil {
+		return err
+	}
+	d, err := StartDaemon(ctx, g.dir, []platforms.Platform{g.local}, nil)
+	g.d = d
+	return err
+}
+
+func (g *guestLike) Down(ctx context.Context) error {
+	if g.d != nil {
+		g.d.Close(ctx)
+		g.d = nil
+	}
+	return g.local.Down(ctx)
+}
+
+func (g *guestLike) Identity(ctx context.Context) (platforms.Identity, error) {
+	id, err := g.local.Identity(ctx)
+	id.Platform = g.Name()
+	return id, err
+}
+
+func (g *guestLike) Endpoint(context.Context) (string, string, error) {
+	if g.d == nil {
+		return "", "", platforms.ErrNotUp
+	}
+	return "unix://" + filepath.Join(g.dir, "bench.sock"), "", nil
+}
+
+// TestRunCellsOnAGuestDaemon runs a cell with a base and one without on a
+// RemoteDaemon platform: every sample verifies, and the base crossed to
+// the daemon once for the run (one base project there), not once per
+// sample and arm.
+func TestRunCellsOnAGuestDaemon(t *testing.T) {
+	testenv.RequireFUSE(t)
+	cs, err := cells.Select([]string{"C01", "C09"})
+	require.NoError(t, err)
+	g := &guestLike{local: local.New(local.Options{}), dir: t.TempDir()}
+	var projects []string
+	res, err := Run(t.Context(), Config{
+		Cells: cs, Platforms: []string{"guest"}, Samples: 2, OutDir: t.TempDir(),
+		NewPlatform: func(string) (platforms.Platform, error) { return g, nil },
+		Progress: func(done, total int, _ string) {
+			if done == total && g.d != nil { // before Down
+				ps, err := g.d.Client.Projects(t.Context())
+				assert.NoError(t, err)
+				for _, p := range ps {
+					projects = append(projects, p.Name)
+				}
+			}
+		},
+	})
+	require.NoError(t, err)
+	for _, s := range res.Samples {
+		assert.True(t, s.Good(), "%s %s %s: %s", s.Cell, s.Platform, s.Arm, s.Reason())
+	}
+	require.Len(t, res.Samples, 8)
+	var bases []string
+	for _, p := range projects {
+		if strings.HasPrefix(p, "base-") {
+			bases = append(bases, p)
+		}
+	}
+	assert.Len(t, bases, 1, "base projects on the daemon, want one for the run (all projects: %q)", projects)
 }
