@@ -208,6 +208,41 @@ func TestUploadDownloadTree(t *testing.T) {
 	}
 }
 
+// TestCompressedDownloads: a client dialed WithCompressedDownloads gets
+// the same tree, files and a large run of zeros included.
+func TestCompressedDownloads(t *testing.T) {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, daemonAddr, client.WithCompressedDownloads())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project(t, c), Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zeros := make([]byte, 4<<20)
+	if err := ws.WriteFile(ctx, "d/zeros", zeros, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.WriteFile(ctx, "d/sub/text", []byte("text\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	if err := ws.Download(ctx, "d", dst); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "d", "zeros")); err != nil || !bytes.Equal(b, zeros) {
+		t.Errorf("zeros: %d bytes, %v", len(b), err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "d", "sub", "text")); err != nil || string(b) != "text\n" {
+		t.Errorf("text: %q, %v", b, err)
+	}
+	if err := ws.Download(ctx, "nope", t.TempDir()); !client.IsNotFound(err) {
+		t.Errorf("download of a missing path: %v", err)
+	}
+}
+
 // evil serves a crafted tar for every download.
 type evil struct {
 	*apitest.Engine

@@ -2,6 +2,7 @@ package client
 
 import (
 	"archive/tar"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -125,12 +126,21 @@ func addEntry(tw *tar.Writer, p string, fi fs.FileInfo, name string) error {
 // stream holds.
 func (ws *Workspace) Download(ctx context.Context, wsPath, localPath string) error {
 	resp, err := ws.c.send(ctx, call{method: http.MethodGet, path: ws.path("/tar"),
-		query: url.Values{"path": {wsPath}}, size: -1})
+		query: url.Values{"path": {wsPath}}, size: -1, gzip: ws.c.gzip})
 	if err != nil {
 		return fmt.Errorf("download %s: %w", wsPath, err)
 	}
 	defer resp.Body.Close()
-	if err := extract(resp.Body, localPath); err != nil {
+	var body io.Reader = resp.Body
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return fmt.Errorf("download %s: %w", wsPath, err)
+		}
+		defer zr.Close()
+		body = zr
+	}
+	if err := extract(body, localPath); err != nil {
 		return fmt.Errorf("download %s to %s: %w", wsPath, localPath, err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -207,6 +208,18 @@ func TestRoutes(t *testing.T) {
 	}
 	if fmt.Sprint(names) != "[d d/x]" {
 		t.Errorf("tar names = %v", names)
+	}
+	// Compressed when asked for, the same archive.
+	r = h.do("GET", base+"/tar?path=up/d", nil, "Accept-Encoding", "deflate, gzip;q=0.8")
+	if r.status != 200 || r.header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("get tar, gzip accepted: %d %v", r.status, r.header)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain, err := io.ReadAll(zr); err != nil || !bytes.Equal(plain, h.do("GET", base+"/tar?path=up/d", nil, "Accept-Encoding", "identity").body) {
+		t.Errorf("the gzip body is not the archive: %v", err)
 	}
 
 	var res wire.ExecResult
