@@ -275,15 +275,20 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, st *stub, m *marks) initR
 			return initReport{Error: err.Error()}
 		}
 		if listener >= 0 {
-			// On a thread of its own, which the filter does not bind; it
-			// lives as long as the init.
-			go answerNewUser(listener, unix.Gettid())
-			// The fork below is a raw clone that waits for that answer
+			// The fork below is a raw clone that waits for the answer
 			// while it holds its P: the answer needs another P (an init
 			// with one CPU would otherwise deadlock), and no collection may
 			// stop the world meanwhile (it would wait for the clone).
 			runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), 2))
 			gcPercent = debug.SetGCPercent(-1)
+			// On a thread of its own, which the filter does not bind; it
+			// lives as long as the init. The fork waits until it runs: a
+			// goroutine still queued on this P when the clone blocks would
+			// never be run (seen as a hang of every exec, depending on
+			// scheduling, once the binary linked more packages).
+			ready := make(chan struct{})
+			go answerNewUser(listener, unix.Gettid(), ready)
+			<-ready
 		}
 		m.add("filter")
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -166,8 +167,11 @@ type seccompNotifResp struct {
 // CLONE_NEWUSER): the first such clone of thread forkTid, the init's own
 // fork of the command, continues; every other, which can only come from the
 // command and its children, fails with EPERM, as the rest of the filter's
-// refusals. It returns when the listener fails (the init is exiting).
-func answerNewUser(listener int, forkTid int) {
+// refusals. It returns when the listener fails (the init is exiting). It
+// closes ready once it runs on a thread of its own.
+func answerNewUser(listener int, forkTid int, ready chan<- struct{}) {
+	runtime.LockOSThread() // never unlocked: the thread ends with the init
+	close(ready)
 	granted := false
 	for {
 		var req seccompNotif
