@@ -35,7 +35,7 @@ func TestForkAhead(t *testing.T) {
 	r := DefaultIDRange
 	var mu sync.Mutex
 	var ahead []bool // per exec: the init forked ahead
-	l := &Launcher{Warm: 1, SyscallFilter: filter, UserNamespace: &r, trace: func(ms []mark, _ time.Duration) {
+	l := &Launcher{Warm: 1, ForkAhead: true, SyscallFilter: filter, UserNamespace: &r, trace: func(ms []mark, _ time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
 		got := false

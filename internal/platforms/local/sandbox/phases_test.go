@@ -87,7 +87,7 @@ func TestPhases(t *testing.T) {
 		if strings.Contains(exe, "+userns") {
 			r := DefaultIDRange
 			ls[i].UserNamespace = &r
-			ls[i].forkAtExec = strings.HasSuffix(exe, "+fork-at-exec")
+			ls[i].ForkAhead = !strings.HasSuffix(exe, "+fork-at-exec")
 		}
 	}
 	cfg := Config{Workspace: t.TempDir(), Spec: platforms.ExecSpec{Argv: []string{"true"}}}

@@ -176,7 +176,7 @@ func (l *Launcher) warmOne() {
 		}
 	}
 	env := []string{prewarmEnv + "=1"}
-	if !l.forkAtExec {
+	if l.ForkAhead {
 		env = append(env, forkAheadEnv+"=1") // used when it has a user namespace
 	}
 	ip, err := l.spawn(false, cg, nil, env...)
