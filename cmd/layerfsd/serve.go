@@ -206,19 +206,26 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		},
 	})
 
+	// The TCP listener first: the unix socket's appearing is the sign
+	// that the daemon answers (the CLI and the tests wait for it), on
+	// every listener.
+	var tcpL net.Listener
+	if f.tcp != "" {
+		if tcpL, err = net.Listen("tcp", f.tcp); err != nil {
+			return fmt.Errorf("listen on %s: %w", f.tcp, err)
+		}
+	}
 	unixL, err := listenUnix(f.socket)
 	if err != nil {
+		if tcpL != nil {
+			tcpL.Close()
+		}
 		return err
 	}
 	defer os.Remove(f.socket)
 	servers := []*http.Server{newHTTPServer(srv.Handler(api.ListenerOptions{}), log)}
 	listeners := []net.Listener{unixL}
-	if f.tcp != "" {
-		tcpL, err := net.Listen("tcp", f.tcp)
-		if err != nil {
-			unixL.Close()
-			return fmt.Errorf("listen on %s: %w", f.tcp, err)
-		}
+	if tcpL != nil {
 		servers = append(servers, newHTTPServer(srv.Handler(api.ListenerOptions{Token: token}), log))
 		listeners = append(listeners, tcpL)
 	}
