@@ -589,9 +589,8 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	if err != nil {
 		return wire.CommitResult{}, fmt.Errorf("list changes of %s: %w", id, err)
 	}
-	changes := cs.Changes
 	tCapture := time.Now()
-	p, st, err := commit.CommitChanges(ctx, e.db, w.rec.Project, w.rec.Branch, w.rec.Head, changes, e.meta(req.Message, req.Author), nil)
+	p, st, err := commit.CommitChanges(ctx, e.db, w.rec.Project, w.rec.Branch, w.rec.Head, cs.Changes, e.meta(req.Message, req.Author), nil)
 	if err != nil {
 		return wire.CommitResult{}, classify(err)
 	}
@@ -622,7 +621,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	r.Upper = wire.UpperStats(u)
 	res.Receipt = &r
 	e.metrics.commits.Add(1)
-	e.log.Info("workspace commit", "id", id, "result", res.Result, "commit", p.Commit.Short(), "changes", len(changes), "ms", float64(r.WallNs)/1e6)
+	e.log.Info("workspace commit", "id", id, "result", res.Result, "commit", p.Commit.Short(), "changes", len(cs.Changes), "ms", float64(r.WallNs)/1e6)
 	return res, nil
 }
 

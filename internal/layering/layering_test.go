@@ -3,6 +3,7 @@ package layering
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -29,22 +31,33 @@ type pkg struct {
 	Standard   bool
 }
 
-// load lists every package of the module with its dependencies.
-func load(t *testing.T) map[string]pkg {
-	t.Helper()
+// listPackages runs go list once for all the tests of the package.
+var listPackages = sync.OnceValues(func() (map[string]pkg, error) {
 	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Imports,Standard", "./...")
 	cmd.Dir = filepath.Join("..", "..")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	require.NoError(t, err, "go list: %s", stderr.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("go list: %w: %s", err, stderr.Bytes())
+	}
 	pkgs := map[string]pkg{}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for dec.More() {
 		var p pkg
-		require.NoError(t, dec.Decode(&p))
+		if err := dec.Decode(&p); err != nil {
+			return nil, err
+		}
 		pkgs[p.ImportPath] = p
 	}
+	return pkgs, nil
+})
+
+// load lists every package of the module with its dependencies.
+func load(t *testing.T) map[string]pkg {
+	t.Helper()
+	pkgs, err := listPackages()
+	require.NoError(t, err)
 	if _, ok := pkgs[module+"client"]; !ok {
 		t.Fatalf("go list did not list %sclient: the test runs from the wrong directory", module)
 	}

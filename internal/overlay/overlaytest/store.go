@@ -70,11 +70,10 @@ func (s *Store) Commit(ov Changer) store.ID {
 	s.t.Helper()
 	cs, err := ov.Changes(s.ctx)
 	require.NoError(s.t, err)
-	changes := cs.Changes
 	b, err := s.DB.NewBatch(s.ctx)
 	require.NoError(s.t, err)
 	defer b.Abort()
-	id, _, err := commit.Build(s.ctx, b, s.DB, cs.Base, changes, nil)
+	id, _, err := commit.Build(s.ctx, b, s.DB, cs.Base, cs.Changes, nil)
 	if err != nil {
 		for _, c := range cs.Changes {
 			s.t.Logf("change %+v", c)
