@@ -50,13 +50,19 @@ func onBothPaths(t *testing.T, f func(t *testing.T, path string)) {
 // newEngineOn makes an engine whose workspaces default to data path path.
 func newEngineOn(t *testing.T, path string) (*engine.Engine, *store.DB) {
 	t.Helper()
+	return newEngineWith(t, path, local.New(local.Options{}))
+}
+
+// newEngineWith makes an engine whose workspaces default to data path path
+// and run on platform p, which it brings up and down.
+func newEngineWith(t *testing.T, path string, p platforms.Platform) (*engine.Engine, *store.DB) {
+	t.Helper()
 	testenv.RequireFUSE(t)
 	// Not t.Context(): the engine and the platform outlive the test body,
 	// their Shutdown and Down run in a cleanup.
 	ctx := context.Background()
 	db, err := store.Init(ctx, filepath.Join(t.TempDir(), "store"), store.Options{})
 	require.NoError(t, err)
-	p := local.New(local.Options{})
 	require.NoError(t, p.Up(ctx))
 	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{p}, DataPath: path})
 	require.NoError(t, err)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"layerfs.dev/layerfs/internal/engine"
+	"layerfs.dev/layerfs/internal/platforms/docker"
 	"layerfs.dev/layerfs/internal/platforms/local"
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/wire"
@@ -16,20 +18,30 @@ import (
 // TestUserNamespaceOwnership: a command's root is an unprivileged host uid,
 // and what it creates is owned as it would be without a user namespace once
 // committed and checked out: root's files by 0, a chown to 1000 by 1000.
-// The FUSE data path id-maps the workspace mount; the overlay data path is
-// mounted over id-mapped layers.
-func TestUserNamespaceOwnership(t *testing.T) { onBothPaths(t, testUserNamespaceOwnership) }
+// The FUSE data path id-maps the workspace mount (on local; docker's
+// commands then run in the host's namespace: a FUSE mount cannot be
+// id-mapped); the overlay data path is mounted over id-mapped layers.
+func TestUserNamespaceOwnership(t *testing.T) {
+	onBothPaths(t, func(t *testing.T, path string) {
+		e, _ := newEngineOn(t, path)
+		testUserNamespaceOwnership(t, e)
+	})
+	t.Run("docker", func(t *testing.T) {
+		testenv.RequireDocker(t)
+		e, _ := newEngineWith(t, wire.DataPathOverlay, docker.New(docker.Options{}))
+		testUserNamespaceOwnership(t, e)
+	})
+}
 
-func testUserNamespaceOwnership(t *testing.T, path string) {
-	e, _ := newEngineOn(t, path)
+func testUserNamespaceOwnership(t *testing.T, e *engine.Engine) {
 	ctx := t.Context()
 	_, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"})
 	require.NoError(t, err)
 	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
 	require.NoError(t, err)
 	out, res := run(t, e, ws.ID, "echo r > r && mkdir -m 0777 d && stat -c %u:%g r d")
-	if strings.HasPrefix(res.Receipt.UserNamespace, "none: the launcher has none") {
-		testenv.Skip(t, "the local platform has no user namespace on this host")
+	if strings.HasPrefix(res.Receipt.UserNamespace, "none: ") {
+		testenv.Skip(t, "no user namespace on this host: "+res.Receipt.UserNamespace)
 	}
 	if want := local.DefaultIDRange(nil).String(); res.Receipt.UserNamespace != want {
 		t.Errorf("receipt's user namespace %q, want %q", res.Receipt.UserNamespace, want)

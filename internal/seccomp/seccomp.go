@@ -88,11 +88,20 @@ func Allows(p *specs.LinuxSeccomp, name string) bool {
 }
 
 // DockerProfile renders Profile in Docker's JSON profile format, the value
-// of a container's SecurityOpt "seccomp=<json>".
-func DockerProfile() (string, error) {
+// of a container's SecurityOpt "seccomp=<json>". With allowNewUser, a
+// clone whose only namespace flag is CLONE_NEWUSER is allowed: the docker
+// platform's supervisor forks each command into a user namespace of its
+// own, and the command then loads the BPF form, which refuses it again,
+// before it starts (package docker/supervise).
+func DockerProfile(allowNewUser bool) (string, error) {
 	p, err := Profile()
 	if err != nil {
 		return "", err
+	}
+	if allowNewUser {
+		if err := allowCloneNewUser(p); err != nil {
+			return "", err
+		}
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
@@ -305,4 +314,22 @@ func negation(a specs.LinuxSeccompArg) (bpfseccomp.Condition, error) {
 		return c, fmt.Errorf("comparison %s with %#x is not supported", a.Op, a.ValueTwo)
 	}
 	return c, nil
+}
+
+// allowCloneNewUser changes p's clone rule (allow when flags&namespaces ==
+// 0) so that CLONE_NEWUSER is not among the namespace flags it checks.
+func allowCloneNewUser(p *specs.LinuxSeccomp) error {
+	for i, r := range p.Syscalls {
+		if r.Action != specs.ActAllow || !slices.Equal(r.Names, []string{"clone"}) {
+			continue
+		}
+		if len(r.Args) != 1 || r.Args[0].Op != specs.OpMaskedEqual || r.Args[0].Value&unix.CLONE_NEWUSER == 0 {
+			return fmt.Errorf("seccomp: clone's rule is not flags&namespaces == 0: %+v", r.Args)
+		}
+		args := slices.Clone(r.Args)
+		args[0].Value &^= unix.CLONE_NEWUSER
+		p.Syscalls[i].Args = args
+		return nil
+	}
+	return fmt.Errorf("seccomp: the profile has no rule for clone")
 }

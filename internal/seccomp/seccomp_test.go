@@ -2,12 +2,14 @@ package seccomp
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/elastic/go-seccomp-bpf/arch"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -170,13 +172,25 @@ func TestDockerProfileKept(t *testing.T) {
 }
 
 func TestDockerProfileJSON(t *testing.T) {
-	s, err := DockerProfile()
-	require.NoError(t, err)
-	for _, want := range []string{`"defaultAction":"SCMP_ACT_ERRNO"`, `"names":["clone"]`, `"SCMP_CMP_MASKED_EQ"`, `"architectures":["SCMP_ARCH_`} {
-		// not assert.Contains: it would print the whole profile
-		if !strings.Contains(s, want) {
-			t.Errorf("docker profile lacks %s", want)
+	for _, newUser := range []bool{false, true} {
+		s, err := DockerProfile(newUser)
+		require.NoError(t, err)
+		for _, want := range []string{`"defaultAction":"SCMP_ACT_ERRNO"`, `"names":["clone"]`, `"SCMP_CMP_MASKED_EQ"`, `"architectures":["SCMP_ARCH_`} {
+			// not assert.Contains: it would print the whole profile
+			if !strings.Contains(s, want) {
+				t.Errorf("docker profile (new user namespaces %v) lacks %s", newUser, want)
+			}
 		}
+		var p specs.LinuxSeccomp
+		require.NoError(t, json.Unmarshal([]byte(s), &p))
+		var mask uint64
+		for _, r := range p.Syscalls {
+			if r.Action == specs.ActAllow && slices.Equal(r.Names, []string{"clone"}) {
+				mask = r.Args[0].Value
+			}
+		}
+		assert.NotZero(t, mask&unix.CLONE_NEWNS, "clone into a new mount namespace must stay refused")
+		assert.Equal(t, !newUser, mask&unix.CLONE_NEWUSER != 0, "clone's namespace mask %#x with new user namespaces %v", mask, newUser)
 	}
 }
 

@@ -44,6 +44,25 @@
 // holds a FUSE workspace's connection until the container is removed, so a
 // workspace's Sandbox must be closed before its FUSE mount is unmounted.
 //
+// # User namespaces
+//
+// Docker puts containers in a user namespace only with userns-remap, a
+// setting of the whole engine, and does not id-map bind mounts. So the
+// platform makes the namespace itself, per exec, with the local platform's
+// range (userns.DefaultRange): Up holds a namespace with that mapping
+// (the supervisor started as "hold"), which the engine id-maps a docker
+// workspace's overlay layers with (platforms.IDMapper); a workspace that
+// is a plain directory is bound as an id-mapped clone under idmapRoot
+// instead. Such a container keeps CAP_SETUID and CAP_SETGID for its root,
+// the supervisor, whose profile (seccomp.DockerProfile(true)) lets it
+// clone into a new user namespace; each exec's supervisor forks the
+// command into one with the range and the exec's ids, where the command
+// loads the BPF filter (which refuses that clone again) before it starts;
+// see package supervise. A FUSE workspace, an engine with userns-remap, a
+// remote engine or Options.NoUserNamespace leave commands in the host's
+// namespace as uid 0 without capabilities, and ExecResult.UserNamespace
+// says why.
+//
 // # Execs, and why a supervisor
 //
 // Docker has no API to kill an exec, and an exec's output stream stays

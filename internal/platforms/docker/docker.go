@@ -24,6 +24,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 	"layerfs.dev/layerfs/internal/seccomp"
 )
 
@@ -64,6 +65,14 @@ type Options struct {
 	// layerfs-supervise beside this process's executable or on PATH, else
 	// this executable itself.
 	Supervisor string
+	// UserNamespace is the host ids the ids 0 to Size-1 of a container's
+	// commands map to; nil is the local platform's default (the
+	// subordinate ids of the user "layerfs", else 2000000000-2000065535).
+	UserNamespace *userns.Range
+	// NoUserNamespace runs commands in the host's user namespace (uid 0
+	// without capabilities), as containers of an engine without
+	// userns-remap run.
+	NoUserNamespace bool
 	// Logger receives lifecycle events; nil is silent.
 	Logger *slog.Logger
 }
@@ -98,8 +107,10 @@ type upState struct {
 	supervisor string
 	imageTime  time.Duration // hashing (and, when built, importing) the image
 	// seccomp is the sandbox's syscall filter (internal/seccomp) in
-	// Docker's JSON profile format, every container's SecurityOpt.
+	// Docker's JSON profile format, the SecurityOpt of every container
+	// whose commands run in the host's user namespace.
 	seccomp string
+	userNS  userNSState
 }
 
 type identityInfo struct {
@@ -114,6 +125,7 @@ type identityInfo struct {
 var (
 	_ platforms.Platform    = (*Platform)(nil)
 	_ platforms.SandboxHost = (*Platform)(nil)
+	_ platforms.IDMapper    = (*Platform)(nil)
 )
 
 // New returns a Platform; nothing is contacted until Up.
@@ -210,7 +222,7 @@ func (p *Platform) connect(ctx context.Context, cli *client.Client) (upState, er
 	st.info = identityInfo{kernel: info.KernelVersion, cpus: info.NCPU, memory: info.MemTotal,
 		driver: info.Driver, cgroup: info.CgroupVersion, security: info.SecurityOptions}
 
-	if st.seccomp, err = seccomp.DockerProfile(); err != nil {
+	if st.seccomp, err = seccomp.DockerProfile(false); err != nil {
 		return st, fmt.Errorf("docker: %w: %w", platforms.ErrUnavailable, err)
 	}
 	st.supervisor = p.opts.Supervisor
@@ -222,6 +234,8 @@ func (p *Platform) connect(ctx context.Context, cli *client.Client) (upState, er
 	if st.supervisor, err = filepath.EvalSymlinks(st.supervisor); err != nil {
 		return st, fmt.Errorf("docker: supervisor: %w", err)
 	}
+
+	p.setUpUserNS(&st)
 
 	start := time.Now()
 	root, err := sandboxRoot(p.opts.Packages, st.supervisor)
@@ -246,6 +260,9 @@ func (p *Platform) connect(ctx context.Context, cli *client.Client) (upState, er
 		if err := removeOrphans(ctx, cli); err != nil {
 			p.log.Warn("docker: remove leftovers of dead owners", "err", err)
 		}
+		if err := dropOrphanClones(); err != nil {
+			p.log.Warn("docker: remove id-mapped workspaces of dead owners", "err", err)
+		}
 	}
 	return st, nil
 }
@@ -267,7 +284,10 @@ func (p *Platform) Down(ctx context.Context) error {
 	if cerr := p.cli.Close(); err == nil {
 		err = cerr
 	}
-	p.cli = nil
+	if p.state.userNS.ns != nil {
+		p.state.userNS.ns.Close()
+	}
+	p.cli, p.state = nil, upState{}
 	return err
 }
 
@@ -402,20 +422,25 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 		Runtime:     "docker " + st.version,
 		Image:       st.image.ID,
 		Details: fmt.Sprintf("api %s, storage %s, cgroup v%s, image %s (%d bytes), supervisor %s, per-exec limits: %s, seccomp: %s, user namespace: %s",
-			st.apiVersion, st.info.driver, st.info.cgroup, st.image.Ref, st.image.SizeBytes, st.supervisor, p.limitsNote(), seccomp.Name, st.info.userNS()),
+			st.apiVersion, st.info.driver, st.info.cgroup, st.image.Ref, st.image.SizeBytes, st.supervisor, p.limitsNote(), seccomp.Name, st.userNSName()),
 	}, nil
 }
 
-// userNS says whether the engine runs containers in a user namespace:
-// Docker does only with userns-remap, a setting of the whole daemon
-// (dockerd --userns-remap, and a restart) that LayerFS leaves alone.
-func (i identityInfo) userNS() string {
-	for _, o := range i.security {
-		if strings.Contains(o, "name=userns") {
-			return "the engine's userns-remap (every container's root is an unprivileged host uid)"
-		}
+// remapped tells whether the engine runs containers in a user namespace
+// of its own (userns-remap, a setting of the whole daemon).
+func (i identityInfo) remapped() bool {
+	return slices.ContainsFunc(i.security, func(o string) bool { return strings.Contains(o, "name=userns") })
+}
+
+// userNSName says which user namespace commands run in.
+func (st upState) userNSName() string {
+	switch {
+	case st.userNS.ns != nil:
+		return fmt.Sprintf("uid_map %q: each exec's uid 0 is %d on the host, workspaces id-mapped", st.userNS.ids.String(), st.userNS.ids.Host)
+	case st.info.remapped():
+		return "the engine's userns-remap (every container's root is an unprivileged host uid)"
 	}
-	return "none (container root is the host's uid 0 without capabilities; the engine has no userns-remap)"
+	return "none (uid 0 without capabilities in the host's; " + st.userNS.why + ")"
 }
 
 func (p *Platform) limitsNote() string {

@@ -22,6 +22,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/escapetest"
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 	"layerfs.dev/layerfs/internal/platforms/platformtest"
 	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -191,7 +192,9 @@ func TestExecResults(t *testing.T) {
 		{name: "dir", spec: platforms.ExecSpec{Argv: []string{"pwd"}, Dir: "a/b"}, out: "/workspace/a/b\n"},
 		{name: "gid", spec: platforms.ExecSpec{Argv: []string{"id", "-g"}, UID: 1000, GID: 1001}, out: "1001\n"},
 		{name: "uid and gid", spec: platforms.ExecSpec{Argv: []string{"id", "-u"}, UID: 1000, GID: 1000}, out: "1000\n"},
-		{name: "no capabilities", spec: sh("grep CapEff /proc/self/status"), out: "CapEff:\t0000000000000000\n"},
+		// Capabilities in the host's user namespace: none. The root of a
+		// user namespace of its own has that namespace's, as on local.
+		{name: "no capabilities", spec: sh("grep -q '^CapEff:.*[1-9a-f]' /proc/self/status && grep -Eq '^ *0 +0 ' /proc/self/uid_map || echo none"), out: "none\n"},
 		{name: "no new privileges", spec: sh("grep NoNewPrivs /proc/self/status"), out: "NoNewPrivs:\t1\n"},
 		{name: "read-only root", spec: sh("touch /usr/x 2>&1 | sed 's/.*: //'; touch /tmp/x && echo tmp ok"), out: "Read-only file system\ntmp ok\n"},
 		{name: "hostname", spec: platforms.ExecSpec{Argv: []string{"hostname"}, Hostname: "layerfs"}, out: "layerfs\n"},
@@ -531,4 +534,55 @@ func TestEscapes(t *testing.T) {
 	testenv.RequireDocker(t)
 	shared.get(t) // the image exists: no Up of the suite races another import
 	escapetest.Run(t, New(Options{Supervisor: supervisorBin}))
+}
+
+// TestUserNamespace: each exec runs in a user namespace whose root is an
+// unprivileged host uid, over a workspace id-mapped with it, so that files
+// keep their ids on disk (root's are 0, a chown to 1000 gives 1000); the
+// command can make no namespace of its own and cannot touch a host file
+// that is not its to touch. NoUserNamespace turns it off.
+func TestUserNamespace(t *testing.T) {
+	t.Parallel()
+	p := shared.get(t)
+	if _, _, err := p.IDMap(); err != nil {
+		testenv.Skip(t, "docker sandboxes have no user namespace here: "+err.Error())
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o777)) // uid 1000 writes too
+	secret := filepath.Join(dir, "host-only")
+	require.NoError(t, os.WriteFile(secret, []byte("secret\n"), 0o600))
+	require.NoError(t, os.Chown(secret, 70000, 70000))
+	sb := attach(t, p, platforms.Workspace{HostPath: dir})
+	res, out, errs := run(t, sb, sh(`
+		awk '{print $1, $2, $3}' /proc/self/uid_map
+		echo r > r && mkdir d && echo c > c && chown 1000:1000 c && stat -c %u:%g r d c
+		cat host-only 2>/dev/null && echo read
+		echo x >> host-only 2>/dev/null && echo wrote
+		stat -c %u host-only
+		unshare -U true 2>/dev/null && echo unshared
+		unshare -m true 2>/dev/null && echo unshared-mount
+		echo done`))
+	ids := userns.DefaultRange(nil)
+	want := fmt.Sprintf("0 %d %d\n0:0\n0:0\n1000:1000\n65534\ndone\n", ids.Host, ids.Size)
+	require.Equal(t, want, out, "stderr %q", errs)
+	assert.Equal(t, ids.String(), res.UserNamespace, "receipt")
+	for name, want := range map[string]uint32{"r": 0, "d": 0, "c": 1000, "host-only": 70000} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		require.NoError(t, err)
+		assert.Equal(t, want, fi.Sys().(*syscall.Stat_t).Uid, "owner of %s on disk", name)
+	}
+	b, err := os.ReadFile(secret)
+	require.NoError(t, err)
+	assert.Equal(t, "secret\n", string(b))
+
+	// As another uid inside, the command is that uid's host id.
+	_, out, _ = run(t, sb, platforms.ExecSpec{Argv: platforms.ShellArgv("id -u; echo u > u; stat -c %u u"), UID: 1000, GID: 1000})
+	assert.Equal(t, "1000\n1000\n", out)
+
+	off := New(Options{NoUserNamespace: true, Supervisor: supervisorBin})
+	require.NoError(t, off.Up(t.Context()))
+	t.Cleanup(func() { assert.NoError(t, off.Down(context.Background())) })
+	res, out, _ = run(t, attach(t, off, platforms.Workspace{}), sh("awk '{print $1, $2}' /proc/self/uid_map"))
+	assert.Equal(t, "0 0\n", out)
+	assert.True(t, strings.HasPrefix(res.UserNamespace, "none: "), "receipt %q", res.UserNamespace)
 }

@@ -76,7 +76,7 @@ func buildSupervisor(dir string) (string, error) {
 // ensureDocker runs scripts/ensure-docker (idempotent) from the checkout.
 func ensureDocker() {
 	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "ensure-docker")
+	script := filepath.Join(filepath.Dir(file), "..", "..", "..", "scripts", "ensure-docker")
 	cmd := exec.Command(script)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
@@ -127,7 +127,7 @@ func checkLeftovers() error {
 	var problems []string
 	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(mi), "\n") {
-			if strings.Contains(line, fuseTestName) {
+			if strings.Contains(line, fuseTestName) || strings.Contains(line, " "+idmapRoot+"/") {
 				problems = append(problems, "mount: "+line)
 			}
 		}

@@ -27,6 +27,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/docker/supervise"
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
@@ -64,6 +65,14 @@ type Sandbox struct {
 	ws       platforms.Workspace
 	hostname string
 	rootImg  string // the Workspace.RootDir image, removed on Close
+	// ids is the user namespace each command runs in (nil: the host's,
+	// for the reason noUserNS), filter the seccomp filter it loads there,
+	// and clone the id-mapped clone of the workspace the container binds,
+	// unmounted on Close.
+	ids      *userns.Range
+	noUserNS string
+	filter   string
+	clone    string
 
 	mu     sync.Mutex
 	closed bool
@@ -101,6 +110,8 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	var rnd [3]byte
 	_, _ = rand.Read(rnd[:])
 	name := "layerfs-" + w.ID + "-" + hex.EncodeToString(rnd[:])
+	bind, clone, ids, why := p.sandboxNS(st, w, name)
+	s.ids, s.noUserNS, s.clone, s.filter = ids, why, clone, st.userNS.filter
 	labels := map[string]string{labelWorkspace: w.ID, labelOwner: p.owner, labelPidNS: pidNamespace()}
 	cfg := &container.Config{
 		Image:      img,
@@ -114,7 +125,7 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	hc := &container.HostConfig{
 		NetworkMode: "none",
 		Mounts: []mount.Mount{
-			{Type: mount.TypeBind, Source: w.HostPath, Target: workspaceDir,
+			{Type: mount.TypeBind, Source: bind, Target: workspaceDir,
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
 			{Type: mount.TypeBind, Source: st.supervisor, Target: supervisorPath, ReadOnly: true},
 		},
@@ -130,6 +141,15 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 			PidsLimit:  &pids,
 		},
 	}
+	if ids != nil {
+		// The supervisor (the container's root, the host's uid 0) forks
+		// each command into a user namespace with ids' mapping: writing a
+		// mapping of more than its own id takes CAP_SETUID and CAP_SETGID
+		// in the host's namespace, and the fork a profile that allows
+		// it. The command has neither; see supervise.
+		hc.CapAdd = []string{"CAP_SETUID", "CAP_SETGID"}
+		hc.SecurityOpt = []string{"no-new-privileges", "seccomp=" + st.userNS.seccomp}
+	}
 	if w.Network {
 		hc.NetworkMode = "host" // the host's network, as the contract says
 	} else {
@@ -138,6 +158,7 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	created, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if err != nil {
 		s.removeRootImage(context.WithoutCancel(ctx))
+		s.dropClone()
 		return nil, fmt.Errorf("docker: attach %s: create container: %w", w.ID, err)
 	}
 	s.id = created.ID
@@ -206,7 +227,18 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		}
 	}
 	s.removeRootImage(ctx)
+	s.dropClone()
 	return err
+}
+
+// dropClone unmounts the workspace's id-mapped clone, if it has one.
+func (s *Sandbox) dropClone() {
+	if s.clone == "" {
+		return
+	}
+	if err := dropClone(s.clone); err != nil {
+		s.log.Warn("docker: id-mapped workspace left behind", "workspace", s.ws.ID, "err", err)
+	}
 }
 
 func (s *Sandbox) removeRootImage(ctx context.Context) {
@@ -318,6 +350,10 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 		return res, fmt.Errorf("docker: exec %q in %s: %w (exit code %d)", spec.Argv[0], s.ws.ID, ErrSupervisor, code)
 	}
 	res.ExitCode = tr.Exit
+	res.UserNamespace = "none: " + s.noUserNS
+	if s.ids != nil {
+		res.UserNamespace = s.ids.String()
+	}
 	if tr.Signal != 0 {
 		res.Signal = unix.SignalName(unix.Signal(tr.Signal))
 	}
@@ -401,8 +437,9 @@ func (s *Sandbox) execOptions(spec platforms.ExecSpec) (container.ExecOptions, t
 	if timeout <= 0 {
 		timeout = platforms.DefaultTimeout
 	}
+	user := strconv.Itoa(spec.UID) + ":" + strconv.Itoa(spec.GID)
 	o = container.ExecOptions{
-		User:         strconv.Itoa(spec.UID) + ":" + strconv.Itoa(spec.GID),
+		User:         user,
 		AttachStdin:  spec.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
@@ -412,6 +449,13 @@ func (s *Sandbox) execOptions(spec platforms.ExecSpec) (container.ExecOptions, t
 	}
 	if spec.OpenFiles > 0 {
 		o.Cmd = slices.Insert(o.Cmd, 3, "nofile="+strconv.Itoa(spec.OpenFiles))
+	}
+	if s.ids != nil {
+		// The supervisor stays the container's root, to make the command's
+		// namespace; the command takes the spec's ids inside it.
+		o.User = "0:0"
+		o.Cmd = slices.Insert(o.Cmd, 3, fmt.Sprintf("userns=%d:%d", s.ids.Host, s.ids.Size), "as="+user)
+		o.Env = append(o.Env, supervise.FilterEnv+"="+s.filter)
 	}
 	return o, timeout, nil
 }

@@ -39,7 +39,7 @@ func New(name string, o Options) (platforms.Platform, error) {
 		// one, is re-executed much faster than this binary.
 		return local.New(local.Options{Exe: sandbox.InitBinary(), NoUserNamespace: o.NoUserNamespace, Logger: log}), nil
 	case "docker":
-		return docker.New(docker.Options{Logger: log}), nil
+		return docker.New(docker.Options{NoUserNamespace: o.NoUserNamespace, Logger: log}), nil
 	}
 	return nil, fmt.Errorf("%q is not a host platform (host platforms: %s)", name, strings.Join(Names, ", "))
 }

@@ -1,6 +1,8 @@
 package local
 
 import (
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
+
 	"context"
 	"errors"
 	"fmt"
@@ -352,3 +354,8 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	s.p.mu.Unlock()
 	return nil
 }
+
+// DefaultIDRange is the user namespace mapping of a platform whose Options
+// name none (userns.DefaultRange: the subordinate ids of the user
+// "layerfs", else sandbox.DefaultIDRange).
+func DefaultIDRange(log *slog.Logger) sandbox.IDRange { return userns.DefaultRange(log) }

@@ -19,6 +19,16 @@
 // that it has been moved into the exec's cgroups; EOF means the host gave
 // up, and the command is not started.
 //
+// With "userns=HOST:SIZE as=UID:GID" (the supervisor is the container's
+// root then, with CAP_SETUID and CAP_SETGID) the command is forked into a
+// new user namespace whose ids 0 to SIZE-1 are HOST... on the host, as
+// UID:GID inside it: the supervisor's binary starts there once more as
+// "enter -- PATH ARGV...", sets no_new_privs, loads the seccomp filter the
+// host sent in FilterEnv (dropped from the command's environment) and
+// execs the command. "hold" only waits for its stdin to close: the
+// platform starts it once in a namespace with the range, to keep that
+// namespace for id-mapping workspaces.
+//
 // The supervisor is small on purpose: its start-up is part of every exec's
 // fixed cost. cmd/layerfs-supervise is the stand-alone static binary;
 // package docker also runs Main from an init hook when its own executable

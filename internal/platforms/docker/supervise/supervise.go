@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
+	"layerfs.dev/layerfs/internal/seccomp/bpfload"
 )
 
 // Name is the supervisor's program name; a binary run under it (argv[0]'s
@@ -76,11 +80,19 @@ func DecodeTrailer(b []byte) (Trailer, error) {
 //	idle                          the container's PID 1: reap orphans, exit on SIGTERM
 //	exec TIMEOUT_NS [wait] [nofile=N] -- ARGV  run ARGV; see the package documentation
 func Main(args []string) int {
-	if len(args) >= 1 && args[0] == "idle" {
-		return idle()
+	if len(args) >= 1 {
+		switch args[0] {
+		case "idle":
+			return idle()
+		case "hold":
+			userns.WaitStdin()
+			return 0
+		case "enter":
+			return enter(args[1:])
+		}
 	}
 	usage := func() int {
-		fmt.Fprintf(os.Stderr, "usage: %s idle | exec TIMEOUT_NS [wait] [nofile=N] -- ARGV...\n", Name)
+		fmt.Fprintf(os.Stderr, "usage: %s idle | hold | exec TIMEOUT_NS [wait] [nofile=N] [userns=HOST:SIZE] -- ARGV...\n", Name)
 		return 2
 	}
 	if len(args) < 2 || args[0] != "exec" {
@@ -92,6 +104,8 @@ func Main(args []string) int {
 		return 2
 	}
 	wait, nofile := false, uint64(0)
+	var ids *userns.Range
+	var cred *syscall.Credential
 	rest := args[2:]
 	for ; len(rest) > 0 && rest[0] != "--"; rest = rest[1:] {
 		if rest[0] == "wait" {
@@ -101,6 +115,22 @@ func Main(args []string) int {
 				fmt.Fprintf(os.Stderr, "%s: bad %q\n", Name, rest[0])
 				return 2
 			}
+		} else if v, ok := strings.CutPrefix(rest[0], "userns="); ok {
+			r, err := parseRange(v)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "%s: bad %q: %v\n", Name, rest[0], err)
+				return 2
+			}
+			ids = &r
+		} else if v, ok := strings.CutPrefix(rest[0], "as="); ok {
+			u, g, ok := strings.Cut(v, ":")
+			uid, err1 := strconv.ParseUint(u, 10, 32)
+			gid, err2 := strconv.ParseUint(g, 10, 32)
+			if !ok || err1 != nil || err2 != nil {
+				fmt.Fprintf(os.Stderr, "%s: bad %q: want as=UID:GID\n", Name, rest[0])
+				return 2
+			}
+			cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
 		} else {
 			return usage()
 		}
@@ -131,7 +161,11 @@ func Main(args []string) int {
 			return t.Exit
 		}
 	}
-	t := supervise(rest[1:], time.Duration(timeout))
+	if cred != nil && ids == nil {
+		fmt.Fprintf(os.Stderr, "%s: as= needs userns=\n", Name)
+		return 2
+	}
+	t := supervise(rest[1:], time.Duration(timeout), ids, cred)
 	if _, err := os.Stderr.Write(t.Encode()); err != nil {
 		return 125
 	}
@@ -185,7 +219,7 @@ func idle() int {
 
 // supervise runs argv and returns its trailer once the command and every
 // process it started are gone.
-func supervise(argv []string, timeout time.Duration) Trailer {
+func supervise(argv []string, timeout time.Duration, ids *userns.Range, cred *syscall.Credential) Trailer {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: cannot become a subreaper: %v\n", Name, err)
 		return Trailer{Exit: 126, Flags: FlagNoStart}
@@ -198,12 +232,25 @@ func supervise(argv []string, timeout time.Duration) Trailer {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", Name, err)
 		return Trailer{Exit: noStartCode(err), Flags: FlagNoStart}
 	}
-	start := time.Now()
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+	attr := &syscall.ProcAttr{
 		Env:   os.Environ(),
 		Files: []uintptr{0, 1, 2},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	})
+	}
+	if ids != nil {
+		// The command is started by this binary again ("enter"), already
+		// in its user namespace, which loads the filter and execs it.
+		argv = append([]string{Name, "enter", "--", path}, argv...)
+		path = "/proc/self/exe"
+		attr.Sys.Cloneflags = syscall.CLONE_NEWUSER
+		attr.Sys.UidMappings, attr.Sys.GidMappings = ids.Mapping(), ids.Mapping()
+		attr.Sys.GidMappingsEnableSetgroups = true
+		attr.Sys.Credential = cred // the ids inside the namespace
+	} else {
+		attr.Env = withoutFilter(attr.Env)
+	}
+	start := time.Now()
+	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: exec %s: %v\n", Name, argv[0], err)
 		return Trailer{Exit: noStartCode(err), Flags: FlagNoStart}
@@ -334,4 +381,63 @@ func ProcStat(pid int) (ppid int, state byte, ok bool) {
 		return 0, 0, false
 	}
 	return ppid, f[0][0], true
+}
+
+// FilterEnv is the environment variable in which the host sends an exec in
+// a user namespace its seccomp filter (bpfload.Encode of the programs,
+// with clone into a new user namespace refused). The command never sees
+// it.
+const FilterEnv = "LAYERFS_SUPERVISE_SECCOMP"
+
+// enter is the command's first moment in its user namespace: the
+// supervisor forked it there (which the container's seccomp profile
+// allows) and re-executed itself as "enter -- PATH ARGV...". It loads the
+// sandbox's filter, which refuses every further namespace, and becomes the
+// command. no_new_privs, which seccomp(2) requires of a process without
+// CAP_SYS_ADMIN, is set already in a container (no-new-privileges); enter
+// sets it again so as not to depend on that.
+func enter(args []string) int {
+	if len(args) < 3 || args[0] != "--" {
+		fmt.Fprintf(os.Stderr, "usage: %s enter -- PATH ARGV...\n", Name)
+		return 126
+	}
+	progs, err := bpfload.Decode(os.Getenv(FilterEnv))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", Name, err)
+		return 126
+	}
+	env := withoutFilter(os.Environ())
+	// The filter is this thread's (no TSYNC), and exec replaces the
+	// process from this thread.
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: set no_new_privs: %v\n", Name, err)
+		return 126
+	}
+	for _, p := range progs {
+		if _, err := bpfload.Load(p, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", Name, err)
+			return 126
+		}
+	}
+	err = syscall.Exec(args[1], args[2:], env)
+	fmt.Fprintf(os.Stderr, "%s: exec %s: %v\n", Name, args[2], err)
+	return noStartCode(err)
+}
+
+// withoutFilter is env without FilterEnv.
+func withoutFilter(env []string) []string {
+	return slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, FilterEnv+"=") })
+}
+
+// parseRange reads "HOST:SIZE".
+func parseRange(s string) (userns.Range, error) {
+	host, size, ok := strings.Cut(s, ":")
+	h, err1 := strconv.ParseUint(host, 10, 32)
+	n, err2 := strconv.ParseUint(size, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return userns.Range{}, fmt.Errorf("want HOST:SIZE")
+	}
+	r := userns.Range{Host: uint32(h), Size: uint32(n)}
+	return r, r.Validate()
 }

@@ -14,6 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/proctest"
+	"layerfs.dev/layerfs/internal/seccomp"
+	"layerfs.dev/layerfs/internal/seccomp/bpfload"
+	"layerfs.dev/layerfs/internal/testenv"
 )
 
 // The test binary is also the supervisor, as the docker package's is.
@@ -48,9 +51,17 @@ func TestTrailerRoundTrip(t *testing.T) {
 // docker runs it in a container, and splits its stderr from its trailer.
 func runSupervisor(t *testing.T, timeout time.Duration, argv ...string) (Trailer, string, string) {
 	t.Helper()
+	return runSupervisorWith(t, nil, nil, timeout, argv...)
+}
+
+// runSupervisorWith is runSupervisor with exec options (opts) and the
+// supervisor's environment (nil: this process's).
+func runSupervisorWith(t *testing.T, opts, env []string, timeout time.Duration, argv ...string) (Trailer, string, string) {
+	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	cmd := &exec.Cmd{Path: exe, Args: append([]string{Name, "exec", strconv.FormatInt(int64(timeout), 10), "--"}, argv...)}
+	args := append([]string{Name, "exec", strconv.FormatInt(int64(timeout), 10)}, opts...)
+	cmd := &exec.Cmd{Path: exe, Args: append(append(args, "--"), argv...), Env: env}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	runErr := cmd.Run()
@@ -158,5 +169,29 @@ func TestSuperviseSIGTERMKillsTree(t *testing.T) {
 	}
 	if left := proctest.Sleepers(arg); len(left) != 0 {
 		t.Fatalf("processes left after SIGTERM: %v", left)
+	}
+}
+
+// TestUserNamespaceExec: with userns= the command runs in a new user
+// namespace with that mapping, as the ids of as=, under the filter sent in
+// FilterEnv (which it never sees), and can make no namespace of its own.
+func TestUserNamespaceExec(t *testing.T) {
+	testenv.RequireRoot(t)
+	progs, err := seccomp.BPF()
+	require.NoError(t, err)
+	env := append(os.Environ(), FilterEnv+"="+bpfload.Encode(bpfload.RefuseNewUser(progs)))
+	body := `awk '{print $1, $2, $3}' /proc/self/uid_map; id -u; id -g; env | grep -c ` + FilterEnv + `; unshare -U true 2>/dev/null && echo unshared; echo done`
+	for as, ids := range map[string]string{"as=0:0": "0\n0\n", "as=1000:1001": "1000\n1001\n"} {
+		tr, out, errs := runSupervisorWith(t, []string{"userns=2000000000:65536", as}, env, time.Minute, "sh", "-c", body)
+		assert.Equal(t, 0, tr.Exit, "%s: stderr %q", as, errs)
+		assert.Equal(t, "0 2000000000 65536\n"+ids+"0\ndone\n", out, as)
+	}
+	// Without a filter to load, the command is not started.
+	tr, _, errs := runSupervisorWith(t, []string{"userns=2000000000:65536"}, os.Environ(), time.Minute, "true")
+	assert.Equal(t, 126, tr.Exit, "stderr %q", errs)
+	// A mapping that would make its root the host's is refused outright.
+	for _, bad := range []string{"0:65536", "2000000000:0", "1:x", "12"} {
+		_, err := parseRange(bad)
+		assert.Error(t, err, bad)
 	}
 }

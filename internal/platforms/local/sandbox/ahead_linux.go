@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/cloexec"
+	"layerfs.dev/layerfs/internal/seccomp/bpfload"
 )
 
 // A warm init whose commands run in a user namespace forks ahead a stub
@@ -305,18 +305,8 @@ func (o stubOrder) limits() error {
 // every such clone of the command is refused as the rest of the filter's
 // refusals are.
 func loadStubFilter(progs [][]byte) error {
-	const retK = unix.BPF_RET | unix.BPF_K
-	for _, prog := range progs {
-		p := prog
-		if notifies(prog) {
-			p = append([]byte(nil), prog...)
-			for i := 0; i+8 <= len(p); i += 8 {
-				if binary.NativeEndian.Uint16(p[i:]) == retK && binary.NativeEndian.Uint32(p[i+4:]) == unix.SECCOMP_RET_USER_NOTIF {
-					binary.NativeEndian.PutUint32(p[i+4:], unix.SECCOMP_RET_ERRNO|uint32(unix.EPERM))
-				}
-			}
-		}
-		if _, err := loadProgram(p, 0); err != nil {
+	for _, p := range bpfload.RefuseNewUser(progs) {
+		if _, err := bpfload.Load(p, 0); err != nil {
 			return err
 		}
 	}

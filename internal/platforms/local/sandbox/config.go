@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
+
 	"errors"
 	"fmt"
 	"path"
@@ -185,32 +187,9 @@ type mark struct {
 	NS   int64  `json:"ns"`
 }
 
-// IDRange is a user namespace's mapping: ids 0 to Size-1 inside are
-// Host to Host+Size-1 on the host, for users and groups alike.
-type IDRange struct {
-	Host uint32
-	Size uint32
-}
+// IDRange is the host ids a sandbox's ids 0 to Size-1 map to.
+type IDRange = userns.Range
 
-// String is the mapping as /proc/PID/uid_map shows it: "inside host size".
-func (r IDRange) String() string { return fmt.Sprintf("0 %d %d", r.Host, r.Size) }
-
-// DefaultIDRange is the host ids a sandbox's user namespace maps its ids
-// 0-65535 to when nothing else is configured: a range no user or
-// subordinate range on a usual host has (useradd hands out subordinate
-// ranges from 100000 up, systemd-nspawn's dynamic ranges end at
-// 1879048191, and systemd's "foreign" range starts at 2147352576).
-var DefaultIDRange = IDRange{Host: 2_000_000_000, Size: 65536}
-
-// validate checks that r can be a user namespace's mapping.
-func (r IDRange) validate() error {
-	switch {
-	case r.Size == 0:
-		return fmt.Errorf("user namespace range %v is empty", r)
-	case r.Host == 0:
-		return fmt.Errorf("user namespace range %v would map a sandbox's root to the host's", r)
-	case uint64(r.Host)+uint64(r.Size) > 1<<32-1:
-		return fmt.Errorf("user namespace range %v goes past the last id", r)
-	}
-	return nil
-}
+// DefaultIDRange is the mapping used when nothing else is configured (see
+// userns.Default).
+var DefaultIDRange = userns.Default

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,7 +39,8 @@ func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == initArg0 }
 // thing main (and a test binary's TestMain) calls, on the main goroutine.
 func InitMain() (handled bool) {
 	if len(os.Args) > 0 && os.Args[0] == userNSArg0 {
-		userNSHolderMain()
+		userns.WaitStdin()
+		os.Exit(0)
 	}
 	if len(os.Args) > 0 && os.Args[0] == stubArg0 {
 		stubMain()

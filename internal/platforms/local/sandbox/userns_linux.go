@@ -1,10 +1,11 @@
 package sandbox
 
 import (
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
+
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -26,53 +27,11 @@ const (
 	userNSFD  = 5
 )
 
-// holdUserNS makes a user namespace with mapping r and returns it as an
-// open /proc/PID/ns/user: exe (the init binary) is started in a new user
-// namespace with that mapping, where InitMain only waits for its stdin to
-// close; the file keeps the namespace once the process is gone. Inits
-// id-map the workspace with it: any namespace with the command's mapping
-// will do, and one made here, once, costs the execs nothing.
+// holdUserNS makes the user namespace that id-maps every workspace:
+// exe (the init binary) is started in one with mapping r, where InitMain
+// only waits for its stdin to close (userns.Hold).
 func holdUserNS(exe string, r IDRange) (*os.File, error) {
-	if err := r.validate(); err != nil {
-		return nil, err
-	}
-	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(r.Host), Size: int(r.Size)}}
-	cmd := &exec.Cmd{
-		Path: exe, Args: []string{userNSArg0}, Env: []string{"HOME=/"}, Dir: "/",
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
-			Pdeathsig: syscall.SIGKILL,
-		},
-	}
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, fmt.Errorf("user namespace: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("user namespace: start %s in one: %w", exe, err)
-	}
-	f, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/user")
-	in.Close()
-	if werr := cmd.Wait(); err == nil && werr != nil {
-		err = fmt.Errorf("%s ended with %v (does it call sandbox.InitMain first thing?)", exe, werr)
-	}
-	if err != nil {
-		if f != nil {
-			f.Close()
-		}
-		return nil, fmt.Errorf("user namespace: %w", err)
-	}
-	return f, nil
-}
-
-// userNSHolderMain is the whole life of holdUserNS's process.
-func userNSHolderMain() {
-	var b [1]byte
-	for {
-		if _, err := os.Stdin.Read(b[:]); err != nil {
-			os.Exit(0)
-		}
-	}
+	return userns.Hold(exe, []string{userNSArg0}, r)
 }
 
 // userNSFromEnv is the mapping the launcher put in userNSEnv, if any.
@@ -115,10 +74,7 @@ func cloneWorkspace(workspace string, userns int) (int, error) {
 
 // idmapTree id-maps every mount of the detached tree fd with the user
 // namespace userns.
-func idmapTree(fd, userns int) error {
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
-	return unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
-}
+func idmapTree(fd, ns int) error { return userns.IDMap(fd, ns) }
 
 // fsName names the file systems a workspace is usually on, for messages.
 func fsName(magic int64) string {
@@ -140,9 +96,8 @@ var errNoIDMap = errors.New("the workspace cannot be id-mapped")
 // by the privileged init, so "deny" would protect nothing) and are: the
 // command gets none.
 func userNSAttr(attr *syscall.SysProcAttr, r IDRange) {
-	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(r.Host), Size: int(r.Size)}}
 	attr.Cloneflags |= syscall.CLONE_NEWUSER
-	attr.UidMappings, attr.GidMappings = m, m
+	attr.UidMappings, attr.GidMappings = r.Mapping(), r.Mapping()
 	attr.GidMappingsEnableSetgroups = true
 }
 

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/seccomp/bpfload"
 )
 
 // initProc is one started init, the launcher's ends of its pipes and its
@@ -38,7 +40,7 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, env ...s
 	}
 	exe := l.exe()
 	if len(l.SyscallFilter) > 0 {
-		env = append(env, seccompEnv+"="+encodeFilter(l.SyscallFilter))
+		env = append(env, seccompEnv+"="+bpfload.Encode(l.SyscallFilter))
 	}
 	extra := []*os.File{p.cfgR, p.repW}
 	if l.userNS != nil {

@@ -1,4 +1,4 @@
-package local
+package userns
 
 import (
 	"bufio"
@@ -7,19 +7,17 @@ import (
 	"os"
 	"strconv"
 	"strings"
-
-	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 )
 
 // SubIDUser is the user whose subordinate ids in /etc/subuid and
 // /etc/subgid sandboxes map their ids to, when it has any.
 const SubIDUser = "layerfs"
 
-// DefaultIDRange is the user namespace mapping of a platform whose Options
+// DefaultRange is the user namespace mapping of a platform whose options
 // name none: SubIDUser's first range in /etc/subuid when /etc/subgid gives
-// it the same one, else sandbox.DefaultIDRange. A sandbox maps uids and
+// it the same one, else Default. A sandbox maps uids and
 // gids alike, so different ranges for the two are not used (and logged).
-func DefaultIDRange(log *slog.Logger) sandbox.IDRange {
+func DefaultRange(log *slog.Logger) Range {
 	u, uerr := subIDRange("/etc/subuid", SubIDUser)
 	g, gerr := subIDRange("/etc/subgid", SubIDUser)
 	switch {
@@ -34,15 +32,15 @@ func DefaultIDRange(log *slog.Logger) sandbox.IDRange {
 	default:
 		return u
 	}
-	return sandbox.DefaultIDRange
+	return Default
 }
 
 // subIDRange is user's first range in a subuid/subgid file ("name:first:count"
 // lines); a missing entry is os.ErrNotExist.
-func subIDRange(path, user string) (sandbox.IDRange, error) {
+func subIDRange(path, user string) (Range, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return sandbox.IDRange{}, err
+		return Range{}, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -54,12 +52,12 @@ func subIDRange(path, user string) (sandbox.IDRange, error) {
 		first, err1 := strconv.ParseUint(parts[1], 10, 32)
 		count, err2 := strconv.ParseUint(parts[2], 10, 32)
 		if err1 != nil || err2 != nil || first == 0 || count == 0 || first+count > 1<<32-1 {
-			return sandbox.IDRange{}, fmt.Errorf("%s: bad range %q for %s", path, sc.Text(), user)
+			return Range{}, fmt.Errorf("%s: bad range %q for %s", path, sc.Text(), user)
 		}
-		return sandbox.IDRange{Host: uint32(first), Size: uint32(count)}, nil
+		return Range{Host: uint32(first), Size: uint32(count)}, nil
 	}
 	if err := sc.Err(); err != nil {
-		return sandbox.IDRange{}, fmt.Errorf("read %s: %w", path, err)
+		return Range{}, fmt.Errorf("read %s: %w", path, err)
 	}
-	return sandbox.IDRange{}, os.ErrNotExist
+	return Range{}, os.ErrNotExist
 }
