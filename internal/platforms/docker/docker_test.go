@@ -517,13 +517,17 @@ func TestCrashedOwnerCleanedUp(t *testing.T) {
 	crashed.owner = strconv.Itoa(cmd.Process.Pid) + "-crashed"
 	require.NoError(t, crashed.Up(ctx))
 	sb := attach(t, crashed, platforms.Workspace{ID: "crashed-owner"})
-	id := sb.(*Sandbox).id
+	id, clone := sb.(*Sandbox).id, sb.(*Sandbox).clone
 	next := New(Options{Supervisor: supervisorBin})
 	require.NoError(t, next.Up(ctx))
 	defer next.Down(ctx)
 	cli, _, _ := next.current()
 	_, err := cli.ContainerInspect(ctx, id)
 	assert.Error(t, err, "container %.12s of a dead owner survived the next Up", id)
+	if clone != "" { // the workspace's id-mapped clone
+		_, err := os.Stat(clone)
+		assert.ErrorIs(t, err, os.ErrNotExist, "id-mapped workspace of a dead owner survived the next Up")
+	}
 	assert.NoError(t, crashed.Down(ctx), "Down of the crashed owner")
 }
 
