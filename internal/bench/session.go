@@ -50,6 +50,11 @@ const (
 	FigExecOverheadSeparate      = "exec true, separate layerfsd, fixed overhead"
 	FigExecThinkSeparate         = "exec true after 50 ms idle, separate layerfsd, SDK wall"
 	FigExecOverheadThinkSeparate = "exec true after 50 ms idle, separate layerfsd, fixed overhead"
+	// The same SDK walls through a second separate layerfsd serving with
+	// --no-user-namespace, its calls alternating with the first's: what a
+	// user namespace per exec costs, measured pairwise.
+	FigExecSeparateNoUserNS      = "exec true, separate layerfsd --no-user-namespace, SDK wall"
+	FigExecThinkSeparateNoUserNS = "exec true after 50 ms idle, separate layerfsd --no-user-namespace, SDK wall"
 	FigCommitSmall               = "commit of a small change"
 	// FigIdleMemoryHost counts what report.FigIdleMemory (the daemon's own
 	// memory) does not: the kernel's side of the mounts, and a platform's
@@ -150,36 +155,47 @@ func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure,
 }
 
 // separateDaemon measures exec true back to back and after think time
-// through a layerfsd process of its own (its default platform, local).
-// Measured side by side on a 2-vCPU VM: with the SDK and the daemon in
-// one process, an exec after 50 ms idle cost about 12 ms of fixed
-// overhead; through a separate layerfsd, as users run it, under 2 ms.
+// through a layerfsd process of its own (its default platform, local),
+// and, alternating call by call, through a second one that serves with
+// --no-user-namespace. Measured side by side on a 2-vCPU VM: with the SDK
+// and the daemon in one process, an exec after 50 ms idle cost about 12 ms
+// of fixed overhead; through a separate layerfsd, as users run it, under
+// 2 ms.
 func separateDaemon(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure, error) {
-	d, err := spawnDaemon(cfg.Daemon, filepath.Join(cfg.WorkDir, "separate", "store"))
-	if err != nil {
-		return nil, err
+	s := &session{ctx: ctx, platform: "local", calls: cfg.Calls, dataPath: cfg.DataPath}
+	var arms []*execArm
+	for i, args := range [][]string{nil, {"--no-user-namespace"}} {
+		dir := filepath.Join(cfg.WorkDir, "separate", strconv.Itoa(i))
+		d, err := spawnDaemon(cfg.Daemon, filepath.Join(dir, "store"), args...)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			d.stop()
+			os.RemoveAll(dir)
+		}()
+		c, err := d.dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "session"}); err != nil {
+			return nil, err
+		}
+		ws, err := c.CreateWorkspace(ctx, s.spec())
+		if err != nil {
+			return nil, err
+		}
+		defer ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+		ws.Exec(ctx, "true", client.ExecOptions{}) // the first exec may pay one-off costs
+		arms = append(arms, &execArm{ws: ws})
 	}
-	defer func() {
-		d.stop()
-		os.RemoveAll(filepath.Join(cfg.WorkDir, "separate"))
-	}()
-	c, err := d.dial(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	s := &session{ctx: ctx, c: c, platform: "local", calls: cfg.Calls, dataPath: cfg.DataPath}
-	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "session"}); err != nil {
-		return nil, err
-	}
-	ws, err := c.CreateWorkspace(ctx, s.spec())
-	if err != nil {
-		return nil, err
-	}
-	defer ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
-	ws.Exec(ctx, "true", client.ExecOptions{}) // the first exec may pay one-off costs
-	s.execTrue(ws, s.fig(FigExecSeparate, "ms"), s.fig(FigExecOverheadSeparate, "ms"), 0)
-	s.execTrue(ws, s.fig(FigExecThinkSeparate, "ms"), s.fig(FigExecOverheadThinkSeparate, "ms"), thinkTime)
+	arms[0].wall, arms[0].over = s.fig(FigExecSeparate, "ms"), s.fig(FigExecOverheadSeparate, "ms")
+	arms[1].wall = s.fig(FigExecSeparateNoUserNS, "ms")
+	s.execTrue(arms, 0)
+	arms[0].wall, arms[0].over = s.fig(FigExecThinkSeparate, "ms"), s.fig(FigExecOverheadThinkSeparate, "ms")
+	arms[1].wall = s.fig(FigExecThinkSeparateNoUserNS, "ms")
+	s.execTrue(arms, thinkTime)
 	var figs []report.SessionFigure
 	for _, f := range s.figs {
 		figs = append(figs, *f)
@@ -257,11 +273,11 @@ func (s *session) run(idle int, hostFS bool) error {
 	s.say(s.platform + ": warm exec latency")
 	ws.Exec(ctx, "true", client.ExecOptions{}) // the first exec may pay one-off costs
 	warm, over := s.fig(report.FigWarmExec, "ms"), s.fig(FigExecOverhead, "ms")
-	s.execTrue(ws, warm, over, 0)
+	s.execTrue([]*execArm{{ws: ws, wall: warm, over: over}}, 0)
 	// An agent thinks between tool calls; in that time a platform may get
 	// its next sandbox ready (local's warm pool refills).
 	s.say(s.platform + ": exec latency after think time")
-	s.execTrue(ws, s.fig(FigExecThink, "ms"), s.fig(FigExecOverheadThink, "ms"), thinkTime)
+	s.execTrue([]*execArm{{ws: ws, wall: s.fig(FigExecThink, "ms"), over: s.fig(FigExecOverheadThink, "ms")}}, thinkTime)
 
 	s.say(s.platform + ": python3 JSON workload")
 	py := s.fig(FigExecPython, "ms")
@@ -347,21 +363,33 @@ func (s *session) run(idle int, hostFS bool) error {
 	return nil
 }
 
-// execTrue runs true calls times in ws, idle for gap before each, and
-// records the SDK's wall time and the fixed overhead (wall minus the
-// command's own time).
-func (s *session) execTrue(ws *client.Workspace, wall, over *report.SessionFigure, gap time.Duration) {
+// execArm is a workspace to exec in and the figures its calls fill (over
+// may be nil).
+type execArm struct {
+	ws         *client.Workspace
+	wall, over *report.SessionFigure
+}
+
+// execTrue runs true calls times in each arm's workspace, the arms taking
+// turns call by call (so that drift in the machine's load falls on all of
+// them alike), idle for gap before each call, and records the SDK's wall
+// time and the fixed overhead (wall minus the command's own time).
+func (s *session) execTrue(arms []*execArm, gap time.Duration) {
 	for range s.calls {
-		time.Sleep(gap)
-		t0 := time.Now()
-		res, err := ws.Exec(s.ctx, "true", client.ExecOptions{})
-		d := time.Since(t0)
-		if err != nil || res.ExitCode != 0 {
-			wall.Failures = append(wall.Failures, fmt.Sprint(err, res))
-			continue
+		for _, a := range arms {
+			time.Sleep(gap)
+			t0 := time.Now()
+			res, err := a.ws.Exec(s.ctx, "true", client.ExecOptions{})
+			d := time.Since(t0)
+			if err != nil || res.ExitCode != 0 {
+				a.wall.Failures = append(a.wall.Failures, fmt.Sprint(err, res))
+				continue
+			}
+			a.wall.Values = append(a.wall.Values, ms(d))
+			if a.over != nil {
+				a.over.Values = append(a.over.Values, ms(d-time.Duration(res.Receipt.CommandNs)))
+			}
 		}
-		wall.Values = append(wall.Values, ms(d))
-		over.Values = append(over.Values, ms(d-time.Duration(res.Receipt.CommandNs)))
 	}
 }
 
