@@ -307,10 +307,16 @@ type queryer interface {
 	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
 }
 
-// schemaVersion reads the version row; 0 means an empty database.
+// schemaVersion reads SQLite's version row; 0 means an empty database.
 func schemaVersion(ctx context.Context, q queryer) (int, error) {
+	return readSchemaVersion(ctx, q, `SELECT count(*) FROM sqlite_schema WHERE type='table' AND name='meta'`)
+}
+
+// readSchemaVersion reads the version row after checking with hasMeta (a
+// count of meta tables) that there is one.
+func readSchemaVersion(ctx context.Context, q queryer, hasMeta string) (int, error) {
 	var n int
-	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type='table' AND name='meta'`).Scan(&n); err != nil {
+	if err := q.QueryRowContext(ctx, hasMeta).Scan(&n); err != nil {
 		return 0, fmt.Errorf("read schema: %w", err)
 	}
 	if n == 0 {

@@ -11,15 +11,10 @@ import (
 	"testing"
 )
 
-// openHost makes a second host's directory of the shared Store at url.
+// openHost makes a host's directory of the shared Store at url.
 func openHost(t *testing.T, url string) *DB {
 	t.Helper()
-	db, err := Init(context.Background(), t.TempDir(), Options{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return initTestDB(t, Options{URL: url})
 }
 
 // TestSharedStoreTwoHosts: what one host commits, another (its own

@@ -16,7 +16,13 @@ const testChunkSize = 64 << 10
 
 func newDB(t testing.TB) *DB {
 	t.Helper()
-	db, err := Init(context.Background(), t.TempDir(), Options{})
+	return initTestDB(t, Options{})
+}
+
+// initTestDB makes a store in a fresh directory, closed when t ends.
+func initTestDB(t testing.TB, opts Options) *DB {
+	t.Helper()
+	db, err := Init(context.Background(), t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,16 +212,7 @@ func eachBackendB(b *testing.B, bench func(b *testing.B, newDB func(testing.TB) 
 // newSharedDB initialises a shared Store in a fresh database and bucket.
 func newSharedDB(t testing.TB) *DB {
 	t.Helper()
-	db, err := Init(context.Background(), t.TempDir(), Options{URL: sharedURL(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return db
+	return initTestDB(t, Options{URL: sharedURL(t)})
 }
 
 // sharedURL is a Store URL on a fresh database and bucket of the test

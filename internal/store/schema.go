@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 )
 
@@ -124,22 +122,7 @@ func (db *DB) schemaVersion(ctx context.Context, q queryer) (int, error) {
 	if !db.d.postgres {
 		return schemaVersion(ctx, q)
 	}
-	var exists bool
-	if err := q.QueryRowContext(ctx, `SELECT to_regclass('meta') IS NOT NULL`).Scan(&exists); err != nil {
-		return 0, fmt.Errorf("read schema: %w", err)
-	}
-	if !exists {
-		return 0, nil
-	}
-	var v int
-	err := q.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
-	}
-	return v, nil
+	return readSchemaVersion(ctx, q, `SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'meta'`)
 }
 
 // PostgresSchemaVersion is the schema version this code writes in a shared
