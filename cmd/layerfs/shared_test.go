@@ -3,8 +3,10 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/wire"
@@ -24,9 +26,8 @@ func TestCLISharedStore(t *testing.T) {
 		// init takes the URL as --store, and the directory from LAYERFS_HOME.
 		t.Setenv("LAYERFS_HOME", c.store)
 		r := c.runWith([]string{"--store", url, "--json", "init"})
-		if r.code != 0 || !strings.Contains(r.stdout, `"shared": true`) {
-			t.Fatalf("init --store URL: exit %d, %s %s", r.code, r.stdout, r.stderr)
-		}
+		require.Equal(t, 0, r.code, "init --store URL: %s", r.stderr)
+		require.Contains(t, r.stdout, `"shared": true`)
 		t.Cleanup(func() {
 			c.run("daemon", "stop")
 			if t.Failed() {
@@ -38,9 +39,8 @@ func TestCLISharedStore(t *testing.T) {
 		return c
 	}
 	a, b := host("a"), host("b")
-	if _, err := os.Stat(filepath.Join(a.store, "store.db")); err == nil {
-		t.Fatal("a shared Store's directory has a store.db")
-	}
+	_, err := os.Stat(filepath.Join(a.store, "store.db"))
+	require.ErrorIs(t, err, os.ErrNotExist, "a shared Store's directory has a store.db")
 
 	src := filepath.Join(t.TempDir(), "src")
 	writeFile(t, filepath.Join(src, "README"), "hello\n")
@@ -49,26 +49,23 @@ func TestCLISharedStore(t *testing.T) {
 
 	var log []wire.Commit
 	b.json(&log, "log", "demo", "main")
-	if len(log) != 1 || log[0].Stats.Files != 2 {
-		t.Fatalf("b's log of a's import: %+v", log)
-	}
+	require.Len(t, log, 1, "b's log of a's import")
+	assert.EqualValues(t, 2, log[0].Stats.Files)
 	b.ok("branch", "fork", "demo", "dev", "--from", "main")
 	work := filepath.Join(t.TempDir(), "work")
 	b.ok("checkout", "demo", "dev", work)
-	if got, err := os.ReadFile(filepath.Join(work, "pkg/a.go")); err != nil || string(got) != "package pkg\n" {
-		t.Fatalf("b's checkout: %q, %v", got, err)
-	}
+	got, err := os.ReadFile(filepath.Join(work, "pkg/a.go"))
+	require.NoError(t, err)
+	assert.Equal(t, "package pkg\n", string(got), "b's checkout")
 	writeFile(t, filepath.Join(work, "pkg/b.go"), "package pkg // b\n")
 	b.ok("commit", "demo", "dev", "--from", work, "-m", "add b")
 
 	var branches []wire.Branch
 	a.json(&branches, "branch", "list", "demo")
-	if len(branches) != 2 {
-		t.Fatalf("a lists branches %+v, want main and b's dev", branches)
-	}
+	require.Len(t, branches, 2, "a lists main and b's dev")
 	work2 := filepath.Join(t.TempDir(), "work2")
 	a.ok("checkout", "demo", "dev", work2)
-	if got, err := os.ReadFile(filepath.Join(work2, "pkg/b.go")); err != nil || string(got) != "package pkg // b\n" {
-		t.Fatalf("a's checkout of b's commit: %q, %v", got, err)
-	}
+	got, err = os.ReadFile(filepath.Join(work2, "pkg/b.go"))
+	require.NoError(t, err)
+	assert.Equal(t, "package pkg // b\n", string(got), "a's checkout of b's commit")
 }
