@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
@@ -239,5 +240,52 @@ func TestChunkCache(t *testing.T) {
 	}
 	if c, _ := openChunkCache(dir, -1); c != nil {
 		t.Fatal("a negative bound did not disable the cache")
+	}
+}
+
+// TestSharedStoreReconnects: when PostgreSQL ends every connection of the
+// Store (a restart, an administrator), the next operations take new ones
+// instead of failing: reads, a batch's dedup probes and a publish. (pgx's
+// connections tell database/sql that they are dead when they are next
+// taken from the pool; this holds the Store to using them that way.)
+func TestSharedStoreReconnects(t *testing.T) {
+	ctx := context.Background()
+	url := sharedURL(t)
+	db, admin := openHost(t, url), openHost(t, url)
+	c := commitFiles(t, db, ZeroID, "c", map[string][]byte{"a": []byte("one")})
+	if _, err := db.CreateProject(ctx, "p", c); err != nil {
+		t.Fatal(err)
+	}
+	// Four connections in db's pool, idle.
+	var conns []*sql.Conn
+	for range 4 {
+		conn, err := db.r.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, conn)
+	}
+	for _, conn := range conns {
+		conn.Close()
+	}
+	var ended int
+	if err := admin.r.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&ended); err != nil {
+		t.Fatal(err)
+	}
+	if ended < 4 {
+		t.Fatalf("ended %d connections, want at least db's 4", ended)
+	}
+	for i := range 6 {
+		if b, err := db.Branch(ctx, "p", DefaultBranch); err != nil || b.Head != c {
+			t.Fatalf("read %d after the connections ended: %v", i, err)
+		}
+	}
+	c2 := commitFiles(t, db, c, "after", map[string][]byte{"a": []byte("two")})
+	if o, err := db.SetBranchHead(ctx, "p", DefaultBranch, c, c2); err != nil || o != PublishCreated {
+		t.Fatalf("publish after the connections ended: %v, %v", o, err)
+	}
+	if got := readAll(t, admin, c2); string(got["a"]) != "two" {
+		t.Fatalf("the other host reads %q", got["a"])
 	}
 }
