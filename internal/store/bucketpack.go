@@ -9,9 +9,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/zeebo/blake3"
+	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/s3bucket"
 )
@@ -58,7 +61,9 @@ func (bp *bucketPacks) acquire(ctx context.Context) (packAppender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("number a new pack: %w", err)
 	}
-	path := filepath.Join(bp.db.dir, spoolDir, packName(num))
+	// The spool is named by this process too, so that a later open can
+	// tell the spools of dead processes (see removeDeadSpools).
+	path := filepath.Join(bp.db.dir, spoolDir, fmt.Sprintf("%d-%s", os.Getpid(), packName(num)))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("spool pack: %w", err)
@@ -207,3 +212,25 @@ func (bp *bucketPacks) read(ctx context.Context, id ID, num, off, length int64) 
 }
 
 func (bp *bucketPacks) close() error { return nil }
+
+// removeDeadSpools removes the spooled packs of processes that died before
+// their batch flushed or aborted: their chunks were never indexed, so
+// nothing needs them. Spools of live processes (another process on this
+// directory) stay.
+func removeDeadSpools(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		pid, _, ok := strings.Cut(e.Name(), "-")
+		n, err := strconv.Atoi(pid)
+		if !ok || err != nil || n <= 0 {
+			continue
+		}
+		if err := unix.Kill(n, 0); errors.Is(err, unix.ESRCH) {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+	return nil
+}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -287,5 +289,36 @@ func TestSharedStoreReconnects(t *testing.T) {
 	}
 	if got := readAll(t, admin, c2); string(got["a"]) != "two" {
 		t.Fatalf("the other host reads %q", got["a"])
+	}
+}
+
+// TestDeadSpoolsRemoved: opening a shared Store's directory removes packs
+// spooled by processes that are gone, and leaves those of live ones.
+func TestDeadSpoolsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	// A child that has exited: its pid is free (until reused, which a
+	// fresh pid makes unlikely within the test).
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(dir, fmt.Sprintf("%d-%s", cmd.Process.Pid, packName(7)))
+	live := filepath.Join(dir, fmt.Sprintf("%d-%s", os.Getpid(), packName(8)))
+	other := filepath.Join(dir, "notes")
+	for _, p := range []string{dead, live, other} {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := removeDeadSpools(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a dead process's spool is still there: %v", err)
+	}
+	for _, p := range []string{live, other} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
 	}
 }

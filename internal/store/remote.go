@@ -177,6 +177,9 @@ func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *
 			return nil, err
 		}
 	}
+	if err := removeDeadSpools(filepath.Join(dir, spoolDir)); err != nil {
+		return nil, err
+	}
 	chunks, err := openChunkCache(filepath.Join(dir, chunkCacheDir), opts.ChunkCacheBytes)
 	if err != nil {
 		return nil, err
