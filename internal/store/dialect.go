@@ -11,8 +11,7 @@ import (
 // writes its statements once, in SQLite's spelling; on PostgreSQL each is
 // rewritten once (and cached): ? placeholders become $n and INSERT OR
 // IGNORE becomes INSERT ... ON CONFLICT DO NOTHING. On SQLite the text is
-// used as it is, so the embedded Store runs exactly the statements it ran
-// before a second engine existed.
+// used as it is, at no cost.
 type dialect struct {
 	postgres  bool
 	rewritten sync.Map // statement text -> PostgreSQL's
