@@ -2,9 +2,12 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The servers a shared Store's tests need: PostgreSQL (Debian's, installed
@@ -187,11 +192,19 @@ type S3Server struct {
 // its bucket (S3TestBucket, which the caller creates if it needs it) and a
 // key prefix no other test uses. Tests share the bucket because SeaweedFS
 // gives each bucket volumes of its own, and a test server has room for a
-// few buckets only. It skips (fails under LAYERFS_TEST_STRICT) when the
-// server binary has not been built.
+// few buckets only. While scripts/ensure-s3server is still building the
+// server in the background (scripts/test-setup starts it so), S3 waits for
+// it, at most S3BuildWait. It skips (fails under LAYERFS_TEST_STRICT) when
+// the server binary has not been built, naming the build's log.
 func S3(t testing.TB) (srv S3Server, bucket, prefix string) {
 	t.Helper()
-	s3Once.Do(func() { s3Srv, s3Err = startS3() })
+	s3Once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), S3BuildWait)
+		defer cancel()
+		if s3Err = waitS3Build(ctx); s3Err == nil {
+			s3Srv, s3Err = startS3()
+		}
+	})
 	if s3Err != nil {
 		Skip(t, "needs an S3 server (scripts/ensure-s3server builds SeaweedFS's weed): "+s3Err.Error())
 	}
@@ -202,11 +215,15 @@ func S3(t testing.TB) (srv S3Server, bucket, prefix string) {
 const S3TestBucket = "layerfs-test"
 
 // S3ServerBinary is where scripts/ensure-s3server puts weed:
-// $LAYERFS_S3SERVER, else /var/cache/layerfs/s3server/bin/weed (root) or
-// ~/.cache/layerfs/s3server/bin/weed.
+// $LAYERFS_S3SERVER, else bin/weed in the script's directory
+// ($LAYERFS_S3SERVER_DIR, else /var/cache/layerfs/s3server for root or
+// ~/.cache/layerfs/s3server).
 func S3ServerBinary() string {
 	if p := os.Getenv("LAYERFS_S3SERVER"); p != "" {
 		return p
+	}
+	if d := os.Getenv("LAYERFS_S3SERVER_DIR"); d != "" {
+		return filepath.Join(d, "bin", "weed")
 	}
 	if os.Geteuid() == 0 {
 		return "/var/cache/layerfs/s3server/bin/weed"
@@ -215,9 +232,52 @@ func S3ServerBinary() string {
 	return filepath.Join(home, ".cache", "layerfs", "s3server", "bin", "weed")
 }
 
+// S3BuildWait bounds S3's wait for a build of scripts/ensure-s3server
+// still at work: a cold build took 36 minutes on this 2-core machine under
+// load, most of which passes while other packages' tests run before the
+// first test that needs the server starts.
+const S3BuildWait = 30 * time.Minute
+
+// s3BuildDir is scripts/ensure-s3server's directory, which holds its lock
+// and its log: the binary's directory's parent.
+func s3BuildDir() string { return filepath.Dir(filepath.Dir(S3ServerBinary())) }
+
+// waitS3Build returns once no scripts/ensure-s3server holds the lock of
+// its directory (a build in the background holds it until it is done),
+// polling a shared lock each second, or fails when ctx ends first, naming
+// the build's log. No lock file means no build ever ran here.
+func waitS3Build(ctx context.Context) error {
+	dir := s3BuildDir()
+	f, err := os.Open(filepath.Join(dir, ".lock"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+		if err == nil {
+			return unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("scripts/ensure-s3server is still building (it holds %s; log: %s): %w",
+				f.Name(), filepath.Join(dir, "ensure-s3server.log"), ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 func startS3() (*S3Server, error) {
 	bin := S3ServerBinary()
 	if _, err := os.Stat(bin); err != nil {
+		if log := filepath.Join(s3BuildDir(), "ensure-s3server.log"); statOK(log) {
+			return nil, fmt.Errorf("%w (the log of scripts/ensure-s3server's last build: %s)", err, log)
+		}
 		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "layerfs-test-s3-")
@@ -301,6 +361,11 @@ kill -%s $pid 2>/dev/null; wait $pid; rm -rf %s`, strings.Join(quoted, " "), she
 	held = append(held, w)
 	go cmd.Wait() // reap it if it ends early
 	return nil
+}
+
+func statOK(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -1,9 +1,16 @@
 package testenv
 
 import (
+	"context"
+	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestPostgres: the private cluster answers on its socket, each call gets
@@ -45,5 +52,35 @@ func TestS3(t *testing.T) {
 	c.Close()
 	if !strings.HasPrefix(s.Endpoint, "127.0.0.1:") {
 		t.Fatalf("endpoint %s is not on loopback", s.Endpoint)
+	}
+}
+
+// TestWaitS3Build: while scripts/ensure-s3server holds its directory's
+// lock (a build in the background), the wait goes on, and gives up with the
+// build log's path when its context ends; once the lock is free it returns.
+func TestWaitS3Build(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("LAYERFS_S3SERVER", filepath.Join(dir, "bin", "weed"))
+	lock, err := os.Create(filepath.Join(dir, ".lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	err = waitS3Build(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), filepath.Join(dir, "ensure-s3server.log")) {
+		t.Fatalf("while the lock is held: got %v, want the deadline and the log's path", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- waitS3Build(context.Background()) }()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("after the lock is freed: %v", err)
 	}
 }
