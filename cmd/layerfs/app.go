@@ -56,7 +56,7 @@ REF names a layer (layer:N), a branch, or a commit (id or unique prefix).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	a.root.PersistentFlags().StringVar(&a.storeDir, "store", "", "store directory (default $LAYERFS_HOME or ~/.local/share/layerfs)")
+	a.root.PersistentFlags().StringVar(&a.storeDir, "store", "", "store directory (default $LAYERFS_HOME or ~/.local/share/layerfs); for init, a shared Store's URL postgres://...?bucket=s3://HOST/BUCKET")
 	a.root.PersistentFlags().BoolVar(&a.json, "json", false, "print JSON instead of a table")
 	a.root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	a.root.SetOut(stdout)
@@ -101,10 +101,19 @@ func args(check cobra.PositionalArgs) cobra.PositionalArgs {
 }
 
 func (a *app) dir() string {
-	if a.storeDir != "" {
+	if a.storeDir != "" && a.storeURL() == "" {
 		return a.storeDir
 	}
 	return store.DefaultDir()
+}
+
+// storeURL is --store when it names a shared Store (postgres://...) rather
+// than a directory; only init uses it, to join the directory to that Store.
+func (a *app) storeURL() string {
+	if strings.HasPrefix(a.storeDir, "postgres://") || strings.HasPrefix(a.storeDir, "postgresql://") {
+		return a.storeDir
+	}
+	return ""
 }
 
 // emit prints v as JSON with --json, else calls table with a tabwriter.

@@ -30,8 +30,14 @@ type result struct {
 
 func (c *cli) run(args ...string) result {
 	c.t.Helper()
+	return c.runWith(append([]string{"--store", c.store}, args...))
+}
+
+// runWith runs the command with exactly args (no --store of c's).
+func (c *cli) runWith(args []string) result {
+	c.t.Helper()
 	var out, errb bytes.Buffer
-	code := run(c.t.Context(), append([]string{"--store", c.store}, args...), &out, &errb)
+	code := run(c.t.Context(), args, &out, &errb)
 	return result{code, out.String(), errb.String()}
 }
 

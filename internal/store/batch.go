@@ -36,18 +36,18 @@ type Batch struct {
 
 	mu      sync.Mutex
 	done    bool
-	active  bool        // holds db.gcMu shared and counts in db.batches
-	w       *packWriter // current pack writer, nil until a new chunk
-	used    []packUse   // writers this unit appended to, in order
-	chunks  []chunkRow  // index rows to insert at Flush
-	objs    []objectRow // objects to insert at Flush
-	pending map[ID]bool // ids put in this unit
-	probe   *prober     // dedup probes, open while active
+	active  bool         // holds db.gcMu shared and counts in db.batches
+	w       packAppender // current pack writer, nil until a new chunk
+	used    []packUse    // writers this unit appended to, in order
+	chunks  []chunkRow   // index rows to insert at Flush
+	objs    []objectRow  // objects to insert at Flush
+	pending map[ID]bool  // ids put in this unit
+	probe   dedupProbe   // dedup probes, open while active
 	stats   BatchStats
 }
 
 type packUse struct {
-	w     *packWriter
+	w     packAppender
 	start int64 // pack size when this unit first appended, for rollback
 }
 
@@ -90,7 +90,7 @@ func (b *Batch) begin(ctx context.Context) error {
 	b.db.gcMu.RLock()
 	b.db.batches.Add(1)
 	b.active = true
-	p, err := openProber(ctx, b.db)
+	p, err := b.db.openProbe(ctx)
 	if err != nil {
 		b.end()
 		return fmt.Errorf("batch: %w", err)
@@ -136,22 +136,22 @@ func (b *Batch) PutChunk(id ID, data []byte) (added bool, err error) {
 		return false, nil
 	}
 	if b.w == nil {
-		w, err := b.db.packs.acquire()
+		w, err := b.db.content.acquire(context.Background())
 		if err != nil {
 			return false, fmt.Errorf("put chunk %s: %w", id, err)
 		}
 		b.w = w
-		b.used = append(b.used, packUse{w: w, start: w.size})
+		b.used = append(b.used, packUse{w: w, start: w.end()})
 	}
 	off, err := b.w.append(id, data)
 	if err != nil {
 		return false, fmt.Errorf("put chunk %s: %w", id, err)
 	}
-	b.chunks = append(b.chunks, chunkRow{id: id, pack: b.w.num, off: off, len: int64(len(data))})
+	b.chunks = append(b.chunks, chunkRow{id: id, pack: b.w.number(), off: off, len: int64(len(data))})
 	b.pending[id] = true
-	if b.w.size >= b.db.opts.MaxPackSize {
+	if b.w.end() >= b.db.opts.MaxPackSize {
 		// Roll over: later chunks of this unit go to another pack.
-		b.w.full = true
+		b.w.retire()
 		b.w = nil
 	}
 	b.stats.NewChunks++
@@ -271,9 +271,9 @@ func (b *Batch) flush(ctx context.Context) error {
 	// old snapshots to end.
 	b.closeProbe()
 	// The packs' fsync (mostly the device flushing its cache: ~40 ms here
-	// whatever the size) runs while the rows are inserted; the
-	// transaction waits for it before it commits, so no committed row
-	// ever points at data that is not durable.
+	// whatever the size), or their upload to a bucket, runs while the rows
+	// are inserted; the transaction waits for it before it commits, so no
+	// committed row ever points at data that is not durable.
 	synced := make(chan error, 1)
 	go func() {
 		for _, u := range b.used {
@@ -289,12 +289,15 @@ func (b *Batch) flush(ctx context.Context) error {
 		return <-synced
 	}
 	waited := false
-	err := b.db.withTx(ctx, txWrite, func(tx *tx) error {
+	err := b.db.withTx(ctx, txInsert, func(tx *tx) error {
 		if err := b.insert(ctx, tx); err != nil {
 			return err
 		}
 		waited = true
-		return <-synced
+		if err := <-synced; err != nil {
+			return err
+		}
+		return b.db.content.record(ctx, tx, b.used)
 	})
 	if !waited {
 		<-synced // never leave a sync running under a rollback
@@ -371,7 +374,7 @@ func (b *Batch) rollback() {
 		u := b.used[i]
 		if err := u.w.rollback(u.start); err != nil {
 			b.db.log.Warn("batch rollback", "err", err)
-			b.db.packs.discard(u.w)
+			b.db.content.discard(u.w)
 			b.used[i].w = nil
 		}
 	}
@@ -379,14 +382,14 @@ func (b *Batch) rollback() {
 }
 
 func (b *Batch) releaseWriters() {
-	seen := map[*packWriter]bool{}
+	seen := map[packAppender]bool{}
 	for _, u := range b.used {
 		if u.w == nil || seen[u.w] {
 			continue
 		}
 		seen[u.w] = true
-		if err := b.db.packs.release(u.w); err != nil {
-			b.db.log.Warn("release pack", "pack", u.w.path, "err", err)
+		if err := b.db.content.release(u.w); err != nil {
+			b.db.log.Warn("release pack", "pack", u.w.number(), "err", err)
 		}
 	}
 	b.used = nil

@@ -144,38 +144,42 @@ func BenchmarkTree(b *testing.B) {
 
 // BenchmarkCreateBranch is the fork: one row, whatever the tree size.
 func BenchmarkCreateBranch(b *testing.B) {
-	ctx := context.Background()
-	db := newDB(b)
-	c := commitFiles(b, db, ZeroID, "c", map[string][]byte{"a": []byte("a")})
-	if _, err := db.CreateProject(ctx, "p", c); err != nil {
-		b.Fatal(err)
-	}
-	i := 0
-	for b.Loop() {
-		i++
-		if _, err := db.CreateBranch(ctx, "p", fmt.Sprint("b", i), c); err != nil {
+	eachBackendB(b, func(b *testing.B, newDB func(testing.TB) *DB) {
+		ctx := context.Background()
+		db := newDB(b)
+		c := commitFiles(b, db, ZeroID, "c", map[string][]byte{"a": []byte("a")})
+		if _, err := db.CreateProject(ctx, "p", c); err != nil {
 			b.Fatal(err)
 		}
-	}
+		i := 0
+		for b.Loop() {
+			i++
+			if _, err := db.CreateBranch(ctx, "p", fmt.Sprint("b", i), c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkPublishSmall is one small commit's store cost: a batch with a
 // chunk, a tree and a commit, Flush (pack fsync + transaction), then the
 // compare-and-swap of the branch head.
 func BenchmarkPublishSmall(b *testing.B) {
-	ctx := context.Background()
-	db := newDB(b)
-	head := commitFiles(b, db, ZeroID, "c", map[string][]byte{"a": []byte("a")})
-	if _, err := db.CreateProject(ctx, "p", head); err != nil {
-		b.Fatal(err)
-	}
-	i := 0
-	for b.Loop() {
-		i++
-		c := commitFiles(b, db, head, "c", map[string][]byte{"a": []byte(fmt.Sprint(i))})
-		if r, err := db.SetBranchHead(ctx, "p", "main", head, c); err != nil || r != PublishCreated {
-			b.Fatal(r, err)
+	eachBackendB(b, func(b *testing.B, newDB func(testing.TB) *DB) {
+		ctx := context.Background()
+		db := newDB(b)
+		head := commitFiles(b, db, ZeroID, "c", map[string][]byte{"a": []byte("a")})
+		if _, err := db.CreateProject(ctx, "p", head); err != nil {
+			b.Fatal(err)
 		}
-		head = c
-	}
+		i := 0
+		for b.Loop() {
+			i++
+			c := commitFiles(b, db, head, "c", map[string][]byte{"a": []byte(fmt.Sprint(i))})
+			if r, err := db.SetBranchHead(ctx, "p", "main", head, c); err != nil || r != PublishCreated {
+				b.Fatal(r, err)
+			}
+			head = c
+		}
+	})
 }

@@ -21,6 +21,8 @@ import (
 // File and directory names inside a store directory.
 const (
 	dbFile        = "store.db"
+	urlFile       = "store.url" // a shared Store's URL (remote.go)
+	nodeFile      = "node"      // this host's name in a shared Store
 	lockFile      = "lock"
 	packsDir      = "packs"
 	cacheDir      = "cache"
@@ -56,6 +58,16 @@ type Options struct {
 	// BufferedPacks writes packs through the page cache instead of with
 	// O_DIRECT (which is used where the file system supports it).
 	BufferedPacks bool
+	// URL, given to Init, makes a shared Store: references and the object
+	// index in PostgreSQL, chunk payloads in an S3 bucket, and only this
+	// host's caches and workspaces in the directory (docs/fleet.md). Init
+	// records it in the directory, so Open needs no URL. Empty means the
+	// embedded Store (SQLite and pack files in the directory).
+	URL string
+	// ChunkCacheBytes bounds a shared Store's node-local cache of chunks
+	// read from the bucket; 0 means DefaultChunkCacheBytes, negative
+	// disables it.
+	ChunkCacheBytes int64
 }
 
 func (o *Options) fill() {
@@ -71,6 +83,9 @@ func (o *Options) fill() {
 	if o.BusyTimeout <= 0 {
 		o.BusyTimeout = DefaultBusyTimeout
 	}
+	if o.ChunkCacheBytes == 0 {
+		o.ChunkCacheBytes = DefaultChunkCacheBytes
+	}
 }
 
 // DB is an open store. It is safe for concurrent use by many goroutines,
@@ -82,6 +97,7 @@ type DB struct {
 
 	w *sql.DB // one connection: in-process writers are serialised here
 	r *sql.DB // read-only connections
+	d dialect // SQLite's (the zero value) or PostgreSQL's
 
 	lock   *os.File // shared flock for the DB's lifetime; exclusive during GC
 	lockMu sync.Mutex
@@ -92,10 +108,13 @@ type DB struct {
 	gcMu    sync.RWMutex
 	batches atomic.Int64 // batches holding unflushed work
 
-	packs *packSet
-	trees *treeCache
-	mat   flightGroup
-	mem   memCache // contents held in memory while the disk is full
+	packs   *packSet     // the embedded Store's pack files; nil on a shared Store
+	bucket  *bucketPacks // a shared Store's pack objects; nil on the embedded one
+	content packStore    // whichever of the two this DB has
+	node    string       // this host's name in a shared Store
+	trees   *treeCache
+	mat     flightGroup
+	mem     memCache // contents held in memory while the disk is full
 
 	ctr    counters
 	closed atomic.Bool
@@ -116,8 +135,14 @@ func DefaultDir() string {
 // Init creates a new store in dir (creating dir if needed) and opens it.
 // It fails with ErrExists, changing nothing, if dir already holds a store.
 func Init(ctx context.Context, dir string, opts Options) (*DB, error) {
+	if opts.URL != "" {
+		return initRemote(ctx, dir, opts)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("init store %s: %w", dir, err)
+	}
+	if isFile(filepath.Join(dir, urlFile)) {
+		return nil, fmt.Errorf("init store %s: it holds a shared store's %s: %w", dir, urlFile, ErrExists)
 	}
 	// O_EXCL on the database file makes a second Init (even a concurrent
 	// one) fail before it touches anything.
@@ -147,10 +172,14 @@ func Init(ctx context.Context, dir string, opts Options) (*DB, error) {
 	return db, nil
 }
 
-// Exists reports whether dir holds a store (its database file), without
-// opening it.
+// Exists reports whether dir holds a store (its database file, or a shared
+// Store's URL), without opening it.
 func Exists(dir string) bool {
-	st, err := os.Stat(filepath.Join(dir, dbFile))
+	return isFile(filepath.Join(dir, dbFile)) || isFile(filepath.Join(dir, urlFile))
+}
+
+func isFile(path string) bool {
+	st, err := os.Stat(path)
 	return err == nil && st.Mode().IsRegular()
 }
 
@@ -160,6 +189,9 @@ func Exists(dir string) bool {
 func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if !Exists(dir) {
 		return nil, fmt.Errorf("open store %s: %w", dir, ErrNoStore)
+	}
+	if isFile(filepath.Join(dir, urlFile)) {
+		return openRemote(ctx, dir, opts, false)
 	}
 	db, err := open(ctx, dir, opts, false)
 	if err != nil {
@@ -242,6 +274,7 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 		}
 	}
 	db.packs = newPackSet(db)
+	db.content = db.packs
 	db.trees = newTreeCache(opts.TreeCacheBytes)
 	return db, nil
 }
@@ -274,10 +307,16 @@ type queryer interface {
 	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
 }
 
-// schemaVersion reads the version row; 0 means an empty database.
+// schemaVersion reads SQLite's version row; 0 means an empty database.
 func schemaVersion(ctx context.Context, q queryer) (int, error) {
+	return readSchemaVersion(ctx, q, `SELECT count(*) FROM sqlite_schema WHERE type='table' AND name='meta'`)
+}
+
+// readSchemaVersion reads the version row after checking with hasMeta (a
+// count of meta tables) that there is one.
+func readSchemaVersion(ctx context.Context, q queryer, hasMeta string) (int, error) {
 	var n int
-	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type='table' AND name='meta'`).Scan(&n); err != nil {
+	if err := q.QueryRowContext(ctx, hasMeta).Scan(&n); err != nil {
 		return 0, fmt.Errorf("read schema: %w", err)
 	}
 	if n == 0 {
@@ -318,11 +357,11 @@ func (db *DB) Close() error {
 
 func (db *DB) closeAll() error {
 	var errs []error
-	if db.packs != nil {
-		errs = append(errs, db.packs.close())
+	if db.content != nil {
+		errs = append(errs, db.content.close())
 	}
 	db.mem.close()
-	if db.r != nil {
+	if db.r != nil && db.r != db.w {
 		errs = append(errs, db.r.Close())
 	}
 	if db.w != nil {

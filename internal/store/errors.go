@@ -20,6 +20,8 @@ var (
 	ErrNoStore     = errclass.New(errclass.NotFound, "no store")
 	ErrNewerSchema = errclass.New(errclass.Unavailable, "store schema is newer than this program")
 	ErrClosed      = errclass.New(errclass.Unavailable, "store closed")
+	// ErrUnsupported is an operation a shared Store does not have yet.
+	ErrUnsupported = errclass.New(errclass.Unavailable, "not supported on a shared store yet (docs/fleet.md)")
 )
 
 // MaxNameLen is the longest valid name in bytes.

@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"layerfs.dev/layerfs/internal/s3bucket"
 )
 
 // Problem is one thing Fsck found wrong.
@@ -89,8 +91,8 @@ func (db *DB) Fsck(ctx context.Context, progress func(done, total int)) (FsckRep
 }
 
 func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(int, int)) error {
-	// SQLite's own checks.
-	for _, q := range []struct{ kind, sql string }{{"integrity", `PRAGMA integrity_check`}, {"foreign-key", `PRAGMA foreign_key_check`}} {
+	// SQLite's own checks (PostgreSQL keeps its constraints itself).
+	for _, q := range sqliteChecks(db.d.postgres) {
 		r, err := tx.query(ctx, q.sql)
 		if err != nil {
 			return err
@@ -254,6 +256,10 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 		return err
 	}
 
+	if db.bucket != nil {
+		return db.fsckBucket(ctx, rep, order, tick)
+	}
+
 	// Chunks, pack by pack in file order.
 	var f *os.File
 	var fsize int64
@@ -357,4 +363,60 @@ func toID(b []byte) ID {
 	var id ID
 	copy(id[:], b)
 	return id
+}
+
+type sqliteCheck struct{ kind, sql string }
+
+// sqliteChecks are SQLite's own integrity checks; none on PostgreSQL.
+func sqliteChecks(postgres bool) []sqliteCheck {
+	if postgres {
+		return nil
+	}
+	return []sqliteCheck{{"integrity", `PRAGMA integrity_check`}, {"foreign-key", `PRAGMA foreign_key_check`}}
+}
+
+// fsckBucket checks a shared Store's chunks: each one read from its pack
+// object with a ranged GET (past the chunk cache) and hashed.
+func (db *DB) fsckBucket(ctx context.Context, rep *FsckReport, order []chunkRow, tick func()) error {
+	bp := db.bucket
+	packs := map[int64]bool{}
+	for _, c := range order {
+		if err := checkContext(ctx); err != nil {
+			return err
+		}
+		rep.Chunks++
+		tick()
+		if !packs[c.pack] {
+			packs[c.pack] = true
+			rep.Packs++
+		}
+		key, err := bp.packKey(ctx, c.pack)
+		if err != nil {
+			rep.add("pack", c.id, fmt.Sprintf("pack %d", c.pack), "%v", err)
+			continue
+		}
+		if c.off < int64(len(packMagic))+recordHeader || c.len <= 0 || c.len > maxChunkSize {
+			rep.add("range", c.id, key, "invalid range %d+%d", c.off, c.len)
+			continue
+		}
+		data, err := bp.bucket.ReadRange(ctx, key, c.off-recordHeader, recordHeader+c.len)
+		if errors.Is(err, s3bucket.ErrNotFound) {
+			rep.add("pack", c.id, key, "pack object is missing")
+			continue
+		}
+		if err != nil {
+			rep.add("range", c.id, key, "%v", err)
+			continue
+		}
+		if toID(data[:32]) != c.id || int64(binary.LittleEndian.Uint32(data[32:recordHeader])) != c.len {
+			rep.add("pack", c.id, key, "record header at offset %d does not match the index", c.off-recordHeader)
+			continue
+		}
+		rep.Bytes += c.len
+		db.ctr.packRead.Add(c.len)
+		if got := Hash(KindChunk, data[recordHeader:]); got != c.id {
+			rep.add("hash", c.id, key, "chunk at offset %d hashes to %s", c.off, got)
+		}
+	}
+	return nil
 }

@@ -68,6 +68,10 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 	if err := db.check(); err != nil {
 		return GCStats{}, err
 	}
+	if db.bucket != nil {
+		// Needs the fleet's leases and upload intents (docs/fleet.md).
+		return GCStats{}, fmt.Errorf("gc: %w", ErrUnsupported)
+	}
 	unlock, err := db.lockExclusive(ctx)
 	if err != nil {
 		return GCStats{}, fmt.Errorf("gc: %w", err)
@@ -451,7 +455,7 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 		// durable, then point the index at them.
 		moved := make([]chunkRow, 0, len(p.chunks))
 		for _, c := range p.chunks {
-			data, err := db.readChunk(c.id, c.pack, c.off, c.len)
+			data, err := db.readChunk(ctx, c.id, c.pack, c.off, c.len)
 			if err != nil {
 				return fmt.Errorf("pack %s: %w", path, err)
 			}

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"layerfs.dev/layerfs/internal/testenv"
 )
 
 // testChunkSize splits test files into fixed-size chunks; the real
@@ -14,7 +16,13 @@ const testChunkSize = 64 << 10
 
 func newDB(t testing.TB) *DB {
 	t.Helper()
-	db, err := Init(context.Background(), t.TempDir(), Options{})
+	return initTestDB(t, Options{})
+}
+
+// initTestDB makes a store in a fresh directory, closed when t ends.
+func initTestDB(t testing.TB, opts Options) *DB {
+	t.Helper()
+	db, err := Init(context.Background(), t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,3 +183,38 @@ func readCloser(rc io.ReadCloser) ([]byte, error) {
 	}
 	return data, err
 }
+
+// backends are the Stores the parameterised tests run on: the embedded
+// one, and a shared one on this test binary's private PostgreSQL and S3
+// server (skipped, or failed under LAYERFS_TEST_STRICT, without them).
+var backends = []struct {
+	name string
+	open func(testing.TB) *DB
+}{
+	{"sqlite", newDB},
+	{"postgres+s3", newSharedDB},
+}
+
+// eachBackend runs test once per backend, as a subtest named after it.
+func eachBackend(t *testing.T, test func(t *testing.T, newDB func(testing.TB) *DB)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { test(t, b.open) })
+	}
+}
+
+// eachBackendB runs a benchmark once per backend.
+func eachBackendB(b *testing.B, bench func(b *testing.B, newDB func(testing.TB) *DB)) {
+	for _, be := range backends {
+		b.Run(be.name, func(b *testing.B) { bench(b, be.open) })
+	}
+}
+
+// newSharedDB initialises a shared Store in a fresh database and bucket.
+func newSharedDB(t testing.TB) *DB {
+	t.Helper()
+	return initTestDB(t, Options{URL: sharedURL(t)})
+}
+
+// sharedURL is a Store URL on a fresh database and bucket of the test
+// binary's private servers.
+func sharedURL(t testing.TB) string { return testenv.StoreURL(t) }

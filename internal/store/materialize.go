@@ -178,7 +178,7 @@ func (db *DB) writeManifest(ctx context.Context, f *os.File, m *Manifest) error 
 			if l.len != x.Length {
 				return fmt.Errorf("chunk %s has %d bytes, manifest says %d: %w", x.Chunk, l.len, x.Length, ErrCorrupt)
 			}
-			data, err := db.readChunk(x.Chunk, l.pack, l.off, l.len)
+			data, err := db.readChunk(ctx, x.Chunk, l.pack, l.off, l.len)
 			if err != nil {
 				return err
 			}

@@ -43,6 +43,34 @@ func parsePackName(name string) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
+// packStore is where chunk payloads are written and read: pack files in
+// the store directory (packSet) or pack objects in a bucket (bucketPacks).
+// A Batch appends through a packAppender and indexes what it appended only
+// after sync has made it durable.
+type packStore interface {
+	acquire(ctx context.Context) (packAppender, error)
+	// release takes back a writer whose unit was flushed or rolled back.
+	release(w packAppender) error
+	// discard drops a writer after an error it could not roll back.
+	discard(w packAppender)
+	// record indexes, in the flush's transaction, the packs the unit's
+	// writers made durable (a bucket's pack objects; nothing for files).
+	record(ctx context.Context, tx *tx, used []packUse) error
+	// read returns chunk id's payload at off/length in pack num, verified.
+	read(ctx context.Context, id ID, num, off, length int64) ([]byte, error)
+	close() error
+}
+
+// packAppender appends chunk records to one pack for one batch at a time.
+type packAppender interface {
+	number() int64
+	end() int64 // the pack's size so far
+	append(id ID, data []byte) (off int64, err error)
+	sync() error // durable: fsynced, or uploaded
+	rollback(size int64) error
+	retire() // the pack is full: close it on release
+}
+
 // packWriter appends to one pack file on which it holds an exclusive flock,
 // so no other writer (in this process or another) appends to it.
 //
@@ -120,6 +148,10 @@ func (w *packWriter) load(size int64) error {
 	return nil
 }
 
+func (w *packWriter) number() int64 { return w.num }
+func (w *packWriter) end() int64    { return w.size }
+func (w *packWriter) retire()       { w.full = true }
+
 func (w *packWriter) close() error {
 	w.wait()
 	var err error
@@ -171,7 +203,7 @@ func (ps *packSet) listPacks() ([]int64, error) {
 
 // acquire returns a writer: an idle one of this process, else an existing
 // pack with room that no one holds, else a new pack.
-func (ps *packSet) acquire() (*packWriter, error) {
+func (ps *packSet) acquire(context.Context) (packAppender, error) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if n := len(ps.idle); n > 0 {
@@ -252,7 +284,8 @@ func (ps *packSet) tryOpen(num int64, create bool) (*packWriter, error) {
 
 // release returns a writer whose data is flushed and synced (or rolled
 // back) for the next batch, or retires it when it is full.
-func (ps *packSet) release(w *packWriter) error {
+func (ps *packSet) release(a packAppender) error {
+	w := a.(*packWriter)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if w.full || w.size >= ps.maxSize || len(ps.idle) >= maxIdlePacks {
@@ -264,7 +297,8 @@ func (ps *packSet) release(w *packWriter) error {
 }
 
 // discard drops a writer after an error it could not roll back.
-func (ps *packSet) discard(w *packWriter) {
+func (ps *packSet) discard(a packAppender) {
+	w := a.(*packWriter)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	delete(ps.held, w.num)
@@ -439,11 +473,19 @@ func (w *packWriter) rollback(size int64) error {
 	return w.load(size)
 }
 
+// record has nothing to index: a pack file is found by its number.
+func (ps *packSet) record(context.Context, *tx, []packUse) error { return nil }
+
 // readChunk reads and verifies the payload of chunk id at off/length in
-// pack num.
-func (db *DB) readChunk(id ID, num, off, length int64) ([]byte, error) {
-	path := filepath.Join(db.dir, packsDir, packName(num))
-	f, err := db.packs.reader(num)
+// pack num, wherever the packs are.
+func (db *DB) readChunk(ctx context.Context, id ID, num, off, length int64) ([]byte, error) {
+	return db.content.read(ctx, id, num, off, length)
+}
+
+func (ps *packSet) read(_ context.Context, id ID, num, off, length int64) ([]byte, error) {
+	db := ps.db
+	path := filepath.Join(ps.dir, packName(num))
+	f, err := ps.reader(num)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("chunk %s: pack %s is missing: %w", id, path, ErrCorrupt)

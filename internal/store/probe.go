@@ -10,6 +10,47 @@ import (
 	"time"
 )
 
+// dedupProbe answers "is this id stored?" for a batch.
+type dedupProbe interface {
+	has(id ID, objects bool) (bool, error)
+	close()
+}
+
+func (db *DB) openProbe(ctx context.Context) (dedupProbe, error) {
+	if db.d.postgres {
+		return &pgProbe{db: db}, nil
+	}
+	return openProber(ctx, db)
+}
+
+// pgProbe asks PostgreSQL one id at a time, outside any transaction: a
+// chunk another host stores meanwhile merely looks new, as with SQLite's
+// snapshot (its pack bytes become dead bytes). pgx prepares and caches the
+// statements per connection.
+type pgProbe struct{ db *DB }
+
+func (p *pgProbe) has(id ID, objects bool) (bool, error) {
+	q := `SELECT 1 FROM chunks WHERE id = $1`
+	if objects {
+		q = `SELECT 1 FROM objects WHERE id = $1`
+	}
+	p.db.ctr.statements.Add(1)
+	start := time.Now()
+	defer func() { p.db.ctr.txTime.Add(int64(time.Since(start))) }()
+	var one int
+	err := p.db.r.QueryRowContext(context.Background(), q, id[:]).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	p.db.ctr.rows.Add(1)
+	return true, nil
+}
+
+func (p *pgProbe) close() {}
+
 // prober answers "is this id stored?" for a batch: the hot path of capture
 // (one probe per chunk) and the one place SQL runs outside withTx, because
 // its transaction spans PutChunk calls and so cannot be a closure.

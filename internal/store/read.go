@@ -23,7 +23,7 @@ func (db *DB) Chunk(ctx context.Context, id ID) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chunk %s: %w", id, err)
 	}
-	return db.readChunk(id, pack, off, length)
+	return db.readChunk(ctx, id, pack, off, length)
 }
 
 // object reads the canonical bytes of a manifest, tree or commit and

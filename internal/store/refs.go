@@ -294,7 +294,7 @@ func (db *DB) DeleteBranch(ctx context.Context, project, name string) error {
 		// commit publishes there. The check and the delete are one
 		// transaction, so no workspace can be created in between.
 		var ws string
-		switch err := tx.row(ctx, `SELECT id FROM workspaces WHERE project = ? AND branch = ? ORDER BY created LIMIT 1`, project, name).Scan(&ws); {
+		switch err := tx.row(ctx, `SELECT id FROM `+db.allWorkspaces()+` WHERE project = ? AND branch = ? ORDER BY created LIMIT 1`, project, name).Scan(&ws); {
 		case err == nil:
 			return fmt.Errorf("workspace %s stands on it (end it first): %w", ws, ErrBusy)
 		case !errors.Is(err, sql.ErrNoRows):
@@ -338,8 +338,15 @@ func (db *DB) SetBranchHead(ctx context.Context, project, branch string, expect,
 		if err := requireCommit(ctx, tx, head); err != nil {
 			return err
 		}
-		if _, err := tx.exec(ctx, `UPDATE branches SET head = ?, updated = ? WHERE project = ? AND name = ?`,
-			head[:], nowNs(), project, branch); err != nil {
+		// The head is compared again as it is set: the transaction holds
+		// the store's write lock already, so this never fails on either
+		// engine; it keeps the swap atomic should that lock ever be finer.
+		if err := tx.execOne(ctx, errHeadMoved, `UPDATE branches SET head = ?, updated = ? WHERE project = ? AND name = ? AND head = ?`,
+			head[:], nowNs(), project, branch, expect[:]); err != nil {
+			if errors.Is(err, errHeadMoved) {
+				out = PublishHeadMoved
+				return nil
+			}
 			return err
 		}
 		out = PublishCreated

@@ -76,14 +76,24 @@ CREATE TABLE workspaces (
 `,
 }
 
-// SchemaVersion is the schema version this code writes.
+// SchemaVersion is the schema version this code writes (of the embedded
+// Store; a shared Store's is PostgresSchemaVersion).
 func SchemaVersion() int { return len(migrations) }
+
+// migrations returns this engine's migrations.
+func (db *DB) migrations() []string {
+	if db.d.postgres {
+		return pgMigrations
+	}
+	return migrations
+}
 
 // migrate brings the schema to version target (len(migrations) outside
 // tests) in one write transaction. create says the database is new.
 func (db *DB) migrate(ctx context.Context, target int, create bool) error {
+	migrations := db.migrations()
 	return db.withTx(ctx, txWrite, func(tx *tx) error {
-		v, err := schemaVersion(ctx, tx.tx)
+		v, err := db.schemaVersion(ctx, tx.tx)
 		if err != nil {
 			return err
 		}
@@ -105,4 +115,102 @@ func (db *DB) migrate(ctx context.Context, target int, create bool) error {
 		}
 		return nil
 	})
+}
+
+// schemaVersion reads this engine's version row; 0 means an empty database.
+func (db *DB) schemaVersion(ctx context.Context, q queryer) (int, error) {
+	if !db.d.postgres {
+		return schemaVersion(ctx, q)
+	}
+	return readSchemaVersion(ctx, q, `SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'meta'`)
+}
+
+// PostgresSchemaVersion is the schema version this code writes in a shared
+// Store's database.
+func PostgresSchemaVersion() int { return len(pgMigrations) }
+
+// pgMigrations are a shared Store's, versioned on their own (append only,
+// as migrations). The tables are the embedded Store's, in PostgreSQL's
+// types, plus:
+//   - packs: a pack number's object key in the bucket (packs are named by
+//     their content, which is known only once they are complete);
+//   - workspace_records: every host's workspace records, each with the
+//     host (node) that serves it. The view workspaces shows a connection
+//     only its own host's (the layerfs.node setting of the connection), so
+//     a daemon lists, recovers and ends only its own workspaces with the
+//     same statements as on SQLite; inserts through the view take the node
+//     from the same setting.
+var pgMigrations = []string{
+	`
+CREATE TABLE meta (
+	key   TEXT PRIMARY KEY,
+	value BIGINT NOT NULL
+);
+
+CREATE TABLE chunks (
+	id   BYTEA PRIMARY KEY CHECK (octet_length(id) = 32),
+	pack BIGINT NOT NULL,
+	off  BIGINT NOT NULL,
+	len  BIGINT NOT NULL
+);
+
+CREATE SEQUENCE pack_numbers;
+CREATE TABLE packs (
+	num     BIGINT PRIMARY KEY,
+	key     TEXT NOT NULL,
+	size    BIGINT NOT NULL,
+	created BIGINT NOT NULL
+);
+
+CREATE TABLE objects (
+	id   BYTEA PRIMARY KEY CHECK (octet_length(id) = 32),
+	kind INTEGER NOT NULL CHECK (kind IN (2, 3, 4)),
+	data BYTEA NOT NULL
+);
+
+CREATE TABLE projects (
+	name    TEXT PRIMARY KEY,
+	created BIGINT NOT NULL
+);
+
+CREATE TABLE layers (
+	project   TEXT NOT NULL REFERENCES projects(name) ON DELETE CASCADE,
+	idx       INTEGER NOT NULL CHECK (idx >= 1),
+	commit_id BYTEA NOT NULL REFERENCES objects(id),
+	created   BIGINT NOT NULL,
+	PRIMARY KEY (project, idx)
+);
+CREATE INDEX layers_commit ON layers(commit_id);
+
+CREATE TABLE branches (
+	project TEXT NOT NULL REFERENCES projects(name) ON DELETE CASCADE,
+	name    TEXT NOT NULL,
+	head    BYTEA NOT NULL REFERENCES objects(id),
+	created BIGINT NOT NULL,
+	updated BIGINT NOT NULL,
+	PRIMARY KEY (project, name)
+);
+CREATE INDEX branches_head ON branches(head);
+
+CREATE TABLE workspace_records (
+	id         TEXT PRIMARY KEY,
+	node       TEXT NOT NULL DEFAULT current_setting('layerfs.node'),
+	project    TEXT NOT NULL REFERENCES projects(name),
+	branch     TEXT NOT NULL,
+	base       BYTEA NOT NULL,
+	head       BYTEA NOT NULL,
+	mount_path TEXT NOT NULL,
+	upper_dir  TEXT NOT NULL,
+	state      TEXT NOT NULL,
+	created    BIGINT NOT NULL,
+	updated    BIGINT NOT NULL,
+	options    BYTEA
+);
+CREATE INDEX workspace_records_node ON workspace_records(node);
+CREATE INDEX workspace_records_branch ON workspace_records(project, branch);
+CREATE VIEW workspaces AS
+	SELECT id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options
+	FROM workspace_records WHERE node = current_setting('layerfs.node')
+	WITH CASCADED CHECK OPTION;
+`,
 }

@@ -96,6 +96,9 @@ func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
 	if st.StoredBytes > 0 {
 		st.DedupRatio = float64(st.LogicalBytes) / float64(st.StoredBytes)
 	}
+	if db.bucket != nil {
+		return db.sharedStats(ctx, st)
+	}
 	for _, f := range []string{dbFile, dbFile + "-wal"} {
 		if fi, err := os.Stat(filepath.Join(db.dir, f)); err == nil {
 			st.DBBytes += fi.Size()
@@ -115,5 +118,25 @@ func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
+	return st, nil
+}
+
+// sharedStats fills in a shared Store's footprint: the database's size,
+// the pack objects' (from the packs table) and this host's caches.
+func (db *DB) sharedStats(ctx context.Context, st StoreStats) (StoreStats, error) {
+	var packs int64
+	err := db.withTx(ctx, txRead, func(tx *tx) error {
+		return tx.row(ctx, `SELECT pg_database_size(current_database()), count(*), coalesce(sum(size), 0) FROM packs`).
+			Scan(&st.DBBytes, &packs, &st.PackBytes)
+	})
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	st.PackFiles = int(packs)
+	st.CacheBytes, err = diskUsage(filepath.Join(db.dir, cacheDir))
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	st.CacheBytes += db.bucket.cache.bytes()
 	return st, nil
 }

@@ -78,11 +78,22 @@ type txMode int
 const (
 	txRead  txMode = iota // a read-only snapshot on the reader pool
 	txWrite               // BEGIN IMMEDIATE on the single writer connection
+	// txInsert inserts immutable, content-addressed rows only: the same as
+	// txWrite on SQLite; on PostgreSQL it skips the reference lock, since
+	// two such transactions cannot conflict (ON CONFLICT DO NOTHING).
+	txInsert
 )
+
+// refLock is the PostgreSQL advisory lock every txWrite takes first: it
+// serialises reference changes across all hosts as SQLite's single writer
+// does on one, so read-check-write sequences (a compare-and-swap, the next
+// layer number) see every earlier commit.
+const refLock = 0x4c61796572465321 // "LayerFS!"
 
 // tx is a transaction whose statements are counted.
 type tx struct {
 	tx   *sql.Tx
+	d    *dialect
 	ctr  *counters
 	rows int64
 }
@@ -98,21 +109,31 @@ func (db *DB) withTx(ctx context.Context, mode txMode, fn func(*tx) error) (err 
 	start := time.Now()
 	pool := db.r
 	var opts *sql.TxOptions
-	if mode == txWrite {
-		pool = db.w
-	} else {
+	if mode == txRead {
 		opts = &sql.TxOptions{ReadOnly: true}
+		if db.d.postgres {
+			// One snapshot for the whole transaction, as SQLite's.
+			opts.Isolation = sql.LevelRepeatableRead
+		}
+	} else {
+		pool = db.w
 	}
 	stx, err := pool.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &tx{tx: stx, ctr: &db.ctr}
+	t := &tx{tx: stx, d: &db.d, ctr: &db.ctr}
 	defer func() {
 		db.ctr.transactions.Add(1)
 		db.ctr.rows.Add(t.rows)
 		db.ctr.txTime.Add(int64(time.Since(start)))
 	}()
+	if mode == txWrite && db.d.postgres {
+		if _, err := t.exec(ctx, `SELECT pg_advisory_xact_lock(?)`, int64(refLock)); err != nil {
+			stx.Rollback()
+			return fmt.Errorf("take the reference lock: %w", err)
+		}
+	}
 	if err := fn(t); err != nil {
 		if rerr := stx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
 			return errors.Join(err, fmt.Errorf("rollback: %w", rerr))
@@ -127,7 +148,7 @@ func (db *DB) withTx(ctx context.Context, mode txMode, fn func(*tx) error) (err 
 
 func (t *tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	t.ctr.statements.Add(1)
-	res, err := t.tx.ExecContext(ctx, q, args...)
+	res, err := t.tx.ExecContext(ctx, t.d.sql(q), args...)
 	if err == nil {
 		if n, err := res.RowsAffected(); err == nil {
 			t.rows += n
@@ -153,13 +174,13 @@ func (t *tx) execOne(ctx context.Context, none error, q string, args ...any) err
 func (t *tx) row(ctx context.Context, q string, args ...any) *sql.Row {
 	t.ctr.statements.Add(1)
 	t.rows++
-	return t.tx.QueryRowContext(ctx, q, args...)
+	return t.tx.QueryRowContext(ctx, t.d.sql(q), args...)
 }
 
 // query runs a query; each call of next counts a row.
 func (t *tx) query(ctx context.Context, q string, args ...any) (*rows, error) {
 	t.ctr.statements.Add(1)
-	r, err := t.tx.QueryContext(ctx, q, args...)
+	r, err := t.tx.QueryContext(ctx, t.d.sql(q), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +189,7 @@ func (t *tx) query(ctx context.Context, q string, args ...any) (*rows, error) {
 
 // prepare makes a statement for repeated use inside this transaction.
 func (t *tx) prepare(ctx context.Context, q string) (*stmt, error) {
-	s, err := t.tx.PrepareContext(ctx, q)
+	s, err := t.tx.PrepareContext(ctx, t.d.sql(q))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,194 @@
+package s3bucket
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"layerfs.dev/layerfs/internal/testenv"
+)
+
+func open(t *testing.T, endpoint string, cfg Config) *Bucket {
+	t.Helper()
+	srv, bucket, prefix := testenv.S3(t)
+	if endpoint == "" {
+		endpoint = srv.Endpoint
+	}
+	cfg.Endpoint, cfg.Bucket, cfg.Prefix, cfg.AccessKey, cfg.SecretKey = endpoint, bucket, prefix+"/", srv.AccessKey, srv.SecretKey
+	b, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Create(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func randomBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// TestMultipartAndRanges: a pack larger than the part size goes up in
+// parts and reads back, in full and by ranges, byte for byte.
+func TestMultipartAndRanges(t *testing.T) {
+	ctx := context.Background()
+	b := open(t, "", Config{PartSize: 5 << 20})
+	data := randomBytes(1, 12<<20+12345)
+	if err := b.Put(ctx, "packs/big.pack", bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.Size(ctx, "packs/big.pack"); err != nil || n != int64(len(data)) {
+		t.Fatalf("size = %d, %v; want %d", n, err, len(data))
+	}
+	for _, r := range [][2]int64{{0, 1}, {0, int64(len(data))}, {5<<20 - 10, 20}, {int64(len(data)) - 7, 7}, {123456, 1 << 20}} {
+		got, err := b.ReadRange(ctx, "packs/big.pack", r[0], r[1])
+		if err != nil {
+			t.Fatalf("range %v: %v", r, err)
+		}
+		if !bytes.Equal(got, data[r[0]:r[0]+r[1]]) {
+			t.Fatalf("range %v: wrong bytes", r)
+		}
+	}
+	if _, err := b.ReadRange(ctx, "packs/big.pack", int64(len(data))-3, 10); err == nil {
+		t.Fatal("a range past the end read without error")
+	}
+	_, err := b.ReadRange(ctx, "packs/none.pack", 0, 10)
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing key: %v, want ErrNotFound", err)
+	}
+	if err := b.Delete(ctx, "packs/big.pack"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Size(ctx, "packs/big.pack"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after delete: %v, want ErrNotFound", err)
+	}
+}
+
+// TestRetriesThroughResets: the first connections to the server are reset
+// (a proxy in front of it closes them at once); requests retry with
+// backoff and succeed once the proxy lets connections through.
+func TestRetriesThroughResets(t *testing.T) {
+	srv, _, _ := testenv.S3(t)
+	p := newFlakyProxy(t, srv.Endpoint)
+	b := open(t, p.addr, Config{Attempts: 8, FirstBackoff: 5 * time.Millisecond})
+	ctx := context.Background()
+	p.dropAll()      // the client's kept-alive connection too
+	p.reset.Store(3) // the next three connections fail
+	data := []byte("pack bytes")
+	if err := b.Put(ctx, "k", bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatalf("put through resets: %v", err)
+	}
+	p.reset.Store(2)
+	p.dropAll()
+	got, err := b.ReadRange(ctx, "k", 5, 5)
+	if err != nil || string(got) != "bytes" {
+		t.Fatalf("read through resets = %q, %v", got, err)
+	}
+	if p.resets.Load() != 5 {
+		t.Fatalf("%d connections were reset, want 5", p.resets.Load())
+	}
+}
+
+// TestRetriesAreBounded: with nothing listening, a request fails after
+// its attempts, naming the endpoint and the attempt count.
+func TestRetriesAreBounded(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	b, err := Open(Config{Endpoint: addr, Bucket: "bucket", Attempts: 3, FirstBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.ReadRange(context.Background(), "k", 0, 1)
+	if err == nil || !strings.Contains(err.Error(), "attempt 3 of 3") || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("err = %v; want a failure after attempt 3 of 3 naming %s", err, addr)
+	}
+}
+
+// flakyProxy forwards TCP connections to a server, closing the next
+// `reset` of them at once (with a TCP reset) instead.
+type flakyProxy struct {
+	addr   string
+	reset  atomic.Int64
+	resets atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+}
+
+func newFlakyProxy(t *testing.T, target string) *flakyProxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &flakyProxy{addr: l.Addr().String(), conns: map[net.Conn]bool{}}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		l.Close()
+		p.dropAll()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if p.reset.Add(-1) >= 0 {
+				p.resets.Add(1)
+				c.(*net.TCPConn).SetLinger(0)
+				c.Close()
+				continue
+			}
+			p.reset.Store(0)
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.track(c, s)
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
+			go func() { defer wg.Done(); io.Copy(c, s); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *flakyProxy) track(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		p.conns[c] = true
+	}
+}
+
+// dropAll closes every forwarded connection, so that the client's next
+// request needs a new one.
+func (p *flakyProxy) dropAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}

@@ -1,0 +1,86 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestPostgres: the private cluster answers on its socket, each call gets
+// a database of its own, and a database is dropped when its test ends.
+func TestPostgres(t *testing.T) {
+	var first string
+	t.Run("a", func(t *testing.T) {
+		first = Postgres(t)
+		second := Postgres(t)
+		if first == second || !strings.HasPrefix(first, "postgres://layerfs@/t_") {
+			t.Fatalf("urls %q and %q", first, second)
+		}
+		name := strings.TrimPrefix(strings.Split(first, "?")[0], "postgres://layerfs@/")
+		if err := pgSrv.psql("SELECT 1 FROM pg_database WHERE datname = '" + name + "'"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	name := strings.TrimPrefix(strings.Split(first, "?")[0], "postgres://layerfs@/")
+	out, err := pgSrv.query("SELECT count(*) FROM pg_database WHERE datname = '" + name + "'")
+	if err != nil || out != "0" {
+		t.Fatalf("database %s after its test: count %q, %v", name, out, err)
+	}
+}
+
+// TestS3: the private S3 server answers on loopback.
+func TestS3(t *testing.T) {
+	s, _, prefix := S3(t)
+	_, _, p2 := S3(t)
+	if prefix == p2 {
+		t.Fatalf("two calls gave prefix %q", prefix)
+	}
+	c, err := net.Dial("tcp", s.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if !strings.HasPrefix(s.Endpoint, "127.0.0.1:") {
+		t.Fatalf("endpoint %s is not on loopback", s.Endpoint)
+	}
+}
+
+// TestWaitS3Build: while scripts/ensure-s3server holds its directory's
+// lock (a build in the background), the wait goes on, and gives up with the
+// build log's path when its context ends; once the lock is free it returns.
+func TestWaitS3Build(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("LAYERFS_S3SERVER", filepath.Join(dir, "bin", "weed"))
+	lock, err := os.Create(filepath.Join(dir, ".lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	err = waitS3Build(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), filepath.Join(dir, "ensure-s3server.log")) {
+		t.Fatalf("while the lock is held: got %v, want the deadline and the log's path", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- waitS3Build(context.Background()) }()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("after the lock is freed: %v", err)
+	}
+}
