@@ -215,11 +215,16 @@ func transient(err error) bool {
 	if errors.As(err, &ne) && ne.Timeout() {
 		return true
 	}
+	// net.ErrClosed: the transport closed a connection the peer had reset
+	// while a request body was still being written on it.
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return true
 	}
-	// minio-go reports some transport failures only as text.
+	// minio-go reports some transport failures only as text, and rewrites
+	// a connection closed before the answer (EOF) as "Connection closed by
+	// foreign host URL. Retry again." (api.go), without the EOF.
 	s := err.Error()
-	return strings.Contains(s, "connection refused") || strings.Contains(s, "connection reset") || strings.Contains(s, "EOF")
+	return strings.Contains(s, "connection refused") || strings.Contains(s, "connection reset") || strings.Contains(s, "EOF") ||
+		strings.Contains(s, "Connection closed by foreign host")
 }
