@@ -96,6 +96,7 @@ type Platform struct {
 	cli        *client.Client // nil when not up
 	state      upState
 	containers map[string]bool // ids of every container Attach created, for Leaks
+	rootImages map[string]bool // ids of every root-dir image Attach made, for Leaks
 }
 
 // upState is what Up learned; read-only once Up returns.
@@ -301,7 +302,7 @@ func removeLabelled(ctx context.Context, cli *client.Client, label string) error
 	}
 	var errs []error
 	for _, c := range cs {
-		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !gone(err) {
 			errs = append(errs, fmt.Errorf("docker: remove container %s: %w", c.ID[:12], err))
 		}
 	}
@@ -377,9 +378,16 @@ func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker: list images: %w", err)
 	}
+	p.mu.Lock()
 	for _, im := range imgs {
-		out = append(out, "root-dir image "+im.ID)
+		// Root-dir images are named by content and may be another
+		// owner's (a test binary running beside this one): only those
+		// this Platform made count.
+		if p.rootImages[im.ID] {
+			out = append(out, "root-dir image "+im.ID)
+		}
 	}
+	p.mu.Unlock()
 	if p.cg != nil {
 		p.mu.Lock()
 		ids := slices.Collect(maps.Keys(p.containers))
@@ -463,4 +471,11 @@ func (p *Platform) current() (*client.Client, upState, error) {
 		return nil, upState{}, fmt.Errorf("docker: %w", platforms.ErrNotUp)
 	}
 	return p.cli, p.state, nil
+}
+
+// gone tells whether a removal failed only because the container is gone
+// or already being removed (by another process cleaning up a dead
+// owner's containers at the same time, say).
+func gone(err error) bool {
+	return cerrdefs.IsNotFound(err) || (cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"))
 }

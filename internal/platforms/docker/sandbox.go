@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
@@ -105,6 +104,12 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 			return nil, fmt.Errorf("docker: attach %s: %w", w.ID, err)
 		}
 		s.rootImg = img
+		p.mu.Lock()
+		if p.rootImages == nil {
+			p.rootImages = map[string]bool{}
+		}
+		p.rootImages[img] = true
+		p.mu.Unlock()
 	}
 
 	var rnd [3]byte
@@ -219,8 +224,8 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	var err error
 	if s.id != "" {
 		err = s.cli.ContainerRemove(ctx, s.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		if cerrdefs.IsNotFound(err) {
-			err = nil // Down got there first
+		if gone(err) {
+			err = nil // Down (or a cleanup of dead owners) got there first
 		}
 		if err != nil {
 			err = fmt.Errorf("docker: close %s: remove container %s: %w", s.ws.ID, s.id[:12], err)
