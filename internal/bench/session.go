@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,11 +58,15 @@ const (
 	FigExecSeparateNoUserNS      = "exec true, separate layerfsd --no-user-namespace, SDK wall"
 	FigExecThinkSeparateNoUserNS = "exec true after 50 ms idle, separate layerfsd --no-user-namespace, SDK wall"
 	FigCommitSmall               = "commit of a small change"
-	// FigIdleMemoryHost counts what report.FigIdleMemory (the daemon's own
-	// memory) does not: the kernel's side of the mounts, and a platform's
-	// processes (Docker's container, its shim).
-	FigIdleMemoryHost = "host memory per idle workspace (100 open)"
 )
+
+// FigIdleMemoryHost names the figure that counts, per idle workspace with
+// open of them open, what report.FigIdleMemory (the daemon's own memory)
+// does not: the kernel's side of the mounts, and a platform's processes
+// (Docker's container, its shim).
+func FigIdleMemoryHost(open int) string {
+	return "host " + report.FigIdleMemory(open)
+}
 
 // thinkTime is the idle time before each call of the think-time figures.
 const thinkTime = 50 * time.Millisecond
@@ -115,7 +121,7 @@ func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure,
 		t, err := prepare(ctx, Config{NewPlatform: cfg.NewPlatform}, name, log)
 		if err != nil {
 			openLarge, commitLarge := largeFigs(cfg.LargeTree)
-			for _, n := range []string{report.FigOpen, report.FigClose, report.FigWarmExec, FigExecOverhead, FigExecThink, FigExecOverheadThink, FigExecPython, FigCommitSmall, report.FigForkCreate, report.FigThroughput1, report.FigThroughput4, report.FigThroughput16, openLarge, commitLarge, report.FigIdleMemory, FigIdleMemoryHost} {
+			for _, n := range []string{report.FigOpen, report.FigClose, report.FigWarmExec, FigExecOverhead, FigExecThink, FigExecOverheadThink, FigExecPython, FigCommitSmall, report.FigForkCreate, report.FigThroughput1, report.FigThroughput4, report.FigThroughput16, openLarge, commitLarge, report.FigIdleMemory(cfg.Idle), FigIdleMemoryHost(cfg.Idle)} {
 				figs = append(figs, report.SessionFigure{Platform: name, Name: n, NotRun: err.Error()})
 			}
 			continue
@@ -345,7 +351,7 @@ func (s *session) run(idle int, hostFS bool) error {
 
 	if hostFS {
 		s.say(fmt.Sprintf("%s: memory with %d idle workspaces", s.platform, idle))
-		mem, host := s.fig(report.FigIdleMemory, "MiB"), s.fig(FigIdleMemoryHost, "MiB")
+		mem, host := s.fig(report.FigIdleMemory(idle), "MiB"), s.fig(FigIdleMemoryHost(idle), "MiB")
 		daemon, whole, err := s.idleMemory(idle)
 		if err != nil {
 			mem.Failures = append(mem.Failures, err.Error())
@@ -508,14 +514,11 @@ func (s *session) throughput(workers, per int) (float64, error) {
 }
 
 // idleMemory opens n workspaces and returns, per workspace in MiB, the
-// growth of this process's resident memory (the daemon is served from it)
-// and of the memory the whole host uses (MemTotal - MemAvailable).
+// growth of this process's live heap (the daemon is served from it) and of
+// the memory the whole host uses (MemTotal - MemAvailable).
 func (s *session) idleMemory(n int) (daemon, host float64, err error) {
-	// Both readings after handing freed memory back to the OS: otherwise
-	// garbage of the figures before (and its return to the OS midway) is
-	// counted, which can even make the growth negative.
-	debug.FreeOSMemory()
-	rss0, used0, err := memory()
+	settleMemory()
+	heap0, used0, err := memory()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -536,28 +539,46 @@ func (s *session) idleMemory(n int) (daemon, host float64, err error) {
 			return 0, 0, fmt.Errorf("touch workspace: %v %v", err, res)
 		}
 	}
-	debug.FreeOSMemory()
-	rss1, used1, err := memory()
+	settleMemory()
+	heap1, used1, err := memory()
 	if err != nil {
 		return 0, 0, err
 	}
 	perMiB := func(d int64) float64 { return float64(d) / float64(n) / (1 << 20) }
-	return perMiB(rss1 - rss0), perMiB(used1 - used0), nil
+	return perMiB(heap1 - heap0), perMiB(used1 - used0), nil
 }
 
-// memory reads this process's resident set size and the memory the host
-// uses, in bytes.
-func memory() (rss, used int64, err error) {
-	rss, err = procField("/proc/self/status", "VmRSS:")
-	if err != nil {
-		return 0, 0, err
-	}
+// settleMemory leaves only reachable objects on this process's heap and
+// hands every free page back to the OS, so that a reading counts no
+// garbage, and the host's figure no pages the runtime keeps for reuse. It
+// takes two collections: the first only moves what the sync.Pools hold
+// into their victim caches, which stay reachable until the next one. With
+// one, the reading before the workspaces opened counted the buffers the
+// figures before had pooled, and a collection in between freed them: the
+// growth came out negative.
+func settleMemory() {
+	runtime.GC()
+	debug.FreeOSMemory()
+}
+
+// memory reads this process's live heap, as the last collection marked
+// it, and the memory the host uses, in bytes. The live heap, not the
+// resident set: after a collection it is what the process keeps reachable,
+// which opening workspaces adds to; the resident set also moves with
+// goroutine stacks shrinking and new objects filling holes in pages already
+// resident, by as much as a few idle workspaces add. It counts allocations
+// an idle workspace has not touched yet (each mount's go-fuse request
+// buffers, resident once requests have filled them).
+func memory() (live, used int64, err error) {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	live = int64(s[0].Value.Uint64())
 	total, err := procField("/proc/meminfo", "MemTotal:")
 	if err != nil {
 		return 0, 0, err
 	}
 	avail, err := procField("/proc/meminfo", "MemAvailable:")
-	return rss, total - avail, err
+	return live, total - avail, err
 }
 
 // procField reads a "Name: N kB" line of a /proc file, in bytes.

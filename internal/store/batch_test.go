@@ -1,94 +1,73 @@
 package store
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestBatchDedupAndStats(t *testing.T) {
 	eachBackend(t, func(t *testing.T, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := t.Context()
 		db := newDB(t)
 		b, err := db.NewBatch(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		data := randBytes(1, 1000)
 		id := Hash(KindChunk, data)
 		for i, want := range []bool{true, false} {
 			added, err := b.PutChunk(id, data)
-			if err != nil || added != want {
-				t.Fatalf("put %d: added=%v err=%v, want %v", i, added, err, want)
-			}
+			require.NoError(t, err, "put %d", i)
+			require.Equal(t, want, added, "put %d: added", i)
 		}
-		if _, err := db.Chunk(ctx, id); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("chunk visible before Flush: %v", err)
-		}
-		if err := b.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		_, err = db.Chunk(ctx, id)
+		require.ErrorIs(t, err, ErrNotFound, "chunk visible before Flush")
+		require.NoError(t, b.Flush(ctx))
 		got, err := db.Chunk(ctx, id)
-		if err != nil || string(got) != string(data) {
-			t.Fatalf("Chunk after Flush: %v", err)
-		}
+		require.NoError(t, err, "Chunk after Flush")
+		require.Equal(t, data, got, "Chunk after Flush")
 		// A second batch reuses it and writes nothing.
 		before := packBytes(t, db)
 		b2, _ := db.NewBatch(ctx)
-		if added, err := b2.PutChunk(id, data); added || err != nil {
-			t.Fatalf("second batch: added=%v err=%v", added, err)
-		}
+		added, err := b2.PutChunk(id, data)
+		require.NoError(t, err, "second batch")
+		require.False(t, added, "second batch added the chunk again")
 		tr := &Tree{Entries: []Entry{{Name: "f", Type: TypeFile, Size: 1000, Object: id, ObjectKind: KindChunk}}}
 		t1, _ := b2.PutTree(tr)
 		t2, _ := b2.PutTree(tr)
-		if t1 != t2 {
-			t.Fatal("same tree, different ids")
-		}
-		if err := b2.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		require.Equal(t, t1, t2, "same tree, different ids")
+		require.NoError(t, b2.Flush(ctx))
 		st := b2.Stats()
 		want := BatchStats{ReusedChunks: 1, ReusedBytes: 1000, NewObjects: 1, ReusedObjects: 1, NewObjectBytes: int64(len(tr.Encode())), Flushes: 1}
-		if st != want {
-			t.Fatalf("Stats = %+v, want %+v", st, want)
-		}
-		if after := packBytes(t, db); after != before {
-			t.Fatalf("dedup wrote %d pack bytes", after-before)
-		}
+		require.Equal(t, want, st, "Stats")
+		require.Equal(t, before, packBytes(t, db), "pack bytes after a batch of reused data")
 		b2.Abort()
 		b2.Abort()
-		if _, err := b2.PutChunk(id, data); err == nil {
-			t.Fatal("PutChunk after Abort succeeded")
-		}
+		_, err = b2.PutChunk(id, data)
+		require.Error(t, err, "PutChunk after Abort succeeded")
 	})
 }
 
 func TestBatchAbortLeavesNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := t.Context()
 		db := newDB(t)
 		keep := commitFiles(t, db, ZeroID, "keep", map[string][]byte{"k": []byte("keep")})
 		before := packBytes(t, db)
 		b, _ := db.NewBatch(ctx)
 		e := putContent(t, b, "big", randBytes(2, 300<<10))
 		tid, err := b.PutTree(&Tree{Entries: []Entry{e}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		b.Abort()
-		if _, err := db.Tree(ctx, tid); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("aborted tree visible: %v", err)
-		}
-		if _, err := db.Manifest(ctx, e.Object); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("aborted manifest visible: %v", err)
-		}
-		if after := packBytes(t, db); after != before {
-			t.Fatalf("abort left %d pack bytes", after-before)
-		}
+		_, err = db.Tree(ctx, tid)
+		require.ErrorIs(t, err, ErrNotFound, "aborted tree visible")
+		_, err = db.Manifest(ctx, e.Object)
+		require.ErrorIs(t, err, ErrNotFound, "aborted manifest visible")
+		require.Equal(t, before, packBytes(t, db), "pack bytes after an abort")
 		readAll(t, db, keep)
 		mustFsck(t, db)
 		// The pack is reused by the next batch after the rollback.
@@ -100,7 +79,7 @@ func TestBatchAbortLeavesNothing(t *testing.T) {
 
 func TestBatchConcurrentGoroutines(t *testing.T) {
 	eachBackend(t, func(t *testing.T, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := t.Context()
 		db := newDB(t)
 		const workers, commits = 4, 10
 		var wg sync.WaitGroup
@@ -144,37 +123,28 @@ func TestBatchConcurrentGoroutines(t *testing.T) {
 		wg.Wait()
 		close(errs)
 		for err := range errs {
-			t.Fatal(err)
+			require.NoError(t, err)
 		}
-		if err := b.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, b.Flush(ctx))
 		for w := range ids {
-			if len(ids[w]) != commits {
-				t.Fatalf("worker %d made %d commits", w, len(ids[w]))
-			}
+			require.Len(t, ids[w], commits, "worker %d's commits", w)
 			for _, c := range ids[w] {
 				verifySeeded(t, db, c)
 			}
 		}
 		for _, id := range shared {
-			if _, err := db.Chunk(ctx, id); err != nil {
-				t.Fatal(err)
-			}
+			_, err := db.Chunk(ctx, id)
+			require.NoError(t, err)
 		}
-		if st := b.Stats(); st.NewChunks != 80 {
-			t.Fatalf("shared batch stored %d chunks, want 80", st.NewChunks)
-		}
+		require.EqualValues(t, 80, b.Stats().NewChunks, "chunks the shared batch stored")
 		mustFsck(t, db)
 	})
 }
 
 func TestPackRollover(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	db, err := Init(ctx, t.TempDir(), Options{MaxPackSize: 256 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer db.Close()
 	files := map[string][]byte{}
 	for i := 0; i < 12; i++ {
@@ -183,19 +153,15 @@ func TestPackRollover(t *testing.T) {
 	c := commitFiles(t, db, ZeroID, "big", files)
 	got := readAll(t, db, c)
 	for n, d := range files {
-		if string(got[n]) != string(d) {
-			t.Fatalf("%s reads back wrong", n)
-		}
+		require.Equal(t, d, got[n], "%s reads back wrong", n)
 	}
-	nums, _ := db.packs.listPacks()
-	if len(nums) < 4 {
-		t.Fatalf("%d packs for 1.2 MiB at 256 KiB each", len(nums))
-	}
+	nums, err := db.packs.listPacks()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(nums), 4, "packs for 1.2 MiB at 256 KiB each")
 	for _, n := range nums {
-		fi, _ := os.Stat(filepath.Join(db.PacksDir(), packName(n)))
-		if fi.Size() > 256<<10+testChunkSize+recordHeader {
-			t.Fatalf("pack %d is %d bytes", n, fi.Size())
-		}
+		fi, err := os.Stat(filepath.Join(db.PacksDir(), packName(n)))
+		require.NoError(t, err)
+		require.LessOrEqual(t, fi.Size(), int64(256<<10+testChunkSize+recordHeader), "pack %d's size", n)
 	}
 	mustFsck(t, db)
 }
@@ -203,22 +169,16 @@ func TestPackRollover(t *testing.T) {
 func packBytes(t testing.TB, db *DB) int64 {
 	t.Helper()
 	if db.Shared() {
-		st, err := db.Stats(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		st, err := db.Stats(t.Context())
+		require.NoError(t, err)
 		return st.PackBytes // of the pack objects in the bucket
 	}
 	nums, err := db.packs.listPacks()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var n int64
 	for _, num := range nums {
 		fi, err := os.Stat(filepath.Join(db.PacksDir(), packName(num)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		n += fi.Size()
 	}
 	return n
@@ -226,51 +186,42 @@ func packBytes(t testing.TB, db *DB) int64 {
 
 func TestWorkspaces(t *testing.T) {
 	eachBackend(t, func(t *testing.T, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := t.Context()
 		db := newDB(t)
 		c := commitFiles(t, db, ZeroID, "c", map[string][]byte{"a": []byte("a")})
-		if _, err := db.CreateProject(ctx, "p", c); err != nil {
-			t.Fatal(err)
-		}
+		_, err := db.CreateProject(ctx, "p", c)
+		require.NoError(t, err)
 		w := Workspace{ID: "ws-1", Project: "p", Branch: "main", Base: c, Head: c, MountPath: "/mnt/x", UpperDir: "/u", State: "mounted", Options: []byte(`{"a":1}`)}
 		got, err := db.CreateWorkspace(ctx, w)
-		if err != nil || got.Created.IsZero() {
-			t.Fatalf("CreateWorkspace = %+v, %v", got, err)
-		}
-		if _, err := db.CreateWorkspace(ctx, w); !errors.Is(err, ErrExists) {
-			t.Fatalf("duplicate: %v", err)
-		}
+		require.NoError(t, err, "CreateWorkspace")
+		require.False(t, got.Created.IsZero(), "CreateWorkspace left Created zero")
+		_, err = db.CreateWorkspace(ctx, w)
+		require.ErrorIs(t, err, ErrExists, "duplicate")
 		for _, bad := range []Workspace{{ID: "Bad", Project: "p"}, {ID: "x", Project: "nope"}, {ID: "y", Project: "p", Base: Hash(KindCommit, nil)}} {
-			if _, err := db.CreateWorkspace(ctx, bad); err == nil {
-				t.Errorf("CreateWorkspace(%+v) succeeded", bad)
-			}
+			_, err := db.CreateWorkspace(ctx, bad)
+			assert.Error(t, err, "CreateWorkspace(%+v) succeeded", bad)
 		}
 		w.State = "ended"
 		w.Options = nil
 		up, err := db.UpdateWorkspace(ctx, w)
-		if err != nil || up.State != "ended" || up.Options != nil || !up.Created.Equal(got.Created) {
-			t.Fatalf("UpdateWorkspace = %+v, %v", up, err)
-		}
+		require.NoError(t, err, "UpdateWorkspace")
+		require.Equal(t, "ended", up.State, "UpdateWorkspace")
+		require.Nil(t, up.Options, "UpdateWorkspace")
+		require.True(t, up.Created.Equal(got.Created), "UpdateWorkspace moved Created from %v to %v", got.Created, up.Created)
 		r, err := db.Workspace(ctx, "ws-1")
-		if err != nil || r.State != "ended" || r.Base != c || r.MountPath != "/mnt/x" {
-			t.Fatalf("Workspace = %+v, %v", r, err)
-		}
+		require.NoError(t, err, "Workspace")
+		require.Equal(t, "ended", r.State, "Workspace")
+		require.Equal(t, c, r.Base, "Workspace")
+		require.Equal(t, "/mnt/x", r.MountPath, "Workspace")
 		all, err := db.Workspaces(ctx)
-		if err != nil || len(all) != 1 {
-			t.Fatalf("Workspaces = %+v, %v", all, err)
-		}
-		if err := db.DeleteWorkspace(ctx, "ws-1"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Workspace(ctx, "ws-1"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("deleted workspace: %v", err)
-		}
-		if err := db.DeleteWorkspace(ctx, "ws-1"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("second delete: %v", err)
-		}
-		if _, err := db.UpdateWorkspace(ctx, w); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("update of deleted: %v", err)
-		}
+		require.NoError(t, err, "Workspaces")
+		require.Len(t, all, 1, "Workspaces")
+		require.NoError(t, db.DeleteWorkspace(ctx, "ws-1"))
+		_, err = db.Workspace(ctx, "ws-1")
+		require.ErrorIs(t, err, ErrNotFound, "deleted workspace")
+		require.ErrorIs(t, db.DeleteWorkspace(ctx, "ws-1"), ErrNotFound, "second delete")
+		_, err = db.UpdateWorkspace(ctx, w)
+		require.ErrorIs(t, err, ErrNotFound, "update of deleted")
 	})
 }
 
@@ -279,19 +230,15 @@ func TestWorkspaces(t *testing.T) {
 func TestPackWritePaths(t *testing.T) {
 	for _, buffered := range []bool{false, true} {
 		t.Run(fmt.Sprint("buffered=", buffered), func(t *testing.T) {
-			ctx := context.Background()
+			ctx := t.Context()
 			dir := t.TempDir()
 			opts := Options{BufferedPacks: buffered, MaxPackSize: 1 << 20}
 			db, err := Init(ctx, dir, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			var commits []ID
 			for i := 0; i < 6; i++ {
 				c, err := writeSeeded(ctx, db, ZeroID, uint64(i))
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				commits = append(commits, c)
 				// An aborted batch between flushes, ending mid-block.
 				b, _ := db.NewBatch(ctx)
@@ -301,34 +248,24 @@ func TestPackWritePaths(t *testing.T) {
 			nums, _ := db.packs.listPacks()
 			db.packs.mu.Lock()
 			for _, w := range db.packs.idle {
-				if (w.d == nil) != buffered {
-					t.Errorf("pack %d: direct=%v, want %v", w.num, w.d != nil, !buffered)
-				}
+				assert.Equal(t, !buffered, w.d != nil, "pack %d written directly", w.num)
 			}
 			db.packs.mu.Unlock()
-			if err := db.Close(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, db.Close())
 			// Reopen and append to the same packs from their ends.
 			db, err = Open(ctx, dir, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer db.Close()
 			for i := 6; i < 10; i++ {
 				c, err := writeSeeded(ctx, db, ZeroID, uint64(i))
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				commits = append(commits, c)
 			}
 			for _, c := range commits {
 				verifySeeded(t, db, c)
 			}
 			after, _ := db.packs.listPacks()
-			if len(after) < len(nums) || len(after) < 2 {
-				t.Errorf("packs %v then %v", nums, after)
-			}
+			assert.GreaterOrEqual(t, len(after), max(len(nums), 2), "packs %v then %v", nums, after)
 			rep := mustFsck(t, db)
 			// Live payload plus headers fill the packs exactly: aborted
 			// appends and direct-write padding left nothing behind.
@@ -337,9 +274,7 @@ func TestPackWritePaths(t *testing.T) {
 			for _, p := range packs {
 				want += p.bytes + int64(len(packMagic))
 			}
-			if got := packBytes(t, db); got != want {
-				t.Errorf("packs hold %d bytes, live records %d (fsck checked %d chunks)", got, want, rep.Chunks)
-			}
+			assert.Equal(t, want, packBytes(t, db), "bytes in the packs against live records (fsck checked %d chunks)", rep.Chunks)
 		})
 	}
 }

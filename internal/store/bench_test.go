@@ -1,11 +1,12 @@
 package store
 
 import (
-	"context"
 	"fmt"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // cpuTime is the process's user plus system time.
@@ -21,7 +22,7 @@ func cpuTime() time.Duration {
 // well above the 300 MB/s end-to-end capture target.
 func BenchmarkPutChunkFlush(b *testing.B) {
 	const total, chunk = 64 << 20, 16 << 10
-	ctx := context.Background()
+	ctx := b.Context()
 	data := randBytes(1, total)
 	for _, hash := range []bool{false, true} {
 		b.Run(fmt.Sprintf("hash=%v", hash), func(b *testing.B) {
@@ -34,9 +35,7 @@ func BenchmarkPutChunkFlush(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				db, err := Init(ctx, b.TempDir(), Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, err)
 				b.StartTimer()
 				c0 := cpuTime()
 				bt, _ := db.NewBatch(ctx)
@@ -46,13 +45,13 @@ func BenchmarkPutChunkFlush(b *testing.B) {
 					if hash {
 						id = Hash(KindChunk, c)
 					}
+					// A plain check: no testify call per chunk in the
+					// measured loop.
 					if _, err := bt.PutChunk(id, c); err != nil {
 						b.Fatal(err)
 					}
 				}
-				if err := bt.Flush(ctx); err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, bt.Flush(ctx))
 				cpu += cpuTime() - c0
 				b.StopTimer()
 				db.Close()
@@ -69,7 +68,7 @@ func BenchmarkPutChunkFlush(b *testing.B) {
 // tree in one batch; the capture target is >= 5,000 files/s end to end.
 func BenchmarkSmallFiles(b *testing.B) {
 	const n = 10000
-	ctx := context.Background()
+	ctx := b.Context()
 	files := make([][]byte, n)
 	for i := range files {
 		files[i] = randBytes(uint64(i), 200+i%2000)
@@ -78,26 +77,20 @@ func BenchmarkSmallFiles(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		db, err := Init(ctx, b.TempDir(), Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		b.StartTimer()
 		c0 := cpuTime()
 		bt, _ := db.NewBatch(ctx)
 		tr := &Tree{Entries: make([]Entry, 0, n)}
 		for i, d := range files {
 			id := Hash(KindChunk, d)
-			if _, err := bt.PutChunk(id, d); err != nil {
-				b.Fatal(err)
-			}
+			_, err := bt.PutChunk(id, d)
+			require.NoError(b, err)
 			tr.Entries = append(tr.Entries, Entry{Name: fmt.Sprintf("f%05d", i), Type: TypeFile, Mode: 0o644, Size: int64(len(d)), Object: id, ObjectKind: KindChunk})
 		}
-		if _, err := bt.PutTree(tr); err != nil {
-			b.Fatal(err)
-		}
-		if err := bt.Flush(ctx); err != nil {
-			b.Fatal(err)
-		}
+		_, err = bt.PutTree(tr)
+		require.NoError(b, err)
+		require.NoError(b, bt.Flush(ctx))
 		cpu += cpuTime() - c0
 		b.StopTimer()
 		db.Close()
@@ -110,7 +103,7 @@ func BenchmarkSmallFiles(b *testing.B) {
 // BenchmarkTree reads a 1,000-entry directory: cold (decoded from SQLite
 // and verified) and cached (the FUSE path after the first lookup).
 func BenchmarkTree(b *testing.B) {
-	ctx := context.Background()
+	ctx := b.Context()
 	db := newDB(b)
 	bt, _ := db.NewBatch(ctx)
 	tr := &Tree{}
@@ -121,23 +114,19 @@ func BenchmarkTree(b *testing.B) {
 		tr.Entries = append(tr.Entries, Entry{Name: fmt.Sprintf("file-%04d.go", i), Type: TypeFile, Mode: 0o644, Size: int64(len(d)), MtimeNs: 1, Object: id, ObjectKind: KindChunk})
 	}
 	id, _ := bt.PutTree(tr)
-	if err := bt.Flush(ctx); err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, bt.Flush(ctx))
 	b.Run("cold", func(b *testing.B) {
 		for b.Loop() {
 			db.trees = newTreeCache(DefaultTreeCacheBytes)
-			if _, err := db.Tree(ctx, id); err != nil {
-				b.Fatal(err)
-			}
+			_, err := db.Tree(ctx, id)
+			require.NoError(b, err)
 		}
 	})
 	b.Run("cached", func(b *testing.B) {
 		db.Tree(ctx, id)
 		for b.Loop() {
-			if _, err := db.Tree(ctx, id); err != nil {
-				b.Fatal(err)
-			}
+			_, err := db.Tree(ctx, id)
+			require.NoError(b, err)
 		}
 	})
 }
@@ -145,18 +134,16 @@ func BenchmarkTree(b *testing.B) {
 // BenchmarkCreateBranch is the fork: one row, whatever the tree size.
 func BenchmarkCreateBranch(b *testing.B) {
 	eachBackendB(b, func(b *testing.B, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := b.Context()
 		db := newDB(b)
 		c := commitFiles(b, db, ZeroID, "c", map[string][]byte{"a": []byte("a")})
-		if _, err := db.CreateProject(ctx, "p", c); err != nil {
-			b.Fatal(err)
-		}
+		_, err := db.CreateProject(ctx, "p", c)
+		require.NoError(b, err)
 		i := 0
 		for b.Loop() {
 			i++
-			if _, err := db.CreateBranch(ctx, "p", fmt.Sprint("b", i), c); err != nil {
-				b.Fatal(err)
-			}
+			_, err := db.CreateBranch(ctx, "p", fmt.Sprint("b", i), c)
+			require.NoError(b, err)
 		}
 	})
 }
@@ -166,19 +153,18 @@ func BenchmarkCreateBranch(b *testing.B) {
 // compare-and-swap of the branch head.
 func BenchmarkPublishSmall(b *testing.B) {
 	eachBackendB(b, func(b *testing.B, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := b.Context()
 		db := newDB(b)
 		head := commitFiles(b, db, ZeroID, "c", map[string][]byte{"a": []byte("a")})
-		if _, err := db.CreateProject(ctx, "p", head); err != nil {
-			b.Fatal(err)
-		}
+		_, err := db.CreateProject(ctx, "p", head)
+		require.NoError(b, err)
 		i := 0
 		for b.Loop() {
 			i++
 			c := commitFiles(b, db, head, "c", map[string][]byte{"a": []byte(fmt.Sprint(i))})
-			if r, err := db.SetBranchHead(ctx, "p", "main", head, c); err != nil || r != PublishCreated {
-				b.Fatal(r, err)
-			}
+			r, err := db.SetBranchHead(ctx, "p", "main", head, c)
+			require.NoError(b, err)
+			require.Equal(b, PublishCreated, r)
 			head = c
 		}
 	})

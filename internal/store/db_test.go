@@ -2,73 +2,53 @@ package store
 
 import (
 	"bytes"
-	"context"
 	"database/sql"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestInitOpen(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := filepath.Join(t.TempDir(), "home")
-	if _, err := Open(ctx, dir, Options{}); !errors.Is(err, ErrNoStore) {
-		t.Fatalf("Open of nothing = %v, want ErrNoStore", err)
-	}
+	_, err := Open(ctx, dir, Options{})
+	require.ErrorIs(t, err, ErrNoStore, "Open of nothing")
 	db, err := Init(ctx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, d := range []string{db.CacheDir(), db.WorkspacesDir(), db.PacksDir()} {
-		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
-			t.Fatalf("%s: %v", d, err)
-		}
+		require.DirExists(t, d)
 	}
 	c := commitFiles(t, db, ZeroID, "first", map[string][]byte{"a": []byte("hello")})
-	if _, err := db.CreateProject(ctx, "p", c); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	if _, err := db.Projects(ctx); !errors.Is(err, ErrClosed) {
-		t.Fatalf("use after Close = %v, want ErrClosed", err)
-	}
+	_, err = db.CreateProject(ctx, "p", c)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	require.NoError(t, db.Close(), "second Close")
+	_, err = db.Projects(ctx)
+	require.ErrorIs(t, err, ErrClosed, "use after Close")
 
 	before := fileBytes(t, filepath.Join(dir, dbFile))
-	if _, err := Init(ctx, dir, Options{}); !errors.Is(err, ErrExists) {
-		t.Fatalf("second Init = %v, want ErrExists", err)
-	}
-	if after := fileBytes(t, filepath.Join(dir, dbFile)); !bytes.Equal(before, after) {
-		t.Fatal("second Init changed store.db")
-	}
+	_, err = Init(ctx, dir, Options{})
+	require.ErrorIs(t, err, ErrExists, "second Init")
+	require.True(t, bytes.Equal(before, fileBytes(t, filepath.Join(dir, dbFile))), "second Init changed store.db")
 
 	db, err = Open(ctx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer db.Close()
-	if got := readAll(t, db, c); string(got["a"]) != "hello" {
-		t.Fatalf("after reopen read %q", got["a"])
-	}
+	require.Equal(t, "hello", string(readAll(t, db, c)["a"]), "after reopen")
 	p, err := db.Project(ctx, "p")
-	if err != nil || p.Layers != 1 || p.Branches != 1 {
-		t.Fatalf("Project = %+v, %v", p, err)
-	}
+	require.NoError(t, err, "Project")
+	require.Equal(t, 1, p.Layers, "Project's layers")
+	require.Equal(t, 1, p.Branches, "Project's branches")
 }
 
 func TestOpenEmptyFileIsNoStore(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, dbFile), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Open(context.Background(), dir, Options{}); !errors.Is(err, ErrNoStore) {
-		t.Fatalf("Open = %v, want ErrNoStore", err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, dbFile), nil, 0o600))
+	_, err := Open(t.Context(), dir, Options{})
+	require.ErrorIs(t, err, ErrNoStore)
 }
 
 // setVersion writes the schema_version row directly, as a newer LayerFS
@@ -76,108 +56,77 @@ func TestOpenEmptyFileIsNoStore(t *testing.T) {
 func setVersion(t *testing.T, dir string, v int) {
 	t.Helper()
 	c, err := sql.Open("sqlite", filepath.Join(dir, dbFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
-	if _, err := c.Exec(`UPDATE meta SET value = ? WHERE key = 'schema_version'`, v); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.Exec(`UPDATE meta SET value = ? WHERE key = 'schema_version'`, v)
+	require.NoError(t, err)
 }
 
 func TestNewerSchemaChangesNothing(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := t.TempDir()
 	db, err := Init(ctx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
 	setVersion(t, dir, SchemaVersion()+1)
 	path := filepath.Join(dir, dbFile)
 	before := fileBytes(t, path)
 	st1, _ := os.Stat(path)
-	if _, err := Open(ctx, dir, Options{}); !errors.Is(err, ErrNewerSchema) {
-		t.Fatalf("Open = %v, want ErrNewerSchema", err)
-	}
+	_, err = Open(ctx, dir, Options{})
+	require.ErrorIs(t, err, ErrNewerSchema)
 	st2, _ := os.Stat(path)
-	if !bytes.Equal(before, fileBytes(t, path)) || !st1.ModTime().Equal(st2.ModTime()) {
-		t.Fatal("Open of a newer store changed store.db")
-	}
-	if _, err := os.Stat(path + "-wal"); err == nil {
-		if fi, _ := os.Stat(path + "-wal"); fi.Size() != 0 {
-			t.Fatal("Open of a newer store wrote a WAL")
-		}
+	require.True(t, bytes.Equal(before, fileBytes(t, path)), "Open of a newer store changed store.db")
+	require.True(t, st1.ModTime().Equal(st2.ModTime()), "Open of a newer store touched store.db")
+	if fi, err := os.Stat(path + "-wal"); err == nil {
+		require.Zero(t, fi.Size(), "Open of a newer store wrote a WAL")
 	}
 }
 
 func TestMigrateFromVersion1(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := t.TempDir()
 	// Build a version-1 store: what the first release wrote.
 	db, err := Init(ctx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c := commitFiles(t, db, ZeroID, "v1", map[string][]byte{"f": []byte("data")})
-	if _, err := db.CreateProject(ctx, "old", c); err != nil {
-		t.Fatal(err)
-	}
+	_, err = db.CreateProject(ctx, "old", c)
+	require.NoError(t, err)
 	db.Close()
 	raw, err := sql.Open("sqlite", filepath.Join(dir, dbFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := raw.Exec(`DROP TABLE workspaces; UPDATE meta SET value = 1 WHERE key = 'schema_version'`); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	_, err = raw.Exec(`DROP TABLE workspaces; UPDATE meta SET value = 1 WHERE key = 'schema_version'`)
+	require.NoError(t, err)
 	raw.Close()
 
 	db, err = Open(ctx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer db.Close()
 	var v int
-	if err := db.withTx(ctx, txRead, func(tx *tx) error {
+	require.NoError(t, db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
 		v, err = schemaVersion(ctx, tx.tx)
 		return err
-	}); err != nil || v != SchemaVersion() {
-		t.Fatalf("version after migration = %d, %v; want %d", v, err, SchemaVersion())
-	}
-	if _, err := db.CreateWorkspace(ctx, Workspace{ID: "w1", Project: "old", Base: c, Head: c}); err != nil {
-		t.Fatalf("workspaces table after migration: %v", err)
-	}
-	if got := readAll(t, db, c); string(got["f"]) != "data" {
-		t.Fatal("data lost in migration")
-	}
+	}))
+	require.Equal(t, SchemaVersion(), v, "version after migration")
+	_, err = db.CreateWorkspace(ctx, Workspace{ID: "w1", Project: "old", Base: c, Head: c})
+	require.NoError(t, err, "workspaces table after migration")
+	require.Equal(t, "data", string(readAll(t, db, c)["f"]), "data after migration")
 	mustFsck(t, db)
 }
 
 func TestValidName(t *testing.T) {
 	for _, n := range []string{"a", "main", "0", "a.b-c_d", string(bytes.Repeat([]byte("x"), 63))} {
-		if err := ValidName(n); err != nil {
-			t.Errorf("ValidName(%q) = %v", n, err)
-		}
+		assert.NoError(t, ValidName(n), "ValidName(%q)", n)
 	}
 	for _, n := range []string{"", "A", "-a", ".a", "_a", "a/b", "a b", "é", "a\n", string(bytes.Repeat([]byte("x"), 64)), ".."} {
-		if err := ValidName(n); !errors.Is(err, ErrInvalidName) {
-			t.Errorf("ValidName(%q) = %v, want ErrInvalidName", n, err)
-		}
+		assert.ErrorIs(t, ValidName(n), ErrInvalidName, "ValidName(%q)", n)
 	}
 }
 
 func TestDefaultDir(t *testing.T) {
 	t.Setenv("LAYERFS_HOME", "/x/y")
-	if got := DefaultDir(); got != "/x/y" {
-		t.Fatalf("DefaultDir = %q", got)
-	}
+	assert.Equal(t, "/x/y", DefaultDir(), "with LAYERFS_HOME")
 	t.Setenv("LAYERFS_HOME", "")
 	t.Setenv("HOME", "/home/u")
-	if got := DefaultDir(); got != "/home/u/.local/share/layerfs" {
-		t.Fatalf("DefaultDir = %q", got)
-	}
+	assert.Equal(t, "/home/u/.local/share/layerfs", DefaultDir(), "without LAYERFS_HOME")
 }

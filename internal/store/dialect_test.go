@@ -1,6 +1,10 @@
 package store
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
 
 func TestToPostgres(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
@@ -9,12 +13,9 @@ func TestToPostgres(t *testing.T) {
 		{`DELETE FROM workspaces WHERE id = ?`, `DELETE FROM workspaces WHERE id = $1`},
 		{`SELECT count(*) FROM projects`, `SELECT count(*) FROM projects`},
 	} {
-		if got := toPostgres(c.in); got != c.want {
-			t.Errorf("toPostgres(%q) = %q, want %q", c.in, got, c.want)
-		}
+		assert.Equal(t, c.want, toPostgres(c.in), "toPostgres(%q)", c.in)
 	}
 	var d dialect
-	if q := `SELECT 1 WHERE x = ?`; d.sql(q) != q {
-		t.Errorf("SQLite's dialect changed %q", q)
-	}
+	q := `SELECT 1 WHERE x = ?`
+	assert.Equal(t, q, d.sql(q), "SQLite's dialect")
 }

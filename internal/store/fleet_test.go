@@ -2,16 +2,16 @@ package store
 
 import (
 	"bytes"
-	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // openHost makes a host's directory of the shared Store at url.
@@ -25,55 +25,46 @@ func openHost(t *testing.T, url string) *DB {
 // its own workspace records, but a branch under any host's workspace
 // cannot be deleted from another.
 func TestSharedStoreTwoHosts(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	url := sharedURL(t)
 	a, b := openHost(t, url), openHost(t, url)
-	if a.Node() == b.Node() || a.Node() == "" {
-		t.Fatalf("two hosts share node name %q", a.Node())
-	}
+	require.NotEmpty(t, a.Node(), "node name")
+	require.NotEqual(t, a.Node(), b.Node(), "two hosts share a node name")
 	files := map[string][]byte{"small": randBytes(1, 3000), "big": randBytes(2, 5*testChunkSize+99), "empty": nil}
 	c := commitFiles(t, a, ZeroID, "from a", files)
-	if _, err := a.CreateProject(ctx, "p", c); err != nil {
-		t.Fatal(err)
-	}
+	_, err := a.CreateProject(ctx, "p", c)
+	require.NoError(t, err)
 
 	head, err := b.ResolveRef(ctx, "p", DefaultBranch)
-	if err != nil || head != c {
-		t.Fatalf("b resolves main to %s, %v; want %s", head, err, c)
-	}
+	require.NoError(t, err, "b resolves main")
+	require.Equal(t, c, head, "b resolves main")
 	got := readAll(t, b, head)
 	for name, want := range files {
-		if !bytes.Equal(got[name], want) {
-			t.Fatalf("b reads %s wrong: %d bytes, want %d", name, len(got[name]), len(want))
-		}
+		require.True(t, bytes.Equal(got[name], want), "b reads %s wrong: %d bytes, want %d", name, len(got[name]), len(want))
 	}
 	// b fetched every chunk from the bucket once; a second read is served
 	// by b's chunk cache.
 	before := b.Counters()
 	readAll(t, b, head)
-	if d := b.Counters().Sub(before); d.PackBytesRead != 0 || d.ChunksRead == 0 {
-		t.Fatalf("second read on b: %d bytes from the bucket, %d chunks; want all from the cache", d.PackBytesRead, d.ChunksRead)
-	}
+	d := b.Counters().Sub(before)
+	require.NotZero(t, d.ChunksRead, "chunks of the second read on b")
+	require.Zero(t, d.PackBytesRead, "bytes of the second read on b from the bucket, not the cache")
 	// A file materialized on b (FUSE passthrough's source) is whole.
 	tr, _ := b.Tree(ctx, mustCommit(t, b, head).Root)
 	big, _ := tr.Find("big")
 	p, err := b.Materialize(ctx, big)
-	if err != nil || !bytes.Equal(fileBytes(t, p), files["big"]) {
-		t.Fatalf("materialize on b: %v", err)
-	}
+	require.NoError(t, err, "materialize on b")
+	require.True(t, bytes.Equal(files["big"], fileBytes(t, p)), "materialize on b: the file differs")
 
-	if _, err := a.CreateWorkspace(ctx, Workspace{ID: "ws-a", Project: "p", Branch: DefaultBranch, Base: c, Head: c, State: "live"}); err != nil {
-		t.Fatal(err)
-	}
-	if ws, err := b.Workspaces(ctx); err != nil || len(ws) != 0 {
-		t.Fatalf("b lists %d workspaces (%v), want none of a's", len(ws), err)
-	}
-	if ws, err := a.Workspaces(ctx); err != nil || len(ws) != 1 {
-		t.Fatalf("a lists %d workspaces (%v), want its one", len(ws), err)
-	}
-	if err := b.DeleteBranch(ctx, "p", DefaultBranch); !errors.Is(err, ErrBusy) {
-		t.Fatalf("b deleted the branch a's workspace stands on: %v", err)
-	}
+	_, err = a.CreateWorkspace(ctx, Workspace{ID: "ws-a", Project: "p", Branch: DefaultBranch, Base: c, Head: c, State: "live"})
+	require.NoError(t, err)
+	ws, err := b.Workspaces(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ws, "b lists a's workspaces")
+	ws, err = a.Workspaces(ctx)
+	require.NoError(t, err)
+	require.Len(t, ws, 1, "a's workspaces")
+	require.ErrorIs(t, b.DeleteBranch(ctx, "p", DefaultBranch), ErrBusy, "b deleted the branch a's workspace stands on")
 	mustFsck(t, b)
 }
 
@@ -81,13 +72,12 @@ func TestSharedStoreTwoHosts(t *testing.T) {
 // one branch at once, many times: each time exactly one is created and the
 // other gets head-moved, with its commit still stored for a retry.
 func TestSharedStoreConcurrentCommits(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	url := sharedURL(t)
 	hosts := []*DB{openHost(t, url), openHost(t, url)}
 	base := commitFiles(t, hosts[0], ZeroID, "base", map[string][]byte{"f": []byte("base")})
-	if _, err := hosts[0].CreateProject(ctx, "p", base); err != nil {
-		t.Fatal(err)
-	}
+	_, err := hosts[0].CreateProject(ctx, "p", base)
+	require.NoError(t, err)
 	for round := range 10 {
 		var commits [2]ID
 		for i, h := range hosts {
@@ -107,86 +97,69 @@ func TestSharedStoreConcurrentCommits(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		if errs[0] != nil || errs[1] != nil {
-			t.Fatalf("round %d: %v, %v", round, errs[0], errs[1])
-		}
+		require.NoError(t, errs[0], "round %d", round)
+		require.NoError(t, errs[1], "round %d", round)
 		winner := -1
 		for i, o := range outcomes {
 			if o == PublishCreated {
 				winner = i
 			}
 		}
-		if winner < 0 || outcomes[1-winner] != PublishHeadMoved {
-			t.Fatalf("round %d: outcomes %v, want one created and one head-moved", round, outcomes)
-		}
+		require.GreaterOrEqual(t, winner, 0, "round %d: outcomes %v, want one created", round, outcomes)
+		require.Equal(t, PublishHeadMoved, outcomes[1-winner], "round %d: outcomes %v, want one head-moved", round, outcomes)
 		for _, h := range hosts {
-			if head, err := h.ResolveRef(ctx, "p", DefaultBranch); err != nil || head != commits[winner] {
-				t.Fatalf("round %d: head %s, %v; want the winner's %s", round, head, err, commits[winner])
-			}
+			head, err := h.ResolveRef(ctx, "p", DefaultBranch)
+			require.NoError(t, err, "round %d", round)
+			require.Equal(t, commits[winner], head, "round %d: head, want the winner's", round)
 		}
-		if ok, err := hosts[winner].HasCommit(ctx, commits[1-winner]); err != nil || !ok {
-			t.Fatalf("round %d: the loser's commit is gone: %v", round, err)
-		}
+		ok, err := hosts[winner].HasCommit(ctx, commits[1-winner])
+		require.NoError(t, err, "round %d", round)
+		require.True(t, ok, "round %d: the loser's commit is gone", round)
 		// Back to base for the next round.
-		if o, err := hosts[0].SetBranchHead(ctx, "p", DefaultBranch, commits[winner], base); err != nil || o != PublishCreated {
-			t.Fatalf("round %d: reset: %v, %v", round, o, err)
-		}
+		o, err := hosts[0].SetBranchHead(ctx, "p", DefaultBranch, commits[winner], base)
+		require.NoError(t, err, "round %d: reset", round)
+		require.Equal(t, PublishCreated, o, "round %d: reset", round)
 	}
 }
 
 // TestSharedStoreCorruptObject: a pack object changed in the bucket is
 // caught by hash on read, named, never served, and fsck reports it.
 func TestSharedStoreCorruptObject(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	url := sharedURL(t)
 	a := openHost(t, url)
 	data := randBytes(7, 4000)
 	c := commitFiles(t, a, ZeroID, "c", map[string][]byte{"f": data})
 	e, _ := mustTree(t, a, c).Find("f")
 	var num, off int64
-	if err := a.r.QueryRowContext(ctx, `SELECT pack, off FROM chunks WHERE id = $1`, e.Object[:]).Scan(&num, &off); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, a.r.QueryRowContext(ctx, `SELECT pack, off FROM chunks WHERE id = $1`, e.Object[:]).Scan(&num, &off))
 	key, err := a.bucket.packKey(ctx, num)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	size, err := a.bucket.bucket.Size(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pack, err := a.bucket.bucket.ReadRange(ctx, key, 0, size)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pack[off+10] ^= 0x40
-	if err := a.bucket.bucket.Put(ctx, key, bytes.NewReader(pack), size); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, a.bucket.bucket.Put(ctx, key, bytes.NewReader(pack), size))
 
 	b := openHost(t, url) // a host whose cache has never seen the chunk
 	_, err = b.Chunk(ctx, e.Object)
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), e.Object.String()) || !strings.Contains(err.Error(), key) {
-		t.Fatalf("read of a corrupted chunk: %v; want ErrCorrupt naming %s in %s", err, e.Object, key)
-	}
+	require.ErrorIs(t, err, ErrCorrupt, "read of a corrupted chunk")
+	require.ErrorContains(t, err, e.Object.String(), "read of a corrupted chunk names it")
+	require.ErrorContains(t, err, key, "read of a corrupted chunk names its pack")
 	rep, err := b.Fsck(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Problems) != 1 || rep.Problems[0].Kind != "hash" || rep.Problems[0].Object != e.Object {
-		t.Fatalf("fsck found %v; want one hash problem for %s", rep.Problems, e.Object)
-	}
-	if _, err := b.GC(ctx, GCOptions{}); !errors.Is(err, ErrUnsupported) {
-		t.Fatalf("GC on a shared store: %v, want ErrUnsupported until leases exist", err)
-	}
+	require.NoError(t, err)
+	require.Len(t, rep.Problems, 1, "fsck problems")
+	require.Equal(t, "hash", rep.Problems[0].Kind, "fsck problem")
+	require.Equal(t, e.Object, rep.Problems[0].Object, "fsck problem")
+	_, err = b.GC(ctx, GCOptions{})
+	require.ErrorIs(t, err, ErrUnsupported, "GC on a shared store, until leases exist")
 }
 
 func mustTree(t *testing.T, db *DB, c ID) *Tree {
 	t.Helper()
-	tr, err := db.Tree(context.Background(), mustCommit(t, db, c).Root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, err := db.Tree(t.Context(), mustCommit(t, db, c).Root)
+	require.NoError(t, err)
 	return tr
 }
 
@@ -195,9 +168,7 @@ func mustTree(t *testing.T, db *DB, c ID) *Tree {
 func TestChunkCache(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "chunks")
 	c, err := openChunkCache(dir, 3000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var ids []ID
 	for i := range 4 {
 		data := randBytes(uint64(i), 1000)
@@ -208,41 +179,29 @@ func TestChunkCache(t *testing.T) {
 			c.get(ids[0]) // 0 is now more recent than 1
 		}
 	}
-	if c.bytes() != 3000 {
-		t.Fatalf("cache holds %d bytes, want 3000", c.bytes())
-	}
-	if _, ok := c.get(ids[1]); ok {
-		t.Fatal("the least recently used chunk was not evicted")
-	}
+	require.EqualValues(t, 3000, c.bytes(), "bytes in the cache")
+	_, ok := c.get(ids[1])
+	require.False(t, ok, "the least recently used chunk was not evicted")
 	for _, i := range []int{0, 2, 3} {
-		if data, ok := c.get(ids[i]); !ok || Hash(KindChunk, data) != ids[i] {
-			t.Fatalf("chunk %d missing or wrong", i)
-		}
+		data, ok := c.get(ids[i])
+		require.True(t, ok, "chunk %d missing", i)
+		require.Equal(t, ids[i], Hash(KindChunk, data), "chunk %d wrong", i)
 	}
 	// Corrupt one file: it is dropped, not served.
 	p := c.path(ids[2])
 	b := fileBytes(t, p)
 	b[5] ^= 1
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := c.get(ids[2]); ok {
-		t.Fatal("a corrupted cache file was served")
-	}
-	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the corrupted file is still there: %v", err)
-	}
+	require.NoError(t, os.WriteFile(p, b, 0o600))
+	_, ok = c.get(ids[2])
+	require.False(t, ok, "a corrupted cache file was served")
+	_, err = os.Stat(p)
+	require.ErrorIs(t, err, os.ErrNotExist, "the corrupted file is still there")
 	// Reopened, it finds what is there, within a smaller bound.
 	c2, err := openChunkCache(dir, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c2.bytes() != 1000 {
-		t.Fatalf("reopened cache holds %d bytes, want 1000", c2.bytes())
-	}
-	if c, _ := openChunkCache(dir, -1); c != nil {
-		t.Fatal("a negative bound did not disable the cache")
-	}
+	require.NoError(t, err)
+	require.EqualValues(t, 1000, c2.bytes(), "bytes in the reopened cache")
+	off, _ := openChunkCache(dir, -1)
+	require.Nil(t, off, "a negative bound did not disable the cache")
 }
 
 // TestSharedStoreReconnects: when PostgreSQL ends every connection of the
@@ -251,45 +210,36 @@ func TestChunkCache(t *testing.T) {
 // connections tell database/sql that they are dead when they are next
 // taken from the pool; this holds the Store to using them that way.)
 func TestSharedStoreReconnects(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	url := sharedURL(t)
 	db, admin := openHost(t, url), openHost(t, url)
 	c := commitFiles(t, db, ZeroID, "c", map[string][]byte{"a": []byte("one")})
-	if _, err := db.CreateProject(ctx, "p", c); err != nil {
-		t.Fatal(err)
-	}
+	_, err := db.CreateProject(ctx, "p", c)
+	require.NoError(t, err)
 	// Four connections in db's pool, idle.
 	var conns []*sql.Conn
 	for range 4 {
 		conn, err := db.r.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		conns = append(conns, conn)
 	}
 	for _, conn := range conns {
 		conn.Close()
 	}
 	var ended int
-	if err := admin.r.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&ended); err != nil {
-		t.Fatal(err)
-	}
-	if ended < 4 {
-		t.Fatalf("ended %d connections, want at least db's 4", ended)
-	}
+	require.NoError(t, admin.r.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&ended))
+	require.GreaterOrEqual(t, ended, 4, "connections ended, want at least db's 4")
 	for i := range 6 {
-		if b, err := db.Branch(ctx, "p", DefaultBranch); err != nil || b.Head != c {
-			t.Fatalf("read %d after the connections ended: %v", i, err)
-		}
+		b, err := db.Branch(ctx, "p", DefaultBranch)
+		require.NoError(t, err, "read %d after the connections ended", i)
+		require.Equal(t, c, b.Head, "read %d after the connections ended", i)
 	}
 	c2 := commitFiles(t, db, c, "after", map[string][]byte{"a": []byte("two")})
-	if o, err := db.SetBranchHead(ctx, "p", DefaultBranch, c, c2); err != nil || o != PublishCreated {
-		t.Fatalf("publish after the connections ended: %v, %v", o, err)
-	}
-	if got := readAll(t, admin, c2); string(got["a"]) != "two" {
-		t.Fatalf("the other host reads %q", got["a"])
-	}
+	o, err := db.SetBranchHead(ctx, "p", DefaultBranch, c, c2)
+	require.NoError(t, err, "publish after the connections ended")
+	require.Equal(t, PublishCreated, o, "publish after the connections ended")
+	require.Equal(t, "two", string(readAll(t, admin, c2)["a"]), "the other host's read")
 }
 
 // TestDeadSpoolsRemoved: opening a shared Store's directory removes packs
@@ -299,26 +249,18 @@ func TestDeadSpoolsRemoved(t *testing.T) {
 	// A child that has exited: its pid is free (until reused, which a
 	// fresh pid makes unlikely within the test).
 	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Run())
 	dead := filepath.Join(dir, fmt.Sprintf("%d-%s", cmd.Process.Pid, packName(7)))
 	live := filepath.Join(dir, fmt.Sprintf("%d-%s", os.Getpid(), packName(8)))
 	other := filepath.Join(dir, "notes")
 	for _, p := range []string{dead, live, other} {
-		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(p, []byte("x"), 0o600))
 	}
-	if err := removeDeadSpools(dir); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a dead process's spool is still there: %v", err)
-	}
+	require.NoError(t, removeDeadSpools(dir))
+	_, err := os.Stat(dead)
+	assert.ErrorIs(t, err, os.ErrNotExist, "a dead process's spool is still there")
 	for _, p := range []string{live, other} {
-		if _, err := os.Stat(p); err != nil {
-			t.Errorf("%s was removed: %v", p, err)
-		}
+		_, err := os.Stat(p)
+		assert.NoError(t, err, "%s was removed", p)
 	}
 }

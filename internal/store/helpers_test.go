@@ -1,11 +1,13 @@
 package store
 
 import (
-	"context"
 	"io"
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/testenv"
 )
@@ -22,14 +24,10 @@ func newDB(t testing.TB) *DB {
 // initTestDB makes a store in a fresh directory, closed when t ends.
 func initTestDB(t testing.TB, opts Options) *DB {
 	t.Helper()
-	db, err := Init(context.Background(), t.TempDir(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, err := Init(t.Context(), t.TempDir(), opts)
+	require.NoError(t, err)
 	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
+		assert.NoError(t, db.Close(), "close")
 	})
 	return db
 }
@@ -58,23 +56,19 @@ func putContent(t testing.TB, b *Batch, name string, data []byte) Entry {
 	case len(data) == 0:
 	case len(data) <= testChunkSize:
 		e.Object, e.ObjectKind = Hash(KindChunk, data), KindChunk
-		if _, err := b.PutChunk(e.Object, data); err != nil {
-			t.Fatal(err)
-		}
+		_, err := b.PutChunk(e.Object, data)
+		require.NoError(t, err)
 	default:
 		m := &Manifest{Size: int64(len(data))}
 		for off := 0; off < len(data); off += testChunkSize {
 			c := data[off:min(off+testChunkSize, len(data))]
 			id := Hash(KindChunk, c)
-			if _, err := b.PutChunk(id, c); err != nil {
-				t.Fatal(err)
-			}
+			_, err := b.PutChunk(id, c)
+			require.NoError(t, err)
 			m.Extents = append(m.Extents, Extent{Chunk: id, Length: int64(len(c))})
 		}
 		id, err := b.PutManifest(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		e.Object, e.ObjectKind = id, KindManifest
 	}
 	return e
@@ -84,30 +78,22 @@ func putContent(t testing.TB, b *Batch, name string, data []byte) Entry {
 // and returns the commit id.
 func commitFiles(t testing.TB, db *DB, parent ID, msg string, files map[string][]byte) ID {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	b, err := db.NewBatch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tr := &Tree{}
 	for _, name := range sortedKeys(files) {
 		tr.Entries = append(tr.Entries, putContent(t, b, name, files[name]))
 	}
 	root, err := b.PutTree(tr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var size int64
 	for _, d := range files {
 		size += int64(len(d))
 	}
 	c, err := b.PutCommit(&Commit{Root: root, Parent: parent, Message: msg, TimeNs: 1, Stats: CommitStats{Files: int64(len(files)), Bytes: size}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, b.Flush(ctx))
 	return c
 }
 
@@ -127,15 +113,11 @@ func sortedKeys[V any](m map[string]V) []string {
 // readAll reads every file of commit c's (flat) tree.
 func readAll(t testing.TB, db *DB, c ID) map[string][]byte {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	cm, err := db.Commit(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tr, err := db.Tree(ctx, cm.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out := map[string][]byte{}
 	for i := range tr.Entries {
 		e := &tr.Entries[i]
@@ -143,13 +125,9 @@ func readAll(t testing.TB, db *DB, c ID) map[string][]byte {
 			continue
 		}
 		rc, err := db.OpenContent(ctx, e)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		data, err := readCloser(rc)
-		if err != nil {
-			t.Fatalf("read %s: %v", e.Name, err)
-		}
+		require.NoError(t, err, "read %s", e.Name)
 		out[e.Name] = data
 	}
 	return out
@@ -157,22 +135,16 @@ func readAll(t testing.TB, db *DB, c ID) map[string][]byte {
 
 func mustFsck(t testing.TB, db *DB) FsckReport {
 	t.Helper()
-	rep, err := db.Fsck(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.Err(); err != nil {
-		t.Fatal(err)
-	}
+	rep, err := db.Fsck(t.Context(), nil)
+	require.NoError(t, err)
+	require.NoError(t, rep.Err())
 	return rep
 }
 
 func fileBytes(t testing.TB, path string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return b
 }
 

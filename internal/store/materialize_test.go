@@ -2,17 +2,18 @@ package store
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
 func TestMaterialize(t *testing.T) {
 	eachBackend(t, func(t *testing.T, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := t.Context()
 		db := newDB(t)
 		b, _ := db.NewBatch(ctx)
 		small := putContent(t, b, "small", []byte("hello"))
@@ -21,9 +22,8 @@ func TestMaterialize(t *testing.T) {
 		head, tail := randBytes(7, testChunkSize), randBytes(8, 1000)
 		hid, tid := Hash(KindChunk, head), Hash(KindChunk, tail)
 		for id, d := range map[ID][]byte{hid: head, tid: tail} {
-			if _, err := b.PutChunk(id, d); err != nil {
-				t.Fatal(err)
-			}
+			_, err := b.PutChunk(id, d)
+			require.NoError(t, err)
 		}
 		const size = 100 << 20
 		m := &Manifest{Size: size, Extents: []Extent{
@@ -33,12 +33,8 @@ func TestMaterialize(t *testing.T) {
 			{Length: size - int64(len(head)) - 50<<20 - int64(len(tail))},
 		}}
 		mid, err := b.PutManifest(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, b.Flush(ctx))
 		sparse := Entry{Name: "sparse", Type: TypeFile, Size: size, Object: mid, ObjectKind: KindManifest}
 
 		want := make([]byte, size)
@@ -49,38 +45,26 @@ func TestMaterialize(t *testing.T) {
 			want []byte
 		}{{small, []byte("hello")}, {empty, nil}, {sparse, want}} {
 			p, err := db.Materialize(ctx, &c.e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p != db.CachePath(c.e.Object) {
-				t.Fatalf("path %s, want %s", p, db.CachePath(c.e.Object))
-			}
+			require.NoError(t, err)
+			require.Equal(t, db.CachePath(c.e.Object), p, "%s: path", c.e.Name)
 			got := fileBytes(t, p)
-			if !bytes.Equal(got, c.want) {
-				t.Fatalf("%s: materialized content differs (%d bytes, want %d)", c.e.Name, len(got), len(c.want))
-			}
-			fi, _ := os.Stat(p)
-			if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o444 {
-				t.Fatalf("%s: mode %v", c.e.Name, fi.Mode())
-			}
+			// bytes.Equal: a diff of 100 MiB would drown the report.
+			require.True(t, bytes.Equal(got, c.want), "%s: materialized content differs (%d bytes, want %d)", c.e.Name, len(got), len(c.want))
+			fi, err := os.Stat(p)
+			require.NoError(t, err)
+			require.True(t, fi.Mode().IsRegular(), "%s: mode %v", c.e.Name, fi.Mode())
+			require.Equal(t, os.FileMode(0o444), fi.Mode().Perm(), "%s: permissions", c.e.Name)
 			rc, err := db.OpenContent(ctx, &c.e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, err := readCloser(rc); err != nil || !bytes.Equal(got, c.want) {
-				t.Fatalf("%s: OpenContent differs: %v", c.e.Name, err)
-			}
+			require.NoError(t, err)
+			got, err = readCloser(rc)
+			require.NoError(t, err, "%s: OpenContent", c.e.Name)
+			require.True(t, bytes.Equal(got, c.want), "%s: OpenContent differs", c.e.Name)
 		}
 		var st unix.Stat_t
-		if err := unix.Stat(db.CachePath(mid), &st); err != nil {
-			t.Fatal(err)
-		}
-		if st.Blocks*512 > 1<<20 {
-			t.Fatalf("sparse file takes %d bytes on disk; holes were written", st.Blocks*512)
-		}
-		if _, err := db.Materialize(ctx, &Entry{Name: "d", Type: TypeDir}); err == nil {
-			t.Fatal("Materialize of a directory succeeded")
-		}
+		require.NoError(t, unix.Stat(db.CachePath(mid), &st))
+		require.LessOrEqual(t, st.Blocks*512, int64(1<<20), "bytes the sparse file takes on disk; holes were written")
+		_, err = db.Materialize(ctx, &Entry{Name: "d", Type: TypeDir})
+		require.Error(t, err, "Materialize of a directory succeeded")
 	})
 }
 
@@ -88,14 +72,12 @@ func TestMaterialize(t *testing.T) {
 // never replaced: its inode stays the same across calls and handles.
 func TestMaterializeConcurrentAndStable(t *testing.T) {
 	eachBackend(t, func(t *testing.T, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := t.Context()
 		db := newDB(t)
 		data := randBytes(9, 5*testChunkSize+3)
 		b, _ := db.NewBatch(ctx)
 		e := putContent(t, b, "f", data)
-		if err := b.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, b.Flush(ctx))
 		before := db.Counters()
 		var wg sync.WaitGroup
 		paths := make([]string, 16)
@@ -104,35 +86,24 @@ func TestMaterializeConcurrentAndStable(t *testing.T) {
 			go func(i int) {
 				defer wg.Done()
 				p, err := db.Materialize(ctx, &e)
-				if err != nil {
-					t.Error(err)
-				}
+				assert.NoError(t, err)
 				paths[i] = p
 			}(i)
 		}
 		wg.Wait()
-		if d := db.Counters().Sub(before); d.CacheBytes != int64(len(data)) {
-			t.Fatalf("16 concurrent calls materialized %d bytes, want one copy of %d", d.CacheBytes, len(data))
-		}
+		require.Equal(t, int64(len(data)), db.Counters().Sub(before).CacheBytes, "bytes 16 concurrent calls materialized, want one copy")
 		var first unix.Stat_t
-		unix.Stat(paths[0], &first)
+		require.NoError(t, unix.Stat(paths[0], &first))
 		// A second store handle (as another process would) finds it in place.
 		db2, err := Open(ctx, db.Dir(), Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer db2.Close()
 		p2, err := db2.Materialize(ctx, &e)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var again unix.Stat_t
-		unix.Stat(p2, &again)
-		if p2 != paths[0] || again.Ino != first.Ino {
-			t.Fatal("the cache file was replaced")
-		}
-		if !bytes.Equal(fileBytes(t, p2), data) {
-			t.Fatal("content differs")
-		}
+		require.NoError(t, unix.Stat(p2, &again))
+		require.Equal(t, paths[0], p2, "the second handle's path")
+		require.Equal(t, first.Ino, again.Ino, "the cache file was replaced")
+		require.True(t, bytes.Equal(fileBytes(t, p2), data), "content differs")
 	})
 }

@@ -2,12 +2,12 @@ package store
 
 import (
 	"crypto/sha256"
-	"errors"
 	"fmt"
-	"reflect"
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 func sampleTree() *Tree {
@@ -29,32 +29,21 @@ func sampleTree() *Tree {
 
 func TestTreeRoundTrip(t *testing.T) {
 	for _, tr := range []*Tree{{}, sampleTree()} {
-		if err := tr.Validate(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, tr.Validate())
 		b := tr.Encode()
 		got, err := DecodeTree(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if len(tr.Entries) == 0 {
-			if len(got.Entries) != 0 {
-				t.Fatalf("got %d entries, want 0", len(got.Entries))
-			}
+			require.Empty(t, got.Entries)
 			continue
 		}
-		if !reflect.DeepEqual(got, tr) {
-			t.Fatalf("round trip:\ngot  %+v\nwant %+v", got, tr)
-		}
-		if again := got.Encode(); string(again) != string(b) {
-			t.Fatal("re-encoding differs: encoding is not canonical")
-		}
-		if e, ok := got.Find("line\nbreak"); !ok || e.Target != "../\x01target" {
-			t.Fatalf("Find: got %v %v", e, ok)
-		}
-		if _, ok := got.Find("nope"); ok {
-			t.Fatal("Find found a missing name")
-		}
+		require.Equal(t, tr, got, "round trip")
+		require.Equal(t, b, got.Encode(), "re-encoding differs: encoding is not canonical")
+		e, ok := got.Find("line\nbreak")
+		require.True(t, ok, "Find of a present name")
+		require.Equal(t, "../\x01target", e.Target, "Find")
+		_, ok = got.Find("nope")
+		require.False(t, ok, "Find found a missing name")
 	}
 }
 
@@ -76,10 +65,7 @@ func TestTreeValidate(t *testing.T) {
 	}
 	for name, entries := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := (&Tree{Entries: entries}).Validate()
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("Validate = %v, want ErrCorrupt", err)
-			}
+			require.ErrorIs(t, (&Tree{Entries: entries}).Validate(), ErrCorrupt)
 		})
 	}
 }
@@ -88,32 +74,22 @@ func TestManifestRoundTrip(t *testing.T) {
 	a, b := Hash(KindChunk, []byte("a")), Hash(KindChunk, []byte("b"))
 	m := &Manifest{Size: 1<<20 + 10, Extents: []Extent{{Chunk: a, Length: 5}, {Length: 1 << 20}, {Chunk: b, Length: 5}}}
 	got, err := DecodeManifest(m.Encode())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, m) {
-		t.Fatalf("got %+v, want %+v", got, m)
-	}
+	require.NoError(t, err)
+	require.Equal(t, m, got)
 	bad := &Manifest{Size: 11, Extents: m.Extents}
-	if _, err := DecodeManifest(bad.Encode()); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("size mismatch: got %v, want ErrCorrupt", err)
-	}
+	_, err = DecodeManifest(bad.Encode())
+	require.ErrorIs(t, err, ErrCorrupt, "size mismatch")
 	zero := &Manifest{Size: 0, Extents: []Extent{{Chunk: a, Length: 0}}}
-	if _, err := DecodeManifest(zero.Encode()); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("zero-length extent: got %v, want ErrCorrupt", err)
-	}
+	_, err = DecodeManifest(zero.Encode())
+	require.ErrorIs(t, err, ErrCorrupt, "zero-length extent")
 }
 
 func TestCommitRoundTrip(t *testing.T) {
 	c := &Commit{Root: Hash(KindTree, nil), Parent: Hash(KindCommit, []byte("p")), Message: "msg\nwith lines \xff",
 		Author: "agent", TimeNs: 1234567890123, Stats: CommitStats{Files: 3, Dirs: 2, Bytes: 1 << 40, Changed: -1}}
 	got, err := DecodeCommit(c.Encode())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, c) {
-		t.Fatalf("got %+v, want %+v", got, c)
-	}
+	require.NoError(t, err)
+	require.Equal(t, c, got)
 }
 
 func TestDecodeRejectsDamage(t *testing.T) {
@@ -130,18 +106,12 @@ func TestDecodeRejectsDamage(t *testing.T) {
 	for kind, b := range enc {
 		f := decode[kind]
 		for n := 0; n < len(b); n++ {
-			if err := f(b[:n]); !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("%s truncated to %d bytes: got %v, want ErrCorrupt", kind, n, err)
-			}
+			require.ErrorIs(t, f(b[:n]), ErrCorrupt, "%s truncated to %d bytes", kind, n)
 		}
-		if err := f(append(append([]byte(nil), b...), 0)); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("%s with a trailing byte: got %v, want ErrCorrupt", kind, err)
-		}
+		require.ErrorIs(t, f(append(append([]byte(nil), b...), 0)), ErrCorrupt, "%s with a trailing byte", kind)
 		v := append([]byte(nil), b...)
 		v[0] = 99
-		if err := f(v); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("%s with version 99: got %v, want ErrCorrupt", kind, err)
-		}
+		require.ErrorIs(t, f(v), ErrCorrupt, "%s with version 99", kind)
 	}
 }
 
@@ -149,18 +119,14 @@ func TestIDText(t *testing.T) {
 	id := Hash(KindCommit, []byte("x"))
 	b, _ := id.MarshalText()
 	var got ID
-	if err := got.UnmarshalText(b); err != nil || got != id {
-		t.Fatalf("UnmarshalText = %v, %v", got, err)
-	}
-	if _, err := ParseID("abc"); err == nil {
-		t.Fatal("ParseID accepted a short id")
-	}
-	if _, err := ParseID(string(b[:63]) + "g"); err == nil {
-		t.Fatal("ParseID accepted a non-hex id")
-	}
-	if len(id.Short()) != 12 || Hash(KindTree, []byte("x")) == id {
-		t.Fatal("kinds must not share ids")
-	}
+	require.NoError(t, got.UnmarshalText(b), "UnmarshalText")
+	require.Equal(t, id, got, "UnmarshalText")
+	_, err := ParseID("abc")
+	require.Error(t, err, "ParseID accepted a short id")
+	_, err = ParseID(string(b[:63]) + "g")
+	require.Error(t, err, "ParseID accepted a non-hex id")
+	require.Len(t, id.Short(), 12, "Short")
+	require.NotEqual(t, id, Hash(KindTree, []byte("x")), "kinds must not share ids")
 }
 
 // Fuzz the decoders: never panic, and whatever decodes re-encodes to the
@@ -171,14 +137,10 @@ func FuzzDecodeTree(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tr, err := DecodeTree(b)
 		if err != nil {
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
-			}
+			require.ErrorIs(t, err, ErrCorrupt)
 			return
 		}
-		if string(tr.Encode()) != string(b) {
-			t.Fatalf("decoded tree re-encodes differently")
-		}
+		require.Equal(t, b, tr.Encode(), "decoded tree re-encodes differently")
 	})
 }
 
@@ -189,9 +151,7 @@ func FuzzDecodeManifest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if string(m.Encode()) != string(b) {
-			t.Fatalf("decoded manifest re-encodes differently")
-		}
+		require.Equal(t, b, m.Encode(), "decoded manifest re-encodes differently")
 	})
 }
 
@@ -202,9 +162,7 @@ func FuzzDecodeCommit(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if string(c.Encode()) != string(b) {
-			t.Fatalf("decoded commit re-encodes differently")
-		}
+		require.Equal(t, b, c.Encode(), "decoded commit re-encodes differently")
 	})
 }
 

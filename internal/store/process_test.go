@@ -2,8 +2,8 @@ package store
 
 import (
 	"bufio"
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -15,6 +15,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The test binary re-executes itself as a child process that opens the
@@ -37,7 +40,7 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(mode, dir, arg string) error {
-	ctx := context.Background()
+	ctx := context.Background() // a child process: no test to take a context from
 	db, err := Open(ctx, dir, Options{})
 	if err != nil {
 		return err
@@ -173,43 +176,31 @@ func writeSeeded(ctx context.Context, db *DB, parent ID, seed uint64) (ID, error
 // verifySeeded checks that commit c holds exactly what its seed made.
 func verifySeeded(t *testing.T, db *DB, c ID) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	cm, err := db.Commit(ctx, c)
-	if err != nil {
-		t.Fatalf("acknowledged commit %s: %v", c.Short(), err)
-	}
+	require.NoError(t, err, "acknowledged commit %s", c.Short())
 	seed, err := strconv.ParseUint(strings.TrimPrefix(cm.Message, "seed "), 10, 64)
-	if err != nil {
-		t.Fatalf("commit %s message %q", c.Short(), cm.Message)
-	}
+	require.NoError(t, err, "commit %s message %q", c.Short(), cm.Message)
 	files, subData := seededFiles(seed)
 	got := readAll(t, db, c)
 	for n, want := range files {
-		if string(got[n]) != string(want) {
-			t.Fatalf("commit %s: %s reads back wrong", c.Short(), n)
-		}
+		require.True(t, bytes.Equal(want, got[n]), "commit %s: %s reads back wrong", c.Short(), n)
 	}
 	tr, _ := db.Tree(ctx, cm.Root)
 	se, _ := tr.Find("sub")
 	sub, err := db.Tree(ctx, se.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rc, err := db.OpenContent(ctx, &sub.Entries[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d, err := readCloser(rc); err != nil || string(d) != string(subData) {
-		t.Fatalf("commit %s: sub/c reads back wrong: %v", c.Short(), err)
-	}
+	require.NoError(t, err)
+	d, err := readCloser(rc)
+	require.NoError(t, err, "commit %s: sub/c", c.Short())
+	require.True(t, bytes.Equal(subData, d), "commit %s: sub/c reads back wrong", c.Short())
 }
 
 func child(t *testing.T, dir, mode, arg string) *exec.Cmd {
 	t.Helper()
 	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+mode, childDirEnv+"="+dir, childArgEnv+"="+arg)
 	cmd.Stderr = os.Stderr
@@ -227,9 +218,7 @@ func acks(t *testing.T, cmd *exec.Cmd) (ready chan struct{}, done func() []ID) {
 func acksFirst(t *testing.T, cmd *exec.Cmd) (ready, first chan struct{}, done func() []ID) {
 	t.Helper()
 	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ready, first = make(chan struct{}), make(chan struct{})
 	var ids []ID
 	var wg sync.WaitGroup
@@ -260,47 +249,35 @@ func acksFirst(t *testing.T, cmd *exec.Cmd) (ready, first chan struct{}, done fu
 // seeded commit, and closes it.
 func newProjectStore(t *testing.T) string {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := t.TempDir()
 	db, err := Init(ctx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c, err := writeSeeded(ctx, db, ZeroID, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.CreateProject(ctx, "p", c); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	_, err = db.CreateProject(ctx, "p", c)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
 	return dir
 }
 
 func TestTwoProcessesWrite(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := newProjectStore(t)
 	db, err := Open(ctx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer db.Close()
 	var waits []func() []ID
 	var cmds []*exec.Cmd
 	for _, br := range []string{"b1", "b2", "b3"} {
 		b, _ := db.Branch(ctx, "p", "main")
-		if _, err := db.CreateBranch(ctx, "p", br, b.Head); err != nil {
-			t.Fatal(err)
-		}
+		_, err := db.CreateBranch(ctx, "p", br, b.Head)
+		require.NoError(t, err)
 	}
 	for _, br := range []string{"b1", "b2"} {
 		cmd := child(t, dir, "writer", br+" 15")
 		_, done := acks(t, cmd)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cmd.Start())
 		cmds = append(cmds, cmd)
 		waits = append(waits, done)
 	}
@@ -314,8 +291,7 @@ func TestTwoProcessesWrite(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 10; i++ {
 				var out strings.Builder
-				if err := publishOne(ctx, db, &out, "b3", uint64(1000+g*100+i)); err != nil {
-					t.Error(err)
+				if !assert.NoError(t, publishOne(ctx, db, &out, "b3", uint64(1000+g*100+i))) {
 					return
 				}
 				id, _ := ParseID(strings.TrimSpace(strings.TrimPrefix(out.String(), "ACK ")))
@@ -329,17 +305,11 @@ func TestTwoProcessesWrite(t *testing.T) {
 	var all []ID
 	for i, cmd := range cmds {
 		ids := waits[i]()
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("child %d: %v", i, err)
-		}
-		if len(ids) != 15 {
-			t.Fatalf("child %d acknowledged %d commits, want 15", i, len(ids))
-		}
+		require.NoError(t, cmd.Wait(), "child %d", i)
+		require.Len(t, ids, 15, "child %d's acknowledged commits", i)
 		all = append(all, ids...)
 	}
-	if len(mine) != 20 {
-		t.Fatalf("this process published %d, want 20", len(mine))
-	}
+	require.Len(t, mine, 20, "commits this process published")
 	all = append(all, mine...)
 	for _, c := range all {
 		verifySeeded(t, db, c)
@@ -351,36 +321,27 @@ func TestTwoProcessesWrite(t *testing.T) {
 			c = mustCommit(t, db, c).Parent
 		}
 		want := map[string]int{"b1": 17, "b2": 17, "b3": 22}[br] // + the first commit and the genesis parent chain
-		if n != want-1 {
-			t.Errorf("branch %s has %d commits, want %d", br, n, want-1)
-		}
+		assert.Equal(t, want-1, n, "commits on branch %s", br)
 	}
 	nums, _ := db.packs.listPacks()
-	if len(nums) < 3 {
-		t.Errorf("three writing processes shared %d packs; each writer needs its own", len(nums))
-	}
+	assert.GreaterOrEqual(t, len(nums), 3, "packs three writing processes wrote; each writer needs its own")
 	mustFsck(t, db)
 }
 
 func TestGCBusyWhileAnotherProcessHasTheStore(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := newProjectStore(t)
 	cmd := child(t, dir, "hold", "")
 	stdin, _ := cmd.StdinPipe()
 	ready, done := acks(t, cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	<-ready
 	db, err := Open(ctx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer db.Close()
 	start := time.Now()
-	if _, err := db.GC(ctx, GCOptions{}); !errors.Is(err, ErrBusy) {
-		t.Fatalf("GC = %v, want ErrBusy", err)
-	}
+	_, err = db.GC(ctx, GCOptions{})
+	require.ErrorIs(t, err, ErrBusy)
 	if time.Since(start) > time.Second {
 		t.Fatalf("GC took %v to fail; it must fail fast", time.Since(start))
 	}
@@ -389,20 +350,15 @@ func TestGCBusyWhileAnotherProcessHasTheStore(t *testing.T) {
 	readAll(t, db, mustBranch(t, db, "main"))
 	stdin.Close()
 	done()
-	if err := cmd.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.GC(ctx, GCOptions{}); err != nil {
-		t.Fatalf("GC after the other process closed: %v", err)
-	}
+	require.NoError(t, cmd.Wait())
+	_, err = db.GC(ctx, GCOptions{})
+	require.NoError(t, err, "GC after the other process closed")
 }
 
 func mustBranch(t *testing.T, db *DB, name string) ID {
 	t.Helper()
-	b, err := db.Branch(context.Background(), "p", name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, err := db.Branch(t.Context(), "p", name)
+	require.NoError(t, err)
 	return b.Head
 }
 
@@ -414,16 +370,14 @@ func TestCrashSafety(t *testing.T) {
 	if testing.Short() {
 		kills = 10
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := newProjectStore(t)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	var acked []ID
 	for k := 0; k < kills; k++ {
 		cmd := child(t, dir, "crash", "")
 		ready, first, done := acksFirst(t, cmd)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cmd.Start())
 		// Every other round lets the child publish at least once, so the
 		// test keeps checking acknowledged commits however slow the
 		// machine is; the others may kill it anywhere from the start.
@@ -438,23 +392,17 @@ func TestCrashSafety(t *testing.T) {
 			t.Fatal("child did not start")
 		}
 		time.Sleep(time.Duration(rng.IntN(150_000)) * time.Microsecond)
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		ids := done()
 		err := cmd.Wait()
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
-			t.Fatalf("kill %d: child ended on its own: %v", k, err)
-		}
+		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		require.True(t, ok && ws.Signaled(), "kill %d: child ended on its own: %v", k, err)
 
 		db, err := Open(ctx, dir, Options{})
-		if err != nil {
-			t.Fatalf("kill %d: open: %v", k, err)
-		}
+		require.NoError(t, err, "kill %d: open", k)
 		rep, err := db.Fsck(ctx, nil)
-		if err != nil || !rep.OK() {
-			t.Fatalf("kill %d: fsck: %v %v", k, err, rep.Err())
-		}
+		require.NoError(t, err, "kill %d: fsck", k)
+		require.NoError(t, rep.Err(), "kill %d: fsck", k)
 		for _, c := range ids {
 			verifySeeded(t, db, c)
 		}
@@ -466,9 +414,7 @@ func TestCrashSafety(t *testing.T) {
 			for c := mustBranch(t, db, "main"); !c.IsZero() && !found; c = mustCommit(t, db, c).Parent {
 				found = c == last
 			}
-			if !found {
-				t.Fatalf("kill %d: acknowledged commit %s is not in main's history", k, last.Short())
-			}
+			require.True(t, found, "kill %d: acknowledged commit %s is not in main's history", k, last.Short())
 		}
 		acked = append(acked, ids...)
 		// Earlier rounds' commits are still there (a sample, to stay fast).
@@ -477,19 +423,14 @@ func TestCrashSafety(t *testing.T) {
 		}
 		if k%20 == 19 {
 			// GC after crashes: dead pack tails and orphans go, nothing live.
-			if _, err := db.GC(ctx, GCOptions{}); err != nil {
-				t.Fatalf("kill %d: gc: %v", k, err)
-			}
+			_, err := db.GC(ctx, GCOptions{})
+			require.NoError(t, err, "kill %d: gc", k)
 			mustFsck(t, db)
 		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, db.Close())
 	}
 	t.Logf("%d kills, %d acknowledged commits", kills, len(acked))
-	if len(acked) < kills/2 {
-		t.Fatalf("only %d commits acknowledged over %d runs: the test exercised little", len(acked), kills)
-	}
+	require.GreaterOrEqual(t, len(acked), kills/2, "commits acknowledged over %d runs: the test exercised little", kills)
 }
 
 // TestGCCrashSafety SIGKILLs a GC at random points while it deletes rows,
@@ -500,7 +441,7 @@ func TestGCCrashSafety(t *testing.T) {
 	if testing.Short() {
 		rounds = 4
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := newProjectStore(t)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 	var live []ID
@@ -508,44 +449,29 @@ func TestGCCrashSafety(t *testing.T) {
 	window := 100 * time.Millisecond
 	for k := 0; k < rounds; k++ {
 		db, err := Open(ctx, dir, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		// Live commits on main and dead ones on a deleted branch, mixed
 		// in the same packs so that GC must rewrite them.
 		for i := 0; i < 3; i++ {
 			var out strings.Builder
-			if err := publishOne(ctx, db, &out, "main", uint64(k*100+i)); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, publishOne(ctx, db, &out, "main", uint64(k*100+i)))
 			id, _ := ParseID(strings.TrimSpace(strings.TrimPrefix(out.String(), "ACK ")))
 			live = append(live, id)
 		}
 		head := mustBranch(t, db, "main")
-		if _, err := db.CreateBranch(ctx, "p", "doomed", head); err != nil {
-			t.Fatal(err)
-		}
+		_, err = db.CreateBranch(ctx, "p", "doomed", head)
+		require.NoError(t, err)
 		for i := 0; i < 3; i++ {
-			if err := publishOne(ctx, db, io.Discard, "doomed", uint64(k*100+50+i)); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, publishOne(ctx, db, io.Discard, "doomed", uint64(k*100+50+i)))
 			commitFiles(t, db, head, "dead", map[string][]byte{"x": randBytes(uint64(k*1000+i), 2<<20)})
 		}
-		if err := db.DeleteBranch(ctx, "p", "doomed"); err != nil {
-			t.Fatal(err)
-		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, db.DeleteBranch(ctx, "p", "doomed"))
+		require.NoError(t, db.Close())
 
 		cmd := child(t, dir, "gc", "")
 		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
 		sc := bufio.NewScanner(out)
 		sc.Scan() // ready
 		time.Sleep(time.Duration(rng.Int64N(int64(window))))
@@ -565,39 +491,27 @@ func TestGCCrashSafety(t *testing.T) {
 		}
 
 		db, err = Open(ctx, dir, Options{})
-		if err != nil {
-			t.Fatalf("round %d: open: %v", k, err)
-		}
+		require.NoError(t, err, "round %d: open", k)
 		rep, err := db.Fsck(ctx, nil)
-		if err != nil || !rep.OK() {
-			t.Fatalf("round %d: fsck after a killed GC: %v %v", k, err, rep.Err())
-		}
+		require.NoError(t, err, "round %d: fsck after a killed GC", k)
+		require.NoError(t, rep.Err(), "round %d: fsck after a killed GC", k)
 		for _, c := range live {
 			verifySeeded(t, db, c)
 		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, db.Close())
 	}
 	t.Logf("%d of %d GCs killed before they finished", killed, rounds)
-	if killed < rounds/3 {
-		t.Fatalf("only %d of %d GCs were killed mid-way: the test exercised little", killed, rounds)
-	}
+	require.GreaterOrEqual(t, killed, rounds/3, "GCs of %d killed mid-way: the test exercised little", rounds)
 	// A GC that completes leaves no pack without live chunks behind.
 	db, err := Open(ctx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer db.Close()
-	if _, err := db.GC(ctx, GCOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = db.GC(ctx, GCOptions{})
+	require.NoError(t, err)
 	packs, _ := db.livePacks(ctx)
 	nums, _ := db.packs.listPacks()
 	for _, n := range nums {
-		if packs[n] == nil {
-			t.Errorf("pack %d has no live chunk after GC", n)
-		}
+		assert.NotNil(t, packs[n], "pack %d has no live chunk after GC", n)
 	}
 	for _, c := range live {
 		verifySeeded(t, db, c)

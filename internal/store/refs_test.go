@@ -1,60 +1,53 @@
 package store
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestProjectsLayersBranches(t *testing.T) {
 	eachBackend(t, func(t *testing.T, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := t.Context()
 		db := newDB(t)
 		c1 := commitFiles(t, db, ZeroID, "one", map[string][]byte{"a": []byte("1")})
 		c2 := commitFiles(t, db, c1, "two", map[string][]byte{"a": []byte("2")})
 		tree := mustCommit(t, db, c1).Root
 
-		if _, err := db.CreateProject(ctx, "Bad", c1); !errors.Is(err, ErrInvalidName) {
-			t.Fatalf("bad name: %v", err)
-		}
-		if _, err := db.CreateProject(ctx, "p", tree); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("project on a tree id: %v", err)
-		}
-		if ps, _ := db.Projects(ctx); len(ps) != 0 {
-			t.Fatalf("failed creates left projects: %+v", ps)
-		}
-		if _, err := db.CreateProject(ctx, "p", c1); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.CreateProject(ctx, "p", c2); !errors.Is(err, ErrExists) {
-			t.Fatalf("duplicate project: %v", err)
-		}
-		if _, err := db.Project(ctx, "nope"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("unknown project: %v", err)
-		}
+		_, err := db.CreateProject(ctx, "Bad", c1)
+		require.ErrorIs(t, err, ErrInvalidName, "bad name")
+		_, err = db.CreateProject(ctx, "p", tree)
+		require.ErrorIs(t, err, ErrNotFound, "project on a tree id")
+		ps, err := db.Projects(ctx)
+		require.NoError(t, err)
+		require.Empty(t, ps, "failed creates left projects")
+		_, err = db.CreateProject(ctx, "p", c1)
+		require.NoError(t, err)
+		_, err = db.CreateProject(ctx, "p", c2)
+		require.ErrorIs(t, err, ErrExists, "duplicate project")
+		_, err = db.Project(ctx, "nope")
+		require.ErrorIs(t, err, ErrNotFound, "unknown project")
 		b, err := db.Branch(ctx, "p", DefaultBranch)
-		if err != nil || b.Head != c1 {
-			t.Fatalf("main = %+v, %v", b, err)
-		}
+		require.NoError(t, err)
+		require.Equal(t, c1, b.Head, "main's head")
 		l, err := db.AddLayer(ctx, "p", c2)
-		if err != nil || l.Index != 2 {
-			t.Fatalf("AddLayer = %+v, %v", l, err)
-		}
-		if _, err := db.AddLayer(ctx, "nope", c2); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("AddLayer unknown project: %v", err)
-		}
-		if _, err := db.AddLayer(ctx, "p", tree); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("AddLayer of a non-commit: %v", err)
-		}
+		require.NoError(t, err, "AddLayer")
+		require.Equal(t, 2, l.Index, "AddLayer's index")
+		_, err = db.AddLayer(ctx, "nope", c2)
+		require.ErrorIs(t, err, ErrNotFound, "AddLayer unknown project")
+		_, err = db.AddLayer(ctx, "p", tree)
+		require.ErrorIs(t, err, ErrNotFound, "AddLayer of a non-commit")
 		ls, err := db.Layers(ctx, "p")
-		if err != nil || len(ls) != 2 || ls[0].Commit != c1 || ls[1].Commit != c2 || ls[1].Index != 2 {
-			t.Fatalf("Layers = %+v, %v", ls, err)
-		}
-		if _, err := db.CreateBranch(ctx, "p", "feat", c2); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, "Layers")
+		require.Len(t, ls, 2, "Layers")
+		require.Equal(t, c1, ls[0].Commit, "layer 1")
+		require.Equal(t, c2, ls[1].Commit, "layer 2")
+		require.Equal(t, 2, ls[1].Index, "layer 2's index")
+		_, err = db.CreateBranch(ctx, "p", "feat", c2)
+		require.NoError(t, err)
 		for _, bad := range []struct {
 			project, name string
 			head          ID
@@ -66,49 +59,43 @@ func TestProjectsLayersBranches(t *testing.T) {
 			{"nope", "x", c1, ErrNotFound},
 			{"p", "x", tree, ErrNotFound},
 		} {
-			if _, err := db.CreateBranch(ctx, bad.project, bad.name, bad.head); !errors.Is(err, bad.want) {
-				t.Errorf("CreateBranch(%q, %q) = %v, want %v", bad.project, bad.name, err, bad.want)
-			}
+			_, err := db.CreateBranch(ctx, bad.project, bad.name, bad.head)
+			assert.ErrorIs(t, err, bad.want, "CreateBranch(%q, %q)", bad.project, bad.name)
 		}
 		bs, err := db.Branches(ctx, "p")
-		if err != nil || len(bs) != 2 || bs[0].Name != "feat" || bs[1].Name != "main" {
-			t.Fatalf("Branches = %+v, %v", bs, err)
+		require.NoError(t, err, "Branches")
+		var names []string
+		for _, b := range bs {
+			names = append(names, b.Name)
 		}
-		if err := db.DeleteBranch(ctx, "p", "feat"); err != nil {
-			t.Fatal(err)
-		}
-		if err := db.DeleteBranch(ctx, "p", "feat"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("second delete: %v", err)
-		}
-		if _, err := db.Branches(ctx, "nope"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("Branches of unknown project: %v", err)
-		}
+		require.Equal(t, []string{"feat", "main"}, names, "Branches")
+		require.NoError(t, db.DeleteBranch(ctx, "p", "feat"))
+		require.ErrorIs(t, db.DeleteBranch(ctx, "p", "feat"), ErrNotFound, "second delete")
+		_, err = db.Branches(ctx, "nope")
+		require.ErrorIs(t, err, ErrNotFound, "Branches of unknown project")
 		p, err := db.Project(ctx, "p")
-		if err != nil || p.Layers != 2 || p.Branches != 1 {
-			t.Fatalf("Project = %+v, %v", p, err)
-		}
+		require.NoError(t, err, "Project")
+		require.Equal(t, 2, p.Layers, "Project's layers")
+		require.Equal(t, 1, p.Branches, "Project's branches")
 	})
 }
 
 func mustCommit(t *testing.T, db *DB, id ID) *Commit {
 	t.Helper()
-	c, err := db.Commit(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, err := db.Commit(t.Context(), id)
+	require.NoError(t, err)
 	return c
 }
 
 func TestSetBranchHeadCAS(t *testing.T) {
 	eachBackend(t, func(t *testing.T, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := t.Context()
 		db := newDB(t)
 		c1 := commitFiles(t, db, ZeroID, "one", map[string][]byte{"a": []byte("1")})
 		c2 := commitFiles(t, db, c1, "two", map[string][]byte{"a": []byte("2")})
 		c3 := commitFiles(t, db, c1, "three", map[string][]byte{"a": []byte("3")})
-		if _, err := db.CreateProject(ctx, "p", c1); err != nil {
-			t.Fatal(err)
-		}
+		_, err := db.CreateProject(ctx, "p", c1)
+		require.NoError(t, err)
 		steps := []struct {
 			expect, head ID
 			want         Publish
@@ -122,52 +109,43 @@ func TestSetBranchHeadCAS(t *testing.T) {
 		}
 		for i, s := range steps {
 			got, err := db.SetBranchHead(ctx, "p", "main", s.expect, s.head)
-			if err != nil || got != s.want {
-				t.Fatalf("step %d: got %v, %v; want %v", i, got, err, s.want)
-			}
-			b, _ := db.Branch(ctx, "p", "main")
-			if b.Head != s.after {
-				t.Fatalf("step %d: head %s, want %s", i, b.Head.Short(), s.after.Short())
-			}
+			require.NoError(t, err, "step %d", i)
+			require.Equal(t, s.want, got, "step %d", i)
+			b, err := db.Branch(ctx, "p", "main")
+			require.NoError(t, err, "step %d", i)
+			require.Equal(t, s.after.Short(), b.Head.Short(), "step %d: head", i)
 		}
 		tree := mustCommit(t, db, c1).Root
-		if _, err := db.SetBranchHead(ctx, "p", "main", c3, tree); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("head to a non-commit: %v", err)
-		}
-		if _, err := db.SetBranchHead(ctx, "p", "nope", c3, c1); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("unknown branch: %v", err)
-		}
-		if _, err := db.SetBranchHead(ctx, "nope", "main", c3, c1); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("unknown project: %v", err)
-		}
-		if PublishHeadMoved.String() != "head-moved" || PublishUpToDate.String() != "up-to-date" || PublishCreated.String() != "created" {
-			t.Fatal("Publish names")
-		}
+		_, err = db.SetBranchHead(ctx, "p", "main", c3, tree)
+		require.ErrorIs(t, err, ErrNotFound, "head to a non-commit")
+		_, err = db.SetBranchHead(ctx, "p", "nope", c3, c1)
+		require.ErrorIs(t, err, ErrNotFound, "unknown branch")
+		_, err = db.SetBranchHead(ctx, "nope", "main", c3, c1)
+		require.ErrorIs(t, err, ErrNotFound, "unknown project")
+		require.Equal(t, "head-moved", PublishHeadMoved.String())
+		require.Equal(t, "up-to-date", PublishUpToDate.String())
+		require.Equal(t, "created", PublishCreated.String())
 	})
 }
 
 func TestResolveRef(t *testing.T) {
 	eachBackend(t, func(t *testing.T, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := t.Context()
 		db := newDB(t)
 		var commits []ID
 		for i := 0; i < 40; i++ {
 			commits = append(commits, commitFiles(t, db, ZeroID, "c", map[string][]byte{"f": randBytes(uint64(i), 10)}))
 		}
 		c1 := commits[0]
-		if _, err := db.CreateProject(ctx, "p", c1); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.AddLayer(ctx, "p", commits[1]); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.CreateBranch(ctx, "p", "dev", commits[2]); err != nil {
-			t.Fatal(err)
-		}
+		_, err := db.CreateProject(ctx, "p", c1)
+		require.NoError(t, err)
+		_, err = db.AddLayer(ctx, "p", commits[1])
+		require.NoError(t, err)
+		_, err = db.CreateBranch(ctx, "p", "dev", commits[2])
+		require.NoError(t, err)
 		// A branch whose name is hex shadows a prefix.
-		if _, err := db.CreateBranch(ctx, "p", commits[4].String()[:6], commits[3]); err != nil {
-			t.Fatal(err)
-		}
+		_, err = db.CreateBranch(ctx, "p", commits[4].String()[:6], commits[3])
+		require.NoError(t, err)
 		ok := map[string]ID{
 			"layer:1":                                c1,
 			"layer:2":                                commits[1],
@@ -181,20 +159,18 @@ func TestResolveRef(t *testing.T) {
 		}
 		for ref, want := range ok {
 			got, err := db.ResolveRef(ctx, "p", ref)
-			if err != nil || got != want {
-				t.Errorf("ResolveRef(%q) = %s, %v; want %s", ref, got.Short(), err, want.Short())
+			if assert.NoError(t, err, "ResolveRef(%q)", ref) {
+				assert.Equal(t, want.Short(), got.Short(), "ResolveRef(%q)", ref)
 			}
 		}
 		tree := mustCommit(t, db, c1).Root
 		notFound := []string{"layer:3", "layer:0", "layer:x", "nope", "abc", tree.String(), tree.String()[:12], "zzzz", ""}
 		for _, ref := range notFound {
-			if _, err := db.ResolveRef(ctx, "p", ref); !errors.Is(err, ErrNotFound) {
-				t.Errorf("ResolveRef(%q) = %v, want ErrNotFound", ref, err)
-			}
+			_, err := db.ResolveRef(ctx, "p", ref)
+			assert.ErrorIs(t, err, ErrNotFound, "ResolveRef(%q)", ref)
 		}
-		if _, err := db.ResolveRef(ctx, "nope", "main"); !errors.Is(err, ErrNotFound) {
-			t.Errorf("unknown project: %v", err)
-		}
+		_, err = db.ResolveRef(ctx, "nope", "main")
+		assert.ErrorIs(t, err, ErrNotFound, "unknown project")
 		// Ambiguity: search commit messages until two ids share 5 hex digits
 		// (a birthday search over hashes only), then store both.
 		root := mustCommit(t, db, c1).Root
@@ -211,18 +187,14 @@ func TestResolveRef(t *testing.T) {
 		}
 		b, _ := db.NewBatch(ctx)
 		for _, c := range pair {
-			if _, err := b.PutCommit(c); err != nil {
-				t.Fatal(err)
-			}
+			_, err := b.PutCommit(c)
+			require.NoError(t, err)
 		}
-		if err := b.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, b.Flush(ctx))
 		for _, ref := range []string{prefix, prefix[:4]} {
 			_, err := db.ResolveRef(ctx, "p", ref)
-			if !errors.Is(err, ErrAmbiguous) || !strings.Contains(err.Error(), Hash(KindCommit, pair[0].Encode()).Short()) {
-				t.Errorf("ResolveRef(%q) = %v, want ErrAmbiguous naming the candidates", ref, err)
-			}
+			assert.ErrorIs(t, err, ErrAmbiguous, "ResolveRef(%q)", ref)
+			assert.ErrorContains(t, err, Hash(KindCommit, pair[0].Encode()).Short(), "ResolveRef(%q) names the candidates", ref)
 		}
 	})
 }
@@ -232,35 +204,24 @@ func TestResolveRef(t *testing.T) {
 // it can.
 func TestDeleteBranchUnderWorkspace(t *testing.T) {
 	eachBackend(t, func(t *testing.T, newDB func(testing.TB) *DB) {
-		ctx := context.Background()
+		ctx := t.Context()
 		db := newDB(t)
 		c := commitFiles(t, db, ZeroID, "c", map[string][]byte{"a": []byte("a")})
-		if _, err := db.CreateProject(ctx, "p", c); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.CreateBranch(ctx, "p", "other", c); err != nil {
-			t.Fatal(err)
-		}
+		_, err := db.CreateProject(ctx, "p", c)
+		require.NoError(t, err)
+		_, err = db.CreateBranch(ctx, "p", "other", c)
+		require.NoError(t, err)
 		w := Workspace{ID: "ws-1", Project: "p", Branch: DefaultBranch, Base: c, Head: c, MountPath: "/m", UpperDir: "/u", State: "mounted"}
-		if _, err := db.CreateWorkspace(ctx, w); err != nil {
-			t.Fatal(err)
-		}
-		err := db.DeleteBranch(ctx, "p", DefaultBranch)
-		if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "ws-1") {
-			t.Fatalf("delete of a branch under a workspace = %v, want ErrBusy naming ws-1", err)
-		}
-		if _, err := db.Branch(ctx, "p", DefaultBranch); err != nil {
-			t.Fatalf("the refused delete removed the branch: %v", err)
-		}
+		_, err = db.CreateWorkspace(ctx, w)
+		require.NoError(t, err)
+		err = db.DeleteBranch(ctx, "p", DefaultBranch)
+		require.ErrorIs(t, err, ErrBusy, "delete of a branch under a workspace")
+		require.ErrorContains(t, err, "ws-1", "the refusal names the workspace")
+		_, err = db.Branch(ctx, "p", DefaultBranch)
+		require.NoError(t, err, "the refused delete removed the branch")
 		// Another branch of the same project is not protected.
-		if err := db.DeleteBranch(ctx, "p", "other"); err != nil {
-			t.Fatal(err)
-		}
-		if err := db.DeleteWorkspace(ctx, "ws-1"); err != nil {
-			t.Fatal(err)
-		}
-		if err := db.DeleteBranch(ctx, "p", DefaultBranch); err != nil {
-			t.Fatalf("delete after the workspace ended: %v", err)
-		}
+		require.NoError(t, db.DeleteBranch(ctx, "p", "other"))
+		require.NoError(t, db.DeleteWorkspace(ctx, "ws-1"))
+		require.NoError(t, db.DeleteBranch(ctx, "p", DefaultBranch), "delete after the workspace ended")
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 )
 
 // Names of the session and scale figures the bench measures (issue 5).
@@ -16,8 +17,13 @@ const (
 	FigThroughput4  = "throughput, 4 workers"
 	FigThroughput16 = "throughput, 16 workers"
 	FigForkCreate   = "fork + workspace create"
-	FigIdleMemory   = "memory per idle workspace (100 open)"
 )
+
+// FigIdleMemory names the figure of the daemon's memory (its live heap)
+// per idle workspace, measured with open of them open.
+func FigIdleMemory(open int) string {
+	return "memory per idle workspace (" + strconv.Itoa(open) + " open)"
+}
 
 // SessionFigure is one session or scale figure on one platform: every
 // measured value (failed attempts are listed, not averaged in).

@@ -2,13 +2,14 @@ package lima
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest/guesttest"
@@ -32,14 +33,12 @@ const installWait = 25 * time.Minute
 // default image, and skips where there is none.
 func TestConformance(t *testing.T) {
 	t.Parallel() // the package's other tests run while the VM boots
-	ctx, cancel := context.WithTimeout(context.Background(), installWait)
+	ctx, cancel := context.WithTimeout(t.Context(), installWait)
 	defer cancel()
 	in, err := WaitInstall(ctx, "")
 	local := err == nil
 	if !local {
-		if !errors.Is(err, platforms.ErrUnavailable) {
-			t.Fatal(err)
-		}
+		require.ErrorIs(t, err, platforms.ErrUnavailable)
 		if _, lerr := exec.LookPath("limactl"); lerr != nil {
 			if runtime.GOOS == "linux" && runtime.GOARCH == "amd64" {
 				testenv.Skip(t, err.Error())
@@ -57,14 +56,10 @@ func TestConformance(t *testing.T) {
 			Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		}
 		if local {
-			if err := in.Configure(&cfg); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, in.Configure(&cfg))
 		}
 		p, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return p
 	})
 }

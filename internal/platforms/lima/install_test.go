@@ -6,10 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/platforms"
@@ -17,12 +18,8 @@ import (
 
 func TestFindInstallMissingSaysHowToMakeIt(t *testing.T) {
 	_, err := FindInstall(t.TempDir())
-	if !errors.Is(err, platforms.ErrUnavailable) {
-		t.Fatalf("got %v, want ErrUnavailable", err)
-	}
-	if want := "scripts/ensure-lima"; !strings.Contains(err.Error(), want) {
-		t.Errorf("error does not mention %q: %v", want, err)
-	}
+	require.ErrorIs(t, err, platforms.ErrUnavailable)
+	assert.ErrorContains(t, err, "scripts/ensure-lima")
 }
 
 // TestInstallConfigure: an installation laid out as scripts/ensure-lima
@@ -35,35 +32,25 @@ func TestInstallConfigure(t *testing.T) {
 	dir := t.TempDir()
 	for _, f := range []string{"bin/limactl", "image/disk.qcow2", "image/vmlinuz", "image/initrd.img"} {
 		p := filepath.Join(dir, f)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, nil, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, nil, 0o755))
 	}
 	in, err := FindInstall(dir)
 	if os.Geteuid() == 0 && errors.Is(err, platforms.ErrUnavailable) {
 		t.Skipf("user %s missing (scripts/ensure-lima makes it): %v", InstallUser, err)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cfg := Config{Project: "demo"}
-	if err := in.Configure(&cfg); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Image != filepath.Join(dir, "image/disk.qcow2") || cfg.Kernel != filepath.Join(dir, "image/vmlinuz") ||
-		cfg.Initrd != filepath.Join(dir, "image/initrd.img") || cfg.KernelCmdline != kernelCmdline || !cfg.SoftwareEmulation {
-		t.Errorf("Configure gave %+v", cfg)
-	}
+	require.NoError(t, in.Configure(&cfg))
+	assert.Equal(t, filepath.Join(dir, "image/disk.qcow2"), cfg.Image)
+	assert.Equal(t, filepath.Join(dir, "image/vmlinuz"), cfg.Kernel)
+	assert.Equal(t, filepath.Join(dir, "image/initrd.img"), cfg.Initrd)
+	assert.Equal(t, kernelCmdline, cfg.KernelCmdline)
+	assert.True(t, cfg.SoftwareEmulation, "software emulation")
 	r, ok := cfg.Runner.(ExecRunner)
-	if !ok || r.Path != filepath.Join(dir, "bin/limactl") {
-		t.Fatalf("runner %#v, want an ExecRunner of the installation's limactl", cfg.Runner)
-	}
-	if got := r.Credential != nil; got != (os.Geteuid() == 0) {
-		t.Errorf("runs limactl as another user: %v, want %v (root: limactl refuses it)", got, os.Geteuid() == 0)
-	}
+	require.True(t, ok, "runner %#v, want an ExecRunner", cfg.Runner)
+	assert.Equal(t, filepath.Join(dir, "bin/limactl"), r.Path, "the runner's limactl")
+	assert.Equal(t, os.Geteuid() == 0, r.Credential != nil, "runs limactl as another user (root: limactl refuses it)")
 }
 
 // TestWaitInstallWaitsForEnsureLima: while scripts/ensure-lima holds the
@@ -73,28 +60,19 @@ func TestInstallConfigure(t *testing.T) {
 func TestWaitInstallWaitsForEnsureLima(t *testing.T) {
 	dir := t.TempDir()
 	lock, err := os.Create(filepath.Join(dir, ".lock"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	require.NoError(t, unix.Flock(int(lock.Fd()), unix.LOCK_EX))
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 	defer cancel()
 	_, err = WaitInstall(ctx, dir)
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ensure-lima.log") {
-		t.Fatalf("while the lock is held: got %v, want the deadline and the log's path", err)
-	}
+	require.ErrorIs(t, err, context.DeadlineExceeded, "while the lock is held")
+	require.ErrorContains(t, err, "ensure-lima.log", "while the lock is held: the log's path")
 	done := make(chan error, 1)
 	go func() {
-		_, err := WaitInstall(context.Background(), dir)
+		_, err := WaitInstall(t.Context(), dir)
 		done <- err
 	}()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; !errors.Is(err, platforms.ErrUnavailable) {
-		t.Fatalf("after the lock is freed, in an empty directory: got %v, want ErrUnavailable", err)
-	}
+	require.NoError(t, unix.Flock(int(lock.Fd()), unix.LOCK_UN))
+	require.ErrorIs(t, <-done, platforms.ErrUnavailable, "after the lock is freed, in an empty directory")
 }

@@ -2,13 +2,15 @@ package lima
 
 import (
 	"context"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest/guesttest"
@@ -48,9 +50,7 @@ func (f *fixture) hostSocket() string {
 // as Lima's SSH forward would once the guest daemon runs.
 func (f *fixture) serveDaemon(t *testing.T) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(f.hostSocket()), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Dir(f.hostSocket()), 0o700))
 	guesttest.ServeVersion(t, "unix", f.hostSocket(), wire.Version{Version: "0.1.0-test", API: "v1", Store: guestStore}, nil)
 }
 
@@ -59,16 +59,11 @@ func (f *fixture) serveDaemon(t *testing.T) {
 func (f *fixture) checkTemplate(t *testing.T, golden string) {
 	t.Helper()
 	got, err := os.ReadFile(filepath.Join(f.workDir, "layerfs-demo.yaml"))
-	if err != nil {
-		t.Fatalf("template handed to limactl create: %v", err)
-	}
+	require.NoError(t, err, "template handed to limactl create")
 	want, err := os.ReadFile(filepath.Join("testdata", golden))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w := strings.ReplaceAll(string(want), "$LIMA_HOME", f.limaHome); string(got) != w {
-		t.Errorf("template handed to limactl create:\n%s\nwant (%s):\n%s", got, golden, w)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, strings.ReplaceAll(string(want), "$LIMA_HOME", f.limaHome), string(got),
+		"template handed to limactl create, against %s", golden)
 }
 
 func TestUpCreatesStartsAndTearsDown(t *testing.T) {
@@ -77,33 +72,23 @@ func TestUpCreatesStartsAndTearsDown(t *testing.T) {
 	r.Hooks["check-template"] = func() { f.checkTemplate(t, "template-default.golden.yaml") }
 	r.Hooks["serve-daemon"] = func() { f.serveDaemon(t) }
 	p := f.platform(t, r, nil)
-	ctx := context.Background()
+	ctx := t.Context()
 
-	if _, _, err := p.Endpoint(ctx); !errors.Is(err, platforms.ErrNotUp) {
-		t.Fatalf("Endpoint before Up: got %v, want ErrNotUp", err)
-	}
-	if err := p.Up(ctx); err != nil {
-		t.Fatalf("Up: %v", err)
-	}
+	_, _, err := p.Endpoint(ctx)
+	require.ErrorIs(t, err, platforms.ErrNotUp, "Endpoint before Up")
+	require.NoError(t, p.Up(ctx), "Up")
 	addr, token, err := p.Endpoint(ctx)
-	if err != nil || addr != "unix://"+f.hostSocket() || token != "" {
-		t.Fatalf("Endpoint = %q, %q, %v; want unix://%s", addr, token, err, f.hostSocket())
-	}
+	require.NoError(t, err, "Endpoint")
+	assert.Equal(t, "unix://"+f.hostSocket(), addr, "Endpoint's address")
+	assert.Empty(t, token, "Endpoint's token")
 	id, err := p.Identity(ctx)
-	if err != nil {
-		t.Fatalf("Identity: %v", err)
-	}
+	require.NoError(t, err, "Identity")
 	want := platforms.Identity{Platform: "lima", Kernel: "6.1.0-37-cloud-arm64", CPUs: 4, MemoryBytes: 4010536 * 1024,
 		Runtime: "limactl 1.2.1", Image: "debian-12-genericcloud (latest)", Details: "instance layerfs-demo, vmType vz, arch aarch64"}
-	if id != want {
-		t.Errorf("Identity:\n got %+v\nwant %+v", id, want)
-	}
-	if _, err := os.Stat(filepath.Join(f.workDir, "layerfs-demo.yaml")); !os.IsNotExist(err) {
-		t.Errorf("the generated template was left behind: %v", err)
-	}
-	if err := p.Down(ctx); err != nil {
-		t.Fatalf("Down: %v", err)
-	}
+	assert.Equal(t, want, id, "Identity")
+	_, err = os.Stat(filepath.Join(f.workDir, "layerfs-demo.yaml"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the generated template was left behind")
+	require.NoError(t, p.Down(ctx), "Down")
 	guesttest.DownAgain(t, p)
 }
 
@@ -116,7 +101,7 @@ func TestUpIsIdempotentWhenDaemonAnswers(t *testing.T) {
 func TestUpReportsBootFailureWithStderr(t *testing.T) {
 	f := newFixture(t)
 	p := f.platform(t, guesttest.NewReplayer(t, "start-fails.json", f.vars), nil)
-	guesttest.WantError(t, p.Up(context.Background()), platforms.ErrStart,
+	guesttest.WantError(t, p.Up(t.Context()), platforms.ErrStart,
 		`start instance "layerfs-demo"`, "status 1", "Virtualization is not available on this hardware", "ha.stderr.log")
 }
 
@@ -124,7 +109,7 @@ func TestUpReportsSilentDaemonWithGuestLog(t *testing.T) {
 	f := newFixture(t)
 	p := f.platform(t, guesttest.NewReplayer(t, "daemon-timeout.json", f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
 	start := time.Now()
-	err := p.Up(context.Background())
+	err := p.Up(t.Context())
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Up took %s with a 1s daemon timeout", d)
 	}
@@ -143,7 +128,7 @@ func TestUnavailable(t *testing.T) {
 		t.Run(tc.scenario, func(t *testing.T) {
 			f := newFixture(t)
 			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), nil)
-			guesttest.WantError(t, p.Up(context.Background()), platforms.ErrUnavailable, tc.mentions...)
+			guesttest.WantError(t, p.Up(t.Context()), platforms.ErrUnavailable, tc.mentions...)
 		})
 	}
 }
@@ -151,9 +136,7 @@ func TestUnavailable(t *testing.T) {
 func TestDownKeepStopsWithoutDeleting(t *testing.T) {
 	f := newFixture(t)
 	p := f.platform(t, guesttest.NewReplayer(t, "down-keep.json", f.vars), func(c *Config) { c.Keep = true })
-	if err := p.Down(context.Background()); err != nil {
-		t.Fatalf("Down: %v", err)
-	}
+	require.NoError(t, p.Down(t.Context()), "Down")
 }
 
 // goldenTemplate renders the template for cfg, compares it with the golden
@@ -161,20 +144,12 @@ func TestDownKeepStopsWithoutDeleting(t *testing.T) {
 func (f *fixture) goldenTemplate(t *testing.T, cfg Config, golden string) []byte {
 	t.Helper()
 	y, err := Template(cfg, f.hostSocket())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, err := MarshalTemplate(y)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w := strings.ReplaceAll(string(want), "$LIMA_HOME", f.limaHome); string(b) != w {
-		t.Errorf("template:\n%s\nwant:\n%s", b, w)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, strings.ReplaceAll(string(want), "$LIMA_HOME", f.limaHome), string(b), "template against %s", golden)
 	return b
 }
 
@@ -186,16 +161,10 @@ func TestTemplateLocalImage(t *testing.T) {
 	// vz needs the host's architecture, so Lima's validation only accepts
 	// this one on an arm64 host; the default template must pass anywhere.
 	def, err := Template(Config{Project: "demo"}, f.hostSocket())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, err := MarshalTemplate(def)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")); err != nil {
-		t.Errorf("default template fails Lima's validation: %v", err)
-	}
+	require.NoError(t, err)
+	assert.NoError(t, ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")), "default template fails Lima's validation")
 }
 
 func TestTemplateRejectedByLimaValidation(t *testing.T) {
@@ -212,13 +181,9 @@ func TestTemplateRejectedByLimaValidation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			y, err := Template(tc.cfg, tc.socket)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			b, err := MarshalTemplate(y)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			guesttest.WantError(t, ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")), platforms.ErrConfig, tc.mentions)
 		})
 	}
@@ -231,9 +196,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Project: "demo", Networks: []string{"socket:relative/path"}},
 		{Project: strings.Repeat("p", 80)},
 	} {
-		if _, err := New(cfg); !errors.Is(err, platforms.ErrConfig) {
-			t.Errorf("New(%+v): got %v, want platforms.ErrConfig", cfg, err)
-		}
+		_, err := New(cfg)
+		assert.ErrorIs(t, err, platforms.ErrConfig, "New(%+v)", cfg)
 	}
 }
 
@@ -250,9 +214,7 @@ func TestTemplateEmulatedDirectBoot(t *testing.T) {
 	cfg := Config{Project: "demo", Image: "/cache/image/disk.raw", Kernel: "/cache/image/vmlinuz",
 		Initrd: "/cache/image/initrd.img", KernelCmdline: kernelCmdline, Arch: "x86_64", SoftwareEmulation: true}
 	b := f.goldenTemplate(t, cfg, "testdata/template-emulated.golden.yaml")
-	if err := ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")); err != nil {
-		t.Errorf("emulated direct-boot template fails Lima's validation: %v", err)
-	}
+	assert.NoError(t, ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")), "emulated direct-boot template fails Lima's validation")
 }
 
 // TestEmulationKeepsQEMUOffKVM checks the environment limactl gets under
@@ -260,22 +222,12 @@ func TestTemplateEmulatedDirectBoot(t *testing.T) {
 // and LIMA_HOME.
 func TestEmulationKeepsQEMUOffKVM(t *testing.T) {
 	p, err := New(Config{Project: "demo", SoftwareEmulation: true, LimaHome: "/srv/lima"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r, ok := p.cfg.Runner.(ExecRunner)
-	if !ok {
-		t.Fatalf("runner is %T, want ExecRunner", p.cfg.Runner)
-	}
-	env := strings.Join(r.Env, "\n")
-	for _, want := range []string{"QEMU_SYSTEM_X86_64=" + qemuTCG, "LIMA_HOME=/srv/lima"} {
-		if !strings.Contains(env, want) {
-			t.Errorf("limactl's environment lacks %q", want)
-		}
-	}
-	if p.cfg.BootTimeout != DefaultEmulatedBootTimeout {
-		t.Errorf("boot timeout %s, want %s", p.cfg.BootTimeout, DefaultEmulatedBootTimeout)
-	}
+	require.True(t, ok, "runner is %T, want ExecRunner", p.cfg.Runner)
+	assert.Contains(t, r.Env, "QEMU_SYSTEM_X86_64="+qemuTCG, "limactl's environment")
+	assert.Contains(t, r.Env, "LIMA_HOME=/srv/lima", "limactl's environment")
+	assert.Equal(t, DefaultEmulatedBootTimeout, p.cfg.BootTimeout, "boot timeout")
 }
 
 // scriptRunner plays limactl for TestUpCutShortDeletesWhatItCreated: no
@@ -315,17 +267,12 @@ func (r *scriptRunner) Run(ctx context.Context, argv []string, _ io.Reader) (Res
 func TestUpCutShortDeletesWhatItCreated(t *testing.T) {
 	f := newFixture(t)
 	stopped, err := os.ReadFile("testdata/list-stopped.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r := &scriptRunner{stopped: stopped}
 	p := f.platform(t, r, nil)
-	if err := p.Up(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Up: got %v, want the start's deadline", err)
-	}
-	if last := r.argvs[len(r.argvs)-1]; last != "delete --force layerfs-demo" {
-		t.Errorf("last limactl command %q, want the delete of the created instance; all: %q", last, r.argvs)
-	}
+	require.ErrorIs(t, p.Up(t.Context()), context.DeadlineExceeded, "Up: want the start's deadline")
+	assert.Equal(t, "delete --force layerfs-demo", r.argvs[len(r.argvs)-1],
+		"last limactl command, want the delete of the created instance; all: %q", r.argvs)
 }
 
 // forwardRunner plays limactl and ssh for TestEmulatedUpForwardsTheSocket:
@@ -365,20 +312,14 @@ func (r *forwardRunner) Run(ctx context.Context, argv []string, _ io.Reader) (Re
 func TestEmulatedUpForwardsTheSocket(t *testing.T) {
 	f := newFixture(t)
 	list, err := os.ReadFile("testdata/list-running.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	list = []byte(strings.ReplaceAll(string(list), "$LIMA_HOME", f.limaHome))
 	// Plain mode drops the port forwards from the instance's configuration:
 	// the socket is where the platform puts it.
-	if err := os.MkdirAll(filepath.Join(f.limaHome, "layerfs-demo"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Join(f.limaHome, "layerfs-demo"), 0o700))
 	r := &forwardRunner{list: list, serve: func() { f.serveDaemon(t) }}
 	p := f.platform(t, r, func(c *Config) { c.SoftwareEmulation = true })
-	if err := p.Up(context.Background()); err != nil {
-		t.Fatalf("Up: %v", err)
-	}
+	require.NoError(t, p.Up(t.Context()), "Up")
 	want := "ssh -F " + filepath.Join(f.limaHome, "layerfs-demo", "ssh.config") + " -O forward -L " +
 		f.hostSocket() + ":" + guestSocket + " lima-layerfs-demo"
 	var sawForward, sawStart bool
@@ -393,15 +334,12 @@ func TestEmulatedUpForwardsTheSocket(t *testing.T) {
 			sawStart = true
 		}
 	}
-	if !sawForward || !sawStart || r.forward != 1 {
-		t.Errorf("commands %q: want the forward %q once, then the daemon's start", r.argvs, want)
-	}
+	assert.True(t, sawForward && sawStart, "commands %q: want the forward %q, then the daemon's start", r.argvs, want)
+	assert.Equal(t, 1, r.forward, "forwards")
 
 	r2 := &forwardRunner{list: list, serve: func() { t.Error("forwarded again") }}
 	p2 := f.platform(t, r2, func(c *Config) { c.SoftwareEmulation = true })
-	if err := p2.Up(context.Background()); err != nil {
-		t.Fatalf("second Up: %v", err)
-	}
+	require.NoError(t, p2.Up(t.Context()), "second Up")
 	for _, line := range r2.argvs {
 		if strings.Contains(line, "sudo sh -c") || strings.HasPrefix(line, "ssh ") {
 			t.Errorf("second Up ran %q; the daemon already answered", line)

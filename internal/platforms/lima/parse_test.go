@@ -7,6 +7,8 @@ import (
 
 	"github.com/lima-vm/lima/pkg/limayaml"
 	"github.com/lima-vm/lima/pkg/store"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms/internal/guest"
 )
@@ -17,44 +19,33 @@ import (
 func TestParseListOfLimaPrintInstances(t *testing.T) {
 	t.Setenv("LIMA_HOME", t.TempDir())
 	y, err := Template(Config{Project: "demo"}, "/h/.lima/layerfs-demo/sock/layerfsd.sock")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, err := MarshalTemplate(y)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	loaded, err := limayaml.Load(b, "/h/.lima/layerfs-demo/lima.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	insts := []*store.Instance{
 		{Name: "default", Status: store.StatusStopped, Dir: "/h/.lima/default", VMType: "qemu", Arch: "x86_64", CPUs: 2, Memory: 2 << 30},
 		{Name: "layerfs-demo", Status: store.StatusRunning, Dir: "/h/.lima/layerfs-demo", VMType: "vz", Arch: "aarch64",
 			CPUs: 4, Memory: 4 << 30, Config: loaded, LimaVersion: "1.2.1", HostAgentPID: 7},
 	}
 	var out bytes.Buffer
-	if err := store.PrintInstances(&out, insts, "json", nil); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, store.PrintInstances(&out, insts, "json", nil))
 	got, err := parseList(out.Bytes())
-	if err != nil {
-		t.Fatalf("parseList(%s): %v", out.Bytes(), err)
-	}
-	if len(got) != 2 {
-		t.Fatalf("parseList: %d instances, want 2", len(got))
-	}
+	require.NoError(t, err, "parseList(%s)", out.Bytes())
+	require.Len(t, got, 2, "parseList")
 	d := got[1]
-	if d.Name != "layerfs-demo" || !d.running() || got[0].running() || d.Dir != "/h/.lima/layerfs-demo" ||
-		d.VMType != "vz" || d.Arch != "aarch64" || d.CPUs != 4 || d.Memory != 4<<30 || d.LimaVersion != "1.2.1" {
-		t.Errorf("parseList: got %+v", d)
-	}
-	if s := hostSocketOf(d); s != "/h/.lima/layerfs-demo/sock/layerfsd.sock" {
-		t.Errorf("host socket from the instance's config: %q", s)
-	}
-	if s := hostSocketOf(got[0]); s != "/h/.lima/default/sock/layerfsd.sock" {
-		t.Errorf("host socket without a config: %q", s)
-	}
+	assert.Equal(t, "layerfs-demo", d.Name)
+	assert.True(t, d.running(), "layerfs-demo running")
+	assert.False(t, got[0].running(), "default running")
+	assert.Equal(t, "/h/.lima/layerfs-demo", d.Dir)
+	assert.Equal(t, "vz", d.VMType)
+	assert.Equal(t, "aarch64", d.Arch)
+	assert.Equal(t, 4, d.CPUs)
+	assert.Equal(t, int64(4<<30), d.Memory)
+	assert.Equal(t, "1.2.1", d.LimaVersion)
+	assert.Equal(t, "/h/.lima/layerfs-demo/sock/layerfsd.sock", hostSocketOf(d), "host socket from the instance's config")
+	assert.Equal(t, "/h/.lima/default/sock/layerfsd.sock", hostSocketOf(got[0]), "host socket without a config")
 }
 
 func TestParseListFixtures(t *testing.T) {
@@ -67,28 +58,22 @@ func TestParseListFixtures(t *testing.T) {
 		{"testdata/list-stopped.jsonl", []string{"layerfs-demo"}, []bool{false}},
 	} {
 		b, err := os.ReadFile(tc.file)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		list, err := parseList(b)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.file, err)
+		require.NoError(t, err, tc.file)
+		var names []string
+		var running []bool
+		for _, in := range list {
+			names = append(names, in.Name)
+			running = append(running, in.running())
 		}
-		if len(list) != len(tc.names) {
-			t.Fatalf("%s: %d instances", tc.file, len(list))
-		}
-		for i, in := range list {
-			if in.Name != tc.names[i] || in.running() != tc.running[i] {
-				t.Errorf("%s: instance %d = %s running=%v", tc.file, i, in.Name, in.running())
-			}
-		}
+		assert.Equal(t, tc.names, names, "%s: names", tc.file)
+		assert.Equal(t, tc.running, running, "%s: running", tc.file)
 	}
-	if _, err := parseList([]byte("{\"status\":\"Running\"}\n")); err == nil {
-		t.Error("parseList accepted an instance without a name")
-	}
-	if _, err := parseList([]byte("NAME STATUS\n")); err == nil {
-		t.Error("parseList accepted table output")
-	}
+	_, err := parseList([]byte("{\"status\":\"Running\"}\n"))
+	assert.Error(t, err, "parseList accepted an instance without a name")
+	_, err = parseList([]byte("NAME STATUS\n"))
+	assert.Error(t, err, "parseList accepted table output")
 }
 
 func TestParseVersion(t *testing.T) {
@@ -105,16 +90,14 @@ func TestParseVersion(t *testing.T) {
 	} {
 		v, raw, err := parseVersion([]byte(tc.out))
 		if tc.bad {
-			if err == nil {
-				t.Errorf("parseVersion(%q) accepted it", tc.out)
-			}
+			assert.Error(t, err, "parseVersion(%q) accepted it", tc.out)
 			continue
 		}
-		if err != nil || v != tc.want || raw != tc.raw {
-			t.Errorf("parseVersion(%q) = %v, %q, %v; want %v, %q", tc.out, v, raw, err, tc.want, tc.raw)
+		if assert.NoError(t, err, "parseVersion(%q)", tc.out) {
+			assert.Equal(t, tc.want, v, "parseVersion(%q)", tc.out)
+			assert.Equal(t, tc.raw, raw, "parseVersion(%q): raw", tc.out)
 		}
 	}
-	if !(guest.Semver{0, 23, 2}).Less(minVersion) || (guest.Semver{1, 0, 0}).Less(minVersion) {
-		t.Error("version comparison is wrong")
-	}
+	assert.True(t, (guest.Semver{0, 23, 2}).Less(minVersion), "0.23.2 < minVersion")
+	assert.False(t, (guest.Semver{1, 0, 0}).Less(minVersion), "1.0.0 < minVersion")
 }

@@ -1,11 +1,12 @@
 package lima
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest/guesttest"
@@ -24,14 +25,10 @@ func TestUpWithFakeLimactl(t *testing.T) {
 	f := newFixture(t)
 	list := filepath.Join(t.TempDir(), "list.jsonl")
 	b, err := os.ReadFile("testdata/list-stopped.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(list, []byte(strings.ReplaceAll(string(b), "$LIMA_HOME", f.limaHome)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(list, []byte(strings.ReplaceAll(string(b), "$LIMA_HOME", f.limaHome)), 0o644))
 	t.Setenv("FAKE_LIMACTL_LIST", list)
 	p := f.platform(t, nil, nil)
-	guesttest.WantError(t, p.Up(context.Background()), platforms.ErrStart, f.limaHome+`/layerfs-demo/ha.stderr.log`)
+	guesttest.WantError(t, p.Up(t.Context()), platforms.ErrStart, f.limaHome+`/layerfs-demo/ha.stderr.log`)
 	guesttest.WantLog(t, log, "--version\n--\nlist\n--json\n--\nstart\n--tty=false\n--timeout=10m0s\nlayerfs-demo\n--\n")
 }
