@@ -213,14 +213,10 @@ func TestUploadDownloadTree(t *testing.T) {
 func TestCompressedDownloads(t *testing.T) {
 	ctx := context.Background()
 	c, err := client.Dial(ctx, daemonAddr, client.WithCompressedDownloads())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project(t, c), Branch: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	zeros := make([]byte, 4<<20)
 	if err := ws.WriteFile(ctx, "d/zeros", zeros, 0o644); err != nil {
 		t.Fatal(err)

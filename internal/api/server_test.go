@@ -215,9 +215,7 @@ func TestRoutes(t *testing.T) {
 		t.Fatalf("get tar, gzip accepted: %d %v", r.status, r.header)
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(r.body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if plain, err := io.ReadAll(zr); err != nil || !bytes.Equal(plain, h.do("GET", base+"/tar?path=up/d", nil, "Accept-Encoding", "identity").body) {
 		t.Errorf("the gzip body is not the archive: %v", err)
 	}

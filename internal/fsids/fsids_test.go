@@ -7,6 +7,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/fsids"
 	"layerfs.dev/layerfs/internal/testenv"
 )
@@ -25,20 +28,12 @@ func TestDo(t *testing.T) {
 		}
 		return sentinel
 	})
-	if !errors.Is(err, sentinel) {
-		t.Fatalf("Do: %v, want fn's error", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "after"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.ErrorIs(t, err, sentinel, "Do returns fn's error")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "after"), nil, 0o644))
 	for name, want := range map[string]uint32{"in": id, "after": 0} {
 		st, err := os.Stat(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		s := st.Sys().(*syscall.Stat_t)
-		if s.Uid != want || s.Gid != want {
-			t.Errorf("%s owned by %d:%d, want %d:%d", name, s.Uid, s.Gid, want, want)
-		}
+		assert.Equal(t, [2]uint32{want, want}, [2]uint32{s.Uid, s.Gid}, "owner of %s", name)
 	}
 }
