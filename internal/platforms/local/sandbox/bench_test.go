@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
+	"layerfs.dev/layerfs/internal/stats"
 	"layerfs.dev/layerfs/internal/testenv"
 )
 
@@ -46,4 +48,42 @@ func TestMeasureOverhead(t *testing.T) {
 	if o.Launch.Median <= 0 || o.Wall.Median < o.Launch.Median || o.Spawn.Median <= 0 {
 		t.Fatalf("implausible figures: %v", o)
 	}
+}
+
+// BenchmarkForkIntoUserNamespace is the floor under a user namespace per
+// exec: Go's own fork and exec of /bin/true (no sandbox), plainly and into
+// a new user namespace with the default range, alternating, with
+// LAYERFS_SANDBOX_GAP idle before each. Into a user namespace the runtime
+// cannot use vfork (the parent must write the mapping while the child
+// waits), so it copies the whole process (here the test binary, larger
+// than the sandbox init, so more to copy) and syncs with the child over a
+// pipe; docs/security.md has the figures.
+func BenchmarkForkIntoUserNamespace(b *testing.B) {
+	testenv.RequireRoot(b)
+	gap, _ := time.ParseDuration(os.Getenv("LAYERFS_SANDBOX_GAP"))
+	r := sandbox.DefaultIDRange
+	fork := func(userns bool) time.Duration {
+		attr := &syscall.ProcAttr{Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{Setpgid: true}}
+		if userns {
+			attr.Sys.Cloneflags = syscall.CLONE_NEWUSER
+			attr.Sys.UidMappings, attr.Sys.GidMappings = r.Mapping(), r.Mapping()
+			attr.Sys.GidMappingsEnableSetgroups = true
+		}
+		time.Sleep(gap)
+		t0 := time.Now()
+		pid, err := syscall.ForkExec("/bin/true", []string{"true"}, attr)
+		d := time.Since(t0)
+		require.NoError(b, err)
+		var ws syscall.WaitStatus
+		_, err = syscall.Wait4(pid, &ws, 0, nil)
+		require.NoError(b, err)
+		return d
+	}
+	var plain, userns []float64
+	for b.Loop() {
+		plain = append(plain, float64(fork(false).Microseconds()))
+		userns = append(userns, float64(fork(true).Microseconds()))
+	}
+	b.ReportMetric(stats.Median(plain), "plain-us/fork")
+	b.ReportMetric(stats.Median(userns), "userns-us/fork")
 }
