@@ -78,6 +78,31 @@ func TestMultipartAndRanges(t *testing.T) {
 	}
 }
 
+// TestList: a listing names every object under its prefix, without the
+// bucket's own prefix, with its size, and nothing else.
+func TestList(t *testing.T) {
+	ctx := context.Background()
+	b := open(t, "", Config{})
+	want := map[string]int64{"packs/a.pack": 3, "packs/b.pack": 5, "other/c": 1}
+	for k, n := range want {
+		if err := b.Put(ctx, k, bytes.NewReader(make([]byte, n)), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.List(ctx, "packs/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("list packs/: %+v, want the two packs", got)
+	}
+	for _, o := range got {
+		if !strings.HasPrefix(o.Key, "packs/") || want[o.Key] != o.Size || o.Modified.IsZero() {
+			t.Errorf("listed %+v; want key, size and time of one of %v", o, want)
+		}
+	}
+}
+
 // TestRetriesThroughResets: the first connections to the server are reset
 // (a proxy in front of it closes them at once); requests retry with
 // backoff and succeed once the proxy lets connections through.

@@ -41,7 +41,15 @@ func TestMain(m *testing.M) {
 
 func runChild(mode, dir, arg string) error {
 	ctx := context.Background() // a child process: no test to take a context from
-	db, err := Open(ctx, dir, Options{})
+	opts := Options{}
+	if mode == "lease" {
+		ttl, err := time.ParseDuration(arg)
+		if err != nil {
+			return err
+		}
+		opts.LeaseTTL = ttl
+	}
+	db, err := Open(ctx, dir, opts)
 	if err != nil {
 		return err
 	}
@@ -70,6 +78,19 @@ func runChild(mode, dir, arg string) error {
 		}
 		fmt.Fprintln(out, "took", time.Since(start).Nanoseconds())
 		return nil
+	case "lease":
+		// A host of a shared Store whose lease lives arg: it stores a
+		// commit no branch names, opens a workspace on it, and waits.
+		c, err := writeSeeded(ctx, db, ZeroID, uint64(os.Getpid()))
+		if err != nil {
+			return err
+		}
+		if _, err := db.CreateWorkspace(ctx, Workspace{ID: "ws", Project: "p", Branch: DefaultBranch, Base: c, Head: c, State: "live"}); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "ACK %s\nready\n", c)
+		_, err = io.Copy(io.Discard, os.Stdin)
+		return err
 	case "crash":
 		fmt.Fprintln(out, "ready")
 		for i := 0; ; i++ {
