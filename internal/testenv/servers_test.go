@@ -84,3 +84,27 @@ func TestWaitS3Build(t *testing.T) {
 		t.Fatalf("after the lock is freed: %v", err)
 	}
 }
+
+// TestStoppableS3: a test's own S3 server stops (its port refuses) and
+// starts again on the same address.
+func TestStoppableS3(t *testing.T) {
+	s := NewStoppableS3(t)
+	dial := func() error {
+		c, err := net.Dial("tcp", s.Endpoint)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := dial(); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	if err := dial(); err == nil {
+		t.Fatal("the stopped server still accepts connections")
+	}
+	s.Start(t)
+	if err := dial(); err != nil {
+		t.Fatalf("after Start: %v", err)
+	}
+}
