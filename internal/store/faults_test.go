@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -71,25 +70,7 @@ func TestSharedStoreHostKilledMidCommit(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		start := ready
-		if k%2 == 1 {
-			start = first // every other round publishes at least once
-		}
-		select {
-		case <-start:
-		case <-time.After(2 * time.Minute):
-			cmd.Process.Kill()
-			t.Fatal("host a did not start")
-		}
-		time.Sleep(time.Duration(rng.IntN(300_000)) * time.Microsecond)
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		ids := done()
-		cmd.Wait()
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
-			t.Fatalf("kill %d: host a ended on its own", k)
-		}
+		ids := crashChild(t, cmd, ready, first, k, 2*time.Minute, time.Duration(rng.IntN(300_000))*time.Microsecond, done)
 		aAcked = append(aAcked, ids...)
 		rep, err := b.Fsck(ctx, nil)
 		if err != nil || !rep.OK() {

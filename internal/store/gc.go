@@ -218,7 +218,7 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 	}
 	var stack []item
 	for _, r := range roots {
-		stack = append(stack, item{r.k, r.id, r.via})
+		stack = append(stack, item(r))
 	}
 	for len(stack) > 0 {
 		if err := checkContext(ctx); err != nil {
