@@ -147,15 +147,7 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*FleetReport, error) {
 	if cfg.Samples <= 0 {
 		cfg.Samples = 50
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	say := func(s string) {
-		if cfg.Progress != nil {
-			cfg.Progress(s)
-		}
-	}
+	log, say := runOutputs(cfg.Logger, cfg.Progress)
 	rep := &FleetReport{CPUs: runtime.NumCPU(), Load: report.LoadAverage(), Files: cfg.Files}
 	t, err := prepare(ctx, Config{NewPlatform: cfg.NewPlatform}, "local", log)
 	if err != nil {
