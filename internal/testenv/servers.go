@@ -207,7 +207,7 @@ type S3Server struct {
 func S3(t testing.TB) (srv S3Server, bucket, prefix string) {
 	t.Helper()
 	s3Once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), S3BuildWait)
+		ctx, cancel := context.WithTimeout(context.Background(), s3BuildWait(t))
 		defer cancel()
 		if s3Err = waitS3Build(ctx); s3Err == nil {
 			s3Srv, s3Err = startS3()
@@ -242,9 +242,25 @@ func S3ServerBinary() string {
 
 // S3BuildWait bounds S3's wait for a build of scripts/ensure-s3server
 // still at work: a cold build took 36 minutes on this 2-core machine under
-// load, most of which passes while other packages' tests run before the
-// first test that needs the server starts.
-const S3BuildWait = 30 * time.Minute
+// load, and the first test binaries to need the server start a few minutes
+// after scripts/test-setup starts the build. The wait also leaves
+// s3TestMargin of the test binary's -timeout (make test: 60m) for the
+// tests themselves.
+const S3BuildWait = 50 * time.Minute
+
+const s3TestMargin = 8 * time.Minute
+
+// s3BuildWait is how long t may wait for the build: S3BuildWait, or less
+// when the test binary's deadline is nearer.
+func s3BuildWait(t testing.TB) time.Duration {
+	wait := S3BuildWait
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if end, ok := d.Deadline(); ok {
+			wait = min(wait, time.Until(end)-s3TestMargin)
+		}
+	}
+	return max(wait, time.Second)
+}
 
 // s3BuildDir is scripts/ensure-s3server's directory, which holds its lock
 // and its log: the binary's directory's parent.

@@ -108,3 +108,24 @@ func TestStoppableS3(t *testing.T) {
 		t.Fatalf("after Start: %v", err)
 	}
 }
+
+// deadlineTB is a testing.TB whose test binary ends at end.
+type deadlineTB struct {
+	testing.TB
+	end time.Time
+}
+
+func (d deadlineTB) Deadline() (time.Time, bool) { return d.end, true }
+
+// TestS3BuildWaitLeavesTimeForTheTests: the wait for a build is
+// S3BuildWait, cut short to leave the tests s3TestMargin before the test
+// binary's deadline.
+func TestS3BuildWaitLeavesTimeForTheTests(t *testing.T) {
+	if got := s3BuildWait(deadlineTB{t, time.Now().Add(2 * time.Hour)}); got != S3BuildWait {
+		t.Errorf("2 h before the deadline: wait %v, want %v", got, S3BuildWait)
+	}
+	got := s3BuildWait(deadlineTB{t, time.Now().Add(20 * time.Minute)})
+	if want := 20*time.Minute - s3TestMargin; got > want || got < want-time.Minute {
+		t.Errorf("20 min before the deadline: wait %v, want about %v", got, want)
+	}
+}
