@@ -1,13 +1,13 @@
 package store
 
 import (
-	"context"
-	"errors"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/testenv"
 )
@@ -19,24 +19,17 @@ import (
 // on the branch's history), the other host goes on, and GC then removes
 // the pack objects the killed host uploaded but never indexed.
 func TestSharedStoreHostKilledMidCommit(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	url := sharedURL(t)
 	b := openHost(t, url)
 	first, err := writeSeeded(ctx, b, ZeroID, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.CreateProject(ctx, "p", first); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	_, err = b.CreateProject(ctx, "p", first)
+	require.NoError(t, err)
 	dir := t.TempDir() // host a's directory
 	a, err := Init(ctx, dir, Options{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
 
 	// Host b publishes on main all along.
 	stop := make(chan struct{})
@@ -67,32 +60,24 @@ func TestSharedStoreHostKilledMidCommit(t *testing.T) {
 	for k := range kills {
 		cmd := child(t, dir, "crash", "")
 		ready, first, done := acksFirst(t, cmd)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cmd.Start())
 		ids := crashChild(t, cmd, ready, first, k, 2*time.Minute, time.Duration(rng.IntN(300_000))*time.Microsecond, done)
 		aAcked = append(aAcked, ids...)
 		rep, err := b.Fsck(ctx, nil)
-		if err != nil || !rep.OK() {
-			t.Fatalf("kill %d: fsck: %v %v", k, err, rep.Err())
-		}
+		require.NoError(t, err, "kill %d: fsck", k)
+		require.NoError(t, rep.Err(), "kill %d: fsck", k)
 	}
 	close(stop)
 	wg.Wait()
-	if bErr != nil {
-		t.Fatalf("host b, publishing beside the killed host: %v", bErr)
-	}
-	if len(bAcked) == 0 || len(aAcked) == 0 {
-		t.Fatalf("acknowledged: host a %d, host b %d; want both to have published", len(aAcked), len(bAcked))
-	}
+	require.NoError(t, bErr, "host b, publishing beside the killed host")
+	require.NotEmpty(t, aAcked, "host a's acknowledged commits")
+	require.NotEmpty(t, bAcked, "host b's acknowledged commits")
 	onMain := map[ID]bool{}
 	for c := mustBranch(t, b, "main"); !c.IsZero(); c = mustCommit(t, b, c).Parent {
 		onMain[c] = true
 	}
 	for _, c := range append(aAcked, bAcked...) {
-		if !onMain[c] {
-			t.Fatalf("acknowledged commit %s is not on main's history", c.Short())
-		}
+		require.True(t, onMain[c], "acknowledged commit %s is not on main's history", c.Short())
 		verifySeeded(t, b, c)
 	}
 
@@ -100,21 +85,13 @@ func TestSharedStoreHostKilledMidCommit(t *testing.T) {
 	// (unpublished commits, and pack objects uploaded but never indexed),
 	// and every pack object left is indexed.
 	st, err := b.GC(ctx, GCOptions{Grace: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Logf("after %d kills: GC deleted %d objects, %d chunks, %d packs and %d orphan pack objects", kills, st.DeadObjects, st.DeadChunks, st.PacksDeleted, st.OrphanPacks)
 	objs, err := b.bucket.bucket.List(ctx, packKeyPrefix)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var indexed int
-	if err := b.r.QueryRowContext(ctx, `SELECT count(*) FROM packs`).Scan(&indexed); err != nil {
-		t.Fatal(err)
-	}
-	if len(objs) != indexed {
-		t.Fatalf("after GC: %d pack objects in the bucket, %d indexed", len(objs), indexed)
-	}
+	require.NoError(t, b.r.QueryRowContext(ctx, `SELECT count(*) FROM packs`).Scan(&indexed))
+	require.Len(t, objs, indexed, "pack objects in the bucket after GC, against those indexed")
 	for _, c := range append(aAcked, bAcked...) {
 		verifySeeded(t, b, c)
 	}
@@ -128,46 +105,37 @@ func TestSharedStoreHostKilledMidCommit(t *testing.T) {
 // visible; once the server is back, the same commit succeeds, and
 // everything reads back whole on a host that had never seen it.
 func TestSharedStoreBucketAway(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	s3 := testenv.NewStoppableS3(t)
 	url := testenv.StoreURLWith(t, s3.S3Server)
 	a, b := openHost(t, url), openHost(t, url)
 	c1, err := writeSeeded(ctx, a, ZeroID, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.CreateProject(ctx, "p", c1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	_, err = a.CreateProject(ctx, "p", c1)
+	require.NoError(t, err)
 	verifySeeded(t, a, c1) // fills a's chunk cache
 
 	s3.Stop()
 	verifySeeded(t, a, c1) // from the cache
 	e, _ := mustTree(t, b, c1).Find("b")
 	m, err := b.Manifest(ctx, e.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, err = b.Chunk(ctx, m.Extents[0].Chunk)
-	if err == nil || errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), s3.Endpoint) {
-		t.Fatalf("read from a host without the chunk while the bucket is away: %v; want an error naming %s, not a corruption", err, s3.Endpoint)
-	}
+	require.ErrorContains(t, err, s3.Endpoint, "read from a host without the chunk while the bucket is away")
+	require.NotErrorIs(t, err, ErrCorrupt, "a bucket away is not a corruption")
 	c2, err := writeSeeded(ctx, a, c1, 2)
-	if err == nil || !strings.Contains(err.Error(), s3.Endpoint) || !strings.Contains(err.Error(), "attempt") {
-		t.Fatalf("commit while the bucket is away: %v; want the upload's error after its retries, naming %s", err, s3.Endpoint)
-	}
-	if ok, err := b.HasCommit(ctx, c2); ok || err != nil {
-		t.Fatalf("the failed commit is visible: %v, %v", ok, err)
-	}
+	require.ErrorContains(t, err, s3.Endpoint, "commit while the bucket is away: the upload's error")
+	require.ErrorContains(t, err, "attempt", "commit while the bucket is away: after its retries")
+	ok, err := b.HasCommit(ctx, c2)
+	require.NoError(t, err)
+	require.False(t, ok, "the failed commit is visible")
 
 	s3.Start(t)
 	c2again, err := writeSeeded(ctx, a, c1, 2)
-	if err != nil {
-		t.Fatalf("commit once the bucket is back: %v", err)
-	}
-	if o, err := a.SetBranchHead(ctx, "p", DefaultBranch, c1, c2again); err != nil || o != PublishCreated {
-		t.Fatalf("publish once the bucket is back: %v, %v", o, err)
-	}
+	require.NoError(t, err, "commit once the bucket is back")
+	o, err := a.SetBranchHead(ctx, "p", DefaultBranch, c1, c2again)
+	require.NoError(t, err, "publish once the bucket is back")
+	require.Equal(t, PublishCreated, o, "publish once the bucket is back")
 	fresh := openHost(t, url)
 	verifySeeded(t, fresh, c1)
 	verifySeeded(t, fresh, c2again)

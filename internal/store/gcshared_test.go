@@ -1,14 +1,13 @@
 package store
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // ageRows makes every chunk and object row of the shared Store look stored
@@ -16,9 +15,8 @@ import (
 func ageRows(t *testing.T, db *DB, d time.Duration) {
 	t.Helper()
 	for _, table := range []string{"chunks", "objects"} {
-		if _, err := db.w.ExecContext(context.Background(), `UPDATE `+table+` SET created = created - $1`, d.Nanoseconds()); err != nil {
-			t.Fatal(err)
-		}
+		_, err := db.w.ExecContext(t.Context(), `UPDATE `+table+` SET created = created - $1`, d.Nanoseconds())
+		require.NoError(t, err)
 	}
 }
 
@@ -26,39 +24,35 @@ func ageRows(t *testing.T, db *DB, d time.Duration) {
 // objects, of what nothing reaches, keeps what the branches reach, and
 // spares what was stored within the grace period.
 func TestSharedGCReclaims(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	url := sharedURL(t)
 	a, b := openHost(t, url), openHost(t, url)
 	keep := commitFiles(t, a, ZeroID, "kept", map[string][]byte{"k": randBytes(1, 3*testChunkSize)})
-	if _, err := a.CreateProject(ctx, "p", keep); err != nil {
-		t.Fatal(err)
-	}
+	_, err := a.CreateProject(ctx, "p", keep)
+	require.NoError(t, err)
 	lost := commitFiles(t, a, ZeroID, "never published", map[string][]byte{"l": randBytes(2, 3*testChunkSize), "m": randBytes(3, 100)})
 
 	// Within the grace period nothing is deleted.
 	st, err := b.GC(ctx, GCOptions{})
-	if err != nil || st.DeadObjects != 0 || st.DeadChunks != 0 || st.PacksDeleted != 0 {
-		t.Fatalf("GC within the grace period: %+v, %v; want nothing deleted", st, err)
-	}
-	if ok, _ := b.HasCommit(ctx, lost); !ok {
-		t.Fatal("GC deleted a commit stored within the grace period")
-	}
+	require.NoError(t, err)
+	require.Zero(t, st.DeadObjects+st.DeadChunks+int64(st.PacksDeleted), "GC within the grace period deleted something: %+v", st)
+	ok, err := b.HasCommit(ctx, lost)
+	require.NoError(t, err)
+	require.True(t, ok, "GC deleted a commit stored within the grace period")
+
 	ageRows(t, a, DefaultGCGrace+time.Minute)
 	st, err = b.GC(ctx, GCOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// The commit, its tree, the manifest of l and the chunks of l and m.
-	if st.DeadObjects != 3 || st.DeadChunks != 4 || st.PacksDeleted != 1 || st.Reclaimed <= 0 {
-		t.Fatalf("GC after the grace period: %+v; want 3 objects, 4 chunks and 1 pack deleted", st)
-	}
-	if ok, _ := a.HasCommit(ctx, lost); ok {
-		t.Fatal("the unpublished commit survived GC")
-	}
+	require.EqualValues(t, 3, st.DeadObjects, "objects deleted: %+v", st)
+	require.EqualValues(t, 4, st.DeadChunks, "chunks deleted: %+v", st)
+	require.Equal(t, 1, st.PacksDeleted, "packs deleted: %+v", st)
+	require.Positive(t, st.Reclaimed, "bytes reclaimed: %+v", st)
+	ok, err = a.HasCommit(ctx, lost)
+	require.NoError(t, err)
+	require.False(t, ok, "the unpublished commit survived GC")
 	c := openHost(t, url) // nothing cached
-	if got := readAll(t, c, keep)["k"]; !bytes.Equal(got, randBytes(1, 3*testChunkSize)) {
-		t.Fatal("the kept commit reads back wrong after GC")
-	}
+	require.Equal(t, randBytes(1, 3*testChunkSize), readAll(t, c, keep)["k"], "the kept commit after GC")
 	mustFsck(t, c)
 }
 
@@ -68,7 +62,7 @@ func TestSharedGCReclaims(t *testing.T) {
 // made the chunk young again, so GC keeps it and the publish is whole.
 // Without the batch, the same chunk is collected.
 func TestSharedGCSparesWhatABatchFound(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	url := sharedURL(t)
 	a, b := openHost(t, url), openHost(t, url)
 	x, y := randBytes(10, 5000), randBytes(11, 6000)
@@ -77,121 +71,88 @@ func TestSharedGCSparesWhatABatchFound(t *testing.T) {
 	ageRows(t, a, DefaultGCGrace+time.Minute)
 
 	bt, err := b.NewBatch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer bt.Abort()
-	if added, err := bt.PutChunk(xid, x); err != nil || added {
-		t.Fatalf("put x: added %v, %v; want it found stored", added, err)
-	}
+	added, err := bt.PutChunk(xid, x)
+	require.NoError(t, err)
+	require.False(t, added, "put x: want it found stored")
+
 	st, err := a.GC(ctx, GCOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.DeadChunks != 1 || st.DeadObjects != 2 {
-		t.Fatalf("GC: %+v; want y's chunk, the old tree and commit deleted, x kept", st)
-	}
-	if _, err := a.Chunk(ctx, yid); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("y after GC: %v, want ErrNotFound", err)
-	}
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.DeadChunks, "want y's chunk deleted, x kept: %+v", st)
+	require.EqualValues(t, 2, st.DeadObjects, "want the old tree and commit deleted: %+v", st)
+	_, err = a.Chunk(ctx, yid)
+	require.ErrorIs(t, err, ErrNotFound, "y after GC")
+
 	tr, err := bt.PutTree(&Tree{Entries: []Entry{{Name: "x", Type: TypeFile, Mode: 0o644, Size: int64(len(x)), Object: xid, ObjectKind: KindChunk}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c, err := bt.PutCommit(&Commit{Root: tr, Message: "names x", TimeNs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bt.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.CreateProject(ctx, "p", c); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, bt.Flush(ctx))
+	_, err = b.CreateProject(ctx, "p", c)
+	require.NoError(t, err)
 	fresh := openHost(t, url)
-	if got := readAll(t, fresh, c)["x"]; !bytes.Equal(got, x) {
-		t.Fatal("the published commit's x reads back wrong")
-	}
+	require.Equal(t, x, readAll(t, fresh, c)["x"], "the published commit's x")
 	mustFsck(t, fresh)
 
 	// The control: the same kind of chunk, found by no batch, is collected.
 	z := randBytes(12, 7000)
 	commitFiles(t, a, ZeroID, "old too", map[string][]byte{"z": z})
 	ageRows(t, a, DefaultGCGrace+time.Minute)
-	if _, err := a.GC(ctx, GCOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Chunk(ctx, Hash(KindChunk, z)); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("z after GC: %v, want ErrNotFound", err)
-	}
+	_, err = a.GC(ctx, GCOptions{})
+	require.NoError(t, err)
+	_, err = a.Chunk(ctx, Hash(KindChunk, z))
+	require.ErrorIs(t, err, ErrNotFound, "z after GC")
 }
 
 // TestSharedGCHostDies: a workspace open on a host keeps its base alive
 // while the host's lease lives; the host is killed, its lease expires, and
 // GC on another host then reclaims the base.
 func TestSharedGCHostDies(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	url := sharedURL(t)
 	b := openHost(t, url)
 	base := commitFiles(t, b, ZeroID, "base", map[string][]byte{"f": randBytes(20, 2*testChunkSize)})
-	if _, err := b.CreateProject(ctx, "p", base); err != nil {
-		t.Fatal(err)
-	}
+	_, err := b.CreateProject(ctx, "p", base)
+	require.NoError(t, err)
 	dir := t.TempDir()
 	a, err := Init(ctx, dir, Options{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
 	node, err := os.ReadFile(filepath.Join(dir, nodeFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	aNode := strings.TrimSpace(string(node))
 
 	// Host a, a process of its own: a 10 s lease (renewed every 2.5 s)
 	// and a workspace on a commit no branch names.
 	cmd := child(t, dir, "lease", "10s")
 	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer stdin.Close()
 	ready, done := acks(t, cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	<-ready
-	if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Process.Kill())
 	ids := done()
 	cmd.Wait()
-	if len(ids) != 1 {
-		t.Fatalf("host a acknowledged %d commits, want 1", len(ids))
-	}
+	require.Len(t, ids, 1, "host a's acknowledged commits")
 	c := ids[0]
-	// Dead, but its lease has not expired yet... unless the machine was
-	// too slow to get here in 10 s: then this part proves nothing, and
-	// says so.
+
 	leaseLive := func() bool {
 		ls, err := b.Leases(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for _, l := range ls {
 			if l.Node == aNode {
 				return l.Live
 			}
 		}
-		t.Fatalf("no lease of host %s in %+v", aNode, ls)
+		require.Failf(t, "no lease", "no lease of host %s in %+v", aNode, ls)
 		return false
 	}
-	if _, err := b.GC(ctx, GCOptions{Grace: -1}); err != nil {
-		t.Fatal(err)
-	}
+	// Dead, but its lease has not expired yet, unless the machine was too
+	// slow to get here in 10 s: then this part proves nothing, and says so.
+	_, err = b.GC(ctx, GCOptions{Grace: -1})
+	require.NoError(t, err)
 	if leaseLive() {
 		verifySeeded(t, b, c) // kept by the workspace of a host whose lease lives
 	} else {
@@ -200,20 +161,15 @@ func TestSharedGCHostDies(t *testing.T) {
 
 	deadline := time.Now().Add(2 * time.Minute)
 	for leaseLive() {
-		if time.Now().After(deadline) {
-			t.Fatal("host a's lease still live 2 minutes after it died")
-		}
+		require.False(t, time.Now().After(deadline), "host a's lease still live 2 minutes after it died")
 		time.Sleep(200 * time.Millisecond)
 	}
 	st, err := b.GC(ctx, GCOptions{Grace: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, _ := b.HasCommit(ctx, c); ok || st.DeadObjects == 0 || st.DeadChunks == 0 || st.PacksDeleted == 0 {
-		t.Fatalf("GC after host a's lease expired: %+v, commit kept %v; want its workspace's base reclaimed", st, ok)
-	}
-	if got := readAll(t, b, base)["f"]; !bytes.Equal(got, randBytes(20, 2*testChunkSize)) {
-		t.Fatal("the branch's commit reads back wrong after GC")
-	}
+	require.NoError(t, err)
+	ok, err := b.HasCommit(ctx, c)
+	require.NoError(t, err)
+	require.False(t, ok, "host a's workspace's base survived GC after its lease expired: %+v", st)
+	require.True(t, st.DeadObjects > 0 && st.DeadChunks > 0 && st.PacksDeleted > 0, "GC after the lease expired: %+v", st)
+	require.Equal(t, randBytes(20, 2*testChunkSize), readAll(t, b, base)["f"], "the branch's commit after GC")
 	mustFsck(t, b)
 }
