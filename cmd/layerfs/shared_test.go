@@ -16,7 +16,7 @@ import (
 // joins a directory to a shared Store, and the CLI and its daemon work on
 // it unchanged. Two hosts' directories, each with its own daemon, share
 // one database and one bucket: a project imported through one is logged,
-// forked and checked out through the other.
+// forked and checked out through the other, and GC runs through either.
 func TestCLISharedStore(t *testing.T) {
 	url := testenv.StoreURL(t)
 	t.Setenv("PATH", binaries(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
@@ -68,4 +68,13 @@ func TestCLISharedStore(t *testing.T) {
 	got, err = os.ReadFile(filepath.Join(work2, "pkg/b.go"))
 	require.NoError(t, err)
 	assert.Equal(t, "package pkg // b\n", string(got), "a's checkout of b's commit")
+
+	// GC through a's daemon runs on the shared Store beside b's, and what
+	// the branches name stays.
+	a.ok("gc")
+	work3 := filepath.Join(t.TempDir(), "work3")
+	b.ok("checkout", "demo", "dev", work3)
+	got, err = os.ReadFile(filepath.Join(work3, "pkg/b.go"))
+	require.NoError(t, err)
+	assert.Equal(t, "package pkg // b\n", string(got), "b's checkout after a's GC")
 }

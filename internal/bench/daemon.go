@@ -34,7 +34,17 @@ type Daemon struct {
 // StartDaemon initialises a Store in dir (which must not hold one) and
 // serves it with the given host platforms, which must be Up.
 func StartDaemon(ctx context.Context, dir string, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
-	db, err := store.Init(ctx, dir, store.Options{Logger: log})
+	return startDaemon(ctx, dir, store.Options{Logger: log}, plats, log)
+}
+
+// StartFleetDaemon is StartDaemon for a host of the shared Store at url:
+// dir becomes the host's directory (its caches and workspaces).
+func StartFleetDaemon(ctx context.Context, dir, url string, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
+	return startDaemon(ctx, dir, store.Options{Logger: log, URL: url}, plats, log)
+}
+
+func startDaemon(ctx context.Context, dir string, opts store.Options, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
+	db, err := store.Init(ctx, dir, opts)
 	if err != nil {
 		return nil, err
 	}

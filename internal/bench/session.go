@@ -107,15 +107,7 @@ func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure,
 	if len(cfg.Platforms) == 0 {
 		cfg.Platforms = []string{"local"}
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	say := func(s string) {
-		if cfg.Progress != nil {
-			cfg.Progress(s)
-		}
-	}
+	log, say := runOutputs(cfg.Logger, cfg.Progress)
 	var figs []report.SessionFigure
 	for _, name := range cfg.Platforms {
 		t, err := prepare(ctx, Config{NewPlatform: cfg.NewPlatform}, name, log)
@@ -158,6 +150,19 @@ func RunSession(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure,
 		}
 	}
 	return figs, nil
+}
+
+// runOutputs returns a run's logger (log, or one that discards) and its
+// progress function (progress, or one that does nothing).
+func runOutputs(log *slog.Logger, progress func(string)) (*slog.Logger, func(string)) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return log, func(s string) {
+		if progress != nil {
+			progress(s)
+		}
+	}
 }
 
 // separateDaemon measures exec true back to back and after think time

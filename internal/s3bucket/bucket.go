@@ -165,6 +165,30 @@ func (b *Bucket) Delete(ctx context.Context, key string) error {
 	})
 }
 
+// Object is one key of a listing.
+type Object struct {
+	Key      string // without the bucket's prefix
+	Size     int64
+	Modified time.Time // on the server's clock
+}
+
+// List returns every object whose key (without the bucket's prefix) starts
+// with prefix. A listing that fails part way is retried from the start.
+func (b *Bucket) List(ctx context.Context, prefix string) ([]Object, error) {
+	var out []Object
+	err := b.retry(ctx, "list "+prefix, func(ctx context.Context) error {
+		out = out[:0]
+		for o := range b.c.ListObjects(ctx, b.cfg.Bucket, minio.ListObjectsOptions{Prefix: b.cfg.Prefix + prefix, Recursive: true}) {
+			if o.Err != nil {
+				return o.Err
+			}
+			out = append(out, Object{Key: strings.TrimPrefix(o.Key, b.cfg.Prefix), Size: o.Size, Modified: o.LastModified})
+		}
+		return nil
+	})
+	return out, err
+}
+
 // retry runs op until it succeeds, fails in a way that cannot pass, the
 // attempts are used up or ctx ends, sleeping with exponential backoff and
 // full jitter in between.

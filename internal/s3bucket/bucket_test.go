@@ -7,9 +7,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,6 +77,55 @@ func TestMultipartAndRanges(t *testing.T) {
 	}
 	if _, err := b.Size(ctx, "packs/big.pack"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after delete: %v, want ErrNotFound", err)
+	}
+}
+
+// TestList: a listing names every object under its prefix, without the
+// bucket's own prefix, with its size, and nothing else.
+func TestList(t *testing.T) {
+	ctx := context.Background()
+	b := open(t, "", Config{})
+	want := map[string]int64{"packs/a.pack": 3, "packs/b.pack": 5, "other/c": 1}
+	for k, n := range want {
+		if err := b.Put(ctx, k, bytes.NewReader(make([]byte, n)), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.List(ctx, "packs/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("list packs/: %+v, want the two packs", got)
+	}
+	for _, o := range got {
+		if !strings.HasPrefix(o.Key, "packs/") || want[o.Key] != o.Size || o.Modified.IsZero() {
+			t.Errorf("listed %+v; want key, size and time of one of %v", o, want)
+		}
+	}
+}
+
+// TestTransient: transport failures that can pass are retried, answers
+// and cancellations are not; among them the two forms of a connection the
+// server closed that failed TestRetriesThroughResets under load before
+// they counted.
+func TestTransient(t *testing.T) {
+	closed := &url.Error{Op: "Put", URL: "http://127.0.0.1:1/b/k", Err: &net.OpError{Op: "readfrom", Net: "tcp",
+		Err: &net.OpError{Op: "write", Net: "tcp", Err: net.ErrClosed}}}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{closed, true},
+		{errors.New("Connection closed by foreign host http://127.0.0.1:1/b/k. Retry again."), true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, true},
+		{io.ErrUnexpectedEOF, true},
+		{context.Canceled, false},
+		{errors.New("access denied"), false},
+	} {
+		if got := transient(c.err); got != c.want {
+			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
 

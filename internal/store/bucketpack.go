@@ -20,9 +20,11 @@ import (
 )
 
 // A shared Store's packs are objects in a bucket, in the pack file format
-// (pack.go), named packs/<BLAKE3 of the pack's bytes>.pack: immutable, so
-// an upload retried after a timeout writes the same object and no two
-// hosts can overwrite each other's. A writer spools its pack to spool/ in
+// (pack.go), named packs/<number>-<BLAKE3 of the pack's bytes>.pack:
+// immutable, so an upload retried after a timeout writes the same object,
+// and unique, so no two hosts can overwrite each other's, and GC deleting
+// a dead pack can never delete a new one that happens to hold the same
+// bytes. A writer spools its pack to spool/ in
 // the host's directory and uploads it when its batch flushes; the packs
 // table maps the pack's number (from a sequence, known when the first
 // chunk is appended, as the chunk rows need it) to the object's key.
@@ -110,13 +112,21 @@ func (w *bucketWriter) sync() error {
 	if _, err := io.Copy(h, io.NewSectionReader(w.f, 0, w.size)); err != nil {
 		return fmt.Errorf("hash pack %s: %w", w.path, err)
 	}
-	key := fmt.Sprintf("packs/%x.pack", h.Sum(nil))
+	key := packObjectKey(w.num, h.Sum(nil))
 	if err := b.Put(ctx, key, w.f, w.size); err != nil {
 		return fmt.Errorf("upload pack %d: %w", w.num, err)
 	}
 	w.key = key
 	return nil
 }
+
+// packObjectKey names pack num with the hash of its bytes.
+func packObjectKey(num int64, sum []byte) string {
+	return fmt.Sprintf("%s%d-%x.pack", packKeyPrefix, num, sum)
+}
+
+// packKeyPrefix is where pack objects are, in the bucket.
+const packKeyPrefix = "packs/"
 
 func (w *bucketWriter) rollback(size int64) error {
 	w.w.Reset(w.f)

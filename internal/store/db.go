@@ -68,6 +68,9 @@ type Options struct {
 	// read from the bucket; 0 means DefaultChunkCacheBytes, negative
 	// disables it.
 	ChunkCacheBytes int64
+	// LeaseTTL is how long a shared Store's host stays alive for GC
+	// without renewing its lease (lease.go); 0 means DefaultLeaseTTL.
+	LeaseTTL time.Duration
 }
 
 func (o *Options) fill() {
@@ -85,6 +88,9 @@ func (o *Options) fill() {
 	}
 	if o.ChunkCacheBytes == 0 {
 		o.ChunkCacheBytes = DefaultChunkCacheBytes
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = DefaultLeaseTTL
 	}
 }
 
@@ -112,6 +118,7 @@ type DB struct {
 	bucket  *bucketPacks // a shared Store's pack objects; nil on the embedded one
 	content packStore    // whichever of the two this DB has
 	node    string       // this host's name in a shared Store
+	lease   *leaseKeeper // renews node's lease; nil on the embedded Store
 	trees   *treeCache
 	mat     flightGroup
 	mem     memCache // contents held in memory while the disk is full
@@ -357,6 +364,7 @@ func (db *DB) Close() error {
 
 func (db *DB) closeAll() error {
 	var errs []error
+	db.stopLease()
 	if db.content != nil {
 		errs = append(errs, db.content.close())
 	}

@@ -165,7 +165,7 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 	}
 
 	// Refs.
-	roots, err := refRoots(ctx, tx)
+	roots, err := refRoots(ctx, tx, "workspaces")
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,11 @@ type GCOptions struct {
 	// Vacuum rebuilds the SQLite file afterwards to return its free pages
 	// to the file system.
 	Vacuum bool
+	// Grace, on a shared Store only: rows stored, or found by a batch's
+	// dedup probe, less than this long ago are kept, with everything they
+	// reach (gcshared.go); 0 means DefaultGCGrace, negative means none
+	// (only when no batch can be running, as in tests).
+	Grace time.Duration
 }
 
 // DefaultCompactRatio is the dead fraction above which GC rewrites a pack.
@@ -41,6 +46,7 @@ type GCStats struct {
 	DeadChunkBytes    int64         `json:"dead_chunk_bytes"` // payload bytes of deleted chunks
 	PacksRewritten    int           `json:"packs_rewritten"`
 	PacksDeleted      int           `json:"packs_deleted"`
+	OrphanPacks       int           `json:"orphan_packs,omitempty"` // pack objects no row ever named, deleted (shared Store)
 	CacheFilesRemoved int           `json:"cache_files_removed"`
 	DiskBefore        int64         `json:"disk_before"` // bytes on disk of packs, cache and database
 	DiskAfter         int64         `json:"disk_after"`
@@ -51,10 +57,12 @@ type GCStats struct {
 // GC deletes everything no branch head, layer or workspace (Base and Head)
 // reaches, following commit parents, trees, manifests and chunks; rewrites
 // packs whose dead bytes exceed the threshold, deleting the old files; and
-// removes cache files of unreachable content. It needs the store to itself:
-// it fails fast with ErrBusy when another process has the store open or a
-// batch of this process holds unflushed work. It refuses to delete anything
-// when a reachable object is missing or corrupt (run Fsck).
+// removes cache files of unreachable content. On the embedded Store it needs
+// the store to itself: it fails fast with ErrBusy when another process has
+// the store open or a batch of this process holds unflushed work. On a
+// shared Store it runs beside every host's work (gcshared.go). It refuses
+// to delete anything when a reachable object is missing or corrupt (run
+// Fsck).
 //
 // Every step is crash safe: rows go first (one transaction), a rewritten
 // pack is fsynced before the index points at it, and a pack file is removed
@@ -69,8 +77,7 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 		return GCStats{}, err
 	}
 	if db.bucket != nil {
-		// Needs the fleet's leases and upload intents (docs/fleet.md).
-		return GCStats{}, fmt.Errorf("gc: %w", ErrUnsupported)
+		return db.gcShared(ctx, opts, start)
 	}
 	unlock, err := db.lockExclusive(ctx)
 	if err != nil {
@@ -165,125 +172,136 @@ type liveSet struct {
 	content map[ID]struct{} // file content ids (cache keys), including ZeroID
 }
 
+func newLiveSet() *liveSet {
+	return &liveSet{objects: map[ID]Kind{}, chunks: map[ID]struct{}{}, content: map[ID]struct{}{ZeroID: {}}}
+}
+
 // mark walks the object graph from every ref in one read transaction.
 func (db *DB) mark(ctx context.Context, st *GCStats) (*liveSet, error) {
-	live := &liveSet{objects: map[ID]Kind{}, chunks: map[ID]struct{}{}, content: map[ID]struct{}{ZeroID: {}}}
+	live := newLiveSet()
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		roots, err := refRoots(ctx, tx)
+		roots, err := refRoots(ctx, tx, "workspaces")
 		if err != nil {
 			return err
 		}
-		get, err := tx.prepare(ctx, `SELECT kind, data FROM objects WHERE id = ?`)
-		if err != nil {
-			return err
-		}
-		defer get.close()
-		load := func(k Kind, id ID, via string) ([]byte, error) {
-			var kind int64
-			var data []byte
-			err := get.row(ctx, id[:]).Scan(&kind, &data)
-			if errors.Is(err, sql.ErrNoRows) || (err == nil && Kind(kind) != k) {
-				return nil, fmt.Errorf("%s %s (reached from %s) is missing; run fsck: %w", k, id, via, ErrNotFound)
-			}
-			if err != nil {
-				return nil, err
-			}
-			if Hash(k, data) != id {
-				return nil, fmt.Errorf("%s %s (reached from %s) does not match its id; run fsck: %w", k, id, via, ErrCorrupt)
-			}
-			return data, nil
-		}
-		type item struct {
-			k   Kind
-			id  ID
-			via string
-		}
-		var stack []item
-		for _, r := range roots {
-			stack = append(stack, item{KindCommit, r.id, r.via})
-		}
-		for len(stack) > 0 {
-			if err := checkContext(ctx); err != nil {
-				return err
-			}
-			it := stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-			if it.k == KindChunk {
-				if _, ok := live.chunks[it.id]; !ok {
-					live.chunks[it.id] = struct{}{}
-					st.LiveChunks++
-				}
-				continue
-			}
-			if _, ok := live.objects[it.id]; ok {
-				continue
-			}
-			data, err := load(it.k, it.id, it.via)
-			if err != nil {
-				return err
-			}
-			live.objects[it.id] = it.k
-			via := it.k.String() + " " + it.id.Short()
-			switch it.k {
-			case KindCommit:
-				st.LiveCommits++
-				c, err := DecodeCommit(data)
-				if err != nil {
-					return fmt.Errorf("commit %s: %w", it.id, err)
-				}
-				stack = append(stack, item{KindTree, c.Root, via})
-				if !c.Parent.IsZero() {
-					stack = append(stack, item{KindCommit, c.Parent, via})
-				}
-			case KindTree:
-				st.LiveTrees++
-				t, err := DecodeTree(data)
-				if err != nil {
-					return fmt.Errorf("tree %s: %w", it.id, err)
-				}
-				for i := range t.Entries {
-					e := &t.Entries[i]
-					switch {
-					case e.Type == TypeDir:
-						stack = append(stack, item{KindTree, e.Object, via})
-					case e.Type == TypeFile:
-						live.content[e.Object] = struct{}{}
-						if e.ObjectKind == KindChunk || e.ObjectKind == KindManifest {
-							stack = append(stack, item{e.ObjectKind, e.Object, via})
-						}
-					}
-				}
-			case KindManifest:
-				st.LiveManifests++
-				m, err := DecodeManifest(data)
-				if err != nil {
-					return fmt.Errorf("manifest %s: %w", it.id, err)
-				}
-				for _, x := range m.Extents {
-					if !x.Chunk.IsZero() {
-						stack = append(stack, item{KindChunk, x.Chunk, via})
-					}
-				}
-			}
-		}
-		return nil
+		return markFrom(ctx, tx, roots, live, st)
 	})
 	return live, err
 }
 
+// markFrom adds to live everything roots reach, in tx.
+func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCStats) error {
+	get, err := tx.prepare(ctx, `SELECT kind, data FROM objects WHERE id = ?`)
+	if err != nil {
+		return err
+	}
+	defer get.close()
+	load := func(k Kind, id ID, via string) ([]byte, error) {
+		var kind int64
+		var data []byte
+		err := get.row(ctx, id[:]).Scan(&kind, &data)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && Kind(kind) != k) {
+			return nil, fmt.Errorf("%s %s (reached from %s) is missing; run fsck: %w", k, id, via, ErrNotFound)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if Hash(k, data) != id {
+			return nil, fmt.Errorf("%s %s (reached from %s) does not match its id; run fsck: %w", k, id, via, ErrCorrupt)
+		}
+		return data, nil
+	}
+	type item struct {
+		k   Kind
+		id  ID
+		via string
+	}
+	var stack []item
+	for _, r := range roots {
+		stack = append(stack, item(r))
+	}
+	for len(stack) > 0 {
+		if err := checkContext(ctx); err != nil {
+			return err
+		}
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if it.k == KindChunk {
+			if _, ok := live.chunks[it.id]; !ok {
+				live.chunks[it.id] = struct{}{}
+				st.LiveChunks++
+			}
+			continue
+		}
+		if _, ok := live.objects[it.id]; ok {
+			continue
+		}
+		data, err := load(it.k, it.id, it.via)
+		if err != nil {
+			return err
+		}
+		live.objects[it.id] = it.k
+		via := it.k.String() + " " + it.id.Short()
+		switch it.k {
+		case KindCommit:
+			st.LiveCommits++
+			c, err := DecodeCommit(data)
+			if err != nil {
+				return fmt.Errorf("commit %s: %w", it.id, err)
+			}
+			stack = append(stack, item{KindTree, c.Root, via})
+			if !c.Parent.IsZero() {
+				stack = append(stack, item{KindCommit, c.Parent, via})
+			}
+		case KindTree:
+			st.LiveTrees++
+			t, err := DecodeTree(data)
+			if err != nil {
+				return fmt.Errorf("tree %s: %w", it.id, err)
+			}
+			for i := range t.Entries {
+				e := &t.Entries[i]
+				switch {
+				case e.Type == TypeDir:
+					stack = append(stack, item{KindTree, e.Object, via})
+				case e.Type == TypeFile:
+					live.content[e.Object] = struct{}{}
+					if e.ObjectKind == KindChunk || e.ObjectKind == KindManifest {
+						stack = append(stack, item{e.ObjectKind, e.Object, via})
+					}
+				}
+			}
+		case KindManifest:
+			st.LiveManifests++
+			m, err := DecodeManifest(data)
+			if err != nil {
+				return fmt.Errorf("manifest %s: %w", it.id, err)
+			}
+			for _, x := range m.Extents {
+				if !x.Chunk.IsZero() {
+					stack = append(stack, item{KindChunk, x.Chunk, via})
+				}
+			}
+		}
+	}
+	return nil
+}
+
 type root struct {
+	k   Kind
 	id  ID
 	via string
 }
 
-// refRoots lists every commit a ref names.
-func refRoots(ctx context.Context, tx *tx) ([]root, error) {
+// refRoots lists every commit a ref names: branch heads, layers, and the
+// base and head of each workspace of the table (or subquery) workspaces.
+func refRoots(ctx context.Context, tx *tx, workspaces string) ([]root, error) {
 	var out []root
 	r, err := tx.query(ctx, `
 		SELECT head, 'branch ' || project || '/' || name FROM branches
 		UNION ALL SELECT commit_id, 'layer ' || project || ':' || idx FROM layers
-		UNION ALL SELECT base, 'workspace ' || id || ' base' FROM workspaces
-		UNION ALL SELECT head, 'workspace ' || id || ' head' FROM workspaces`)
+		UNION ALL SELECT base, 'workspace ' || id || ' base' FROM `+workspaces+` AS w
+		UNION ALL SELECT head, 'workspace ' || id || ' head' FROM `+workspaces+` AS w`)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +315,7 @@ func refRoots(ctx context.Context, tx *tx) ([]root, error) {
 		var id ID
 		copy(id[:], b)
 		if !id.IsZero() {
-			out = append(out, root{id, via})
+			out = append(out, root{KindCommit, id, via})
 		}
 	}
 	return out, r.Err()

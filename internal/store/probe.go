@@ -27,18 +27,25 @@ func (db *DB) openProbe(ctx context.Context) (dedupProbe, error) {
 // chunk another host stores meanwhile merely looks new, as with SQLite's
 // snapshot (its pack bytes become dead bytes). pgx prepares and caches the
 // statements per connection.
+//
+// A row it finds older than probeRefresh it makes young again (one UPDATE,
+// which fails to find the row if GC deleted it meanwhile: then the id is
+// not stored), so that fleet GC, which spares young rows, keeps what this
+// batch is about to name (gcshared.go).
 type pgProbe struct{ db *DB }
 
 func (p *pgProbe) has(id ID, objects bool) (bool, error) {
-	q := `SELECT 1 FROM chunks WHERE id = $1`
+	table := "chunks"
 	if objects {
-		q = `SELECT 1 FROM objects WHERE id = $1`
+		table = "objects"
 	}
 	p.db.ctr.statements.Add(1)
 	start := time.Now()
 	defer func() { p.db.ctr.txTime.Add(int64(time.Since(start))) }()
-	var one int
-	err := p.db.r.QueryRowContext(context.Background(), q, id[:]).Scan(&one)
+	ctx := context.Background()
+	var stale bool
+	err := p.db.r.QueryRowContext(ctx, `SELECT created < `+dbNowNs+` - $2 FROM `+table+` WHERE id = $1`,
+		id[:], probeRefresh.Nanoseconds()).Scan(&stale)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -46,7 +53,16 @@ func (p *pgProbe) has(id ID, objects bool) (bool, error) {
 		return false, err
 	}
 	p.db.ctr.rows.Add(1)
-	return true, nil
+	if !stale {
+		return true, nil
+	}
+	p.db.ctr.statements.Add(1)
+	res, err := p.db.w.ExecContext(ctx, `UPDATE `+table+` SET created = `+dbNowNs+` WHERE id = $1`, id[:])
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 func (p *pgProbe) close() {}

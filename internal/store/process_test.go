@@ -41,7 +41,15 @@ func TestMain(m *testing.M) {
 
 func runChild(mode, dir, arg string) error {
 	ctx := context.Background() // a child process: no test to take a context from
-	db, err := Open(ctx, dir, Options{})
+	opts := Options{}
+	if mode == "lease" {
+		ttl, err := time.ParseDuration(arg)
+		if err != nil {
+			return err
+		}
+		opts.LeaseTTL = ttl
+	}
+	db, err := Open(ctx, dir, opts)
 	if err != nil {
 		return err
 	}
@@ -70,6 +78,19 @@ func runChild(mode, dir, arg string) error {
 		}
 		fmt.Fprintln(out, "took", time.Since(start).Nanoseconds())
 		return nil
+	case "lease":
+		// A host of a shared Store whose lease lives arg: it stores a
+		// commit no branch names, opens a workspace on it, and waits.
+		c, err := writeSeeded(ctx, db, ZeroID, uint64(os.Getpid()))
+		if err != nil {
+			return err
+		}
+		if _, err := db.CreateWorkspace(ctx, Workspace{ID: "ws", Project: "p", Branch: DefaultBranch, Base: c, Head: c, State: "live"}); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "ACK %s\nready\n", c)
+		_, err = io.Copy(io.Discard, os.Stdin)
+		return err
 	case "crash":
 		fmt.Fprintln(out, "ready")
 		for i := 0; ; i++ {
@@ -245,6 +266,32 @@ func acksFirst(t *testing.T, cmd *exec.Cmd) (ready, first chan struct{}, done fu
 	return ready, first, func() []ID { wg.Wait(); return ids }
 }
 
+// crashChild waits for a started "crash" child's ready line (in odd rounds
+// k, its first acknowledged commit, so that the test keeps checking
+// acknowledged commits however slow the machine is), at most limit, lets it
+// run for pause, kills it with SIGKILL and returns the commits it
+// acknowledged. It fails the test if the child ended on its own.
+func crashChild(t *testing.T, cmd *exec.Cmd, ready, first chan struct{}, k int, limit, pause time.Duration, done func() []ID) []ID {
+	t.Helper()
+	start := ready
+	if k%2 == 1 {
+		start = first
+	}
+	select {
+	case <-start:
+	case <-time.After(limit):
+		cmd.Process.Kill()
+		t.Fatalf("kill %d: the child did not start in %v", k, limit)
+	}
+	time.Sleep(pause)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	ids := done()
+	err := cmd.Wait()
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok && ws.Signaled(), "kill %d: the child ended on its own: %v", k, err)
+	return ids
+}
+
 // newProjectStore makes a store with project p whose main head is a
 // seeded commit, and closes it.
 func newProjectStore(t *testing.T) string {
@@ -381,22 +428,7 @@ func TestCrashSafety(t *testing.T) {
 		// Every other round lets the child publish at least once, so the
 		// test keeps checking acknowledged commits however slow the
 		// machine is; the others may kill it anywhere from the start.
-		start := ready
-		if k%2 == 1 {
-			start = first
-		}
-		select {
-		case <-start:
-		case <-time.After(60 * time.Second):
-			cmd.Process.Kill()
-			t.Fatal("child did not start")
-		}
-		time.Sleep(time.Duration(rng.IntN(150_000)) * time.Microsecond)
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		ids := done()
-		err := cmd.Wait()
-		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		require.True(t, ok && ws.Signaled(), "kill %d: child ended on its own: %v", k, err)
+		ids := crashChild(t, cmd, ready, first, k, 60*time.Second, time.Duration(rng.IntN(150_000))*time.Microsecond, done)
 
 		db, err := Open(ctx, dir, Options{})
 		require.NoError(t, err, "kill %d: open", k)

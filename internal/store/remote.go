@@ -187,6 +187,9 @@ func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *
 	db.bucket = newBucketPacks(db, bucket, chunks)
 	db.content = db.bucket
 	db.trees = newTreeCache(opts.TreeCacheBytes)
+	if err := db.keepLease(ctx); err != nil {
+		return nil, err
+	}
 	return db, nil
 }
 

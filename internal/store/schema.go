@@ -213,4 +213,21 @@ CREATE VIEW workspaces AS
 	FROM workspace_records WHERE node = current_setting('layerfs.node')
 	WITH CASCADED CHECK OPTION;
 `,
+	// Fleet GC (gcshared.go): chunk and object rows carry the time (the
+	// database's clock, ns) they were stored or last found by a batch's
+	// dedup probe, and GC spares rows younger than its grace period;
+	// leases (lease.go) say which hosts are alive, and only their
+	// workspaces keep commits alive.
+	`
+ALTER TABLE chunks ADD COLUMN created BIGINT NOT NULL DEFAULT ` + dbNowNs + `;
+ALTER TABLE objects ADD COLUMN created BIGINT NOT NULL DEFAULT ` + dbNowNs + `;
+CREATE INDEX chunks_created ON chunks(created);
+CREATE INDEX objects_created ON objects(created);
+CREATE INDEX chunks_pack ON chunks(pack);
+
+CREATE TABLE leases (
+	node    TEXT PRIMARY KEY,
+	expires BIGINT NOT NULL
+);
+`,
 }

@@ -44,8 +44,9 @@ var (
 	s3Err  error
 
 	// The write ends of the supervisors' stdin pipes: held (and so kept
-	// open) until this process exits.
-	held []*os.File
+	// open) until this process exits, or a stop closes one.
+	held   []*os.File
+	heldMu sync.Mutex
 )
 
 type pgServer struct {
@@ -155,7 +156,7 @@ func startPostgres() (*pgServer, error) {
 	server := append(runAs, filepath.Join(bin, "postgres"), "-D", data, "-k", dir,
 		"-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=200", "-c", "shared_buffers=32MB")
-	if err := supervise(server, dir, "INT", filepath.Join(dir, "postgres.log")); err != nil {
+	if _, err := supervise(server, dir, "INT", filepath.Join(dir, "postgres.log")); err != nil {
 		return fail(err)
 	}
 	s := &pgServer{bin: bin, sock: dir}
@@ -177,9 +178,16 @@ func startPostgres() (*pgServer, error) {
 // database and bucket of this test binary's private servers.
 func StoreURL(t testing.TB) string {
 	t.Helper()
+	s3, _, _ := S3(t)
+	return StoreURLWith(t, s3)
+}
+
+// StoreURLWith is StoreURL with its content on the S3 server srv (a
+// StoppableS3's, say).
+func StoreURLWith(t testing.TB, srv S3Server) string {
+	t.Helper()
 	pg := Postgres(t)
-	s3, bucket, prefix := S3(t)
-	return fmt.Sprintf("%s&bucket=s3://%s:%s@%s/%s/%s&bucket_tls=0", pg, s3.AccessKey, s3.SecretKey, s3.Endpoint, bucket, prefix)
+	return fmt.Sprintf("%s&bucket=s3://%s:%s@%s/%s/t-%s&bucket_tls=0", pg, srv.AccessKey, srv.SecretKey, srv.Endpoint, S3TestBucket, randomHex(6))
 }
 
 // S3Server is a running S3-compatible server.
@@ -199,7 +207,7 @@ type S3Server struct {
 func S3(t testing.TB) (srv S3Server, bucket, prefix string) {
 	t.Helper()
 	s3Once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), S3BuildWait)
+		ctx, cancel := context.WithTimeout(context.Background(), s3BuildWait(t))
 		defer cancel()
 		if s3Err = waitS3Build(ctx); s3Err == nil {
 			s3Srv, s3Err = startS3()
@@ -234,9 +242,25 @@ func S3ServerBinary() string {
 
 // S3BuildWait bounds S3's wait for a build of scripts/ensure-s3server
 // still at work: a cold build took 36 minutes on this 2-core machine under
-// load, most of which passes while other packages' tests run before the
-// first test that needs the server starts.
-const S3BuildWait = 30 * time.Minute
+// load, and the first test binaries to need the server start a few minutes
+// after scripts/test-setup starts the build. The wait also leaves
+// s3TestMargin of the test binary's -timeout (make test: 60m) for the
+// tests themselves.
+const S3BuildWait = 50 * time.Minute
+
+const s3TestMargin = 8 * time.Minute
+
+// s3BuildWait is how long t may wait for the build: S3BuildWait, or less
+// when the test binary's deadline is nearer.
+func s3BuildWait(t testing.TB) time.Duration {
+	wait := S3BuildWait
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if end, ok := d.Deadline(); ok {
+			wait = min(wait, time.Until(end)-s3TestMargin)
+		}
+	}
+	return max(wait, time.Second)
+}
 
 // s3BuildDir is scripts/ensure-s3server's directory, which holds its lock
 // and its log: the binary's directory's parent.
@@ -273,34 +297,63 @@ func waitS3Build(ctx context.Context) error {
 }
 
 func startS3() (*S3Server, error) {
-	bin := S3ServerBinary()
-	if _, err := os.Stat(bin); err != nil {
-		if log := filepath.Join(s3BuildDir(), "ensure-s3server.log"); statOK(log) {
-			return nil, fmt.Errorf("%w (the log of scripts/ensure-s3server's last build: %s)", err, log)
-		}
+	if err := s3Binary(); err != nil {
 		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "layerfs-test-s3-")
 	if err != nil {
 		return nil, err
 	}
-	fail := func(err error) (*S3Server, error) {
+	w, err := newWeed(dir)
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	s := &S3Server{AccessKey: "layerfs-test", SecretKey: randomHex(16)}
+	if _, err := w.start(dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &w.S3Server, nil
+}
+
+// s3Binary checks that the S3 server has been built.
+func s3Binary() error {
+	bin := S3ServerBinary()
+	if _, err := os.Stat(bin); err != nil {
+		if log := filepath.Join(s3BuildDir(), "ensure-s3server.log"); statOK(log) {
+			return fmt.Errorf("%w (the log of scripts/ensure-s3server's last build: %s)", err, log)
+		}
+		return err
+	}
+	return nil
+}
+
+// weed is one S3 server's configuration: its data directory, credentials
+// and loopback ports, which stay the same across a stop and a start.
+type weed struct {
+	S3Server
+	data string
+	argv []string
+}
+
+// newWeed configures a server keeping its data and configuration in dir.
+func newWeed(dir string) (*weed, error) {
+	w := &weed{S3Server: S3Server{AccessKey: "layerfs-test", SecretKey: randomHex(16)}, data: filepath.Join(dir, "data")}
 	config := fmt.Sprintf(`{"identities":[{"name":"layerfs","credentials":[{"accessKey":%q,"secretKey":%q}],"actions":["Admin","Read","Write","List","Tagging"]}]}`,
-		s.AccessKey, s.SecretKey)
+		w.AccessKey, w.SecretKey)
 	if err := os.WriteFile(filepath.Join(dir, "s3.json"), []byte(config), 0o600); err != nil {
-		return fail(err)
+		return nil, err
+	}
+	if err := os.MkdirAll(w.data, 0o700); err != nil {
+		return nil, err
 	}
 	ports, err := freePorts(8)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	p := func(i int) string { return strconv.Itoa(ports[i]) }
-	s.Endpoint = "127.0.0.1:" + p(0)
-	server := []string{bin, "server", "-dir=" + filepath.Join(dir, "data"), "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+	w.Endpoint = "127.0.0.1:" + p(0)
+	w.argv = []string{S3ServerBinary(), "server", "-dir=" + w.data, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-master.port=" + p(1), "-master.port.grpc=" + p(2), "-volume.port=" + p(3), "-volume.port.grpc=" + p(4),
 		"-filer.port=" + p(5), "-filer.port.grpc=" + p(6), "-s3", "-s3.port=" + p(0), "-s3.port.grpc=" + p(7),
 		"-s3.config=" + filepath.Join(dir, "s3.json"), "-master.volumeSizeLimitMB=64", "-volume.max=100",
@@ -308,46 +361,104 @@ func startS3() (*S3Server, error) {
 		// port is taken (the catalog servers' defaults would collide
 		// between test binaries running at once).
 		"-master.telemetry=false", "-s3.port.iceberg=0", "-s3.port.lance=0"}
-	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
-		return fail(err)
+	return w, nil
+}
+
+// start runs the server under a supervisor that stops it, and removes
+// removeDir ("" for nothing), when stop is called or this process exits,
+// and waits until its S3 port answers HTTP (weed starts it once the filer
+// is up; buckets need the volume server too, which the client's retries
+// cover).
+func (w *weed) start(removeDir string) (stop func(), err error) {
+	logPath := filepath.Join(filepath.Dir(w.data), "weed.log")
+	stop, err = supervise(w.argv, removeDir, "TERM", logPath)
+	if err != nil {
+		return nil, err
 	}
-	if err := supervise(server, dir, "TERM", filepath.Join(dir, "weed.log")); err != nil {
-		return fail(err)
-	}
-	// Ready when the S3 port answers HTTP (weed starts it once the filer
-	// is up); buckets need the volume server too, which the client's
-	// retries cover.
 	deadline := time.Now().Add(120 * time.Second)
 	c := http.Client{Timeout: 2 * time.Second}
 	for {
-		resp, err := c.Get("http://" + s.Endpoint + "/")
+		resp, err := c.Get("http://" + w.Endpoint + "/")
 		if err == nil {
 			resp.Body.Close()
-			return s, nil
+			return stop, nil
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "weed.log"))
+			stop()
+			log, _ := os.ReadFile(logPath)
 			return nil, fmt.Errorf("weed's S3 did not answer in 120 s: %v; log: %s", err, lastLines(log))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
-// supervise starts argv under a shell that, once this process's end
-// closes its stdin, sends the server sig, waits for it and removes dir.
-// The shell is in a session of its own, so a ^C to the test's process
-// group reaches it only through that.
-func supervise(argv []string, dir, sig, logPath string) error {
+// StoppableS3 is an S3 server of one test's own, which the test can stop
+// and start again (the same data, address and credentials), to see what
+// clients do while the object store is away.
+type StoppableS3 struct {
+	S3Server
+	w    *weed
+	stop func()
+}
+
+// NewStoppableS3 starts a private S3 server for t, stopped and removed when
+// t ends. It skips (fails under LAYERFS_TEST_STRICT) as S3 does.
+func NewStoppableS3(t testing.TB) *StoppableS3 {
+	t.Helper()
+	S3(t) // waits for a build in progress, and skips without the binary
+	dir := t.TempDir()
+	w, err := newWeed(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &StoppableS3{S3Server: w.S3Server, w: w}
+	s.Start(t)
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Stop ends the server and waits until it has exited. Stopping a stopped
+// server does nothing.
+func (s *StoppableS3) Stop() {
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+}
+
+// Start runs the server again and waits until it answers.
+func (s *StoppableS3) Start(t testing.TB) {
+	t.Helper()
+	if s.stop != nil {
+		return
+	}
+	stop, err := s.w.start("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.stop = stop
+}
+
+// supervise starts argv under a shell that, once its stdin closes (stop,
+// or this process's end), sends the server sig, waits for it and removes
+// dir ("" removes nothing). stop closes that stdin and returns once the
+// shell has exited. The shell is in a session of its own, so a ^C to the
+// test's process group reaches it only through that.
+func supervise(argv []string, dir, sig, logPath string) (stop func(), err error) {
 	quoted := make([]string, len(argv))
 	for i, a := range argv {
 		quoted[i] = shellQuote(a)
 	}
-	script := fmt.Sprintf(`%s >%s 2>&1 </dev/null & pid=$!
+	remove := ""
+	if dir != "" {
+		remove = "; rm -rf " + shellQuote(dir)
+	}
+	script := fmt.Sprintf(`%s >>%s 2>&1 </dev/null & pid=$!
 cat >/dev/null
-kill -%s $pid 2>/dev/null; wait $pid; rm -rf %s`, strings.Join(quoted, " "), shellQuote(logPath), sig, shellQuote(dir))
+kill -%s $pid 2>/dev/null; wait $pid%s`, strings.Join(quoted, " "), shellQuote(logPath), sig, remove)
 	r, w, err := os.Pipe()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cmd := exec.Command("sh", "-c", script)
 	cmd.Stdin = r
@@ -355,12 +466,21 @@ kill -%s $pid 2>/dev/null; wait $pid; rm -rf %s`, strings.Join(quoted, " "), she
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()
-		return err
+		return nil, err
 	}
 	r.Close()
+	heldMu.Lock()
 	held = append(held, w)
-	go cmd.Wait() // reap it if it ends early
-	return nil
+	heldMu.Unlock()
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }() // reap it if it ends early
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.Close()
+			<-exited
+		})
+	}, nil
 }
 
 func statOK(name string) bool {

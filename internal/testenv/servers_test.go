@@ -84,3 +84,48 @@ func TestWaitS3Build(t *testing.T) {
 		t.Fatalf("after the lock is freed: %v", err)
 	}
 }
+
+// TestStoppableS3: a test's own S3 server stops (its port refuses) and
+// starts again on the same address.
+func TestStoppableS3(t *testing.T) {
+	s := NewStoppableS3(t)
+	dial := func() error {
+		c, err := net.Dial("tcp", s.Endpoint)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := dial(); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	if err := dial(); err == nil {
+		t.Fatal("the stopped server still accepts connections")
+	}
+	s.Start(t)
+	if err := dial(); err != nil {
+		t.Fatalf("after Start: %v", err)
+	}
+}
+
+// deadlineTB is a testing.TB whose test binary ends at end.
+type deadlineTB struct {
+	testing.TB
+	end time.Time
+}
+
+func (d deadlineTB) Deadline() (time.Time, bool) { return d.end, true }
+
+// TestS3BuildWaitLeavesTimeForTheTests: the wait for a build is
+// S3BuildWait, cut short to leave the tests s3TestMargin before the test
+// binary's deadline.
+func TestS3BuildWaitLeavesTimeForTheTests(t *testing.T) {
+	if got := s3BuildWait(deadlineTB{t, time.Now().Add(2 * time.Hour)}); got != S3BuildWait {
+		t.Errorf("2 h before the deadline: wait %v, want %v", got, S3BuildWait)
+	}
+	got := s3BuildWait(deadlineTB{t, time.Now().Add(20 * time.Minute)})
+	if want := 20*time.Minute - s3TestMargin; got > want || got < want-time.Minute {
+		t.Errorf("20 min before the deadline: wait %v, want about %v", got, want)
+	}
+}

@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"layerfs.dev/layerfs/internal/bench/report"
 	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/stats"
 	"layerfs.dev/layerfs/internal/store"
@@ -143,7 +143,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, err
 	}
-	rep := &Report{Chunking: cfg.Chunking, CPUs: runtime.GOMAXPROCS(0), Dir: r.dir, Load: loadAvg()}
+	rep := &Report{Chunking: cfg.Chunking, CPUs: runtime.GOMAXPROCS(0), Dir: r.dir, Load: report.LoadAverage()}
 	for _, step := range []func(context.Context) ([]Row, error){r.dedup, r.bigFile, r.smallFiles, r.forks} {
 		rows, err := step(ctx)
 		if err != nil {
@@ -251,18 +251,6 @@ func (r *runner) dedup(ctx context.Context) ([]Row, error) {
 	// (a) and (b) should come before (c) in the table.
 	rows[0], rows[1], rows[2] = rows[1], rows[2], rows[0]
 	return rows, os.RemoveAll(work)
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // cpuTime is the process's user and system time so far; next to wall time

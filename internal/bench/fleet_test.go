@@ -1,0 +1,46 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"layerfs.dev/layerfs/internal/testenv"
+)
+
+// TestRunFleet: a small run of the fleet figures against this test
+// binary's PostgreSQL and S3 server: every figure measured on every host
+// it names, nothing failed, and the table shows all three hosts.
+func TestRunFleet(t *testing.T) {
+	testenv.RequireFUSE(t)
+	rep, err := RunFleet(t.Context(), FleetConfig{
+		URL:         testenv.StoreURL(t),
+		WorkDir:     t.TempDir(),
+		Files:       200,
+		Samples:     3,
+		NewPlatform: localOnly,
+	})
+	require.NoError(t, err)
+	require.Len(t, rep.Rows, 7)
+	for _, r := range rep.Rows {
+		assert.Empty(t, r.Errors, r.Name)
+		hosts := FleetHosts
+		if strings.HasPrefix(r.Name, "fork") || strings.HasPrefix(r.Name, "commit") || strings.HasPrefix(r.Name, "import") {
+			hosts = FleetHosts[:2] // measured where the project is made
+		}
+		for _, h := range hosts {
+			s, ok := r.Hosts[h]
+			if assert.True(t, ok, "%s on %s", r.Name, h) {
+				assert.Positive(t, s.N, "%s on %s", r.Name, h)
+				assert.Positive(t, s.P50, "%s on %s", r.Name, h)
+			}
+		}
+	}
+	var out strings.Builder
+	require.NoError(t, rep.WriteTable(&out))
+	for _, h := range FleetHosts {
+		assert.Contains(t, out.String(), h)
+	}
+}
