@@ -38,6 +38,7 @@ type serveFlags struct {
 	store     string
 	socket    string
 	tcp       string
+	advertise string
 	tokenFile string
 	idleExit  time.Duration
 	grace     time.Duration
@@ -73,6 +74,7 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.store, "store", "", "store directory (default $LAYERFS_HOME or ~/.local/share/layerfs); created when missing")
 	fl.StringVar(&f.socket, "socket", "", "unix socket path (default <store>/"+SocketName+")")
 	fl.StringVar(&f.tcp, "tcp", "", "also listen on this TCP address (needs --token-file)")
+	fl.StringVar(&f.advertise, "advertise", "", "on a shared Store, the address other hosts' clients reach this daemon's TCP listener at (tcp://HOST:PORT); requests for this host's workspaces sent to other daemons are answered with it")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token TCP clients must send")
 	fl.DurationVar(&f.idleExit, "idle-exit", 0, "exit after this long without requests and without workspaces (0: never)")
 	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running execs may take before they are killed")
@@ -142,6 +144,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 	} else if f.tokenFile != "" {
 		return usageError{errors.New("--token-file is only used with --tcp")}
 	}
+	if err := checkAdvertise(f.advertise, f.tcp); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(f.store, 0o700); err != nil {
 		return err
 	}
@@ -179,6 +184,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	if f.advertise != "" && !db.Shared() {
+		return usageError{fmt.Errorf("--advertise: the store %s is not shared (layerfs init --store postgres://...)", f.store)}
+	}
 	if err := eng.Recover(ctx); err != nil {
 		return fmt.Errorf("recover workspaces: %w", err)
 	}
@@ -189,6 +197,8 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		Platforms: eng.Platforms(),
 		Socket:    f.socket,
 		TCP:       f.tcp,
+		Node:      db.Node(),
+		Advertise: f.advertise,
 	}
 	if f.idleExit > 0 {
 		status.IdleExit = f.idleExit.String()
@@ -237,8 +247,12 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 			}
 		}()
 	}
+	if db.Shared() {
+		// Other hosts' daemons learn where this one answers once it does.
+		defer heartbeat(db, f.advertise, log)()
+	}
 	tellSupervisor()
-	log.Info("serving", "store", f.store, "socket", f.socket, "tcp", f.tcp, "platforms", eng.Platforms(),
+	log.Info("serving", "store", f.store, "socket", f.socket, "tcp", f.tcp, "node", db.Node(), "advertise", f.advertise, "platforms", eng.Platforms(),
 		"idle_exit", f.idleExit.String(), "pid", os.Getpid(), "version", version())
 
 	reason := wait(ctx, srv, eng, f.idleExit, stopReq, serveErr)
