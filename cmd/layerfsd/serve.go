@@ -36,6 +36,7 @@ const lockName = "layerfsd.lock"
 
 type serveFlags struct {
 	store     string
+	storeURL  string // --store-url-file
 	socket    string
 	tcp       string
 	advertise string
@@ -72,6 +73,7 @@ func serveCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.store, "store", "", "store directory (default $LAYERFS_HOME or ~/.local/share/layerfs); created when missing")
+	fl.StringVar(&f.storeURL, "store-url-file", "", "file holding a shared Store's URL (postgres://...?bucket=s3://...): the store directory joins that Store at first start and must belong to it after (a Kubernetes DaemonSet mounts it from a Secret)")
 	fl.StringVar(&f.socket, "socket", "", "unix socket path (default <store>/"+SocketName+")")
 	fl.StringVar(&f.tcp, "tcp", "", "also listen on this TCP address (needs --token-file)")
 	fl.StringVar(&f.advertise, "advertise", "", "on a shared Store, the address other hosts' clients reach this daemon's TCP listener at (tcp://HOST:PORT); requests for this host's workspaces sent to other daemons are answered with it")
@@ -162,7 +164,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		return err
 	}
 
-	db, err := openStore(ctx, f.store, log)
+	db, err := openStore(ctx, f.store, f.storeURL, log)
 	if err != nil {
 		return err
 	}
@@ -494,7 +496,16 @@ func listenUnix(path string) (net.Listener, error) {
 	return l, nil
 }
 
-func openStore(ctx context.Context, dir string, log *slog.Logger) (*store.DB, error) {
+// openStore opens the Store in dir, creating an embedded one when there is
+// none; with urlFile, dir joins the shared Store whose URL the file holds.
+func openStore(ctx context.Context, dir, urlFile string, log *slog.Logger) (*store.DB, error) {
+	if urlFile != "" {
+		url, err := os.ReadFile(urlFile)
+		if err != nil {
+			return nil, fmt.Errorf("--store-url-file: %w", err)
+		}
+		return store.Join(ctx, dir, store.Options{Logger: log, URL: strings.TrimSpace(string(url))})
+	}
 	db, err := store.Open(ctx, dir, store.Options{Logger: log})
 	if errors.Is(err, store.ErrNoStore) {
 		log.Info("creating a new store", "dir", dir)
