@@ -11,19 +11,32 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"layerfs.dev/layerfs/wire"
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Client talks to one daemon. It is safe for concurrent use.
+//
+// On a fleet (daemons on many hosts sharing one Store), a workspace lives
+// on one host, and a daemon asked for another host's workspace answers
+// misdirected, naming that host and its address: a Workspace handle then
+// sends the request there once, with the same options (the token too),
+// and goes there directly from then on.
 type Client struct {
+	addr    string // as dialled
 	base    string // scheme://host, no trailing slash
 	hc      *http.Client
 	token   string
 	version wire.Version
-	gzip    bool // WithCompressedDownloads
+	gzip    bool     // WithCompressedDownloads
+	opts    []Option // as dialled, for the fleet's other hosts
+
+	mu    sync.Mutex
+	peers map[string]*Client // other hosts' daemons, by advertised address
 }
 
 // Option configures Dial.
@@ -47,7 +60,7 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 // socket path, or "http://host:port", which "tcp://host:port" also names)
 // and checks that it speaks this API.
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
-	c := &Client{}
+	c := &Client{addr: addr, opts: opts}
 	for _, o := range opts {
 		o(c)
 	}
@@ -100,10 +113,39 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 // Version is what the daemon reported when dialed.
 func (c *Client) Version() wire.Version { return c.version }
 
-// Close releases idle connections.
+// Close releases idle connections, those to other hosts too.
 func (c *Client) Close() error {
 	c.hc.CloseIdleConnections()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.peers {
+		p.Close()
+	}
 	return nil
+}
+
+// peerDialTimeout bounds dialling another host of a fleet.
+const peerDialTimeout = 15 * time.Second
+
+// peer is a client of the fleet's daemon at addr (an advertised address),
+// dialled once with c's options.
+func (c *Client) peer(ctx context.Context, addr string) (*Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.peers[addr]; p != nil {
+		return p, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerDialTimeout)
+	defer cancel()
+	p, err := Dial(ctx, addr, c.opts...)
+	if err != nil {
+		return nil, err
+	}
+	if c.peers == nil {
+		c.peers = map[string]*Client{}
+	}
+	c.peers[addr] = p
+	return p, nil
 }
 
 // call describes one request.
@@ -111,8 +153,11 @@ type call struct {
 	method string
 	path   string // already escaped
 	query  url.Values
+	// The body: data, which can be sent again (to the host a misdirected
+	// answer names), or a stream read once.
+	data   []byte
 	body   io.Reader
-	size   int64 // Content-Length when known, else -1
+	size   int64 // Content-Length of body when known, else -1
 	ctype  string
 	accept string
 	gzip   bool // ask for a gzip body (Accept-Encoding), which the caller decodes
@@ -125,12 +170,18 @@ func (c *Client) send(ctx context.Context, k call) (*http.Response, error) {
 	if len(k.query) > 0 {
 		u += "?" + k.query.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, k.method, u, k.body)
+	body, size := k.body, k.size
+	if k.data != nil {
+		// A new reader per attempt: the transport may still read the
+		// last one after it answered.
+		body, size = bytes.NewReader(k.data), int64(len(k.data))
+	}
+	req, err := http.NewRequestWithContext(ctx, k.method, u, body)
 	if err != nil {
 		return nil, err
 	}
-	if k.body != nil && k.size >= 0 {
-		req.ContentLength = k.size
+	if body != nil && size >= 0 {
+		req.ContentLength = size
 	}
 	if k.ctype != "" {
 		req.Header.Set("Content-Type", k.ctype)
@@ -169,18 +220,28 @@ func responseError(resp *http.Response) error {
 	return &wire.Error{Code: errclass.FromStatus(resp.StatusCode).Code(), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg)}
 }
 
+// sender sends a call: a Client to its daemon, a Workspace to the daemon
+// that serves it.
+type sender interface {
+	send(ctx context.Context, k call) (*http.Response, error)
+}
+
 // doJSON sends in (when not nil) as JSON and decodes the answer into out
 // (when not nil).
 func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	return doJSON(ctx, c, method, path, q, in, out)
+}
+
+func doJSON(ctx context.Context, s sender, method, path string, q url.Values, in, out any) error {
 	k := call{method: method, path: path, query: q, size: -1}
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
-		k.body, k.size, k.ctype = bytes.NewReader(b), int64(len(b)), "application/json"
+		k.data, k.ctype = b, "application/json"
 	}
-	resp, err := c.send(ctx, k)
+	resp, err := s.send(ctx, k)
 	if err != nil {
 		return err
 	}
@@ -249,6 +310,21 @@ func IsNoSpace(err error) bool { return errors.Is(err, errclass.NoSpace) }
 // IsCorrupt reports whether err is a corrupt error: stored data failed its
 // check (run fsck).
 func IsCorrupt(err error) bool { return errors.Is(err, errclass.Corrupt) }
+
+// IsMisdirected reports whether err is a misdirected error: the workspace
+// lives on another host of the fleet, which the SDK could not reach or
+// would have reached in a second hop (ServedBy names it).
+func IsMisdirected(err error) bool { return errors.Is(err, errclass.Misdirected) }
+
+// ServedBy is the host a misdirected error names as the one that serves
+// the workspace.
+func ServedBy(err error) (wire.Node, bool) {
+	var e *wire.Error
+	if errors.As(err, &e) && e.Code == wire.CodeMisdirected && e.Node != nil {
+		return *e.Node, true
+	}
+	return wire.Node{}, false
+}
 
 // IsDaemonLost reports whether the connection to the daemon broke during
 // the call (wire.CodeDaemonLost): its outcome is unknown.

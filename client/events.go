@@ -33,7 +33,7 @@ func (ws *Workspace) Watch(ctx context.Context, prefix string) (*EventStream, er
 	if prefix != "" {
 		q.Set("prefix", prefix)
 	}
-	resp, err := ws.c.send(ctx, call{method: http.MethodGet, path: ws.path("/events"), query: q, size: -1, accept: wire.MediaNDJSON})
+	resp, err := ws.send(ctx, call{method: http.MethodGet, path: ws.path("/events"), query: q, size: -1, accept: wire.MediaNDJSON})
 	if err != nil {
 		return nil, err
 	}

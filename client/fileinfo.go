@@ -16,7 +16,7 @@ type FileInfo = wire.FileInfo
 // "." for the root) in the workspace.
 func (ws *Workspace) Stat(ctx context.Context, path string) (FileInfo, error) {
 	var fi FileInfo
-	return fi, ws.c.get(ctx, ws.path("/stat"), url.Values{"path": {path}}, &fi)
+	return fi, ws.get(ctx, ws.path("/stat"), url.Values{"path": {path}}, &fi)
 }
 
 // ListOptions configure List.
@@ -40,7 +40,7 @@ func (ws *Workspace) List(ctx context.Context, path string, opts ListOptions) (w
 		q.Set("limit", strconv.Itoa(opts.Limit))
 	}
 	var page wire.DirPage
-	return page, ws.c.get(ctx, ws.path("/list"), q, &page)
+	return page, ws.get(ctx, ws.path("/list"), q, &page)
 }
 
 // ListAll returns every entry below the directory path, following pages.

@@ -43,7 +43,7 @@ func (ws *Workspace) Upload(ctx context.Context, localPath, wsPath string) error
 	go func() {
 		pw.CloseWithError(writeTree(pw, tarRoot, fi, path.Base(wsPath)))
 	}()
-	resp, err := ws.c.send(ctx, call{method: http.MethodPut, path: ws.path("/tar"),
+	resp, err := ws.send(ctx, call{method: http.MethodPut, path: ws.path("/tar"),
 		query: url.Values{"path": {dir}}, body: pr, size: -1, ctype: wire.MediaTar})
 	pr.CloseWithError(errors.New("upload finished"))
 	if err != nil {
@@ -125,7 +125,7 @@ func addEntry(tw *tar.Writer, p string, fi fs.FileInfo, name string) error {
 // "." merges into it). Nothing is written outside localPath, whatever the
 // stream holds.
 func (ws *Workspace) Download(ctx context.Context, wsPath, localPath string) error {
-	resp, err := ws.c.send(ctx, call{method: http.MethodGet, path: ws.path("/tar"),
+	resp, err := ws.send(ctx, call{method: http.MethodGet, path: ws.path("/tar"),
 		query: url.Values{"path": {wsPath}}, size: -1, gzip: ws.c.gzip})
 	if err != nil {
 		return fmt.Errorf("download %s: %w", wsPath, err)

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"layerfs.dev/layerfs/wire"
@@ -30,9 +31,23 @@ type ExecResult = wire.ExecResult
 //
 // A workspace never commits implicitly: End refuses to drop uncommitted
 // changes unless EndOptions.Discard is set.
+//
+// On a fleet, the handle sends its requests to the daemon that serves the
+// workspace: the one that created it, or the one a misdirected answer
+// named (followed once per request).
 type Workspace struct {
-	c    *Client
+	c    *Client // the client it was made from
 	info wire.Workspace
+
+	at      atomic.Pointer[Client] // the daemon that serves it (c until an answer names another)
+	located atomic.Bool            // a request reached that daemon
+}
+
+func newWorkspace(c *Client, info wire.Workspace, located bool) *Workspace {
+	ws := &Workspace{c: c, info: info}
+	ws.at.Store(c)
+	ws.located.Store(located)
+	return ws
 }
 
 // CreateWorkspace creates and mounts a workspace.
@@ -41,7 +56,7 @@ func (c *Client) CreateWorkspace(ctx context.Context, spec WorkspaceSpec) (*Work
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/workspaces", nil, spec, &info); err != nil {
 		return nil, err
 	}
-	return &Workspace{c: c, info: info}, nil
+	return newWorkspace(c, info, true), nil
 }
 
 // Workspaces lists the daemon's workspaces.
@@ -49,6 +64,58 @@ func (c *Client) Workspaces(ctx context.Context) ([]wire.Workspace, error) {
 	var wss []wire.Workspace
 	return wss, c.get(ctx, "/v1/workspaces", nil, &wss)
 }
+
+// FleetWorkspaces lists every host's workspaces on a shared Store, each
+// with its host (Node) and that host's address (NodeAddress); on an
+// embedded Store, the daemon's workspaces.
+func (c *Client) FleetWorkspaces(ctx context.Context) ([]wire.Workspace, error) {
+	var wss []wire.Workspace
+	return wss, c.get(ctx, "/v1/workspaces", url.Values{"all": {"true"}}, &wss)
+}
+
+// send sends k to the daemon that serves the workspace. A misdirected
+// answer naming a live host with an address is followed once: k goes
+// there, and so do the handle's later requests. A body read from a stream
+// cannot be sent twice, so before the first such request of a handle
+// whose host is not known yet, a Stat finds the host.
+func (ws *Workspace) send(ctx context.Context, k call) (*http.Response, error) {
+	if k.body != nil && !ws.located.Load() {
+		if _, err := ws.Stat(ctx, "."); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := ws.at.Load().send(ctx, k)
+	n, elsewhere := ServedBy(err)
+	if !elsewhere || n.Address == "" || !n.Live || k.body != nil {
+		// The error says why it is not followed: no address, a host
+		// that is down, or a stream already spent.
+		if err == nil {
+			ws.located.Store(true)
+		}
+		return resp, err
+	}
+	peer, perr := ws.c.peer(ctx, n.Address)
+	if perr != nil {
+		return nil, fmt.Errorf("%w; following it: %w", err, perr)
+	}
+	ws.at.Store(peer)
+	if resp, err = peer.send(ctx, k); err == nil {
+		ws.located.Store(true)
+	}
+	return resp, err
+}
+
+func (ws *Workspace) get(ctx context.Context, path string, q url.Values, out any) error {
+	return doJSON(ctx, ws, http.MethodGet, path, q, nil, out)
+}
+
+func (ws *Workspace) doJSON(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	return doJSON(ctx, ws, method, path, q, in, out)
+}
+
+// Address is the address of the daemon the handle sends its requests to:
+// the client's, or another host's once an answer named it.
+func (ws *Workspace) Address() string { return ws.at.Load().addr }
 
 // Workspace returns a handle on an existing workspace.
 func (c *Client) Workspace(ctx context.Context, id string) (*Workspace, error) {
@@ -65,7 +132,7 @@ func (c *Client) Workspace(ctx context.Context, id string) (*Workspace, error) {
 // the id is checked by the first call that uses it, and Info holds only the
 // id until Status fills it.
 func (c *Client) Attach(id string) *Workspace {
-	return &Workspace{c: c, info: wire.Workspace{ID: id}}
+	return newWorkspace(c, wire.Workspace{ID: id}, false)
 }
 
 // ID is the workspace's id.
@@ -84,7 +151,7 @@ func (ws *Workspace) path(suffix string) string {
 // Status reports the workspace's state, its changes and its FUSE counters.
 func (ws *Workspace) Status(ctx context.Context) (wire.WorkspaceStatus, error) {
 	var st wire.WorkspaceStatus
-	if err := ws.c.get(ctx, ws.path(""), nil, &st); err != nil {
+	if err := ws.get(ctx, ws.path(""), nil, &st); err != nil {
 		return st, err
 	}
 	ws.info = st.Workspace
@@ -94,7 +161,7 @@ func (ws *Workspace) Status(ctx context.Context) (wire.WorkspaceStatus, error) {
 // Mount mounts the workspace again (after a daemon crash left it unmounted).
 func (ws *Workspace) Mount(ctx context.Context) error {
 	var info wire.Workspace
-	if err := ws.c.doJSON(ctx, http.MethodPost, ws.path("/mount"), nil, nil, &info); err != nil {
+	if err := ws.doJSON(ctx, http.MethodPost, ws.path("/mount"), nil, nil, &info); err != nil {
 		return err
 	}
 	ws.info = info
@@ -111,7 +178,7 @@ func (ws *Workspace) Commit(ctx context.Context, message string) (wire.CommitRes
 // CommitWith is Commit with every field of the request.
 func (ws *Workspace) CommitWith(ctx context.Context, req wire.CommitRequest) (wire.CommitResult, error) {
 	var res wire.CommitResult
-	if err := ws.c.doJSON(ctx, http.MethodPost, ws.path("/commit"), nil, req, &res); err != nil {
+	if err := ws.doJSON(ctx, http.MethodPost, ws.path("/commit"), nil, req, &res); err != nil {
 		return res, err
 	}
 	if res.Head != "" {
@@ -130,7 +197,7 @@ type EndOptions struct {
 // End unmounts the workspace and removes its upper layer.
 func (ws *Workspace) End(ctx context.Context, opts EndOptions) error {
 	q := url.Values{"discard": {strconv.FormatBool(opts.Discard)}}
-	return ws.c.doJSON(ctx, http.MethodDelete, ws.path(""), q, nil, nil)
+	return ws.doJSON(ctx, http.MethodDelete, ws.path(""), q, nil, nil)
 }
 
 // ExecOptions configure one exec.
@@ -180,12 +247,12 @@ func (ws *Workspace) exec(ctx context.Context, req wire.ExecRequest, opts ExecOp
 	if err != nil {
 		return nil, err
 	}
-	k := call{method: http.MethodPost, path: ws.path("/execs"), body: bytes.NewReader(b), size: int64(len(b)), ctype: "application/json"}
+	k := call{method: http.MethodPost, path: ws.path("/execs"), data: b, ctype: "application/json"}
 	stream := opts.Stdout != nil || opts.Stderr != nil
 	if stream {
 		k.accept = wire.MediaNDJSON
 	}
-	resp, err := ws.c.send(ctx, k)
+	resp, err := ws.send(ctx, k)
 	if err != nil {
 		return nil, err
 	}
@@ -278,15 +345,23 @@ func filePath(p string) string {
 // WriteFile creates or replaces the file at path (relative to the workspace
 // root) with data.
 func (ws *Workspace) WriteFile(ctx context.Context, path string, data []byte, perm fs.FileMode) error {
-	return ws.WriteFrom(ctx, path, bytes.NewReader(data), int64(len(data)), perm)
+	if data == nil {
+		data = []byte{} // a body of no bytes, not no body
+	}
+	return ws.putFile(ctx, path, perm, call{data: data})
 }
 
 // WriteFrom is WriteFile streaming from r; size is r's length, or -1 when
 // unknown.
 func (ws *Workspace) WriteFrom(ctx context.Context, path string, r io.Reader, size int64, perm fs.FileMode) error {
-	q := url.Values{"mode": {fmt.Sprintf("%04o", perm.Perm())}}
-	resp, err := ws.c.send(ctx, call{method: http.MethodPut, path: ws.path(filePath(path)), query: q,
-		body: r, size: size, ctype: "application/octet-stream"})
+	return ws.putFile(ctx, path, perm, call{body: r, size: size})
+}
+
+// putFile sends k's body as the file at path.
+func (ws *Workspace) putFile(ctx context.Context, path string, perm fs.FileMode, k call) error {
+	k.method, k.path, k.ctype = http.MethodPut, ws.path(filePath(path)), "application/octet-stream"
+	k.query = url.Values{"mode": {fmt.Sprintf("%04o", perm.Perm())}}
+	resp, err := ws.send(ctx, k)
 	if err != nil {
 		return err
 	}
@@ -304,7 +379,7 @@ func (ws *Workspace) ReadFile(ctx context.Context, path string) ([]byte, error) 
 
 // ReadTo streams the file at path to w and returns its size.
 func (ws *Workspace) ReadTo(ctx context.Context, path string, w io.Writer) (int64, error) {
-	resp, err := ws.c.send(ctx, call{method: http.MethodGet, path: ws.path(filePath(path)), size: -1})
+	resp, err := ws.send(ctx, call{method: http.MethodGet, path: ws.path(filePath(path)), size: -1})
 	if err != nil {
 		return 0, err
 	}

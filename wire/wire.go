@@ -33,6 +33,11 @@ const (
 	CodeInternal    = errclass.CodeInternal     // 500
 	CodeCorrupt     = errclass.CodeCorrupt      // 500: stored data fails its check (run fsck)
 	CodeNoSpace     = errclass.CodeNoSpace      // 507: a file system of the Store or a workspace is full
+	// CodeMisdirected (421) answers a request for a workspace that another
+	// host of a fleet serves: Error.Node names that host and its address.
+	// Nothing was done, so the request may be sent there unchanged (the
+	// SDK does, once).
+	CodeMisdirected = errclass.CodeMisdirected
 	// CodeDaemonLost is never sent: the SDK reports it when the connection
 	// to the daemon broke before a response was whole (the daemon crashed
 	// or was killed mid-request). The request's outcome is unknown; a
@@ -49,6 +54,23 @@ type ErrorBody struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Node, on a misdirected error, is the host that serves the workspace.
+	Node *Node `json:"node,omitempty"`
+}
+
+// Node is one host's daemon among those that share a Store (a fleet).
+type Node struct {
+	// Name is the host's name in the shared Store.
+	Name string `json:"name"`
+	// Address is where its daemon answers the API (layerfsd serve
+	// --advertise: tcp://HOST:PORT); "" when it advertises none.
+	Address string `json:"address,omitempty"`
+	// Seen is the daemon's last heartbeat (the database's clock); zero
+	// when it has never run.
+	Seen time.Time `json:"seen,omitzero"`
+	// Live: the daemon runs and was heard from within the heartbeat's
+	// expiry (30 s).
+	Live bool `json:"live"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -231,6 +253,11 @@ type Workspace struct {
 	Native    bool      `json:"native,omitempty"`
 	State     string    `json:"state"`
 	Created   time.Time `json:"created"`
+	// Node is the host that serves the workspace, on a shared Store ("" on
+	// an embedded one); NodeAddress its daemon's advertised address, in a
+	// listing of every host's workspaces.
+	Node        string `json:"node,omitempty"`
+	NodeAddress string `json:"node_address,omitempty"`
 	// DataPath says how the workspace is served, then how file data
 	// reaches the kernel: "overlay: lower passthrough", "fuse: passthrough",
 	// "fuse: daemon: WHY"; a workspace that fell back from overlay to fuse
@@ -448,7 +475,12 @@ type DaemonStatus struct {
 	Platforms  []string  `json:"platforms"`
 	Socket     string    `json:"socket"`
 	TCP        string    `json:"tcp,omitempty"`
-	IdleExit   string    `json:"idle_exit,omitempty"`
+	// Node is this host's name in a shared Store ("" on an embedded one),
+	// Advertise the address it gives other hosts' clients
+	// (layerfsd serve --advertise).
+	Node      string `json:"node,omitempty"`
+	Advertise string `json:"advertise,omitempty"`
+	IdleExit  string `json:"idle_exit,omitempty"`
 	// Supervisor is the pid of the process that restarts this daemon when
 	// it crashes (layerfsd serve --supervise), 0 when none does.
 	Supervisor int `json:"supervisor_pid,omitempty"`

@@ -137,6 +137,14 @@ func showPath(p string) string {
 	return p
 }
 
+// orDash shows "" as "-" in a table.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func showTime(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") }
 
 func showBytes(n int64) string {

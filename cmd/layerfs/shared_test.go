@@ -77,4 +77,20 @@ func TestCLISharedStore(t *testing.T) {
 	got, err = os.ReadFile(filepath.Join(work3, "pkg/b.go"))
 	require.NoError(t, err)
 	assert.Equal(t, "package pkg // b\n", string(got), "b's checkout after a's GC")
+
+	// A workspace lives on its host: b lists it, with a's node, among the
+	// fleet's; b's own verbs for it are told where it is (a's auto-started
+	// daemon advertises no address to follow).
+	var ws wire.Workspace
+	a.json(&ws, "ws", "create", "demo", "dev")
+	require.NotEmpty(t, ws.Node)
+	var all, own []wire.Workspace
+	b.json(&all, "ws", "list", "--all")
+	require.Len(t, all, 1, "b lists the fleet's workspaces")
+	assert.Equal(t, ws.ID, all[0].ID)
+	assert.Equal(t, ws.Node, all[0].Node)
+	b.json(&own, "ws", "list")
+	assert.Empty(t, own, "b's own workspaces")
+	b.fail(10, "advertises no address", "ws", "exec", ws.ID, "-c", "true")
+	a.ok("ws", "end", ws.ID)
 }

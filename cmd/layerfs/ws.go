@@ -76,13 +76,21 @@ func wsCreateCmd(a *app) *cobra.Command {
 }
 
 func wsListCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var all bool
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List workspaces",
-		Args:  args(cobra.NoArgs),
+		Long: `List the daemon's workspaces. On a shared Store, --all lists every host's,
+with the host (NODE) that serves each; the other verbs follow a workspace to
+its host by themselves.`,
+		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withDaemon(cmd, func(c *client.Client) error {
-				wss, err := c.Workspaces(cmd.Context())
+				list := c.Workspaces
+				if all {
+					list = c.FleetWorkspaces
+				}
+				wss, err := list(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -90,15 +98,25 @@ func wsListCmd(a *app) *cobra.Command {
 					wss = []wire.Workspace{}
 				}
 				return a.emit(wss, func(w io.Writer) {
-					fmt.Fprintln(w, "ID\tPROJECT\tBRANCH\tHEAD\tSTATE\tPLATFORM\tPATH\tCREATED")
+					head := "ID\tPROJECT\tBRANCH\tHEAD\tSTATE\tPLATFORM\tPATH\tCREATED"
+					if all {
+						head += "\tNODE\tADDRESS"
+					}
+					fmt.Fprintln(w, head)
 					for _, ws := range wss {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ws.ID, ws.Project, ws.Branch, short(ws.Head),
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ws.ID, ws.Project, ws.Branch, short(ws.Head),
 							ws.State, ws.Platform, showPath(ws.MountPath), showTime(ws.Created))
+						if all {
+							fmt.Fprintf(w, "\t%s\t%s", orDash(ws.Node), orDash(ws.NodeAddress))
+						}
+						fmt.Fprintln(w)
 					}
 				})
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&all, "all", false, "every host's workspaces on a shared Store, with their host")
+	return cmd
 }
 
 func short(id string) string {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,12 +75,20 @@ func startDaemon(t *testing.T, store string, extra ...string) *daemon {
 // startDaemonBinary is startDaemon with the daemon binary bin.
 func startDaemonBinary(t *testing.T, bin, store string, extra ...string) *daemon {
 	t.Helper()
+	return startDaemonUnder(t, []string{bin}, store, extra...)
+}
+
+// startDaemonUnder is startDaemon with the command line argv: a daemon
+// binary, or a command that runs one (nsenter ... -- layerfsd).
+func startDaemonUnder(t *testing.T, argv []string, store string, extra ...string) *daemon {
+	t.Helper()
 	testenv.RequireFUSE(t)
 	if store == "" {
 		store = filepath.Join(t.TempDir(), "store")
 	}
 	d := &daemon{store: store, socket: filepath.Join(store, SocketName), log: &bytes.Buffer{}, done: make(chan error, 1)}
-	d.cmd = exec.Command(bin, append([]string{"serve", "--store", store, "--log-level", "debug"}, extra...)...)
+	args := append(slices.Clone(argv[1:]), "serve", "--store", store, "--log-level", "debug")
+	d.cmd = exec.Command(argv[0], append(args, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	require.NoError(t, d.cmd.Start())
 	go func() { d.done <- d.cmd.Wait() }()

@@ -36,8 +36,10 @@ const lockName = "layerfsd.lock"
 
 type serveFlags struct {
 	store     string
+	storeURL  string // --store-url-file
 	socket    string
 	tcp       string
+	advertise string
 	tokenFile string
 	idleExit  time.Duration
 	grace     time.Duration
@@ -71,8 +73,10 @@ func serveCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.store, "store", "", "store directory (default $LAYERFS_HOME or ~/.local/share/layerfs); created when missing")
+	fl.StringVar(&f.storeURL, "store-url-file", "", "file holding a shared Store's URL (postgres://...?bucket=s3://...): the store directory joins that Store at first start and must belong to it after (a Kubernetes DaemonSet mounts it from a Secret)")
 	fl.StringVar(&f.socket, "socket", "", "unix socket path (default <store>/"+SocketName+")")
 	fl.StringVar(&f.tcp, "tcp", "", "also listen on this TCP address (needs --token-file)")
+	fl.StringVar(&f.advertise, "advertise", "", "on a shared Store, the address other hosts' clients reach this daemon's TCP listener at (tcp://HOST:PORT); requests for this host's workspaces sent to other daemons are answered with it")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token TCP clients must send")
 	fl.DurationVar(&f.idleExit, "idle-exit", 0, "exit after this long without requests and without workspaces (0: never)")
 	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running execs may take before they are killed")
@@ -142,6 +146,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 	} else if f.tokenFile != "" {
 		return usageError{errors.New("--token-file is only used with --tcp")}
 	}
+	if err := checkAdvertise(f.advertise, f.tcp); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(f.store, 0o700); err != nil {
 		return err
 	}
@@ -157,7 +164,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		return err
 	}
 
-	db, err := openStore(ctx, f.store, log)
+	db, err := openStore(ctx, f.store, f.storeURL, log)
 	if err != nil {
 		return err
 	}
@@ -179,6 +186,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	if f.advertise != "" && !db.Shared() {
+		return usageError{fmt.Errorf("--advertise: the store %s is not shared (layerfs init --store postgres://...)", f.store)}
+	}
 	if err := eng.Recover(ctx); err != nil {
 		return fmt.Errorf("recover workspaces: %w", err)
 	}
@@ -189,6 +199,8 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		Platforms: eng.Platforms(),
 		Socket:    f.socket,
 		TCP:       f.tcp,
+		Node:      db.Node(),
+		Advertise: f.advertise,
 	}
 	if f.idleExit > 0 {
 		status.IdleExit = f.idleExit.String()
@@ -237,8 +249,12 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 			}
 		}()
 	}
+	if db.Shared() {
+		// Other hosts' daemons learn where this one answers once it does.
+		defer heartbeat(db, f.advertise, log)()
+	}
 	tellSupervisor()
-	log.Info("serving", "store", f.store, "socket", f.socket, "tcp", f.tcp, "platforms", eng.Platforms(),
+	log.Info("serving", "store", f.store, "socket", f.socket, "tcp", f.tcp, "node", db.Node(), "advertise", f.advertise, "platforms", eng.Platforms(),
 		"idle_exit", f.idleExit.String(), "pid", os.Getpid(), "version", version())
 
 	reason := wait(ctx, srv, eng, f.idleExit, stopReq, serveErr)
@@ -480,7 +496,16 @@ func listenUnix(path string) (net.Listener, error) {
 	return l, nil
 }
 
-func openStore(ctx context.Context, dir string, log *slog.Logger) (*store.DB, error) {
+// openStore opens the Store in dir, creating an embedded one when there is
+// none; with urlFile, dir joins the shared Store whose URL the file holds.
+func openStore(ctx context.Context, dir, urlFile string, log *slog.Logger) (*store.DB, error) {
+	if urlFile != "" {
+		url, err := os.ReadFile(urlFile)
+		if err != nil {
+			return nil, fmt.Errorf("--store-url-file: %w", err)
+		}
+		return store.Join(ctx, dir, store.Options{Logger: log, URL: strings.TrimSpace(string(url))})
+	}
 	db, err := store.Open(ctx, dir, store.Options{Logger: log})
 	if errors.Is(err, store.ErrNoStore) {
 		log.Info("creating a new store", "dir", dir)

@@ -215,3 +215,25 @@ func TestDying(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckAdvertise(t *testing.T) {
+	for _, tc := range []struct {
+		addr, tcp string
+		ok        bool
+	}{
+		{"", "", true},
+		{"tcp://10.0.0.5:7070", ":7070", true},
+		{"http://node-a.example:7070", ":7070", true},
+		{"tcp://[fd00::5]:7070", ":7070", true},
+		{"tcp://10.0.0.5:7070", "", false}, // no TCP listener
+		{"10.0.0.5:7070", ":7070", false},
+		{"tcp://10.0.0.5", ":7070", false},
+		{"tcp://10.0.0.5:0", ":7070", false},
+		{"tcp://0.0.0.0:7070", ":7070", false},
+		{"tcp://10.0.0.5:7070/v1", ":7070", false},
+		{"unix:///run/layerfsd.sock", ":7070", false},
+	} {
+		err := checkAdvertise(tc.addr, tc.tcp)
+		assert.Equal(t, tc.ok, err == nil, "checkAdvertise(%q, %q): %v", tc.addr, tc.tcp, err)
+	}
+}

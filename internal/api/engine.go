@@ -10,7 +10,9 @@ import (
 
 // Engine is what the API needs from LayerFS's engine (*engine.Engine). Errors
 // wrap error classes (errclass.NotFound, ...) so that handlers can
-// map them to statuses.
+// map them to statuses. A request for a workspace another host of a shared
+// Store serves fails with a *wire.Error of code misdirected whose Node
+// names that host; the API answers it as it is (421).
 //
 // Paths given to the file methods are relative to the workspace root, slash
 // separated and already cleaned ("." is the root); the engine still resolves
@@ -37,6 +39,9 @@ type Engine interface {
 
 	CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (wire.Workspace, error)
 	Workspaces(ctx context.Context) ([]wire.Workspace, error)
+	// FleetWorkspaces lists every host's workspaces of a shared Store,
+	// each with its host (Workspaces on an embedded Store).
+	FleetWorkspaces(ctx context.Context) ([]wire.Workspace, error)
 	WorkspaceStatus(ctx context.Context, id string) (wire.WorkspaceStatus, error)
 	MountWorkspace(ctx context.Context, id string) (wire.Workspace, error)
 	CommitWorkspace(ctx context.Context, id string, req wire.CommitRequest) (wire.CommitResult, error)

@@ -49,7 +49,12 @@ func classify(err error) (status int, e wire.Error, internal bool) {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		msg = "request canceled: " + msg
 	}
-	return c.Status(), wire.Error{Code: c.Code(), Message: msg}, false
+	e = wire.Error{Code: c.Code(), Message: msg}
+	if we := (*wire.Error)(nil); c == errclass.Misdirected && errors.As(err, &we) {
+		// Where the workspace is served, for the client to go there.
+		e.Node = we.Node
+	}
+	return c.Status(), e, false
 }
 
 // noSpaceErrno is the errno that says which limit was hit.

@@ -28,8 +28,22 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// listWorkspaces answers this host's workspaces, or with all=true every
+// host's of a shared Store, each with its host.
 func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) error {
-	wss, err := s.eng.Workspaces(ctxOf(r))
+	q, err := query(r.URL.Query(), "all")
+	if err != nil {
+		return err
+	}
+	all, err := boolParam(q, "all")
+	if err != nil {
+		return err
+	}
+	list := s.eng.Workspaces
+	if all {
+		list = s.eng.FleetWorkspaces
+	}
+	wss, err := list(ctxOf(r))
 	if err != nil {
 		return err
 	}

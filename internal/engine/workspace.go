@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -85,6 +86,7 @@ func (w *workspace) info() wire.Workspace {
 		Base: idString(w.rec.Base), Head: idString(w.rec.Head),
 		MountPath: w.rec.MountPath, Platform: w.opts.Platform, Network: w.opts.Network,
 		Native: w.opts.Native, State: w.rec.State, Created: w.rec.Created,
+		Node: w.rec.Node,
 	}
 	if w.mnt != nil {
 		out.DataPath = w.mnt.DataPath()
@@ -433,7 +435,33 @@ func (e *Engine) get(ctx context.Context, id string) (*workspace, error) {
 	if _, err := e.db.Workspace(ctx, id); err == nil {
 		return nil, fmt.Errorf("%w: workspace %s is not mounted (remount it)", errclass.Invalid, id)
 	}
-	return nil, fmt.Errorf("workspace %q: %w", id, errclass.NotFound)
+	return nil, e.notHere(ctx, id, fmt.Errorf("workspace %q: %w", id, errclass.NotFound))
+}
+
+// notHere is the answer for a workspace this host does not record:
+// misdirected, naming the host that serves it, when another host of a
+// shared Store records it; else notFound.
+func (e *Engine) notHere(ctx context.Context, id string, notFound error) error {
+	n, err := e.db.WorkspaceNode(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound) || (err == nil && n.Name == e.db.Node()):
+		return notFound
+	case err != nil:
+		return fmt.Errorf("find the host of workspace %s: %w", id, err)
+	}
+	where := &wire.Node{Name: n.Name, Address: n.Address, Seen: n.Seen, Live: n.Live}
+	msg := fmt.Sprintf("workspace %s is served by host %s", id, n.Name)
+	switch {
+	case n.Address == "":
+		msg += ", which advertises no address (its layerfsd runs without --advertise)"
+	case !n.Live && n.Seen.IsZero():
+		msg += " at " + n.Address + ", whose daemon has not run"
+	case !n.Live:
+		msg += fmt.Sprintf(" at %s, whose daemon was last heard from at %s: it is down", n.Address, n.Seen.UTC().Format(time.RFC3339))
+	default:
+		msg += " at " + n.Address + ", not by this daemon (host " + e.db.Node() + "): send the request there"
+	}
+	return &wire.Error{Code: wire.CodeMisdirected, Message: msg, Node: where}
 }
 
 // Workspaces lists every recorded workspace, served or not.
@@ -463,6 +491,44 @@ func (e *Engine) Workspaces(ctx context.Context) ([]wire.Workspace, error) {
 		w.rec.State = wire.StateUnmounted
 		out = append(out, w.info())
 	}
+	return out, nil
+}
+
+// FleetWorkspaces lists every host's workspaces on a shared Store, each
+// with its host and the host's advertised address: this host's as
+// Workspaces does, the others' as their hosts recorded them. On an
+// embedded Store it is Workspaces.
+func (e *Engine) FleetWorkspaces(ctx context.Context) ([]wire.Workspace, error) {
+	out, err := e.Workspaces(ctx)
+	if err != nil || !e.db.Shared() {
+		return out, err
+	}
+	nodes, err := e.db.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := e.db.FleetWorkspaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if r.Node == e.db.Node() {
+			continue
+		}
+		w := &workspace{rec: r}
+		json.Unmarshal(r.Options, &w.opts)
+		out = append(out, w.info())
+	}
+	addrs := map[string]string{}
+	for _, n := range nodes {
+		addrs[n.Name] = n.Address
+	}
+	for i := range out {
+		out[i].NodeAddress = addrs[out[i].Node]
+	}
+	slices.SortStableFunc(out, func(a, b wire.Workspace) int {
+		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+	})
 	return out, nil
 }
 
@@ -633,6 +699,9 @@ func (e *Engine) EndWorkspace(ctx context.Context, id string, discard bool) erro
 	e.mu.Unlock()
 	if w == nil {
 		rec, err := e.db.Workspace(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return e.notHere(ctx, id, err)
+		}
 		if err != nil {
 			return classify(err)
 		}
@@ -705,6 +774,9 @@ func (e *Engine) MountWorkspace(ctx context.Context, id string) (wire.Workspace,
 	}
 	e.mu.Unlock()
 	rec, err := e.db.Workspace(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return wire.Workspace{}, e.notHere(ctx, id, err)
+	}
 	if err != nil {
 		return wire.Workspace{}, classify(err)
 	}

@@ -172,3 +172,24 @@ func TestBenchThroughSDK(t *testing.T) {
 		}
 	}
 }
+
+// TestKubernetesOnlyInTests: the Kubernetes API types check the manifests
+// of deploy/kubernetes in a test; no command or SDK package links them.
+func TestKubernetesOnlyInTests(t *testing.T) {
+	pkgs := load(t)
+	for path, p := range pkgs {
+		if !strings.HasPrefix(path, module) {
+			continue
+		}
+		for _, d := range p.Imports {
+			if strings.HasPrefix(d, "k8s.io/") || strings.HasPrefix(d, "sigs.k8s.io/") {
+				t.Errorf("%s imports %s: Kubernetes' packages are for tests of deploy/kubernetes only", path, d)
+			}
+		}
+	}
+	for path := range pkgs {
+		if strings.HasPrefix(path, "k8s.io/") || strings.HasPrefix(path, "sigs.k8s.io/") {
+			t.Errorf("a package of the module links %s", path)
+		}
+	}
+}

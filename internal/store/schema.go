@@ -230,4 +230,16 @@ CREATE TABLE leases (
 	expires BIGINT NOT NULL
 );
 `,
+	// nodes: every host that has run a daemon on the Store, the address
+	// its daemon advertises and its last heartbeat (nanoseconds of the
+	// database's clock, so hosts' clocks need not agree); up is false once
+	// it stopped cleanly.
+	`
+CREATE TABLE nodes (
+	name    TEXT PRIMARY KEY,
+	address TEXT NOT NULL,
+	seen    BIGINT NOT NULL,
+	up      BOOLEAN NOT NULL
+);
+`,
 }

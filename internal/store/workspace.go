@@ -22,6 +22,9 @@ type Workspace struct {
 	Created   time.Time `json:"created"`
 	Updated   time.Time `json:"updated"`
 	Options   []byte    `json:"options,omitempty"` // JSON owned by the engine
+	// Node is the host that serves the workspace in a shared Store (this
+	// host's, except in FleetWorkspaces); "" in an embedded Store.
+	Node string `json:"node,omitempty"`
 }
 
 // CreateWorkspace records a new workspace. ID must be a valid name; the
@@ -46,7 +49,7 @@ func (db *DB) CreateWorkspace(ctx context.Context, w Workspace) (Workspace, erro
 	if err != nil {
 		return Workspace{}, fmt.Errorf("create workspace %q: %w", w.ID, err)
 	}
-	w.Created, w.Updated = fromNs(now), fromNs(now)
+	w.Created, w.Updated, w.Node = fromNs(now), fromNs(now), db.node
 	return w, nil
 }
 
@@ -62,13 +65,19 @@ func requireCommits(ctx context.Context, tx *tx, ids ...ID) error {
 	return nil
 }
 
-const workspaceSelect = `SELECT id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options FROM workspaces`
+const (
+	workspaceColumns = `id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options`
+	workspaceSelect  = `SELECT ` + workspaceColumns + ` FROM workspaces`
+)
 
-func scanWorkspace(s scanner) (Workspace, error) {
+func scanWorkspace(s scanner) (Workspace, error) { return scanWorkspaceAnd(s) }
+
+// scanWorkspaceAnd scans workspaceSelect's columns, then those of extra.
+func scanWorkspaceAnd(s scanner, extra ...any) (Workspace, error) {
 	var w Workspace
 	var base, head []byte
 	var created, updated int64
-	err := s.Scan(&w.ID, &w.Project, &w.Branch, &base, &head, &w.MountPath, &w.UpperDir, &w.State, &created, &updated, &w.Options)
+	err := s.Scan(append([]any{&w.ID, &w.Project, &w.Branch, &base, &head, &w.MountPath, &w.UpperDir, &w.State, &created, &updated, &w.Options}, extra...)...)
 	copy(w.Base[:], base)
 	copy(w.Head[:], head)
 	w.Created, w.Updated = fromNs(created), fromNs(updated)
@@ -81,6 +90,7 @@ func (db *DB) Workspace(ctx context.Context, id string) (Workspace, error) {
 	if err != nil {
 		return Workspace{}, fmt.Errorf("workspace %q: %w", id, err)
 	}
+	w.Node = db.node
 	return w, nil
 }
 
@@ -94,6 +104,9 @@ func (db *DB) Workspaces(ctx context.Context) ([]Workspace, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list workspaces: %w", err)
+	}
+	for i := range out {
+		out[i].Node = db.node
 	}
 	return out, nil
 }
@@ -118,6 +131,7 @@ func (db *DB) UpdateWorkspace(ctx context.Context, w Workspace) (Workspace, erro
 	if err != nil {
 		return Workspace{}, fmt.Errorf("update workspace %q: %w", w.ID, err)
 	}
+	out.Node = db.node
 	return out, nil
 }
 

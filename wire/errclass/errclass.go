@@ -43,12 +43,13 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeNoSpace          = "no_space"
 	CodeDaemonLost       = "daemon_lost"
+	CodeMisdirected      = "misdirected"
 )
 
 // The classes. Exit codes: 0 success, 1 internal (or unclassified), 2
 // invalid (usage), 3 not found, 4 exists, 5 conflict (busy, head moved,
 // uncommitted), 6 unavailable (daemon lost too), 7 unauthorized, 8 no
-// space, 9 corrupt.
+// space, 9 corrupt, 10 misdirected.
 var (
 	// Invalid: the request is malformed or names something badly (400).
 	Invalid = &Class{"invalid argument", CodeInvalid, 400, 2}
@@ -79,6 +80,11 @@ var (
 	Unavailable = &Class{"unavailable", CodeUnavailable, 503, 6}
 	// NoSpace: a file system of the Store or of a workspace is full (507).
 	NoSpace = &Class{"no space", CodeNoSpace, 507, 8}
+	// Misdirected: the workspace lives on another host of the fleet that
+	// shares the Store; the error names that host and its address, and
+	// nothing was done, so the request may be sent there as it is (421
+	// Misdirected Request).
+	Misdirected = &Class{"misdirected", CodeMisdirected, 421, 10}
 	// DaemonLost is never sent: the SDK reports it when the connection to
 	// the daemon broke before an answer was whole; the outcome is unknown.
 	DaemonLost = &Class{"daemon lost", CodeDaemonLost, 0, 6}
@@ -87,7 +93,7 @@ var (
 // all lists the classes; for a status several share, the first is the one
 // FromStatus answers.
 var all = []*Class{Invalid, Unauthorized, NotFound, MethodNotAllowed, Busy, Exists, HeadMoved,
-	Uncommitted, TooLarge, Internal, Corrupt, Unavailable, NoSpace, DaemonLost}
+	Uncommitted, TooLarge, Internal, Corrupt, Unavailable, NoSpace, Misdirected, DaemonLost}
 
 // FromCode is the class of a wire code, nil for a code it does not know.
 func FromCode(code string) *Class {

@@ -68,7 +68,7 @@ func TestCodesAndStatuses(t *testing.T) {
 	if FromCode("bogus") != nil {
 		t.Error("an unknown code has a class")
 	}
-	for status, want := range map[int]*Class{400: Invalid, 404: NotFound, 409: Busy, 500: Internal, 503: Unavailable, 507: NoSpace, 418: Internal} {
+	for status, want := range map[int]*Class{400: Invalid, 404: NotFound, 409: Busy, 500: Internal, 503: Unavailable, 507: NoSpace, 421: Misdirected, 418: Internal} {
 		if got := FromStatus(status); got != want {
 			t.Errorf("FromStatus(%d) = %v, want %v", status, got, want)
 		}

@@ -73,11 +73,24 @@ type Engine struct {
 	Mutations atomic.Int64
 	// Running counts execs in progress.
 	Running atomic.Int64
+
+	// elsewhere are workspaces another host serves (ServeElsewhere).
+	elsewhere map[string]wire.Node
 }
 
 // New returns an empty engine.
 func New() *Engine {
-	return &Engine{projects: map[string]*project{}, workspaces: map[string]*workspace{}, now: time.Now}
+	return &Engine{projects: map[string]*project{}, workspaces: map[string]*workspace{}, now: time.Now,
+		elsewhere: map[string]wire.Node{}}
+}
+
+// ServeElsewhere makes requests for workspace id fail as misdirected,
+// naming n as the host that serves it, as a fleet's daemon answers for a
+// workspace of another host.
+func (e *Engine) ServeElsewhere(id string, n wire.Node) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.elsewhere[id] = n
 }
 
 func (e *Engine) id(prefix string) string {
@@ -411,8 +424,16 @@ func (e *Engine) Workspaces(ctx context.Context) ([]wire.Workspace, error) {
 	return inKeyOrder(e.workspaces, func(ws *workspace) wire.Workspace { return ws.info }), nil
 }
 
+// FleetWorkspaces implements api.Engine: the double is one host.
+func (e *Engine) FleetWorkspaces(ctx context.Context) ([]wire.Workspace, error) {
+	return e.Workspaces(ctx)
+}
+
 func (e *Engine) workspace(id string) (*workspace, error) {
 	ws := e.workspaces[id]
+	if n, ok := e.elsewhere[id]; ok && ws == nil {
+		return nil, &wire.Error{Code: wire.CodeMisdirected, Message: "workspace " + id + " is served by host " + n.Name, Node: &n}
+	}
 	if ws == nil {
 		return nil, notFound("workspace " + id)
 	}
