@@ -211,23 +211,17 @@ func TestUploadDownloadTree(t *testing.T) {
 // TestCompressedDownloads: a client dialed WithCompressedDownloads gets
 // the same tree, files and a large run of zeros included.
 func TestCompressedDownloads(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	c, err := client.Dial(ctx, daemonAddr, client.WithCompressedDownloads())
 	require.NoError(t, err)
 	defer c.Close()
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project(t, c), Branch: "main"})
 	require.NoError(t, err)
 	zeros := make([]byte, 4<<20)
-	if err := ws.WriteFile(ctx, "d/zeros", zeros, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := ws.WriteFile(ctx, "d/sub/text", []byte("text\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws.WriteFile(ctx, "d/zeros", zeros, 0o644))
+	require.NoError(t, ws.WriteFile(ctx, "d/sub/text", []byte("text\n"), 0o600))
 	dst := t.TempDir()
-	if err := ws.Download(ctx, "d", dst); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ws.Download(ctx, "d", dst))
 	if b, err := os.ReadFile(filepath.Join(dst, "d", "zeros")); err != nil || !bytes.Equal(b, zeros) {
 		t.Errorf("zeros: %d bytes, %v", len(b), err)
 	}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"layerfs.dev/layerfs/internal/testenv"
 )
 
@@ -26,12 +28,8 @@ func open(t *testing.T, endpoint string, cfg Config) *Bucket {
 	}
 	cfg.Endpoint, cfg.Bucket, cfg.Prefix, cfg.AccessKey, cfg.SecretKey = endpoint, bucket, prefix+"/", srv.AccessKey, srv.SecretKey
 	b, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Create(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, b.Create(t.Context()))
 	return b
 }
 
@@ -47,12 +45,10 @@ func randomBytes(seed uint64, n int) []byte {
 // TestMultipartAndRanges: a pack larger than the part size goes up in
 // parts and reads back, in full and by ranges, byte for byte.
 func TestMultipartAndRanges(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	b := open(t, "", Config{PartSize: 5 << 20})
 	data := randomBytes(1, 12<<20+12345)
-	if err := b.Put(ctx, "packs/big.pack", bytes.NewReader(data), int64(len(data))); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, b.Put(ctx, "packs/big.pack", bytes.NewReader(data), int64(len(data))))
 	if n, err := b.Size(ctx, "packs/big.pack"); err != nil || n != int64(len(data)) {
 		t.Fatalf("size = %d, %v; want %d", n, err, len(data))
 	}
@@ -72,9 +68,7 @@ func TestMultipartAndRanges(t *testing.T) {
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing key: %v, want ErrNotFound", err)
 	}
-	if err := b.Delete(ctx, "packs/big.pack"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, b.Delete(ctx, "packs/big.pack"))
 	if _, err := b.Size(ctx, "packs/big.pack"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after delete: %v, want ErrNotFound", err)
 	}
@@ -83,18 +77,14 @@ func TestMultipartAndRanges(t *testing.T) {
 // TestList: a listing names every object under its prefix, without the
 // bucket's own prefix, with its size, and nothing else.
 func TestList(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	b := open(t, "", Config{})
 	want := map[string]int64{"packs/a.pack": 3, "packs/b.pack": 5, "other/c": 1}
 	for k, n := range want {
-		if err := b.Put(ctx, k, bytes.NewReader(make([]byte, n)), n); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, b.Put(ctx, k, bytes.NewReader(make([]byte, n)), n))
 	}
 	got, err := b.List(ctx, "packs/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(got) != 2 {
 		t.Fatalf("list packs/: %+v, want the two packs", got)
 	}
@@ -136,7 +126,7 @@ func TestRetriesThroughResets(t *testing.T) {
 	srv, _, _ := testenv.S3(t)
 	p := newFlakyProxy(t, srv.Endpoint)
 	b := open(t, p.addr, Config{Attempts: 8, FirstBackoff: 5 * time.Millisecond})
-	ctx := context.Background()
+	ctx := t.Context()
 	p.dropAll()      // the client's kept-alive connection too
 	p.reset.Store(3) // the next three connections fail
 	data := []byte("pack bytes")
@@ -158,16 +148,12 @@ func TestRetriesThroughResets(t *testing.T) {
 // its attempts, naming the endpoint and the attempt count.
 func TestRetriesAreBounded(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
 	b, err := Open(Config{Endpoint: addr, Bucket: "bucket", Attempts: 3, FirstBackoff: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = b.ReadRange(context.Background(), "k", 0, 1)
+	require.NoError(t, err)
+	_, err = b.ReadRange(t.Context(), "k", 0, 1)
 	if err == nil || !strings.Contains(err.Error(), "attempt 3 of 3") || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("err = %v; want a failure after attempt 3 of 3 naming %s", err, addr)
 	}
@@ -186,9 +172,7 @@ type flakyProxy struct {
 
 func newFlakyProxy(t *testing.T, target string) *flakyProxy {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := &flakyProxy{addr: l.Addr().String(), conns: map[net.Conn]bool{}}
 	var wg sync.WaitGroup
 	t.Cleanup(func() {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,9 +25,7 @@ func TestPostgres(t *testing.T) {
 			t.Fatalf("urls %q and %q", first, second)
 		}
 		name := strings.TrimPrefix(strings.Split(first, "?")[0], "postgres://layerfs@/")
-		if err := pgSrv.psql("SELECT 1 FROM pg_database WHERE datname = '" + name + "'"); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, pgSrv.psql("SELECT 1 FROM pg_database WHERE datname = '"+name+"'"))
 	})
 	if t.Failed() {
 		return
@@ -46,9 +45,7 @@ func TestS3(t *testing.T) {
 		t.Fatalf("two calls gave prefix %q", prefix)
 	}
 	c, err := net.Dial("tcp", s.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c.Close()
 	if !strings.HasPrefix(s.Endpoint, "127.0.0.1:") {
 		t.Fatalf("endpoint %s is not on loopback", s.Endpoint)
@@ -62,24 +59,18 @@ func TestWaitS3Build(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("LAYERFS_S3SERVER", filepath.Join(dir, "bin", "weed"))
 	lock, err := os.Create(filepath.Join(dir, ".lock"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	require.NoError(t, unix.Flock(int(lock.Fd()), unix.LOCK_EX))
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 	defer cancel()
 	err = waitS3Build(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), filepath.Join(dir, "ensure-s3server.log")) {
 		t.Fatalf("while the lock is held: got %v, want the deadline and the log's path", err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- waitS3Build(context.Background()) }()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
-		t.Fatal(err)
-	}
+	go func() { done <- waitS3Build(t.Context()) }()
+	require.NoError(t, unix.Flock(int(lock.Fd()), unix.LOCK_UN))
 	if err := <-done; err != nil {
 		t.Fatalf("after the lock is freed: %v", err)
 	}
@@ -96,9 +87,7 @@ func TestStoppableS3(t *testing.T) {
 		}
 		return err
 	}
-	if err := dial(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, dial())
 	s.Stop()
 	if err := dial(); err == nil {
 		t.Fatal("the stopped server still accepts connections")
