@@ -64,6 +64,9 @@ type Engine struct {
 	live    map[string]*workspace
 	closing bool
 	execs   sync.WaitGroup // running execs, for a graceful stop
+	// background is work started ahead of need (metadata images of new
+	// commits); Shutdown waits for it.
+	background sync.WaitGroup
 
 	metrics metrics
 }
@@ -210,6 +213,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	if e.trackers != nil {
 		errs = append(errs, e.trackers.Close())
 	}
+	e.background.Wait()
 	return errors.Join(errs...)
 }
 

@@ -330,7 +330,7 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 		cfg := kerneloverlay.Config{
 			Lower: e.db, Root: w.opts.Root, Base: w.opts.HeadRoot,
 			Dir: e.workspaceDir(w.rec.ID), Target: w.rec.MountPath, Committed: committed, Logger: e.log,
-			Source: e.source, IDMap: e.layerIDMap(w),
+			Source: e.source, IDMap: e.layerIDMap(w), MetaCache: e.db.CacheDir(),
 		}
 		m, err := kerneloverlay.New(ctx, cfg)
 		if err != nil && cfg.IDMap != nil {
@@ -387,6 +387,21 @@ func (e *Engine) layerIDMap(w *workspace) *kerneloverlay.IDMap {
 		return nil
 	}
 	return &kerneloverlay.IDMap{UserNS: ns, Root: root}
+}
+
+// buildMetaAhead builds, in the background, the metadata image of root, a
+// commit w just made, when w is served with one: the next workspace of the
+// commit then finds it cached (kerneloverlay.MetaImage). The commit itself
+// stays O(changes).
+func (e *Engine) buildMetaAhead(w *workspace, root store.ID) {
+	if m, ok := w.mnt.(*kerneloverlay.Mount); !ok || !m.HasMeta() {
+		return
+	}
+	e.background.Go(func() {
+		if _, err := kerneloverlay.MetaImage(context.Background(), e.db, e.db.CacheDir(), root); err != nil {
+			e.log.Warn("metadata image of a new commit", "root", root.Short(), "err", err)
+		}
+	})
 }
 
 // idmap is the mapping w's mount shows its files with, or nil.
@@ -602,6 +617,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 			return res, err
 		}
 		w.mnt.MarkCommitted(c.Root, cs)
+		e.buildMetaAhead(w, c.Root)
 		w.rec.Head = p.Commit
 		w.opts.HeadRoot = c.Root
 		if w.rec.Options, err = json.Marshal(w.opts); err != nil {

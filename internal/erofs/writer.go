@@ -174,10 +174,9 @@ func Write(w io.Writer, root *Inode, opts Options) error {
 			size += 4 // one block map entry, 4-byte aligned (inode and body are)
 		}
 		size = alignUp(size, slotSize)
-		if size > blockSize {
-			return fmt.Errorf("%w: %d bytes of xattrs on one inode", ErrUnsupported, len(x))
-		}
-		if rest := blockSize - off%blockSize; size > rest {
+		// An inode crosses no block boundary, unless it is longer than a
+		// block (long xattrs): it then starts one.
+		if rest := blockSize - off%blockSize; size > rest && rest < blockSize {
 			off += rest
 		}
 		n.nid = off / slotSize

@@ -42,6 +42,8 @@ func TestWriteMounts(t *testing.T) {
 	file := &Inode{Mode: syscall.S_IFREG | 0o640, UID: 1000, GID: 100, Size: 70 << 20, MtimeNs: 1_600_000_000_000_000_001,
 		Xattrs: []Xattr{{"trusted.overlay.metacopy", nil}, {"trusted.overlay.redirect", []byte("/a/big")}, {"user.k", []byte("v")}}}
 	empty := &Inode{Mode: syscall.S_IFREG | 0o644}
+	long := &Inode{Mode: syscall.S_IFREG | 0o644, Size: 1, Xattrs: []Xattr{
+		{"trusted.overlay.redirect", bytes.Repeat([]byte("d/"), 2000)}, {"user.big", bytes.Repeat([]byte("x"), 5000)}}}
 	many := make([]Entry, 0, 600)
 	for i := range 600 {
 		many = append(many, Entry{Name: fmt.Sprintf("file-with-a-longer-name-%03d", i), Inode: empty})
@@ -54,6 +56,7 @@ func TestWriteMounts(t *testing.T) {
 		Entry{"wide", &Inode{Mode: syscall.S_IFBLK | 0o600, Rdev: unix.Mkdev(259, 70000)}},
 		Entry{"fifo", &Inode{Mode: syscall.S_IFIFO | 0o600}},
 		Entry{"-dash", empty},
+		Entry{"long", long},
 	)
 	mnt := mountImage(t, root, Options{})
 
@@ -94,6 +97,13 @@ func TestWriteMounts(t *testing.T) {
 	assert.Equal(t, unix.Mkdev(259, 70000), st.Rdev)
 	require.NoError(t, unix.Lstat(filepath.Join(mnt, "fifo"), &st))
 	assert.Equal(t, uint32(syscall.S_IFIFO|0o600), st.Mode)
+
+	for name, want := range map[string][]byte{"trusted.overlay.redirect": long.Xattrs[0].Value, "user.big": long.Xattrs[1].Value} {
+		v := make([]byte, 8192)
+		n, err := unix.Lgetxattr(filepath.Join(mnt, "long"), name, v)
+		require.NoError(t, err, "an xattr longer than a block: %s", name)
+		assert.Equal(t, want, v[:n], name)
+	}
 
 	names, err := os.ReadDir(filepath.Join(mnt, "many"))
 	require.NoError(t, err)
