@@ -116,6 +116,10 @@ func (e *env) mount(root store.ID) (served, string) {
 	m, err := e.serve(ws, mnt, root, store.ZeroID, overlay.EmptyUpper())
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { m.Unmount(context.Background()) })
+	if e.path == "overlay" {
+		// No silent fallback to the view as the whole lower.
+		require.True(e.t, m.(*kerneloverlay.Mount).HasMeta(), m.DataPath())
+	}
 	return m, mnt
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -43,9 +44,7 @@ const metaImageDir = "meta"
 // MetaImage returns the path of the EROFS image of root's metadata under
 // cacheDir (a Store's cache directory), writing it first if it is not
 // there. A tree the image cannot carry (an xattr outside the user,
-// trusted, security and ACL namespaces, trusted.overlay.* xattrs of its
-// own, a symlink target or path too long for one block) fails with
-// erofs.ErrUnsupported.
+// trusted, security and ACL namespaces) fails with erofs.ErrUnsupported.
 func MetaImage(ctx context.Context, lower interface {
 	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
 }, cacheDir string, root store.ID) (string, error) {
@@ -190,8 +189,11 @@ func metaInode(e *store.Entry, p string) (*erofs.Inode, error) {
 		return nil, fmt.Errorf("%s: %w: entry type %s", p, erofs.ErrUnsupported, e.Type)
 	}
 	for _, x := range e.Xattrs {
-		if len(x.Name) >= len(xattrOverlayPrefix) && x.Name[:len(xattrOverlayPrefix)] == xattrOverlayPrefix {
-			return nil, fmt.Errorf("%s: %w: xattr %s would speak to overlayfs", p, erofs.ErrUnsupported, x.Name)
+		if strings.HasPrefix(x.Name, xattrOverlayPrefix) {
+			// overlayfs's own, which a commit of an overlay upper may
+			// keep (a new directory's opaque): an overlay mount never
+			// shows them, and in the image they would speak to it.
+			continue
 		}
 		in.Xattrs = append(in.Xattrs, erofs.Xattr{Name: x.Name, Value: x.Value})
 	}
