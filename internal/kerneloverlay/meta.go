@@ -44,7 +44,8 @@ const metaImageDir = "meta"
 // MetaImage returns the path of the EROFS image of root's metadata under
 // cacheDir (a Store's cache directory), writing it first if it is not
 // there. A tree the image cannot carry (an xattr outside the user,
-// trusted, security and ACL namespaces) fails with erofs.ErrUnsupported.
+// trusted, security and ACL namespaces, a file whose path is PATH_MAX
+// bytes or longer) fails with erofs.ErrUnsupported.
 func MetaImage(ctx context.Context, lower interface {
 	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
 }, cacheDir string, root store.ID) (string, error) {
@@ -198,6 +199,11 @@ func metaInode(e *store.Entry, p string) (*erofs.Inode, error) {
 		in.Xattrs = append(in.Xattrs, erofs.Xattr{Name: x.Name, Value: x.Value})
 	}
 	if e.Type == store.TypeFile && e.Size > 0 {
+		if len(p) >= unix.PathMax {
+			// overlayfs looks the redirect up as one path, which
+			// cannot be longer (ENAMETOOLONG on the first read).
+			return nil, fmt.Errorf("%w: a file's path of %d bytes, too long for overlayfs to follow to its data", erofs.ErrUnsupported, len(p))
+		}
 		// Its data is the data-only layer's file of the same path.
 		in.Xattrs = append(in.Xattrs,
 			erofs.Xattr{Name: xattrOverlayPrefix + "metacopy"},

@@ -167,6 +167,15 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 		defer unix.Close(meta)
 	}
 	err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cfg.IDMap)
+	if err != nil && meta >= 0 {
+		// (An image on a stacked file system can be one level too deep
+		// for overlayfs, where the view is not.)
+		whyNoMeta = err.Error()
+		if cfg.Logger != nil {
+			cfg.Logger.Warn("overlay refused the metadata layer", "dir", cfg.Dir, "err", err)
+		}
+		err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, -1, cfg.IDMap)
+	}
 	if err != nil {
 		srv.Unmount(context.WithoutCancel(ctx))
 		return nil, err
