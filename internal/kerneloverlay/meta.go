@@ -166,28 +166,13 @@ func metaTree(ctx context.Context, lower interface {
 // metaInode is the image's inode for the entry e at path p (absolute, in
 // the commit).
 func metaInode(e *store.Entry, p string) (*erofs.Inode, error) {
-	in := &erofs.Inode{Mode: e.Mode & 0o7777, UID: e.UID, GID: e.GID, MtimeNs: e.MtimeNs}
-	switch e.Type {
-	case store.TypeDir:
-		in.Mode |= syscall.S_IFDIR
-	case store.TypeFile:
-		in.Mode |= syscall.S_IFREG
-		in.Size = e.Size
-	case store.TypeSymlink:
-		in.Mode |= syscall.S_IFLNK
-		in.Target = e.Target
-	case store.TypeFIFO:
-		in.Mode |= syscall.S_IFIFO
-	case store.TypeChar:
-		in.Mode |= syscall.S_IFCHR
-		in.Rdev = e.Rdev
-	case store.TypeBlock:
-		in.Mode |= syscall.S_IFBLK
-		in.Rdev = e.Rdev
-	case store.TypeSocket:
-		in.Mode |= syscall.S_IFSOCK
-	default:
+	if e.Type.FileType() == 0 {
 		return nil, fmt.Errorf("%s: %w: entry type %s", p, erofs.ErrUnsupported, e.Type)
+	}
+	in := &erofs.Inode{Mode: e.Type.FileType() | e.Mode&0o7777, UID: e.UID, GID: e.GID, MtimeNs: e.MtimeNs,
+		Size: e.Size, Target: e.Target, Rdev: e.Rdev}
+	if e.Type != store.TypeFile {
+		in.Size = 0 // a symlink's is its target's length, which the image takes from Target
 	}
 	for _, x := range e.Xattrs {
 		if strings.HasPrefix(x.Name, xattrOverlayPrefix) {
