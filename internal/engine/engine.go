@@ -67,6 +67,11 @@ type Engine struct {
 	// background is work started ahead of need (metadata images of new
 	// commits); Shutdown waits for it.
 	background sync.WaitGroup
+	ahead      struct {
+		mu      sync.Mutex
+		next    store.ID // the root to build next; zero: none (an empty tree's image costs nothing on open)
+		running bool
+	}
 
 	metrics metrics
 }

@@ -392,14 +392,33 @@ func (e *Engine) layerIDMap(w *workspace) *kerneloverlay.IDMap {
 // buildMetaAhead builds, in the background, the metadata image of root, a
 // commit w just made, when w is served with one: the next workspace of the
 // commit then finds it cached (kerneloverlay.MetaImage). The commit itself
-// stays O(changes).
+// stays O(changes). An image is O(tree), so one builder runs at a time and
+// builds only the latest root asked for: of a burst of commits, the last.
 func (e *Engine) buildMetaAhead(w *workspace, root store.ID) {
 	if m, ok := w.mnt.(*kerneloverlay.Mount); !ok || !m.HasMeta() {
 		return
 	}
+	e.ahead.mu.Lock()
+	defer e.ahead.mu.Unlock()
+	e.ahead.next = root
+	if e.ahead.running {
+		return
+	}
+	e.ahead.running = true
 	e.background.Go(func() {
-		if _, err := kerneloverlay.MetaImage(context.Background(), e.db, e.db.CacheDir(), root); err != nil {
-			e.log.Warn("metadata image of a new commit", "root", root.Short(), "err", err)
+		for {
+			e.ahead.mu.Lock()
+			root := e.ahead.next
+			e.ahead.next = store.ZeroID
+			if root.IsZero() {
+				e.ahead.running = false
+				e.ahead.mu.Unlock()
+				return
+			}
+			e.ahead.mu.Unlock()
+			if _, err := kerneloverlay.MetaImage(context.Background(), e.db, e.db.CacheDir(), root); err != nil {
+				e.log.Warn("metadata image of a new commit", "root", root.Short(), "err", err)
+			}
 		}
 	})
 }
