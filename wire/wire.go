@@ -259,9 +259,10 @@ type Workspace struct {
 	Node        string `json:"node,omitempty"`
 	NodeAddress string `json:"node_address,omitempty"`
 	// DataPath says how the workspace is served, then how file data
-	// reaches the kernel: "overlay: lower passthrough", "fuse: passthrough",
-	// "fuse: daemon: WHY"; a workspace that fell back from overlay to fuse
-	// says why in parentheses.
+	// reaches the kernel: "overlay: metadata erofs, data lower passthrough",
+	// "fuse: passthrough", "fuse: daemon: WHY"; a workspace that fell back
+	// from overlay to fuse, or to overlay without its metadata image, says
+	// why in parentheses.
 	DataPath string `json:"data_path,omitempty"`
 	// Receipt, on the answer to a create or a remount, tells what mounting
 	// cost.

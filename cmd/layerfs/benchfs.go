@@ -23,7 +23,7 @@ func benchFSCmd(a *app) *cobra.Command {
 		dataPaths                         string
 	)
 	c := &cobra.Command{
-		Use:   "fs [--cells C01,...] [--samples N] [--dir D] [--fs ext4:8G|xfs:8G] [--data-path fuse,overlay,floor] [--no-passthrough] [--cpuprofile F]",
+		Use:   "fs [--cells C01,...] [--samples N] [--dir D] [--fs ext4:8G|xfs:8G] [--data-path fuse,overlay,overlay-nometa,floor] [--no-passthrough] [--cpuprofile F]",
 		Short: "Run the cell bodies straight on a workspace mount and in a plain directory: the FUSE path alone",
 		Long: `Runs each cell's body directly (no sandbox, no daemon API) on a fresh
 LayerFS workspace mount served by this process and in a plain directory on
@@ -132,7 +132,7 @@ With --fs, both arms run on a fresh loop-mounted file system of that type
 	f.IntVar(&samples, "samples", 5, "timed samples per cell and arm")
 	f.StringVar(&dir, "dir", "", "scratch directory on the file system under test (default: a temporary one, removed after)")
 	f.StringVar(&fsSpec, "fs", "", "run on a fresh loop-mounted file system made under --dir: ext4:SIZE (with a journal) or xfs:SIZE (reflinks), e.g. ext4:8G")
-	f.StringVar(&dataPaths, "data-path", "fuse", "comma-separated LayerFS arms, each run beside its own native arm: fuse, overlay (kernel overlayfs over the FUSE view), floor (kernel overlayfs over a plain directory)")
+	f.StringVar(&dataPaths, "data-path", "fuse", "comma-separated LayerFS arms, each run beside its own native arm: fuse, overlay (kernel overlayfs over the metadata image, the FUSE view as its data-only layer), overlay-nometa (over the FUSE view alone), floor (kernel overlayfs over a plain directory)")
 	f.BoolVar(&noPassthrough, "no-passthrough", false, "serve file data through the daemon instead of FUSE passthrough")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the daemon side, setup included) to this file")
 	return c

@@ -54,11 +54,17 @@ func TestRunCells(t *testing.T) {
 		NewPlatform: localOnly,
 	})
 	require.NoError(t, err)
+	// On the overlay path only reads of committed data reach the daemon
+	// (the metadata comes from an image): the cells with a base read it.
+	based := map[string]bool{}
+	for _, c := range cells.Twelve() {
+		based[c.ID] = c.Base.Write != nil
+	}
 	for _, s := range res.Samples {
 		if !s.Good() {
 			t.Errorf("%s %s %s: %s", s.Cell, s.Platform, s.Arm, s.Reason())
 		}
-		if s.Arm == report.LayerFS && s.TotalRequests() == 0 {
+		if s.Arm == report.LayerFS && based[s.Cell] && s.TotalRequests() == 0 {
 			t.Errorf("%s: no FUSE requests counted", s.Cell)
 		}
 	}

@@ -394,17 +394,7 @@ func (c *checkout) symlink(dirfd int, e *store.Entry) error {
 }
 
 func (c *checkout) node(dirfd int, e *store.Entry) error {
-	mode := e.Mode
-	switch e.Type {
-	case store.TypeFIFO:
-		mode |= unix.S_IFIFO
-	case store.TypeChar:
-		mode |= unix.S_IFCHR
-	case store.TypeBlock:
-		mode |= unix.S_IFBLK
-	case store.TypeSocket:
-		mode |= unix.S_IFSOCK
-	}
+	mode := e.Mode | e.Type.FileType()
 	if err := unix.Mknodat(dirfd, e.Name, mode, int(e.Rdev)); err != nil {
 		return fmt.Errorf("mknod: %w", err)
 	}

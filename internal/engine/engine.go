@@ -64,6 +64,14 @@ type Engine struct {
 	live    map[string]*workspace
 	closing bool
 	execs   sync.WaitGroup // running execs, for a graceful stop
+	// background is work started ahead of need (metadata images of new
+	// commits); Shutdown waits for it.
+	background sync.WaitGroup
+	ahead      struct {
+		mu      sync.Mutex
+		next    store.ID // the root to build next; zero: none (an empty tree's image costs nothing on open)
+		running bool
+	}
 
 	metrics metrics
 }
@@ -210,6 +218,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	if e.trackers != nil {
 		errs = append(errs, e.trackers.Close())
 	}
+	e.background.Wait()
 	return errors.Join(errs...)
 }
 

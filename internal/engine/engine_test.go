@@ -97,6 +97,9 @@ func testWorkspaceLifecycle(t *testing.T, path string) {
 	if ws.State != wire.StateMounted || !strings.HasPrefix(ws.DataPath, path+": ") {
 		t.Fatalf("workspace %+v, want data path %s", ws, path)
 	}
+	if path == wire.DataPathOverlay {
+		assert.Contains(t, ws.DataPath, "metadata erofs", "the commit's metadata from an image")
+	}
 	_, res1 := run(t, e, ws.ID, "mkdir -p src && echo hello > src/a.txt")
 	if u := res1.Receipt.Upper; u.Files != 1 || u.Dirs != 1 || u.Bytes != 6 {
 		t.Errorf("first exec: upper took %+v, want 1 file of 6 bytes and 1 directory", u)
@@ -260,12 +263,20 @@ func testRemountKeepsChanges(t *testing.T, path string) {
 	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
 	require.NoError(t, err)
 	run(t, e, ws.ID, "echo kept > k; mkdir d; echo 1 > d/one")
-	_, err = e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{})
+	cr, err := e.CommitWorkspace(ctx, ws.ID, wire.CommitRequest{})
 	require.NoError(t, err)
 	run(t, e, ws.ID, "echo later > l; rm d/one")
 	// A new engine on the same store, as a restarted daemon, after this one
 	// stopped serving without ending the workspace.
 	require.NoError(t, e.Shutdown(ctx))
+	if path == wire.DataPathOverlay {
+		// The commit's metadata image was built ahead, for its next
+		// workspace (Shutdown waits for that).
+		c, err := e.Commit(ctx, "p", cr.Commit)
+		require.NoError(t, err)
+		_, err = os.Stat(filepath.Join(db.CacheDir(), "meta", c.Root+".erofs"))
+		assert.NoError(t, err, "metadata image of the new commit")
+	}
 	p := local.New(local.Options{})
 	p.Up(ctx)
 	defer p.Down(ctx)

@@ -332,7 +332,7 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 		cfg := kerneloverlay.Config{
 			Lower: e.db, Root: w.opts.Root, Base: w.opts.HeadRoot,
 			Dir: e.workspaceDir(w.rec.ID), Target: w.rec.MountPath, Committed: committed, Logger: e.log,
-			Source: e.source, IDMap: e.layerIDMap(w),
+			Source: e.source, IDMap: e.layerIDMap(w), MetaCache: e.db.CacheDir(),
 		}
 		m, err := kerneloverlay.New(ctx, cfg)
 		if err != nil && cfg.IDMap != nil {
@@ -389,6 +389,40 @@ func (e *Engine) layerIDMap(w *workspace) *kerneloverlay.IDMap {
 		return nil
 	}
 	return &kerneloverlay.IDMap{UserNS: ns, Root: root}
+}
+
+// buildMetaAhead builds, in the background, the metadata image of root, a
+// commit w just made, when w is served with one: the next workspace of the
+// commit then finds it cached (kerneloverlay.MetaImage). The commit itself
+// stays O(changes). An image is O(tree), so one builder runs at a time and
+// builds only the latest root asked for: of a burst of commits, the last.
+func (e *Engine) buildMetaAhead(w *workspace, root store.ID) {
+	if m, ok := w.mnt.(*kerneloverlay.Mount); !ok || !m.HasMeta() {
+		return
+	}
+	e.ahead.mu.Lock()
+	defer e.ahead.mu.Unlock()
+	e.ahead.next = root
+	if e.ahead.running {
+		return
+	}
+	e.ahead.running = true
+	e.background.Go(func() {
+		for {
+			e.ahead.mu.Lock()
+			root := e.ahead.next
+			e.ahead.next = store.ZeroID
+			if root.IsZero() {
+				e.ahead.running = false
+				e.ahead.mu.Unlock()
+				return
+			}
+			e.ahead.mu.Unlock()
+			if _, err := kerneloverlay.MetaImage(context.Background(), e.db, e.db.CacheDir(), root); err != nil {
+				e.log.Warn("metadata image of a new commit", "root", root.Short(), "err", err)
+			}
+		}
+	})
 }
 
 // idmap is the mapping w's mount shows its files with, or nil.
@@ -668,6 +702,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 			return res, err
 		}
 		w.mnt.MarkCommitted(c.Root, cs)
+		e.buildMetaAhead(w, c.Root)
 		w.rec.Head = p.Commit
 		w.opts.HeadRoot = c.Root
 		if w.rec.Options, err = json.Marshal(w.opts); err != nil {

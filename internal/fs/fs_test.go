@@ -30,12 +30,20 @@ type env struct {
 	t    testing.TB
 	ctx  context.Context
 	n    int
-	path string // the data path: "fuse" or "overlay"
+	path string // the data path: "fuse", "overlay" or "overlay-nometa"
+	// noMeta: the tree has what a metadata image cannot carry, so an
+	// "overlay" mount falls back to the view as its whole lower.
+	noMeta bool
 }
 
 // dataPaths are the two ways a workspace is served; the behaviour tests run
-// on both.
+// on both. ("overlay-nometa", the overlay with the FUSE view as its whole
+// lower, is what a workspace falls back to when its commit has no metadata
+// image; meta_test.go runs it.)
 var dataPaths = []string{"fuse", "overlay"}
+
+// onOverlay reports whether the data path is kernel overlayfs.
+func onOverlay(path string) bool { return strings.HasPrefix(path, "overlay") }
 
 func newEnv(t testing.TB, populated bool) *env {
 	t.Helper()
@@ -47,7 +55,7 @@ func newEnvOn(t testing.TB, populated bool, path string) *env {
 	var fill func(testing.TB, string)
 	if populated {
 		fill = populate
-		if path == "overlay" {
+		if onOverlay(path) {
 			fill = populateNoLowerLinks
 		}
 	}
@@ -60,7 +68,7 @@ func newEnvWith(t testing.TB, fill func(testing.TB, string), path string) *env {
 	testenv.RequireFUSE(t)
 	ctx := t.Context()
 	e := &env{Store: overlaytest.NewStore(t, ctx, fill), t: t, ctx: ctx, path: path}
-	if path == "overlay" {
+	if onOverlay(path) {
 		if err := kerneloverlay.Check(e.DB.WorkspacesDir()); err != nil {
 			testenv.Skip(t, "kernel overlay data path unavailable: "+err.Error())
 		}
@@ -111,14 +119,19 @@ func (e *env) mount(root store.ID) (served, string) {
 	m, err := e.serve(ws, mnt, root, store.ZeroID, overlay.EmptyUpper())
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { m.Unmount(context.Background()) })
+	if e.path == "overlay" {
+		// No silent fallback to the view as the whole lower.
+		require.Equal(e.t, !e.noMeta, m.(*kerneloverlay.Mount).HasMeta(), m.DataPath())
+	}
 	return m, mnt
 }
 
 // serve mounts the workspace directory ws at mnt over root; committed is
 // what the kernel overlay path knows of the upper (nil after a remount).
 func (e *env) serve(ws, mnt string, root, base store.ID, committed *overlay.UpperState) (served, error) {
-	if e.path == "overlay" {
-		return kerneloverlay.New(e.ctx, kerneloverlay.Config{Lower: e.DB, Root: root, Base: base, Dir: ws, Target: mnt, Committed: committed})
+	if onOverlay(e.path) {
+		return kerneloverlay.New(e.ctx, kerneloverlay.Config{Lower: e.DB, Root: root, Base: base, Dir: ws, Target: mnt,
+			Committed: committed, MetaCache: e.DB.CacheDir(), NoMeta: e.path == "overlay-nometa"})
 	}
 	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: root, Base: base, UpperDir: filepath.Join(ws, "upper")})
 	if err != nil {
@@ -349,7 +362,10 @@ mv d/sym d/sym2
 	if v, err := lget(filepath.Join(upper, "d/e"), "trusted.overlay.opaque"); err != nil || v != "y" {
 		t.Errorf("directory over a lower one: opaque %q, %v", v, err)
 	}
-	metacopy := map[string]string{"fuse": "trusted.layerfs.origin", "overlay": "trusted.overlay.metacopy"}[path]
+	metacopy := "trusted.layerfs.origin"
+	if onOverlay(path) {
+		metacopy = "trusted.overlay.metacopy"
+	}
 	_, err = lget(filepath.Join(upper, "d/e/y/f3"), metacopy)
 	assert.NoError(t, err, "chowned lower file is not a metacopy")
 	// Commit, and a fresh workspace on the commit.
@@ -437,7 +453,10 @@ func testWriteWhileLowerOpen(t *testing.T, path string) {
 	// On the fuse path the reader keeps its kernel inode and the bytes it
 	// opened; kernel overlayfs sends the reader's reads to the copied-up
 	// file, as one inode of a native file system does.
-	want := map[string]string{"fuse": "hello\n", "overlay": "replaced\n"}[path]
+	want := "hello\n"
+	if onOverlay(path) {
+		want = "replaced\n"
+	}
 	buf := make([]byte, 64)
 	if n, err := r.ReadAt(buf, 0); string(buf[:n]) != want {
 		t.Errorf("the reader now reads %q, %v; want %q", buf[:n], err, want)

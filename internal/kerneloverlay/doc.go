@@ -1,13 +1,16 @@
 // Package kerneloverlay serves a workspace on the overlay data path: the
-// workspace mount is kernel overlayfs, its lower the daemon's read-only FUSE
-// view of the committed tree (package fs over an overlay with an empty
-// upper: lazy from the Store, passthrough for file data, long cache times,
-// per-request telemetry), its upper and work directories the workspace's
-// own, on a local file system.
+// workspace mount is kernel overlayfs; its lower an EROFS image of the
+// committed tree's metadata (see meta.go), with the daemon's read-only FUSE
+// view of the tree (package fs over an overlay with an empty upper: lazy
+// from the Store, passthrough for file data, long cache times, per-request
+// telemetry) below it as a data-only layer; its upper and work directories
+// the workspace's own, on a local file system.
 //
-// Creates, writes, renames, unlinks and metadata changes then run in the
-// kernel at the upper file system's speed; only reads of committed data and
-// lookups of committed names reach the daemon, through the lower.
+// Creates, writes, renames, unlinks, metadata changes, lookups, listings
+// and stats then run in the kernel at the upper file system's speed; only
+// reads of committed data reach the daemon, through the view. Without an
+// image (a tree it cannot carry, Config.NoMeta) the view is the whole
+// lower, and lookups of new names reach the daemon too.
 //
 // Kernel overlayfs keeps no dirty set, but its upper directory holds
 // exactly what changed since the mount was made. Changes reads it as
@@ -17,7 +20,8 @@
 //
 // Options used: redirect_dir=on (a renamed lower directory is a redirect,
 // not EXDEV) and metacopy=on (chmod, chown and renames of a lower file copy
-// no data). The lower FUSE mount must have a stacking depth of 1, and the
+// no data; it also makes overlayfs follow the image's metacopy redirects
+// into the data-only layer). The lower FUSE mount must have a stacking depth of 1, and the
 // upper's file system must take trusted.* xattrs (Check).
 //
 // With Config.IDMap the overlay is mounted over id-mapped layers, for

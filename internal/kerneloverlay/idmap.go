@@ -9,64 +9,94 @@ import (
 	"layerfs.dev/layerfs/internal/fsids"
 )
 
-// MountIDMapped mounts kernel overlayfs at target over id-mapped clones of
-// lower and of dir (whose upper/ and work/ are the upper and work
-// directories: overlayfs wants both on one mount), passed to the kernel as
-// descriptors (fsconfig FSCONFIG_SET_FD, Linux 6.13 and later).
-//
-// The overlay does its own work in the layers (the work directory's
-// subdirectories, copy-ups, whiteouts) with the credentials of whoever
-// created it, and through an id-mapped layer only the mapped host ids can
-// create anything: the file system is created with file system uid and
-// gid m.Root, keeping the daemon's capabilities.
+// MountIDMapped mounts kernel overlayfs at target over id-mapped clones
+// of lower and of dir (whose upper/ and work/ are the upper and work
+// directories), as a workspace without a metadata layer is mounted.
 func MountIDMapped(lower, dir, target string, m *IDMap) error {
+	return mountOverlay(lower, dir, target, -1, m)
+}
+
+// mountOverlay mounts kernel overlayfs at target over the FUSE view at
+// lower and dir's upper/ and work/ directories (overlayfs wants both on one
+// mount), passed to the kernel as descriptors (fsconfig FSCONFIG_SET_FD,
+// Linux 6.13 and later). With a metadata layer (meta, a mount's
+// descriptor, >= 0), meta is the lower layer and the view a data-only
+// layer below it; else the view is the lower.
+//
+// With m, the layers are id-mapped clones (see IDMap). The overlay does its
+// own work in the layers (the work directory's subdirectories, copy-ups,
+// whiteouts) with the credentials of whoever created it, and through an
+// id-mapped layer only the mapped host ids can create anything: the file
+// system is then created with file system uid and gid m.Root, keeping the
+// daemon's capabilities.
+func mountOverlay(lower, dir, target string, meta int, m *IDMap) error {
 	fail := func(what string, err error) error {
-		return fmt.Errorf("mount overlay at %s over id-mapped layers: %s: %w", target, what, err)
+		return fmt.Errorf("mount overlay at %s: %s: %w", target, what, err)
 	}
-	lo, err := idmappedClone(lower, m)
+	lo, err := layer(lower, m)
 	if err != nil {
 		return fail("lower", err)
 	}
 	defer unix.Close(lo)
-	ws, err := idmappedClone(dir, m)
+	ws, err := layer(dir, m)
 	if err != nil {
 		return fail("workspace directory", err)
 	}
 	defer unix.Close(ws)
-	layers := map[string]int{"lowerdir+": lo}
+	if meta >= 0 && m != nil {
+		// A mount fsmount made, never attached, may take an id-mapping.
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(m.UserNS.Fd())}
+		if err := unix.MountSetattr(meta, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return fail("id-map the metadata layer", err)
+		}
+	}
+	// The lower layers first, in order: fsconfig takes them so.
+	var keys []string
+	fds := map[string]int{}
+	if meta >= 0 {
+		keys = append(keys, "lowerdir+", "datadir+")
+		fds["lowerdir+"], fds["datadir+"] = meta, lo
+	} else {
+		keys = append(keys, "lowerdir+")
+		fds["lowerdir+"] = lo
+	}
 	for key, name := range map[string]string{"upperdir": "upper", "workdir": "work"} {
 		fd, err := unix.Openat(ws, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fail(name, err)
 		}
 		defer unix.Close(fd)
-		layers[key] = fd
+		fds[key] = fd
 	}
-	var mnt int
-	err = fsids.Do(m.Root, func() error {
+	keys = append(keys, "upperdir", "workdir")
+	create := func() (int, error) {
 		fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 		if err != nil {
-			return fmt.Errorf("fsopen: %w", err)
+			return -1, fmt.Errorf("fsopen: %w", err)
 		}
 		defer unix.Close(fsfd)
-		// The lower first: fsconfig takes lower layers in order.
-		for _, key := range []string{"lowerdir+", "upperdir", "workdir"} {
-			if err := unix.FsconfigSetFd(fsfd, key, layers[key]); err != nil {
-				return fmt.Errorf("%s: %w", key, err)
+		for _, key := range keys {
+			if err := unix.FsconfigSetFd(fsfd, key, fds[key]); err != nil {
+				return -1, fmt.Errorf("%s: %w", key, err)
 			}
 		}
 		for opt := range strings.SplitSeq(Options, ",") {
 			k, v, _ := strings.Cut(opt, "=")
 			if err := unix.FsconfigSetString(fsfd, k, v); err != nil {
-				return fmt.Errorf("%s: %w", opt, err)
+				return -1, fmt.Errorf("%s: %w", opt, err)
 			}
 		}
 		if err := unix.FsconfigCreate(fsfd); err != nil {
-			return fmt.Errorf("create: %w", err)
+			return -1, fmt.Errorf("create: %w", err)
 		}
-		mnt, err = unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
-		return err
-	})
+		return unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	}
+	var mnt int
+	if m != nil {
+		err = fsids.Do(m.Root, func() (err error) { mnt, err = create(); return err })
+	} else {
+		mnt, err = create()
+	}
 	if err != nil {
 		return fail("make the file system", err)
 	}
@@ -75,6 +105,19 @@ func MountIDMapped(lower, dir, target string, m *IDMap) error {
 		return fail("attach", err)
 	}
 	return nil
+}
+
+// layer opens the directory at path as a layer: an id-mapped clone of its
+// mount with m, else an O_PATH descriptor of it.
+func layer(path string, m *IDMap) (int, error) {
+	if m != nil {
+		return idmappedClone(path, m)
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", path, err)
+	}
+	return fd, nil
 }
 
 // idmappedClone clones the mount at path (open_tree OPEN_TREE_CLONE, a

@@ -40,6 +40,13 @@ type Config struct {
 	// IDMap, when set, mounts the overlay over id-mapped layers (see
 	// IDMap); nil mounts it over the layers as they are.
 	IDMap *IDMap
+	// MetaCache is the directory metadata images are kept in, built once
+	// per commit (a Store's cache directory; see MetaImage); "" keeps the
+	// image in Dir.
+	MetaCache string
+	// NoMeta serves the commit's metadata from the FUSE view too (the
+	// view is then the overlay's whole lower), for comparison.
+	NoMeta bool
 }
 
 // IDMap is the user namespace whose mapping a workspace's layers take.
@@ -69,6 +76,7 @@ type Mount struct {
 	base      store.ID
 	committed *overlay.UpperState
 	idmap     *IDMap // the layers' mapping; nil: none
+	whyNoMeta string // why the view is the whole lower; "": a metadata layer serves
 
 	unmountOnce sync.Once
 	unmountErr  error
@@ -145,10 +153,28 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
 	}
-	if cfg.IDMap != nil {
-		err = MountIDMapped(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, cfg.IDMap)
-	} else {
-		err = MountDirs(lowerDir(cfg.Dir), upperDir(cfg.Dir), workDir(cfg.Dir), cfg.Target)
+	meta, whyNoMeta := -1, ""
+	if cfg.NoMeta {
+		whyNoMeta = "disabled by option"
+	} else if meta, err = openMeta(ctx, cfg); err != nil {
+		// The overlay still works with the view as its whole lower.
+		whyNoMeta = err.Error()
+		if cfg.Logger != nil {
+			cfg.Logger.Warn("overlay without a metadata layer", "dir", cfg.Dir, "err", err)
+		}
+	}
+	if meta >= 0 {
+		defer unix.Close(meta)
+	}
+	err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cfg.IDMap)
+	if err != nil && meta >= 0 {
+		// (An image on a stacked file system can be one level too deep
+		// for overlayfs, where the view is not.)
+		whyNoMeta = err.Error()
+		if cfg.Logger != nil {
+			cfg.Logger.Warn("overlay refused the metadata layer", "dir", cfg.Dir, "err", err)
+		}
+		err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, -1, cfg.IDMap)
 	}
 	if err != nil {
 		srv.Unmount(context.WithoutCancel(ctx))
@@ -158,7 +184,7 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	if base.IsZero() {
 		base = cfg.Root
 	}
-	return &Mount{cfg: cfg, view: srv, base: base, committed: cfg.Committed, idmap: cfg.IDMap}, nil
+	return &Mount{cfg: cfg, view: srv, base: base, committed: cfg.Committed, idmap: cfg.IDMap, whyNoMeta: whyNoMeta}, nil
 }
 
 // MountDirs mounts kernel overlayfs at target with the given lower, upper
@@ -171,6 +197,10 @@ func MountDirs(lower, upper, work, target string) error {
 	}
 	return nil
 }
+
+// HasMeta reports whether a metadata image is the overlay's lower (the
+// view then serves only file data).
+func (m *Mount) HasMeta() bool { return m.whyNoMeta == "" }
 
 // IDMap is the mapping the layers were mounted with, or nil.
 func (m *Mount) IDMap() *IDMap { return m.idmap }
@@ -212,8 +242,15 @@ func (m *Mount) Upper() (overlay.UpperSummary, error) {
 // Stats returns the lower FUSE view's request telemetry.
 func (m *Mount) Stats() lfs.Stats { return m.view.Stats() }
 
-// DataPath says how the workspace is served.
-func (m *Mount) DataPath() string { return "overlay: lower " + m.view.DataPath() }
+// DataPath says how the workspace is served: "overlay: metadata erofs,
+// data lower passthrough", or with the view as the whole lower "overlay:
+// lower passthrough (no metadata layer: why)".
+func (m *Mount) DataPath() string {
+	if m.whyNoMeta == "" {
+		return "overlay: metadata erofs, data lower " + m.view.DataPath()
+	}
+	return "overlay: lower " + m.view.DataPath() + " (no metadata layer: " + m.whyNoMeta + ")"
+}
 
 // Unmount takes the overlay down, then the FUSE view under it.
 func (m *Mount) Unmount(ctx context.Context) error {

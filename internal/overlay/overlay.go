@@ -629,21 +629,8 @@ func (o *Overlay) upperChild(ctx context.Context, d *Node, a at, st *unix.Stat_t
 }
 
 func typeMode(t store.EntryType) uint32 {
-	switch t {
-	case store.TypeFile:
-		return syscall.S_IFREG
-	case store.TypeDir:
-		return syscall.S_IFDIR
-	case store.TypeSymlink:
-		return syscall.S_IFLNK
-	case store.TypeFIFO:
-		return syscall.S_IFIFO
-	case store.TypeChar:
-		return syscall.S_IFCHR
-	case store.TypeBlock:
-		return syscall.S_IFBLK
-	case store.TypeSocket:
-		return syscall.S_IFSOCK
+	if m := t.FileType(); m != 0 {
+		return m
 	}
 	return syscall.S_IFREG
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/zeebo/blake3"
 
@@ -119,6 +120,28 @@ const (
 	TypeBlock   EntryType = 6
 	TypeSocket  EntryType = 7
 )
+
+// FileType returns the file type bits of a stat's st_mode for t
+// (syscall.S_IFREG for a file, ...), or 0 for an unknown type.
+func (t EntryType) FileType() uint32 {
+	switch t {
+	case TypeFile:
+		return syscall.S_IFREG
+	case TypeDir:
+		return syscall.S_IFDIR
+	case TypeSymlink:
+		return syscall.S_IFLNK
+	case TypeFIFO:
+		return syscall.S_IFIFO
+	case TypeChar:
+		return syscall.S_IFCHR
+	case TypeBlock:
+		return syscall.S_IFBLK
+	case TypeSocket:
+		return syscall.S_IFSOCK
+	}
+	return 0
+}
 
 func (t EntryType) String() string {
 	switch t {

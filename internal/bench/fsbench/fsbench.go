@@ -61,7 +61,9 @@ type Config struct {
 	Logger  *slog.Logger // nil is silent
 	Mount   fs.Options
 	// DataPath is the LayerFS arm: "fuse" (default), "overlay" (kernel
-	// overlayfs over the FUSE view of the commit) or "floor" (kernel
+	// overlayfs over the commit's metadata image and, as a data-only layer,
+	// the FUSE view of the commit), "overlay-nometa" (the FUSE view as the
+	// whole lower, as before the metadata image) or "floor" (kernel
 	// overlayfs over a plain-directory checkout of the commit: what the
 	// kernel itself costs).
 	DataPath string
@@ -396,14 +398,14 @@ type mounted interface {
 // on the configured data path.
 func (s *sample) mount(ctx context.Context, db *store.DB, root store.ID, ws, mnt string) (mounted, error) {
 	switch s.cfg.DataPath {
-	case "overlay":
+	case "overlay", "overlay-nometa":
 		return kerneloverlay.New(ctx, kerneloverlay.Config{Lower: db, Root: root, Dir: ws, Target: mnt,
-			Committed: overlay.EmptyUpper(), Logger: s.cfg.Logger})
+			Committed: overlay.EmptyUpper(), Logger: s.cfg.Logger, MetaCache: db.CacheDir(), NoMeta: s.cfg.DataPath == "overlay-nometa"})
 	case "floor":
 		return mountFloor(ctx, db, root, ws, mnt)
 	case "", "fuse":
 	default:
-		return nil, fmt.Errorf("data path %q: want fuse, overlay or floor", s.cfg.DataPath)
+		return nil, fmt.Errorf("data path %q: want fuse, overlay, overlay-nometa or floor", s.cfg.DataPath)
 	}
 	ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: filepath.Join(ws, "upper"), Logger: s.cfg.Logger})
 	if err != nil {

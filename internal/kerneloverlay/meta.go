@@ -1,0 +1,237 @@
+package kerneloverlay
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/erofs"
+	"layerfs.dev/layerfs/internal/store"
+)
+
+// The metadata layer.
+//
+// Every lookup the overlay makes in its lower (a negative one for each name
+// a process creates in a committed directory), every stat and every listing
+// of a committed directory would be a FUSE round trip to the daemon's view.
+// Instead, the overlay's lower is an EROFS image of the commit's metadata:
+// directories, symlinks, devices, and regular files as holes of their size
+// carrying overlayfs's metacopy xattr and an absolute redirect to their own
+// path; the FUSE view is stacked below it as a data-only layer
+// (lowerdir=META::DATA), which overlayfs reaches only when a file's data is
+// first opened, by that redirect. A redirect names the file's path in the
+// commit, so the view serves it unchanged, and a redirect overlayfs writes
+// into the upper when a metacopy is renamed names a path of the commit too,
+// as it did over the FUSE lower: commit reads the upper as before.
+//
+// An image is a function of the root tree alone, so it is built once per
+// commit (MetaImage, about 20 ms of CPU for 15,000 files) and kept beside
+// the Store's cache; the Store's gc sweeps it with other cache files, and
+// the next workspace of that commit builds it again. An image is not
+// fsynced (that was most of its build time): it is good as long as the
+// page cache it was written to, so the directory records the boot it was
+// written in, and a directory of another boot is emptied first.
+
+// metaImageDir is where images are kept, under a Store's cache directory.
+const metaImageDir = "meta"
+
+// MetaImage returns the path of the EROFS image of root's metadata under
+// cacheDir (a Store's cache directory), writing it first if it is not
+// there. A tree the image cannot carry (an xattr outside the user,
+// trusted, security and ACL namespaces, a file whose path is PATH_MAX
+// bytes or longer) fails with erofs.ErrUnsupported.
+func MetaImage(ctx context.Context, lower interface {
+	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
+}, cacheDir string, root store.ID) (string, error) {
+	dir := filepath.Join(cacheDir, metaImageDir)
+	if err := thisBoot(dir); err != nil {
+		return "", fmt.Errorf("metadata image: %w", err)
+	}
+	path := filepath.Join(dir, root.String()+".erofs")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	tree, err := metaTree(ctx, lower, root)
+	if err != nil {
+		return "", fmt.Errorf("metadata image of %s: %w", root.Short(), err)
+	}
+	// Written beside its place and renamed into it: a reader sees a whole
+	// image or none, and two builders of one root write the same bytes.
+	f, err := os.CreateTemp(dir, ".tmp-")
+	if err != nil {
+		return "", fmt.Errorf("metadata image: %w", err)
+	}
+	defer os.Remove(f.Name())
+	var opts erofs.Options
+	copy(opts.UUID[:], root[:]) // the same image, the same file handles
+	w := bufio.NewWriterSize(f, 1<<20)
+	err = erofs.Write(w, tree, opts)
+	if err == nil {
+		err = w.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("metadata image of %s: %w", root.Short(), err)
+	}
+	return path, nil
+}
+
+// bootIDFile, in an image directory, names the boot its images were
+// written in.
+const bootIDFile = "boot_id"
+
+// thisBoot makes dir an image directory of this boot: created if missing,
+// emptied if its images were written before the last boot (or if it does
+// not say when), which may have lost what they had only in the page cache.
+func thisBoot(dir string) error {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return err
+	}
+	if had, err := os.ReadFile(filepath.Join(dir, bootIDFile)); err == nil && string(had) == string(boot) {
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, bootIDFile), boot, 0o600)
+}
+
+// metaTree converts the committed tree root into the image's inodes.
+func metaTree(ctx context.Context, lower interface {
+	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
+}, root store.ID) (*erofs.Inode, error) {
+	links := map[uint64]*erofs.Inode{}
+	var dir func(id store.ID, path string, in *erofs.Inode) error
+	dir = func(id store.ID, path string, in *erofs.Inode) error {
+		if id.IsZero() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, err := lower.Tree(ctx, id)
+		if err != nil {
+			return err
+		}
+		in.Entries = make([]erofs.Entry, 0, len(t.Entries))
+		for i := range t.Entries {
+			e := &t.Entries[i]
+			p := path + "/" + e.Name
+			if e.Link != 0 {
+				if first, ok := links[e.Link]; ok {
+					in.Entries = append(in.Entries, erofs.Entry{Name: e.Name, Inode: first})
+					continue
+				}
+			}
+			child, err := metaInode(e, p)
+			if err != nil {
+				return err
+			}
+			if e.Link != 0 {
+				links[e.Link] = child
+			}
+			if e.Type == store.TypeDir {
+				if err := dir(e.Object, p, child); err != nil {
+					return err
+				}
+			}
+			in.Entries = append(in.Entries, erofs.Entry{Name: e.Name, Inode: child})
+		}
+		return nil
+	}
+	// The view's root shows the mode and owner of a new directory; the
+	// overlay's root takes its attributes from the upper anyway.
+	top := &erofs.Inode{Mode: syscall.S_IFDIR | 0o755}
+	if err := dir(root, "", top); err != nil {
+		return nil, err
+	}
+	return top, nil
+}
+
+// metaInode is the image's inode for the entry e at path p (absolute, in
+// the commit).
+func metaInode(e *store.Entry, p string) (*erofs.Inode, error) {
+	if e.Type.FileType() == 0 {
+		return nil, fmt.Errorf("%s: %w: entry type %s", p, erofs.ErrUnsupported, e.Type)
+	}
+	in := &erofs.Inode{Mode: e.Type.FileType() | e.Mode&0o7777, UID: e.UID, GID: e.GID, MtimeNs: e.MtimeNs,
+		Size: e.Size, Target: e.Target, Rdev: e.Rdev}
+	if e.Type != store.TypeFile {
+		in.Size = 0 // a symlink's is its target's length, which the image takes from Target
+	}
+	for _, x := range e.Xattrs {
+		if strings.HasPrefix(x.Name, xattrOverlayPrefix) {
+			// overlayfs's own, which a commit of an overlay upper may
+			// keep (a new directory's opaque): an overlay mount never
+			// shows them, and in the image they would speak to it.
+			continue
+		}
+		in.Xattrs = append(in.Xattrs, erofs.Xattr{Name: x.Name, Value: x.Value})
+	}
+	if e.Type == store.TypeFile && e.Size > 0 {
+		if len(p) >= unix.PathMax {
+			// overlayfs looks the redirect up as one path, which
+			// cannot be longer (ENAMETOOLONG on the first read).
+			return nil, fmt.Errorf("%w: a file's path of %d bytes, too long for overlayfs to follow to its data", erofs.ErrUnsupported, len(p))
+		}
+		// Its data is the data-only layer's file of the same path.
+		in.Xattrs = append(in.Xattrs,
+			erofs.Xattr{Name: xattrOverlayPrefix + "metacopy"},
+			erofs.Xattr{Name: xattrOverlayPrefix + "redirect", Value: []byte(p)})
+	}
+	return in, nil
+}
+
+const xattrOverlayPrefix = "trusted.overlay."
+
+// mountMeta mounts the image at path read-only as a detached mount (no
+// mountpoint: it lives as long as the returned descriptor and the overlay
+// stacked on it) and returns the mount's descriptor. EROFS mounts an image
+// from a regular file since Linux 6.12, with no loop device.
+func mountMeta(path string) (int, error) {
+	fsfd, err := unix.Fsopen("erofs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("mount metadata image: fsopen erofs: %w", err)
+	}
+	defer unix.Close(fsfd)
+	if err := unix.FsconfigSetString(fsfd, "source", path); err != nil {
+		return -1, fmt.Errorf("mount metadata image %s: %w", path, err)
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, fmt.Errorf("mount metadata image %s: %w", path, err)
+	}
+	mnt, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOSUID)
+	if err != nil {
+		return -1, fmt.Errorf("mount metadata image %s: %w", path, err)
+	}
+	return mnt, nil
+}
+
+// openMeta mounts the metadata image of cfg.Root (built first if it is
+// not cached) and returns the mount's descriptor.
+func openMeta(ctx context.Context, cfg Config) (int, error) {
+	cache := cfg.MetaCache
+	if cache == "" {
+		cache = cfg.Dir
+	}
+	path, err := MetaImage(ctx, cfg.Lower, cache, cfg.Root)
+	if err != nil {
+		return -1, err
+	}
+	return mountMeta(path)
+}

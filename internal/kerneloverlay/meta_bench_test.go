@@ -1,0 +1,34 @@
+package kerneloverlay
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"layerfs.dev/layerfs/internal/overlay/overlaytest"
+)
+
+// BenchmarkMetaImage builds the metadata image of a 15,000-file tree (150
+// directories of 100 files), the cost of a workspace's first open of a
+// commit (later opens find it cached).
+func BenchmarkMetaImage(b *testing.B) {
+	s := overlaytest.NewStore(b, b.Context(), func(t testing.TB, dir string) {
+		for d := range 150 {
+			sub := filepath.Join(dir, fmt.Sprintf("pkg%03d", d))
+			require.NoError(t, os.Mkdir(sub, 0o755))
+			for f := range 100 {
+				require.NoError(t, os.WriteFile(filepath.Join(sub, fmt.Sprintf("file%03d.go", f)), []byte(fmt.Sprint(d, f)), 0o644))
+			}
+		}
+	})
+	cache := b.TempDir()
+	b.ResetTimer()
+	for b.Loop() {
+		require.NoError(b, os.RemoveAll(filepath.Join(cache, metaImageDir)))
+		_, err := MetaImage(b.Context(), s.DB, cache, s.Root)
+		require.NoError(b, err)
+	}
+}
