@@ -281,9 +281,19 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, st *stub, m *marks) initR
 			// The fork below is a raw clone that waits for the answer
 			// while it holds its P: the answer needs another P (an init
 			// with one CPU would otherwise deadlock), and no collection may
-			// stop the world meanwhile (it would wait for the clone).
+			// run meanwhile: its mark termination waits for every P
+			// (forEachP), and with this one held the answer never gets a
+			// P either. Seen as one exec in a few hundred hanging in
+			// cmd/layerfsd's TestLoad: SetGCPercent(-1) returns once a
+			// cycle's mark is done, before its forEachP, so the launcher
+			// starts inits with collection off (GOGC=off, initEnv); one
+			// started with it on waits here, with a stop of the world,
+			// for a cycle in progress to end.
 			runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), 2))
-			gcPercent = debug.SetGCPercent(-1)
+			if gcPercent = debug.SetGCPercent(-1); gcPercent >= 0 {
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms) // holds the world until the cycle is over
+			}
 			// On a thread of its own, which the filter does not bind; it
 			// lives as long as the init. The fork waits until it runs: a
 			// goroutine still queued on this P when the clone blocks would

@@ -51,10 +51,7 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, env ...s
 	cmd := &exec.Cmd{
 		Path: exe,
 		Args: []string{initArg0},
-		// HOME, because packages linked into a daemon-sized binary may
-		// need it in their init functions before InitMain runs (lima's
-		// do); the command's own environment is built by the init.
-		Env:        append([]string{"HOME=/"}, env...),
+		Env:        append(initEnv(), env...),
 		Dir:        "/", // never the workspace: see the package comment
 		Stdin:      p.inR,
 		Stdout:     p.outW,
@@ -295,4 +292,16 @@ func ownNice() int {
 		return 0
 	}
 	return 20 - p
+}
+
+// initEnv is the environment every init starts with (the command's own is
+// built by the init). HOME, because packages linked into a daemon-sized
+// binary may need it in their init functions before InitMain runs (lima's
+// do). GOGC=off: an init is short-lived and allocates little, and a
+// collection in progress while it forks the command into a user namespace
+// would deadlock the fork (see run); updatemaxprocs=0 keeps the runtime
+// from stopping the world to follow a change of the exec cgroup's CPU
+// limit for the same reason.
+func initEnv() []string {
+	return []string{"HOME=/", "GOGC=off", "GODEBUG=updatemaxprocs=0"}
 }
