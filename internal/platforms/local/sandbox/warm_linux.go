@@ -49,8 +49,8 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, env ...s
 		extra = append(extra, l.userNS) // userNSFD
 	}
 	cmd := &exec.Cmd{
-		Path: exe,
-		Args: []string{initArg0},
+		Path:       exe,
+		Args:       []string{initArg0},
 		Env:        append(initEnv(), env...),
 		Dir:        "/", // never the workspace: see the package comment
 		Stdin:      p.inR,
