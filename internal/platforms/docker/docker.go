@@ -333,12 +333,7 @@ func removeOrphans(ctx context.Context, cli *client.Client) error {
 	}
 	dead := map[string]bool{}
 	for _, c := range cs {
-		owner := c.Labels[labelOwner]
-		pid, err := strconv.Atoi(strings.SplitN(owner, "-", 2)[0])
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); errors.Is(err, os.ErrNotExist) {
+		if owner := c.Labels[labelOwner]; ownerGone(owner) {
 			dead[owner] = true
 		}
 	}
@@ -478,4 +473,15 @@ func (p *Platform) current() (*client.Client, upState, error) {
 // owner's containers at the same time, say).
 func gone(err error) bool {
 	return cerrdefs.IsNotFound(err) || (cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"))
+}
+
+// ownerGone tells whether owner ("PID-random", see Platform.owner) names a
+// process of this PID namespace that no longer exists.
+func ownerGone(owner string) bool {
+	pid, err := strconv.Atoi(strings.SplitN(owner, "-", 2)[0])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	_, err = os.Stat("/proc/" + strconv.Itoa(pid))
+	return errors.Is(err, os.ErrNotExist)
 }

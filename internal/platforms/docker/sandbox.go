@@ -459,7 +459,7 @@ func (s *Sandbox) execOptions(spec platforms.ExecSpec) (container.ExecOptions, t
 		// The supervisor stays the container's root, to make the command's
 		// namespace; the command takes the spec's ids inside it.
 		o.User = "0:0"
-		o.Cmd = slices.Insert(o.Cmd, 3, fmt.Sprintf("userns=%d:%d", s.ids.Host, s.ids.Size), "as="+user)
+		o.Cmd = slices.Insert(o.Cmd, 3, "userns="+s.ids.Arg(), "as="+user)
 		o.Env = append(o.Env, supervise.FilterEnv+"="+s.filter)
 	}
 	return o, timeout, nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -148,11 +147,7 @@ func dropOrphanClones() error {
 	}
 	var errs []error
 	for _, o := range owners {
-		pid, err := strconv.Atoi(strings.SplitN(o.Name(), "-", 2)[0])
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); !errors.Is(err, os.ErrNotExist) {
+		if !ownerGone(o.Name()) {
 			continue
 		}
 		clones, _ := os.ReadDir(filepath.Join(idmapRoot, o.Name()))

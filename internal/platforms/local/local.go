@@ -1,8 +1,6 @@
 package local
 
 import (
-	"layerfs.dev/layerfs/internal/platforms/internal/userns"
-
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 	"layerfs.dev/layerfs/internal/seccomp"
 )

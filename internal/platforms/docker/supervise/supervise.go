@@ -116,7 +116,7 @@ func Main(args []string) int {
 				return 2
 			}
 		} else if v, ok := strings.CutPrefix(rest[0], "userns="); ok {
-			r, err := parseRange(v)
+			r, err := userns.ParseArg(v)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "%s: bad %q: %v\n", Name, rest[0], err)
 				return 2
@@ -428,16 +428,4 @@ func enter(args []string) int {
 // withoutFilter is env without FilterEnv.
 func withoutFilter(env []string) []string {
 	return slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, FilterEnv+"=") })
-}
-
-// parseRange reads "HOST:SIZE".
-func parseRange(s string) (userns.Range, error) {
-	host, size, ok := strings.Cut(s, ":")
-	h, err1 := strconv.ParseUint(host, 10, 32)
-	n, err2 := strconv.ParseUint(size, 10, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return userns.Range{}, fmt.Errorf("want HOST:SIZE")
-	}
-	r := userns.Range{Host: uint32(h), Size: uint32(n)}
-	return r, r.Validate()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/internal/seccomp"
 	"layerfs.dev/layerfs/internal/seccomp/bpfload"
@@ -191,7 +192,7 @@ func TestUserNamespaceExec(t *testing.T) {
 	assert.Equal(t, 126, tr.Exit, "stderr %q", errs)
 	// A mapping that would make its root the host's is refused outright.
 	for _, bad := range []string{"0:65536", "2000000000:0", "1:x", "12"} {
-		_, err := parseRange(bad)
+		_, err := userns.ParseArg(bad)
 		assert.Error(t, err, bad)
 	}
 }

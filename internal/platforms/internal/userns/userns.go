@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -37,6 +38,22 @@ func (r Range) Validate() error {
 		return fmt.Errorf("user namespace range %v goes past the last id", r)
 	}
 	return nil
+}
+
+// Arg is r as "HOST:SIZE", the form ParseArg reads (an environment
+// variable's value, a command's argument).
+func (r Range) Arg() string { return fmt.Sprintf("%d:%d", r.Host, r.Size) }
+
+// ParseArg reads Arg's form and checks that it can be a mapping.
+func ParseArg(s string) (Range, error) {
+	host, size, ok := strings.Cut(s, ":")
+	h, err1 := strconv.ParseUint(host, 10, 32)
+	n, err2 := strconv.ParseUint(size, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return Range{}, fmt.Errorf("user namespace range %q: want HOST:SIZE", s)
+	}
+	r := Range{Host: uint32(h), Size: uint32(n)}
+	return r, r.Validate()
 }
 
 // Mapping is r as a uid or gid mapping for syscall.SysProcAttr.

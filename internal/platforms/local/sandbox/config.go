@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"layerfs.dev/layerfs/internal/platforms/internal/userns"
-
 	"errors"
 	"fmt"
 	"path"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 )
 
 // Errors reported by Run, checked with errors.Is.

@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"layerfs.dev/layerfs/internal/platforms/internal/userns"
-
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/cloexec"
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 )
 
 // initArg0 is the argv[0] the launcher gives the init; InitMain acts only

@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 )
 
 // stagingDir is where the new root's tmpfs is mounted, in the init's
@@ -297,7 +299,7 @@ func entryAt(dirfd int, path, name string, idmap int) (rootEntry, error) {
 			return e, fmt.Errorf("clone %s: %w", path, err)
 		}
 		if idmap >= 0 {
-			_ = idmapTree(fd, idmap) // else its files are nobody's inside
+			_ = userns.IDMap(fd, idmap) // else its files are nobody's inside
 		}
 		e.tree, e.isFile = fd, st.Mode&unix.S_IFMT == unix.S_IFREG
 		return e, nil

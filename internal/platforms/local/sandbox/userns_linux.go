@@ -1,18 +1,16 @@
 package sandbox
 
 import (
-	"layerfs.dev/layerfs/internal/platforms/internal/userns"
-
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 )
 
 // userNSArg0 is the argv[0] of the process the launcher starts once to make
@@ -36,22 +34,17 @@ func holdUserNS(exe string, r IDRange) (*os.File, error) {
 
 // userNSFromEnv is the mapping the launcher put in userNSEnv, if any.
 func userNSFromEnv() (IDRange, bool) {
-	host, size, ok := strings.Cut(os.Getenv(userNSEnv), ":")
-	h, err1 := strconv.ParseUint(host, 10, 32)
-	s, err2 := strconv.ParseUint(size, 10, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return IDRange{}, false
-	}
-	return IDRange{Host: uint32(h), Size: uint32(s)}, true
+	r, err := userns.ParseArg(os.Getenv(userNSEnv))
+	return r, err == nil
 }
 
 // cloneWorkspace clones the workspace for /workspace: nosuid, nodev,
-// writable, and id-mapped with the user namespace userns when that is >= 0,
+// writable, and id-mapped with the user namespace ns when that is >= 0,
 // so that ids inside the command's namespace are the ids on disk (its root
 // creates files owned by 0, files owned by 1000 are 1000 inside). A file
 // system that cannot be id-mapped gets errNoIDMap (wrapped) and no clone.
-func cloneWorkspace(workspace string, userns int) (int, error) {
-	if userns >= 0 {
+func cloneWorkspace(workspace string, ns int) (int, error) {
+	if ns >= 0 {
 		// Kernel overlayfs never can (its layers can: Config.IDMapped):
 		// say so before cloning, not after a refused mount_setattr.
 		var st unix.Statfs_t
@@ -60,10 +53,10 @@ func cloneWorkspace(workspace string, userns int) (int, error) {
 		}
 	}
 	fd, err := cloneTree(unix.AT_FDCWD, workspace, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, unix.MOUNT_ATTR_RDONLY)
-	if err != nil || userns < 0 {
+	if err != nil || ns < 0 {
 		return fd, err
 	}
-	if err := idmapTree(fd, userns); err != nil {
+	if err := userns.IDMap(fd, ns); err != nil {
 		unix.Close(fd)
 		var st unix.Statfs_t
 		_ = unix.Statfs(workspace, &st)
@@ -71,10 +64,6 @@ func cloneWorkspace(workspace string, userns int) (int, error) {
 	}
 	return fd, nil
 }
-
-// idmapTree id-maps every mount of the detached tree fd with the user
-// namespace userns.
-func idmapTree(fd, ns int) error { return userns.IDMap(fd, ns) }
 
 // fsName names the file systems a workspace is usually on, for messages.
 func fsName(magic int64) string {

@@ -45,7 +45,7 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, env ...s
 	extra := []*os.File{p.cfgR, p.repW}
 	if l.userNS != nil {
 		r := *l.UserNamespace
-		env = append(env, fmt.Sprintf("%s=%d:%d", userNSEnv, r.Host, r.Size))
+		env = append(env, userNSEnv+"="+r.Arg())
 		extra = append(extra, l.userNS) // userNSFD
 	}
 	cmd := &exec.Cmd{
