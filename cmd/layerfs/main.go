@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"layerfs.dev/layerfs/internal/cloexec"
+	"layerfs.dev/layerfs/internal/maxprocs"
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 )
 
@@ -24,6 +25,7 @@ func main() {
 	if sandbox.InitMain() {
 		return
 	}
+	maxprocs.WithHeadroom() // see the package: exec latency after idle
 	// Whatever this process inherited stays out of the sandboxes and
 	// other children it starts.
 	if err := cloexec.All(); err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"layerfs.dev/layerfs/internal/cloexec"
+	"layerfs.dev/layerfs/internal/maxprocs"
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 )
 
@@ -35,6 +36,7 @@ func main() {
 	if sandbox.InitMain() {
 		return
 	}
+	maxprocs.WithHeadroom() // see the package: exec latency after idle
 	// Whatever this process inherited stays out of the sandboxes and
 	// other children it starts.
 	if err := cloexec.All(); err != nil {

@@ -284,6 +284,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	// closed its stdio, so only its own exit and namespace teardown remain.
 	var waitErr error
 	reap := func() {
+		awaitExit(cmd.Process.Pid)
 		waitErr = cmd.Wait()
 		stopCtx()
 		backstop.Stop()
@@ -648,6 +649,32 @@ func (l *Launcher) tracePhases(launcher, init marks, cpu time.Duration) {
 		attrs = append(attrs, all[i].Name, time.Duration(all[i].NS-all[i-1].NS))
 	}
 	l.logger().Debug("sandbox phases", attrs...)
+}
+
+// awaitExit returns once process pid (a child not yet reaped) has exited,
+// waiting through the runtime's poller on a pidfd rather than in a
+// blocking wait4: a goroutine blocked in a system call holds its P until
+// sysmon takes it back, which after idle can take 10 ms, and meanwhile
+// the goroutines that copy the exec's output to its end may have no P to
+// run on (see package maxprocs). Where there is no pidfd it returns at
+// once, and the caller's wait blocks as before.
+func awaitExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Read(func(fd uintptr) bool {
+		// A pidfd is readable once its process has exited.
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err != nil || (n == 1 && fds[0].Revents != 0)
+	})
 }
 
 // pipes are the descriptors between the launcher and one init.
