@@ -170,7 +170,7 @@ func (s *stub) send(o stubOrder, nice int) error {
 // started reads, once the stub has exited, the pid of the command it
 // started, or why it could not start it (an errno from the command's exec,
 // as an *os.SyscallError: see notStarted).
-func (s *stub) started() (int, error) {
+func (s *stub) started(m *marks) (int, error) {
 	var rep stubReport
 	err := json.NewDecoder(s.report).Decode(&rep)
 	s.report.Close()
@@ -182,6 +182,7 @@ func (s *stub) started() (int, error) {
 	case rep.Error != "":
 		return 0, fmt.Errorf("stub: %s", rep.Error)
 	}
+	*m = append(*m, rep.Marks...)
 	return rep.Pid, nil
 }
 
@@ -190,6 +191,7 @@ type stubReport struct {
 	Pid   int    `json:"pid,omitempty"`
 	Errno int    `json:"errno,omitempty"` // the command's exec failed
 	Error string `json:"error,omitempty"` // anything else failed
+	Marks marks  `json:"marks,omitempty"` // its phases, for the launcher's trace
 }
 
 // discard kills a stub that will not be used and reaps it.
@@ -232,6 +234,8 @@ func stubRun() stubReport {
 		}
 	}
 	raw, err := readOrder()
+	var m marks
+	m.add("stub woke")
 	var o stubOrder
 	if err != nil || json.Unmarshal(raw, &o) != nil || len(o.Argv) == 0 {
 		os.Exit(0) // no order
@@ -240,14 +244,19 @@ func stubRun() stubReport {
 		return stubReport{Error: err.Error()}
 	}
 	unix.Umask(0o022)
+	m.add("stub fork")
 	pid, err := syscall.ForkExec(o.Bin, o.Argv, &syscall.ProcAttr{
 		Dir: o.Dir, Env: o.Env, Files: []uintptr{0, 1, 2},
 		Sys: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: uint32(o.UID), Gid: uint32(o.GID), Groups: []uint32{}},
 			// Its own process group, as a command the init forks has.
 			Setpgid: true,
+			// The init's child, not this stub's: the init reaps the
+			// command as it ends, not only once this stub has exited.
+			Cloneflags: unix.CLONE_PARENT,
 		},
 	})
+	m.add("stub forked")
 	var errno syscall.Errno
 	switch {
 	case errors.As(err, &errno):
@@ -255,7 +264,7 @@ func stubRun() stubReport {
 	case err != nil:
 		return stubReport{Error: err.Error()}
 	}
-	return stubReport{Pid: pid}
+	return stubReport{Pid: pid, Marks: m}
 }
 
 // readOrder reads fd 3 to its end with plain blocking reads on this

@@ -366,8 +366,7 @@ func reap(cfg *initConfig, pid int, st *stub, start time.Time, m *marks) initRep
 
 	var status unix.WaitStatus
 	var end time.Time
-	var early map[int]unix.WaitStatus // reaped before st's report named the command
-	var failed *initReport            // st could not start the command
+	var failed *initReport // st could not start the command
 	ended := func(ws unix.WaitStatus) {
 		end = time.Now()
 		m.add("exit")
@@ -384,10 +383,13 @@ func reap(cfg *initConfig, pid int, st *stub, start time.Time, m *marks) initRep
 		if err != nil { // ECHILD: the namespace is empty
 			break
 		}
-		switch {
-		case st != nil && wpid == st.pid:
+		if st != nil {
+			// The first child to end: the stub, the command (the stub
+			// forks it as this init's child) or a process the command
+			// started, so the stub has reported or is about to.
+			m.add("stub ended")
 			var serr error
-			pid, serr = st.started()
+			pid, serr = st.started(m)
 			st = nil
 			var exe *os.SyscallError
 			switch {
@@ -399,15 +401,8 @@ func reap(cfg *initConfig, pid int, st *stub, start time.Time, m *marks) initRep
 			case serr != nil:
 				failed = &initReport{Error: "start the command from its stub forked ahead: " + serr.Error()}
 			}
-			if ews, ok := early[pid]; ok && serr == nil {
-				ended(ews)
-			}
-		case st != nil:
-			if early == nil {
-				early = map[int]unix.WaitStatus{}
-			}
-			early[wpid] = ws
-		case wpid == pid:
+		}
+		if pid > 0 && wpid == pid {
 			ended(ws)
 		}
 	}
