@@ -50,14 +50,15 @@ func TestMeasureOverhead(t *testing.T) {
 	}
 }
 
-// BenchmarkForkIntoUserNamespace is the floor under a user namespace per
-// exec: Go's own fork and exec of /bin/true (no sandbox), plainly and into
-// a new user namespace with the default range, alternating, with
-// LAYERFS_SANDBOX_GAP idle before each. Into a user namespace the runtime
-// cannot use vfork (the parent must write the mapping while the child
-// waits), so it copies the whole process (here the test binary, larger
-// than the sandbox init, so more to copy) and syncs with the child over a
-// pipe; docs/security.md has the figures.
+// BenchmarkForkIntoUserNamespace is why the launcher makes its user
+// namespace once (its spawner) rather than one per exec: Go's own fork and
+// exec of /bin/true (no sandbox), plainly and into a new user namespace
+// with the default range, alternating, with LAYERFS_SANDBOX_GAP idle
+// before each. Into a user namespace the runtime cannot use vfork (the
+// parent must write the mapping while the child waits), so it copies the
+// whole process (here the test binary, larger than the sandbox init, so
+// more to copy) and syncs with the child over a pipe; docs/security.md has
+// the figures.
 func BenchmarkForkIntoUserNamespace(b *testing.B) {
 	testenv.RequireRoot(b)
 	gap, _ := time.ParseDuration(os.Getenv("LAYERFS_SANDBOX_GAP"))

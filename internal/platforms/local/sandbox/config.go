@@ -145,16 +145,6 @@ type initConfig struct {
 	RlimitNproc uint64 `json:"rlimit_nproc,omitempty"`
 	// RlimitNofile is the exec's own open files limit (ExecSpec.OpenFiles).
 	RlimitNofile uint64 `json:"rlimit_nofile,omitempty"`
-	// UserNS: fork the command into a new user namespace with the
-	// mapping that came in the environment (userNSEnv), its workspace
-	// id-mapped with the launcher's namespace of that mapping (fd 5).
-	UserNS bool `json:"userns,omitempty"`
-	// ForkNow: the command's process may not be one forked ahead (the init
-	// alone was moved into a cgroup since).
-	ForkNow bool `json:"fork_now,omitempty"`
-	// WorkspaceMapped: the workspace shows that mapping already
-	// (Config.IDMapped); it is cloned without id-mapping it again.
-	WorkspaceMapped bool `json:"workspace_mapped,omitempty"`
 	// Seccomp: load the syscall filter that came in the environment
 	// (seccompEnv) on the command's thread just before the fork; a missing
 	// one is a setup error.
@@ -172,9 +162,6 @@ type initReport struct {
 	// Error is a setup failure (Started false) or a failure to start the
 	// command, such as a missing binary (Started false, ExitCode 127).
 	Error string `json:"error,omitempty"`
-	// UserNS is the command's user namespace mapping, or "none: why" when
-	// it ran in the host's.
-	UserNS string `json:"userns,omitempty"`
 	// Marks are CLOCK_MONOTONIC readings (ns) of the init's phases, shared
 	// with the launcher's clock (there is no time namespace).
 	Marks []mark `json:"marks,omitempty"`

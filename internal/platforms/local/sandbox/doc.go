@@ -9,38 +9,40 @@
 // workspace. A process that serves a FUSE mount and forks a child whose
 // chdir or first path lookups land on that mount can deadlock, so the
 // launcher re-executes a binary (by default its own, /proc/self/exe) as a
-// small init, with "/" as its working directory and new PID, UTS, IPC and
-// network namespaces made by clone. Everything else the init does itself,
-// as PID 1 of the new PID namespace:
+// small init, with "/" as its working directory and new PID, UTS, IPC,
+// mount and network namespaces made by clone. It hands the init, as
+// descriptors, what needs the host's view and privileges: detached clones
+// (open_tree) of the runtime (the host's /usr, /etc, or every top-level
+// entry of an image directory; the /bin, /sbin and /lib* symlinks are
+// recreated), read-only, made when the init starts (fds 6 on, described in
+// its environment), and the workspace's clone, made for each exec and sent
+// on a socket (fd 5) just before the config. Everything else the init does
+// itself, as PID 1 of the new PID namespace:
 //
 //  1. reads its config as JSON from fd 3 (the launcher writes it only after
 //     the init is in its cgroup, so nothing runs outside the limits);
 //  2. brings up lo (new network namespace) and sets the hostname;
 //  3. builds the root on a thread of its own, which unshares a mount
 //     namespace, makes all mounts private, mounts a tmpfs as the new root
-//     and moves into it clones (open_tree) of the runtime (the host's /usr,
-//     /etc and their /bin, /sbin, /lib* symlinks, or every top-level entry
-//     of an image directory), read-only with one mount_setattr each; a
+//     and moves the runtime's clones into it; a
 //     private /tmp; a fresh /proc with /proc/sys and friends read-only and
 //     the files that tell about the host's kernel masked (Docker's list); a
 //     read-only /sys; a minimal read-only /dev (null, zero, full, random,
 //     urandom, tty, pts, shm and the fd symlinks); then pivot_root(".", "."), detaches the old
 //     root and makes the new root read-only (writes outside /workspace and
 //     /tmp fail with EROFS), and ends, leaving the namespace to an fd;
-//  4. on its main thread, which has stayed in the host's mount namespace
-//     and so sees the host's mounts as they are now, clones the workspace,
-//     enters the new namespace (unshare CLONE_FS, setns) and mounts the
-//     clone read-write at /workspace, then chdirs there;
-//  5. on its main thread, locked to its OS thread, empties the bounding,
-//     ambient and inheritable capability sets and sets no_new_privs (both
-//     are per thread), then forks the command from that thread, in its own
-//     process group, as the configured uid and gid, so the command starts
-//     with no capabilities at all, under the seccomp filter
+//  4. on its main thread enters the new namespace (unshare CLONE_FS, setns)
+//     and mounts the workspace's clone read-write at /workspace, then
+//     chdirs there;
+//  5. on its main thread, locked to its OS thread, empties the ambient and
+//     inheritable capability sets and the bounding set (in a user
+//     namespace, all but a container root's usual capabilities: see
+//     rootCaps) and sets no_new_privs (both are per thread), then forks the
+//     command from that thread with a vfork, in its own process group, as
+//     the configured uid and gid, under the seccomp filter
 //     (Launcher.SyscallFilter, which came in the init's environment) that
 //     the init loaded on that thread just before the fork; the init thread
-//     then keeps only CAP_KILL. With Launcher.UserNamespace the fork makes a
-//     new user namespace for the command (see below), whose root has that
-//     namespace's capabilities;
+//     then keeps only CAP_KILL;
 //  6. reaps every process until the namespace is empty, kills what the
 //     command left behind when it exits (or everything when the timeout
 //     fires: kill(-1) from PID 1 reaches the whole namespace), closes its
@@ -56,24 +58,29 @@
 //
 // # User namespaces
 //
-// With Launcher.UserNamespace (platforms/local sets it) the command runs in
-// a user namespace of its own, uid and gid 0 to Size-1 inside being Host
-// to Host+Size-1 outside, while the init stays in the host's: it builds
-// the root and clones the workspace with the host's privileges, and forks
-// the command with CLONE_NEWUSER, writing its uid_map and gid_map. The
-// workspace clone is id-mapped (MOUNT_ATTR_IDMAP) with a user namespace of
-// the same mapping that the launcher makes once (holdUserNS) and hands
-// every init as fd 5, so that the ids on disk are the ids inside. Kernel
-// overlayfs cannot be id-mapped as a mount, only its layers: a workspace
-// mounted over layers id-mapped with that namespace (Launcher.IDMap,
-// kerneloverlay.IDMap) shows the mapped ids already and is cloned as it is
-// (Config.IDMapped). A workspace whose file system cannot be id-mapped
-// runs its command in the host's user namespace, and the result says why
-// (ExecResult.UserNamespace). The fork runs under the filter: clone's
-// program returns SECCOMP_RET_USER_NOTIF for CLONE_NEWUSER, and the init,
-// which loaded it with a listener, lets its own fork through and answers
-// EPERM to every other (answerNewUser). /, /tmp and /dev/shm are owned by
-// the namespace's root.
+// With Launcher.UserNamespace (platforms/local sets it) the whole sandbox,
+// init and command, runs in a user namespace, uid and gid 0 to Size-1
+// inside being Host to Host+Size-1 outside. The launcher makes it once: its
+// spawner (spawner_linux.go) is started in it as its root, and starts
+// every init there with a plain vfork; the init then forks its command
+// with a vfork too. Nothing of the exec's path makes a user namespace or
+// writes a mapping (a fork into a new one copies the process and waits for
+// its parent to write the mapping; per exec that cost 0.3-0.8 ms, see
+// docs/security.md). The runtime's and the workspace's clones are id-mapped
+// (MOUNT_ATTR_IDMAP) with the namespace by the launcher, so that the ids on
+// disk are the ids inside. Kernel overlayfs cannot be id-mapped as a mount,
+// only its layers: a workspace mounted over layers id-mapped with that
+// namespace (Launcher.IDMap, kerneloverlay.IDMap) shows the mapped ids
+// already and is cloned as it is (Config.IDMapped). A workspace whose file
+// system cannot be id-mapped runs its command in the host's user namespace,
+// from an init the launcher starts itself, and the result says why
+// (ExecResult.UserNamespace). The filter refuses a clone into a new user
+// namespace. The sandbox's mount namespace belongs to the user namespace,
+// so its root must not have CAP_SYS_ADMIN there (with it, it could unmount
+// the masks or make the runtime writable): the bounding set keeps only
+// rootCaps. The init is exec'd from an execute-only copy of its binary, so
+// its /proc entries belong to the host's root and need CAP_SYS_PTRACE in
+// the host's user namespace to inspect.
 //
 // # Warm inits
 //
@@ -81,18 +88,9 @@
 // each is an ordinary fresh init (its own new process, PID, UTS, IPC and
 // network namespaces and cgroup) that has already started the Go runtime,
 // brought up lo, built the default root (step 3) and dropped its
-// privileges, and is blocked on reading its config. The workspace is still
-// cloned when the config comes (step 4), so it sees workspaces mounted
-// after it started. With a user namespace, a warm init also forks its
-// command's process ahead, once the launcher has put it in its cgroup: a
-// stub (this binary again, started through the sandbox's /proc/self/exe
-// from a thread in the sandbox's mount namespace) in the new user
-// namespace, with no_new_privs and the filter loaded, that waits on a pipe;
-// when the exec comes the init sends it the command, its ids, directory
-// and limits, and the stub execs it (ahead_linux.go). The init forks at
-// exec time instead when the workspace gets no user namespace, a limit is
-// above what the stub may set, or a cgroup v1 cpu cgroup was made for the
-// exec. An exec without network or image takes one, sets its
+// privileges, and is blocked on reading its config. The workspace is
+// cloned when the exec comes, so it may be one mounted after the init
+// started. An exec without network or image takes one, sets its
 // cgroup's limits and sends the config; a replacement starts in the
 // background. Execs with network or an image directory, and execs that find
 // the pool empty, start their own. Close kills the waiting ones.

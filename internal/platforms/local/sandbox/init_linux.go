@@ -7,17 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/cloexec"
-	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 )
 
 // initArg0 is the argv[0] the launcher gives the init; InitMain acts only
@@ -28,7 +27,12 @@ const initArg0 = "layerfs-sandbox-init"
 const (
 	configFD = 3 // JSON initConfig, read to EOF
 	reportFD = 4 // JSON initReport, written once
+	wsFD     = 5 // a socket the workspace's clone comes on, before the config
+	rootFD   = 6 // the first clone of the root's entries (rootEnv)
 )
+
+// initComm is the init's name in /proc/PID/comm (15 bytes at most).
+var initComm = []byte("layerfs-sandbox\x00")
 
 // IsInit reports whether this process was started as a sandbox init.
 func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == initArg0 }
@@ -37,12 +41,8 @@ func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == initArg0 }
 // then exits; otherwise it returns false at once. It must be the first
 // thing main (and a test binary's TestMain) calls, on the main goroutine.
 func InitMain() (handled bool) {
-	if len(os.Args) > 0 && os.Args[0] == userNSArg0 {
-		userns.WaitStdin()
-		os.Exit(0)
-	}
-	if len(os.Args) > 0 && os.Args[0] == stubArg0 {
-		stubMain()
+	if len(os.Args) > 0 && os.Args[0] == spawnerArg0 {
+		spawnerMain()
 	}
 	if !IsInit() {
 		return false
@@ -50,6 +50,11 @@ func InitMain() (handled bool) {
 	// Capabilities, no_new_privs, rlimits of the fork and the wait for
 	// children all belong to one OS thread: stay on it from here on.
 	runtime.LockOSThread()
+	// The init dies with its parent, the launcher or its spawner (its
+	// exec of a binary it may not read cleared what its parent set), and
+	// its PID namespace with it. Named as the binary it was started from.
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&initComm[0])), 0, 0, 0)
 	m := &marks{}
 	m.add("init")
 	os.Exit(initMain(m))
@@ -82,21 +87,25 @@ func initMain(m *marks) int {
 	// Nothing of the daemon's may stay in the sandbox, not even in its
 	// init: a FUSE device held here would let the command forge replies,
 	// and would keep a crashed daemon's mounts from ever aborting.
-	idRange, hasUserNS := userNSFromEnv()
-	keep := reportFD
-	owner := -1 // the host uid of the command's root, for /tmp and /dev/shm
-	if hasUserNS {
-		keep, owner = userNSFD, int(idRange.Host)
+	entries, err := entriesFromEnv()
+	if err != nil {
+		return send(initReport{Error: err.Error()})
+	}
+	keep := rootFD - 1
+	for _, e := range entries {
+		if e.tree >= 0 {
+			keep = e.tree
+		}
 	}
 	if err := cloexec.CloseInherited(keep + 1); err != nil {
 		return send(initReport{Error: err.Error()})
 	}
+	unix.CloseOnExec(wsFD)
 
 	// A warm init does all it can before its config comes: its runtime's
 	// one-time work, lo, and the default root.
 	ns := -1
 	ahead := false // privileges dropped and spare threads made already
-	var st *stub   // the command's process, forked ahead
 	if os.Getenv(prewarmEnv) == "1" {
 		prewarm()
 		spareThreads()
@@ -109,95 +118,82 @@ func initMain(m *marks) int {
 		}
 		unix.Umask(0)
 		var err error
-		if ns, err = prepareRoot("", owner, m); err != nil {
+		if ns, err = prepareRoot(entries, m); err != nil {
 			return send(initReport{Error: err.Error()})
 		}
 		m.add("prewarmed")
-		if hasUserNS && os.Getenv(forkAheadEnv) == "1" {
-			if err := awaitCgroup(); err != nil {
-				return send(initReport{Error: err.Error()})
-			}
-			if st, err = forkAhead(ns, idRange); err != nil {
-				return send(initReport{Error: err.Error()})
-			}
-			m.add("forked ahead")
-		}
 	}
 	var cfg initConfig
 	cfgFile := os.NewFile(configFD, "config")
-	err := json.NewDecoder(cfgFile).Decode(&cfg)
+	err = json.NewDecoder(cfgFile).Decode(&cfg)
 	cfgFile.Close()
 	if err != nil {
 		return send(initReport{Error: "read config: " + err.Error()})
 	}
 	m.add("config")
 
-	if ns >= 0 && (cfg.RootDir != "" || cfg.Network) { // not what was prepared
-		unix.Close(ns)
-		ns = -1
+	if ns >= 0 && (cfg.RootDir != "" || cfg.Network) {
+		// The launcher takes a warm init only for what it prepared.
+		return send(initReport{Error: "a warm init got an exec with network or a root of its own"})
 	}
-	if st != nil && (ns < 0 || !cfg.UserNS || !hasUserNS || cfg.ForkNow) {
-		st.discard()
-		st = nil
-	}
-	var want *IDRange // the command's user namespace, if the launcher has one
-	if cfg.UserNS && hasUserNS {
-		want = &idRange
-	}
-	userNS, why, err := setup(&cfg, ns, owner, want, m)
-	if err != nil {
+	if err := setup(&cfg, ns, entries, m); err != nil {
 		return send(initReport{Error: err.Error()})
 	}
-	if st != nil && userNS == nil { // the workspace could not be id-mapped
-		st.discard()
-		st = nil
-	}
-	r := run(&cfg, ahead, userNS, st, m)
-	r.UserNS = "none: " + why
-	if userNS != nil {
-		r.UserNS = userNS.String()
-	}
-	return send(r)
+	return send(run(&cfg, ahead, m))
 }
 
 // setup turns this fresh set of namespaces into the sandbox: network,
-// hostname, the new root (unless ns is one prepared ahead) and the
-// workspace, and the working directory. The workspace is id-mapped for
-// userNS when that is set, which is then the command's user namespace;
-// where it cannot be (or userNS is nil), why says why the command has none.
-func setup(cfg *initConfig, ns, owner int, userNS *IDRange, m *marks) (granted *IDRange, why string, err error) {
+// hostname, the new root (unless ns is one prepared ahead) with the
+// workspace the launcher sent on wsFD, and the working directory.
+func setup(cfg *initConfig, ns int, entries []rootEntry, m *marks) (err error) {
 	if ns < 0 {
 		if !cfg.Network {
 			if err := loopbackUp(); err != nil {
-				return nil, "", fmt.Errorf("bring up lo: %w", err)
+				return fmt.Errorf("bring up lo: %w", err)
 			}
 		}
 		unix.Umask(0)
-		if ns, err = prepareRoot(cfg.RootDir, owner, m); err != nil {
-			return nil, "", err
+		if ns, err = prepareRoot(entries, m); err != nil {
+			return err
 		}
+	}
+	ws, err := receiveFD(wsFD)
+	if err != nil {
+		unix.Close(ns)
+		return fmt.Errorf("receive the workspace: %w", err)
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		unix.Close(ns)
-		return nil, "", fmt.Errorf("set hostname: %w", err)
-	}
-	idmap := -1
-	granted, why = userNS, "the launcher has none"
-	if userNS != nil && !cfg.WorkspaceMapped {
-		idmap, why = userNSFD, ""
-	}
-	ws, err := cloneWorkspace(cfg.Workspace, idmap)
-	if errors.Is(err, errNoIDMap) {
-		granted, why = nil, err.Error()
-		ws, err = cloneWorkspace(cfg.Workspace, -1)
-	}
-	if err != nil {
-		unix.Close(ns)
-		return nil, "", fmt.Errorf("clone workspace %s: %w", cfg.Workspace, err)
+		unix.Close(ws)
+		return fmt.Errorf("set hostname: %w", err)
 	}
 	err = enterRoot(ns, ws, cfg.Dir)
 	m.add("entered")
-	return granted, why, err
+	return err
+}
+
+// receiveFD receives one descriptor on the socket fd.
+func receiveFD(fd int) (int, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		_, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return -1, err
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) != 1 {
+			return -1, errors.New("no descriptor came")
+		}
+		fds, err := unix.ParseUnixRights(&msgs[0])
+		if err != nil || len(fds) != 1 {
+			return -1, errors.New("no descriptor came")
+		}
+		return fds[0], nil
+	}
 }
 
 // loopbackUp sets IFF_UP on lo, the only interface of a new network
@@ -219,34 +215,13 @@ func loopbackUp() error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
-// run starts the command as PID 1's only child (st, when it is forked
-// ahead and can take the exec), reaps everything until the namespace is
-// empty and reports how the command ended.
-func run(cfg *initConfig, ahead bool, userNS *IDRange, st *stub, m *marks) initReport {
+// run starts the command as PID 1's only child, reaps everything until
+// the namespace is empty and reports how the command ended.
+func run(cfg *initConfig, ahead bool, m *marks) initReport {
 	env := cfg.Env
 	bin, err := lookPath(cfg.Argv[0], env)
 	if err != nil {
-		if st != nil {
-			st.discard()
-		}
 		return notStarted(cfg.Argv[0], err)
-	}
-	if st != nil && (st.filtered != cfg.Seccomp || !stubTakes(cfg)) {
-		st.discard()
-		st = nil
-	}
-	if st != nil {
-		m.add("fork")
-		start := time.Now()
-		err := st.send(stubOrder{Bin: bin, Argv: cfg.Argv, Env: env, Dir: cfg.Dir, UID: cfg.UID, GID: cfg.GID,
-			Nofile: cfg.RlimitNofile, AS: cfg.RlimitAS, Nproc: cfg.RlimitNproc}, ownNice())
-		m.add("forked")
-		if err != nil {
-			st.discard()
-			return initReport{Error: "start the command from its stub forked ahead: " + err.Error()}
-		}
-		_ = keepOnlyKill()
-		return reap(cfg, 0, st, start, m)
 	}
 	if !ahead {
 		if err := dropPrivileges(); err != nil {
@@ -265,42 +240,14 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, st *stub, m *marks) initR
 		return initReport{Error: err.Error()}
 	}
 	unix.Umask(0o022)
-	gcPercent := -2 // -2: collection was left as it was
 	if cfg.Seccomp {
 		progs, err := filterFromEnv()
-		listener := -1
 		if err == nil {
-			listener, err = loadSyscallFilter(progs)
+			err = loadSyscallFilter(progs)
 		}
 		if err != nil {
 			restore()
 			return initReport{Error: err.Error()}
-		}
-		if listener >= 0 {
-			// The fork below is a raw clone that waits for the answer
-			// while it holds its P: the answer needs another P (an init
-			// with one CPU would otherwise deadlock), and no collection may
-			// run meanwhile: its mark termination waits for every P
-			// (forEachP), and with this one held the answer never gets a
-			// P either. Seen as one exec in a few hundred hanging in
-			// cmd/layerfsd's TestLoad: SetGCPercent(-1) returns once a
-			// cycle's mark is done, before its forEachP, so the launcher
-			// starts inits with collection off (GOGC=off, initEnv); one
-			// started with it on waits here, with a stop of the world,
-			// for a cycle in progress to end.
-			runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), 2))
-			if gcPercent = debug.SetGCPercent(-1); gcPercent >= 0 {
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms) // holds the world until the cycle is over
-			}
-			// On a thread of its own, which the filter does not bind; it
-			// lives as long as the init. The fork waits until it runs: a
-			// goroutine still queued on this P when the clone blocks would
-			// never be run (seen as a hang of every exec, depending on
-			// scheduling, once the binary linked more packages).
-			ready := make(chan struct{})
-			go answerNewUser(listener, unix.Gettid(), ready)
-			<-ready
 		}
 		m.add("filter")
 	}
@@ -314,16 +261,10 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, st *stub, m *marks) initR
 			Setpgid: true,
 		},
 	}
-	if userNS != nil {
-		userNSAttr(attr.Sys, *userNS)
-	}
 	m.add("fork")
 	start := time.Now()
 	pid, err := syscall.ForkExec(bin, cfg.Argv, attr)
 	m.add("forked")
-	if gcPercent != -2 {
-		debug.SetGCPercent(gcPercent)
-	}
 	restore()
 	if err != nil {
 		return notStarted(cfg.Argv[0], err)
@@ -331,32 +272,13 @@ func run(cfg *initConfig, ahead bool, userNS *IDRange, st *stub, m *marks) initR
 	// From here on the init only signals and reaps: on this thread it keeps
 	// CAP_KILL alone, which it needs for a command running as another uid.
 	_ = keepOnlyKill()
-	return reap(cfg, pid, nil, start, m)
-}
-
-// stubTakes reports whether a stub can set the exec's limits: it cannot
-// raise a hard limit (it has no capabilities in the host's user namespace),
-// so a limit above the one it inherited from the init needs a fork now.
-func stubTakes(cfg *initConfig) bool {
-	for _, l := range []struct {
-		res int
-		v   uint64
-	}{{unix.RLIMIT_NOFILE, cfg.RlimitNofile}, {unix.RLIMIT_AS, cfg.RlimitAS}, {unix.RLIMIT_NPROC, cfg.RlimitNproc}} {
-		var cur unix.Rlimit
-		if l.v > 0 && (unix.Getrlimit(l.res, &cur) != nil || l.v > cur.Max) {
-			return false
-		}
-	}
-	return true
+	return reap(cfg, pid, start, m)
 }
 
 // reap waits for the command pid, started at start, and everything else
 // in the namespace, killing what the command leaves behind, or everything
-// once the exec's timeout fires, and reports how the command ended. With
-// st, the command is the one st starts, whose pid st reports when it exits
-// (pid is 0 until then): the init waits for the command's end at once,
-// not for the stub's report first.
-func reap(cfg *initConfig, pid int, st *stub, start time.Time, m *marks) initReport {
+// once the exec's timeout fires, and reports how the command ended.
+func reap(cfg *initConfig, pid int, start time.Time, m *marks) initReport {
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(cfg.Timeout, func() {
 		timedOut.Store(true)
@@ -366,14 +288,6 @@ func reap(cfg *initConfig, pid int, st *stub, start time.Time, m *marks) initRep
 
 	var status unix.WaitStatus
 	var end time.Time
-	var failed *initReport // st could not start the command
-	ended := func(ws unix.WaitStatus) {
-		end = time.Now()
-		m.add("exit")
-		status = ws
-		// The command is done; whatever it left behind goes with it.
-		_ = unix.Kill(-1, unix.SIGKILL)
-	}
 	for {
 		var ws unix.WaitStatus
 		wpid, err := unix.Wait4(-1, &ws, 0, nil)
@@ -383,33 +297,15 @@ func reap(cfg *initConfig, pid int, st *stub, start time.Time, m *marks) initRep
 		if err != nil { // ECHILD: the namespace is empty
 			break
 		}
-		if st != nil {
-			// The first child to end: the stub, the command (the stub
-			// forks it as this init's child) or a process the command
-			// started, so the stub has reported or is about to.
-			m.add("stub ended")
-			var serr error
-			pid, serr = st.started(m)
-			st = nil
-			var exe *os.SyscallError
-			switch {
-			case errors.As(serr, &exe):
-				r := notStarted(cfg.Argv[0], exe.Err)
-				failed = &r
-			case serr != nil && timedOut.Load(): // killed before it reported
-				ended(unix.WaitStatus(unix.SIGKILL))
-			case serr != nil:
-				failed = &initReport{Error: "start the command from its stub forked ahead: " + serr.Error()}
-			}
-		}
-		if pid > 0 && wpid == pid {
-			ended(ws)
+		if wpid == pid {
+			end = time.Now()
+			m.add("exit")
+			status = ws
+			// The command is done; whatever it left behind goes with it.
+			_ = unix.Kill(-1, unix.SIGKILL)
 		}
 	}
 	m.add("reaped")
-	if failed != nil {
-		return *failed
-	}
 	r := initReport{Started: true, Command: end.Sub(start), TimedOut: timedOut.Load()}
 	switch {
 	case status.Signaled():
@@ -480,16 +376,25 @@ func lookPath(name string, env []string) (string, error) {
 	return "", errNotFound
 }
 
-// dropPrivileges empties this thread's bounding, ambient and inheritable
-// capability sets and sets no_new_privs. The command forked from this thread
-// inherits them; whatever uid it runs as, execve leaves it with no
-// capabilities at all, since a root execve grants only what the bounding and
-// inheritable sets hold. Permitted and effective stay until the fork so that
-// the init can still enter its mount namespace and mount the workspace, and
+// dropPrivileges empties this thread's ambient and inheritable capability
+// sets and its bounding set, but for rootCaps in the launcher's user
+// namespace, and sets no_new_privs. The command forked from this thread
+// inherits them; a root execve grants only what the bounding set holds, so
+// a command that runs as root gets rootCaps in the user namespace (which
+// act on nothing outside its ids) or, in the host's, none at all; any other
+// uid gets none. Permitted and effective stay until the fork so that the
+// init can still enter its mount namespace and mount the workspace, and
 // the child can setuid/setgid to the configured ids; a warm init drops the
 // rest ahead.
 func dropPrivileges() error {
+	keep := uint64(0)
+	if os.Getenv(userNSEnv) != "" {
+		keep = rootCaps
+	}
 	for c := 0; c <= 63; c++ {
+		if keep&(1<<c) != 0 {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
 			if errors.Is(err, unix.EINVAL) { // past the kernel's last capability
 				break
@@ -518,6 +423,18 @@ func dropPrivileges() error {
 	}
 	return nil
 }
+
+// rootCaps are what a command's root may do in the launcher's user
+// namespace: Docker's default capabilities for a container's root, all of
+// which act only on the ids and namespaces of the user namespace. Not
+// among them: CAP_SYS_ADMIN (the sandbox's mount namespace is the user
+// namespace's: with it, its root could unmount the masks over /proc or make
+// the runtime's clones writable), CAP_NET_ADMIN, CAP_SYS_PTRACE,
+// CAP_SYS_RESOURCE.
+const rootCaps = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_FOWNER | 1<<unix.CAP_FSETID |
+	1<<unix.CAP_KILL | 1<<unix.CAP_SETGID | 1<<unix.CAP_SETUID | 1<<unix.CAP_SETPCAP |
+	1<<unix.CAP_NET_BIND_SERVICE | 1<<unix.CAP_NET_RAW | 1<<unix.CAP_SYS_CHROOT | 1<<unix.CAP_MKNOD |
+	1<<unix.CAP_AUDIT_WRITE | 1<<unix.CAP_SETFCAP
 
 // keepOnlyKill reduces this thread's permitted and effective capabilities
 // to CAP_KILL.

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -49,17 +48,19 @@ type Launcher struct {
 	// because the compiler's package initialisation alone would add
 	// about 0.3 ms to every exec. platforms/local always sets it.
 	SyscallFilter [][]byte
-	// UserNamespace, when set, runs every command in a new user namespace
-	// of its own with this mapping (its root is Host on the host) and
-	// id-maps its workspace with it, so that ids on disk are the ids
-	// inside. Where that cannot be done, commands run in the host's user
-	// namespace as without it, and their results say why (UserNS tells
-	// for the whole launcher). platforms/local always sets it.
+	// UserNamespace, when set, runs every sandbox in a user namespace with
+	// this mapping (its root is Host on the host), made once by the
+	// launcher's spawner (spawner_linux.go), and id-maps its workspace and
+	// runtime with it, so that ids on disk are the ids inside. Where that
+	// cannot be done, commands run in the host's user namespace as without
+	// it, and their results say why (UserNS tells for the whole launcher).
+	// platforms/local always sets it.
 	UserNamespace *IDRange
 
 	once      sync.Once
-	userNS    *os.File // a namespace with UserNamespace's mapping (holdUserNS)
+	userNS    *os.File // a namespace with UserNamespace's mapping: the first spawner's
 	userNSErr error    // why there is none
+	spawner   *spawner // nil: none (yet, or again once Close has stopped it)
 	cg        *cgroupDirs
 	prefix    string // names this launcher's cgroups: layerfs-<random>-<n>
 	seq       atomic.Uint64
@@ -78,15 +79,7 @@ type Launcher struct {
 	// the process start off its latency; execs with network, and execs
 	// that find the pool empty, start their init on demand. Set it before
 	// the first Run; Close kills the waiting ones.
-	Warm int
-	// ForkAhead makes a warm init with a user namespace fork its
-	// command's process ahead (ahead_linux.go): a stub waits in the new
-	// namespaces, its filter loaded. Off by default: measured with the
-	// session bench on 2 CPUs, the stub's Go runtime start (about 2.5 ms
-	// of CPU per exec) cost 15-35% of exec throughput and gave no
-	// measurable gain in an exec's wall time.
-	ForkAhead bool
-
+	Warm     int
 	pool     chan *initProc
 	warmPids map[int]bool   // pids of the inits in pool
 	warming  int            // inits being started for the pool
@@ -108,8 +101,11 @@ func (l *Launcher) init() {
 		l.pool = make(chan *initProc, max(l.Warm, 0))
 		l.warmPids = map[int]bool{}
 		if l.UserNamespace != nil {
-			if l.userNS, l.userNSErr = holdUserNS(l.exe(), *l.UserNamespace); l.userNSErr != nil {
+			if l.spawner, l.userNSErr = startSpawner(l.exe(), *l.UserNamespace); l.userNSErr != nil {
 				l.logger().Warn("sandboxes run without a user namespace", "err", l.userNSErr)
+			} else {
+				// Kept for the launcher's life: IDMap hands it out.
+				l.userNS, l.userNSErr = dupFile(l.spawner.ns)
 			}
 		}
 		if l.NoCgroups {
@@ -123,6 +119,38 @@ func (l *Launcher) init() {
 		}
 		l.cg = cg
 	})
+}
+
+// dupFile is a duplicate of f.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup %s: %w", f.Name(), err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// spawnerNow is the launcher's spawner, started again if Close stopped it.
+func (l *Launcher) spawnerNow() (*spawner, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.spawner == nil {
+		s, err := startSpawner(l.exe(), *l.UserNamespace)
+		if err != nil {
+			return nil, err
+		}
+		l.spawner = s
+	}
+	return l.spawner, nil
+}
+
+// stopSpawnerIfIdle stops the spawner once the launcher is closed and no
+// exec is running: its inits would die with it. l.mu is held.
+func (l *Launcher) stopSpawnerIfIdle() {
+	if l.closed && l.spawner != nil && len(l.running) == 0 {
+		l.spawner.close()
+		l.spawner = nil
+	}
 }
 
 // exe is the binary re-executed as the init.
@@ -234,15 +262,23 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		outW.mu, errW.mu = mu, mu
 	}
 
+	// The workspace's clone, id-mapped for the launcher's user namespace
+	// where the exec runs in it.
+	ws, inNS, why, err := l.cloneWorkspace(cfg, ic)
+	if err != nil {
+		return res, err
+	}
+	defer unix.Close(ws)
+
 	// A warm init (already in a cgroup of its own, its root prepared), else
 	// one started now; a warm init found dead is replaced by a new one.
 	var ip *initProc
 	var cg *execCgroup
 	var werr error
-	if !cfg.Network && ic.RootDir == "" {
+	if !cfg.Network && ic.RootDir == "" && inNS == (l.userNS != nil) {
 		if ip = l.take(); ip != nil {
 			cg = ip.cg
-			if werr = ip.send(spec.MemoryBytes, spec.MilliCPUs, ic); werr != nil {
+			if werr = ip.send(spec.MemoryBytes, spec.MilliCPUs, ic, ws); werr != nil {
 				l.logger().Warn("sandbox warm init unusable, starting another", "err", werr)
 				ip.discard()
 				ip, cg = nil, nil
@@ -256,36 +292,37 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 				return res, fmt.Errorf("%w: %v", ErrSetup, err)
 			}
 		}
-		ip, werr = l.spawn(cfg.Network, cg, spec.Stdin)
+		ip, werr = l.spawn(cfg.Network, cg, spec.Stdin, ic.RootDir, inNS)
 		if werr != nil {
 			if cg != nil {
 				_ = cg.remove()
 			}
 			return res, werr
 		}
-		werr = ip.send(spec.MemoryBytes, spec.MilliCPUs, ic)
+		werr = ip.send(spec.MemoryBytes, spec.MilliCPUs, ic, ws)
 	}
-	p, cmd := ip.p, ip.cmd
+	p := ip.p
 	defer p.closeParent()
 	if ip.pooled {
 		lm.add("warm")
 	}
 	lm.add("sent")
-	pid := cmd.Process.Pid
+	pid := ip.pid
 	l.track(pid, true)
 
 	var killed atomic.Bool
-	kill := func() { killed.Store(true); _ = cmd.Process.Kill() }
+	kill := func() { killed.Store(true); _ = ip.proc.kill() }
 	stopCtx := context.AfterFunc(ctx, kill)
 	backstop := time.AfterFunc(ic.Timeout+killGrace, kill)
 	// reap waits for the init, then removes what the exec left on the host.
 	// It runs in the background once the init has reported: by then the
 	// command and every process of its namespace are gone and the init has
 	// closed its stdio, so only its own exit and namespace teardown remain.
+	var status unix.WaitStatus
+	var initCPU time.Duration
 	var waitErr error
 	reap := func() {
-		awaitExit(cmd.Process.Pid)
-		waitErr = cmd.Wait()
+		status, initCPU, waitErr = ip.proc.wait()
 		stopCtx()
 		backstop.Stop()
 		if cg != nil {
@@ -298,7 +335,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 
 	outDone := p.copy(p.outR, outW)
 	errDone := p.copy(p.errR, errW)
-	if cmd.Stdin == p.inR {
+	if _, ok := spec.Stdin.(*os.File); !ok {
 		if spec.Stdin == nil {
 			p.inW.Close() // the command reads EOF at once, as from /dev/null
 		} else {
@@ -326,11 +363,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		go func() {
 			<-reaped
 			if l.trace != nil || l.logger().Enabled(context.Background(), slog.LevelDebug) {
-				var cpu time.Duration // the init's, known once it is reaped
-				if ps := cmd.ProcessState; ps != nil {
-					cpu = ps.UserTime() + ps.SystemTime()
-				}
-				l.tracePhases(lm, rep.Marks, cpu)
+				l.tracePhases(lm, rep.Marks, initCPU) // the init's CPU, known once it is reaped
 			}
 			l.mu.Lock()
 			delete(l.reaping, settled)
@@ -357,19 +390,19 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		return res, fmt.Errorf("%w: %s", ErrSetup, rep.Error)
 	case reported:
 		res.ExitCode, res.Signal, res.TimedOut, res.Command = rep.ExitCode, rep.Signal, rep.TimedOut, rep.Command
-		res.UserNamespace = rep.UserNS
+		res.UserNamespace = "none: " + why
+		if inNS {
+			res.UserNamespace = l.UserNamespace.String()
+		}
 	default:
 		// The init died without a report: killed by the backstop, or by
 		// the OOM killer of the exec's memory cgroup.
 		res.TimedOut = killed.Load()
 		res.ExitCode, res.Signal = 128+int(syscall.SIGKILL), unix.SignalName(syscall.SIGKILL)
-		var ee *exec.ExitError
-		if errors.As(waitErr, &ee) {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				res.ExitCode, res.Signal = 128+int(ws.Signal()), unix.SignalName(ws.Signal())
-			}
+		if waitErr == nil && status.Signaled() {
+			res.ExitCode, res.Signal = 128+int(status.Signal()), unix.SignalName(status.Signal())
 		}
-		l.logger().Warn("sandbox init ended without a report", "workspace", cfg.Workspace, "wait", waitErr)
+		l.logger().Warn("sandbox init ended without a report", "workspace", cfg.Workspace, "status", status, "wait", waitErr)
 	}
 	res.OutputTruncated = outW.truncated || errW.truncated
 	res.Wall = time.Since(t0)
@@ -416,8 +449,31 @@ func (l *Launcher) initConfig(cfg Config) (initConfigX, error) {
 		Workspace: ws, RootDir: root, Network: cfg.Network,
 		Argv: s.Argv, Env: sandboxEnv(s.Env), Dir: dir, Timeout: timeout,
 		UID: s.UID, GID: s.GID, Hostname: host, Seccomp: len(l.SyscallFilter) > 0,
-		UserNS: l.userNS != nil, WorkspaceMapped: cfg.IDMapped,
 	}, pids: pids}, nil
+}
+
+// cloneWorkspace clones the exec's workspace for its /workspace, id-mapped
+// for the launcher's user namespace when the exec runs in it (inNS), and
+// says why it does not otherwise.
+func (l *Launcher) cloneWorkspace(cfg Config, ic initConfigX) (ws int, inNS bool, why string, err error) {
+	idmap := -1
+	switch {
+	case l.userNS == nil:
+		why = "the launcher has none"
+	case cfg.IDMapped: // the workspace shows the namespace's ids already
+		inNS = true
+	default:
+		inNS, idmap = true, int(l.userNS.Fd())
+	}
+	ws, err = cloneWorkspace(ic.Workspace, idmap)
+	if errors.Is(err, errNoIDMap) {
+		inNS, why = false, err.Error()
+		ws, err = cloneWorkspace(ic.Workspace, -1)
+	}
+	if err != nil {
+		return -1, false, "", fmt.Errorf("%w: clone workspace %s: %v", ErrSetup, ic.Workspace, err)
+	}
+	return ws, inNS, why, nil
 }
 
 // initConfigX is the wire config plus what only the launcher needs.
@@ -453,6 +509,7 @@ func (l *Launcher) track(pid int, on bool) {
 		l.running[pid] = true
 	} else {
 		delete(l.running, pid)
+		l.stopSpawnerIfIdle()
 	}
 }
 
@@ -684,6 +741,8 @@ type pipes struct {
 	outR, outW *os.File
 	errR, errW *os.File
 	inR, inW   *os.File
+	// A socket the workspace's clone is sent on, to the init's fd 5.
+	wsOurs, wsTheirs *os.File
 }
 
 func newPipes() (*pipes, error) {
@@ -699,12 +758,19 @@ func newPipes() (*pipes, error) {
 		}
 		*pair.r, *pair.w = r, w
 	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		p.closeChild()
+		p.closeParent()
+		return nil, fmt.Errorf("sandbox socket: %w", err)
+	}
+	p.wsOurs, p.wsTheirs = os.NewFile(uintptr(fds[0]), "workspace"), os.NewFile(uintptr(fds[1]), "workspace")
 	return p, nil
 }
 
 // closeChild closes the ends the init inherited.
 func (p *pipes) closeChild() {
-	for _, f := range []*os.File{p.cfgR, p.repW, p.outW, p.errW, p.inR} {
+	for _, f := range []*os.File{p.cfgR, p.repW, p.outW, p.errW, p.inR, p.wsTheirs} {
 		if f != nil {
 			f.Close()
 		}
@@ -713,7 +779,7 @@ func (p *pipes) closeChild() {
 
 // closeParent closes the launcher's ends (closing twice is harmless).
 func (p *pipes) closeParent() {
-	for _, f := range []*os.File{p.cfgW, p.repR, p.outR, p.errR, p.inW} {
+	for _, f := range []*os.File{p.cfgW, p.repR, p.outR, p.errR, p.inW, p.wsOurs} {
 		if f != nil {
 			f.Close()
 		}

@@ -28,8 +28,7 @@ import (
 // LAYERFS_SANDBOX_FILTER=1 measures each binary with and without the
 // seccomp filter (the name gets "+seccomp"); LAYERFS_SANDBOX_USERNS=1 adds,
 // for each of those with the filter, one with the default user namespace
-// too ("+seccomp+userns"; warm inits fork the command's process ahead) and
-// one whose warm inits fork it at exec time ("+seccomp+userns+fork-at-exec").
+// too ("+seccomp+userns").
 func TestPhases(t *testing.T) {
 	testenv.RequireRoot(t)
 	exes := []string{""}
@@ -47,7 +46,7 @@ func TestPhases(t *testing.T) {
 		if os.Getenv("LAYERFS_SANDBOX_USERNS") == "1" {
 			for _, exe := range exes {
 				if strings.HasSuffix(exe, "+seccomp") {
-					exes = append(exes, exe+"+userns", exe+"+userns+fork-at-exec")
+					exes = append(exes, exe+"+userns")
 				}
 			}
 		}
@@ -87,7 +86,6 @@ func TestPhases(t *testing.T) {
 		if strings.Contains(exe, "+userns") {
 			r := DefaultIDRange
 			ls[i].UserNamespace = &r
-			ls[i].ForkAhead = !strings.HasSuffix(exe, "+fork-at-exec")
 		}
 	}
 	cfg := Config{Workspace: t.TempDir(), Spec: platforms.ExecSpec{Argv: []string{"true"}}}

@@ -1,11 +1,11 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -60,6 +60,61 @@ type rootEntry struct {
 	link   string // symlink target, when this entry is a symlink
 }
 
+// rootEnv carries the root's entries from the launcher, which clones them
+// (id-mapped for its user namespace where the init runs in it), to the
+// init, as JSON; their clones follow the init's fd rootFD in order.
+const rootEnv = "LAYERFS_SANDBOX_ROOT"
+
+// wireEntry is a rootEntry in rootEnv.
+type wireEntry struct {
+	Name   string `json:"name"`
+	Tree   bool   `json:"tree,omitempty"`
+	IsFile bool   `json:"file,omitempty"`
+	Link   string `json:"link,omitempty"`
+}
+
+// entriesEnv is entries as rootEnv's variable, and their clones as files
+// in the order the init numbers them; the files own the clones now.
+func entriesEnv(entries []rootEntry) (string, []*os.File) {
+	var wire []wireEntry
+	var trees []*os.File
+	for _, e := range entries {
+		wire = append(wire, wireEntry{Name: e.name, Tree: e.tree >= 0, IsFile: e.isFile, Link: e.link})
+		if e.tree >= 0 {
+			trees = append(trees, os.NewFile(uintptr(e.tree), e.name))
+		}
+	}
+	b, _ := json.Marshal(wire)
+	return rootEnv + "=" + string(b), trees
+}
+
+// entriesFromEnv is the init's side of entriesEnv.
+func entriesFromEnv() ([]rootEntry, error) {
+	var wire []wireEntry
+	if err := json.Unmarshal([]byte(os.Getenv(rootEnv)), &wire); err != nil {
+		return nil, fmt.Errorf("the root's entries: %w", err)
+	}
+	out := make([]rootEntry, len(wire))
+	fd := rootFD
+	for i, w := range wire {
+		out[i] = rootEntry{name: w.Name, tree: -1, isFile: w.IsFile, link: w.Link}
+		if w.Tree {
+			out[i].tree = fd
+			fd++
+		}
+	}
+	return out, nil
+}
+
+// closeEntries closes the entries' clones.
+func closeEntries(entries []rootEntry) {
+	for _, e := range entries {
+		if e.tree >= 0 {
+			unix.Close(e.tree)
+		}
+	}
+}
+
 // prepareRoot builds the sandbox's file system tree, all but /workspace,
 // in a new mount namespace, and returns an fd of that namespace:
 //
@@ -80,13 +135,10 @@ type rootEntry struct {
 // the workspace can be cloned from it whenever the config comes. A warm
 // init prepares its root this way long before its exec.
 //
-// owner, when >= 0, is the host uid and gid of the command's root (the
-// root of its user namespace, whose mapping is userNSFD's): it owns the
-// tmpfs mounts, so that /, /tmp and /dev/shm are root's inside as they
-// would be without one, and the runtime's clones are id-mapped where their
-// file system allows it, so that its files are root's too (elsewhere they
-// show as nobody's).
-func prepareRoot(image string, owner int, m *marks) (int, error) {
+// entries are the root's top-level entries, cloned by the launcher; they
+// are closed. Inside the launcher's user namespace, the tmpfs mounts are
+// its root's, as the init mounts them there.
+func prepareRoot(entries []rootEntry, m *marks) (int, error) {
 	type result struct {
 		ns  int
 		err error
@@ -94,7 +146,7 @@ func prepareRoot(image string, owner int, m *marks) (int, error) {
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		ns, err := buildRoot(image, owner, m)
+		ns, err := buildRoot(entries, m)
 		ch <- result{ns, err}
 	}()
 	r := <-ch
@@ -102,24 +154,8 @@ func prepareRoot(image string, owner int, m *marks) (int, error) {
 }
 
 // buildRoot does prepareRoot's work on the calling (locked) thread.
-func buildRoot(image string, owner int, m *marks) (ns int, err error) {
-	// The source trees are cloned while this thread still sees the host's
-	// mounts; the clones are detached and can be moved into the new tree.
-	idmap := -1
-	if owner >= 0 {
-		idmap = userNSFD
-	}
-	entries, err := rootEntries(image, idmap)
-	defer func() {
-		for _, e := range entries {
-			if e.tree >= 0 {
-				unix.Close(e.tree)
-			}
-		}
-	}()
-	if err != nil {
-		return -1, err
-	}
+func buildRoot(entries []rootEntry, m *marks) (ns int, err error) {
+	defer closeEntries(entries)
 	m.add("clone")
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return -1, fmt.Errorf("new mount namespace: %w", err)
@@ -128,7 +164,7 @@ func buildRoot(image string, owner int, m *marks) (ns int, err error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return -1, fmt.Errorf("make mounts private: %w", err)
 	}
-	if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"+ownedBy(owner)); err != nil {
+	if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
 		return -1, fmt.Errorf("mount root tmpfs: %w", err)
 	}
 	root, err := unix.Open(stagingDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -171,7 +207,7 @@ func buildRoot(image string, owner int, m *marks) (ns int, err error) {
 			return -1, fmt.Errorf("mkdir /%s: %w", d.name, err)
 		}
 	}
-	if err := unix.Mount("tmpfs", stagingDir+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"+ownedBy(owner)); err != nil {
+	if err := unix.Mount("tmpfs", stagingDir+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return -1, fmt.Errorf("mount /tmp: %w", err)
 	}
 	m.add("root")
@@ -185,7 +221,7 @@ func buildRoot(image string, owner int, m *marks) (ns int, err error) {
 		return -1, err
 	}
 	m.add("proc")
-	if err := buildDev(stagingDir+"/dev", owner); err != nil {
+	if err := buildDev(stagingDir + "/dev"); err != nil {
 		return -1, err
 	}
 	m.add("dev")
@@ -220,15 +256,6 @@ func enterRoot(ns, ws int, dir string) error {
 		return fmt.Errorf("chdir %s: %w", dir, err)
 	}
 	return nil
-}
-
-// ownedBy is the tmpfs options that make uid and gid owner own its root
-// ("" for owner < 0: root).
-func ownedBy(owner int) string {
-	if owner < 0 {
-		return ""
-	}
-	return ",uid=" + strconv.Itoa(owner) + ",gid=" + strconv.Itoa(owner)
 }
 
 // rootEntries clones the trees that make up the new root: the host runtime
@@ -348,8 +375,19 @@ func mountProc(dir string) error {
 }
 
 // mountSys mounts a read-only sysfs (of the sandbox's network namespace).
+// An init in the launcher's user namespace that keeps the host's network
+// may not mount one (the network namespace is not its namespace's): it
+// gets a read-only clone of the host's /sys instead.
 func mountSys(dir string) error {
-	if err := unix.Mount("sysfs", dir, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	err := unix.Mount("sysfs", dir, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	if errors.Is(err, unix.EPERM) {
+		var fd int
+		if fd, err = cloneTree(unix.AT_FDCWD, "/sys", unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, 0); err == nil {
+			err = unix.MoveMount(fd, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH)
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("mount /sys: %w", err)
 	}
 	return nil
@@ -380,7 +418,7 @@ func mask(root string) error {
 
 // buildDev makes the sandbox's /dev: a small tmpfs with the usual character
 // devices, a private devpts and /dev/shm, then read-only.
-func buildDev(dir string, owner int) error {
+func buildDev(dir string) error {
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 		return fmt.Errorf("mount /dev: %w", err)
 	}
@@ -415,7 +453,7 @@ func buildDev(dir string, owner int) error {
 	if err := unix.Mount("devpts", dir+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return fmt.Errorf("mount /dev/pts: %w", err)
 	}
-	if err := unix.Mount("tmpfs", dir+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777"+ownedBy(owner)); err != nil {
+	if err := unix.Mount("tmpfs", dir+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777"); err != nil {
 		return fmt.Errorf("mount /dev/shm: %w", err)
 	}
 	if err := unix.MountSetattr(dev, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 
-	"golang.org/x/sys/unix"
-
 	"layerfs.dev/layerfs/internal/seccomp/bpfload"
 )
 
@@ -31,26 +29,14 @@ func filterFromEnv() ([][]byte, error) {
 // command, after no_new_privs is set there and just before the fork, so
 // the command and everything it starts inherit them while the init's
 // other threads, and its own setup before this point, are not filtered.
-// A program that can return SECCOMP_RET_USER_NOTIF (clone's) is loaded
-// with a listener, returned (else -1) for answerNewUser to serve.
-func loadSyscallFilter(progs [][]byte) (listener int, err error) {
-	listener = -1
-	for _, prog := range progs {
-		flags := uintptr(0)
-		if listener < 0 && bpfload.Notifies(prog) {
-			flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
-		}
-		fd, err := bpfload.Load(prog, flags)
-		if err != nil {
-			if listener >= 0 {
-				unix.Close(listener)
-			}
-			return -1, err
-		}
-		if flags != 0 {
-			listener = fd
-			unix.CloseOnExec(fd)
+// clone's program is loaded in its form that refuses a new user namespace
+// too: the sandbox is in its user namespace already, and nothing in it may
+// make another.
+func loadSyscallFilter(progs [][]byte) error {
+	for _, prog := range bpfload.RefuseNewUser(progs) {
+		if _, err := bpfload.Load(prog, 0); err != nil {
+			return err
 		}
 	}
-	return listener, nil
+	return nil
 }

@@ -111,13 +111,15 @@ func TestUserNamespaceNotHostRoot(t *testing.T) {
 	}
 }
 
-// TestUserNamespaceOneCPU: an init that may run on one CPU only (a
-// container of one CPU, taskset) forks its command into a new user
-// namespace. That fork waits for the init's own seccomp answer, which must
-// not need the processor the fork holds (it did: every exec hung).
+// TestUserNamespaceOneCPU: a launcher that may run on one CPU only (a
+// container of one CPU, taskset) still runs execs in its user namespace:
+// its spawner and every init it starts share that CPU. (When the init
+// forked each command into a new user namespace, that fork waited for the
+// init's own seccomp answer, which needed the processor the fork held:
+// every exec hung.)
 func TestUserNamespaceOneCPU(t *testing.T) {
-	l := userNSLauncher(t, 0)
-	// The init inherits the affinity of the thread that starts it.
+	// The spawner inherits the affinity of the thread that starts it, and
+	// the inits the spawner's.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var old, one unix.CPUSet
@@ -125,6 +127,7 @@ func TestUserNamespaceOneCPU(t *testing.T) {
 	one.Set(0)
 	require.NoError(t, unix.SchedSetaffinity(0, &one))
 	defer unix.SchedSetaffinity(0, &old)
+	l := userNSLauncher(t, 0)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -18,86 +19,155 @@ import (
 // initProc is one started init, the launcher's ends of its pipes and its
 // cgroup (nil without cgroups).
 type initProc struct {
-	cmd    *exec.Cmd
+	pid    int
+	proc   process
 	p      *pipes
 	cg     *execCgroup
+	inNS   bool // in the launcher's user namespace (started by its spawner)
 	pooled bool // started ahead, by the warm pool
 }
 
-// spawn starts an init in fresh PID, UTS, IPC and (unless network) network
-// namespaces, in cgroup cg: cloned straight into it where that is v2, moved
-// into it right after the start otherwise (the init waits for its config,
-// so it runs nothing of the exec before). stdin, when it is a file, is
-// given to the init as is; otherwise the init reads the stdin pipe.
-func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, env ...string) (*initProc, error) {
+// process is how the launcher ends and waits for an init: its own child,
+// or one its spawner started.
+type process interface {
+	kill() error
+	// wait returns once the process has ended, with its wait status and
+	// the CPU time it and everything it reaped used.
+	wait() (unix.WaitStatus, time.Duration, error)
+}
+
+// childInit is an init the launcher started itself.
+type childInit struct{ cmd *exec.Cmd }
+
+func (c childInit) kill() error { return c.cmd.Process.Kill() }
+
+func (c childInit) wait() (unix.WaitStatus, time.Duration, error) {
+	awaitExit(c.cmd.Process.Pid)
+	err := c.cmd.Wait()
+	ps := c.cmd.ProcessState
+	if ps == nil {
+		return 0, 0, err
+	}
+	ws, _ := ps.Sys().(syscall.WaitStatus)
+	return unix.WaitStatus(ws), ps.UserTime() + ps.SystemTime(), nil
+}
+
+// spawn starts an init in fresh PID, UTS, IPC and (unless network)
+// network namespaces, in cgroup cg: cloned straight into it where that is
+// v2 and the launcher starts it, moved into it right after the start
+// otherwise (the init waits for its config, so it runs nothing of the exec
+// before). Its root is made of image's entries, or of the host's runtime
+// when image is empty, cloned here (id-mapped when inNS). With inNS the
+// spawner starts it in the launcher's user namespace. stdin, when it is a
+// file, is given to the init as is; otherwise the init reads the stdin
+// pipe.
+func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, image string, inNS bool, env ...string) (*initProc, error) {
+	idmap := -1
+	if inNS {
+		idmap = int(l.userNS.Fd())
+	}
+	entries, err := rootEntries(image, idmap)
+	if err != nil {
+		closeEntries(entries)
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	rootEnv, trees := entriesEnv(entries)
+	defer func() {
+		for _, t := range trees {
+			t.Close()
+		}
+	}()
 	p, err := newPipes()
 	if err != nil {
 		return nil, err
 	}
+	env = append(env, rootEnv)
+	if len(l.SyscallFilter) > 0 {
+		env = append(env, seccompEnv+"="+bpfload.Encode(l.SyscallFilter))
+	}
+	if inNS {
+		env = append(env, userNSEnv+"="+l.UserNamespace.Arg())
+	}
+	stdinFile := p.inR
+	if f, ok := stdin.(*os.File); ok {
+		stdinFile = f
+	}
+	ip := &initProc{p: p, cg: cg, inNS: inNS}
+	if inNS {
+		err = l.spawnInNS(ip, network, append(initEnv(), env...), stdinFile, trees)
+	} else {
+		err = l.spawnChild(ip, network, append(initEnv(), env...), stdinFile, trees)
+	}
+	p.closeChild()
+	if err != nil {
+		p.closeParent()
+		return nil, fmt.Errorf("%w: start init: %v", ErrSetup, err)
+	}
+	if cg != nil && (inNS || cg.fd < 0) {
+		if err := cg.add(ip.pid); err != nil {
+			ip.discard()
+			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+		}
+	}
+	return ip, nil
+}
+
+// spawnChild starts ip's init as the launcher's own child.
+func (l *Launcher) spawnChild(ip *initProc, network bool, env []string, stdin *os.File, trees []*os.File) error {
 	flags := uintptr(unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
 	if !network {
 		flags |= unix.CLONE_NEWNET
 	}
-	exe := l.exe()
-	if len(l.SyscallFilter) > 0 {
-		env = append(env, seccompEnv+"="+bpfload.Encode(l.SyscallFilter))
-	}
-	extra := []*os.File{p.cfgR, p.repW}
-	if l.userNS != nil {
-		r := *l.UserNamespace
-		env = append(env, userNSEnv+"="+r.Arg())
-		extra = append(extra, l.userNS) // userNSFD
-	}
 	cmd := &exec.Cmd{
-		Path:       exe,
+		Path:       l.exe(),
 		Args:       []string{initArg0},
-		Env:        append(initEnv(), env...),
+		Env:        env,
 		Dir:        "/", // never the workspace: see the package comment
-		Stdin:      p.inR,
-		Stdout:     p.outW,
-		Stderr:     p.errW,
-		ExtraFiles: extra,
+		Stdin:      stdin,
+		Stdout:     ip.p.outW,
+		Stderr:     ip.p.errW,
+		ExtraFiles: append([]*os.File{ip.p.cfgR, ip.p.repW, ip.p.wsTheirs}, trees...),
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: flags,
 			Setsid:     true,
 			Pdeathsig:  syscall.SIGKILL,
 		},
 	}
-	if f, ok := stdin.(*os.File); ok {
-		cmd.Stdin = f
-	}
-	if cg != nil && cg.fd >= 0 {
+	if ip.cg != nil && ip.cg.fd >= 0 {
 		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = cg.fd
+		cmd.SysProcAttr.CgroupFD = ip.cg.fd
 	}
-	err = cmd.Start()
-	p.closeChild()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	ip.pid, ip.proc = cmd.Process.Pid, childInit{cmd}
+	return nil
+}
+
+// spawnInNS has the spawner start ip's init in the launcher's user
+// namespace.
+func (l *Launcher) spawnInNS(ip *initProc, network bool, env []string, stdin *os.File, trees []*os.File) error {
+	sp, err := l.spawnerNow()
 	if err != nil {
-		p.closeParent()
-		return nil, fmt.Errorf("%w: start init: %v", ErrSetup, err)
+		return err
 	}
-	ip := &initProc{cmd: cmd, p: p, cg: cg}
-	if cg != nil && cg.fd < 0 {
-		if err := cg.add(cmd.Process.Pid); err != nil {
-			ip.discard()
-			return nil, fmt.Errorf("%w: %v", ErrSetup, err)
-		}
+	fds := []int{int(stdin.Fd()), int(ip.p.outW.Fd()), int(ip.p.errW.Fd()), int(ip.p.cfgR.Fd()), int(ip.p.repW.Fd()), int(ip.p.wsTheirs.Fd())}
+	for _, t := range trees {
+		fds = append(fds, int(t.Fd()))
 	}
-	// The init is in its cgroup: a warm init that forks its command's
-	// process ahead waits for this (see inCgroup); the config's decoder
-	// skips it as white space.
-	if _, err := p.cfgW.Write([]byte{inCgroup}); err != nil {
-		ip.discard()
-		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+	si, err := sp.spawn(network, env, fds)
+	if err != nil {
+		return err
 	}
-	return ip, nil
+	ip.pid, ip.proc = si.pid, si
+	return nil
 }
 
 // discard kills an init that will not be used, reaps it and removes its
 // cgroup.
 func (ip *initProc) discard() {
-	_ = ip.cmd.Process.Kill()
-	_ = ip.cmd.Wait()
+	_ = ip.proc.kill()
+	_, _, _ = ip.proc.wait()
 	ip.p.closeParent()
 	if ip.cg != nil {
 		_ = ip.cg.remove()
@@ -117,14 +187,14 @@ func (l *Launcher) take() *initProc {
 		select {
 		case ip := <-l.pool:
 			l.mu.Lock()
-			delete(l.warmPids, ip.cmd.Process.Pid)
+			delete(l.warmPids, ip.pid)
 			l.mu.Unlock()
 			if !ip.gone() {
 				ip.pooled = true
-				renice(ip.cmd.Process.Pid, ownNice())
+				renice(ip.pid, ownNice())
 				return ip
 			}
-			l.logger().Warn("sandbox warm init died while waiting", "pid", ip.cmd.Process.Pid)
+			l.logger().Warn("sandbox warm init died while waiting", "pid", ip.pid)
 			ip.discard()
 		default:
 			return nil
@@ -174,25 +244,21 @@ func (l *Launcher) warmOne() {
 			return
 		}
 	}
-	env := []string{prewarmEnv + "=1"}
-	if l.ForkAhead {
-		env = append(env, forkAheadEnv+"=1") // used when it has a user namespace
-	}
-	ip, err := l.spawn(false, cg, nil, env...)
+	ip, err := l.spawn(false, cg, nil, "", l.userNS != nil, prewarmEnv+"=1")
 	if err != nil && cg != nil {
 		_ = cg.remove()
 	}
 	if err == nil {
 		// Warming runs only on CPU that no command wants; take restores
 		// the priority before the init runs anything.
-		renice(ip.cmd.Process.Pid, warmNice)
+		renice(ip.pid, warmNice)
 	}
 	l.mu.Lock()
 	l.warming--
 	if err == nil && !l.closed {
 		select {
 		case l.pool <- ip:
-			l.warmPids[ip.cmd.Process.Pid] = true
+			l.warmPids[ip.pid] = true
 			l.mu.Unlock()
 			return
 		default:
@@ -206,9 +272,9 @@ func (l *Launcher) warmOne() {
 	ip.discard()
 }
 
-// Close stops keeping warm inits and kills those that are waiting. Execs
-// in flight are not affected; Run still works afterwards, starting every
-// init on demand.
+// Close stops keeping warm inits and kills those that are waiting, and
+// stops the spawner once no exec is in flight. Execs in flight are not
+// affected; Run still works afterwards, starting every init on demand.
 func (l *Launcher) Close(ctx context.Context) error {
 	l.init()
 	l.mu.Lock()
@@ -221,7 +287,7 @@ func (l *Launcher) Close(ctx context.Context) error {
 			select {
 			case ip := <-l.pool:
 				l.mu.Lock()
-				delete(l.warmPids, ip.cmd.Process.Pid)
+				delete(l.warmPids, ip.pid)
 				l.mu.Unlock()
 				ip.discard()
 				continue
@@ -229,6 +295,9 @@ func (l *Launcher) Close(ctx context.Context) error {
 			}
 			break
 		}
+		l.mu.Lock()
+		l.stopSpawnerIfIdle()
+		l.mu.Unlock()
 		close(done)
 	}()
 	select {
@@ -239,18 +308,19 @@ func (l *Launcher) Close(ctx context.Context) error {
 	}
 }
 
-// send sets the exec's limits on the init's cgroup and then sends its
-// config: the init runs nothing of the exec before it has it.
-func (ip *initProc) send(mem int64, milliCPUs int, ic initConfigX) error {
+// send sets the exec's limits on the init's cgroup and then sends it the
+// workspace's clone ws and its config: the init runs nothing of the exec
+// before it has them.
+func (ip *initProc) send(mem int64, milliCPUs int, ic initConfigX, ws int) error {
 	var err error
 	if ip.cg != nil && milliCPUs > 0 {
-		// A cgroup v1 cpu cgroup is made now and takes the init alone: a
-		// process it forked ahead would stay out of it.
-		ic.ForkNow = ip.cg.unified == "" && ip.cg.cpu == ""
-		err = ip.cg.addCPU(ip.cmd.Process.Pid)
+		err = ip.cg.addCPU(ip.pid)
 	}
 	if ip.cg != nil && err == nil {
 		err = ip.cg.limit(mem, ic.pids, milliCPUs)
+	}
+	if err == nil {
+		err = unix.Sendmsg(int(ip.p.wsOurs.Fd()), []byte{0}, unix.UnixRights(ws), nil, 0)
 	}
 	if err == nil {
 		err = json.NewEncoder(ip.p.cfgW).Encode(ic)

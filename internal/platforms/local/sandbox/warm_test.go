@@ -99,7 +99,7 @@ func TestWarmPool(t *testing.T) {
 		// Both warm inits die (an OOM kill, an admin) before they are used.
 		for range 2 {
 			ip := <-l.pool
-			_ = ip.cmd.Process.Kill()
+			_ = ip.proc.kill()
 			// Dead means its last thread is gone and with it the config
 			// pipe's reader.
 			for deadline := time.Now().Add(5 * time.Second); !ip.gone() && time.Now().Before(deadline); {
@@ -130,7 +130,7 @@ func TestWarmPool(t *testing.T) {
 		pids := []int{}
 		for range 2 {
 			ip := <-l.pool
-			pids = append(pids, ip.cmd.Process.Pid)
+			pids = append(pids, ip.pid)
 			l.pool <- ip
 		}
 		require.NoError(t, l.Close(t.Context()))

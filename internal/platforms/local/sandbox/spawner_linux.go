@@ -1,0 +1,383 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A launcher with a user namespace starts its inits inside it. The
+// spawner, the init binary started once as root of a new user namespace
+// with Launcher.UserNamespace's mapping, starts every one of them as its
+// child, with a plain vfork (a child that needs no new user namespace of
+// its own shares its parent's memory until it execs). An init is then born
+// in the namespace: its command is forked the same way, and neither the
+// exec nor the init's start pays for making a user namespace and writing
+// its mapping, which costs a fork that copies the process and a round trip
+// with the child. What needs the host's privileges is done by the launcher
+// and handed over as descriptors: the runtime's and the workspace's
+// id-mapped clones.
+//
+// The spawner runs an execute-only copy of the init binary (a memfd the
+// launcher made): an init exec'd from a file its user namespace's root
+// cannot read has the host's root as its owner in /proc (the kernel moves
+// the process's dumpable owner to the nearest namespace that maps the
+// file's owner), so the command, root of the same namespace, can neither
+// write to /proc/1 nor trace or inspect its init.
+
+// spawnerArg0 is the spawner's argv[0]; its descriptors are the socket to
+// the launcher and the init binary's copy.
+const (
+	spawnerArg0   = "layerfs-sandbox-spawner"
+	spawnerSockFD = 3
+	spawnerExeFD  = 4
+)
+
+// spawnRequest asks the spawner for an init: fds, sent with it, become the
+// init's descriptors 0, 1, 2, ... in order.
+type spawnRequest struct {
+	Network bool     `json:"network,omitempty"` // keep the host's network namespace
+	Env     []string `json:"env"`
+}
+
+// spawnMessage is what the spawner sends back: a started init's pid (with
+// its pidfd) or why it could not start one, and later each init's end.
+type spawnMessage struct {
+	Pid    int    `json:"pid,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Exited int    `json:"exited,omitempty"`
+	Status uint32 `json:"status,omitempty"` // a wait status
+	CPU    int64  `json:"cpu_ns,omitempty"` // user and system time
+}
+
+// spawner is the launcher's side of its spawner.
+type spawner struct {
+	cmd  *exec.Cmd
+	conn *net.UnixConn
+	ns   *os.File // the spawner's user namespace
+
+	mu      sync.Mutex // one request at a time
+	started chan spawned
+
+	exitMu sync.Mutex
+	exits  map[int]chan spawnMessage // by pid, made by whichever comes first
+	done   chan struct{}             // closed when the spawner is gone
+}
+
+type spawned struct {
+	pid   int
+	pidfd int
+	err   error
+}
+
+// startSpawner starts exe as the spawner in a new user namespace with
+// mapping r.
+func startSpawner(exe string, r IDRange) (_ *spawner, err error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	bin, err := executeOnlyCopy(exe)
+	if err != nil {
+		return nil, err
+	}
+	defer bin.Close()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("spawner: %w", err)
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "spawner")
+	defer theirs.Close()
+	ours := os.NewFile(uintptr(fds[0]), "spawner")
+	defer ours.Close() // net.FileConn dups it
+	c, err := net.FileConn(ours)
+	if err != nil {
+		unix.Close(fds[0])
+		return nil, fmt.Errorf("spawner: %w", err)
+	}
+	s := &spawner{conn: c.(*net.UnixConn), started: make(chan spawned, 1), exits: map[int]chan spawnMessage{}, done: make(chan struct{})}
+	s.cmd = &exec.Cmd{
+		// Collection on: unlike an init, the spawner lives as long as the
+		// launcher.
+		Path: exe, Args: []string{spawnerArg0}, Env: []string{"HOME=/"}, Dir: "/",
+		ExtraFiles: []*os.File{theirs, bin},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER, UidMappings: r.Mapping(), GidMappings: r.Mapping(),
+			GidMappingsEnableSetgroups: true,
+			// Root of the namespace, with its capabilities there.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+			Pdeathsig:  syscall.SIGKILL,
+		},
+	}
+	if err := s.cmd.Start(); err != nil {
+		s.conn.Close()
+		return nil, fmt.Errorf("spawner: start %s in a user namespace: %w", exe, err)
+	}
+	if s.ns, err = os.Open("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/ns/user"); err != nil {
+		s.close()
+		return nil, fmt.Errorf("spawner: %w", err)
+	}
+	go s.read()
+	return s, nil
+}
+
+// executeOnlyCopy copies the binary exe into a memfd that only its owner,
+// the host's root, may read (see the package comment on the spawner).
+func executeOnlyCopy(exe string) (*os.File, error) {
+	src, err := os.Open(exe)
+	if err != nil {
+		return nil, fmt.Errorf("init binary: %w", err)
+	}
+	defer src.Close()
+	fd, err := unix.MemfdCreate(initArg0, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("init binary: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), initArg0)
+	_, err = f.ReadFrom(src)
+	if err == nil {
+		err = f.Chmod(0o711)
+	}
+	if err == nil {
+		// Sealed, so that nothing can change the binary under the inits.
+		_, err = unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("init binary: copy %s: %w", exe, err)
+	}
+	return f, nil
+}
+
+// read receives the spawner's messages until it is gone: through the
+// runtime's poller, so that no P waits in a blocking call (see package
+// maxprocs).
+func (s *spawner) read() {
+	defer close(s.done)
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := s.conn.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 {
+			return
+		}
+		pidfd := -1
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+			if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) == 1 {
+				pidfd = fds[0]
+			}
+		}
+		var m spawnMessage
+		if err := json.Unmarshal(buf[:n], &m); err != nil {
+			if pidfd >= 0 {
+				unix.Close(pidfd)
+			}
+			return
+		}
+		switch {
+		case m.Exited > 0:
+			s.exit(m.Exited) <- m
+		case m.Error != "":
+			s.started <- spawned{err: errors.New(m.Error)}
+		case pidfd < 0:
+			s.started <- spawned{err: errors.New("no pidfd came with the init's pid")}
+		default:
+			unix.CloseOnExec(pidfd)
+			s.started <- spawned{pid: m.Pid, pidfd: pidfd}
+		}
+	}
+}
+
+// exit is pid's channel for its end.
+func (s *spawner) exit(pid int) chan spawnMessage {
+	s.exitMu.Lock()
+	defer s.exitMu.Unlock()
+	c, ok := s.exits[pid]
+	if !ok {
+		c = make(chan spawnMessage, 1)
+		s.exits[pid] = c
+	}
+	return c
+}
+
+// spawn asks for an init with descriptors fds (0, 1, 2, ...) and
+// environment env, in fresh PID, UTS, IPC and (unless network) network
+// namespaces of the spawner's user namespace.
+func (s *spawner) spawn(network bool, env []string, fds []int) (*spawnedInit, error) {
+	b, err := json.Marshal(spawnRequest{Network: network, Env: env})
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, _, err := s.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
+		return nil, fmt.Errorf("spawner: %w", err)
+	}
+	select {
+	case r := <-s.started:
+		if r.err != nil {
+			return nil, fmt.Errorf("spawner: %w", r.err)
+		}
+		return &spawnedInit{s: s, pid: r.pid, pidfd: r.pidfd}, nil
+	case <-s.done:
+		return nil, errors.New("spawner: gone")
+	}
+}
+
+// close stops the spawner; inits it started get SIGKILL (their parent's
+// death signal).
+func (s *spawner) close() {
+	s.conn.Close()
+	if s.ns != nil {
+		s.ns.Close()
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// spawnedInit is an init the spawner started.
+type spawnedInit struct {
+	s     *spawner
+	pid   int
+	pidfd int
+}
+
+func (i *spawnedInit) kill() error {
+	return unix.PidfdSendSignal(i.pidfd, unix.SIGKILL, nil, 0)
+}
+
+// wait waits for the init's end and releases its pidfd.
+func (i *spawnedInit) wait() (unix.WaitStatus, time.Duration, error) {
+	defer unix.Close(i.pidfd)
+	c := i.s.exit(i.pid)
+	defer func() {
+		i.s.exitMu.Lock()
+		delete(i.s.exits, i.pid)
+		i.s.exitMu.Unlock()
+	}()
+	select {
+	case m := <-c:
+		return unix.WaitStatus(m.Status), time.Duration(m.CPU), nil
+	case <-i.s.done:
+		return 0, 0, errors.New("spawner: gone before the init ended")
+	}
+}
+
+// spawnerMain is the spawner's whole life: it starts an init for each
+// request and reports each init's end, until the launcher closes the
+// socket.
+func spawnerMain() {
+	// Neither its socket nor the binary may reach an init. The binary
+	// moves above any descriptor an init is given (they are dup'ed to 0,
+	// 1, 2, ... in the child before it execs the binary by its /proc path).
+	unix.CloseOnExec(spawnerSockFD)
+	exe, err := unix.FcntlInt(spawnerExeFD, unix.F_DUPFD_CLOEXEC, 1024)
+	if err != nil {
+		os.Exit(1)
+	}
+	unix.Close(spawnerExeFD)
+	started := make(chan struct{}, 1<<16)
+	go reapInits(started)
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(64*4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(spawnerSockFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n == 0 {
+			os.Exit(0) // the launcher is gone
+		}
+		var fds []int
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, m := range msgs {
+				if fs, err := unix.ParseUnixRights(&m); err == nil {
+					fds = append(fds, fs...)
+				}
+			}
+		}
+		var req spawnRequest
+		reply := spawnMessage{}
+		pidfd := -1
+		if err := json.Unmarshal(buf[:n], &req); err != nil {
+			reply.Error = "bad request: " + err.Error()
+		} else if reply.Pid, pidfd, err = startInit(exe, req, fds); err != nil {
+			reply.Error = err.Error()
+		} else {
+			started <- struct{}{}
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		b, _ := json.Marshal(reply)
+		var rights []byte
+		if pidfd >= 0 {
+			rights = unix.UnixRights(pidfd)
+		}
+		err = unix.Sendmsg(spawnerSockFD, b, rights, nil, 0)
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+		if err != nil {
+			os.Exit(0)
+		}
+	}
+}
+
+// startInit starts the init binary's copy (fd exe) as an init with req's
+// environment and descriptors fds, and returns its pid and a pidfd.
+func startInit(exe int, req spawnRequest, fds []int) (pid, pidfd int, err error) {
+	// No new mount namespace: the init's main thread stays in the host's
+	// (the spawner's), as an init the launcher starts does. A copy made
+	// here would hold every mount of the moment, a workspace's FUSE mount
+	// among them, for as long as a warm init waits, and that mount's
+	// unmount would wait for it.
+	flags := uintptr(unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
+	if !req.Network {
+		flags |= unix.CLONE_NEWNET
+	}
+	files := make([]uintptr, len(fds))
+	for i, fd := range fds {
+		files[i] = uintptr(fd)
+	}
+	pidfd = -1
+	pid, err = syscall.ForkExec("/proc/self/fd/"+strconv.Itoa(exe), []string{initArg0}, &syscall.ProcAttr{
+		Dir: "/", Env: req.Env, Files: files,
+		Sys: &syscall.SysProcAttr{
+			Cloneflags: flags, Setsid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd,
+		},
+	})
+	if err != nil {
+		return 0, -1, fmt.Errorf("start init: %w", err)
+	}
+	return pid, pidfd, nil
+}
+
+// reapInits waits for each init started (one token on started each) to
+// end and tells the launcher.
+func reapInits(started <-chan struct{}) {
+	for range started {
+		var ws unix.WaitStatus
+		var ru unix.Rusage
+		pid, err := unix.Wait4(-1, &ws, 0, &ru)
+		for errors.Is(err, unix.EINTR) {
+			pid, err = unix.Wait4(-1, &ws, 0, &ru)
+		}
+		if err != nil {
+			os.Exit(1)
+		}
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		b, _ := json.Marshal(spawnMessage{Exited: pid, Status: uint32(ws), CPU: int64(cpu)})
+		if err := unix.Sendmsg(spawnerSockFD, b, nil, nil, 0); err != nil {
+			os.Exit(0)
+		}
+	}
+}
