@@ -130,10 +130,16 @@ func dupFile(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
-// spawnerNow is the launcher's spawner, started again if Close stopped it.
+// spawnerNow is the launcher's spawner, started again if Close stopped it
+// or it died (its inits died with it).
 func (l *Launcher) spawnerNow() (*spawner, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.spawner != nil && l.spawner.gone() {
+		l.logger().Warn("sandbox spawner died, starting another")
+		l.spawner.close()
+		l.spawner = nil
+	}
 	if l.spawner == nil {
 		s, err := startSpawner(l.exe(), *l.UserNamespace)
 		if err != nil {

@@ -117,7 +117,13 @@ func startSpawner(exe string, r IDRange) (_ *spawner, err error) {
 			Pdeathsig:  syscall.SIGKILL,
 		},
 	}
-	if err := s.cmd.Start(); err != nil {
+	// Started from a goroutine of its own, hence from a thread that no
+	// goroutine holds locked: its parent-death signal fires when the
+	// thread that forked it ends, and the runtime ends a thread only when
+	// a goroutine locked to it returns.
+	started := make(chan error, 1)
+	go func() { started <- s.cmd.Start() }()
+	if err := <-started; err != nil {
 		s.conn.Close()
 		return nil, fmt.Errorf("spawner: start %s in a user namespace: %w", exe, err)
 	}
@@ -229,6 +235,16 @@ func (s *spawner) spawn(network bool, env []string, fds []int) (*spawnedInit, er
 		return &spawnedInit{s: s, pid: r.pid, pidfd: r.pidfd}, nil
 	case <-s.done:
 		return nil, errors.New("spawner: gone")
+	}
+}
+
+// gone reports whether the spawner has ended.
+func (s *spawner) gone() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -118,15 +118,31 @@ func TestUserNamespaceNotHostRoot(t *testing.T) {
 // init's own seccomp answer, which needed the processor the fork held:
 // every exec hung.)
 func TestUserNamespaceOneCPU(t *testing.T) {
-	// The spawner inherits the affinity of the thread that starts it, and
-	// the inits the spawner's.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	// As taskset does to a running process: every thread of this one on
+	// CPU 0 (threads started later inherit it), the spawner started from
+	// one of them, and the inits from the spawner.
 	var old, one unix.CPUSet
 	require.NoError(t, unix.SchedGetaffinity(0, &old))
 	one.Set(0)
-	require.NoError(t, unix.SchedSetaffinity(0, &one))
-	defer unix.SchedSetaffinity(0, &old)
+	// setAll sets every thread's affinity, again until none started
+	// meanwhile from a thread it had not reached yet.
+	setAll := func(set *unix.CPUSet) {
+		for done := false; !done; {
+			tasks, err := os.ReadDir("/proc/self/task")
+			require.NoError(t, err)
+			done = true
+			for _, task := range tasks {
+				tid, _ := strconv.Atoi(task.Name())
+				var got unix.CPUSet
+				if unix.SchedGetaffinity(tid, &got) == nil && got != *set {
+					done = false
+					_ = unix.SchedSetaffinity(tid, set) // it may have ended meanwhile
+				}
+			}
+		}
+	}
+	setAll(&one)
+	defer setAll(&old)
 	l := userNSLauncher(t, 0)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -367,11 +367,10 @@ func ownNice() int {
 // initEnv is the environment every init starts with (the command's own is
 // built by the init). HOME, because packages linked into a daemon-sized
 // binary may need it in their init functions before InitMain runs (lima's
-// do). GOGC=off: an init is short-lived and allocates little, and a
-// collection in progress while it forks the command into a user namespace
-// would deadlock the fork (see run); updatemaxprocs=0 keeps the runtime
+// do). GOGC=off: an init is short-lived and allocates little, so a
+// collection would only cost it time; updatemaxprocs=0 keeps the runtime
 // from stopping the world to follow a change of the exec cgroup's CPU
-// limit for the same reason.
+// limit.
 func initEnv() []string {
 	return []string{"HOME=/", "GOGC=off", "GODEBUG=updatemaxprocs=0"}
 }

@@ -147,3 +147,40 @@ func TestWarmPool(t *testing.T) {
 		}
 	})
 }
+
+// TestSpawnerRestarts: a launcher whose spawner died (killed, out of
+// memory) starts another for its next exec, in a namespace of the same
+// mapping; Close stops it.
+func TestSpawnerRestarts(t *testing.T) {
+	testenv.RequireRoot(t)
+	r := DefaultIDRange
+	l := &Launcher{UserNamespace: &r}
+	if _, err := l.UserNS(); err != nil {
+		testenv.Skip(t, "no user namespace: "+err.Error())
+	}
+	ws := t.TempDir()
+	want := r.String() + "\n"
+	_, out := runShell(t, l, ws, "cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //'")
+	require.Equal(t, want, out)
+
+	l.mu.Lock()
+	first := l.spawner
+	l.mu.Unlock()
+	require.NoError(t, first.cmd.Process.Kill())
+	<-first.done
+
+	res, out := runShell(t, l, ws, "cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //'")
+	assert.Equal(t, want, out, "after the spawner died")
+	assert.Equal(t, r.String(), res.UserNamespace)
+	l.mu.Lock()
+	second := l.spawner
+	l.mu.Unlock()
+	assert.NotSame(t, first, second)
+
+	require.NoError(t, l.Close(t.Context()))
+	require.NoError(t, l.Settle(t.Context()))
+	l.mu.Lock()
+	assert.Nil(t, l.spawner, "Close stops the spawner once no exec runs")
+	l.mu.Unlock()
+	assert.True(t, second.gone())
+}
