@@ -103,9 +103,12 @@ func initMain(m *marks) int {
 	unix.CloseOnExec(wsFD)
 
 	// A warm init does all it can before its config comes: its runtime's
-	// one-time work, lo, and the default root.
+	// one-time work, lo, the default root, entering it and loading the
+	// filter.
 	ns := -1
-	ahead := false // privileges dropped and spare threads made already
+	ahead := false    // privileges dropped and spare threads made already
+	var mt *mounter   // the root entered ahead: this thread is in it
+	filtered := false // the filter is loaded on this thread already
 	if os.Getenv(prewarmEnv) == "1" {
 		prewarm()
 		spareThreads()
@@ -121,6 +124,15 @@ func initMain(m *marks) int {
 		if ns, err = prepareRoot(entries, m); err != nil {
 			return send(initReport{Error: err.Error()})
 		}
+		if mt, err = enterAhead(ns); err != nil {
+			return send(initReport{Error: err.Error()})
+		}
+		if os.Getenv(seccompEnv) != "" {
+			if err := loadFilterFromEnv(); err != nil {
+				return send(initReport{Error: err.Error()})
+			}
+			filtered = true
+		}
 		m.add("prewarmed")
 	}
 	var cfg initConfig
@@ -132,35 +144,45 @@ func initMain(m *marks) int {
 	}
 	m.add("config")
 
-	if ns >= 0 && (cfg.RootDir != "" || cfg.Network) {
+	if mt != nil && (cfg.RootDir != "" || cfg.Network || cfg.Seccomp != filtered) {
 		// The launcher takes a warm init only for what it prepared.
-		return send(initReport{Error: "a warm init got an exec with network or a root of its own"})
+		return send(initReport{Error: "a warm init got an exec with network, a root of its own or another filter"})
 	}
-	if err := setup(&cfg, ns, entries, m); err != nil {
+	if err := setup(&cfg, mt, entries, m); err != nil {
 		return send(initReport{Error: err.Error()})
 	}
-	return send(run(&cfg, ahead, m))
+	return send(run(&cfg, ahead, filtered, m))
 }
 
 // setup turns this fresh set of namespaces into the sandbox: network,
-// hostname, the new root (unless ns is one prepared ahead) with the
+// hostname, the new root (unless mt entered one prepared ahead) with the
 // workspace the launcher sent on wsFD, and the working directory.
-func setup(cfg *initConfig, ns int, entries []rootEntry, m *marks) (err error) {
-	if ns < 0 {
-		if !cfg.Network {
-			if err := loopbackUp(); err != nil {
-				return fmt.Errorf("bring up lo: %w", err)
-			}
-		}
-		unix.Umask(0)
-		if ns, err = prepareRoot(entries, m); err != nil {
+func setup(cfg *initConfig, mt *mounter, entries []rootEntry, m *marks) (err error) {
+	if mt != nil {
+		if err := mt.wait(); err != nil {
 			return err
 		}
+		if err := unix.Chdir(cfg.Dir); err != nil {
+			return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
+		}
+		m.add("entered")
+		return nil
 	}
-	ws, err := receiveFD(wsFD)
+	ws, _, err := receiveWorkspace()
 	if err != nil {
-		unix.Close(ns)
-		return fmt.Errorf("receive the workspace: %w", err)
+		return err
+	}
+	if !cfg.Network {
+		if err := loopbackUp(); err != nil {
+			unix.Close(ws)
+			return fmt.Errorf("bring up lo: %w", err)
+		}
+	}
+	unix.Umask(0)
+	ns, err := prepareRoot(entries, m)
+	if err != nil {
+		unix.Close(ws)
+		return err
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		unix.Close(ns)
@@ -172,27 +194,27 @@ func setup(cfg *initConfig, ns int, entries []rootEntry, m *marks) (err error) {
 	return err
 }
 
-// receiveFD receives one descriptor on the socket fd.
-func receiveFD(fd int) (int, error) {
-	buf := make([]byte, 1)
+// receiveWorkspace receives the workspace's clone and the exec's hostname
+// on wsFD, which the launcher sends before the config.
+func receiveWorkspace() (ws int, hostname string, err error) {
+	buf := make([]byte, 256)
 	oob := make([]byte, unix.CmsgSpace(4))
 	for {
-		_, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		n, oobn, _, _, err := unix.Recvmsg(wsFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return -1, err
+			return -1, "", fmt.Errorf("receive the workspace: %w", err)
 		}
 		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil || len(msgs) != 1 {
-			return -1, errors.New("no descriptor came")
+		if err == nil && len(msgs) == 1 {
+			var fds []int
+			if fds, err = unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) == 1 {
+				return fds[0], string(buf[:n]), nil
+			}
 		}
-		fds, err := unix.ParseUnixRights(&msgs[0])
-		if err != nil || len(fds) != 1 {
-			return -1, errors.New("no descriptor came")
-		}
-		return fds[0], nil
+		return -1, "", errors.New("receive the workspace: no descriptor came")
 	}
 }
 
@@ -217,7 +239,7 @@ func loopbackUp() error {
 
 // run starts the command as PID 1's only child, reaps everything until
 // the namespace is empty and reports how the command ended.
-func run(cfg *initConfig, ahead bool, m *marks) initReport {
+func run(cfg *initConfig, ahead, filtered bool, m *marks) initReport {
 	env := cfg.Env
 	bin, err := lookPath(cfg.Argv[0], env)
 	if err != nil {
@@ -240,12 +262,8 @@ func run(cfg *initConfig, ahead bool, m *marks) initReport {
 		return initReport{Error: err.Error()}
 	}
 	unix.Umask(0o022)
-	if cfg.Seccomp {
-		progs, err := filterFromEnv()
-		if err == nil {
-			err = loadSyscallFilter(progs)
-		}
-		if err != nil {
+	if cfg.Seccomp && !filtered {
+		if err := loadFilterFromEnv(); err != nil {
 			restore()
 			return initReport{Error: err.Error()}
 		}

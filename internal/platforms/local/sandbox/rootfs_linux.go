@@ -242,12 +242,8 @@ func buildRoot(entries []rootEntry, m *marks) (ns int, err error) {
 func enterRoot(ns, ws int, dir string) error {
 	defer unix.Close(ns)
 	defer unix.Close(ws)
-	// setns to a mount namespace needs a root and cwd of this thread's own.
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return fmt.Errorf("unshare fs: %w", err)
-	}
-	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("enter the sandbox's mount namespace: %w", err)
+	if err := enterNS(ns); err != nil {
+		return err
 	}
 	if err := unix.MoveMount(ws, "", unix.AT_FDCWD, "/workspace", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("mount /workspace: %w", err)
@@ -257,6 +253,70 @@ func enterRoot(ns, ws int, dir string) error {
 	}
 	return nil
 }
+
+// enterNS moves the calling thread into the mount namespace ns.
+func enterNS(ns int) error {
+	// setns to a mount namespace needs a root and cwd of this thread's own.
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare fs: %w", err)
+	}
+	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("enter the sandbox's mount namespace: %w", err)
+	}
+	return nil
+}
+
+// A warm init enters its root ahead, on its main thread, and loads the
+// filter there, which then refuses the mount and the hostname the exec
+// still needs: a mounter, a thread of its own in the same namespace and
+// without the filter, waits for the workspace the launcher sends ahead of
+// the config and mounts it while the main thread reads the config.
+type mounter struct{ done chan error }
+
+// enterAhead moves the calling thread into the prepared namespace ns,
+// starts a mounter there and closes ns.
+func enterAhead(ns int) (*mounter, error) {
+	defer unix.Close(ns)
+	mt := &mounter{done: make(chan error, 1)}
+	ready := make(chan error)
+	go func() {
+		// Never unlocked: the thread is in the sandbox's namespace and
+		// ends with the goroutine.
+		runtime.LockOSThread()
+		err := enterNS(ns)
+		ready <- err
+		if err == nil {
+			mt.done <- mountWorkspace()
+		}
+	}()
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	if err := enterNS(ns); err != nil {
+		return nil, err
+	}
+	return mt, nil
+}
+
+// mountWorkspace receives the workspace and the hostname on wsFD, sets
+// the hostname and mounts the workspace at /workspace.
+func mountWorkspace() error {
+	ws, hostname, err := receiveWorkspace()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ws)
+	if err := unix.Sethostname([]byte(hostname)); err != nil {
+		return fmt.Errorf("set hostname: %w", err)
+	}
+	if err := unix.MoveMount(ws, "", unix.AT_FDCWD, "/workspace", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount /workspace: %w", err)
+	}
+	return nil
+}
+
+// wait returns once the workspace is mounted, or why it is not.
+func (mt *mounter) wait() error { return <-mt.done }
 
 // rootEntries clones the trees that make up the new root: the host runtime
 // when image is empty, else every top-level entry of the image directory.

@@ -14,13 +14,14 @@ import (
 // environment is built from scratch, so it never sees it.
 const seccompEnv = "LAYERFS_SANDBOX_SECCOMP"
 
-// filterFromEnv decodes the programs the launcher put in seccompEnv.
-func filterFromEnv() ([][]byte, error) {
+// loadFilterFromEnv loads the programs the launcher put in seccompEnv
+// (loadSyscallFilter).
+func loadFilterFromEnv() error {
 	progs, err := bpfload.Decode(os.Getenv(seccompEnv))
 	if err != nil {
-		return nil, fmt.Errorf("load %w", err)
+		return fmt.Errorf("load %w", err)
 	}
-	return progs, nil
+	return loadSyscallFilter(progs)
 }
 
 // loadSyscallFilter installs progs, classic BPF seccomp programs as

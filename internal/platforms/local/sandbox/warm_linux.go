@@ -309,7 +309,7 @@ func (l *Launcher) Close(ctx context.Context) error {
 }
 
 // send sets the exec's limits on the init's cgroup and then sends it the
-// workspace's clone ws and its config: the init runs nothing of the exec
+// workspace's clone ws with the hostname, and its config: the init runs nothing of the exec
 // before it has them.
 func (ip *initProc) send(mem int64, milliCPUs int, ic initConfigX, ws int) error {
 	var err error
@@ -320,7 +320,9 @@ func (ip *initProc) send(mem int64, milliCPUs int, ic initConfigX, ws int) error
 		err = ip.cg.limit(mem, ic.pids, milliCPUs)
 	}
 	if err == nil {
-		err = unix.Sendmsg(int(ip.p.wsOurs.Fd()), []byte{0}, unix.UnixRights(ws), nil, 0)
+		// With the hostname: a warm init's mounter sets it when it mounts
+		// the workspace, while the init reads the config.
+		err = unix.Sendmsg(int(ip.p.wsOurs.Fd()), []byte(ic.Hostname), unix.UnixRights(ws), nil, 0)
 	}
 	if err == nil {
 		err = json.NewEncoder(ip.p.cfgW).Encode(ic)
