@@ -170,8 +170,10 @@ func runOutputs(log *slog.Logger, progress func(string)) (*slog.Logger, func(str
 // and, alternating call by call, through a second one that serves with
 // --no-user-namespace. Measured side by side on a 2-vCPU VM: with the SDK
 // and the daemon in one process, an exec after 50 ms idle cost about 12 ms
-// of fixed overhead; through a separate layerfsd, as users run it, under
-// 2 ms.
+// of fixed overhead where a separate layerfsd took under 2 ms, until the
+// launcher stopped waiting for its inits in a blocking wait4 (see package
+// maxprocs): the in-process figure was the one process's goroutines
+// waiting up to 10 ms for a P.
 func separateDaemon(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure, error) {
 	s := &session{ctx: ctx, platform: "local", calls: cfg.Calls, dataPath: cfg.DataPath}
 	var arms []*execArm
