@@ -70,13 +70,13 @@ func selectCells(spec string) ([]cells.Cell, error) {
 func cellsRunCmd(a *app) *cobra.Command {
 	var (
 		platformList, cellList, out, guestDaemon, fsSpec string
-		dataPaths                                        string
+		dataPaths, storeList, storeURL                   string
 		samples                                          int
 		seed, quotaBytes                                 int64
 		keep                                             bool
 	)
 	c := &cobra.Command{
-		Use:   "run [--platform local,docker,...] [--cells C01,...] [--samples N] [--out DIR] [--fs ext4:8G|xfs:8G] [--data-path overlay,fuse]",
+		Use:   "run [--platform local,docker,...] [--cells C01,...] [--samples N] [--out DIR] [--fs ext4:8G|xfs:8G] [--data-path overlay,fuse] [--stores embedded,shared]",
 		Short: "Run the cells on each platform, LayerFS and native, and print the comparison",
 		Long: `Runs every cell on every platform, in a LayerFS workspace and in a plain
 directory on the same file system through the same sandbox, following the
@@ -86,7 +86,11 @@ live and again from its commit. Writes samples.jsonl, summary.json, cells.md,
 cells.txt and ratios.png to the output directory and prints the table.
 With --fs, the Stores and native directories live on a fresh loop-mounted
 file system of that type (an image under the output directory), unmounted
-and removed at the end.`,
+and removed at the end. With --stores embedded,shared, each host platform
+runs twice in the one randomised run, each with its own native arm: on the
+embedded Store and, as "PLATFORM+shared", on the shared Store at
+--store-url (each sample a host of an empty scope of its own in that
+database and bucket); the notes give the ratio of the geometric means.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			cs, err := selectCells(cellList)
@@ -114,16 +118,27 @@ and removed at the end.`,
 			if guestDaemon == "" {
 				guestDaemon, _ = findDaemon()
 			}
+			stores := strings.Split(storeList, ",")
+			for _, s := range stores {
+				if s != bench.StoreEmbedded && s != bench.StoreShared {
+					return usageError{fmt.Errorf("--stores %q: want %s or %s", s, bench.StoreEmbedded, bench.StoreShared)}
+				}
+				if s == bench.StoreShared && storeURL == "" {
+					return usageError{fmt.Errorf("--stores shared needs --store-url (or $LAYERFS_BENCH_STORE_URL): a shared Store's URL (docs/fleet.md)")}
+				}
+			}
 			cfg := bench.Config{
-				Cells:      cs,
-				Platforms:  plats,
-				Samples:    samples,
-				OutDir:     out,
-				Seed:       seed,
-				Keep:       keep,
-				QuotaBytes: quotaBytes,
-				Command:    "layerfs " + strings.Join(os.Args[1:], " "),
-				Machine:    machine(out),
+				Cells:          cs,
+				Platforms:      plats,
+				Samples:        samples,
+				OutDir:         out,
+				Seed:           seed,
+				Keep:           keep,
+				QuotaBytes:     quotaBytes,
+				Stores:         stores,
+				SharedStoreURL: storeURL,
+				Command:        "layerfs " + strings.Join(os.Args[1:], " "),
+				Machine:        machine(out),
 				NewPlatform: func(name string) (platforms.Platform, error) {
 					return catalog.New(name, catalog.Options{Project: "cells", GuestDaemon: guestDaemon})
 				},
@@ -203,6 +218,8 @@ and removed at the end.`,
 	f.BoolVar(&keep, "keep", false, "keep each sample's Store and directories under OUT/work")
 	f.StringVar(&dataPaths, "data-path", "", "comma-separated data paths of the LayerFS arm, each run beside its own native arm: overlay, fuse (default: the daemon's)")
 	f.StringVar(&fsSpec, "fs", "", "run the Stores and native directories on a fresh loop-mounted file system: ext4:SIZE (with a journal) or xfs:SIZE (reflinks), e.g. ext4:8G")
+	f.StringVar(&storeList, "stores", bench.StoreEmbedded, "comma-separated Stores of the host platforms' daemons, each beside its own native arm: embedded, shared")
+	f.StringVar(&storeURL, "store-url", os.Getenv("LAYERFS_BENCH_STORE_URL"), "the shared Store's URL for --stores shared (default $LAYERFS_BENCH_STORE_URL)")
 	f.StringVar(&guestDaemon, "guest-daemon", "", "layerfsd binary for VM guests (default: the one beside layerfs)")
 	f.Int64Var(&quotaBytes, "quota-bytes", 0, "give each LayerFS workspace a quota of this many bytes (to measure its cost)")
 	return c

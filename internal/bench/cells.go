@@ -48,7 +48,25 @@ type Config struct {
 	// DataPath is the LayerFS arm's data path (wire.DataPathFUSE or
 	// wire.DataPathOverlay); "" is the daemon's default.
 	DataPath string
+	// Stores are the Stores the daemons of host platforms run on, each a
+	// column group of its own with its own native arm, all in one
+	// randomised run: StoreEmbedded (the default) and StoreShared.
+	Stores []string
+	// SharedStoreURL is the shared Store StoreShared runs on (a
+	// postgres://...?bucket=s3://... URL); each sample gets a scope of its
+	// own in it (StartScopedFleetDaemon), removed after the sample.
+	SharedStoreURL string
 }
+
+// The Stores a run of the cells can put its daemons on.
+const (
+	StoreEmbedded = "embedded" // SQLite and local packs in the sample's directory
+	StoreShared   = "shared"   // PostgreSQL and S3, this host one of a fleet
+)
+
+// SharedSuffix ends the name of a platform's column group on the shared
+// Store: "local+shared".
+const SharedSuffix = "+" + StoreShared
 
 // DaemonLogFile is the daemons' log in a run's output directory.
 const DaemonLogFile = "daemon.log"
@@ -139,6 +157,9 @@ func Run(ctx context.Context, cfg Config) (report.Results, error) {
 	if len(cfg.Platforms) == 0 {
 		cfg.Platforms = []string{"local"}
 	}
+	if len(cfg.Stores) == 0 {
+		cfg.Stores = []string{StoreEmbedded}
+	}
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = filepath.Join(cfg.OutDir, "work")
 	}
@@ -181,9 +202,29 @@ func Run(ctx context.Context, cfg Config) (report.Results, error) {
 		}
 		defer t.p.Down(context.WithoutCancel(ctx))
 		defer t.dropGuestBases(context.WithoutCancel(ctx))
-		id := t.id
-		res.Platforms = append(res.Platforms, report.Platform{Name: name, Identity: &id})
-		targets = append(targets, t)
+		var embedded string
+		for _, st := range cfg.Stores {
+			var err error
+			id := t.id
+			col := report.Platform{Name: name, Identity: &id}
+			on := t
+			switch st {
+			case StoreEmbedded:
+				embedded = name
+			case StoreShared:
+				col.Name += SharedSuffix
+				col.Against = embedded
+				on, err = t.onSharedStore(cfg.SharedStoreURL, log)
+			default:
+				err = fmt.Errorf("unknown Store %q: want %s or %s", st, StoreEmbedded, StoreShared)
+			}
+			if err != nil {
+				res.Platforms = append(res.Platforms, report.Platform{Name: col.Name, NotRun: err.Error()})
+				continue
+			}
+			res.Platforms = append(res.Platforms, col)
+			targets = append(targets, on)
+		}
 	}
 
 	var tasks []task
@@ -282,6 +323,32 @@ func prepare(ctx context.Context, cfg Config, name string, log *slog.Logger) (*t
 		return nil, fmt.Errorf("platform %s has no way to serve workspaces", name)
 	}
 	return t, nil
+}
+
+// onSharedStore returns t with its daemons on the shared Store at url: each
+// sample's daemon is a host of a scope of its own in url's database and
+// bucket (an empty Store, as an embedded sample's is), removed after it.
+func (t *target) onSharedStore(url string, log *slog.Logger) (*target, error) {
+	if url == "" {
+		return nil, errors.New("no shared Store URL")
+	}
+	if !t.hostFS {
+		return nil, fmt.Errorf("platform %s runs its own daemon, not one of this host on a shared Store", t.name)
+	}
+	s := *t
+	s.name += SharedSuffix
+	s.connect = func(ctx context.Context, dir string) (*client.Client, func(), error) {
+		d, err := StartScopedFleetDaemon(ctx, dir, url, []platforms.Platform{t.p}, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		return d.Client, func() {
+			if err := d.Close(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("close the sample's fleet daemon and remove its Store scope", "err", err)
+			}
+		}, nil
+	}
+	return &s, nil
 }
 
 // baseCache writes each cell's base once per run, for host-side imports.

@@ -80,6 +80,39 @@ func TestRunCells(t *testing.T) {
 	t.Logf("\n%s", md)
 }
 
+// TestRunCellsSharedStore runs two cells (one over a 64 MiB base) on the
+// embedded Store and on a shared one (this test binary's PostgreSQL and
+// S3 server) in one run: every sample of the four arms good, and the
+// notes compare the two geometric means.
+func TestRunCellsSharedStore(t *testing.T) {
+	testenv.RequireFUSE(t)
+	cs, err := cells.Select([]string{"C01", "C11"})
+	require.NoError(t, err)
+	out := t.TempDir()
+	res, err := Run(t.Context(), Config{
+		Cells:          cs,
+		Samples:        1,
+		OutDir:         out,
+		NewPlatform:    localOnly,
+		Stores:         []string{StoreEmbedded, StoreShared},
+		SharedStoreURL: testenv.StoreURL(t),
+	})
+	require.NoError(t, err)
+	require.Len(t, res.Platforms, 2)
+	assert.Equal(t, "local"+SharedSuffix, res.Platforms[1].Name)
+	arms := map[string]int{}
+	for _, s := range res.Samples {
+		assert.True(t, s.Good(), "%s %s %s: %s", s.Cell, s.Platform, s.Arm, s.Reason())
+		arms[s.Platform+" "+string(s.Arm)]++
+	}
+	assert.Equal(t, map[string]int{"local layerfs": 2, "local native": 2, "local+shared layerfs": 2, "local+shared native": 2}, arms)
+	md, err := os.ReadFile(filepath.Join(out, report.TableMarkdownFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "local+shared against local, geometric mean: ")
+	assert.NotContains(t, string(md), "not comparable")
+	t.Logf("\n%s", md)
+}
+
 // TestRunSession runs every session and scale figure with few calls and a
 // small tree, and checks that each one measured something.
 func TestRunSession(t *testing.T) {

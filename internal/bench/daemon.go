@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -29,6 +30,8 @@ type Daemon struct {
 	eng    *engine.Engine
 	srv    *http.Server
 	ln     net.Listener
+	// remove removes the Store's scope (StartScopedFleetDaemon); nil else.
+	remove func(context.Context) error
 }
 
 // StartDaemon initialises a Store in dir (which must not hold one) and
@@ -41,6 +44,23 @@ func StartDaemon(ctx context.Context, dir string, plats []platforms.Platform, lo
 // dir becomes the host's directory (its caches and workspaces).
 func StartFleetDaemon(ctx context.Context, dir, url string, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
 	return startDaemon(ctx, dir, store.Options{Logger: log, URL: url}, plats, log)
+}
+
+// StartScopedFleetDaemon is StartFleetDaemon on an empty scope of its own
+// in the shared Store at url (store.NewScope: a PostgreSQL schema and a key
+// prefix): a fresh Store, as StartDaemon's is, which Close removes.
+func StartScopedFleetDaemon(ctx context.Context, dir, url string, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
+	scoped, remove, err := store.NewScope(ctx, url, fmt.Sprintf("bench_%016x", rand.Uint64()))
+	if err != nil {
+		return nil, err
+	}
+	d, err := StartFleetDaemon(ctx, dir, scoped, plats, log)
+	if err != nil {
+		remove(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	d.remove = remove
+	return d, nil
 }
 
 func startDaemon(ctx context.Context, dir string, opts store.Options, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
@@ -71,8 +91,9 @@ func startDaemon(ctx context.Context, dir string, opts store.Options, plats []pl
 	return d, nil
 }
 
-// Close stops serving, unmounts what is left and closes the Store. The
-// Store's directory stays for inspection; the caller removes it.
+// Close stops serving, unmounts what is left and closes the Store (and
+// removes its scope, if it has one). The Store's directory stays for
+// inspection; the caller removes it.
 func (d *Daemon) Close(ctx context.Context) error {
 	var errs []error
 	if d.Client != nil {
@@ -81,5 +102,8 @@ func (d *Daemon) Close(ctx context.Context) error {
 	errs = append(errs, d.srv.Shutdown(ctx))
 	errs = append(errs, d.eng.Shutdown(ctx))
 	errs = append(errs, d.Store.Close())
+	if d.remove != nil {
+		errs = append(errs, d.remove(ctx))
+	}
 	return errors.Join(errs...)
 }

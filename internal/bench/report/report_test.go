@@ -359,3 +359,26 @@ func TestFromSamplesAlone(t *testing.T) {
 	}
 	near(t, "C01 ratio", sums[0].Ratio, 1.2)
 }
+
+// TestComparison: a column group compared with another (two Stores on one
+// platform) gets a note with the ratio of the two geometric means.
+func TestComparison(t *testing.T) {
+	r := Results{
+		Platforms: []Platform{{Name: "local"}, {Name: "local+shared", Against: "local"}},
+		Cells:     []Cell{{ID: "C01"}, {ID: "C02"}},
+	}
+	for i := range 3 {
+		for _, c := range []struct {
+			id              string
+			native, em, shd float64
+		}{{"C01", 100, 150, 165}, {"C02", 10, 40, 44}} {
+			r.Samples = append(r.Samples,
+				sample(c.id, "local", Native, i, c.native), sample(c.id, "local", LayerFS, i, c.em),
+				sample(c.id, "local+shared", Native, i, c.native), sample(c.id, "local+shared", LayerFS, i, c.shd))
+		}
+	}
+	var out bytes.Buffer
+	require.NoError(t, r.WriteText(&out))
+	// geometric means sqrt(1.5*4) = 2.45 and sqrt(1.65*4.4) = 2.69: 1.1
+	assert.Contains(t, out.String(), "local+shared against local, geometric mean: 2.69x against 2.45x, ratio 1.100 (+10.0%)")
+}

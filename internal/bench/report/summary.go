@@ -31,6 +31,9 @@ type Platform struct {
 	// NotRun, when set, is why the platform did not run; it is shown as
 	// "not run: <reason>" and never as numbers.
 	NotRun string
+	// Against names another column group of the run that this one is
+	// compared with: the notes give the ratio of their geometric means.
+	Against string
 }
 
 // Cell is a table row.

@@ -59,15 +59,7 @@ func (r Results) cellGrid() grid {
 	}
 
 	// One geometric mean row per cell group, then the fixed exec overhead.
-	var groups []string
-	seenGroup := map[string]bool{}
-	for _, c := range r.Cells {
-		if !seenGroup[c.Group] {
-			seenGroup[c.Group] = true
-			groups = append(groups, c.Group)
-		}
-	}
-	for _, grp := range groups {
+	for _, grp := range r.groups() {
 		label := "geometric mean"
 		if grp != "" {
 			label += " (" + grp + ")"
@@ -193,12 +185,58 @@ func (r Results) notes(sums []Summary) []string {
 			n = append(n, line)
 		}
 	}
+	n = append(n, r.comparisons(sums)...)
 	for _, s := range sums {
 		for _, e := range s.Errors {
 			n = append(n, fmt.Sprintf("%s on %s: %s", s.Cell, s.Platform, firstLine(e, 200)))
 		}
 	}
 	return n
+}
+
+// comparisons are the notes of column groups compared with another
+// (Platform.Against): the ratio of their geometric means, per cell group.
+func (r Results) comparisons(sums []Summary) []string {
+	var n []string
+	for _, p := range r.Platforms {
+		if p.Against == "" || p.NotRun != "" {
+			continue
+		}
+		mine, theirs := GeoMeans(sums, p.Name), GeoMeans(sums, p.Against)
+		for _, grp := range r.groups() {
+			a, b := mine[grp], theirs[grp]
+			label := "geometric mean"
+			if grp != "" {
+				label += " (" + grp + ")"
+			}
+			line := fmt.Sprintf("%s against %s, %s: ", p.Name, p.Against, label)
+			switch {
+			case a.Value == nil || b.Value == nil:
+				line += "not comparable (no ratio on one side)"
+			default:
+				q := *a.Value / *b.Value
+				line += fmt.Sprintf("%s against %s, ratio %.3f (%+.1f%%)", ratio(*a.Value), ratio(*b.Value), q, (q-1)*100)
+				if a.Cells != b.Cells {
+					line += fmt.Sprintf(" over %d and %d cells", a.Cells, b.Cells)
+				}
+			}
+			n = append(n, line)
+		}
+	}
+	return n
+}
+
+// groups are the cell groups of the run in the order of its cells.
+func (r Results) groups() []string {
+	var groups []string
+	seen := map[string]bool{}
+	for _, c := range r.Cells {
+		if !seen[c.Group] {
+			seen[c.Group] = true
+			groups = append(groups, c.Group)
+		}
+	}
+	return groups
 }
 
 // WriteMarkdown writes the cells table as GitHub Markdown, with its notes as
