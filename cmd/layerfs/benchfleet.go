@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,14 +16,15 @@ import (
 )
 
 // benchFleetCmd measures the fleet figures (issue 15): fork and small-commit
-// latency on the embedded Store and on a shared one, and a large tree opened
-// and read on the host that committed it and on one that never saw it.
+// latency on the embedded Store and on a shared one, a large tree opened
+// and read on the host that committed it and on one that never saw it, and
+// the aggregate exec throughput of one, two and three daemons.
 func benchFleetCmd(a *app) *cobra.Command {
 	var cfg bench.FleetConfig
-	var dir string
+	var dir, figures string
 	c := &cobra.Command{
-		Use:   "fleet --url 'postgres://...?bucket=s3://HOST/BUCKET' [--files N] [--samples N]",
-		Short: "Measure fork and commit latency on SQLite vs PostgreSQL+S3, and a large tree opened on a second host",
+		Use:   "fleet --url 'postgres://...?bucket=s3://HOST/BUCKET' [--figures latency,open,execs] [--files N] [--samples N] [--exec-for D] [--clients N]",
+		Short: "Measure fork and commit latency on SQLite vs PostgreSQL+S3, a large tree opened on a second host, exec throughput of 1-3 daemons",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.URL == "" {
@@ -28,6 +32,15 @@ func benchFleetCmd(a *app) *cobra.Command {
 			}
 			if cfg.Files < bench.FilesPerLargeDir || cfg.Samples < 1 {
 				return usageError{fmt.Errorf("--files must be at least %d, --samples at least 1", bench.FilesPerLargeDir)}
+			}
+			if cfg.ExecFor <= 0 || cfg.ExecClients < 1 {
+				return usageError{fmt.Errorf("--exec-for must be positive, --clients at least 1")}
+			}
+			cfg.Figures = strings.Split(figures, ",")
+			for _, f := range cfg.Figures {
+				if !slices.Contains(bench.FleetFigures, f) {
+					return usageError{fmt.Errorf("--figures %q: known figures are %s", f, strings.Join(bench.FleetFigures, ", "))}
+				}
 			}
 			if dir == "" {
 				d, err := os.MkdirTemp("", "layerfs-fleet-")
@@ -60,6 +73,9 @@ func benchFleetCmd(a *app) *cobra.Command {
 	c.Flags().StringVar(&cfg.URL, "url", os.Getenv("LAYERFS_BENCH_STORE_URL"), "the shared Store's URL (default $LAYERFS_BENCH_STORE_URL)")
 	c.Flags().IntVar(&cfg.Files, "files", 10_000, "files of the tree opened on the second host")
 	c.Flags().IntVar(&cfg.Samples, "samples", 50, "samples per latency figure")
+	c.Flags().StringVar(&figures, "figures", strings.Join(bench.FleetFigures, ","), "comma-separated figures to measure: latency (fork, small commit), open (the large tree on a second host), execs (exec throughput of 1, 2 and 3 daemons)")
+	c.Flags().DurationVar(&cfg.ExecFor, "exec-for", 20*time.Second, "how long each exec-throughput round runs")
+	c.Flags().IntVar(&cfg.ExecClients, "clients", 2, "concurrent callers per daemon in the exec throughput, each running true in a loop")
 	c.Flags().StringVar(&dir, "dir", "", "directory for the hosts' directories (default: a temporary one, removed after)")
 	return c
 }

@@ -253,6 +253,7 @@ func TestCLIBadInput(t *testing.T) {
 	c.fail(2, "--fs: bad file system spec", "cells", "run", "--fs", "ext4:xx", "--cells", "C01", "--out", t.TempDir())
 	c.fail(2, `--stores "sqlite"`, "cells", "run", "--stores", "sqlite", "--cells", "C01", "--out", t.TempDir())
 	c.fail(2, "--stores shared needs --store-url", "cells", "run", "--stores", "embedded,shared", "--store-url=", "--cells", "C01", "--out", t.TempDir())
+	c.fail(2, `--figures "bogus"`, "bench", "fleet", "--url", "postgres://x?bucket=s3://h/b", "--figures", "latency,bogus")
 	c.fail(2, "--large-tree at least 100", "bench", "session", "--large-tree", "5")
 	// Nothing changed.
 	if after := c.ok("project", "list", "--json"); after != before {

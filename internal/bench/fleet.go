@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,18 +40,37 @@ type FleetConfig struct {
 	// 10,000 (100 directories of 100 files of 1-8 KiB).
 	Files int
 	// Samples per latency figure (fork, small commit); default 50.
-	Samples     int
+	Samples int
+	// Figures are the figures to measure: FigLatency, FigOpen, FigExecs;
+	// default all.
+	Figures []string
+	// ExecFor is how long each exec-throughput round runs (default 20 s),
+	// with ExecClients callers per daemon (default 2).
+	ExecFor     time.Duration
+	ExecClients int
 	NewPlatform func(name string) (platforms.Platform, error)
 	Logger      *slog.Logger
 	Progress    func(what string)
 }
 
-// The hosts of the fleet figures, in the report's column order.
+// The hosts of the fleet figures, in the report's column order; host C
+// serves in the exec throughput only.
 const (
 	HostEmbedded = "embedded (SQLite)"
 	HostFirst    = "fleet host A"
 	HostSecond   = "fleet host B"
+	HostThird    = "fleet host C"
 )
+
+// The fleet figures FleetConfig.Figures names.
+const (
+	FigLatency = "latency" // fork and small commit
+	FigOpen    = "open"    // a large tree opened and read on another host
+	FigExecs   = "execs"   // aggregate exec throughput of 1, 2 and 3 daemons
+)
+
+// FleetFigures lists them all.
+var FleetFigures = []string{FigLatency, FigOpen, FigExecs}
 
 // FleetHosts lists the columns of a FleetReport.
 var FleetHosts = []string{HostEmbedded, HostFirst, HostSecond}
@@ -70,12 +90,28 @@ type FleetReport struct {
 	Load  string     `json:"load"` // /proc/loadavg at the start
 	Files int        `json:"files"`
 	Rows  []FleetRow `json:"rows"`
+	// Execs is the exec throughput with 1, 2 and 3 daemons.
+	Execs []ExecThroughput `json:"execs,omitempty"`
 }
 
-// WriteTable prints the report as a markdown table, p50 with p95 and n.
+// WriteTable prints the report as markdown tables: the figures per host
+// (p50 with p95 and n), then the exec throughput.
 func (r *FleetReport) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "%d CPUs, load average %s at the start; hosts are daemons of one process on this machine\n\n", r.CPUs, r.Load)
-	fmt.Fprintf(w, "| figure | %s | target |\n|---|%s---|\n", strings.Join(FleetHosts, " | "), strings.Repeat("---|", len(FleetHosts)))
+	fmt.Fprintf(w, "%d CPUs, load average %s at the start; hosts are daemons of one process on this machine\n", r.CPUs, r.Load)
+	if len(r.Rows) > 0 {
+		if err := r.writeRows(w); err != nil {
+			return err
+		}
+	}
+	if len(r.Execs) > 0 {
+		return writeExecTable(w, r.Execs)
+	}
+	return nil
+}
+
+// writeRows prints the figures measured on each host, one row each.
+func (r *FleetReport) writeRows(w io.Writer) error {
+	fmt.Fprintf(w, "\n| figure | %s | target |\n|---|%s---|\n", strings.Join(FleetHosts, " | "), strings.Repeat("---|", len(FleetHosts)))
 	for _, row := range r.Rows {
 		cells := make([]string, len(FleetHosts))
 		for i, h := range FleetHosts {
@@ -147,6 +183,20 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*FleetReport, error) {
 	if cfg.Samples <= 0 {
 		cfg.Samples = 50
 	}
+	if len(cfg.Figures) == 0 {
+		cfg.Figures = FleetFigures
+	}
+	for _, fig := range cfg.Figures {
+		if !slices.Contains(FleetFigures, fig) {
+			return nil, fmt.Errorf("bench fleet: unknown figure %q: want %s", fig, strings.Join(FleetFigures, ", "))
+		}
+	}
+	if cfg.ExecFor <= 0 {
+		cfg.ExecFor = 20 * time.Second
+	}
+	if cfg.ExecClients <= 0 {
+		cfg.ExecClients = 2
+	}
 	log, say := runOutputs(cfg.Logger, cfg.Progress)
 	rep := &FleetReport{CPUs: runtime.NumCPU(), Load: report.LoadAverage(), Files: cfg.Files}
 	t, err := prepare(ctx, Config{NewPlatform: cfg.NewPlatform}, "local", log)
@@ -158,7 +208,11 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*FleetReport, error) {
 	var tag [4]byte
 	rand.Read(tag[:])
 	f := &fleetRun{ctx: ctx, cfg: cfg, say: say, clients: map[string]*client.Client{}, tag: hex.EncodeToString(tag[:])}
-	for _, h := range FleetHosts {
+	hosts := FleetHosts
+	if slices.Contains(cfg.Figures, FigExecs) {
+		hosts = append(slices.Clone(hosts), HostThird)
+	}
+	for _, h := range hosts {
 		dir := filepath.Join(cfg.WorkDir, "fleet-"+strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(h))
 		os.RemoveAll(dir)
 		var d *Daemon
@@ -176,11 +230,20 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*FleetReport, error) {
 		}()
 		f.clients[h] = d.Client
 	}
-	if err := f.latencies(); err != nil {
-		return nil, err
+	if slices.Contains(cfg.Figures, FigLatency) {
+		if err := f.latencies(); err != nil {
+			return nil, err
+		}
 	}
-	if err := f.openElsewhere(); err != nil {
-		return nil, err
+	if slices.Contains(cfg.Figures, FigOpen) {
+		if err := f.openElsewhere(); err != nil {
+			return nil, err
+		}
+	}
+	if slices.Contains(cfg.Figures, FigExecs) {
+		if rep.Execs, err = f.execThroughput(); err != nil {
+			return nil, err
+		}
 	}
 	for _, r := range f.rows {
 		rep.Rows = append(rep.Rows, *r)

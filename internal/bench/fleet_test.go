@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,7 +14,8 @@ import (
 
 // TestRunFleet: a small run of the fleet figures against this test
 // binary's PostgreSQL and S3 server: every figure measured on every host
-// it names, nothing failed, and the table shows all three hosts.
+// it names, nothing failed, and the table shows all three hosts; the exec
+// throughput ran execs on one, two and three daemons.
 func TestRunFleet(t *testing.T) {
 	testenv.RequireFUSE(t)
 	rep, err := RunFleet(t.Context(), FleetConfig{
@@ -20,6 +23,8 @@ func TestRunFleet(t *testing.T) {
 		WorkDir:     t.TempDir(),
 		Files:       200,
 		Samples:     3,
+		ExecFor:     time.Second,
+		ExecClients: 1,
 		NewPlatform: localOnly,
 	})
 	require.NoError(t, err)
@@ -38,9 +43,22 @@ func TestRunFleet(t *testing.T) {
 			}
 		}
 	}
+	require.Len(t, rep.Execs, 3)
+	for i, e := range rep.Execs {
+		assert.Empty(t, e.Error)
+		assert.Equal(t, i+1, e.Daemons)
+		require.Len(t, e.Execs, i+1)
+		for d, n := range e.Execs {
+			assert.Positive(t, n, "execs on daemon %d of %d", d+1, e.Daemons)
+		}
+		assert.Positive(t, e.Total)
+	}
 	var out strings.Builder
 	require.NoError(t, rep.WriteTable(&out))
 	for _, h := range FleetHosts {
 		assert.Contains(t, out.String(), h)
 	}
+	assert.Contains(t, out.String(), "execs/s total")
+	_, err = json.Marshal(rep)
+	assert.NoError(t, err)
 }

@@ -382,3 +382,12 @@ func TestComparison(t *testing.T) {
 	// geometric means sqrt(1.5*4) = 2.45 and sqrt(1.65*4.4) = 2.69: 1.1
 	assert.Contains(t, out.String(), "local+shared against local, geometric mean: 2.69x against 2.45x, ratio 1.100 (+10.0%)")
 }
+
+// TestStatsJSON: a Stats of one value (no spread) or of none encodes, its
+// NaN figures as null.
+func TestStatsJSON(t *testing.T) {
+	b, err := json.Marshal(map[string]Stats{"one": Describe([]float64{2}), "none": Describe(nil)})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"one": {"n": 1, "p50": 2, "p95": 2, "min": 2, "max": 2, "mean": 2, "stddev": null},
+		"none": {"n": 0, "p50": null, "p95": null, "min": null, "max": null, "mean": null, "stddev": null}}`, string(b))
+}

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"encoding/json"
 	"math"
 
 	"layerfs.dev/layerfs/internal/stats"
@@ -37,4 +38,18 @@ func Describe(xs []float64) Stats {
 		s.StdDev = math.Sqrt(ss / float64(len(xs)-1))
 	}
 	return s
+}
+
+// MarshalJSON writes a figure that is NaN (no values, or the spread of one)
+// as null: JSON has no NaN.
+func (s Stats) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		N      int      `json:"n"`
+		P50    *float64 `json:"p50"`
+		P95    *float64 `json:"p95"`
+		Min    *float64 `json:"min"`
+		Max    *float64 `json:"max"`
+		Mean   *float64 `json:"mean"`
+		StdDev *float64 `json:"stddev"`
+	}{s.N, finite(s.P50), finite(s.P95), finite(s.Min), finite(s.Max), finite(s.Mean), finite(s.StdDev)})
 }
