@@ -42,12 +42,7 @@ func (f SessionFigure) Stats() Stats { return Describe(f.Values) }
 // sessionJSON is a figure with its statistics; NaN becomes null.
 type sessionJSON struct {
 	SessionFigure
-	N    int      `json:"n"`
-	P50  *float64 `json:"p50"`
-	P95  *float64 `json:"p95"`
-	Min  *float64 `json:"min"`
-	Max  *float64 `json:"max"`
-	Mean *float64 `json:"mean"`
+	nullableStats
 }
 
 func finite(v float64) *float64 {
@@ -65,7 +60,7 @@ func WriteSessionJSON(w io.Writer, figs []SessionFigure) error {
 		if f.Values == nil {
 			f.Values = []float64{}
 		}
-		out = append(out, sessionJSON{SessionFigure: f, N: s.N, P50: finite(s.P50), P95: finite(s.P95), Min: finite(s.Min), Max: finite(s.Max), Mean: finite(s.Mean)})
+		out = append(out, sessionJSON{SessionFigure: f, nullableStats: s.nullable()})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

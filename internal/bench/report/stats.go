@@ -42,14 +42,19 @@ func Describe(xs []float64) Stats {
 
 // MarshalJSON writes a figure that is NaN (no values, or the spread of one)
 // as null: JSON has no NaN.
-func (s Stats) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		N      int      `json:"n"`
-		P50    *float64 `json:"p50"`
-		P95    *float64 `json:"p95"`
-		Min    *float64 `json:"min"`
-		Max    *float64 `json:"max"`
-		Mean   *float64 `json:"mean"`
-		StdDev *float64 `json:"stddev"`
-	}{s.N, finite(s.P50), finite(s.P95), finite(s.Min), finite(s.Max), finite(s.Mean), finite(s.StdDev)})
+func (s Stats) MarshalJSON() ([]byte, error) { return json.Marshal(s.nullable()) }
+
+// nullableStats is Stats with its NaN figures as nil.
+type nullableStats struct {
+	N      int      `json:"n"`
+	P50    *float64 `json:"p50"`
+	P95    *float64 `json:"p95"`
+	Min    *float64 `json:"min"`
+	Max    *float64 `json:"max"`
+	Mean   *float64 `json:"mean"`
+	StdDev *float64 `json:"stddev"`
+}
+
+func (s Stats) nullable() nullableStats {
+	return nullableStats{s.N, finite(s.P50), finite(s.P95), finite(s.Min), finite(s.Max), finite(s.Mean), finite(s.StdDev)}
 }
