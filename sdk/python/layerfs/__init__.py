@@ -18,8 +18,9 @@ subclasses of :class:`LayerFSError`, one per API error code.
 from .aio import AsyncClient, AsyncEventStream, AsyncWorkspace
 from .client import Branches, Client, EventStream, Files, Projects, Workspace, Workspaces
 from .errors import (AlreadyExists, Busy, DaemonLost, DaemonUnreachable, HeadMoved, InternalError, InvalidArgument,
-                     LayerFSError, NoSpace, NotFound, TooLarge, Unauthorized, Unavailable, UncommittedChanges)
-from .types import (Branch, Change, Commit, CommitResult, CommitStats, ExecResult, FileEvent, FileInfo, Project,
+                     LayerFSError, Misdirected, NoSpace, NotFound, TooLarge, Unauthorized, Unavailable,
+                     UncommittedChanges)
+from .types import (Branch, Change, Commit, CommitResult, CommitStats, ExecResult, FileEvent, FileInfo, Node, Project,
                     Receipt, Version, WorkspaceInfo, WorkspaceStatus)
 
 __version__ = "0.1.0"
@@ -28,8 +29,8 @@ __all__ = [
     "Client", "AsyncClient", "Workspace", "AsyncWorkspace", "Files", "Projects", "Workspaces", "Branches",
     "EventStream", "AsyncEventStream", "FileEvent",
     "LayerFSError", "InvalidArgument", "Unauthorized", "NotFound", "AlreadyExists", "HeadMoved",
-    "UncommittedChanges", "Busy", "TooLarge", "Unavailable", "InternalError", "NoSpace", "DaemonUnreachable",
-    "DaemonLost",
-    "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ExecResult", "FileInfo", "Project",
+    "UncommittedChanges", "Busy", "TooLarge", "Unavailable", "InternalError", "NoSpace", "Misdirected",
+    "DaemonUnreachable", "DaemonLost",
+    "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ExecResult", "FileInfo", "Node", "Project",
     "Receipt", "Version", "WorkspaceInfo", "WorkspaceStatus",
 ]

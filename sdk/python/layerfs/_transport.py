@@ -72,14 +72,15 @@ class Transport:
             if not self._socket:
                 raise ValueError(f"address {address!r}: no socket path")
             self._host = None
-        elif address.startswith("http://"):
+        elif address.startswith("http://") or address.startswith("tcp://"):
+            # tcp://HOST:PORT is how a fleet's daemons advertise themselves.
             u = urllib.parse.urlsplit(address)
             if u.path not in ("", "/") or not u.hostname:
                 raise ValueError(f"address {address!r}: want http://host:port without a path")
             self._socket = None
             self._host = (u.hostname, u.port or 80)
         else:
-            raise ValueError(f"address {address!r}: want unix:///path/to/socket or http://host:port")
+            raise ValueError(f"address {address!r}: want unix:///path/to/socket, http://host:port or tcp://host:port")
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
@@ -245,7 +246,7 @@ class Response:
             self._done(False)
         try:
             e = json.loads(data)["error"]
-            return error_for(e.get("code"), e.get("message", ""), self.status)
+            return error_for(e.get("code"), e.get("message", ""), self.status, e.get("node"))
         except (ValueError, KeyError, TypeError):
             msg = data.decode("utf-8", "replace").strip() or self.raw.reason
             return error_for(None, f"HTTP {self.status}: {msg}", self.status)

@@ -17,13 +17,14 @@ import codecs
 import json
 import math
 import os
+import threading
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import _archive
 from ._transport import API_VERSION, Transport, default_address, default_store, start_daemon
-from .errors import DaemonLost, DaemonUnreachable, InvalidArgument, LayerFSError, error_for
+from .errors import DaemonLost, DaemonUnreachable, InvalidArgument, LayerFSError, Misdirected, error_for
 from .types import (Branch, Change, Commit, CommitResult, ExecResult, FileEvent, FileInfo, Project, Version,
                     WorkspaceInfo, WorkspaceStatus, from_json)
 
@@ -58,6 +59,12 @@ class Client:
 
     The client is safe to share between threads; close it (or use it as a
     context manager) to drop its idle connections.
+
+    On a fleet (daemons on many hosts sharing one Store), a workspace lives
+    on one host, and a daemon asked for another host's workspace answers
+    misdirected, naming that host and its address: a ``Workspace`` handle
+    then sends the request there once, with the same token, and goes there
+    directly from then on (as the Go SDK does).
     """
 
     def __init__(self, address: str | None = None, *, token: str | None = None,
@@ -68,6 +75,8 @@ class Client:
         if token is None:
             token = os.environ.get("LAYERFS_TOKEN") or None
         self._t = Transport(address, token=token, timeout=timeout)
+        self._peers: dict[str, Transport] = {}  # other hosts' daemons, by advertised address
+        self._peers_lock = threading.Lock()
         try:
             self._version = self._hello()
         except DaemonUnreachable:
@@ -96,6 +105,19 @@ class Client:
     def close(self) -> None:
         """Drop the idle connections."""
         self._t.close()
+        with self._peers_lock:
+            peers, self._peers = list(self._peers.values()), {}
+        for t in peers:
+            t.close()
+
+    def _peer(self, address: str) -> Transport:
+        """The connections to another host's daemon, at the address it
+        advertises, with this client's token and timeout."""
+        with self._peers_lock:
+            t = self._peers.get(address)
+            if t is None:
+                t = self._peers[address] = Transport(address, token=self._t.token, timeout=self._t.timeout)
+            return t
 
     def __enter__(self) -> "Client":
         return self
@@ -194,20 +216,57 @@ class Workspaces:
         return [from_json(WorkspaceInfo, w) for w in self._c._json("GET", "/v1/workspaces") or []]
 
     def get(self, id: str) -> "Workspace":
-        """A handle on an existing workspace (checked with the daemon)."""
-        ws = Workspace(self._c, WorkspaceInfo(id=id))
+        """A handle on an existing workspace (checked with the daemon; on a
+        fleet, with the host that serves it)."""
+        ws = Workspace(self._c, WorkspaceInfo(id=id), located=False)
         ws.status()
         return ws
 
 
 class Workspace:
     """A handle on one workspace. ``files`` reads and writes its files;
-    ``exec`` runs commands in a fresh sandbox over it."""
+    ``exec`` runs commands in a fresh sandbox over it.
 
-    def __init__(self, c: Client, info: WorkspaceInfo):
+    On a fleet, the handle sends its requests to the daemon that serves the
+    workspace: the one that created it, or the one a misdirected answer
+    named (followed once per request)."""
+
+    def __init__(self, c: Client, info: WorkspaceInfo, *, located: bool = True):
         self._c = c
         self.info = info
         self.files = Files(self)
+        self._t = c._t  # the daemon that serves it: the client's until an answer names another
+        self._located = located  # a request reached that daemon
+
+    @property
+    def address(self) -> str:
+        """The address of the daemon the handle sends its requests to."""
+        return self._t.address
+
+    def _request(self, method: str, path: str, **kw: Any) -> Any:
+        """Send a request to the daemon that serves the workspace. A
+        misdirected answer naming a live host with an address is followed
+        once: the request goes there, and so do the handle's later ones. A
+        body read from a stream cannot be sent twice, so before the first
+        such request of a handle whose host is not known yet, a stat finds
+        the host."""
+        body = kw.get("body")
+        streamed = body is not None and not isinstance(body, (bytes, bytearray))
+        if streamed and not self._located:
+            self.files.stat(".")
+        try:
+            resp = self._t.request(method, path, **kw)
+        except Misdirected as e:
+            n = e.node
+            if n is None or not n.address or not n.live or streamed:
+                raise  # it says why it is not followed
+            self._t = self._c._peer(n.address)
+            resp = self._t.request(method, path, **kw)
+        self._located = True
+        return resp
+
+    def _json(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None) -> Any:
+        return self._request(method, path, query=dict(query or {}), json_body=body).json()
 
     def __repr__(self) -> str:
         return f"<Workspace {self.id} {self.info.project}:{self.info.branch}>"
@@ -221,7 +280,7 @@ class Workspace:
 
     def status(self) -> WorkspaceStatus:
         """The workspace's state and its uncommitted changes."""
-        st = from_json(WorkspaceStatus, self._c._json("GET", self._path()))
+        st = from_json(WorkspaceStatus, self._json("GET", self._path()))
         self.info = from_json(WorkspaceInfo, st.__dict__)
         return st
 
@@ -264,7 +323,7 @@ class Workspace:
         if cpus is not None:
             req["milli_cpus"] = round(cpus * 1000)
         stream = on_stdout is not None or on_stderr is not None
-        resp = self._c._t.request("POST", self._path("/execs"), json_body=req,
+        resp = self._request("POST", self._path("/execs"), json_body=req,
                                   accept=NDJSON if stream else None, timeout=None)
         if not resp.content_type.startswith(NDJSON):
             res = from_json(ExecResult, resp.json())
@@ -282,7 +341,7 @@ class Workspace:
         stream``); it ends after an ``ended`` event when the workspace ends.
         ``timeout`` bounds each wait for an event (TimeoutError past it);
         close it (or use ``with``) when done."""
-        resp = self._c._t.request("GET", self._path("/events"), query={"prefix": prefix}, accept=NDJSON,
+        resp = self._request("GET", self._path("/events"), query={"prefix": prefix}, accept=NDJSON,
                                   timeout=timeout)
         stream = EventStream(resp)
         first = next(stream, None)
@@ -298,7 +357,7 @@ class Workspace:
         body = {"message": message}
         if author:
             body["author"] = author
-        res = from_json(CommitResult, self._c._json("POST", self._path("/commit"), body=body))
+        res = from_json(CommitResult, self._json("POST", self._path("/commit"), body=body))
         if res.head:
             self.info.head = res.head
         return res
@@ -306,7 +365,7 @@ class Workspace:
     def end(self, *, discard: bool = False) -> None:
         """Unmount the workspace and drop its private copy. Raises
         ``UncommittedChanges`` when there are changes, unless ``discard``."""
-        self._c._t.request("DELETE", self._path(), query={"discard": discard}).read()
+        self._request("DELETE", self._path(), query={"discard": discard}).read()
 
     def __enter__(self) -> "Workspace":
         return self
@@ -387,13 +446,9 @@ class Files:
     def __init__(self, ws: Workspace):
         self._ws = ws
 
-    @property
-    def _t(self) -> Transport:
-        return self._ws._c._t
-
     def read(self, path: str) -> bytes:
         """The whole content of a file."""
-        return self._t.request("GET", self._ws._path("/files/" + _file_path(path))).read()
+        return self._ws._request("GET", self._ws._path("/files/" + _file_path(path))).read()
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return self.read(path).decode(encoding)
@@ -403,12 +458,12 @@ class Files:
         _check_mode(mode)
         if isinstance(data, str):
             data = data.encode()
-        self._t.request("PUT", self._ws._path("/files/" + _file_path(path)), query={"mode": f"{mode:04o}"},
+        self._ws._request("PUT", self._ws._path("/files/" + _file_path(path)), query={"mode": f"{mode:04o}"},
                         body=bytes(data), content_type="application/octet-stream").read()
 
     def stat(self, path: str) -> FileInfo:
         """Describe a path (``.`` for the root); symlinks are not followed."""
-        return from_json(FileInfo, self._ws._c._json("GET", self._ws._path("/stat"), query={"path": path}))
+        return from_json(FileInfo, self._ws._json("GET", self._ws._path("/stat"), query={"path": path}))
 
     def exists(self, path: str) -> bool:
         try:
@@ -425,7 +480,7 @@ class Files:
         out: list[FileInfo] = []
         cursor = None
         while True:
-            page = self._ws._c._json("GET", self._ws._path("/list"),
+            page = self._ws._json("GET", self._ws._path("/list"),
                                      query={"path": path, "recursive": recursive or None, "cursor": cursor})
             out += [from_json(FileInfo, e) for e in page.get("entries") or []]
             cursor = page.get("next")
@@ -439,7 +494,7 @@ class Files:
         if os.path.isfile(local_path) and not os.path.islink(local_path):
             with open(local_path, "rb") as f:
                 mode = os.fstat(f.fileno()).st_mode & 0o777
-                self._t.request("PUT", self._ws._path("/files/" + _file_path(ws_path)),
+                self._ws._request("PUT", self._ws._path("/files/" + _file_path(ws_path)),
                                 query={"mode": f"{mode:04o}"}, body=f,
                                 content_type="application/octet-stream").read()
             return
@@ -448,7 +503,7 @@ class Files:
         is_dir = os.path.isdir(local_path) and not os.path.islink(local_path)
         target = ws_path if is_dir else (os.path.dirname(ws_path) or ".")
         with _archive.pack(local_path, os.path.basename(ws_path)) as tar:
-            self._t.request("PUT", self._ws._path("/tar"), query={"path": target}, body=tar,
+            self._ws._request("PUT", self._ws._path("/tar"), query={"path": target}, body=tar,
                             content_type="application/x-tar").read()
 
     def download(self, ws_path: str, local_path: str) -> None:
@@ -456,7 +511,7 @@ class Files:
         like ``cp -r``: into an existing directory under ``ws_path``'s base
         name (the root "." merges into it), else as ``local_path`` itself.
         Nothing is written outside ``local_path``."""
-        resp = self._t.request("GET", self._ws._path("/tar"), query={"path": ws_path})
+        resp = self._ws._request("GET", self._ws._path("/tar"), query={"path": ws_path})
         ok = False
         try:
             _archive.unpack(resp.raw, local_path)

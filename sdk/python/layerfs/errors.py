@@ -7,6 +7,10 @@ and ``message`` its explanation.
 
 from __future__ import annotations
 
+from typing import Any
+
+from .types import Node, from_json
+
 __all__ = [
     "LayerFSError",
     "InvalidArgument",
@@ -20,6 +24,7 @@ __all__ = [
     "Unavailable",
     "InternalError",
     "NoSpace",
+    "Misdirected",
     "DaemonUnreachable",
     "DaemonLost",
     "error_for",
@@ -109,6 +114,21 @@ class NoSpace(LayerFSError):
     code = "no_space"
 
 
+class Misdirected(LayerFSError):
+    """On a fleet, another host serves the workspace (421); nothing was done.
+    ``node`` names that host (``name``, ``address``, ``live``). A workspace
+    handle sends the request there once by itself; this is raised when it
+    cannot (the host advertises no address, is not live, or the request's
+    body was a stream already sent) or when that host too answers
+    misdirected."""
+
+    code = "misdirected"
+
+    def __init__(self, message: str, code: str | None = None, status: int | None = None, node: Node | None = None):
+        super().__init__(message, code=code, status=status)
+        self.node = node
+
+
 class DaemonLost(LayerFSError):
     """The connection broke during the call (the daemon crashed or was
     killed): its outcome is unknown. A restarted daemon recovers the
@@ -126,14 +146,18 @@ class DaemonUnreachable(LayerFSError):
 _BY_CODE = {
     cls.code: cls
     for cls in (InvalidArgument, Unauthorized, NotFound, AlreadyExists, HeadMoved,
-                UncommittedChanges, Busy, TooLarge, Unavailable, InternalError, NoSpace)
+                UncommittedChanges, Busy, TooLarge, Unavailable, InternalError, NoSpace, Misdirected)
 }
 
 _BY_STATUS = {400: InvalidArgument, 401: Unauthorized, 404: NotFound, 409: Busy,
-              413: TooLarge, 503: Unavailable, 507: NoSpace}
+              413: TooLarge, 421: Misdirected, 503: Unavailable, 507: NoSpace}
 
 
-def error_for(code: str | None, message: str, status: int | None = None) -> LayerFSError:
-    """The typed error for an API error code (or, without one, an HTTP status)."""
+def error_for(code: str | None, message: str, status: int | None = None,
+              node: dict[str, Any] | None = None) -> LayerFSError:
+    """The typed error for an API error code (or, without one, an HTTP
+    status); ``node`` is a misdirected answer's host."""
     cls = _BY_CODE.get(code or "") or _BY_STATUS.get(status or 0, InternalError)
+    if cls is Misdirected:
+        return Misdirected(message, code=code or cls.code, status=status, node=from_json(Node, node) if node else None)
     return cls(message, code=code or cls.code, status=status)

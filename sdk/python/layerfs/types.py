@@ -165,6 +165,17 @@ class CommitResult:
 
 
 @dataclass
+class Node:
+    """A host of a fleet (daemons sharing one Store), as a ``Misdirected``
+    error names it."""
+
+    name: str = ""
+    address: str = ""  # where its daemon answers (tcp://HOST:PORT); "" when it advertises none
+    seen: datetime | None = _j(conv=_time)  # its last heartbeat
+    live: bool = False  # heard from within the heartbeat's expiry
+
+
+@dataclass
 class WorkspaceInfo:
     """A workspace as the daemon describes it."""
 

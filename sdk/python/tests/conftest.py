@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -64,6 +65,40 @@ def start_daemon(bindir: Path, tmp: Path, *extra: str):
         proc.kill()
         proc.wait()
     log.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_tcp_daemon(bindir: Path, tmp: Path, token: str, *extra: str, advertise: bool = False):
+    """start_daemon with a TCP listener on a loopback port behind ``token``
+    too (advertised as the daemon's address in a fleet when ``advertise``);
+    a generator that yields the listener's http:// address and the daemon's
+    description, and stops it when resumed."""
+    tok = tmp / "token"
+    tok.write_text(token + "\n")
+    tok.chmod(0o600)
+    port = free_port()
+    args = ["--tcp", f"127.0.0.1:{port}", "--token-file", str(tok), *extra]
+    if advertise:
+        args += ["--advertise", f"tcp://127.0.0.1:{port}"]
+    gen = start_daemon(bindir, tmp, *args)
+    d = next(gen)
+    # The TCP listener opens just after the socket: wait until it accepts.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}", d
+    next(gen, None)
 
 
 @pytest.fixture(scope="session")
