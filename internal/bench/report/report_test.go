@@ -381,6 +381,8 @@ func TestComparison(t *testing.T) {
 	require.NoError(t, r.WriteText(&out))
 	// geometric means sqrt(1.5*4) = 2.45 and sqrt(1.65*4.4) = 2.69: 1.1
 	assert.Contains(t, out.String(), "local+shared against local, geometric mean: 2.69x against 2.45x, ratio 1.100 (+10.0%)")
+	// LayerFS medians 165/150 and 44/40: 1.1; the natives alike: 1.
+	assert.Contains(t, out.String(), "local+shared over local, geometric mean of the medians' ratios: LayerFS 1.100 over 2 cells; native 1.000 over 2 cells (the same work in both: the noise)")
 }
 
 // TestStatsJSON: a Stats of one value (no spread) or of none encodes, its

@@ -195,7 +195,11 @@ func (r Results) notes(sums []Summary) []string {
 }
 
 // comparisons are the notes of column groups compared with another
-// (Platform.Against): the ratio of their geometric means, per cell group.
+// (Platform.Against), per cell group: the ratio of their geometric means;
+// then the geometric mean, over the cells, of the ratio of the two
+// groups' LayerFS medians, and of their native medians. The native arms do
+// the same work in both groups, so how far apart they are gauges the noise
+// of the comparison; the LayerFS medians compared directly leave it out.
 func (r Results) comparisons(sums []Summary) []string {
 	var n []string
 	for _, p := range r.Platforms {
@@ -203,7 +207,26 @@ func (r Results) comparisons(sums []Summary) []string {
 			continue
 		}
 		mine, theirs := GeoMeans(sums, p.Name), GeoMeans(sums, p.Against)
+		other := map[string]Summary{}
+		for _, s := range sums {
+			if s.Platform == p.Against {
+				other[s.Cell] = s
+			}
+		}
 		for _, grp := range r.groups() {
+			var layerfs, native []float64
+			for _, s := range sums {
+				o, ok := other[s.Cell]
+				if s.Platform != p.Name || s.Group != grp || !ok {
+					continue
+				}
+				if s.LayerFSMS != nil && o.LayerFSMS != nil {
+					layerfs = append(layerfs, *s.LayerFSMS / *o.LayerFSMS)
+				}
+				if s.NativeMS != nil && o.NativeMS != nil {
+					native = append(native, *s.NativeMS / *o.NativeMS)
+				}
+			}
 			a, b := mine[grp], theirs[grp]
 			label := "geometric mean"
 			if grp != "" {
@@ -221,6 +244,10 @@ func (r Results) comparisons(sums []Summary) []string {
 				}
 			}
 			n = append(n, line)
+			if len(layerfs) > 0 && len(native) > 0 {
+				n = append(n, fmt.Sprintf("%s over %s, %s of the medians' ratios: LayerFS %.3f over %d cells; native %.3f over %d cells (the same work in both: the noise)",
+					p.Name, p.Against, label, stats.GeoMean(layerfs), len(layerfs), stats.GeoMean(native), len(native)))
+			}
 		}
 	}
 	return n
