@@ -22,12 +22,7 @@
 //     table of numbers to get right.
 //
 // Refused calls return EPERM (clone3 returns ENOSYS, as in Docker, so that
-// the C library falls back to clone, whose flags can be checked). In the
-// BPF form, a clone whose only namespace flag is CLONE_NEWUSER returns
-// SECCOMP_RET_USER_NOTIF instead: the local sandbox init forks the command
-// into its user namespace from a thread that already runs under the
-// filter, answers that one notification itself and EPERM to every other
-// (without a listener the kernel answers ENOSYS). Nothing
+// the C library falls back to clone, whose flags can be checked). Nothing
 // is killed: a program that probes for a call degrades the way it does in
 // a Docker container.
 //

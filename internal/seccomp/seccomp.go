@@ -128,11 +128,6 @@ func DockerProfile(allowNewUser bool) (string, error) {
 // only reach that program's final verdict. It also means the kernel
 // caches an allow for almost every call in every program, so the filter
 // costs nothing on the common path.
-//
-// clone's program is written here rather than assembled (cloneProgram): a
-// clone whose only namespace flag is CLONE_NEWUSER gets
-// SECCOMP_RET_USER_NOTIF, for the one fork of the local init that makes
-// the command's user namespace; the init's listener refuses every other.
 func BPF() ([][]byte, error) {
 	p, err := Profile()
 	if err != nil {
@@ -152,8 +147,6 @@ func BPF() ([][]byte, error) {
 		switch {
 		case i == 0:
 			insts, err = byNumberTree(policy, table)
-		case conditionalName(policy) == "clone":
-			insts, err = cloneProgram(ruleFor(p, "clone"), table)
 		default:
 			insts, err = policy.Assemble()
 		}
@@ -167,24 +160,6 @@ func BPF() ([][]byte, error) {
 		out = append(out, b)
 	}
 	return out, nil
-}
-
-// conditionalName is the call a conditional program decides.
-func conditionalName(p *bpfseccomp.Policy) string {
-	if len(p.Syscalls) != 1 || len(p.Syscalls[0].NamesWithCondtions) != 1 {
-		return ""
-	}
-	return p.Syscalls[0].NamesWithCondtions[0].Name
-}
-
-// ruleFor is the profile's allow rule with conditions for call name.
-func ruleFor(p *specs.LinuxSeccomp, name string) specs.LinuxSyscall {
-	for _, r := range p.Syscalls {
-		if r.Action == specs.ActAllow && len(r.Args) > 0 && slices.Contains(r.Names, name) {
-			return r
-		}
-	}
-	return specs.LinuxSyscall{}
 }
 
 // encode turns one program into the kernel's encoding.

@@ -101,11 +101,9 @@ func TestVerdicts(t *testing.T) {
 		{"io_uring_setup", nil, eperm},
 		{"clone", []uint64{uint64(unix.SIGCHLD)}, allow},
 		{"clone", []uint64{unix.CLONE_VM | unix.CLONE_THREAD | unix.CLONE_SIGHAND}, allow},
-		// The local init's own fork into the command's user namespace is
-		// decided by its listener (which refuses every other).
-		{"clone", []uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}, unix.SECCOMP_RET_USER_NOTIF},
-		{"clone", []uint64{unix.CLONE_NEWUSER | unix.CLONE_VM | unix.CLONE_VFORK}, unix.SECCOMP_RET_USER_NOTIF},
-		{"clone", []uint64{1<<32 | unix.CLONE_NEWUSER}, unix.SECCOMP_RET_USER_NOTIF},
+		{"clone", []uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}, eperm},
+		{"clone", []uint64{unix.CLONE_NEWUSER | unix.CLONE_VM | unix.CLONE_VFORK}, eperm},
+		{"clone", []uint64{1<<32 | unix.CLONE_NEWUSER}, eperm},
 		{"clone", []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWNS}, eperm},
 		{"clone", []uint64{unix.CLONE_NEWUSER | unix.CLONE_NEWNET}, eperm},
 		{"clone", []uint64{unix.CLONE_NEWPID}, eperm},

@@ -55,7 +55,7 @@ func (p *Platform) setUpUserNS(st *upState) {
 	}
 	progs, err := seccomp.BPF()
 	if err == nil {
-		u.filter = bpfload.Encode(bpfload.RefuseNewUser(progs))
+		u.filter = bpfload.Encode(progs)
 		u.seccomp, err = seccomp.DockerProfile(true)
 	}
 	if err == nil {

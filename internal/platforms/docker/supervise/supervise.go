@@ -415,7 +415,7 @@ func enter(args []string) int {
 		return 126
 	}
 	for _, p := range progs {
-		if _, err := bpfload.Load(p, 0); err != nil {
+		if err := bpfload.Load(p); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", Name, err)
 			return 126
 		}

@@ -30,12 +30,9 @@ func loadFilterFromEnv() error {
 // command, after no_new_privs is set there and just before the fork, so
 // the command and everything it starts inherit them while the init's
 // other threads, and its own setup before this point, are not filtered.
-// clone's program is loaded in its form that refuses a new user namespace
-// too: the sandbox is in its user namespace already, and nothing in it may
-// make another.
 func loadSyscallFilter(progs [][]byte) error {
-	for _, prog := range bpfload.RefuseNewUser(progs) {
-		if _, err := bpfload.Load(prog, 0); err != nil {
+	for _, prog := range progs {
+		if err := bpfload.Load(prog); err != nil {
 			return err
 		}
 	}
