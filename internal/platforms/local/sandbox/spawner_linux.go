@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,6 +46,7 @@ const (
 // spawnRequest asks the spawner for an init: fds, sent with it, become the
 // init's descriptors 0, 1, 2, ... in order.
 type spawnRequest struct {
+	ID      uint64   `json:"id"`                // names the init in the answers
 	Network bool     `json:"network,omitempty"` // keep the host's network namespace
 	Env     []string `json:"env"`
 }
@@ -52,6 +54,9 @@ type spawnRequest struct {
 // spawnMessage is what the spawner sends back: a started init's pid (with
 // its pidfd) or why it could not start one, and later each init's end.
 type spawnMessage struct {
+	// ID is the request's: pids are not names, since the kernel may give
+	// a new init the pid of one whose end the launcher has not read yet.
+	ID     uint64 `json:"id"`
 	Pid    int    `json:"pid,omitempty"`
 	Error  string `json:"error,omitempty"`
 	Exited int    `json:"exited,omitempty"`
@@ -66,11 +71,12 @@ type spawner struct {
 	ns   *os.File // the spawner's user namespace
 
 	mu      sync.Mutex // one request at a time
+	lastID  uint64     // the last request's ID; guarded by mu
 	started chan spawned
 
 	exitMu sync.Mutex
-	exits  map[int]chan spawnMessage // by pid, made by whichever comes first
-	done   chan struct{}             // closed when the spawner is gone
+	exits  map[uint64]chan spawnMessage // by ID, made by whichever comes first
+	done   chan struct{}                // closed when the spawner is gone
 }
 
 type spawned struct {
@@ -103,7 +109,7 @@ func startSpawner(exe string, r IDRange) (_ *spawner, err error) {
 		unix.Close(fds[0])
 		return nil, fmt.Errorf("spawner: %w", err)
 	}
-	s := &spawner{conn: c.(*net.UnixConn), started: make(chan spawned, 1), exits: map[int]chan spawnMessage{}, done: make(chan struct{})}
+	s := &spawner{conn: c.(*net.UnixConn), started: make(chan spawned, 1), exits: map[uint64]chan spawnMessage{}, done: make(chan struct{})}
 	s.cmd = &exec.Cmd{
 		// Collection on: unlike an init, the spawner lives as long as the
 		// launcher.
@@ -190,7 +196,10 @@ func (s *spawner) read() {
 		}
 		switch {
 		case m.Exited > 0:
-			s.exit(m.Exited) <- m
+			select {
+			case s.exit(m.ID) <- m:
+			default: // a second end for one init: never blocks the reader
+			}
 		case m.Error != "":
 			s.started <- spawned{err: errors.New(m.Error)}
 		case pidfd < 0:
@@ -202,14 +211,14 @@ func (s *spawner) read() {
 	}
 }
 
-// exit is pid's channel for its end.
-func (s *spawner) exit(pid int) chan spawnMessage {
+// exit is the channel for the end of the init of request id.
+func (s *spawner) exit(id uint64) chan spawnMessage {
 	s.exitMu.Lock()
 	defer s.exitMu.Unlock()
-	c, ok := s.exits[pid]
+	c, ok := s.exits[id]
 	if !ok {
 		c = make(chan spawnMessage, 1)
-		s.exits[pid] = c
+		s.exits[id] = c
 	}
 	return c
 }
@@ -218,12 +227,14 @@ func (s *spawner) exit(pid int) chan spawnMessage {
 // environment env, in fresh PID, UTS, IPC and (unless network) network
 // namespaces of the spawner's user namespace.
 func (s *spawner) spawn(network bool, env []string, fds []int) (*spawnedInit, error) {
-	b, err := json.Marshal(spawnRequest{Network: network, Env: env})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastID++
+	id := s.lastID
+	b, err := json.Marshal(spawnRequest{ID: id, Network: network, Env: env})
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, _, err := s.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
 		return nil, fmt.Errorf("spawner: %w", err)
 	}
@@ -232,7 +243,7 @@ func (s *spawner) spawn(network bool, env []string, fds []int) (*spawnedInit, er
 		if r.err != nil {
 			return nil, fmt.Errorf("spawner: %w", r.err)
 		}
-		return &spawnedInit{s: s, pid: r.pid, pidfd: r.pidfd}, nil
+		return &spawnedInit{s: s, id: id, pid: r.pid, pidfd: r.pidfd}, nil
 	case <-s.done:
 		return nil, errors.New("spawner: gone")
 	}
@@ -261,22 +272,37 @@ func (s *spawner) close() {
 
 // spawnedInit is an init the spawner started.
 type spawnedInit struct {
-	s     *spawner
-	pid   int
-	pidfd int
+	s   *spawner
+	id  uint64
+	pid int
+
+	mu    sync.Mutex
+	pidfd int // -1 once wait has returned: a kill after it must not reach a new owner of the number
 }
 
 func (i *spawnedInit) kill() error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.pidfd < 0 {
+		return nil // it has ended
+	}
 	return unix.PidfdSendSignal(i.pidfd, unix.SIGKILL, nil, 0)
 }
 
 // wait waits for the init's end and releases its pidfd.
 func (i *spawnedInit) wait() (unix.WaitStatus, time.Duration, error) {
-	defer unix.Close(i.pidfd)
-	c := i.s.exit(i.pid)
+	defer func() {
+		i.mu.Lock()
+		if i.pidfd >= 0 {
+			unix.Close(i.pidfd)
+			i.pidfd = -1
+		}
+		i.mu.Unlock()
+	}()
+	c := i.s.exit(i.id)
 	defer func() {
 		i.s.exitMu.Lock()
-		delete(i.s.exits, i.pid)
+		delete(i.s.exits, i.id)
 		i.s.exitMu.Unlock()
 	}()
 	select {
@@ -301,7 +327,8 @@ func spawnerMain() {
 	}
 	unix.Close(spawnerExeFD)
 	started := make(chan struct{}, 1<<16)
-	go reapInits(started)
+	reg := &inits{ids: map[int]uint64{}}
+	go reg.reap(started)
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(64*4))
 	for {
@@ -325,11 +352,12 @@ func spawnerMain() {
 		pidfd := -1
 		if err := json.Unmarshal(buf[:n], &req); err != nil {
 			reply.Error = "bad request: " + err.Error()
-		} else if reply.Pid, pidfd, err = startInit(exe, req, fds); err != nil {
+		} else if reply.Pid, pidfd, err = reg.start(exe, req, fds); err != nil {
 			reply.Error = err.Error()
 		} else {
 			started <- struct{}{}
 		}
+		reply.ID = req.ID
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
@@ -377,23 +405,68 @@ func startInit(exe int, req spawnRequest, fds []int) (pid, pidfd int, err error)
 	return pid, pidfd, nil
 }
 
-// reapInits waits for each init started (one token on started each) to
-// end and tells the launcher.
-func reapInits(started <-chan struct{}) {
+// inits names the spawner's inits by pid, for the reaper: the ID of the
+// request that started each.
+type inits struct {
+	mu  sync.Mutex
+	ids map[int]uint64
+}
+
+// start starts an init (startInit) and names it, before the reaper can see
+// it end.
+func (r *inits) start(exe int, req spawnRequest, fds []int) (pid, pidfd int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, pidfd, err = startInit(exe, req, fds)
+	if err == nil {
+		r.ids[pid] = req.ID
+	}
+	return pid, pidfd, err
+}
+
+// reap waits for each init started (one token on started each) to end and
+// tells the launcher, naming it by its request. It learns the pid of a
+// child that ended before reaping it (WNOWAIT), so that the pid cannot
+// pass to a new init meanwhile; a child that is not a named init (one whose
+// exec failed, which the fork reaps itself) is reaped and not told.
+func (r *inits) reap(started <-chan struct{}) {
 	for range started {
-		var ws unix.WaitStatus
-		var ru unix.Rusage
-		pid, err := unix.Wait4(-1, &ws, 0, &ru)
-		for errors.Is(err, unix.EINTR) {
-			pid, err = unix.Wait4(-1, &ws, 0, &ru)
-		}
-		if err != nil {
-			os.Exit(1)
-		}
-		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		b, _ := json.Marshal(spawnMessage{Exited: pid, Status: uint32(ws), CPU: int64(cpu)})
-		if err := unix.Sendmsg(spawnerSockFD, b, nil, nil, 0); err != nil {
-			os.Exit(0)
+		for {
+			var info unix.Siginfo
+			err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				os.Exit(1)
+			}
+			pid := int(siginfoPid(&info))
+			r.mu.Lock()
+			id, ok := r.ids[pid]
+			delete(r.ids, pid)
+			r.mu.Unlock()
+			var ws unix.WaitStatus
+			var ru unix.Rusage
+			if _, err := unix.Wait4(pid, &ws, 0, &ru); err != nil || !ok {
+				continue
+			}
+			cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			b, _ := json.Marshal(spawnMessage{ID: id, Exited: pid, Status: uint32(ws), CPU: int64(cpu)})
+			if err := unix.Sendmsg(spawnerSockFD, b, nil, nil, 0); err != nil {
+				os.Exit(0)
+			}
+			break
 		}
 	}
+}
+
+// siginfoPid is the si_pid of a SIGCHLD siginfo, which x/sys/unix does not
+// name: the first field of the union that follows si_signo, si_errno and
+// si_code, aligned to a pointer.
+func siginfoPid(info *unix.Siginfo) int32 {
+	off := 3 * unsafe.Sizeof(int32(0))
+	if align := unsafe.Alignof(uintptr(0)); off%align != 0 {
+		off += align - off%align
+	}
+	return *(*int32)(unsafe.Add(unsafe.Pointer(info), off))
 }

@@ -1,0 +1,57 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"os/exec"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/testenv"
+)
+
+// TestSiginfoPid: the spawner's reaper reads the pid of a child that ended
+// from the siginfo waitid fills, at an offset x/sys/unix does not name.
+func TestSiginfoPid(t *testing.T) {
+	cmd := exec.Command("true")
+	require.NoError(t, cmd.Start())
+	var info unix.Siginfo
+	require.NoError(t, unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil))
+	assert.Equal(t, int32(cmd.Process.Pid), siginfoPid(&info))
+	require.NoError(t, cmd.Wait())
+}
+
+// TestSpawnedInitKillAfterWait: once an init's end is known its pidfd is
+// closed, and a late kill (an exec's context ending after its init was
+// reaped) is a no-op rather than a signal through whatever descriptor has
+// that number by then.
+func TestSpawnedInitKillAfterWait(t *testing.T) {
+	testenv.RequireRoot(t)
+	r := DefaultIDRange
+	l := &Launcher{UserNamespace: &r}
+	if _, err := l.UserNS(); err != nil {
+		testenv.Skip(t, "no user namespace: "+err.Error())
+	}
+	t.Cleanup(func() { _ = l.Close(t.Context()) })
+	ip, err := l.spawn(false, nil, nil, "", true)
+	require.NoError(t, err)
+	si := ip.proc.(*spawnedInit)
+	require.NoError(t, ip.proc.kill())
+	ws, _, err := ip.proc.wait()
+	require.NoError(t, err)
+	assert.True(t, ws.Signaled(), "the init ended of its SIGKILL: %v", ws)
+	ip.p.closeParent()
+
+	// The number the pidfd had now names something else.
+	fd, err := unix.PidfdOpen(unix.Getpid(), 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	si.mu.Lock()
+	closed := si.pidfd
+	si.mu.Unlock()
+	assert.Equal(t, -1, closed)
+	assert.NoError(t, ip.proc.kill(), "a kill after the end")
+}
