@@ -159,39 +159,39 @@ func initMain(m *marks) int {
 // workspace the launcher sent on wsFD, and the working directory.
 func setup(cfg *initConfig, mt *mounter, entries []rootEntry, m *marks) (err error) {
 	if mt != nil {
-		if err := mt.wait(); err != nil {
-			return err
-		}
-		if err := unix.Chdir(cfg.Dir); err != nil {
-			return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
-		}
-		m.add("entered")
-		return nil
+		err = mt.wait()
+	} else {
+		err = enterNewRoot(cfg, entries, m)
 	}
-	ws, _, err := receiveWorkspace()
 	if err != nil {
 		return err
 	}
+	if err := unix.Chdir(cfg.Dir); err != nil {
+		return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
+	}
+	m.add("entered")
+	return nil
+}
+
+// enterNewRoot is setup's work for an init that prepared nothing ahead: lo,
+// the root, and the workspace mounted from this thread.
+func enterNewRoot(cfg *initConfig, entries []rootEntry, m *marks) error {
 	if !cfg.Network {
 		if err := loopbackUp(); err != nil {
-			unix.Close(ws)
 			return fmt.Errorf("bring up lo: %w", err)
 		}
 	}
 	unix.Umask(0)
 	ns, err := prepareRoot(entries, m)
 	if err != nil {
-		unix.Close(ws)
 		return err
 	}
-	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		unix.Close(ns)
-		unix.Close(ws)
-		return fmt.Errorf("set hostname: %w", err)
+	err = enterNS(ns)
+	unix.Close(ns)
+	if err != nil {
+		return err
 	}
-	err = enterRoot(ns, ws, cfg.Dir)
-	m.add("entered")
-	return err
+	return mountWorkspace()
 }
 
 // receiveWorkspace receives the workspace's clone and the exec's hostname

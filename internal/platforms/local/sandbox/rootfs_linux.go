@@ -120,7 +120,7 @@ func closeEntries(entries []rootEntry) {
 //
 //	/            tmpfs, read-only after the pivot
 //	/usr ...     the host runtime or the image's entries, read-only
-//	/workspace   an empty mount point (enterRoot mounts the workspace)
+//	/workspace   an empty mount point (mountWorkspace mounts the workspace)
 //	/tmp         private tmpfs
 //	/proc        fresh procfs for the new PID namespace, with the parts that
 //	             write to the kernel read-only and the ones that tell about
@@ -236,24 +236,6 @@ func buildRoot(entries []rootEntry, m *marks) (ns int, err error) {
 	return ns, nil
 }
 
-// enterRoot moves the calling thread (the init's main thread, which forks
-// the command) into the prepared namespace ns, mounts ws (the workspace's
-// detached clone) at /workspace, and chdirs to dir. It closes both fds.
-func enterRoot(ns, ws int, dir string) error {
-	defer unix.Close(ns)
-	defer unix.Close(ws)
-	if err := enterNS(ns); err != nil {
-		return err
-	}
-	if err := unix.MoveMount(ws, "", unix.AT_FDCWD, "/workspace", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("mount /workspace: %w", err)
-	}
-	if err := unix.Chdir(dir); err != nil {
-		return fmt.Errorf("chdir %s: %w", dir, err)
-	}
-	return nil
-}
-
 // enterNS moves the calling thread into the mount namespace ns.
 func enterNS(ns int) error {
 	// setns to a mount namespace needs a root and cwd of this thread's own.
@@ -299,7 +281,9 @@ func enterAhead(ns int) (*mounter, error) {
 }
 
 // mountWorkspace receives the workspace and the hostname on wsFD, sets
-// the hostname and mounts the workspace at /workspace.
+// the hostname and mounts the workspace at /workspace, on a thread in the
+// sandbox's mount namespace: a warm init's mounter, or a cold init's main
+// thread.
 func mountWorkspace() error {
 	ws, hostname, err := receiveWorkspace()
 	if err != nil {

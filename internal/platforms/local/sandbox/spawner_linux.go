@@ -379,15 +379,6 @@ func spawnerMain() {
 // startInit starts the init binary's copy (fd exe) as an init with req's
 // environment and descriptors fds, and returns its pid and a pidfd.
 func startInit(exe int, req spawnRequest, fds []int) (pid, pidfd int, err error) {
-	// No new mount namespace: the init's main thread stays in the host's
-	// (the spawner's), as an init the launcher starts does. A copy made
-	// here would hold every mount of the moment, a workspace's FUSE mount
-	// among them, for as long as a warm init waits, and that mount's
-	// unmount would wait for it.
-	flags := uintptr(unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
-	if !req.Network {
-		flags |= unix.CLONE_NEWNET
-	}
 	files := make([]uintptr, len(fds))
 	for i, fd := range fds {
 		files[i] = uintptr(fd)
@@ -396,7 +387,7 @@ func startInit(exe int, req spawnRequest, fds []int) (pid, pidfd int, err error)
 	pid, err = syscall.ForkExec("/proc/self/fd/"+strconv.Itoa(exe), []string{initArg0}, &syscall.ProcAttr{
 		Dir: "/", Env: req.Env, Files: files,
 		Sys: &syscall.SysProcAttr{
-			Cloneflags: flags, Setsid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd,
+			Cloneflags: initCloneflags(req.Network), Setsid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd,
 		},
 	})
 	if err != nil {

@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"context"
 	"os/exec"
 	"testing"
 
@@ -12,6 +13,20 @@ import (
 
 	"layerfs.dev/layerfs/internal/testenv"
 )
+
+// nsLauncher is a launcher with the default user namespace mapping and
+// nothing else, closed when the test ends.
+func nsLauncher(t *testing.T) *Launcher {
+	t.Helper()
+	testenv.RequireRoot(t)
+	r := DefaultIDRange
+	l := &Launcher{UserNamespace: &r}
+	if _, err := l.UserNS(); err != nil {
+		testenv.Skip(t, "no user namespace: "+err.Error())
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	return l
+}
 
 // TestSiginfoPid: the spawner's reaper reads the pid of a child that ended
 // from the siginfo waitid fills, at an offset x/sys/unix does not name.
@@ -29,13 +44,7 @@ func TestSiginfoPid(t *testing.T) {
 // reaped) is a no-op rather than a signal through whatever descriptor has
 // that number by then.
 func TestSpawnedInitKillAfterWait(t *testing.T) {
-	testenv.RequireRoot(t)
-	r := DefaultIDRange
-	l := &Launcher{UserNamespace: &r}
-	if _, err := l.UserNS(); err != nil {
-		testenv.Skip(t, "no user namespace: "+err.Error())
-	}
-	t.Cleanup(func() { _ = l.Close(t.Context()) })
+	l := nsLauncher(t)
 	ip, err := l.spawn(false, nil, nil, "", true)
 	require.NoError(t, err)
 	si := ip.proc.(*spawnedInit)

@@ -23,7 +23,6 @@ type initProc struct {
 	proc   process
 	p      *pipes
 	cg     *execCgroup
-	inNS   bool // in the launcher's user namespace (started by its spawner)
 	pooled bool // started ahead, by the warm pool
 }
 
@@ -71,7 +70,7 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, image st
 		closeEntries(entries)
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
-	rootEnv, trees := entriesEnv(entries)
+	rootVar, trees := entriesEnv(entries)
 	defer func() {
 		for _, t := range trees {
 			t.Close()
@@ -81,7 +80,7 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, image st
 	if err != nil {
 		return nil, err
 	}
-	env = append(env, rootEnv)
+	env = append(env, rootVar)
 	if len(l.SyscallFilter) > 0 {
 		env = append(env, seccompEnv+"="+bpfload.Encode(l.SyscallFilter))
 	}
@@ -92,7 +91,7 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, image st
 	if f, ok := stdin.(*os.File); ok {
 		stdinFile = f
 	}
-	ip := &initProc{p: p, cg: cg, inNS: inNS}
+	ip := &initProc{p: p, cg: cg}
 	if inNS {
 		err = l.spawnInNS(ip, network, append(initEnv(), env...), stdinFile, trees)
 	} else {
@@ -112,12 +111,23 @@ func (l *Launcher) spawn(network bool, cg *execCgroup, stdin io.Reader, image st
 	return ip, nil
 }
 
-// spawnChild starts ip's init as the launcher's own child.
-func (l *Launcher) spawnChild(ip *initProc, network bool, env []string, stdin *os.File, trees []*os.File) error {
+// initCloneflags are the namespaces an init is started in, by the launcher
+// or its spawner: PID, UTS, IPC and, unless it keeps the host's network,
+// network. No mount namespace: the init's main thread stays in the host's
+// (the starter's). A copy made at the start would hold every mount of the
+// moment, a workspace's FUSE mount among them, for as long as a warm init
+// waits, and that mount's unmount would wait for it; the init makes its
+// own for the root.
+func initCloneflags(network bool) uintptr {
 	flags := uintptr(unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC)
 	if !network {
 		flags |= unix.CLONE_NEWNET
 	}
+	return flags
+}
+
+// spawnChild starts ip's init as the launcher's own child.
+func (l *Launcher) spawnChild(ip *initProc, network bool, env []string, stdin *os.File, trees []*os.File) error {
 	cmd := &exec.Cmd{
 		Path:       l.exe(),
 		Args:       []string{initArg0},
@@ -128,7 +138,7 @@ func (l *Launcher) spawnChild(ip *initProc, network bool, env []string, stdin *o
 		Stderr:     ip.p.errW,
 		ExtraFiles: append([]*os.File{ip.p.cfgR, ip.p.repW, ip.p.wsTheirs}, trees...),
 		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: flags,
+			Cloneflags: initCloneflags(network),
 			Setsid:     true,
 			Pdeathsig:  syscall.SIGKILL,
 		},

@@ -152,12 +152,8 @@ func TestWarmPool(t *testing.T) {
 // memory) starts another for its next exec, in a namespace of the same
 // mapping; Close stops it.
 func TestSpawnerRestarts(t *testing.T) {
-	testenv.RequireRoot(t)
-	r := DefaultIDRange
-	l := &Launcher{UserNamespace: &r}
-	if _, err := l.UserNS(); err != nil {
-		testenv.Skip(t, "no user namespace: "+err.Error())
-	}
+	l := nsLauncher(t)
+	r := *l.UserNamespace
 	ws := t.TempDir()
 	want := r.String() + "\n"
 	_, out := runShell(t, l, ws, "cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //'")
