@@ -101,11 +101,18 @@ func (l *Launcher) init() {
 		l.pool = make(chan *initProc, max(l.Warm, 0))
 		l.warmPids = map[int]bool{}
 		if l.UserNamespace != nil {
-			if l.spawner, l.userNSErr = startSpawner(l.exe(), *l.UserNamespace); l.userNSErr != nil {
+			// The first spawner's namespace is kept for the launcher's life
+			// (IDMap hands it out), also when the spawner is replaced: the
+			// mapping is the same.
+			l.spawner, l.userNSErr = startSpawner(l.exe(), *l.UserNamespace)
+			if l.userNSErr == nil {
+				if l.userNS, l.userNSErr = l.spawner.userNS(); l.userNSErr != nil {
+					l.spawner.close()
+					l.spawner = nil
+				}
+			}
+			if l.userNSErr != nil {
 				l.logger().Warn("sandboxes run without a user namespace", "err", l.userNSErr)
-			} else {
-				// Kept for the launcher's life: IDMap hands it out.
-				l.userNS, l.userNSErr = dupFile(l.spawner.ns)
 			}
 		}
 		if l.NoCgroups {
@@ -119,15 +126,6 @@ func (l *Launcher) init() {
 		}
 		l.cg = cg
 	})
-}
-
-// dupFile is a duplicate of f.
-func dupFile(f *os.File) (*os.File, error) {
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("dup %s: %w", f.Name(), err)
-	}
-	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
 // spawnerNow is the launcher's spawner, started again if Close stopped it

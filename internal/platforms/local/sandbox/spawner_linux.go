@@ -68,7 +68,6 @@ type spawnMessage struct {
 type spawner struct {
 	cmd  *exec.Cmd
 	conn *net.UnixConn
-	ns   *os.File // the spawner's user namespace
 
 	mu      sync.Mutex // one request at a time
 	lastID  uint64     // the last request's ID; guarded by mu
@@ -133,12 +132,18 @@ func startSpawner(exe string, r IDRange) (_ *spawner, err error) {
 		s.conn.Close()
 		return nil, fmt.Errorf("spawner: start %s in a user namespace: %w", exe, err)
 	}
-	if s.ns, err = os.Open("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/ns/user"); err != nil {
-		s.close()
-		return nil, fmt.Errorf("spawner: %w", err)
-	}
 	go s.read()
 	return s, nil
+}
+
+// userNS opens the spawner's user namespace (/proc/PID/ns/user), which
+// keeps the namespace once the spawner is gone.
+func (s *spawner) userNS() (*os.File, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/ns/user")
+	if err != nil {
+		return nil, fmt.Errorf("spawner: %w", err)
+	}
+	return f, nil
 }
 
 // executeOnlyCopy copies the binary exe into a memfd that only its owner,
@@ -263,9 +268,6 @@ func (s *spawner) gone() bool {
 // death signal).
 func (s *spawner) close() {
 	s.conn.Close()
-	if s.ns != nil {
-		s.ns.Close()
-	}
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 }
