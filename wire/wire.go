@@ -226,12 +226,33 @@ type WorkspaceSpec struct {
 	// overlay where the kernel allows it (else fuse, and the workspace's
 	// data_path says why).
 	DataPath string `json:"data_path,omitempty"`
+	// Durability says what of the workspace's uncommitted changes outlives
+	// a crash: DurabilityCommit or DurabilityFsync. Default: the daemon's,
+	// which is commit unless it was started with another.
+	Durability string `json:"durability,omitempty"`
 }
 
 // Data paths of a workspace.
 const (
 	DataPathFUSE    = "fuse"
 	DataPathOverlay = "overlay"
+)
+
+// Durabilities of a workspace: what of its uncommitted changes outlives a
+// crash. Its commits are durable with either.
+const (
+	// DurabilityCommit: writes reach the disk with the workspace's
+	// commits. A crash of the daemon loses nothing (the kernel's page cache
+	// outlives it); a crash of the host can lose what was written since the
+	// last commit. fsync(2) in the workspace returns at once, and on the
+	// overlay path the first write to a committed file costs no disk write
+	// (kernel overlayfs's volatile option). The default.
+	DurabilityCommit = "commit"
+	// DurabilityFsync: as on a local file system, fsync(2) reaches the
+	// disk, and the overlay path syncs each committed file it copies up
+	// before the write that caused the copy (for a 64 MiB file, most of
+	// what the first write costs).
+	DurabilityFsync = "fsync"
 )
 
 // Workspace states.
@@ -264,6 +285,9 @@ type Workspace struct {
 	// from overlay to fuse, or to overlay without its metadata image, says
 	// why in parentheses.
 	DataPath string `json:"data_path,omitempty"`
+	// Durability is DurabilityCommit or DurabilityFsync ("" for a native
+	// workspace).
+	Durability string `json:"durability,omitempty"`
 	// Receipt, on the answer to a create or a remount, tells what mounting
 	// cost.
 	Receipt *Receipt `json:"receipt,omitempty"`

@@ -19,11 +19,11 @@ func benchFSCmd(a *app) *cobra.Command {
 	var (
 		cellList, dir, fsSpec, cpuProfile string
 		samples                           int
-		noPassthrough                     bool
+		noPassthrough, fsync              bool
 		dataPaths                         string
 	)
 	c := &cobra.Command{
-		Use:   "fs [--cells C01,...] [--samples N] [--dir D] [--fs ext4:8G|xfs:8G] [--data-path fuse,overlay,overlay-nometa,floor] [--no-passthrough] [--cpuprofile F]",
+		Use:   "fs [--cells C01,...] [--samples N] [--dir D] [--fs ext4:8G|xfs:8G] [--data-path fuse,overlay,overlay-nometa,floor] [--fsync] [--no-passthrough] [--cpuprofile F]",
 		Short: "Run the cell bodies straight on a workspace mount and in a plain directory: the FUSE path alone",
 		Long: `Runs each cell's body directly (no sandbox, no daemon API) on a fresh
 LayerFS workspace mount served by this process and in a plain directory on
@@ -95,8 +95,9 @@ With --fs, both arms run on a fresh loop-mounted file system of that type
 					Dir:      dir,
 					Samples:  samples,
 					Cells:    cs,
-					Mount:    fs.Options{NoPassthrough: noPassthrough},
+					Mount:    fs.Options{NoPassthrough: noPassthrough, NoSync: !fsync},
 					DataPath: path,
+					Fsync:    fsync,
 					Progress: progress,
 				})
 				finish()
@@ -133,6 +134,7 @@ With --fs, both arms run on a fresh loop-mounted file system of that type
 	f.StringVar(&dir, "dir", "", "scratch directory on the file system under test (default: a temporary one, removed after)")
 	f.StringVar(&fsSpec, "fs", "", "run on a fresh loop-mounted file system made under --dir: ext4:SIZE (with a journal) or xfs:SIZE (reflinks), e.g. ext4:8G")
 	f.StringVar(&dataPaths, "data-path", "fuse", "comma-separated LayerFS arms, each run beside its own native arm: fuse, overlay (kernel overlayfs over the metadata image, the FUSE view as its data-only layer), overlay-nometa (over the FUSE view alone), floor (kernel overlayfs over a plain directory)")
+	f.BoolVar(&fsync, "fsync", false, "mount LayerFS as a workspace of durability fsync (fsync honoured, copy-ups synced) rather than commit, the default")
 	f.BoolVar(&noPassthrough, "no-passthrough", false, "serve file data through the daemon instead of FUSE passthrough")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the daemon side, setup included) to this file")
 	return c

@@ -72,6 +72,7 @@ func wsCreateCmd(a *app) *cobra.Command {
 	f.Int64Var(&spec.QuotaBytes, "quota-bytes", 0, "bound what execs can write to this many bytes (a file system of the workspace's own)")
 	f.Int64Var(&spec.QuotaInodes, "quota-inodes", 0, "bound the files execs can create (needs --quota-bytes)")
 	f.StringVar(&spec.DataPath, "data-path", "", "overlay (kernel overlayfs over the daemon's FUSE view of the commit) or fuse (default: the daemon's)")
+	f.StringVar(&spec.Durability, "durability", "", "commit (writes reach the disk with commits: a host crash can lose what is uncommitted, fsync returns at once) or fsync (as a local disk) (default: the daemon's, commit)")
 	return cmd
 }
 
@@ -146,6 +147,7 @@ func wsStatusCmd(a *app) *cobra.Command {
 					fmt.Fprintf(w, "platform\t%s, network %s\n", st.Platform, st.Network)
 					if st.DataPath != "" {
 						fmt.Fprintf(w, "data path\t%s\n", st.DataPath)
+						fmt.Fprintf(w, "durability\t%s\n", st.Durability)
 					}
 					fmt.Fprintf(w, "upper layer\t%s\n", showBytes(st.UpperBytes))
 					fmt.Fprintf(w, "fuse requests\t%d (%s in the daemon)\n", st.FUSE.Requests, time.Duration(st.FUSE.ServiceNs))

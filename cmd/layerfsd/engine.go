@@ -29,7 +29,10 @@ var _ daemonEngine = (*engine.Engine)(nil)
 
 // newEngine brings up the named platforms and builds the engine over the
 // Store. down takes the platforms down again (after the engine's Shutdown).
-func newEngine(ctx context.Context, db *store.DB, names []string, dataPath string, hostOpts host.Options) (daemonEngine, func(context.Context) error, error) {
+// engineDefaults are the settings of workspaces that name none.
+type engineDefaults struct{ dataPath, durability string }
+
+func newEngine(ctx context.Context, db *store.DB, names []string, defaults engineDefaults, hostOpts host.Options) (daemonEngine, func(context.Context) error, error) {
 	var plats []platforms.Platform
 	down := func(ctx context.Context) error {
 		var errs []error
@@ -48,7 +51,8 @@ func newEngine(ctx context.Context, db *store.DB, names []string, dataPath strin
 		}
 		plats = append(plats, p)
 	}
-	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: plats, DataPath: dataPath, Logger: hostOpts.Logger})
+	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: plats, DataPath: defaults.dataPath,
+		Durability: defaults.durability, Logger: hostOpts.Logger})
 	if err != nil {
 		return nil, down, err
 	}

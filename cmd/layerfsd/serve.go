@@ -35,20 +35,21 @@ const SocketName = "layerfsd.sock"
 const lockName = "layerfsd.lock"
 
 type serveFlags struct {
-	store     string
-	storeURL  string // --store-url-file
-	socket    string
-	tcp       string
-	advertise string
-	tokenFile string
-	idleExit  time.Duration
-	grace     time.Duration
-	platforms []string
-	dataPath  string
-	noUserNS  bool
-	logLevel  string
-	maxUpload int64
-	supervise bool
+	store      string
+	storeURL   string // --store-url-file
+	socket     string
+	tcp        string
+	advertise  string
+	tokenFile  string
+	idleExit   time.Duration
+	grace      time.Duration
+	platforms  []string
+	dataPath   string
+	durability string
+	noUserNS   bool
+	logLevel   string
+	maxUpload  int64
+	supervise  bool
 }
 
 func serveCmd() *cobra.Command {
@@ -82,6 +83,7 @@ func serveCmd() *cobra.Command {
 	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running execs may take before they are killed")
 	fl.StringSliceVar(&f.platforms, "platform", []string{"local"}, "sandbox platforms to bring up; the first is the default")
 	fl.BoolVar(&f.noUserNS, "no-user-namespace", false, "run local sandboxes in the host's user namespace (uid 0 without capabilities) instead of one of their own; host processes can then create files in local overlay workspaces' mounts under their own ids")
+	fl.StringVar(&f.durability, "durability", "commit", "durability of workspaces that name none: commit (writes reach the disk with commits; a daemon crash loses nothing, a host crash what is uncommitted; fsync returns at once) or fsync (fsync and the overlay's copy-ups reach the disk)")
 	fl.StringVar(&f.dataPath, "data-path", "overlay", "data path of workspaces that name none: overlay (kernel overlayfs over a FUSE view of the commit; fuse, saying why, where the host cannot or the base has hard links), or fuse")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Int64Var(&f.maxUpload, "max-upload", api.DefaultMaxUpload, "largest accepted upload in bytes")
@@ -174,7 +176,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		}
 	}()
 
-	eng, down, err := newEngine(ctx, db, f.platforms, f.dataPath, host.Options{Logger: log, NoUserNamespace: f.noUserNS})
+	eng, down, err := newEngine(ctx, db, f.platforms, engineDefaults{dataPath: f.dataPath, durability: f.durability}, host.Options{Logger: log, NoUserNamespace: f.noUserNS})
 	defer func() {
 		// Platforms go down last, after every workspace is unmounted.
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/internal/commit"
+	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/store"
@@ -38,6 +39,9 @@ type Config struct {
 	// wire.DataPathOverlay (the default; fuse, saying why, where the host
 	// cannot or the base has hard links) or wire.DataPathFUSE.
 	DataPath string
+	// Durability is the durability of workspaces that name none:
+	// wire.DurabilityCommit (the default) or wire.DurabilityFsync.
+	Durability string
 }
 
 // Engine owns one Store's workspaces: their mounts, their sandboxes and
@@ -55,6 +59,7 @@ type Engine struct {
 	plats       map[string]platforms.Platform
 	defaultPlat string
 	dataPath    string
+	durability  string
 	overlayOnce sync.Once
 	overlayErr  error // why the overlay data path is unavailable (overlayCheck)
 	links       commit.LinkCounter
@@ -116,6 +121,13 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	case wire.DataPathFUSE, wire.DataPathOverlay:
 	default:
 		return nil, fmt.Errorf("engine: data path %q: want %q or %q", cfg.DataPath, wire.DataPathFUSE, wire.DataPathOverlay)
+	}
+	switch e.durability = cfg.Durability; e.durability {
+	case "":
+		e.durability = wire.DurabilityCommit
+	case wire.DurabilityCommit, wire.DurabilityFsync:
+	default:
+		return nil, fmt.Errorf("engine: durability %q: want %q or %q", cfg.Durability, wire.DurabilityCommit, wire.DurabilityFsync)
 	}
 	for _, p := range cfg.Platforms {
 		if _, ok := p.(platforms.SandboxHost); !ok {
@@ -210,6 +222,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	for _, w := range ws {
 		w.mu.Lock()
 		errs = append(errs, e.unserve(ctx, w))
+		if w.opts.volatile() && w.opts.DataPath == wire.DataPathOverlay {
+			// Kept for the next daemon, maybe after a reboot.
+			errs = append(errs, kerneloverlay.Settle(e.workspaceDir(w.rec.ID)))
+		}
 		w.mu.Unlock()
 		e.mu.Lock()
 		delete(e.live, w.rec.ID)

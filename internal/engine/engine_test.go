@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/engine"
+	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/local"
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
@@ -304,6 +305,68 @@ func testRemountKeepsChanges(t *testing.T, path string) {
 		t.Fatalf("fsck: %+v %v", rep, err)
 	}
 	require.NoError(t, e2.EndWorkspace(ctx, ws.ID, false))
+}
+
+// TestDurability checks the durability setting: the daemon's default
+// (commit: overlayfs's volatile option on the overlay path), a workspace
+// that names fsync, bad values; and that a volatile workspace's upper is
+// settled when the daemon stops, and remounted with a note when overlayfs's
+// mark of a volatile mount comes from another boot (the host stopped).
+func TestDurability(t *testing.T) {
+	e, db := newEngineOn(t, wire.DataPathOverlay)
+	ctx := t.Context()
+	e.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	for _, spec := range []wire.WorkspaceSpec{
+		{Project: "p", Branch: "main", Durability: "never"},
+		{Native: true, Durability: wire.DurabilityFsync},
+	} {
+		_, err := e.CreateWorkspace(ctx, spec)
+		assert.ErrorIs(t, err, errclass.Invalid, "create %+v", spec)
+	}
+	superOptions := func(ws wire.Workspace) string {
+		ms, err := mountinfo.Read(mountinfo.Self)
+		require.NoError(t, err)
+		m, ok := mountinfo.Containing(ms, ws.MountPath)
+		require.True(t, ok && m.Dir == ws.MountPath, "the workspace's mount")
+		return m.SuperOptions
+	}
+	strict, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", Durability: wire.DurabilityFsync})
+	require.NoError(t, err)
+	assert.Equal(t, wire.DurabilityFsync, strict.Durability)
+	assert.NotContains(t, superOptions(strict), "volatile")
+	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
+	require.NoError(t, err)
+	assert.Equal(t, wire.DurabilityCommit, ws.Durability, "the default")
+	assert.Contains(t, superOptions(ws), "volatile")
+	run(t, e, ws.ID, "echo kept > k && sync k")
+
+	require.NoError(t, e.Shutdown(ctx))
+	dir := filepath.Join(db.WorkspacesDir(), ws.ID)
+	mark := filepath.Join(dir, "work", "work", "incompat", "volatile")
+	_, err = os.Stat(mark)
+	require.ErrorIs(t, err, os.ErrNotExist, "overlayfs's volatile mark after the daemon stopped")
+	// As if the host had stopped while it was mounted: the mark is there,
+	// made in another boot.
+	require.NoError(t, os.MkdirAll(mark, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "mount_boot_id"), []byte("another boot\n"), 0o600))
+
+	p := local.New(local.Options{})
+	require.NoError(t, p.Up(ctx))
+	defer p.Down(ctx)
+	e2, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{p}})
+	require.NoError(t, err)
+	defer e2.Shutdown(ctx)
+	require.NoError(t, e2.Recover(ctx))
+	st, err := e2.WorkspaceStatus(ctx, ws.ID)
+	require.NoError(t, err)
+	assert.Contains(t, st.DataPath, "the host stopped while it was mounted")
+	if out, _ := run(t, e2, ws.ID, "cat k"); out != "kept\n" {
+		t.Fatalf("after remount: %q", out)
+	}
+	st, err = e2.WorkspaceStatus(ctx, strict.ID)
+	require.NoError(t, err)
+	assert.NotContains(t, st.DataPath, "the host stopped")
+	assert.Equal(t, wire.DurabilityFsync, st.Durability)
 }
 
 // TestExecIsolation checks from inside an exec what must be out of reach:

@@ -51,7 +51,13 @@ type wsOptions struct {
 	// that would have been overlay is fuse.
 	DataPath string `json:"data_path,omitempty"`
 	Fallback string `json:"fallback,omitempty"`
+	// Durability is wire.DurabilityCommit or wire.DurabilityFsync ("" in
+	// records older than the choice: fsync, as they were mounted).
+	Durability string `json:"durability,omitempty"`
 }
+
+// volatile reports whether w's writes reach the disk only with its commits.
+func (o wsOptions) volatile() bool { return o.Durability == wire.DurabilityCommit }
 
 // dataMount is a served workspace's mount on either data path: an
 // *lfs.Server (fuse) or a *kerneloverlay.Mount (overlay).
@@ -86,7 +92,7 @@ func (w *workspace) info() wire.Workspace {
 		Base: idString(w.rec.Base), Head: idString(w.rec.Head),
 		MountPath: w.rec.MountPath, Platform: w.opts.Platform, Network: w.opts.Network,
 		Native: w.opts.Native, State: w.rec.State, Created: w.rec.Created,
-		Node: w.rec.Node,
+		Node: w.rec.Node, Durability: w.opts.Durability,
 	}
 	if w.mnt != nil {
 		out.DataPath = w.mnt.DataPath()
@@ -204,8 +210,8 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 	}
 	switch {
 	case o.Native:
-		if spec.DataPath != "" {
-			return o, fmt.Errorf("%w: a native workspace has no data path", errclass.Invalid)
+		if spec.DataPath != "" || spec.Durability != "" {
+			return o, fmt.Errorf("%w: a native workspace has no data path and no durability of its own", errclass.Invalid)
 		}
 	case spec.DataPath == "":
 		o.DataPath = e.dataPath
@@ -223,6 +229,15 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 		}
 	default:
 		return o, fmt.Errorf("%w: data path %q: want %q or %q", errclass.Invalid, spec.DataPath, wire.DataPathFUSE, wire.DataPathOverlay)
+	}
+	switch {
+	case o.Native:
+	case spec.Durability == "":
+		o.Durability = e.durability
+	case spec.Durability == wire.DurabilityCommit || spec.Durability == wire.DurabilityFsync:
+		o.Durability = spec.Durability
+	default:
+		return o, fmt.Errorf("%w: durability %q: want %q or %q", errclass.Invalid, spec.Durability, wire.DurabilityCommit, wire.DurabilityFsync)
 	}
 	switch o.Network {
 	case "":
@@ -332,7 +347,7 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 		cfg := kerneloverlay.Config{
 			Lower: e.db, Root: w.opts.Root, Base: w.opts.HeadRoot,
 			Dir: e.workspaceDir(w.rec.ID), Target: w.rec.MountPath, Committed: committed, Logger: e.log,
-			Source: e.source, IDMap: e.layerIDMap(w), MetaCache: e.db.CacheDir(),
+			Source: e.source, IDMap: e.layerIDMap(w), MetaCache: e.db.CacheDir(), Volatile: w.opts.volatile(),
 		}
 		m, err := kerneloverlay.New(ctx, cfg)
 		if err != nil && cfg.IDMap != nil {
@@ -367,7 +382,7 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", w.rec.ID, err)
 	}
-	m, err := lfs.Mount(ctx, w.rec.MountPath, ov, lfs.Options{Logger: e.log, Source: e.source})
+	m, err := lfs.Mount(ctx, w.rec.MountPath, ov, lfs.Options{Logger: e.log, Source: e.source, NoSync: w.opts.volatile()})
 	if err != nil {
 		ov.Close()
 		return nil, fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)

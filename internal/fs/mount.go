@@ -45,6 +45,10 @@ type Options struct {
 	// a lower whose depth is 2: "maximum fs stacking depth exceeded"), and
 	// inode generations unique to the mount.
 	Lower bool
+	// NoSync answers fsync(2) without syncing: a workspace of durability
+	// commit, whose writes reach the disk with its commits (see
+	// wire.DurabilityCommit).
+	NoSync bool
 }
 
 // Server serves one workspace mount; Mount returns it.
@@ -63,6 +67,7 @@ type Server struct {
 	regens  sync.Map // overlay inode number -> uint64
 	regenMu sync.Mutex
 
+	noSync      bool // Options.NoSync
 	passthrough atomic.Bool
 	whyDaemon   atomic.Value // string: why passthrough is off
 	pending     sync.Map     // request cancel channel -> backing id for its OPEN reply
@@ -86,7 +91,7 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 	if err := CleanStale(dir); err != nil {
 		return nil, err
 	}
-	m := &Server{dir: dir, ov: ov, log: opts.Logger}
+	m := &Server{dir: dir, ov: ov, log: opts.Logger, noSync: opts.NoSync}
 	if opts.Lower {
 		// Kernel overlayfs keeps the lower's file handles (nodeid and
 		// generation) in the upper's origin xattrs and decodes them on

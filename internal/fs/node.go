@@ -543,8 +543,8 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	if h.f.Lower() {
-		return 0 // immutable, already durable in the Store
+	if h.f.Lower() || h.m.noSync {
+		return 0 // immutable, already durable in the Store; or durable at commit
 	}
 	return h.m.errno(unix.Fsync(h.f.Fd()))
 }

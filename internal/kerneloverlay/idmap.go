@@ -13,7 +13,7 @@ import (
 // of lower and of dir (whose upper/ and work/ are the upper and work
 // directories), as a workspace without a metadata layer is mounted.
 func MountIDMapped(lower, dir, target string, m *IDMap) error {
-	return mountOverlay(lower, dir, target, -1, m)
+	return mountOverlay(lower, dir, target, -1, m, false)
 }
 
 // mountOverlay mounts kernel overlayfs at target over the FUSE view at
@@ -28,8 +28,9 @@ func MountIDMapped(lower, dir, target string, m *IDMap) error {
 // whiteouts) with the credentials of whoever created it, and through an
 // id-mapped layer only the mapped host ids can create anything: the file
 // system is then created with file system uid and gid m.Root, keeping the
-// daemon's capabilities.
-func mountOverlay(lower, dir, target string, meta int, m *IDMap) error {
+// daemon's capabilities. With volatile, the overlay never syncs its upper
+// (see volatile.go).
+func mountOverlay(lower, dir, target string, meta int, m *IDMap, volatile bool) error {
 	fail := func(what string, err error) error {
 		return fmt.Errorf("mount overlay at %s: %s: %w", target, what, err)
 	}
@@ -84,6 +85,11 @@ func mountOverlay(lower, dir, target string, meta int, m *IDMap) error {
 			k, v, _ := strings.Cut(opt, "=")
 			if err := unix.FsconfigSetString(fsfd, k, v); err != nil {
 				return -1, fmt.Errorf("%s: %w", opt, err)
+			}
+		}
+		if volatile {
+			if err := unix.FsconfigSetFlag(fsfd, "volatile"); err != nil {
+				return -1, fmt.Errorf("volatile: %w", err)
 			}
 		}
 		if err := unix.FsconfigCreate(fsfd); err != nil {

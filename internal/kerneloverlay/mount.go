@@ -47,6 +47,9 @@ type Config struct {
 	// NoMeta serves the commit's metadata from the FUSE view too (the
 	// view is then the overlay's whole lower), for comparison.
 	NoMeta bool
+	// Volatile mounts the overlay with overlayfs's volatile option: no
+	// sync of the upper, at copy-up or on request (see volatile.go).
+	Volatile bool
 }
 
 // IDMap is the user namespace whose mapping a workspace's layers take.
@@ -77,6 +80,9 @@ type Mount struct {
 	committed *overlay.UpperState
 	idmap     *IDMap // the layers' mapping; nil: none
 	whyNoMeta string // why the view is the whole lower; "": a metadata layer serves
+	// hostStopped: the host stopped while the workspace was mounted
+	// volatile, so changes since its last commit may be incomplete.
+	hostStopped bool
 
 	unmountOnce sync.Once
 	unmountErr  error
@@ -138,6 +144,13 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 			return nil, fmt.Errorf("overlay mount: %w", err)
 		}
 	}
+	hostStopped, err := clearVolatile(cfg.Dir, cfg.Volatile)
+	if err != nil {
+		return nil, fmt.Errorf("overlay mount: %w", err)
+	}
+	if hostStopped && cfg.Logger != nil {
+		cfg.Logger.Warn("the host stopped while this workspace was mounted with durability commit: its changes since the last commit may be incomplete", "dir", cfg.Dir)
+	}
 	// The view's own overlay never takes a change: its upper stays empty.
 	// (Its work directory holds the empty file empty lower files open as.)
 	view := viewDir(cfg.Dir)
@@ -166,7 +179,7 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	if meta >= 0 {
 		defer unix.Close(meta)
 	}
-	err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cfg.IDMap)
+	err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cfg.IDMap, cfg.Volatile)
 	if err != nil && meta >= 0 {
 		// (An image on a stacked file system can be one level too deep
 		// for overlayfs, where the view is not.)
@@ -174,7 +187,7 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 		if cfg.Logger != nil {
 			cfg.Logger.Warn("overlay refused the metadata layer", "dir", cfg.Dir, "err", err)
 		}
-		err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, -1, cfg.IDMap)
+		err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, -1, cfg.IDMap, cfg.Volatile)
 	}
 	if err != nil {
 		srv.Unmount(context.WithoutCancel(ctx))
@@ -184,16 +197,21 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	if base.IsZero() {
 		base = cfg.Root
 	}
-	return &Mount{cfg: cfg, view: srv, base: base, committed: cfg.Committed, idmap: cfg.IDMap, whyNoMeta: whyNoMeta}, nil
+	return &Mount{cfg: cfg, view: srv, base: base, committed: cfg.Committed, idmap: cfg.IDMap, whyNoMeta: whyNoMeta,
+		hostStopped: hostStopped}, nil
 }
 
 // MountDirs mounts kernel overlayfs at target with the given lower, upper
-// and work directories and Options. The bench's floor arm uses it with a
-// plain-directory lower.
-func MountDirs(lower, upper, work, target string) error {
-	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,%s", lower, upper, work, Options)
+// and work directories and Options, and volatile if asked. The bench's
+// floor arm uses it with a plain-directory lower.
+func MountDirs(lower, upper, work, target string, volatile bool) error {
+	opts := Options
+	if volatile {
+		opts += ",volatile"
+	}
+	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,%s", lower, upper, work, opts)
 	if err := unix.Mount("overlay", target, "overlay", 0, data); err != nil {
-		return fmt.Errorf("mount overlay at %s (%s): %w", target, Options, err)
+		return fmt.Errorf("mount overlay at %s (%s): %w", target, opts, err)
 	}
 	return nil
 }
@@ -246,10 +264,14 @@ func (m *Mount) Stats() lfs.Stats { return m.view.Stats() }
 // data lower passthrough", or with the view as the whole lower "overlay:
 // lower passthrough (no metadata layer: why)".
 func (m *Mount) DataPath() string {
+	s := "overlay: lower " + m.view.DataPath() + " (no metadata layer: " + m.whyNoMeta + ")"
 	if m.whyNoMeta == "" {
-		return "overlay: metadata erofs, data lower " + m.view.DataPath()
+		s = "overlay: metadata erofs, data lower " + m.view.DataPath()
 	}
-	return "overlay: lower " + m.view.DataPath() + " (no metadata layer: " + m.whyNoMeta + ")"
+	if m.hostStopped {
+		s += " (the host stopped while it was mounted: changes since the last commit may be incomplete)"
+	}
+	return s
 }
 
 // Unmount takes the overlay down, then the FUSE view under it.

@@ -67,7 +67,12 @@ type Config struct {
 	// overlayfs over a plain-directory checkout of the commit: what the
 	// kernel itself costs).
 	DataPath string
-	Seed     uint64 // order of the runs
+	// Fsync mounts the overlay arms as a workspace of durability "fsync"
+	// (synced copy-ups, fsync honoured); by default they are of
+	// durability "commit", as the daemon's workspaces (kernel overlayfs's
+	// volatile option).
+	Fsync bool
+	Seed  uint64 // order of the runs
 	// Progress, when set, is told about each sample as it starts (done of
 	// total) and once more at the end.
 	Progress func(done, total int, what string)
@@ -400,9 +405,10 @@ func (s *sample) mount(ctx context.Context, db *store.DB, root store.ID, ws, mnt
 	switch s.cfg.DataPath {
 	case "overlay", "overlay-nometa":
 		return kerneloverlay.New(ctx, kerneloverlay.Config{Lower: db, Root: root, Dir: ws, Target: mnt,
-			Committed: overlay.EmptyUpper(), Logger: s.cfg.Logger, MetaCache: db.CacheDir(), NoMeta: s.cfg.DataPath == "overlay-nometa"})
+			Committed: overlay.EmptyUpper(), Logger: s.cfg.Logger, MetaCache: db.CacheDir(), NoMeta: s.cfg.DataPath == "overlay-nometa",
+			Volatile: !s.cfg.Fsync})
 	case "floor":
-		return mountFloor(ctx, db, root, ws, mnt)
+		return mountFloor(ctx, db, root, ws, mnt, !s.cfg.Fsync)
 	case "", "fuse":
 	default:
 		return nil, fmt.Errorf("data path %q: want fuse, overlay, overlay-nometa or floor", s.cfg.DataPath)
@@ -419,7 +425,7 @@ func (s *sample) mount(ctx context.Context, db *store.DB, root store.ID, ws, mnt
 // floor is kernel overlayfs over a plain directory holding the commit.
 type floor struct{ mnt string }
 
-func mountFloor(ctx context.Context, db *store.DB, root store.ID, ws, mnt string) (*floor, error) {
+func mountFloor(ctx context.Context, db *store.DB, root store.ID, ws, mnt string, volatile bool) (*floor, error) {
 	lower := filepath.Join(ws, "lower")
 	if root.IsZero() {
 		if err := os.MkdirAll(lower, 0o755); err != nil {
@@ -433,7 +439,7 @@ func mountFloor(ctx context.Context, db *store.DB, root store.ID, ws, mnt string
 			return nil, err
 		}
 	}
-	if err := kerneloverlay.MountDirs(lower, filepath.Join(ws, "upper"), filepath.Join(ws, "work"), mnt); err != nil {
+	if err := kerneloverlay.MountDirs(lower, filepath.Join(ws, "upper"), filepath.Join(ws, "work"), mnt, volatile); err != nil {
 		return nil, err
 	}
 	return &floor{mnt: mnt}, nil

@@ -259,7 +259,7 @@ func workspace(t *testing.T, p platforms.Platform, kind string, fill func(dir st
 	if idmap != nil {
 		err = kerneloverlay.MountIDMapped(lower, fsDir, target, idmap)
 	} else {
-		err = kerneloverlay.MountDirs(lower, filepath.Join(fsDir, "upper"), filepath.Join(fsDir, "work"), target)
+		err = kerneloverlay.MountDirs(lower, filepath.Join(fsDir, "upper"), filepath.Join(fsDir, "work"), target, false)
 	}
 	if err != nil {
 		t.Fatal(err)

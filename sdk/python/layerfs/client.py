@@ -203,11 +203,16 @@ class Workspaces:
         self._c = c
 
     def create(self, project: str, branch: str = "main", *, at: str | None = None,
-               platform: str | None = None, network: str | None = None) -> "Workspace":
+               platform: str | None = None, network: str | None = None,
+               data_path: str | None = None, durability: str | None = None) -> "Workspace":
         """Open a workspace on ``branch``'s head (or on the commit ``at``
-        names; commits still go to ``branch``)."""
+        names; commits still go to ``branch``). ``data_path`` is "overlay"
+        or "fuse"; ``durability`` "commit" (writes reach the disk with
+        commits) or "fsync" (as a local disk); both default to the
+        daemon's."""
         spec = {"project": project, "branch": branch}
-        for k, v in (("at", at), ("platform", platform), ("network", network)):
+        for k, v in (("at", at), ("platform", platform), ("network", network),
+                     ("data_path", data_path), ("durability", durability)):
             if v:
                 spec[k] = v
         return Workspace(self._c, from_json(WorkspaceInfo, self._c._json("POST", "/v1/workspaces", body=spec)))

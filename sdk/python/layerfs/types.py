@@ -190,6 +190,7 @@ class WorkspaceInfo:
     state: str = ""
     created: datetime | None = _j(conv=_time)
     data_path: str = ""
+    durability: str = ""  # "commit" or "fsync"; "" for a native workspace
 
 
 @dataclass

@@ -160,6 +160,16 @@ def test_errors(client, project, tmp_path):
         ws.end()
 
 
+def test_workspace_settings(client, project):
+    with client.workspaces.create(project) as ws:
+        assert ws.info.durability == "commit"  # the daemon's default
+    with client.workspaces.create(project, data_path="fuse", durability="fsync") as ws:
+        assert ws.info.durability == "fsync" and ws.info.data_path.startswith("fuse")
+        assert ws.exec("echo x > f && sync f").ok
+    with pytest.raises(layerfs.InvalidArgument):
+        client.workspaces.create(project, durability="never")
+
+
 def test_context_manager_ends(client, project):
     with client.workspaces.create(project) as ws:
         ws.files.write("scratch", "dropped on exit")

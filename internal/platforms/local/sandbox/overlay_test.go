@@ -32,7 +32,7 @@ func overlayWorkspace(t *testing.T, idmap *kerneloverlay.IDMap) (mnt, upper stri
 	if idmap != nil {
 		err = kerneloverlay.MountIDMapped(lower, filepath.Join(dir, "ws"), mnt, idmap)
 	} else {
-		err = kerneloverlay.MountDirs(lower, upper, filepath.Join(dir, "ws", "work"), mnt)
+		err = kerneloverlay.MountDirs(lower, upper, filepath.Join(dir, "ws", "work"), mnt, false)
 	}
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, unix.Unmount(mnt, 0), "unmount") })
