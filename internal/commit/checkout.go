@@ -13,6 +13,7 @@ import (
 
 	fdpath "layerfs.dev/layerfs/internal/dirfd"
 	"layerfs.dev/layerfs/internal/store"
+	"layerfs.dev/layerfs/internal/writeruns"
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
@@ -320,21 +321,28 @@ func (c *checkout) content(ctx context.Context, fd int, e *store.Entry) error {
 		if m.Size != e.Size {
 			return fmt.Errorf("manifest %s has size %d, entry says %d: %w", e.Object.Short(), m.Size, e.Size, store.ErrCorrupt)
 		}
-		var off int64
+		// In runs, not chunk by chunk: see package writeruns.
+		w := writeruns.New(writeruns.Size, func(b []byte, off int64) error { return pwriteSparse(fd, b, off) })
 		for _, x := range m.Extents {
-			if !x.Chunk.IsZero() {
-				b, err := c.r.Chunk(ctx, x.Chunk)
-				if err != nil {
+			if x.Chunk.IsZero() {
+				if err := w.Skip(x.Length); err != nil {
 					return err
 				}
-				if int64(len(b)) != x.Length {
-					return fmt.Errorf("chunk %s has %d bytes, manifest says %d: %w", x.Chunk.Short(), len(b), x.Length, store.ErrCorrupt)
-				}
-				if err := pwriteSparse(fd, b, off); err != nil {
-					return err
-				}
+				continue
 			}
-			off += x.Length
+			b, err := c.r.Chunk(ctx, x.Chunk)
+			if err != nil {
+				return err
+			}
+			if int64(len(b)) != x.Length {
+				return fmt.Errorf("chunk %s has %d bytes, manifest says %d: %w", x.Chunk.Short(), len(b), x.Length, store.ErrCorrupt)
+			}
+			if err := w.Write(b); err != nil {
+				return err
+			}
+		}
+		if err := w.Flush(); err != nil {
+			return err
 		}
 		return unix.Ftruncate(fd, m.Size)
 	}
