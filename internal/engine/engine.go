@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -115,19 +116,12 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if e.author == "" {
 		e.author = defaultAuthor()
 	}
-	switch e.dataPath = cfg.DataPath; e.dataPath {
-	case "":
-		e.dataPath = wire.DataPathOverlay
-	case wire.DataPathFUSE, wire.DataPathOverlay:
-	default:
-		return nil, fmt.Errorf("engine: data path %q: want %q or %q", cfg.DataPath, wire.DataPathFUSE, wire.DataPathOverlay)
+	var err error
+	if e.dataPath, err = setting("data path", cfg.DataPath, wire.DataPathOverlay, wire.DataPathOverlay, wire.DataPathFUSE); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
 	}
-	switch e.durability = cfg.Durability; e.durability {
-	case "":
-		e.durability = wire.DurabilityCommit
-	case wire.DurabilityCommit, wire.DurabilityFsync:
-	default:
-		return nil, fmt.Errorf("engine: durability %q: want %q or %q", cfg.Durability, wire.DurabilityCommit, wire.DurabilityFsync)
+	if e.durability, err = setting("durability", cfg.Durability, wire.DurabilityCommit, durabilities...); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
 	}
 	for _, p := range cfg.Platforms {
 		if _, ok := p.(platforms.SandboxHost); !ok {
@@ -141,7 +135,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 			e.defaultPlat = p.Name()
 		}
 	}
-	var err error
 	if e.trackers, err = overlay.NewUpperTrackers(); err != nil {
 		e.log.Warn("upper layers not tracked: each exec's receipt scans its workspace's upper", "err", err)
 	}
@@ -245,4 +238,19 @@ func (e *Engine) checkOpen() error {
 		return fmt.Errorf("the daemon is shutting down: %w", errclass.Unavailable)
 	}
 	return nil
+}
+
+// durabilities are a workspace's possible durabilities.
+var durabilities = []string{wire.DurabilityCommit, wire.DurabilityFsync}
+
+// setting is the value v of a setting called what (def where v is ""),
+// which must be one of allowed.
+func setting(what, v, def string, allowed ...string) (string, error) {
+	if v == "" {
+		return def, nil
+	}
+	if slices.Contains(allowed, v) {
+		return v, nil
+	}
+	return "", fmt.Errorf("%s %q: want one of %q", what, v, allowed)
 }

@@ -230,14 +230,11 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 	default:
 		return o, fmt.Errorf("%w: data path %q: want %q or %q", errclass.Invalid, spec.DataPath, wire.DataPathFUSE, wire.DataPathOverlay)
 	}
-	switch {
-	case o.Native:
-	case spec.Durability == "":
-		o.Durability = e.durability
-	case spec.Durability == wire.DurabilityCommit || spec.Durability == wire.DurabilityFsync:
-		o.Durability = spec.Durability
-	default:
-		return o, fmt.Errorf("%w: durability %q: want %q or %q", errclass.Invalid, spec.Durability, wire.DurabilityCommit, wire.DurabilityFsync)
+	if !o.Native {
+		var err error
+		if o.Durability, err = setting("durability", spec.Durability, e.durability, durabilities...); err != nil {
+			return o, fmt.Errorf("%w: %w", errclass.Invalid, err)
+		}
 	}
 	switch o.Network {
 	case "":
