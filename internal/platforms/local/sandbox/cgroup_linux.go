@@ -106,6 +106,9 @@ type execCgroup struct {
 	cpuParent                  string // the v1 cpu hierarchy's parent, for addCPU
 	// fd is the v2 directory for CLONE_INTO_CGROUP, -1 for v1.
 	fd int
+	// pidsMax is the pids limit limit wrote (without the init's tasks),
+	// 0 for none yet: a warm init's is written ahead, for the default.
+	pidsMax int
 }
 
 func (e *execCgroup) dirs() []string {
@@ -193,15 +196,20 @@ func (e *execCgroup) addCPU(pid int) error {
 const cpuPeriod = 100 * time.Millisecond
 
 // limit sets the exec's limits: pids (plus the init's own threads) and,
-// when set, memory without swap and CPU in thousandths of a CPU.
+// when set, memory without swap and CPU in thousandths of a CPU. The pids
+// limit is written only when it changes.
 func (e *execCgroup) limit(mem int64, pids, milliCPUs int) error {
 	max := strconv.Itoa(pids + initTasks)
 	memory := strconv.FormatInt(mem, 10)
 	period := cpuPeriod.Microseconds()
 	quota := strconv.FormatInt(int64(milliCPUs)*period/1000, 10)
+	samePids := pids == e.pidsMax
+	e.pidsMax = pids
 	if e.unified != "" {
-		if err := writeFile(e.unified, "pids.max", max); err != nil {
-			return err
+		if !samePids {
+			if err := writeFile(e.unified, "pids.max", max); err != nil {
+				return err
+			}
 		}
 		if milliCPUs > 0 {
 			if err := writeFile(e.unified, "cpu.max", quota+" "+strconv.FormatInt(period, 10)); err != nil {
@@ -216,7 +224,7 @@ func (e *execCgroup) limit(mem int64, pids, milliCPUs int) error {
 		}
 		return nil
 	}
-	if e.pids != "" {
+	if e.pids != "" && !samePids {
 		if err := writeFile(e.pids, "pids.max", max); err != nil {
 			return err
 		}

@@ -27,7 +27,7 @@ const initArg0 = "layerfs-sandbox-init"
 const (
 	configFD = 3 // JSON initConfig, read to EOF
 	reportFD = 4 // JSON initReport, written once
-	wsFD     = 5 // a socket the workspace's clone comes on, before the config
+	wsFD     = 5 // a socket the workspace's clone comes on, before the config; a warm init says on it when it is ready
 	rootFD   = 6 // the first clone of the root's entries (rootEnv)
 )
 
@@ -134,6 +134,9 @@ func initMain(m *marks) int {
 			filtered = true
 		}
 		m.add("prewarmed")
+		// Tell the launcher, which gives a warm init back its priority
+		// once it only waits, rather than on its exec's path.
+		_, _ = unix.Write(wsFD, []byte{1})
 	}
 	var cfg initConfig
 	cfgFile := os.NewFile(configFD, "config")

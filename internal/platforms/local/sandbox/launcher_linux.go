@@ -745,7 +745,8 @@ type pipes struct {
 	outR, outW *os.File
 	errR, errW *os.File
 	inR, inW   *os.File
-	// A socket the workspace's clone is sent on, to the init's fd 5.
+	// A socket the workspace's clone is sent on, to the init's fd 5; a
+	// warm init says on it when it is ready.
 	wsOurs, wsTheirs *os.File
 }
 
@@ -762,7 +763,15 @@ func newPipes() (*pipes, error) {
 		}
 		*pair.r, *pair.w = r, w
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	// Our end non-blocking, so that waiting for a warm init's word takes
+	// no thread (see initProc.restoreWhenReady); the init's blocking.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err == nil {
+		if err = unix.SetNonblock(fds[1], false); err != nil {
+			unix.Close(fds[0])
+			unix.Close(fds[1])
+		}
+	}
 	if err != nil {
 		p.closeChild()
 		p.closeParent()

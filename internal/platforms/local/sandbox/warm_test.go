@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,6 +83,31 @@ func TestWarmPool(t *testing.T) {
 		}
 	})
 
+	t.Run("ready inits wait at the launcher's priority with the default pids limit", func(t *testing.T) {
+		waitWarm(t, l, 2)
+		nice := ownNice()
+		for range 2 {
+			ip := <-l.pool
+			// Warming ran at warmNice; once ready, the init only waits, at
+			// the launcher's priority again.
+			deadline := time.Now().Add(30 * time.Second)
+			for got := threadNices(t, ip.pid); !allEqual(got, nice); got = threadNices(t, ip.pid) {
+				if time.Now().After(deadline) {
+					t.Fatalf("warm init %d: threads' nice values %v after 30s, want all %d", ip.pid, got, nice)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if ip.cg != nil && ip.cg.unified != "" {
+				b, err := os.ReadFile(filepath.Join(ip.cg.unified, "pids.max"))
+				require.NoError(t, err)
+				assert.Equal(t, strconv.Itoa(platforms.DefaultPids+initTasks), strings.TrimSpace(string(b)), "warm init's pids.max")
+			}
+			l.pool <- ip
+		}
+		_, out := runShell(t, l, ws, "cut -d' ' -f19 /proc/self/stat")
+		assert.Equal(t, strconv.Itoa(nice)+"\n", out, "the command's nice value")
+	})
+
 	t.Run("sees mounts made after it started", func(t *testing.T) {
 		waitWarm(t, l, 2)
 		mnt := filepath.Join(t.TempDir(), "mnt")
@@ -146,6 +173,34 @@ func TestWarmPool(t *testing.T) {
 			t.Errorf("leaks: %v %v", leaks, err)
 		}
 	})
+}
+
+// threadNices is the nice value of each thread of process pid.
+func threadNices(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	require.NoError(t, err)
+	var out []int
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		require.NoError(t, err)
+		// The raw getpriority syscall answers 20 - nice.
+		p, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+		if err != nil {
+			continue // the thread ended
+		}
+		out = append(out, 20-p)
+	}
+	return out
+}
+
+func allEqual(vs []int, want int) bool {
+	for _, v := range vs {
+		if v != want {
+			return false
+		}
+	}
+	return len(vs) > 0
 }
 
 // TestSpawnerRestarts: a launcher whose spawner died (killed, out of
