@@ -140,6 +140,13 @@ func (r *recorder) Flush() {
 	http.NewResponseController(r.ResponseWriter).Flush()
 }
 
+// whole tells whether the handler wrote all of an answer of known length
+// (writeJSON's), which a flush then sends as it would at the handler's end.
+func (r *recorder) whole() bool {
+	n, err := strconv.ParseInt(r.Header().Get("Content-Length"), 10, 64)
+	return err == nil && r.status != 0 && n == r.bytes
+}
+
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // instrument counts, times and logs every request.
@@ -152,6 +159,7 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 		s.inFlight++
 		s.mu.Unlock()
 		rec := &recorder{ResponseWriter: w}
+		returned := false
 		defer func() {
 			end := s.opts.Now()
 			s.mu.Lock()
@@ -168,6 +176,11 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 			}
 			d := end.Sub(start)
 			s.metrics.observe(route, status, d)
+			if returned && rec.whole() {
+				// The answer goes out now, not after its log line: an
+				// exec's client waited for the write to the log.
+				rec.Flush()
+			}
 			level := slog.LevelInfo
 			if r.Method == http.MethodGet && status < 400 {
 				level = slog.LevelDebug
@@ -178,6 +191,7 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 				slog.Duration("duration", d), slog.Int64("bytes", rec.bytes))
 		}()
 		next.ServeHTTP(rec, r)
+		returned = true
 	})
 }
 

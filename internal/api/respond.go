@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -91,11 +92,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status = http.StatusInternalServerError
 		b, _ = json.Marshal(wire.ErrorBody{Error: wire.Error{Code: wire.CodeInternal, Message: "encode response: " + err.Error()}})
 	}
+	b = append(b, '\n')
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Del("Content-Length")
+	// Known, so that the answer is whole once written (see instrument).
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	b = append(b, '\n')
 	_, _ = w.Write(b) // the client is gone when this fails; nothing to do
 }
 
