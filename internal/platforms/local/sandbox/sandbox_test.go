@@ -144,6 +144,12 @@ func TestWorkspace(t *testing.T) {
 	if o := run(t, &l, cfg); o.stdout != "/workspace/sub\n" {
 		t.Errorf("dir sub: got %q", o.stdout)
 	}
+	// A workspace named through a symlink is the directory it points to.
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(ws, link))
+	if o := run(t, &l, shell(link, "cat from-sandbox")); o.stdout != "sandbox data\n" {
+		t.Errorf("through a symlink: got %q (stderr %q)", o.stdout, o.stderr)
+	}
 }
 
 func TestConcurrent(t *testing.T) {
@@ -553,14 +559,17 @@ func children(t *testing.T) []string {
 func TestInvalidConfig(t *testing.T) {
 	var l sandbox.Launcher
 	ws := t.TempDir()
+	file := filepath.Join(ws, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
 	for name, cfg := range map[string]sandbox.Config{
-		"relative workspace": {Workspace: "rel", Spec: platforms.ExecSpec{Argv: []string{"true"}}},
-		"missing workspace":  {Workspace: filepath.Join(ws, "nope"), Spec: platforms.ExecSpec{Argv: []string{"true"}}},
-		"empty argv":         {Workspace: ws},
-		"dir escapes":        {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Dir: "a/../../etc"}},
-		"absolute dir":       {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Dir: "/etc"}},
-		"negative timeout":   {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Timeout: -time.Second}},
-		"bad env":            {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Env: []string{"NOEQUALS"}}},
+		"workspace is a file": {Workspace: file, Spec: platforms.ExecSpec{Argv: []string{"true"}}},
+		"relative workspace":  {Workspace: "rel", Spec: platforms.ExecSpec{Argv: []string{"true"}}},
+		"missing workspace":   {Workspace: filepath.Join(ws, "nope"), Spec: platforms.ExecSpec{Argv: []string{"true"}}},
+		"empty argv":          {Workspace: ws},
+		"dir escapes":         {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Dir: "a/../../etc"}},
+		"absolute dir":        {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Dir: "/etc"}},
+		"negative timeout":    {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Timeout: -time.Second}},
+		"bad env":             {Workspace: ws, Spec: platforms.ExecSpec{Argv: []string{"true"}, Env: []string{"NOEQUALS"}}},
 	} {
 		_, err := l.Run(t.Context(), cfg, nil, nil)
 		assert.ErrorIs(t, err, sandbox.ErrInvalidConfig, name)
