@@ -92,7 +92,7 @@
 // cloned when the exec comes, so it may be one mounted after the init
 // started. An exec without network or image takes one, sets its
 // cgroup's limits and sends the config; a replacement starts in the
-// background. Execs with network or an image directory, and execs that find
+// background once the exec is done. Execs with network or an image directory, and execs that find
 // the pool empty, start their own. Close kills the waiting ones.
 //
 // A command that signals PID 1 on purpose ends its own exec (the init is a

@@ -194,15 +194,15 @@ func (ip *initProc) discard() {
 	}
 }
 
-// take returns a warm init for an exec without network, or nil, and starts
-// replacements so that Warm inits are kept ready. The replacements warm up
-// at the lowest CPU priority (see warmOne), so they use what the command
-// they were started beside leaves free rather than compete with it.
+// take returns a warm init for an exec without network, or nil. Run tops
+// the pool up once the exec is done (topUp), so that Warm inits are kept
+// ready; the replacements warm up at the lowest CPU priority (see
+// warmOne), so they use what later commands leave free rather than
+// compete with them.
 func (l *Launcher) take() *initProc {
 	if l.Warm <= 0 {
 		return nil
 	}
-	defer l.topUp()
 	for {
 		select {
 		case ip := <-l.pool:
