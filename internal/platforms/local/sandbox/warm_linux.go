@@ -32,7 +32,7 @@ type initProc struct {
 	// A warm init's priority: it warms up at warmNice and gets the
 	// launcher's back once it is ready, or when an exec takes it first.
 	niceMu   sync.Mutex
-	taken    bool // an exec took it: its priority is the exec's business
+	taken    bool // an exec took it, or it is discarded: restoreWhenReady leaves it
 	restored bool // its priority is the launcher's again
 }
 
@@ -186,6 +186,10 @@ func (l *Launcher) spawnInNS(ip *initProc, network bool, env []string, stdin *os
 // discard kills an init that will not be used, reaps it and removes its
 // cgroup.
 func (ip *initProc) discard() {
+	// No renice once it may be reaped: its pid could be another's.
+	ip.niceMu.Lock()
+	ip.taken = true
+	ip.niceMu.Unlock()
 	_ = ip.proc.kill()
 	_, _, _ = ip.proc.wait()
 	ip.p.closeParent()
