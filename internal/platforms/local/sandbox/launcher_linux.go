@@ -81,10 +81,12 @@ type Launcher struct {
 	// the first Run; Close kills the waiting ones.
 	Warm     int
 	pool     chan *initProc
-	warmPids map[int]bool   // pids of the inits in pool
-	warming  int            // inits being started for the pool
-	refills  sync.WaitGroup // goroutines starting them
-	closed   bool           // Close was called: no more warming
+	warmPids map[int]bool // pids of the inits in pool
+	warming  int          // inits being started for the pool
+	// lowersNice: warmOne may run at warmNice and come back (canLowerNice).
+	lowersNice bool
+	refills    sync.WaitGroup // goroutines starting them
+	closed     bool           // Close was called: no more warming
 
 	// trace, when set, gets every exec's phase marks and the CPU time of
 	// the init and everything it reaped (tests).
@@ -99,6 +101,7 @@ func (l *Launcher) init() {
 		l.running = map[int]bool{}
 		l.reaping = map[chan struct{}]bool{}
 		l.pool = make(chan *initProc, max(l.Warm, 0))
+		l.lowersNice = l.Warm > 0 && canLowerNice()
 		l.warmPids = map[int]bool{}
 		if l.UserNamespace != nil {
 			// The first spawner's namespace is kept for the launcher's life

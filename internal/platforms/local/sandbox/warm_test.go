@@ -106,6 +106,17 @@ func TestWarmPool(t *testing.T) {
 		}
 		_, out := runShell(t, l, ws, "cut -d' ' -f19 /proc/self/stat")
 		assert.Equal(t, strconv.Itoa(nice)+"\n", out, "the command's nice value")
+		// The refills ran at warmNice on threads of the launcher's own,
+		// which get its nice value back.
+		require.NoError(t, l.Settle(t.Context()))
+		waitWarm(t, l, 2)
+		deadline := time.Now().Add(30 * time.Second)
+		for got := threadNices(t, os.Getpid()); !allEqual(got, nice); got = threadNices(t, os.Getpid()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the launcher's threads' nice values %v after 30s, want all %d", got, nice)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	})
 
 	t.Run("sees mounts made after it started", func(t *testing.T) {
