@@ -15,8 +15,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/engine"
+	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/local"
@@ -334,21 +336,29 @@ func TestDurability(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, wire.DurabilityFsync, strict.Durability)
 	assert.NotContains(t, superOptions(strict), "volatile")
-	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	require.NoError(t, err)
-	assert.Equal(t, wire.DurabilityCommit, ws.Durability, "the default")
-	assert.Contains(t, superOptions(ws), "volatile")
-	run(t, e, ws.ID, "echo kept > k && sync k")
+	// Two of the default durability: one whose daemon will seem to have
+	// crashed, one whose host will.
+	var vol [2]wire.Workspace
+	for i := range vol {
+		vol[i], err = e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
+		require.NoError(t, err)
+		assert.Equal(t, wire.DurabilityCommit, vol[i].Durability, "the default")
+		assert.Contains(t, superOptions(vol[i]), "volatile")
+		run(t, e, vol[i].ID, "echo kept > k && sync k")
+	}
 
 	require.NoError(t, e.Shutdown(ctx))
-	dir := filepath.Join(db.WorkspacesDir(), ws.ID)
-	mark := filepath.Join(dir, "work", "work", "incompat", "volatile")
-	_, err = os.Stat(mark)
-	require.ErrorIs(t, err, os.ErrNotExist, "overlayfs's volatile mark after the daemon stopped")
-	// As if the host had stopped while it was mounted: the mark is there,
-	// made in another boot.
-	require.NoError(t, os.MkdirAll(mark, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "mount_boot_id"), []byte("another boot\n"), 0o600))
+	dir := func(ws wire.Workspace) string { return filepath.Join(db.WorkspacesDir(), ws.ID) }
+	mark := func(ws wire.Workspace) string { return filepath.Join(dir(ws), "work", "work", "incompat", "volatile") }
+	for _, ws := range vol {
+		_, err = os.Stat(mark(ws))
+		require.ErrorIs(t, err, os.ErrNotExist, "overlayfs's volatile mark after the daemon stopped")
+		// As a crash leaves it: the mark is there, and the boot it was
+		// made in is recorded beside it.
+		require.NoError(t, os.MkdirAll(mark(ws), 0o755))
+	}
+	// The second's was made in another boot: its host stopped.
+	require.NoError(t, unix.Setxattr(filepath.Join(dir(vol[1]), "work"), kerneloverlay.MountBootXattr, []byte("another boot\n"), 0))
 
 	p := local.New(local.Options{})
 	require.NoError(t, p.Up(ctx))
@@ -357,16 +367,17 @@ func TestDurability(t *testing.T) {
 	require.NoError(t, err)
 	defer e2.Shutdown(ctx)
 	require.NoError(t, e2.Recover(ctx))
-	st, err := e2.WorkspaceStatus(ctx, ws.ID)
-	require.NoError(t, err)
-	assert.Contains(t, st.DataPath, "the host stopped while it was mounted")
-	if out, _ := run(t, e2, ws.ID, "cat k"); out != "kept\n" {
-		t.Fatalf("after remount: %q", out)
+	for i, ws := range append(vol[:], strict) {
+		st, err := e2.WorkspaceStatus(ctx, ws.ID)
+		require.NoError(t, err)
+		assert.Equal(t, i == 1, strings.Contains(st.DataPath, "the host stopped while it was mounted"), "%s: data path %q", ws.ID, st.DataPath)
+		assert.Equal(t, ws.Durability, st.Durability)
 	}
-	st, err = e2.WorkspaceStatus(ctx, strict.ID)
-	require.NoError(t, err)
-	assert.NotContains(t, st.DataPath, "the host stopped")
-	assert.Equal(t, wire.DurabilityFsync, st.Durability)
+	for _, ws := range vol {
+		if out, _ := run(t, e2, ws.ID, "cat k"); out != "kept\n" {
+			t.Fatalf("%s after remount: %q", ws.ID, out)
+		}
+	}
 }
 
 // TestExecIsolation checks from inside an exec what must be out of reach:
