@@ -95,7 +95,7 @@ const bootIDFile = "boot_id"
 // emptied if its images were written before the last boot (or if it does
 // not say when), which may have lost what they had only in the page cache.
 func thisBoot(dir string) error {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	boot, err := bootID()
 	if err != nil {
 		return err
 	}

@@ -275,14 +275,27 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	if err != nil {
 		return res, err
 	}
-	// ws and the init's pipes are closed, and the warm pool topped up,
-	// once the exec has returned, with its reaping (see settled below),
-	// else at once.
+	// release closes ws and the init's pipes and tops the warm pool up:
+	// once the exec has returned, with its reaping (see settled below), or
+	// at once when it returns before its init has reported.
+	var p *pipes
+	release := func() {
+		unix.Close(ws)
+		if p != nil {
+			p.closeParent()
+		}
+		// Replacements for the warm pool start only now. Started when
+		// the exec took its init, a replacement's start (its spawn and
+		// runtime, before warmOne renices it) competed with the exec's
+		// init and command for two CPUs: 0.6-0.9 ms of fixed overhead
+		// after idle; started at the report, it competed with the
+		// answer's way back.
+		l.topUp()
+	}
 	settling := false
 	defer func() {
 		if !settling {
-			unix.Close(ws)
-			l.topUp()
+			release()
 		}
 	}()
 
@@ -317,12 +330,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		}
 		werr = ip.send(spec.MemoryBytes, spec.MilliCPUs, ic, ws)
 	}
-	p := ip.p
-	defer func() {
-		if !settling {
-			p.closeParent()
-		}
-	}()
+	p = ip.p
 	if ip.pooled {
 		lm.add("warm")
 	}
@@ -386,15 +394,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 			<-reaped
 			// Off the exec's path: closing the workspace's clone (a detached
 			// mount tree) and six pipe and socket ends took 0.05 ms there.
-			unix.Close(ws)
-			p.closeParent()
-			// Replacements for the warm pool start only now. Started
-			// when the exec took its init, a replacement's start (its
-			// spawn and runtime, before warmOne renices it) competed
-			// with the exec's init and command for two CPUs: 0.6-0.9 ms
-			// of fixed overhead after idle; started at the report, it
-			// competed with the answer's way back.
-			l.topUp()
+			release()
 			if l.trace != nil || l.logger().Enabled(context.Background(), slog.LevelDebug) {
 				l.tracePhases(lm, rep.Marks, initCPU) // the init's CPU, known once it is reaped
 			}
