@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/testenv"
 )
 
 func TestBeneath(t *testing.T) {
@@ -75,4 +77,36 @@ func TestBeneath(t *testing.T) {
 	if err := LstatBeneath(dir, deep+"p", &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
 		t.Errorf("LstatBeneath of the deep fifo: mode %o, %v", st.Mode, err)
 	}
+}
+
+// TestListxattr lists an entry's xattrs through listxattrat and through the
+// /proc path it falls back to, not following a final symlink, and asks
+// for the size with a nil buffer.
+func TestListxattr(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	require.NoError(t, os.WriteFile(f, nil, 0o644))
+	if err := unix.Setxattr(f, "user.one", []byte("1"), 0); err != nil {
+		testenv.Skip(t, "user xattrs on "+dir+": "+err.Error())
+	}
+	require.NoError(t, unix.Setxattr(f, "user.two", []byte("2"), 0))
+	require.NoError(t, os.Symlink("f", filepath.Join(dir, "link")))
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	for _, fallback := range []bool{false, true} {
+		noListxattrat.Store(fallback)
+		size, err := At{fd, "f"}.Listxattr(nil)
+		require.NoError(t, err)
+		buf := make([]byte, size)
+		n, err := At{fd, "f"}.Listxattr(buf)
+		require.NoError(t, err)
+		require.Equal(t, "user.one\x00user.two\x00", string(buf[:n]), "fallback %v", fallback)
+		n, err = At{fd, "link"}.Listxattr(buf)
+		require.NoError(t, err)
+		require.NotContains(t, string(buf[:n]), "user.", "fallback %v: followed the symlink", fallback)
+		_, err = At{fd, "f"}.Listxattr(make([]byte, 3))
+		require.ErrorIs(t, err, unix.ERANGE, "fallback %v", fallback)
+	}
+	noListxattrat.Store(false)
 }

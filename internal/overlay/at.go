@@ -127,7 +127,9 @@ func (c *dirFds) closeAll() {
 // proc names the entry through /proc/self/fd for the calls that have no
 // *at form (the l*xattr calls, truncate): a short path whatever the depth,
 // whose last component is not followed by the l* calls.
-func (a at) proc() string { return dirfd.At{Dir: a.dir, Name: a.name}.Proc() }
+func (a at) proc() string { return a.entry().Proc() }
+
+func (a at) entry() dirfd.At { return dirfd.At{Dir: a.dir, Name: a.name} }
 
 // openRoots opens the upper and work directories as the descriptors every
 // upper and work entry is relative to.

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/commit"
+	"layerfs.dev/layerfs/internal/dirfd"
 	"layerfs.dev/layerfs/internal/store"
 )
 
@@ -427,7 +428,7 @@ func (o *Overlay) emitFile(cs *ChangeSet, n *Node, d *Node, name, p string) erro
 		e.UID, e.GID = st.Uid, st.Gid
 		e.MtimeNs = st.Mtim.Nano()
 		e.Link = o.linkValue(n)
-		xs, err := upperXattrs(src.proc())
+		xs, err := upperXattrs(src.entry())
 		if err != nil {
 			return err
 		}
@@ -461,8 +462,8 @@ func (o *Overlay) linkValue(n *Node) uint64 {
 	return h.Sum64() | 1
 }
 
-func upperXattrs(p string) ([]store.Xattr, error) {
-	names, err := llistxattr(p)
+func upperXattrs(a dirfd.At) ([]store.Xattr, error) {
+	names, err := listxattrAt(a)
 	if err != nil {
 		if notSupported(err) {
 			return nil, nil
@@ -475,7 +476,7 @@ func upperXattrs(p string) ([]store.Xattr, error) {
 		if reservedXattr(n) {
 			continue
 		}
-		v, err := lgetxattr(p, n)
+		v, err := lgetxattr(a.Proc(), n)
 		if err != nil {
 			if errors.Is(err, syscall.ENODATA) {
 				continue
@@ -500,7 +501,7 @@ func (o *Overlay) dirEntryFromUpper(n *Node, name string, tree store.ID) (*store
 	if err := unix.Fstatat(src.dir, src.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, fmt.Errorf("changes: %s: %w", name, err)
 	}
-	xs, err := upperXattrs(src.proc())
+	xs, err := upperXattrs(src.entry())
 	if err != nil {
 		return nil, err
 	}

@@ -125,7 +125,7 @@ func scanUpperSince(dir string, earlier *UpperState) (*UpperState, error) {
 				meta := old.meta
 				if !known || stamp != old {
 					var err error
-					if meta, err = dataInLower(e.Proc()); err != nil && !notSupported(err) {
+					if meta, err = dataInLower(e); err != nil && !notSupported(err) {
 						return err
 					}
 				}
@@ -146,11 +146,11 @@ func scanUpperSince(dir string, earlier *UpperState) (*UpperState, error) {
 	return s, nil
 }
 
-// dataInLower reports whether the upper regular file at proc (its
-// /proc/self/fd path) still has its data in the lower: a kernel metacopy,
-// or a copy-up of this package's that kept its origin.
-func dataInLower(proc string) (bool, error) {
-	names, err := llistxattr(proc)
+// dataInLower reports whether the upper regular file a still has its
+// data in the lower: a kernel metacopy, or a copy-up of this package's
+// that kept its origin.
+func dataInLower(a dirfd.At) (bool, error) {
+	names, err := listxattrAt(a)
 	return slices.ContainsFunc(names, func(n string) bool { return n == xattrMetacopy || n == xattrOrigin }), err
 }
 

@@ -225,7 +225,7 @@ func (o *Overlay) Listxattr(ctx context.Context, n *Node) ([]string, error) {
 		return nil, err
 	}
 	defer a.close()
-	all, err := llistxattr(a.proc())
+	all, err := listxattrAt(a.entry())
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/dirfd"
 )
 
 var errInvalidName error = syscall.EINVAL
@@ -57,9 +59,10 @@ func lgetxattr(path, name string) ([]byte, error) {
 	return readSized(256, 64, func(buf []byte) (int, error) { return unix.Lgetxattr(path, name, buf) })
 }
 
-// llistxattr returns the xattr names of path (not following symlinks).
-func llistxattr(path string) ([]string, error) {
-	b, err := readSized(1024, 256, func(buf []byte) (int, error) { return unix.Llistxattr(path, buf) })
+// listxattrAt returns the xattr names of the entry a (not following
+// symlinks).
+func listxattrAt(a dirfd.At) ([]string, error) {
+	b, err := readSized(1024, 256, a.Listxattr)
 	if err != nil {
 		return nil, err
 	}

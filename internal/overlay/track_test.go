@@ -53,9 +53,16 @@ func TestUpperTracker(t *testing.T) {
 		{"move between directories", "mv n1 d/n1"},
 		{"removed and made again, over and over", "for i in 1 2 3 4 5 6 7 8; do rm -rf x && mkdir -p x/y && echo $i > x/y/new; done"},
 		{"truncate", "truncate -s 100 f1"},
+		{"a counted file written again", "echo again >> d/n1"},
+		{"an empty directory", "mkdir empty"},
+		{"the empty directory made again (perhaps with its inode number)", "rmdir empty && mkdir empty && echo 1 > empty/f"},
+		{"a directory to move", "mkdir -p zz/X && echo 1 > zz/X/f"},
+		{"moved untouched into a directory its old one sorts after", "mkdir b && mv zz/X b/X"},
+		{"the moved directory changed", "echo 2 > b/X/g"},
+		{"moved again and changed at once", "mv b/X zz/X && echo 3 > zz/X/h"},
 		{"a new directory moved", "mkdir -p m/n && echo 1 > m/n/o && mv m a/m"},
 		{"more events than the kernel queues", "mkdir big && cd big && seq 1 20000 | xargs touch && echo 1 > 7"},
-		{"all of it removed", "rm -rf big a d/e x"},
+		{"all of it removed", "rm -rf big a d/e x b zz empty"},
 	}
 	for _, st := range steps {
 		out, err := exec.Command("sh", "-ec", "cd "+mnt+" && "+st.sh).CombinedOutput()
