@@ -280,7 +280,8 @@ type Workspace struct {
 	Node        string `json:"node,omitempty"`
 	NodeAddress string `json:"node_address,omitempty"`
 	// DataPath says how the workspace is served, then how file data
-	// reaches the kernel: "overlay: metadata erofs, data lower passthrough",
+	// reaches the kernel: "overlay: metadata erofs, data cached or lower
+	// passthrough",
 	// "fuse: passthrough", "fuse: daemon: WHY"; a workspace that fell back
 	// from overlay to fuse, or to overlay without its metadata image, says
 	// why in parentheses.

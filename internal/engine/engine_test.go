@@ -277,7 +277,7 @@ func testRemountKeepsChanges(t *testing.T, path string) {
 		// workspace (Shutdown waits for that).
 		c, err := e.Commit(ctx, "p", cr.Commit)
 		require.NoError(t, err)
-		_, err = os.Stat(filepath.Join(db.CacheDir(), "meta", c.Root+".erofs"))
+		_, err = os.Stat(filepath.Join(db.CacheDir(), "meta", c.Root+".content.erofs"))
 		assert.NoError(t, err, "metadata image of the new commit")
 	}
 	p := local.New(local.Options{})

@@ -31,9 +31,6 @@ type env struct {
 	ctx  context.Context
 	n    int
 	path string // the data path: "fuse", "overlay" or "overlay-nometa"
-	// noMeta: the tree has what a metadata image cannot carry, so an
-	// "overlay" mount falls back to the view as its whole lower.
-	noMeta bool
 }
 
 // dataPaths are the two ways a workspace is served; the behaviour tests run
@@ -121,7 +118,7 @@ func (e *env) mount(root store.ID) (served, string) {
 	e.t.Cleanup(func() { m.Unmount(context.Background()) })
 	if e.path == "overlay" {
 		// No silent fallback to the view as the whole lower.
-		require.Equal(e.t, !e.noMeta, m.(*kerneloverlay.Mount).HasMeta(), m.DataPath())
+		require.True(e.t, m.(*kerneloverlay.Mount).HasMeta(), m.DataPath())
 	}
 	return m, mnt
 }

@@ -19,7 +19,8 @@ import (
 // TestMetaLayer: on the overlay path the commit's metadata comes from an
 // EROFS image, so creating names in committed directories (each a negative
 // lookup in the lower), listing and stat-ing committed names send the FUSE
-// view nothing; only opening a committed file's data reaches it.
+// view nothing; only opening a committed file's data reaches it, and only
+// until the content is in the Store's cache.
 func TestMetaLayer(t *testing.T) {
 	e := newEnvOn(t, true, "overlay")
 	m, mnt := e.mount(e.Root)
@@ -38,6 +39,25 @@ test ! -e a/absent
 	require.NoError(t, err)
 	assert.Equal(t, strings.Repeat("abc", 40000), string(got))
 	assert.NotZero(t, m.Stats().Sub(before).Requests(), "a committed file's data comes from the view")
+
+	// Once materialized, a content is read, copied and copied up from the
+	// Store's cache, the first data-only layer: another workspace of the
+	// commit sends the view nothing for it.
+	m2, mnt2 := e.mount(e.Root)
+	before = m2.Stats()
+	sh(t, mnt2, `
+set -e
+cmp a/f2 a/b/../f2
+cp a/f2 copy
+echo more >> a/f2
+`)
+	assert.Empty(t, m2.Stats().Sub(before).ByOp(), "requests to the view for a content in the cache")
+	got, err = os.ReadFile(filepath.Join(mnt2, "copy"))
+	require.NoError(t, err)
+	assert.Equal(t, strings.Repeat("abc", 40000), string(got))
+	got, err = os.ReadFile(filepath.Join(mnt2, "a/f2"))
+	require.NoError(t, err)
+	assert.Equal(t, strings.Repeat("abc", 40000)+"more\n", string(got))
 }
 
 // TestMetaLayerBehaviours runs the behaviours, the lockstep random

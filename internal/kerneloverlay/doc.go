@@ -1,15 +1,18 @@
 // Package kerneloverlay serves a workspace on the overlay data path: the
 // workspace mount is kernel overlayfs; its lower an EROFS image of the
-// committed tree's metadata (see meta.go), with the daemon's read-only FUSE
-// view of the tree (package fs over an overlay with an empty upper: lazy
-// from the Store, passthrough for file data, long cache times, per-request
-// telemetry) below it as a data-only layer; its upper and work directories
-// the workspace's own, on a local file system.
+// committed tree's metadata (see meta.go), whose files redirect to their
+// contents in two data-only layers below it (see content.go): the Store's
+// cache directory, then the daemon's read-only FUSE view of the commit's
+// contents (package fs over an overlay with an empty upper: lazy from the
+// Store, passthrough for file data, per-request telemetry); its upper and
+// work directories the workspace's own, on a local file system.
 //
 // Creates, writes, renames, unlinks, metadata changes, lookups, listings
-// and stats then run in the kernel at the upper file system's speed; only
-// reads of committed data reach the daemon, through the view. Without an
-// image (a tree it cannot carry, Config.NoMeta) the view is the whole
+// and stats then run in the kernel at the upper file system's speed, and
+// so do reads, copies and copy-ups of committed data already in the
+// Store's cache; only a first read of a content reaches the daemon,
+// through the view. Without an image (a tree it cannot carry,
+// Config.NoMeta) the view is of the committed tree and the whole
 // lower, and lookups of new names reach the daemon too.
 //
 // Kernel overlayfs keeps no dirty set, but its upper directory holds

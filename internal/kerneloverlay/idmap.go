@@ -13,15 +13,16 @@ import (
 // of lower and of dir (whose upper/ and work/ are the upper and work
 // directories), as a workspace without a metadata layer is mounted.
 func MountIDMapped(lower, dir, target string, m *IDMap) error {
-	return mountOverlay(lower, dir, target, -1, m, false)
+	return mountOverlay(lower, dir, target, -1, "", m, false)
 }
 
 // mountOverlay mounts kernel overlayfs at target over the FUSE view at
 // lower and dir's upper/ and work/ directories (overlayfs wants both on one
 // mount), passed to the kernel as descriptors (fsconfig FSCONFIG_SET_FD,
 // Linux 6.13 and later). With a metadata layer (meta, a mount's
-// descriptor, >= 0), meta is the lower layer and the view a data-only
-// layer below it; else the view is the lower.
+// descriptor, >= 0), meta is the lower layer, and the data-only layers
+// below it are the Store's cache directory cache (if not "") and then the
+// view (see content.go); else the view is the lower.
 //
 // With m, the layers are id-mapped clones (see IDMap). The overlay does its
 // own work in the layers (the work directory's subdirectories, copy-ups,
@@ -30,7 +31,7 @@ func MountIDMapped(lower, dir, target string, m *IDMap) error {
 // system is then created with file system uid and gid m.Root, keeping the
 // daemon's capabilities. With volatile, the overlay never syncs its upper
 // (see volatile.go).
-func mountOverlay(lower, dir, target string, meta int, m *IDMap, volatile bool) error {
+func mountOverlay(lower, dir, target string, meta int, cache string, m *IDMap, volatile bool) error {
 	fail := func(what string, err error) error {
 		return fmt.Errorf("mount overlay at %s: %s: %w", target, what, err)
 	}
@@ -51,34 +52,44 @@ func mountOverlay(lower, dir, target string, meta int, m *IDMap, volatile bool) 
 			return fail("id-map the metadata layer", err)
 		}
 	}
-	// The lower layers first, in order: fsconfig takes them so.
-	var keys []string
-	fds := map[string]int{}
-	if meta >= 0 {
-		keys = append(keys, "lowerdir+", "datadir+")
-		fds["lowerdir+"], fds["datadir+"] = meta, lo
-	} else {
-		keys = append(keys, "lowerdir+")
-		fds["lowerdir+"] = lo
+	// The layers in order (fsconfig takes the lower ones so), each a
+	// key and a descriptor.
+	type layerFd struct {
+		key string
+		fd  int
 	}
-	for key, name := range map[string]string{"upperdir": "upper", "workdir": "work"} {
+	var layers []layerFd
+	if meta >= 0 {
+		layers = append(layers, layerFd{"lowerdir+", meta})
+		if cache != "" {
+			c, err := layer(cache, m)
+			if err != nil {
+				return fail("the Store's cache", err)
+			}
+			defer unix.Close(c)
+			layers = append(layers, layerFd{"datadir+", c})
+		}
+		layers = append(layers, layerFd{"datadir+", lo})
+	} else {
+		layers = append(layers, layerFd{"lowerdir+", lo})
+	}
+	for _, name := range []string{"upper", "work"} {
 		fd, err := unix.Openat(ws, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fail(name, err)
 		}
 		defer unix.Close(fd)
-		fds[key] = fd
+		layers = append(layers, layerFd{name + "dir", fd})
 	}
-	keys = append(keys, "upperdir", "workdir")
 	create := func() (int, error) {
 		fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 		if err != nil {
 			return -1, fmt.Errorf("fsopen: %w", err)
 		}
 		defer unix.Close(fsfd)
-		for _, key := range keys {
-			if err := unix.FsconfigSetFd(fsfd, key, fds[key]); err != nil {
-				return -1, fmt.Errorf("%s: %w", key, err)
+		for _, l := range layers {
+			if err := unix.FsconfigSetFd(fsfd, l.key, l.fd); err != nil {
+				return -1, fmt.Errorf("%s: %w", l.key, err)
 			}
 		}
 		for opt := range strings.SplitSeq(Options, ",") {

@@ -22,13 +22,10 @@ import (
 // of a committed directory would be a FUSE round trip to the daemon's view.
 // Instead, the overlay's lower is an EROFS image of the commit's metadata:
 // directories, symlinks, devices, and regular files as holes of their size
-// carrying overlayfs's metacopy xattr and an absolute redirect to their own
-// path; the FUSE view is stacked below it as a data-only layer
-// (lowerdir=META::DATA), which overlayfs reaches only when a file's data is
-// first opened, by that redirect. A redirect names the file's path in the
-// commit, so the view serves it unchanged, and a redirect overlayfs writes
-// into the upper when a metacopy is renamed names a path of the commit too,
-// as it did over the FUSE lower: commit reads the upper as before.
+// carrying overlayfs's metacopy xattr and an absolute redirect to their
+// content (see content.go), which overlayfs follows into the data-only
+// layers (lowerdir=META::CACHE::VIEW) only when a file's data is first
+// opened.
 //
 // An image is a function of the root tree alone, so it is built once per
 // commit (MetaImage, about 20 ms of CPU for 15,000 files) and kept beside
@@ -41,11 +38,14 @@ import (
 // metaImageDir is where images are kept, under a Store's cache directory.
 const metaImageDir = "meta"
 
+// metaImageSuffix ends an image's name. It names the image's format too:
+// images whose redirects named commit paths ended in ".erofs".
+const metaImageSuffix = ".content.erofs"
+
 // MetaImage returns the path of the EROFS image of root's metadata under
 // cacheDir (a Store's cache directory), writing it first if it is not
 // there. A tree the image cannot carry (an xattr outside the user,
-// trusted, security and ACL namespaces, a file whose path is PATH_MAX
-// bytes or longer) fails with erofs.ErrUnsupported.
+// trusted, security and ACL namespaces) fails with erofs.ErrUnsupported.
 func MetaImage(ctx context.Context, lower interface {
 	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
 }, cacheDir string, root store.ID) (string, error) {
@@ -53,7 +53,7 @@ func MetaImage(ctx context.Context, lower interface {
 	if err := thisBoot(dir); err != nil {
 		return "", fmt.Errorf("metadata image: %w", err)
 	}
-	path := filepath.Join(dir, root.String()+".erofs")
+	path := filepath.Join(dir, root.String()+metaImageSuffix)
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
@@ -184,15 +184,10 @@ func metaInode(e *store.Entry, p string) (*erofs.Inode, error) {
 		in.Xattrs = append(in.Xattrs, erofs.Xattr{Name: x.Name, Value: x.Value})
 	}
 	if e.Type == store.TypeFile && e.Size > 0 {
-		if len(p) >= unix.PathMax {
-			// overlayfs looks the redirect up as one path, which
-			// cannot be longer (ENAMETOOLONG on the first read).
-			return nil, fmt.Errorf("%w: a file's path of %d bytes, too long for overlayfs to follow to its data", erofs.ErrUnsupported, len(p))
-		}
-		// Its data is the data-only layer's file of the same path.
+		// Its data is the data-only layers' file of its content.
 		in.Xattrs = append(in.Xattrs,
 			erofs.Xattr{Name: xattrOverlayPrefix + "metacopy"},
-			erofs.Xattr{Name: xattrOverlayPrefix + "redirect", Value: []byte(p)})
+			erofs.Xattr{Name: xattrOverlayPrefix + "redirect", Value: []byte(contentPath(e.Object))})
 	}
 	return in, nil
 }

@@ -32,3 +32,23 @@ func BenchmarkMetaImage(b *testing.B) {
 		require.NoError(b, err)
 	}
 }
+
+// BenchmarkContentIndex indexes the contents of the same tree, the cost
+// of a workspace's first read of a content not in the Store's cache.
+func BenchmarkContentIndex(b *testing.B) {
+	s := overlaytest.NewStore(b, b.Context(), func(t testing.TB, dir string) {
+		for d := range 150 {
+			sub := filepath.Join(dir, fmt.Sprintf("pkg%03d", d))
+			require.NoError(t, os.Mkdir(sub, 0o755))
+			for f := range 100 {
+				require.NoError(t, os.WriteFile(filepath.Join(sub, fmt.Sprintf("file%03d.go", f)), []byte(fmt.Sprint(d, f)), 0o644))
+			}
+		}
+	})
+	b.ResetTimer()
+	for b.Loop() {
+		c := newContentLower(s.DB, s.Root)
+		_, err := c.Tree(b.Context(), c.Root())
+		require.NoError(b, err)
+	}
+}

@@ -40,9 +40,11 @@ type Config struct {
 	// IDMap, when set, mounts the overlay over id-mapped layers (see
 	// IDMap); nil mounts it over the layers as they are.
 	IDMap *IDMap
-	// MetaCache is the directory metadata images are kept in, built once
-	// per commit (a Store's cache directory; see MetaImage); "" keeps the
-	// image in Dir.
+	// MetaCache is the Store's cache directory (store.DB.CacheDir): the
+	// metadata images are kept there, built once per commit (see
+	// MetaImage), and the overlay reads the contents materialized there
+	// directly (see content.go). "" keeps the image in Dir, and reads
+	// every content through the view.
 	MetaCache string
 	// NoMeta serves the commit's metadata from the FUSE view too (the
 	// view is then the overlay's whole lower), for comparison.
@@ -80,6 +82,7 @@ type Mount struct {
 	committed *overlay.UpperState
 	idmap     *IDMap // the layers' mapping; nil: none
 	whyNoMeta string // why the view is the whole lower; "": a metadata layer serves
+	cached    bool   // the Store's cache is a data layer (with the metadata layer)
 	// hostStopped: the host stopped while the workspace was mounted
 	// volatile, so changes since its last commit may be incomplete.
 	hostStopped bool
@@ -151,21 +154,6 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	if hostStopped && cfg.Logger != nil {
 		cfg.Logger.Warn("the host stopped while this workspace was mounted with durability commit: its changes since the last commit may be incomplete", "dir", cfg.Dir)
 	}
-	// The view's own overlay never takes a change: its upper stays empty.
-	// (Its work directory holds the empty file empty lower files open as.)
-	view := viewDir(cfg.Dir)
-	if err := os.RemoveAll(view); err != nil {
-		return nil, fmt.Errorf("overlay mount: %w", err)
-	}
-	ov, err := overlay.Open(ctx, overlay.Config{Lower: cfg.Lower, Root: cfg.Root,
-		UpperDir: filepath.Join(view, "upper"), WorkDir: filepath.Join(view, "work"), Logger: cfg.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
-	}
-	srv, err := lfs.Mount(ctx, lowerDir(cfg.Dir), ov, lfs.Options{Logger: cfg.Logger, Lower: true, Source: cfg.Source})
-	if err != nil {
-		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
-	}
 	meta, whyNoMeta := -1, ""
 	if cfg.NoMeta {
 		whyNoMeta = "disabled by option"
@@ -179,7 +167,21 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	if meta >= 0 {
 		defer unix.Close(meta)
 	}
-	err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cfg.IDMap, cfg.Volatile)
+	srv, err := mountView(ctx, cfg, meta >= 0)
+	if err != nil {
+		return nil, err
+	}
+	cache := cfg.MetaCache
+	err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cache, cfg.IDMap, cfg.Volatile)
+	if err != nil && meta >= 0 && cache != "" {
+		// The cache on a stacked file system can be a level too deep:
+		// the view serves every content then.
+		if cfg.Logger != nil {
+			cfg.Logger.Warn("overlay refused the Store's cache as a data layer", "dir", cfg.Dir, "err", err)
+		}
+		cache = ""
+		err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cache, cfg.IDMap, cfg.Volatile)
+	}
 	if err != nil && meta >= 0 {
 		// (An image on a stacked file system can be one level too deep
 		// for overlayfs, where the view is not.)
@@ -187,7 +189,12 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 		if cfg.Logger != nil {
 			cfg.Logger.Warn("overlay refused the metadata layer", "dir", cfg.Dir, "err", err)
 		}
-		err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, -1, cfg.IDMap, cfg.Volatile)
+		if err = srv.Unmount(ctx); err == nil {
+			if srv, err = mountView(ctx, cfg, false); err != nil {
+				return nil, err
+			}
+			err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, -1, "", cfg.IDMap, cfg.Volatile)
+		}
 	}
 	if err != nil {
 		srv.Unmount(context.WithoutCancel(ctx))
@@ -198,7 +205,34 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 		base = cfg.Root
 	}
 	return &Mount{cfg: cfg, view: srv, base: base, committed: cfg.Committed, idmap: cfg.IDMap, whyNoMeta: whyNoMeta,
-		hostStopped: hostStopped}, nil
+		cached: whyNoMeta == "" && cache != "", hostStopped: hostStopped}, nil
+}
+
+// mountView mounts the daemon's read-only FUSE view at the workspace's
+// lower/: of the commit's contents (content.go) when a metadata image is
+// the overlay's lower, else of the commit's tree, the whole lower.
+func mountView(ctx context.Context, cfg Config, contents bool) (*lfs.Server, error) {
+	// The view's own overlay never takes a change: its upper stays empty.
+	// (Its work directory holds the empty file empty lower files open as.)
+	view := viewDir(cfg.Dir)
+	if err := os.RemoveAll(view); err != nil {
+		return nil, fmt.Errorf("overlay mount: %w", err)
+	}
+	lower, root := cfg.Lower, cfg.Root
+	if contents {
+		c := newContentLower(cfg.Lower, cfg.Root)
+		lower, root = c, c.Root()
+	}
+	ov, err := overlay.Open(ctx, overlay.Config{Lower: lower, Root: root,
+		UpperDir: filepath.Join(view, "upper"), WorkDir: filepath.Join(view, "work"), Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
+	}
+	srv, err := lfs.Mount(ctx, lowerDir(cfg.Dir), ov, lfs.Options{Logger: cfg.Logger, Lower: true, Source: cfg.Source})
+	if err != nil {
+		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
+	}
+	return srv, nil
 }
 
 // MountDirs mounts kernel overlayfs at target with the given lower, upper
@@ -261,11 +295,14 @@ func (m *Mount) Upper() (overlay.UpperSummary, error) {
 func (m *Mount) Stats() lfs.Stats { return m.view.Stats() }
 
 // DataPath says how the workspace is served: "overlay: metadata erofs,
-// data lower passthrough", or with the view as the whole lower "overlay:
-// lower passthrough (no metadata layer: why)".
+// data cached or lower passthrough", or with the view as the whole lower
+// "overlay: lower passthrough (no metadata layer: why)".
 func (m *Mount) DataPath() string {
 	s := "overlay: lower " + m.view.DataPath() + " (no metadata layer: " + m.whyNoMeta + ")"
-	if m.whyNoMeta == "" {
+	switch {
+	case m.whyNoMeta == "" && m.cached:
+		s = "overlay: metadata erofs, data cached or lower " + m.view.DataPath()
+	case m.whyNoMeta == "":
 		s = "overlay: metadata erofs, data lower " + m.view.DataPath()
 	}
 	if m.hostStopped {
