@@ -43,15 +43,16 @@ func contentPath(id store.ID) string {
 // contentLower is the view's lower on the overlay path with a metadata
 // image: a tree of the commit root's file contents, laid out as
 // contentPath says (a directory per two-digit prefix, a read-only file
-// per content), built on first use from a walk of the commit (the kernel
-// reaches the view only for a content the cache lacks).
+// per content). The root lists every prefix at once (the view loads it
+// when mounted); the prefixes' directories come from a walk of the commit
+// made on the first lookup in one, which the kernel makes only for a
+// content the cache lacks.
 type contentLower struct {
 	lower overlay.Lower
 	root  store.ID // the commit
 
-	once  sync.Once
-	trees map[store.ID]*store.Tree // by the IDs contentID makes
-	err   error
+	mu    sync.Mutex
+	trees map[store.ID]*store.Tree // by prefix directory; nil until indexed
 }
 
 func newContentLower(lower overlay.Lower, root store.ID) *contentLower {
@@ -69,14 +70,28 @@ func (c *contentLower) contentID(prefix string) store.ID {
 
 // Tree returns a directory of the view.
 func (c *contentLower) Tree(ctx context.Context, id store.ID) (*store.Tree, error) {
-	c.once.Do(func() { c.err = c.index(context.WithoutCancel(ctx)) })
-	if c.err != nil {
-		return nil, c.err
+	if id == c.Root() {
+		top := &store.Tree{Entries: make([]store.Entry, 0, 256)}
+		for i := range 256 {
+			prefix := fmt.Sprintf("%02x", i)
+			top.Entries = append(top.Entries, store.Entry{Name: prefix, Type: store.TypeDir, Mode: 0o555,
+				Object: c.contentID(prefix), ObjectKind: store.KindTree})
+		}
+		return top, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.trees == nil {
+		trees, err := c.index(ctx)
+		if err != nil {
+			return nil, err // tried again on the next lookup
+		}
+		c.trees = trees
 	}
 	if t, ok := c.trees[id]; ok {
 		return t, nil
 	}
-	return nil, fmt.Errorf("content view of %s: no directory %s: %w", c.root.Short(), id.Short(), store.ErrNotFound)
+	return &store.Tree{}, nil // a prefix no content of the commit has
 }
 
 // Materialize puts a content in the Store's cache.
@@ -84,14 +99,17 @@ func (c *contentLower) Materialize(ctx context.Context, e *store.Entry) (string,
 	return c.lower.Materialize(ctx, e)
 }
 
-// index walks the commit and files each content under its prefix.
-func (c *contentLower) index(ctx context.Context) error {
+// index walks the commit and files each content under its prefix's
+// directory.
+func (c *contentLower) index(ctx context.Context) (map[store.ID]*store.Tree, error) {
 	byPrefix := map[string]map[store.ID]store.Entry{}
+	seen := map[store.ID]bool{} // trees walked (one may be several directories)
 	var walk func(id store.ID) error
 	walk = func(id store.ID) error {
-		if id.IsZero() {
+		if id.IsZero() || seen[id] {
 			return nil
 		}
+		seen[id] = true
 		t, err := c.lower.Tree(ctx, id)
 		if err != nil {
 			return fmt.Errorf("content view of %s: %w", c.root.Short(), err)
@@ -114,18 +132,13 @@ func (c *contentLower) index(ctx context.Context) error {
 		return nil
 	}
 	if err := walk(c.root); err != nil {
-		return err
+		return nil, err
 	}
-	c.trees = map[store.ID]*store.Tree{}
-	top := &store.Tree{}
+	trees := make(map[store.ID]*store.Tree, len(byPrefix))
 	for prefix, files := range byPrefix {
 		t := &store.Tree{Entries: slices.Collect(maps.Values(files))}
 		slices.SortFunc(t.Entries, func(a, b store.Entry) int { return strings.Compare(a.Name, b.Name) })
-		id := c.contentID(prefix)
-		c.trees[id] = t
-		top.Entries = append(top.Entries, store.Entry{Name: prefix, Type: store.TypeDir, Mode: 0o555, Object: id, ObjectKind: store.KindTree})
+		trees[c.contentID(prefix)] = t
 	}
-	slices.SortFunc(top.Entries, func(a, b store.Entry) int { return strings.Compare(a.Name, b.Name) })
-	c.trees[c.Root()] = top
-	return nil
+	return trees, nil
 }
