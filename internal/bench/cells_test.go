@@ -203,18 +203,22 @@ func (g *guestLike) Endpoint(context.Context) (string, string, error) {
 	if g.d == nil {
 		return "", "", platforms.ErrNotUp
 	}
-	return "unix://" + filepath.Join(g.dir, "bench.sock"), "", nil
+	return g.d.Endpoint(), "", nil
 }
 
 // TestRunCellsOnAGuestDaemon runs a cell with a base and one without on a
 // RemoteDaemon platform: every sample verifies, and the base crossed to
 // the daemon once for the run (one base project there), not once per
-// sample and arm.
+// sample and arm. The daemon's directory is too deep for a socket.
 func TestRunCellsOnAGuestDaemon(t *testing.T) {
 	testenv.RequireFUSE(t)
 	cs, err := cells.Select([]string{"C01", "C09"})
 	require.NoError(t, err)
-	g := &guestLike{local: local.New(local.Options{}), dir: t.TempDir()}
+	// A daemon directory too deep for a unix socket (as a run's output
+	// directory can be): the daemon puts its socket in a short one.
+	deep := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	require.NoError(t, os.Mkdir(deep, 0o755))
+	g := &guestLike{local: local.New(local.Options{}), dir: deep}
 	var projects []string
 	res, err := Run(t.Context(), Config{
 		Cells: cs, Platforms: []string{"guest"}, Samples: 2, OutDir: t.TempDir(),

@@ -31,8 +31,14 @@ type Daemon struct {
 	srv    *http.Server
 	ln     net.Listener
 	// remove removes the Store's scope (StartScopedFleetDaemon); nil else.
-	remove func(context.Context) error
+	remove  func(context.Context) error
+	sock    string // the API's unix socket
+	sockDir string // holds sock when dir is too deep for a socket; "" else
 }
+
+// maxSocketPath is the longest path a unix socket may have (sun_path's 108
+// bytes with the terminating NUL).
+const maxSocketPath = 107
 
 // StartDaemon initialises a Store in dir (which must not hold one) and
 // serves it with the given host platforms, which must be Up.
@@ -73,23 +79,39 @@ func startDaemon(ctx context.Context, dir string, opts store.Options, plats []pl
 		db.Close()
 		return nil, err
 	}
-	sock := filepath.Join(dir, "bench.sock")
+	sock, sockDir := filepath.Join(dir, "bench.sock"), ""
+	if len(sock) > maxSocketPath {
+		// A deep output directory (run from one): the socket gets a
+		// short directory of its own.
+		if sockDir, err = os.MkdirTemp("", "layerfs-bench-"); err != nil {
+			db.Close()
+			return nil, err
+		}
+		sock = filepath.Join(sockDir, "bench.sock")
+	}
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		db.Close()
+		if sockDir != "" {
+			os.RemoveAll(sockDir)
+		}
 		return nil, err
 	}
 	os.Chmod(sock, 0o600)
 	s := api.NewServer(eng, api.Options{Logger: log})
-	d := &Daemon{Store: db, dir: dir, eng: eng, ln: ln, srv: &http.Server{Handler: s.Handler(api.ListenerOptions{}), ReadHeaderTimeout: 10 * time.Second}}
+	d := &Daemon{Store: db, dir: dir, eng: eng, ln: ln, sock: sock, sockDir: sockDir,
+		srv: &http.Server{Handler: s.Handler(api.ListenerOptions{}), ReadHeaderTimeout: 10 * time.Second}}
 	go d.srv.Serve(ln)
-	d.Client, err = client.Dial(ctx, "unix://"+sock)
+	d.Client, err = client.Dial(ctx, d.Endpoint())
 	if err != nil {
 		d.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("dial the bench daemon: %w", err)
 	}
 	return d, nil
 }
+
+// Endpoint is the address the daemon's API answers at.
+func (d *Daemon) Endpoint() string { return "unix://" + d.sock }
 
 // Close stops serving, unmounts what is left and closes the Store (and
 // removes its scope, if it has one). The Store's directory stays for
@@ -104,6 +126,9 @@ func (d *Daemon) Close(ctx context.Context) error {
 	errs = append(errs, d.Store.Close())
 	if d.remove != nil {
 		errs = append(errs, d.remove(ctx))
+	}
+	if d.sockDir != "" {
+		errs = append(errs, os.RemoveAll(d.sockDir))
 	}
 	return errors.Join(errs...)
 }
