@@ -1,12 +1,15 @@
 package kerneloverlay
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
-	"maps"
+	"os"
+	"path/filepath"
 	"slices"
-	"strings"
+	"sort"
 	"sync"
 
 	"layerfs.dev/layerfs/internal/overlay"
@@ -22,13 +25,14 @@ import (
 // data-only layers that answer such a path:
 //
 //  1. the Store's cache directory, on a local file system: a content
-//     materialized once (by any workspace, a checkout or a commit) is read
-//     by the kernel with no daemon in the way, copied by copy_file_range
+//     materialized once (by any workspace of any commit) is read by the
+//     kernel with no daemon in the way, copied by copy_file_range
 //     within one file system (cp of a committed file is a splice, or a
 //     reflink on XFS and btrfs), and copied up from there;
 //  2. the daemon's FUSE view of the same paths, for a content not
 //     materialized yet: its open materializes it (lazy from the Store) and
-//     passes the cache file through.
+//     passes the cache file through. Its directories come from the
+//     commit's contents list, which MetaImage writes beside the image.
 //
 // Redirects the kernel writes into the upper (a renamed metacopy) name the
 // file's path in the lower, never its data's, so commit reads the upper as
@@ -44,19 +48,29 @@ func contentPath(id store.ID) string {
 // image: a tree of the commit root's file contents, laid out as
 // contentPath says (a directory per two-digit prefix, a read-only file
 // per content). The root lists every prefix at once (the view loads it
-// when mounted); the prefixes' directories come from a walk of the commit
-// made on the first lookup in one, which the kernel makes only for a
-// content the cache lacks.
+// when mounted). A prefix's directory is made on the first lookup in it,
+// which the kernel makes only for a content the cache lacks: from its
+// records in the commit's contents list, written sorted beside the
+// metadata image, or, where there is no list, from a walk of the commit.
 type contentLower struct {
-	lower overlay.Lower
-	root  store.ID // the commit
+	lower    overlay.Lower
+	root     store.ID          // the commit
+	list     string            // the path of the commit's contents list
+	prefixes map[store.ID]byte // the prefixes' directories: their first byte
 
-	mu    sync.Mutex
-	trees map[store.ID]*store.Tree // by prefix directory; nil until indexed
+	mu      sync.Mutex
+	loaded  bool
+	records []byte                   // the contents list; nil: walked instead
+	trees   map[store.ID]*store.Tree // the prefixes' directories made so far
 }
 
-func newContentLower(lower overlay.Lower, root store.ID) *contentLower {
-	return &contentLower{lower: lower, root: root}
+func newContentLower(lower overlay.Lower, root store.ID, list string) *contentLower {
+	c := &contentLower{lower: lower, root: root, list: list, prefixes: make(map[store.ID]byte, 256),
+		trees: map[store.ID]*store.Tree{}}
+	for i := range 256 {
+		c.prefixes[c.contentID(fmt.Sprintf("%02x", i))] = byte(i)
+	}
+	return c
 }
 
 // Root is the ID of the tree at the view's root.
@@ -79,19 +93,31 @@ func (c *contentLower) Tree(ctx context.Context, id store.ID) (*store.Tree, erro
 		}
 		return top, nil
 	}
+	first, ok := c.prefixes[id]
+	if !ok {
+		return nil, fmt.Errorf("content view of %s: no directory %s: %w", c.root.Short(), id.Short(), store.ErrNotFound)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.trees == nil {
-		trees, err := c.index(ctx)
-		if err != nil {
+	if !c.loaded {
+		if err := c.load(ctx); err != nil {
 			return nil, err // tried again on the next lookup
 		}
-		c.trees = trees
 	}
 	if t, ok := c.trees[id]; ok {
 		return t, nil
 	}
-	return &store.Tree{}, nil // a prefix no content of the commit has
+	t := &store.Tree{} // a prefix no content of the commit has, after a walk
+	if c.records != nil {
+		// The list is sorted: the prefix's records are one run.
+		n := len(c.records) / contentsRecordSize
+		lo := sort.Search(n, func(i int) bool { return c.records[i*contentsRecordSize] >= first })
+		for i := lo; i < n && c.records[i*contentsRecordSize] == first; i++ {
+			t.Entries = append(t.Entries, contentRecord(c.records[i*contentsRecordSize:]))
+		}
+	}
+	c.trees[id] = t
+	return t, nil
 }
 
 // Materialize puts a content in the Store's cache.
@@ -99,20 +125,45 @@ func (c *contentLower) Materialize(ctx context.Context, e *store.Entry) (string,
 	return c.lower.Materialize(ctx, e)
 }
 
-// index walks the commit and files each content under its prefix's
-// directory.
-func (c *contentLower) index(ctx context.Context) (map[store.ID]*store.Tree, error) {
-	byPrefix := map[string]map[store.ID]store.Entry{}
-	seen := map[store.ID]bool{} // trees walked (one may be several directories)
+// load reads the contents list, or, where there is none (a gc swept it),
+// walks the commit and makes every prefix's directory.
+func (c *contentLower) load(ctx context.Context) error {
+	if records, err := readContents(c.list); err == nil {
+		c.records, c.loaded = records, true
+		return nil
+	}
+	contents, err := walkContents(ctx, c.lower, c.root)
+	if err != nil {
+		return fmt.Errorf("content view of %s: %w", c.root.Short(), err)
+	}
+	sortContents(contents)
+	for _, e := range contents {
+		id := c.contentID(e.Name[:2])
+		if c.trees[id] == nil {
+			c.trees[id] = &store.Tree{}
+		}
+		c.trees[id].Entries = append(c.trees[id].Entries, e)
+	}
+	c.loaded = true
+	return nil
+}
+
+// walkContents lists the file contents of the commit root, each once, as
+// the view's entries of them.
+func walkContents(ctx context.Context, lower interface {
+	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
+}, root store.ID) ([]store.Entry, error) {
+	var contents []store.Entry
+	seen := map[store.ID]bool{} // trees walked and contents listed
 	var walk func(id store.ID) error
 	walk = func(id store.ID) error {
 		if id.IsZero() || seen[id] {
 			return nil
 		}
 		seen[id] = true
-		t, err := c.lower.Tree(ctx, id)
+		t, err := lower.Tree(ctx, id)
 		if err != nil {
-			return fmt.Errorf("content view of %s: %w", c.root.Short(), err)
+			return err
 		}
 		for _, e := range t.Entries {
 			switch {
@@ -120,25 +171,78 @@ func (c *contentLower) index(ctx context.Context) (map[store.ID]*store.Tree, err
 				if err := walk(e.Object); err != nil {
 					return err
 				}
-			case e.Type == store.TypeFile && e.Size > 0:
-				name := e.Object.String()
-				if byPrefix[name[:2]] == nil {
-					byPrefix[name[:2]] = map[store.ID]store.Entry{}
-				}
-				byPrefix[name[:2]][e.Object] = store.Entry{Name: name, Type: store.TypeFile, Mode: 0o444,
-					Size: e.Size, Object: e.Object, ObjectKind: e.ObjectKind}
+			case e.Type == store.TypeFile && e.Size > 0 && !seen[e.Object]:
+				seen[e.Object] = true
+				contents = append(contents, contentEntry(e.Object, e.ObjectKind, e.Size))
 			}
 		}
 		return nil
 	}
-	if err := walk(c.root); err != nil {
+	return contents, walk(root)
+}
+
+func contentEntry(id store.ID, kind store.Kind, size int64) store.Entry {
+	return store.Entry{Name: id.String(), Type: store.TypeFile, Mode: 0o444, Size: size, Object: id, ObjectKind: kind}
+}
+
+// A contents list holds a commit's contents sorted by ID, a record each:
+// the ID, its object kind, its size (8 bytes, big-endian).
+const (
+	contentsSuffix     = ".contents"
+	contentsRecordSize = len(store.ID{}) + 1 + 8
+)
+
+func sortContents(contents []store.Entry) {
+	slices.SortFunc(contents, func(a, b store.Entry) int { return bytes.Compare(a.Object[:], b.Object[:]) })
+}
+
+// writeContents writes the contents list at path: beside it, then renamed
+// into place, so a reader sees a whole list or none.
+func writeContents(path string, contents []store.Entry) error {
+	sortContents(contents)
+	b := make([]byte, 0, len(contents)*contentsRecordSize)
+	for _, e := range contents {
+		b = append(b, e.Object[:]...)
+		b = append(b, byte(e.ObjectKind))
+		b = binary.BigEndian.AppendUint64(b, uint64(e.Size))
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	return err
+}
+
+// readContents reads the contents list at path, checking that it is whole
+// records in order.
+func readContents(path string) ([]byte, error) {
+	if path == "" {
+		return nil, os.ErrNotExist
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
 		return nil, err
 	}
-	trees := make(map[store.ID]*store.Tree, len(byPrefix))
-	for prefix, files := range byPrefix {
-		t := &store.Tree{Entries: slices.Collect(maps.Values(files))}
-		slices.SortFunc(t.Entries, func(a, b store.Entry) int { return strings.Compare(a.Name, b.Name) })
-		trees[c.contentID(prefix)] = t
+	if len(b)%contentsRecordSize != 0 {
+		return nil, fmt.Errorf("contents list %s: %d bytes, not whole records", path, len(b))
 	}
-	return trees, nil
+	for i := contentsRecordSize; i < len(b); i += contentsRecordSize {
+		if bytes.Compare(b[i-contentsRecordSize:i-contentsRecordSize+32], b[i:i+32]) >= 0 {
+			return nil, fmt.Errorf("contents list %s: out of order at record %d", path, i/contentsRecordSize)
+		}
+	}
+	return b, nil
+}
+
+// contentRecord is the view's entry of the list's record r.
+func contentRecord(r []byte) store.Entry {
+	return contentEntry(store.ID(r[:32]), store.Kind(r[32]), int64(binary.BigEndian.Uint64(r[33:41])))
 }

@@ -57,9 +57,14 @@ func MetaImage(ctx context.Context, lower interface {
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	tree, err := metaTree(ctx, lower, root)
+	tree, contents, err := metaTree(ctx, lower, root)
 	if err != nil {
 		return "", fmt.Errorf("metadata image of %s: %w", root.Short(), err)
+	}
+	// The contents list first: an image in place has its list beside it
+	// (unless a gc swept it since: the view then walks the commit).
+	if err := writeContents(contentsPath(cacheDir, root), contents); err != nil {
+		return "", fmt.Errorf("contents list of %s: %w", root.Short(), err)
 	}
 	// Written beside its place and renamed into it: a reader sees a whole
 	// image or none, and two builders of one root write the same bytes.
@@ -87,6 +92,12 @@ func MetaImage(ctx context.Context, lower interface {
 	return path, nil
 }
 
+// contentsPath is where MetaImage puts the contents list of root (see
+// content.go) under cacheDir.
+func contentsPath(cacheDir string, root store.ID) string {
+	return filepath.Join(cacheDir, metaImageDir, root.String()+contentsSuffix)
+}
+
 // bootIDFile, in an image directory, names the boot its images were
 // written in.
 const bootIDFile = "boot_id"
@@ -111,11 +122,14 @@ func thisBoot(dir string) error {
 	return os.WriteFile(filepath.Join(dir, bootIDFile), boot, 0o600)
 }
 
-// metaTree converts the committed tree root into the image's inodes.
+// metaTree converts the committed tree root into the image's inodes, and
+// lists the contents the image's files redirect to, each once.
 func metaTree(ctx context.Context, lower interface {
 	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
-}, root store.ID) (*erofs.Inode, error) {
+}, root store.ID) (*erofs.Inode, []store.Entry, error) {
 	links := map[uint64]*erofs.Inode{}
+	var contents []store.Entry
+	listed := map[store.ID]bool{}
 	var dir func(id store.ID, path string, in *erofs.Inode) error
 	dir = func(id store.ID, path string, in *erofs.Inode) error {
 		if id.IsZero() {
@@ -145,10 +159,14 @@ func metaTree(ctx context.Context, lower interface {
 			if e.Link != 0 {
 				links[e.Link] = child
 			}
-			if e.Type == store.TypeDir {
+			switch {
+			case e.Type == store.TypeDir:
 				if err := dir(e.Object, p, child); err != nil {
 					return err
 				}
+			case e.Type == store.TypeFile && e.Size > 0 && !listed[e.Object]:
+				listed[e.Object] = true
+				contents = append(contents, contentEntry(e.Object, e.ObjectKind, e.Size))
 			}
 			in.Entries = append(in.Entries, erofs.Entry{Name: e.Name, Inode: child})
 		}
@@ -158,9 +176,9 @@ func metaTree(ctx context.Context, lower interface {
 	// overlay's root takes its attributes from the upper anyway.
 	top := &erofs.Inode{Mode: syscall.S_IFDIR | 0o755}
 	if err := dir(root, "", top); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return top, nil
+	return top, contents, nil
 }
 
 // metaInode is the image's inode for the entry e at path p (absolute, in
@@ -220,13 +238,17 @@ func mountMeta(path string) (int, error) {
 // openMeta mounts the metadata image of cfg.Root (built first if it is
 // not cached) and returns the mount's descriptor.
 func openMeta(ctx context.Context, cfg Config) (int, error) {
-	cache := cfg.MetaCache
-	if cache == "" {
-		cache = cfg.Dir
-	}
-	path, err := MetaImage(ctx, cfg.Lower, cache, cfg.Root)
+	path, err := MetaImage(ctx, cfg.Lower, imageCache(cfg), cfg.Root)
 	if err != nil {
 		return -1, err
 	}
 	return mountMeta(path)
+}
+
+// imageCache is the directory cfg's images are kept under.
+func imageCache(cfg Config) string {
+	if cfg.MetaCache == "" {
+		return cfg.Dir
+	}
+	return cfg.MetaCache
 }

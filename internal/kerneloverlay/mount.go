@@ -220,7 +220,7 @@ func mountView(ctx context.Context, cfg Config, contents bool) (*lfs.Server, err
 	}
 	lower, root := cfg.Lower, cfg.Root
 	if contents {
-		c := newContentLower(cfg.Lower, cfg.Root)
+		c := newContentLower(cfg.Lower, cfg.Root, contentsPath(imageCache(cfg), cfg.Root))
 		lower, root = c, c.Root()
 	}
 	ov, err := overlay.Open(ctx, overlay.Config{Lower: lower, Root: root,
