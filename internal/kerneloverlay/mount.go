@@ -189,7 +189,10 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 		if cfg.Logger != nil {
 			cfg.Logger.Warn("overlay refused the metadata layer", "dir", cfg.Dir, "err", err)
 		}
-		if err = srv.Unmount(ctx); err == nil {
+		// The view of the contents makes way for the view of the tree.
+		if uerr := srv.Unmount(ctx); uerr != nil {
+			err = errors.Join(err, uerr)
+		} else {
 			if srv, err = mountView(ctx, cfg, false); err != nil {
 				return nil, err
 			}

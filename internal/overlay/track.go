@@ -189,23 +189,25 @@ func (t *UpperTracker) update(ctx context.Context, up int) error {
 	if err := t.set.drain(); err != nil {
 		return err
 	}
-	if t.rescan {
-		t.unwatch()
-		t.reset()
-		return t.addTree(ctx, up, "")
-	}
 	// Parents first: a directory its parent's rescan found gone or made
 	// anew needs no rescan of its own.
 	dirs := slices.SortedFunc(maps.Keys(t.fired), func(a, b string) int {
 		return cmp.Or(cmp.Compare(strings.Count(a, "/"), strings.Count(b, "/")), cmp.Compare(a, b))
 	})
 	for _, dir := range dirs {
+		if t.rescan {
+			break
+		}
 		delete(t.fired, dir)
 		if err := t.rescanDir(ctx, up, dir); err != nil {
-			clear(t.fired)
 			t.rescan = true // the directories not rescanned are forgotten
 			return err
 		}
+	}
+	if t.rescan {
+		t.unwatch()
+		t.reset()
+		return t.addTree(ctx, up, "")
 	}
 	return nil
 }
@@ -278,7 +280,10 @@ func (t *UpperTracker) rescanDir(ctx context.Context, up int, dir string) error 
 	}
 	if dir != "" {
 		if old.ino != st.Ino {
-			return nil // made anew: its parent fired too, and scans it
+			// Made anew, which its parent's rescan would have found
+			// first: with no event of its parent's, start over.
+			t.rescan = true
+			return nil
 		}
 		t.disk += st.Blocks*512 - old.disk // a directory's size moves with its entries
 		old.disk = st.Blocks * 512
