@@ -56,6 +56,7 @@ type contentLower struct {
 	lower    overlay.Lower
 	root     store.ID          // the commit
 	list     string            // the path of the commit's contents list
+	top      *store.Tree       // the view's root: a directory per prefix
 	prefixes map[store.ID]byte // the prefixes' directories: their first byte
 
 	mu      sync.Mutex
@@ -65,10 +66,14 @@ type contentLower struct {
 }
 
 func newContentLower(lower overlay.Lower, root store.ID, list string) *contentLower {
-	c := &contentLower{lower: lower, root: root, list: list, prefixes: make(map[store.ID]byte, 256),
-		trees: map[store.ID]*store.Tree{}}
+	c := &contentLower{lower: lower, root: root, list: list, top: &store.Tree{Entries: make([]store.Entry, 0, 256)},
+		prefixes: make(map[store.ID]byte, 256), trees: map[store.ID]*store.Tree{}}
 	for i := range 256 {
-		c.prefixes[c.contentID(fmt.Sprintf("%02x", i))] = byte(i)
+		prefix := fmt.Sprintf("%02x", i)
+		id := c.contentID(prefix)
+		c.top.Entries = append(c.top.Entries, store.Entry{Name: prefix, Type: store.TypeDir, Mode: 0o555,
+			Object: id, ObjectKind: store.KindTree})
+		c.prefixes[id] = byte(i)
 	}
 	return c
 }
@@ -85,13 +90,7 @@ func (c *contentLower) contentID(prefix string) store.ID {
 // Tree returns a directory of the view.
 func (c *contentLower) Tree(ctx context.Context, id store.ID) (*store.Tree, error) {
 	if id == c.Root() {
-		top := &store.Tree{Entries: make([]store.Entry, 0, 256)}
-		for i := range 256 {
-			prefix := fmt.Sprintf("%02x", i)
-			top.Entries = append(top.Entries, store.Entry{Name: prefix, Type: store.TypeDir, Mode: 0o555,
-				Object: c.contentID(prefix), ObjectKind: store.KindTree})
-		}
-		return top, nil
+		return c.top, nil
 	}
 	first, ok := c.prefixes[id]
 	if !ok {
@@ -153,32 +152,53 @@ func (c *contentLower) load(ctx context.Context) error {
 func walkContents(ctx context.Context, lower interface {
 	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
 }, root store.ID) ([]store.Entry, error) {
-	var contents []store.Entry
-	seen := map[store.ID]bool{} // trees walked and contents listed
+	var contents contentList
+	walked := map[store.ID]bool{}
 	var walk func(id store.ID) error
 	walk = func(id store.ID) error {
-		if id.IsZero() || seen[id] {
+		if id.IsZero() || walked[id] {
 			return nil
 		}
-		seen[id] = true
+		walked[id] = true
 		t, err := lower.Tree(ctx, id)
 		if err != nil {
 			return err
 		}
-		for _, e := range t.Entries {
-			switch {
-			case e.Type == store.TypeDir:
+		for i := range t.Entries {
+			if e := &t.Entries[i]; e.Type == store.TypeDir {
 				if err := walk(e.Object); err != nil {
 					return err
 				}
-			case e.Type == store.TypeFile && e.Size > 0 && !seen[e.Object]:
-				seen[e.Object] = true
-				contents = append(contents, contentEntry(e.Object, e.ObjectKind, e.Size))
+			} else {
+				contents.add(e)
 			}
 		}
 		return nil
 	}
-	return contents, walk(root)
+	err := walk(root)
+	return contents.entries, err
+}
+
+// hasContent reports whether the entry e is a file with data: one the
+// image redirects to its content.
+func hasContent(e *store.Entry) bool { return e.Type == store.TypeFile && e.Size > 0 }
+
+// contentList gathers the contents of a commit's entries, each once, as
+// the view's entries of them.
+type contentList struct {
+	entries []store.Entry
+	listed  map[store.ID]bool
+}
+
+func (l *contentList) add(e *store.Entry) {
+	if !hasContent(e) || l.listed[e.Object] {
+		return
+	}
+	if l.listed == nil {
+		l.listed = map[store.ID]bool{}
+	}
+	l.listed[e.Object] = true
+	l.entries = append(l.entries, contentEntry(e.Object, e.ObjectKind, e.Size))
 }
 
 func contentEntry(id store.ID, kind store.Kind, size int64) store.Entry {

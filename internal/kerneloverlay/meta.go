@@ -128,8 +128,7 @@ func metaTree(ctx context.Context, lower interface {
 	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
 }, root store.ID) (*erofs.Inode, []store.Entry, error) {
 	links := map[uint64]*erofs.Inode{}
-	var contents []store.Entry
-	listed := map[store.ID]bool{}
+	var contents contentList
 	var dir func(id store.ID, path string, in *erofs.Inode) error
 	dir = func(id store.ID, path string, in *erofs.Inode) error {
 		if id.IsZero() {
@@ -159,14 +158,12 @@ func metaTree(ctx context.Context, lower interface {
 			if e.Link != 0 {
 				links[e.Link] = child
 			}
-			switch {
-			case e.Type == store.TypeDir:
+			if e.Type == store.TypeDir {
 				if err := dir(e.Object, p, child); err != nil {
 					return err
 				}
-			case e.Type == store.TypeFile && e.Size > 0 && !listed[e.Object]:
-				listed[e.Object] = true
-				contents = append(contents, contentEntry(e.Object, e.ObjectKind, e.Size))
+			} else {
+				contents.add(e)
 			}
 			in.Entries = append(in.Entries, erofs.Entry{Name: e.Name, Inode: child})
 		}
@@ -178,7 +175,7 @@ func metaTree(ctx context.Context, lower interface {
 	if err := dir(root, "", top); err != nil {
 		return nil, nil, err
 	}
-	return top, contents, nil
+	return top, contents.entries, nil
 }
 
 // metaInode is the image's inode for the entry e at path p (absolute, in
@@ -201,7 +198,7 @@ func metaInode(e *store.Entry, p string) (*erofs.Inode, error) {
 		}
 		in.Xattrs = append(in.Xattrs, erofs.Xattr{Name: x.Name, Value: x.Value})
 	}
-	if e.Type == store.TypeFile && e.Size > 0 {
+	if hasContent(e) {
 		// Its data is the data-only layers' file of its content.
 		in.Xattrs = append(in.Xattrs,
 			erofs.Xattr{Name: xattrOverlayPrefix + "metacopy"},
