@@ -258,9 +258,8 @@ func (s *UpperTrackers) drain() error {
 	}
 }
 
-// rescanDir arms the watch of the upper directory dir again and brings
-// its entries up to date: gone, changed, or new (a new directory is
-// watched and scanned).
+// rescanDir scans the upper directory dir again (scanDir), once sure it
+// is the directory the tracker knows there.
 func (t *UpperTracker) rescanDir(ctx context.Context, up int, dir string) error {
 	old, known := t.entries[dir]
 	if dir != "" && (!known || !old.dir) {
@@ -289,11 +288,21 @@ func (t *UpperTracker) rescanDir(ctx context.Context, up int, dir string) error 
 		old.disk = st.Blocks * 512
 		t.entries[dir] = old
 	}
+	return t.scanDir(ctx, up, dfd, dir)
+}
+
+// scanDir arms the watch of the upper directory dir (open as dfd) and
+// brings the entries in it up to date: gone, changed, or new (a new
+// directory is watched and scanned).
+func (t *UpperTracker) scanDir(ctx context.Context, up, dfd int, dir string) error {
 	here := dirfd.At{Dir: dfd, Name: "."}
 	if err := t.arm(here, dir); err != nil {
 		return err
 	}
 	names, err := dirNames(here)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // gone since it was opened; its parent's watch says so
+	}
 	if err != nil {
 		return fmt.Errorf("track upper %s: %w", t.dir, err)
 	}
@@ -424,38 +433,7 @@ func (t *UpperTracker) addTree(ctx context.Context, up int, rel string) error {
 		return fmt.Errorf("track upper %s: open %s: %w", t.dir, rel, err)
 	}
 	defer unix.Close(dfd)
-	here := dirfd.At{Dir: dfd, Name: "."}
-	if err := t.arm(here, rel); err != nil {
-		return err
-	}
-	names, err := dirNames(here)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		return fmt.Errorf("track upper %s: %w", t.dir, err)
-	}
-	for _, name := range names {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		p := join(rel, name)
-		if _, ok := t.entries[p]; ok {
-			continue
-		}
-		var st unix.Stat_t
-		a := dirfd.At{Dir: dfd, Name: name}
-		if err := a.Lstat(&st); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				continue
-			}
-			return fmt.Errorf("track upper %s: %w", t.dir, err)
-		}
-		if err := t.add(ctx, up, a, p, &st); err != nil {
-			return err
-		}
-	}
-	return nil
+	return t.scanDir(ctx, up, dfd, rel)
 }
 
 // gone reports whether err says a directory below the upper is no longer
