@@ -510,4 +510,40 @@ type DaemonStatus struct {
 	// Supervisor is the pid of the process that restarts this daemon when
 	// it crashes (layerfsd serve --supervise), 0 when none does.
 	Supervisor int `json:"supervisor_pid,omitempty"`
+	// Isolation is what each platform's sandboxes get, in Platforms'
+	// order. Every exec's receipt is held to it: an exec that ran with
+	// less fails.
+	Isolation []Isolation `json:"isolation,omitempty"`
+}
+
+// Isolation says what keeps one platform's sandboxes from the host and
+// from each other.
+type Isolation struct {
+	Platform string `json:"platform"`
+	// UserNamespace is the sandboxes' user namespace mapping as uid_map
+	// shows it ("0 2000000000 65536": inside, host, size). Empty means
+	// they run in the host's user namespace (uid 0 without capabilities),
+	// which a daemon does only when told to; NoUserNamespace says so.
+	UserNamespace   string `json:"user_namespace,omitempty"`
+	NoUserNamespace string `json:"no_user_namespace,omitempty"`
+	// Seccomp names the system call filter every command runs under, or
+	// is "off" with the reason.
+	Seccomp string `json:"seccomp"`
+	// Limits says how each per-exec limit is enforced ("cgroup v2",
+	// "cgroup v1", "rlimit", or "none" with the reason).
+	Limits IsolationLimits `json:"limits"`
+	// Network is a sandbox's network: "none" (a namespace of its own with
+	// only lo) unless the workspace is granted the host's.
+	Network string `json:"network"`
+	// Boundary names what else separates a sandbox from the host: "the
+	// host's kernel", or a VM ("a Lima VM (QEMU)").
+	Boundary string `json:"boundary"`
+}
+
+// IsolationLimits says how the per-exec limits of ExecRequest are enforced.
+type IsolationLimits struct {
+	Memory    string `json:"memory"`
+	Pids      string `json:"pids"`
+	CPU       string `json:"cpu"`
+	OpenFiles string `json:"open_files"`
 }

@@ -65,11 +65,29 @@ func daemonTable(w io.Writer, st wire.DaemonStatus) {
 	row("workspaces", fmt.Sprint(st.Workspaces))
 	row("execs running", fmt.Sprint(st.Execs))
 	row("platforms", strings.Join(st.Platforms, ", "))
+	for _, iso := range st.Isolation {
+		isolationRows(row, iso)
+	}
 	idle := st.IdleExit
 	if idle == "" {
 		idle = "never"
 	}
 	row("idle exit", idle)
+}
+
+// isolationRows are the rows that say what one platform's sandboxes get.
+func isolationRows(row func(k, v string), iso wire.Isolation) {
+	p := iso.Platform + " "
+	if iso.UserNamespace != "" {
+		row(p+"user namespace", "uid_map "+iso.UserNamespace+" (inside, host, size)")
+	} else {
+		row(p+"user namespace", "none: "+iso.NoUserNamespace)
+	}
+	row(p+"seccomp", iso.Seccomp)
+	l := iso.Limits
+	row(p+"limits", fmt.Sprintf("memory %s; pids %s; cpu %s; open files %s", l.Memory, l.Pids, l.CPU, l.OpenFiles))
+	row(p+"network", iso.Network)
+	row(p+"boundary", iso.Boundary)
 }
 
 func daemonStartCmd(a *app) *cobra.Command {

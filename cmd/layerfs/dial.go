@@ -221,13 +221,19 @@ func (a *app) awaitDaemon(ctx context.Context, exited <-chan error, tail func() 
 	}
 }
 
-// logTail returns the last lines the daemon logged since offset.
+// logTail returns what the daemon logged since offset: the error it ended
+// with, where it printed one, else its last lines.
 func logTail(path string, offset int64) string {
 	b, err := os.ReadFile(path)
 	if err != nil || int64(len(b)) < offset {
 		return "see " + path
 	}
 	lines := strings.Split(strings.TrimSpace(string(bytes.TrimSpace(b[offset:]))), "\n")
+	for _, l := range lines {
+		if msg, ok := strings.CutPrefix(l, "layerfsd: "); ok {
+			return msg
+		}
+	}
 	if len(lines) > 5 {
 		lines = lines[len(lines)-5:]
 	}

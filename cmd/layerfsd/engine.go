@@ -10,6 +10,7 @@ import (
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/host"
 	"layerfs.dev/layerfs/internal/store"
+	"layerfs.dev/layerfs/wire"
 )
 
 // daemonEngine is what the daemon needs from the engine beyond the API.
@@ -22,6 +23,8 @@ type daemonEngine interface {
 	// Shutdown unmounts every workspace, keeping their records.
 	Shutdown(ctx context.Context) error
 	Platforms() []string
+	// Isolation says what each platform's sandboxes get.
+	Isolation(ctx context.Context) ([]wire.Isolation, error)
 	LiveWorkspaces() int
 }
 

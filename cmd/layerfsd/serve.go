@@ -195,8 +195,17 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		return fmt.Errorf("recover workspaces: %w", err)
 	}
 
+	isolation, err := eng.Isolation(ctx)
+	if err != nil {
+		return err
+	}
+	for _, iso := range isolation {
+		log.Info("sandbox isolation", "platform", iso.Platform, "user_namespace", iso.UserNamespace, "no_user_namespace", iso.NoUserNamespace,
+			"seccomp", iso.Seccomp, "network", iso.Network)
+	}
 	stopReq := make(chan struct{}, 1)
 	status := wire.DaemonStatus{
+		Isolation: isolation,
 		Version:   wire.Version{Version: version(), Store: f.store},
 		Platforms: eng.Platforms(),
 		Socket:    f.socket,

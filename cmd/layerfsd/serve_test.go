@@ -136,11 +136,12 @@ type testEngine struct {
 	drained, shut bool
 }
 
-func (e *testEngine) Recover(context.Context) error  { return nil }
-func (e *testEngine) Drain(context.Context) error    { e.drained = true; return nil }
-func (e *testEngine) Shutdown(context.Context) error { e.shut = true; return nil }
-func (e *testEngine) Platforms() []string            { return []string{"test"} }
-func (e *testEngine) LiveWorkspaces() int            { return 0 }
+func (e *testEngine) Recover(context.Context) error                       { return nil }
+func (e *testEngine) Drain(context.Context) error                         { e.drained = true; return nil }
+func (e *testEngine) Shutdown(context.Context) error                      { e.shut = true; return nil }
+func (e *testEngine) Platforms() []string                                 { return []string{"test"} }
+func (e *testEngine) LiveWorkspaces() int                                 { return 0 }
+func (e *testEngine) Isolation(context.Context) ([]wire.Isolation, error) { return nil, nil }
 
 // TestShutdownGrace: a running exec finishes within the grace period while
 // new work is refused; past the grace period the exec is killed.

@@ -141,6 +141,40 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// Isolation says what each platform's sandboxes get, in Platforms' order
+// (platforms.Isolator; a platform that does not say is left out).
+func (e *Engine) Isolation(ctx context.Context) ([]wire.Isolation, error) {
+	var out []wire.Isolation
+	for _, n := range e.Platforms() {
+		if p, ok := e.plats[n].(platforms.Isolator); ok {
+			iso, err := p.Isolation(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("isolation of %s: %w", n, err)
+			}
+			out = append(out, iso)
+		}
+	}
+	return out, nil
+}
+
+// heldToIsolation fails an exec's result that ran outside the user
+// namespace its platform gives its sandboxes: what ran with less than the
+// daemon promised is an error, never a note in a receipt.
+func (e *Engine) heldToIsolation(ctx context.Context, platform string, r platforms.ExecResult) error {
+	p, ok := e.plats[platform].(platforms.Isolator)
+	if !ok {
+		return nil
+	}
+	iso, err := p.Isolation(ctx)
+	if err != nil {
+		return fmt.Errorf("isolation of %s: %w", platform, err)
+	}
+	if iso.UserNamespace != "" && r.UserNamespace != iso.UserNamespace {
+		return fmt.Errorf("%w: the exec ran in user namespace %q, not in %s's %q", errclass.Internal, r.UserNamespace, platform, iso.UserNamespace)
+	}
+	return nil
+}
+
 func defaultAuthor() string {
 	h, _ := os.Hostname()
 	u := os.Getenv("USER")

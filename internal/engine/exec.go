@@ -117,6 +117,9 @@ func (e *Engine) Exec(ctx context.Context, id string, req wire.ExecRequest, stdo
 	}
 	r, err := w.sb.Exec(ctx, spec, stdout, stderr)
 	wall := time.Since(t0)
+	if err == nil {
+		err = e.heldToIsolation(ctx, w.opts.Platform, r)
+	}
 	if err != nil {
 		e.metrics.execErrors.Add(1)
 		return wire.ExecResult{}, fmt.Errorf("exec in %s: %w", id, err)

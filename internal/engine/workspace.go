@@ -348,11 +348,9 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 		}
 		m, err := kerneloverlay.New(ctx, cfg)
 		if err != nil && cfg.IDMap != nil {
-			// Its sandboxes then run in the host's user namespace, and
-			// their receipts say so.
-			e.log.Warn("overlay over id-mapped layers refused; mounting the layers as they are", "id", w.rec.ID, "err", err)
-			cfg.IDMap = nil
-			m, err = kerneloverlay.New(ctx, cfg)
+			// Never over plain layers instead: its sandboxes could not
+			// have their user namespace (the fuse path below can).
+			err = fmt.Errorf("overlay over layers id-mapped for %s's user namespace: %w", w.opts.Platform, err)
 		}
 		if err == nil || !fresh || e.dataPath != wire.DataPathOverlay {
 			if err != nil {

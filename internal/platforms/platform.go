@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"layerfs.dev/layerfs/wire"
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
@@ -79,6 +80,19 @@ type Identity struct {
 	Image       string `json:"image,omitempty"`   // sandbox image id, where there is one
 	Details     string `json:"details,omitempty"` // anything else worth pinning
 }
+
+// Isolator is implemented by platforms that say what keeps their sandboxes
+// apart (it needs Up). The engine holds every exec's result to it: one that
+// ran outside the user namespace it names is an error, not a note. A
+// platform that cannot give the user namespace it was configured with
+// fails Up instead of reporting less.
+type Isolator interface {
+	Isolation(ctx context.Context) (wire.Isolation, error)
+}
+
+// NetworkIsolation is Isolation.Network for platforms whose sandboxes get a
+// network namespace of their own unless granted the host's.
+const NetworkIsolation = "none (a network namespace with only lo) unless the workspace is granted the host's"
 
 // SandboxHost is implemented by platforms whose sandboxes see directories of
 // this host (Features.HostMounts).

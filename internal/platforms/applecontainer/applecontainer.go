@@ -14,6 +14,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest"
+	"layerfs.dev/layerfs/wire"
 )
 
 // Name is the platform's registry name.
@@ -246,8 +247,8 @@ var stopScript = "if [ -f " + guestPID + " ] && kill -0 \"$(cat " + guestPID + "
 	"while kill -0 \"$(cat " + guestPID + ")\" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; fi"
 
 // daemonScript becomes layerfsd (exec keeps the pid the script wrote).
-var daemonScript = "chmod 0755 " + guestDaemon + " && echo $$ >" + guestPID + " && exec " + guestDaemon +
-	" serve --store " + guestStore + " --socket " + guestSocket + " </dev/null >>" + guestLog + " 2>&1"
+var daemonScript = guest.UserNSFlag + "; chmod 0755 " + guestDaemon + " && echo $$ >" + guestPID + " && exec " + guestDaemon +
+	" serve $userns --store " + guestStore + " --socket " + guestSocket + " </dev/null >>" + guestLog + " 2>&1"
 
 // Up implements platforms.Platform: start the container services if they
 // are down, create or start the container, copy layerfsd in and start it,
@@ -353,6 +354,12 @@ func (p *Platform) Endpoint(ctx context.Context) (string, string, error) {
 		return "", "", fmt.Errorf("applecontainer: endpoint of %q: %w", p.name, platforms.ErrNotUp)
 	}
 	return "unix://" + p.hostSocket, "", nil
+}
+
+// Isolation implements platforms.Isolator: what the guest daemon's
+// sandboxes get, inside the VM.
+func (p *Platform) Isolation(ctx context.Context) (wire.Isolation, error) {
+	return guest.RemoteIsolation(ctx, p, Name, "an Apple container VM")
 }
 
 // Identity implements platforms.Platform with facts read in the guest.

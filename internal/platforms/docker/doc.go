@@ -58,10 +58,11 @@
 // clone into a new user namespace; each exec's supervisor forks the
 // command into one with the range and the exec's ids, where the command
 // loads the BPF filter (which refuses that clone again) before it starts;
-// see package supervise. A FUSE workspace, an engine with userns-remap, a
-// remote engine or Options.NoUserNamespace leave commands in the host's
-// namespace as uid 0 without capabilities, and ExecResult.UserNamespace
-// says why.
+// see package supervise. It fails closed: an engine with userns-remap, a
+// remote engine or a host that allows no user namespace fails Up, and a
+// workspace that cannot be id-mapped fails Attach. Only
+// Options.NoUserNamespace leaves commands in the host's namespace as uid 0
+// without capabilities, and ExecResult.UserNamespace and Isolation say so.
 //
 // # Execs, and why a supervisor
 //

@@ -26,6 +26,7 @@ import (
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 	"layerfs.dev/layerfs/internal/seccomp"
+	"layerfs.dev/layerfs/wire"
 )
 
 // DefaultHost is the engine address used when Options.Host is empty.
@@ -126,6 +127,7 @@ type identityInfo struct {
 var (
 	_ platforms.Platform    = (*Platform)(nil)
 	_ platforms.SandboxHost = (*Platform)(nil)
+	_ platforms.Isolator    = (*Platform)(nil)
 	_ platforms.IDMapper    = (*Platform)(nil)
 )
 
@@ -236,7 +238,9 @@ func (p *Platform) connect(ctx context.Context, cli *client.Client) (upState, er
 		return st, fmt.Errorf("docker: supervisor: %w", err)
 	}
 
-	p.setUpUserNS(&st)
+	if err := p.setUpUserNS(&st); err != nil {
+		return st, err
+	}
 
 	start := time.Now()
 	root, err := sandboxRoot(p.opts.Packages, st.supervisor)
@@ -427,6 +431,32 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 		Details: fmt.Sprintf("api %s, storage %s, cgroup v%s, image %s (%d bytes), supervisor %s, per-exec limits: %s, seccomp: %s, user namespace: %s",
 			st.apiVersion, st.info.driver, st.info.cgroup, st.image.Ref, st.image.SizeBytes, st.supervisor, p.limitsNote(), seccomp.Name, st.userNSName()),
 	}, nil
+}
+
+// Isolation says what the engine's sandboxes get (platforms.Isolator).
+func (p *Platform) Isolation(context.Context) (wire.Isolation, error) {
+	_, st, err := p.current()
+	if err != nil {
+		return wire.Isolation{}, err
+	}
+	perExec := "cgroup v1 (the container's, and the exec's own when it sets one)"
+	if p.cg == nil {
+		perExec = "the container's cgroup only (per exec: none: " + p.noCg.Error() + ")"
+	}
+	iso := wire.Isolation{Platform: p.Name(), Seccomp: seccomp.Name + " (the supervisor's Docker profile; each command under the BPF filter)",
+		Limits:   wire.IsolationLimits{Memory: perExec, Pids: perExec, CPU: "cgroup v1 of the exec's own", OpenFiles: "rlimit (RLIMIT_NOFILE)"},
+		Network:  platforms.NetworkIsolation,
+		Boundary: "the host's kernel: a container with all capabilities dropped, a read-only root, no-new-privileges"}
+	if p.cg == nil || p.cg.cpu.Dir == "" {
+		iso.Limits.CPU = "none: an exec that asks for a CPU limit is refused"
+	}
+	if st.userNS.ns == nil {
+		iso.NoUserNamespace = st.userNS.why + ": uid 0 without capabilities in the host's"
+		iso.Seccomp = seccomp.Name + " (Docker profile)"
+	} else {
+		iso.UserNamespace = st.userNS.ids.String()
+	}
+	return iso, nil
 }
 
 // remapped tells whether the engine runs containers in a user namespace

@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -387,21 +388,35 @@ func TestWorkspacePlainDir(t *testing.T) {
 }
 
 // TestWorkspaceFUSE bind-mounts a FUSE mount served by this process (go-fuse's
-// loopback, with allow_other so that the engine and other uids may enter it).
+// loopback, with allow_other so that the engine and other uids may enter it,
+// and id-mappable, as the engine's are). One that cannot be id-mapped is
+// refused: its commands would run in the host's user namespace.
 func TestWorkspaceFUSE(t *testing.T) {
 	t.Parallel()
 	testenv.RequireFUSE(t)
 	p := shared.get(t)
-	backing, mnt := t.TempDir(), t.TempDir()
-	require.NoError(t, os.Chmod(backing, 0o777))
-	root, err := gofs.NewLoopbackRoot(backing)
-	require.NoError(t, err)
-	srv, err := gofs.Mount(mnt, root, &gofs.Options{MountOptions: fuse.MountOptions{
-		DirectMount: true, AllowOther: true, FsName: fuseTestName, Name: "loopback"}})
-	require.NoError(t, err, "mount")
-	t.Cleanup(func() {
-		assert.NoError(t, srv.Unmount(), "unmount")
-	})
+	mount := func(idmap bool) (backing, mnt string) {
+		backing, mnt = t.TempDir(), t.TempDir()
+		require.NoError(t, os.Chmod(backing, 0o777))
+		root, err := gofs.NewLoopbackRoot(backing)
+		require.NoError(t, err)
+		srv, err := gofs.Mount(mnt, root, &gofs.Options{MountOptions: fuse.MountOptions{
+			DirectMount: true, AllowOther: true, FsName: fuseTestName, Name: "loopback",
+			Options: []string{"default_permissions"}, IDMappedMount: idmap}})
+		require.NoError(t, err, "mount")
+		t.Cleanup(func() {
+			assert.NoError(t, srv.Unmount(), "unmount")
+		})
+		return backing, mnt
+	}
+	_, plain := mount(false)
+	if sb, err := p.Attach(t.Context(), platforms.Workspace{ID: "fuse-plain", HostPath: plain}); !errors.Is(err, errNoUserNS) {
+		if err == nil {
+			sb.Close(t.Context())
+		}
+		t.Errorf("attach of a FUSE mount that cannot be id-mapped: %v, want errNoUserNS", err)
+	}
+	backing, mnt := mount(true)
 	sb := attach(t, p, platforms.Workspace{HostPath: mnt})
 	checkBothWays(t, sb, mnt)
 	// The files went through the FUSE mount to its backing directory, and
@@ -538,6 +553,20 @@ func TestEscapes(t *testing.T) {
 	testenv.RequireDocker(t)
 	shared.get(t) // the image exists: no Up of the suite races another import
 	escapetest.Run(t, New(Options{Supervisor: supervisorBin}))
+}
+
+// TestFailClosed: the supervisor in a directory only root may enter still
+// gives sandboxes their user namespace, and where none can be made Up
+// refuses rather than run them in the host's.
+func TestFailClosed(t *testing.T) {
+	testenv.RequireDocker(t)
+	escapetest.FailClosed(t, func(t *testing.T, dir string) platforms.Platform {
+		sup := filepath.Join(dir, "layerfs-supervise")
+		b, err := os.ReadFile(supervisorBin)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(sup, b, 0o755))
+		return New(Options{Supervisor: sup})
+	})
 }
 
 // TestUserNamespace: each exec runs in a user namespace whose root is an

@@ -115,8 +115,12 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	var rnd [3]byte
 	_, _ = rand.Read(rnd[:])
 	name := "layerfs-" + w.ID + "-" + hex.EncodeToString(rnd[:])
-	bind, clone, ids, why := p.sandboxNS(st, w, name)
-	s.ids, s.noUserNS, s.clone, s.filter = ids, why, clone, st.userNS.filter
+	bind, clone, ids, err := p.sandboxNS(st, w, name)
+	if err != nil {
+		s.removeRootImage(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("docker: attach %s: %w", w.ID, err)
+	}
+	s.ids, s.noUserNS, s.clone, s.filter = ids, st.userNS.why, clone, st.userNS.filter
 	labels := map[string]string{labelWorkspace: w.ID, labelOwner: p.owner, labelPidNS: pidNamespace()}
 	cfg := &container.Config{
 		Image:      img,

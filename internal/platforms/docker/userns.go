@@ -35,19 +35,22 @@ type userNSState struct {
 // setUpUserNS makes the user namespace workspaces are id-mapped with, when
 // the engine lets LayerFS run commands in one: containers' processes are
 // the host's ids (no userns-remap) and their host paths are this host's
-// (a local engine).
-func (p *Platform) setUpUserNS(st *upState) {
+// (a local engine). Unless Options.NoUserNamespace turned it off, an
+// engine that does not is an error: sandboxes run in their user namespace
+// or not at all.
+func (p *Platform) setUpUserNS(st *upState) error {
 	u := &st.userNS
+	const remedy = "; or run docker sandboxes in the host's user namespace, uid 0 without capabilities, with layerfsd serve --no-user-namespace"
 	switch {
 	case p.opts.NoUserNamespace:
-		u.why = "turned off (NoUserNamespace)"
-		return
+		u.why = "turned off (layerfsd serve --no-user-namespace)"
+		return nil
 	case st.info.remapped():
-		u.why = "the engine's userns-remap maps container ids itself"
-		return
+		return fmt.Errorf("docker: %w: %w: the engine's userns-remap maps container ids itself, so workspaces cannot be id-mapped for LayerFS's namespace (turn userns-remap off%s)",
+			platforms.ErrUnavailable, errNoUserNS, remedy)
 	case !strings.HasPrefix(p.opts.Host, "unix://"):
-		u.why = "the engine is not on this host"
-		return
+		return fmt.Errorf("docker: %w: %w: the engine %s is not on this host, which makes the namespace (use a local engine%s)",
+			platforms.ErrUnavailable, errNoUserNS, p.opts.Host, remedy)
 	}
 	u.ids = userns.DefaultRange(p.log)
 	if p.opts.UserNamespace != nil {
@@ -62,10 +65,14 @@ func (p *Platform) setUpUserNS(st *upState) {
 		u.ns, err = userns.Hold(st.supervisor, []string{supervise.Name, "hold"}, u.ids)
 	}
 	if err != nil {
-		u.ns, u.why = nil, err.Error()
-		p.log.Warn("docker: sandboxes run without a user namespace", "err", err)
+		return fmt.Errorf("docker: %w: %w: %w (%s%s)", platforms.ErrUnavailable, errNoUserNS, err, userns.Remedy(err), remedy)
 	}
+	return nil
 }
+
+// errNoUserNS: the platform cannot give its sandboxes the user namespace
+// it was configured with; nothing runs without it.
+var errNoUserNS = errors.New("no user namespace for docker sandboxes")
 
 // IDMap is the namespace whose mapping a workspace's overlay layers take,
 // so that the container's commands see its files with their ids on disk
@@ -84,21 +91,23 @@ func (p *Platform) IDMap() (*os.File, uint32, error) {
 // sandboxNS decides how w's container runs its commands: in a user
 // namespace (ids non-nil), with the host path the container binds (w's
 // own when its layers are id-mapped already, else an id-mapped clone of
-// it at staging, which the caller unmounts with dropClone), or, when w
-// cannot be id-mapped, in the host's with why.
-func (p *Platform) sandboxNS(st upState, w platforms.Workspace, name string) (bind, staging string, ids *userns.Range, why string) {
+// it at staging, which the caller unmounts with dropClone), or, when the
+// platform was told to run them without one, in the host's. A workspace
+// that cannot be id-mapped is an error.
+func (p *Platform) sandboxNS(st upState, w platforms.Workspace, name string) (bind, staging string, ids *userns.Range, err error) {
 	u := st.userNS
 	if u.ns == nil {
-		return w.HostPath, "", nil, u.why
+		return w.HostPath, "", nil, nil
 	}
 	if w.IDMapped {
-		return w.HostPath, "", &u.ids, ""
+		return w.HostPath, "", &u.ids, nil
 	}
 	staging = filepath.Join(idmapRoot, p.owner, name)
 	if err := idmappedClone(w.HostPath, staging, int(u.ns.Fd())); err != nil {
-		return w.HostPath, "", nil, "the workspace cannot be id-mapped: " + err.Error()
+		return "", "", nil, fmt.Errorf("%w: the workspace cannot be id-mapped: %w (serve it over id-mapped layers or from a file system that can be id-mapped; "+
+			"or run docker sandboxes in the host's user namespace with layerfsd serve --no-user-namespace)", errNoUserNS, err)
 	}
-	return staging, staging, &u.ids, ""
+	return staging, staging, &u.ids, nil
 }
 
 // idmappedClone mounts a clone of the tree at src, id-mapped with userns,

@@ -459,12 +459,16 @@ func quotaWorkspace(t *testing.T) string {
 }
 
 // buildProbe builds ./probe, static, into a directory of the test's.
-func buildProbe(t *testing.T) string {
-	out := filepath.Join(t.TempDir(), "probe")
-	cmd := exec.Command(testenv.GoTool(), "build", "-o", out, "layerfs.dev/layerfs/internal/platforms/escapetest/probe")
+func buildProbe(t *testing.T) string { return buildTool(t, "probe") }
+
+// buildTool builds the command in the suite's directory name, static, into
+// a directory of the test's.
+func buildTool(t *testing.T, name string) string {
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command(testenv.GoTool(), "build", "-o", out, "layerfs.dev/layerfs/internal/platforms/escapetest/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the probe: %v: %s", err, msg)
+		t.Fatalf("build %s: %v: %s", name, err, msg)
 	}
 	return out
 }

@@ -18,6 +18,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest"
+	"layerfs.dev/layerfs/wire"
 )
 
 // Name is the platform's registry name.
@@ -259,7 +260,8 @@ var bootScript = strings.Join([]string{
 	"mkdir -p /run/layerfs " + guestStore,
 	"[ -e /dev/fuse ] || mknod -m 0666 /dev/fuse c 10 229",
 	"chmod 0755 " + guestDaemon,
-	"exec " + guestDaemon + " serve --store " + guestStore + " --socket " + guestSocket +
+	guest.UserNSFlag,
+	"exec " + guestDaemon + " serve $userns --store " + guestStore + " --socket " + guestSocket +
 		" --tcp 0.0.0.0:" + strconv.Itoa(guestPort) + " --token-file " + guestToken +
 		" </dev/null >>" + guestLog + " 2>&1",
 }, "\n")
@@ -355,6 +357,12 @@ func (p *Platform) Endpoint(ctx context.Context) (string, string, error) {
 		return "", "", fmt.Errorf("libkrun: endpoint of %q: %w", p.name, platforms.ErrNotUp)
 	}
 	return p.url(p.st), p.st.Token, nil
+}
+
+// Isolation implements platforms.Isolator: what the guest daemon's
+// sandboxes get, inside the VM.
+func (p *Platform) Isolation(ctx context.Context) (wire.Isolation, error) {
+	return guest.RemoteIsolation(ctx, p, Name, "a libkrun microVM")
 }
 
 // Identity implements platforms.Platform with facts read in the guest.

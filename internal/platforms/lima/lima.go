@@ -18,6 +18,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/guest"
+	"layerfs.dev/layerfs/wire"
 )
 
 // Name is the platform's registry name.
@@ -437,7 +438,8 @@ var startScript = strings.Join([]string{
 	"[ -e /dev/fuse ] || mknod -m 0666 /dev/fuse c 10 229",
 	stopScript,
 	"rm -f " + guestSocket,
-	"setsid " + guestDaemon + " serve --store " + guestStore + " --socket " + guestSocket +
+	guest.UserNSFlag,
+	"setsid " + guestDaemon + " serve $userns --store " + guestStore + " --socket " + guestSocket +
 		" </dev/null >>" + guestLog + " 2>&1 &",
 	"echo $! >" + guestPID,
 	"i=0; while [ ! -S " + guestSocket + " ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done",
@@ -495,6 +497,12 @@ func (p *Platform) Endpoint(ctx context.Context) (string, string, error) {
 		return "", "", fmt.Errorf("lima: endpoint of %q: %w", p.inst, platforms.ErrNotUp)
 	}
 	return "unix://" + p.hostSocket, "", nil
+}
+
+// Isolation implements platforms.Isolator: what the guest daemon's
+// sandboxes get, inside the VM.
+func (p *Platform) Isolation(ctx context.Context) (wire.Isolation, error) {
+	return guest.RemoteIsolation(ctx, p, Name, "a Lima VM ("+p.vmType+")")
 }
 
 // Identity implements platforms.Platform with facts read in the guest.

@@ -19,6 +19,7 @@ import (
 	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 	"layerfs.dev/layerfs/internal/seccomp"
+	"layerfs.dev/layerfs/wire"
 )
 
 // probeTimeout bounds Up's trial sandbox.
@@ -79,6 +80,7 @@ var (
 	_ platforms.Platform    = (*Platform)(nil)
 	_ platforms.SandboxHost = (*Platform)(nil)
 	_ platforms.IDMapper    = (*Platform)(nil)
+	_ platforms.Isolator    = (*Platform)(nil)
 )
 
 // New returns a platform that is not up yet.
@@ -147,6 +149,11 @@ func (p *Platform) Up(ctx context.Context) error {
 	}
 	if p.filterErr != nil {
 		return fmt.Errorf("local: %w: %w", platforms.ErrUnavailable, p.filterErr)
+	}
+	// Fail closed: sandboxes asked to have a user namespace run in one or
+	// not at all.
+	if _, err := p.launcher.UserNS(); err != nil && !p.opts.NoUserNamespace {
+		return fmt.Errorf("local: %w: %w", platforms.ErrUnavailable, err)
 	}
 	// Exec cgroups a crashed daemon left behind: empty ones go now.
 	if removed, err := p.launcher.RemoveStale(time.Minute); len(removed) > 0 || err != nil {
@@ -228,9 +235,36 @@ func (p *Platform) Identity(ctx context.Context) (platforms.Identity, error) {
 func (p *Platform) userNSName() string {
 	r, err := p.current().UserNS()
 	if err != nil {
-		return "none (uid 0 without capabilities in the host's; " + err.Error() + ")"
+		return "none (uid 0 without capabilities in the host's; " + p.noUserNS(err) + ")"
 	}
 	return fmt.Sprintf("uid_map %q: uid 0 inside is %d on the host, workspaces id-mapped (overlay: its layers)", r.String(), r.Host)
+}
+
+// noUserNS says why execs run in the host's user namespace, given UserNS's
+// error.
+func (p *Platform) noUserNS(err error) string {
+	if p.opts.NoUserNamespace {
+		return "turned off (layerfsd serve --no-user-namespace)"
+	}
+	return err.Error()
+}
+
+// Isolation says what this host's sandboxes get (platforms.Isolator).
+func (p *Platform) Isolation(context.Context) (wire.Isolation, error) {
+	l := p.current()
+	iso := wire.Isolation{Platform: p.Name(), Seccomp: p.filterName(), Limits: l.Enforcement(),
+		Network:  platforms.NetworkIsolation,
+		Boundary: "the host's kernel: fresh namespaces, a read-only runtime, no capabilities over the host"}
+	r, err := l.UserNS()
+	switch {
+	case p.opts.NoUserNamespace:
+		iso.NoUserNamespace = p.noUserNS(err) + ": uid 0 without capabilities in the host's"
+	case err != nil:
+		return wire.Isolation{}, fmt.Errorf("local: %w", err)
+	default:
+		iso.UserNamespace = r.String()
+	}
+	return iso, nil
 }
 
 // IDMap is the launcher's user namespace, for workspaces mounted over
@@ -246,7 +280,7 @@ func (p *Platform) IDMap() (*os.File, uint32, error) {
 // filterName says which syscall filter execs run under.
 func (p *Platform) filterName() string {
 	if p.filter == nil {
-		return "off"
+		return "off (NoSyscallFilter)"
 	}
 	n := 0
 	for _, prog := range p.filter {
@@ -326,6 +360,9 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 			err = fmt.Errorf("%w: %w", platforms.ErrClosed, err)
 		}
 		return res, fmt.Errorf("local: exec in %s: %w", s.w.ID, err)
+	}
+	if s.p.opts.NoUserNamespace {
+		res.UserNamespace = "none: " + s.p.noUserNS(nil)
 	}
 	return res, nil
 }

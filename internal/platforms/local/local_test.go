@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -43,6 +44,28 @@ func TestConformanceWithoutCgroups(t *testing.T) {
 func TestEscapes(t *testing.T) {
 	testenv.RequireRoot(t)
 	escapetest.Run(t, local.New(local.Options{}))
+}
+
+// TestFailClosed: the init binary in a directory only root may enter
+// still gives sandboxes their user namespace, and where none can be made
+// Up refuses rather than run them in the host's.
+func TestFailClosed(t *testing.T) {
+	escapetest.FailClosed(t, func(t *testing.T, dir string) platforms.Platform {
+		self, err := os.Executable()
+		require.NoError(t, err)
+		exe := filepath.Join(dir, "layerfs-sandbox-init")
+		require.NoError(t, copyExecutable(self, exe))
+		return local.New(local.Options{Exe: exe})
+	})
+}
+
+// copyExecutable copies the binary from to a new file to, mode 0755.
+func copyExecutable(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
 }
 
 // TestUserNamespace: by default a local sandbox's uid 0 is an unprivileged

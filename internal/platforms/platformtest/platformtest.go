@@ -52,6 +52,7 @@ import (
 	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/proctest"
+	"layerfs.dev/layerfs/wire"
 )
 
 // Leaker is implemented by platforms that can list what they left behind
@@ -246,6 +247,10 @@ func runHostMounts(t *testing.T, p platforms.Platform, newWorkspace func(t *test
 	t.Run("Network", func(t *testing.T) { testNetwork(t, e) })
 	t.Run("Limits", func(t *testing.T) { testLimits(t, e) })
 	t.Run("CPUAndOpenFiles", func(t *testing.T) { testCPUAndOpenFiles(t, e) })
+	t.Run("Isolation", func(t *testing.T) {
+		res, out, _ := e.exec(t, platforms.ExecSpec{Argv: []string{"cat", "/proc/self/uid_map"}})
+		checkIsolation(t, p, out, res.UserNamespace)
+	})
 
 	t.Run("Close", func(t *testing.T) {
 		for i := range 2 {
@@ -701,4 +706,36 @@ func mountsBelow(dir string) []string {
 		out = append(out, m.Dir)
 	}
 	return out
+}
+
+// checkIsolation checks what p says its sandboxes get (platforms.Isolator)
+// against what one of them saw: uidMap, its /proc/self/uid_map, and
+// receipt, the user namespace its result reports.
+func checkIsolation(t *testing.T, p platforms.Platform, uidMap, receipt string) {
+	iso, err := isolationOf(t, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s isolation: %+v; a sandbox's uid_map %q, its receipt %q", p.Name(), iso, uidMap, receipt)
+	if iso.Platform != p.Name() || iso.Seccomp == "" || iso.Network == "" || iso.Boundary == "" || iso.Limits.Memory == "" {
+		t.Errorf("isolation leaves something unsaid: %+v", iso)
+	}
+	got := strings.Join(strings.Fields(uidMap), " ")
+	switch {
+	case iso.UserNamespace == "" && iso.NoUserNamespace == "":
+		t.Errorf("isolation names no user namespace and no reason for none")
+	case iso.UserNamespace != "" && (got != iso.UserNamespace || receipt != iso.UserNamespace):
+		t.Errorf("uid_map %q, receipt %q: want the isolation's %q in both", got, receipt, iso.UserNamespace)
+	case iso.UserNamespace == "" && !strings.HasPrefix(receipt, "none: "):
+		t.Errorf("receipt %q of a sandbox in the host's user namespace (%s)", receipt, iso.NoUserNamespace)
+	}
+}
+
+// isolationOf is p's Isolation; every platform says what it gives.
+func isolationOf(t *testing.T, p platforms.Platform) (wire.Isolation, error) {
+	i, ok := p.(platforms.Isolator)
+	if !ok {
+		return wire.Isolation{}, fmt.Errorf("%s does not say what its sandboxes get (platforms.Isolator)", p.Name())
+	}
+	return i.Isolation(ctxFor(t, execTimeout))
 }

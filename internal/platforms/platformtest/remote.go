@@ -71,6 +71,14 @@ func runRemoteExec(t *testing.T, p platforms.Platform) {
 	})
 	e := &remoteEnv{ctx: ctx, ws: ws}
 
+	t.Run("Isolation", func(t *testing.T) {
+		res, err := ws.ExecArgv(ctx, []string{"cat", "/proc/self/uid_map"}, client.ExecOptions{})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("cat /proc/self/uid_map: %v, exit %d", err, res.ExitCode)
+		}
+		checkIsolation(t, p, string(res.Stdout), res.Receipt.UserNamespace)
+	})
+
 	t.Run("ExitCodes", func(t *testing.T) {
 		for body, want := range map[string]int{"true": 0, "exit 3": 3, "kill -9 $$": 137, "false | true": 1} {
 			if res := e.sh(t, body, client.ExecOptions{}); res.ExitCode != want {

@@ -16,8 +16,10 @@ import (
 
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/internal/guest"
 	"layerfs.dev/layerfs/internal/platforms/platformtest"
 	"layerfs.dev/layerfs/internal/testenv"
+	"layerfs.dev/layerfs/wire"
 )
 
 // daemonPlatform is a RemoteDaemon platform whose "guest" is this host: Up
@@ -93,6 +95,12 @@ func (p *daemonPlatform) Endpoint(ctx context.Context) (string, string, error) {
 		return "", "", platforms.ErrNotUp
 	}
 	return "unix://" + filepath.Join(p.dir, "d.sock"), "", nil
+}
+
+// Isolation is what the host daemon's sandboxes get, as a VM platform
+// reports its guest's.
+func (p *daemonPlatform) Isolation(ctx context.Context) (wire.Isolation, error) {
+	return guest.RemoteIsolation(ctx, p, p.Name(), "none (the guest is this host)")
 }
 
 // buildDaemon builds layerfsd and its sandbox init into one directory.

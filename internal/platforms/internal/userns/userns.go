@@ -1,6 +1,7 @@
 package userns
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -115,4 +116,20 @@ func WaitStdin() {
 func IDMap(fd, userns int) error {
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
 	return unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
+}
+
+// Remedy says what to change on the host, given why a process could not be
+// started in a new user namespace.
+func Remedy(err error) string {
+	switch {
+	case errors.Is(err, unix.ENOSPC):
+		return "the host allows no more user namespaces: raise user.max_user_namespaces"
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+		return "the host refuses this process a user namespace, or its root the binary: a security module " +
+			"(AppArmor's kernel.apparmor_restrict_unprivileged_userns), a seccomp profile, a container without CAP_SYS_ADMIN, " +
+			"or a binary on a noexec mount"
+	case errors.Is(err, unix.EINVAL):
+		return "the host's kernel has no user namespaces (CONFIG_USER_NS), or the id range is not free"
+	}
+	return "the host must allow user namespaces"
 }

@@ -35,6 +35,23 @@ func (c *cgroupDirs) hasMemory() bool { return c.unified != "" || c.memory != ""
 func (c *cgroupDirs) hasPids() bool   { return c.unified != "" || c.pids != "" }
 func (c *cgroupDirs) hasCPU() bool    { return c.unifiedCPU || c.cpu != "" }
 
+// enforcement says how each limit is enforced: by which cgroup version, or
+// by what stands in for it (see the package comment's Limits).
+func (c *cgroupDirs) enforcement() (memory, pids, cpu string) {
+	by := func(v2 bool, v1 string, without string) string {
+		switch {
+		case v2:
+			return "cgroup v2"
+		case v1 != "":
+			return "cgroup v1"
+		}
+		return without
+	}
+	return by(c.unified != "", c.memory, "rlimit (RLIMIT_AS)"),
+		by(c.unified != "", c.pids, "rlimit (RLIMIT_NPROC, for uids other than 0)"),
+		by(c.unifiedCPU, c.cpu, "none: an exec that asks for a CPU limit is refused")
+}
+
 // parents are the directories below which exec cgroups are made.
 func (c *cgroupDirs) parents() []string {
 	var out []string

@@ -10,6 +10,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/userns"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Errors reported by Run, checked with errors.Is.
@@ -22,6 +23,10 @@ var (
 	ErrSetup = errors.New("sandbox setup failed")
 	// ErrUnsupported: this operating system has no namespace sandboxes.
 	ErrUnsupported = errors.New("namespace sandboxes need linux")
+	// ErrNoUserNamespace: the launcher was given a user namespace
+	// (Launcher.UserNamespace) and cannot run this exec in it. The exec is
+	// refused, never run in the host's user namespace instead.
+	ErrNoUserNamespace = errclass.New(errclass.Unavailable, "the sandbox cannot have its user namespace")
 )
 
 // Config is one exec: where its workspace is, what root it sees and what

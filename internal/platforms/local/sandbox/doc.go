@@ -71,10 +71,14 @@
 // disk are the ids inside. Kernel overlayfs cannot be id-mapped as a mount,
 // only its layers: a workspace mounted over layers id-mapped with that
 // namespace (Launcher.IDMap, kerneloverlay.IDMap) shows the mapped ids
-// already and is cloned as it is (Config.IDMapped). A workspace whose file
-// system cannot be id-mapped runs its command in the host's user namespace,
-// from an init the launcher starts itself, and the result says why
-// (ExecResult.UserNamespace). The filter refuses a clone into a new user
+// already and is cloned as it is (Config.IDMapped). It fails closed: a
+// launcher that cannot make its namespace refuses every exec, and an exec
+// whose workspace's file system cannot be id-mapped is refused
+// (ErrNoUserNamespace); neither runs in the host's user namespace instead.
+// The spawner is exec'd from the init binary's sealed copy, not by its
+// path, which the namespace's root may not be allowed to traverse. Only a
+// launcher without UserNamespace starts its inits itself, in the host's
+// user namespace. The filter refuses a clone into a new user
 // namespace. The sandbox's mount namespace belongs to the user namespace,
 // so its root must not have CAP_SYS_ADMIN there (with it, it could unmount
 // the masks or make the runtime writable): the bounding set keeps only

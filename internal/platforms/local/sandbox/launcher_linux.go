@@ -25,6 +25,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/internal/userns"
+	"layerfs.dev/layerfs/wire"
 )
 
 // killGrace is how long past its timeout the launcher waits for the init
@@ -52,9 +54,10 @@ type Launcher struct {
 	// this mapping (its root is Host on the host), made once by the
 	// launcher's spawner (spawner_linux.go), and id-maps its workspace and
 	// runtime with it, so that ids on disk are the ids inside. Where that
-	// cannot be done, commands run in the host's user namespace as without
-	// it, and their results say why (UserNS tells for the whole launcher).
-	// platforms/local always sets it.
+	// cannot be done (no namespace can be made, a workspace whose file
+	// system cannot be id-mapped) the exec fails with ErrNoUserNamespace:
+	// it never runs in the host's user namespace instead. UserNS tells for
+	// the whole launcher. platforms/local sets it unless told not to.
 	UserNamespace *IDRange
 
 	once      sync.Once
@@ -115,7 +118,7 @@ func (l *Launcher) init() {
 				}
 			}
 			if l.userNSErr != nil {
-				l.logger().Warn("sandboxes run without a user namespace", "err", l.userNSErr)
+				l.logger().Error("no user namespace for sandboxes: every exec is refused", "err", l.userNSErr)
 			}
 		}
 		if l.NoCgroups {
@@ -169,18 +172,24 @@ func (l *Launcher) exe() string {
 }
 
 // UserNS tells whether commands run in a user namespace of their own, with
-// which mapping, or why not. An exec whose workspace cannot be id-mapped
-// still runs without one; its result says so.
+// which mapping, or why not: errNotConfigured without
+// Launcher.UserNamespace (commands run in the host's), else an
+// ErrNoUserNamespace that says why the launcher cannot make one (every
+// exec is refused).
 func (l *Launcher) UserNS() (IDRange, error) {
 	l.init()
 	switch {
 	case l.UserNamespace == nil:
-		return IDRange{}, errors.New("not configured")
+		return IDRange{}, errNotConfigured
 	case l.userNSErr != nil:
-		return IDRange{}, l.userNSErr
+		return IDRange{}, fmt.Errorf("%w: %w (%s; or run sandboxes in the host's user namespace, uid 0 without capabilities, "+
+			"with layerfsd serve --no-user-namespace)", ErrNoUserNamespace, l.userNSErr, userns.Remedy(l.userNSErr))
 	}
 	return *l.UserNamespace, nil
 }
+
+// errNotConfigured: the launcher was given no user namespace.
+var errNotConfigured = errors.New("not configured")
 
 // IDMap returns the launcher's user namespace (an open /proc/PID/ns/user
 // with UserNamespace's mapping, owned by the launcher: the caller must not
@@ -213,6 +222,13 @@ func (l *Launcher) Limits() (memory, pids bool) {
 	return l.cg.hasMemory(), l.cg.hasPids()
 }
 
+// Enforcement says how the launcher enforces each limit of an ExecSpec.
+func (l *Launcher) Enforcement() wire.IsolationLimits {
+	l.init()
+	mem, pids, cpu := l.cg.enforcement()
+	return wire.IsolationLimits{Memory: mem, Pids: pids, CPU: cpu, OpenFiles: "rlimit (RLIMIT_NOFILE)"}
+}
+
 // CPULimit tells whether this launcher enforces ExecSpec.MilliCPUs (a cpu
 // cgroup); there is no rlimit to fall back to.
 func (l *Launcher) CPULimit() bool {
@@ -236,6 +252,9 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	}
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("sandbox exec: %w", err)
+	}
+	if _, err := l.UserNS(); err != nil && !errors.Is(err, errNotConfigured) {
+		return res, err
 	}
 	ic, err := l.initConfig(cfg)
 	if err != nil {
@@ -271,7 +290,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 
 	// The workspace's clone, id-mapped for the launcher's user namespace
 	// where the exec runs in it.
-	ws, inNS, why, err := l.cloneWorkspace(cfg, ic)
+	ws, inNS, err := l.cloneWorkspace(cfg, ic)
 	if err != nil {
 		return res, err
 	}
@@ -304,7 +323,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	var ip *initProc
 	var cg *execCgroup
 	var werr error
-	if !cfg.Network && ic.RootDir == "" && inNS == (l.userNS != nil) {
+	if !cfg.Network && ic.RootDir == "" {
 		if ip = l.take(); ip != nil {
 			cg = ip.cg
 			if werr = ip.send(spec.MemoryBytes, spec.MilliCPUs, ic, ws); werr != nil {
@@ -423,7 +442,7 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 		return res, fmt.Errorf("%w: %s", ErrSetup, rep.Error)
 	case reported:
 		res.ExitCode, res.Signal, res.TimedOut, res.Command = rep.ExitCode, rep.Signal, rep.TimedOut, rep.Command
-		res.UserNamespace = "none: " + why
+		res.UserNamespace = "none: not configured"
 		if inNS {
 			res.UserNamespace = l.UserNamespace.String()
 		}
@@ -486,27 +505,26 @@ func (l *Launcher) initConfig(cfg Config) (initConfigX, error) {
 }
 
 // cloneWorkspace clones the exec's workspace for its /workspace, id-mapped
-// for the launcher's user namespace when the exec runs in it (inNS), and
-// says why it does not otherwise.
-func (l *Launcher) cloneWorkspace(cfg Config, ic initConfigX) (ws int, inNS bool, why string, err error) {
+// for the launcher's user namespace when it has one (inNS): a workspace
+// that cannot be id-mapped then fails with ErrNoUserNamespace.
+func (l *Launcher) cloneWorkspace(cfg Config, ic initConfigX) (ws int, inNS bool, err error) {
 	idmap := -1
 	switch {
-	case l.userNS == nil:
-		why = "the launcher has none"
+	case l.userNS == nil: // no user namespace was asked for (UserNS)
 	case cfg.IDMapped: // the workspace shows the namespace's ids already
 		inNS = true
 	default:
 		inNS, idmap = true, int(l.userNS.Fd())
 	}
 	ws, err = cloneWorkspace(ic.Workspace, idmap)
-	if errors.Is(err, errNoIDMap) {
-		inNS, why = false, err.Error()
-		ws, err = cloneWorkspace(ic.Workspace, -1)
+	switch {
+	case errors.Is(err, errNoIDMap):
+		return -1, false, fmt.Errorf("%w: %s: %w (serve it over id-mapped layers, or from a file system that can be id-mapped; "+
+			"or run sandboxes in the host's user namespace with layerfsd serve --no-user-namespace)", ErrNoUserNamespace, ic.Workspace, err)
+	case err != nil:
+		return -1, false, fmt.Errorf("%w: clone workspace %s: %w", ErrSetup, ic.Workspace, err)
 	}
-	if err != nil {
-		return -1, false, "", fmt.Errorf("%w: clone workspace %s: %v", ErrSetup, ic.Workspace, err)
-	}
-	return ws, inNS, why, nil
+	return ws, inNS, nil
 }
 
 // initConfigX is the wire config plus what only the launcher needs.

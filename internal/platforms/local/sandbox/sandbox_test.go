@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +26,7 @@ import (
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
 	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/internal/testenv"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 type output struct {
@@ -37,6 +40,21 @@ func run(t *testing.T, l *sandbox.Launcher, cfg sandbox.Config) output {
 	res, err := l.Run(t.Context(), cfg, &o, &e)
 	require.NoError(t, err, "run %q", cfg.Spec.Argv)
 	return output{res, o.String(), e.String()}
+}
+
+// refused runs cfg, whose body writes the workspace file ran, and checks
+// that the launcher refused it for want of a user namespace before
+// anything ran.
+func refused(t *testing.T, l *sandbox.Launcher, cfg sandbox.Config, ran string) {
+	t.Helper()
+	res, err := l.Run(t.Context(), cfg, io.Discard, io.Discard)
+	if !errors.Is(err, sandbox.ErrNoUserNamespace) || !errors.Is(err, errclass.Unavailable) {
+		t.Fatalf("ran (exit %d, user namespace %q, err %v), want ErrNoUserNamespace, of class unavailable", res.ExitCode, res.UserNamespace, err)
+	}
+	if _, err := os.Lstat(ran); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the command ran: %s exists (%v)", ran, err)
+	}
+	t.Logf("refused: %v", err)
 }
 
 func shell(ws, body string) sandbox.Config {

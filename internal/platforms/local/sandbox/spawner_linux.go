@@ -110,9 +110,12 @@ func startSpawner(exe string, r IDRange) (_ *spawner, err error) {
 	}
 	s := &spawner{conn: c.(*net.UnixConn), started: make(chan spawned, 1), exits: map[uint64]chan spawnMessage{}, done: make(chan struct{})}
 	s.cmd = &exec.Cmd{
-		// Collection on: unlike an init, the spawner lives as long as the
-		// launcher.
-		Path: exe, Args: []string{spawnerArg0}, Env: []string{"HOME=/"}, Dir: "/",
+		// Exec'd from the copy, never by exe's path: the spawner is the
+		// namespace's root, an unprivileged uid on the host, which may not
+		// traverse the directory the binary was installed in (a 0700 home,
+		// a private temporary directory). Collection on: unlike an init,
+		// the spawner lives as long as the launcher.
+		Path: "/proc/self/fd/" + strconv.Itoa(spawnerExeFD), Args: []string{spawnerArg0}, Env: []string{"HOME=/"}, Dir: "/",
 		ExtraFiles: []*os.File{theirs, bin},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER, UidMappings: r.Mapping(), GidMappings: r.Mapping(),
