@@ -24,7 +24,8 @@ func mcpCmd(a *app) *cobra.Command {
 stat, diff, commit, fork, log, checkout, workspace_end, ...) and workspace files as
 resources to an MCP client. By default the session runs on stdin/stdout, as agents
 start MCP servers; --http ADDR serves streamable HTTP instead, every request
-carrying "Authorization: Bearer <token>" with the token in --token-file.
+carrying "Authorization: Bearer <token>" with the token in --token-file; its
+streams resume after a dropped connection (GET with Last-Event-ID).
 The daemon of the Store (or $LAYERFS_DAEMON) is started when none runs. See docs/mcp.md.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {

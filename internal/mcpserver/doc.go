@@ -39,6 +39,19 @@
 // counted as dropped) and closes it on stop, when the workspace ends, or
 // when no call polled it for 10 minutes (checked on every tool call).
 //
+// # Resumable streams
+//
+// Over HTTP (Server.Handler) the SDK's streamable transport runs with an
+// event store of this package (eventStore): every SSE event has an id, each
+// stream starts with a retry field and (from protocol version 2025-11-25) a
+// priming event, and the events are kept in memory within StreamLimits (by
+// age, per stream, and in all), so a client whose connection dropped in the
+// middle of a long exec resumes the stream with Last-Event-ID. The front
+// of the SDK's handler (resumable) checks a resumption against the store
+// first, so one that cannot be served is refused with its reason; events
+// are looked up by the request's own session, so a session's events are
+// only given to that session.
+//
 // # Resources
 //
 // Files of a workspace are resources under the URI template

@@ -2,15 +2,13 @@ package mcpserver
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"runtime/debug"
 	"sync"
+	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"layerfs.dev/layerfs/client"
@@ -30,6 +28,11 @@ type Config struct {
 	MaxOutput int
 	// Logger receives the server's own log; nil is silent.
 	Logger *slog.Logger
+	// Streams bounds what the HTTP transport keeps for resumptions.
+	Streams StreamLimits
+	// Now is the clock of the HTTP transport's event store (time.Now when
+	// nil).
+	Now func() time.Time
 }
 
 // Server is the MCP server over one daemon. It is safe for concurrent use
@@ -88,24 +91,6 @@ func (s *Server) MCP() *mcp.Server { return s.mcp }
 func (s *Server) ServeStdio(ctx context.Context) error {
 	defer s.close()
 	return s.mcp.Run(ctx, &mcp.StdioTransport{})
-}
-
-// Handler serves streamable HTTP; every request must carry
-// "Authorization: Bearer token".
-func (s *Server) Handler(token string) (http.Handler, error) {
-	if token == "" {
-		return nil, errors.New("mcpserver: the HTTP transport never runs without a token")
-	}
-	want := []byte(token)
-	verify := func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
-		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			return nil, fmt.Errorf("wrong bearer token: %w", auth.ErrInvalidToken)
-		}
-		// A static token: it lasts as long as the server.
-		return &auth.TokenInfo{}, nil
-	}
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{Logger: s.log})
-	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h), nil
 }
 
 // client returns the daemon's client, dialing it when there is none.
