@@ -102,8 +102,9 @@ type WorkspaceManager interface {
 type Executor interface {
 	// Exec runs one command in a sandbox with the workspace at /workspace,
 	// writing its output to stdout and stderr as it comes. A command that
-	// fails (a non-zero exit, a timeout, a kill when ctx ends) is a result;
-	// errors are for requests that could not run.
+	// fails (a non-zero exit, its timeout) is a result; errors are for
+	// requests that could not run. When ctx ends first the command is
+	// killed and Exec fails with an error wrapping ctx's.
 	Exec(ctx context.Context, id string, req wire.ExecRequest, stdout, stderr io.Writer) (wire.ExecResult, error)
 }
 
