@@ -89,9 +89,11 @@ type WorkspaceManager interface {
 	// head commit.
 	WorkspaceStatus(ctx context.Context, id string) (wire.WorkspaceStatus, error)
 	MountWorkspace(ctx context.Context, id string) (wire.Workspace, error)
-	// CommitWorkspace commits the workspace's changes onto its branch:
-	// created, up-to-date, or head-moved (also an errclass.HeadMoved
-	// error) with nothing lost.
+	// CommitWorkspace commits the workspace's changes onto its branch by
+	// compare-and-swap on its head. The result is created, up-to-date, or,
+	// when another commit reached the branch first, head-moved, which is
+	// not an error: the commit is stored but not published, and the
+	// workspace keeps its changes.
 	CommitWorkspace(ctx context.Context, id string, req wire.CommitRequest) (wire.CommitResult, error)
 	// EndWorkspace unmounts and forgets a workspace; errclass.Uncommitted
 	// when it has changes, unless discard.
