@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/api"
+	"layerfs.dev/layerfs/internal/api/apitest"
 	"layerfs.dev/layerfs/internal/engine"
 	"layerfs.dev/layerfs/internal/enginetest"
 	"layerfs.dev/layerfs/wire"
@@ -801,4 +802,26 @@ func TestIdle(t *testing.T) {
 	if d := h.srv.Idle(); d != time.Second {
 		t.Errorf("Idle after a request = %v, want 1s", d)
 	}
+}
+
+// TestContract runs the contract suite against the real engine, with its
+// workspaces on each data path.
+func TestContract(t *testing.T) {
+	t.Run(wire.DataPathOverlay, func(t *testing.T) { apitest.Run(t, apitest.Target{Engine: enginetest.Shared(t)}) })
+	t.Run(wire.DataPathFUSE, func(t *testing.T) {
+		apitest.Run(t, apitest.Target{Engine: enginetest.NewWith(t, enginetest.Config{DataPath: wire.DataPathFUSE})})
+	})
+}
+
+// TestContractElsewhere runs it against apitest.Elsewhere over the real
+// engine, the double the SDK's fleet test uses: it passes every call but
+// those on the workspaces it is told another host serves to the engine,
+// and answers those as misdirected.
+func TestContractElsewhere(t *testing.T) {
+	e := apitest.NewElsewhere(enginetest.Shared(t))
+	apitest.Run(t, apitest.Target{Engine: e, Misdirect: func(t *testing.T) (string, wire.Node) {
+		host := wire.Node{Name: "host-b", Address: "tcp://192.0.2.7:7070", Live: true}
+		e.Serve("ws-e15e3e4e7e00", host)
+		return "ws-e15e3e4e7e00", host
+	}})
 }

@@ -40,9 +40,21 @@ type Engine struct {
 	plat  *local.Platform
 }
 
+// Config is how Start makes an engine; the zero value is the daemon's
+// defaults.
+type Config struct {
+	// DataPath is the data path of workspaces that name none (engine.Config).
+	DataPath string
+}
+
 // Start brings up an engine on a new Store in dir/store with the local
 // platform. Close takes it down.
 func Start(ctx context.Context, dir string) (*Engine, error) {
+	return StartWith(ctx, dir, Config{})
+}
+
+// StartWith is Start with cfg.
+func StartWith(ctx context.Context, dir string, cfg Config) (*Engine, error) {
 	db, err := store.Init(ctx, filepath.Join(dir, "store"), store.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("enginetest: %w", err)
@@ -51,7 +63,7 @@ func Start(ctx context.Context, dir string) (*Engine, error) {
 	if err := plat.Up(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("enginetest: %w", err), db.Close())
 	}
-	eng, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{plat}})
+	eng, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{plat}, DataPath: cfg.DataPath})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("enginetest: %w", err), plat.Down(ctx), db.Close())
 	}
@@ -68,10 +80,16 @@ func (e *Engine) Close(ctx context.Context) error {
 // closed when t ends.
 func New(t testing.TB) *Engine {
 	t.Helper()
+	return NewWith(t, Config{})
+}
+
+// NewWith is New with cfg.
+func NewWith(t testing.TB, cfg Config) *Engine {
+	t.Helper()
 	testenv.RequireFUSE(t)
 	// Not t.Context(): the engine outlives the test body; it is closed in
 	// a cleanup.
-	e, err := Start(context.Background(), t.TempDir())
+	e, err := StartWith(context.Background(), t.TempDir(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
