@@ -29,6 +29,7 @@ import (
 	"layerfs.dev/layerfs/internal/api/apitest"
 	"layerfs.dev/layerfs/internal/engine"
 	"layerfs.dev/layerfs/internal/enginetest"
+	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/wire"
 	"layerfs.dev/layerfs/wire/errclass"
 )
@@ -811,6 +812,25 @@ func TestContract(t *testing.T) {
 	t.Run(wire.DataPathFUSE, func(t *testing.T) {
 		apitest.Run(t, apitest.Target{Engine: enginetest.NewWith(t, enginetest.Config{DataPath: wire.DataPathFUSE})})
 	})
+}
+
+// TestContractFleet runs the suite against the real engine on a shared
+// Store (PostgreSQL and S3) as one host of two: its misdirected answers
+// name the other host, which serves the workspace.
+func TestContractFleet(t *testing.T) {
+	url := testenv.StoreURL(t)
+	a := enginetest.NewWith(t, enginetest.Config{StoreURL: url})
+	b := enginetest.NewWith(t, enginetest.Config{StoreURL: url})
+	apitest.Run(t, apitest.Target{Engine: b, Misdirect: func(t *testing.T) (string, wire.Node) {
+		const addr = "tcp://192.0.2.10:7070" // as a's daemon would advertise it
+		ctx := t.Context()
+		require.NoError(t, a.Store.Heartbeat(ctx, addr))
+		_, err := a.CreateProject(ctx, wire.CreateProject{Name: "served-by-a"})
+		require.NoError(t, err)
+		ws, err := a.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "served-by-a", Branch: "main"})
+		require.NoError(t, err)
+		return ws.ID, wire.Node{Name: a.Store.Node(), Address: addr, Live: true}
+	}})
 }
 
 // TestContractElsewhere runs it against apitest.Elsewhere over the real

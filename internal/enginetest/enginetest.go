@@ -45,6 +45,10 @@ type Engine struct {
 type Config struct {
 	// DataPath is the data path of workspaces that name none (engine.Config).
 	DataPath string
+	// StoreURL, when set, makes the Store a shared one (store.Options.URL;
+	// testenv.StoreURL gives one): engines started on one URL are hosts of
+	// one fleet.
+	StoreURL string
 }
 
 // Start brings up an engine on a new Store in dir/store with the local
@@ -55,7 +59,7 @@ func Start(ctx context.Context, dir string) (*Engine, error) {
 
 // StartWith is Start with cfg.
 func StartWith(ctx context.Context, dir string, cfg Config) (*Engine, error) {
-	db, err := store.Init(ctx, filepath.Join(dir, "store"), store.Options{})
+	db, err := store.Init(ctx, filepath.Join(dir, "store"), store.Options{URL: cfg.StoreURL})
 	if err != nil {
 		return nil, fmt.Errorf("enginetest: %w", err)
 	}
