@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +22,6 @@ import (
 
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/api"
-	"layerfs.dev/layerfs/internal/api/apitest"
 	"layerfs.dev/layerfs/wire"
 	"layerfs.dev/layerfs/wire/errclass"
 )
@@ -33,24 +34,34 @@ func dial(t *testing.T) *client.Client {
 	return c
 }
 
+// project makes a project of t's own in the engine the tests share.
 func project(t *testing.T, c *client.Client) string {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	name := projectName(t)
 	_, err := c.CreateProject(t.Context(), wire.CreateProject{Name: name})
 	require.NoError(t, err)
 	return name
 }
 
+// projects counts the names projectName gave, so that a test run again
+// (go test -count) names a new project.
+var projects atomic.Int64
+
+// projectName is a project name of t's own.
+func projectName(t *testing.T) string {
+	return fmt.Sprintf("%s-%d", strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())), projects.Add(1))
+}
+
 // TestWorkflow is the end-to-end sequence through the SDK (against
-// the engine double here; the same sequence runs against a real layerfsd in
-// cmd/layerfsd's tests).
+// the engine in this test binary here; the same sequence runs against a
+// real layerfsd in cmd/layerfsd's tests).
 func TestWorkflow(t *testing.T) {
 	ctx := t.Context()
 	c := dial(t)
 	p := project(t, c)
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "main"})
 	require.NoError(t, err)
-	if res, err := ws.Exec(ctx, "write data/out.txt forty two", client.ExecOptions{Timeout: time.Second}); err != nil || res.ExitCode != 0 {
+	if res, err := ws.Exec(ctx, "mkdir -p data && echo forty two > data/out.txt", client.ExecOptions{Timeout: 10 * time.Second}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("write: %+v %v", res, err)
 	}
 	res, err := ws.ExecArgv(ctx, []string{"cat", "data/out.txt"}, client.ExecOptions{})
@@ -104,12 +115,12 @@ func TestErrors(t *testing.T) {
 	b, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: p, Branch: "main"})
 	a.WriteFile(ctx, "x", []byte("a"), 0o644)
 	b.WriteFile(ctx, "x", []byte("b"), 0o644)
-	_, err := a.Commit(ctx, "a")
+	won, err := a.Commit(ctx, "a")
 	require.NoError(t, err)
-	_, err = b.Commit(ctx, "b")
-	var we *wire.Error
-	if !client.IsHeadMoved(err) || !errors.As(err, &we) || we.Code != wire.CodeHeadMoved {
-		t.Errorf("second commit: %v", err)
+	// A lost race is a result: b's commit is stored, the head stays a's.
+	lost, err := b.Commit(ctx, "b")
+	if err != nil || lost.Result != wire.HeadMoved || lost.Head != won.Commit || lost.Commit == won.Commit {
+		t.Errorf("second commit: %+v, %v; want head-moved with the head at %s", lost, err, won.Commit)
 	}
 	if err := b.End(ctx, client.EndOptions{}); !client.IsUncommitted(err) {
 		t.Errorf("end with changes: %v", err)
@@ -136,13 +147,13 @@ func TestExecStreams(t *testing.T) {
 	c := dial(t)
 	ws, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project(t, c), Branch: "main"})
 	var out, errb bytes.Buffer
-	res, err := ws.Exec(ctx, "error oops", client.ExecOptions{Stdout: &out, Stderr: &errb})
+	res, err := ws.Exec(ctx, "echo oops >&2", client.ExecOptions{Stdout: &out, Stderr: &errb})
 	if err != nil || errb.String() != "oops\n" || len(res.Stderr) != 0 {
 		t.Errorf("stderr streamed %q, result %+v, %v", errb.String(), res, err)
 	}
 	// Only stdout redirected: stderr is collected in the result.
 	out.Reset()
-	res, err = ws.Exec(ctx, "error oops", client.ExecOptions{Stdout: &out})
+	res, err = ws.Exec(ctx, "echo oops >&2", client.ExecOptions{Stdout: &out})
 	if err != nil || string(res.Stderr) != "oops\n" {
 		t.Errorf("stderr collected %q, %v", res.Stderr, err)
 	}
@@ -150,7 +161,7 @@ func TestExecStreams(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		_, err := ws.Exec(ctx, "stream 3 200", client.ExecOptions{Stdout: pw})
+		_, err := ws.Exec(ctx, "for i in 0 1 2; do echo line $i; sleep 0.2; done", client.ExecOptions{Stdout: pw})
 		pw.CloseWithError(err)
 		done <- err
 	}()
@@ -233,9 +244,10 @@ func TestCompressedDownloads(t *testing.T) {
 	}
 }
 
-// evil serves a crafted tar for every download.
+// evil serves a crafted tar for every download, the rest from the real
+// engine.
 type evil struct {
-	*apitest.Engine
+	api.Engine
 	tar []byte
 }
 
@@ -265,13 +277,12 @@ func craft(t *testing.T, hs ...tar.Header) []byte {
 // outside the destination.
 func TestDownloadSafety(t *testing.T) {
 	ctx := t.Context()
-	eng := &evil{Engine: apitest.New()}
+	eng := &evil{Engine: localEngine}
 	srv := httptest.NewServer(api.NewServer(eng, api.Options{}).Handler(api.ListenerOptions{}))
 	defer srv.Close()
 	c, err := client.Dial(ctx, srv.URL)
 	require.NoError(t, err)
-	eng.CreateProject(ctx, wire.CreateProject{Name: "p"})
-	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: project(t, c), Branch: "main"})
 	require.NoError(t, err)
 	dir := func(n string) tar.Header { return tar.Header{Name: n, Typeflag: tar.TypeDir} }
 	reg := func(n string) tar.Header { return tar.Header{Name: n, Typeflag: tar.TypeReg} }
@@ -318,7 +329,7 @@ func TestDownloadSafety(t *testing.T) {
 
 func TestToken(t *testing.T) {
 	ctx := t.Context()
-	srv := httptest.NewServer(api.NewServer(apitest.New(), api.Options{}).Handler(api.ListenerOptions{Token: "tok"}))
+	srv := httptest.NewServer(api.NewServer(localEngine, api.Options{}).Handler(api.ListenerOptions{Token: "tok"}))
 	defer srv.Close()
 	if _, err := client.Dial(ctx, srv.URL); !client.IsUnauthorized(err) {
 		t.Errorf("dial without token: %v", err)

@@ -64,7 +64,7 @@ func ExampleWorkspace_Exec() {
 	fmt.Printf("exit %d: %s", res.ExitCode, res.Stdout)
 
 	// Streamed: output reaches the writers as the command writes it.
-	res, err = ws.Exec(ctx, "stream 2 1", client.ExecOptions{Stdout: os.Stdout})
+	res, err = ws.Exec(ctx, "echo line 0; echo line 1", client.ExecOptions{Stdout: os.Stdout})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func ExampleWorkspace_ExecArgv() {
 	ws, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "ex-argv", Branch: "main"})
 	defer ws.End(ctx, client.EndOptions{Discard: true})
 
-	res, err := ws.ExecArgv(ctx, []string{"exit", "3"}, client.ExecOptions{})
+	res, err := ws.ExecArgv(ctx, []string{"sh", "-c", "exit 3"}, client.ExecOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func ExampleWorkspace_Download() {
 	newProject(ctx, c, "ex-download")
 	ws, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "ex-download", Branch: "main"})
 	defer ws.End(ctx, client.EndOptions{Discard: true})
-	ws.Exec(ctx, "write out/report.txt all good", client.ExecOptions{})
+	ws.Exec(ctx, "mkdir -p out && echo all good > out/report.txt", client.ExecOptions{})
 
 	dst, _ := os.MkdirTemp("", "ex-download-")
 	defer os.RemoveAll(dst)

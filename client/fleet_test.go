@@ -19,16 +19,18 @@ import (
 	"layerfs.dev/layerfs/wire"
 )
 
-// fleetHost is one host's daemon (the engine double) on a TCP listener
-// with a token, counting the requests it gets.
+// fleetHost is one host's daemon on a TCP listener with a token, counting
+// the requests it gets. Its engine is the real one, seen through
+// apitest.Elsewhere: the hosts share it, and each answers as misdirected
+// for the workspaces it is told another host serves.
 type fleetHost struct {
-	eng  *apitest.Engine
+	eng  *apitest.Elsewhere
 	srv  *httptest.Server
 	reqs atomic.Int64
 }
 
 func newFleetHost(t *testing.T) *fleetHost {
-	h := &fleetHost{eng: apitest.New()}
+	h := &fleetHost{eng: apitest.NewElsewhere(localEngine)}
 	handler := api.NewServer(h.eng, api.Options{}).Handler(api.ListenerOptions{Token: "tok"})
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.reqs.Add(1)
@@ -48,11 +50,12 @@ func (h *fleetHost) addr() string { return "tcp://" + h.srv.Listener.Addr().Stri
 func TestFollowsMisdirected(t *testing.T) {
 	ctx := t.Context()
 	a, b, c := newFleetHost(t), newFleetHost(t), newFleetHost(t)
-	_, err := a.eng.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	p := projectName(t)
+	_, err := a.eng.CreateProject(ctx, wire.CreateProject{Name: p})
 	require.NoError(t, err)
-	onA, err := a.eng.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
+	onA, err := a.eng.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: p, Branch: "main"})
 	require.NoError(t, err)
-	b.eng.ServeElsewhere(onA.ID, wire.Node{Name: "a", Address: a.addr(), Live: true})
+	b.eng.Serve(onA.ID, wire.Node{Name: "a", Address: a.addr(), Live: true})
 
 	// The answer itself: 421 with the host and its address.
 	req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/v1/workspaces/"+onA.ID, nil)
@@ -102,8 +105,8 @@ func TestFollowsMisdirected(t *testing.T) {
 	assert.Equal(t, []string{"hello.txt", "up.txt"}, seen, "the files are on a")
 
 	// One hop only: b names c, which names a: the error from c comes back.
-	b.eng.ServeElsewhere("ws-hop", wire.Node{Name: "c", Address: c.addr(), Live: true})
-	c.eng.ServeElsewhere("ws-hop", wire.Node{Name: "a", Address: a.addr(), Live: true})
+	b.eng.Serve("ws-hop", wire.Node{Name: "c", Address: c.addr(), Live: true})
+	c.eng.Serve("ws-hop", wire.Node{Name: "a", Address: a.addr(), Live: true})
 	aBefore := a.reqs.Load()
 	_, err = cl.Attach("ws-hop").Exec(ctx, "echo", client.ExecOptions{})
 	require.True(t, client.IsMisdirected(err), "second hop: %v", err)
@@ -113,7 +116,7 @@ func TestFollowsMisdirected(t *testing.T) {
 	assert.Equal(t, aBefore, a.reqs.Load(), "no second hop to a")
 
 	// A host that is down is named, not dialled.
-	b.eng.ServeElsewhere("ws-down", wire.Node{Name: "down", Address: "tcp://192.0.2.1:7070", Live: false})
+	b.eng.Serve("ws-down", wire.Node{Name: "down", Address: "tcp://192.0.2.1:7070", Live: false})
 	_, err = cl.Attach("ws-down").Status(ctx)
 	require.True(t, client.IsMisdirected(err), "down: %v", err)
 	n, _ = client.ServedBy(err)

@@ -169,8 +169,9 @@ func (ws *Workspace) Mount(ctx context.Context) error {
 }
 
 // Commit captures the workspace's changes as a commit on its branch. A
-// head_moved error (IsHeadMoved) means another commit won the race; the
-// workspace keeps its changes.
+// result of wire.HeadMoved means another commit reached the branch first:
+// the commit is stored (Commit) but the branch's head is another (Head),
+// and the workspace keeps its changes.
 func (ws *Workspace) Commit(ctx context.Context, message string) (wire.CommitResult, error) {
 	return ws.CommitWith(ctx, wire.CommitRequest{Message: message})
 }

@@ -28,7 +28,19 @@ type daemonEngine interface {
 	LiveWorkspaces() int
 }
 
-var _ daemonEngine = (*engine.Engine)(nil)
+// The engine serves each of the API's services; the daemon adds its own.
+var (
+	_ api.ProjectManager   = (*engine.Engine)(nil)
+	_ api.BranchManager    = (*engine.Engine)(nil)
+	_ api.History          = (*engine.Engine)(nil)
+	_ api.WorkspaceManager = (*engine.Engine)(nil)
+	_ api.Executor         = (*engine.Engine)(nil)
+	_ api.Files            = (*engine.Engine)(nil)
+	_ api.Watcher          = (*engine.Engine)(nil)
+	_ api.Maintenance      = (*engine.Engine)(nil)
+	_ api.MetricsWriter    = (*engine.Engine)(nil)
+	_ daemonEngine         = (*engine.Engine)(nil)
+)
 
 // newEngine brings up the named platforms and builds the engine over the
 // Store. down takes the platforms down again (after the engine's Shutdown).

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"io"
 	"net"
 	"net/http/httptest"
 	"path/filepath"
@@ -11,18 +12,21 @@ import (
 
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/api"
-	"layerfs.dev/layerfs/internal/api/apitest"
+	"layerfs.dev/layerfs/internal/enginetest"
 	"layerfs.dev/layerfs/wire"
 )
 
-// The API's own cost per call over the unix socket, with an engine that
-// does (almost) nothing: what the daemon adds to every exec and request.
+// The API's own cost per call over the unix socket, on the real engine:
+// BenchmarkExec runs the same command on the engine directly and through
+// the API, so that what the daemon adds to every exec is the difference
+// between its arms.
 
-func benchClient(b *testing.B) (*client.Client, *client.Workspace) {
+func benchClient(b *testing.B) (*enginetest.Engine, *client.Client, *client.Workspace) {
+	eng := enginetest.Shared(b)
 	sock := filepath.Join(b.TempDir(), "api.sock")
 	l, err := net.Listen("unix", sock)
 	require.NoError(b, err)
-	hs := httptest.NewUnstartedServer(api.NewServer(apitest.New(), api.Options{}).Handler(api.ListenerOptions{}))
+	hs := httptest.NewUnstartedServer(api.NewServer(eng, api.Options{}).Handler(api.ListenerOptions{}))
 	hs.Listener.Close()
 	hs.Listener = l
 	hs.Start()
@@ -30,14 +34,15 @@ func benchClient(b *testing.B) (*client.Client, *client.Workspace) {
 	ctx := b.Context()
 	c, err := client.Dial(ctx, "unix://"+sock)
 	require.NoError(b, err)
-	c.CreateProject(ctx, wire.CreateProject{Name: "p"})
-	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "p", Branch: "main"})
+	c.CreateProject(ctx, wire.CreateProject{Name: "bench"}) // made by the first benchmark
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "bench", Branch: "main"})
 	require.NoError(b, err)
-	return c, ws
+	b.Cleanup(func() { ws.End(b.Context(), client.EndOptions{Discard: true}) })
+	return eng, c, ws
 }
 
 func BenchmarkVersion(b *testing.B) {
-	c, _ := benchClient(b)
+	_, c, _ := benchClient(b)
 	ctx := b.Context()
 	for b.Loop() {
 		_, err := c.Daemon(ctx)
@@ -45,23 +50,32 @@ func BenchmarkVersion(b *testing.B) {
 	}
 }
 
-func BenchmarkExecWhole(b *testing.B) {
-	_, ws := benchClient(b)
-	ctx := b.Context()
-	for b.Loop() {
-		if res, err := ws.ExecArgv(ctx, []string{"echo", "hi"}, client.ExecOptions{}); err != nil || res.ExitCode != 0 {
-			b.Fatal(res, err)
+func BenchmarkExec(b *testing.B) {
+	eng, _, ws := benchClient(b)
+	argv := []string{"echo", "hi"}
+	b.Run("engine", func(b *testing.B) {
+		ctx := b.Context()
+		for b.Loop() {
+			if res, err := eng.Exec(ctx, ws.ID(), wire.ExecRequest{Argv: argv}, io.Discard, io.Discard); err != nil || res.ExitCode != 0 {
+				b.Fatal(res, err)
+			}
 		}
-	}
-}
-
-func BenchmarkExecStreamed(b *testing.B) {
-	_, ws := benchClient(b)
-	ctx := b.Context()
-	var out strings.Builder
-	for b.Loop() {
-		if res, err := ws.ExecArgv(ctx, []string{"echo", "hi"}, client.ExecOptions{Stdout: &out}); err != nil || res.ExitCode != 0 {
-			b.Fatal(res, err)
+	})
+	b.Run("api-whole", func(b *testing.B) {
+		ctx := b.Context()
+		for b.Loop() {
+			if res, err := ws.ExecArgv(ctx, argv, client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+				b.Fatal(res, err)
+			}
 		}
-	}
+	})
+	b.Run("api-streamed", func(b *testing.B) {
+		ctx := b.Context()
+		var out strings.Builder
+		for b.Loop() {
+			if res, err := ws.ExecArgv(ctx, argv, client.ExecOptions{Stdout: &out}); err != nil || res.ExitCode != 0 {
+				b.Fatal(res, err)
+			}
+		}
+	})
 }

@@ -2,9 +2,12 @@
 // resource-shaped and versioned under /v1, served by layerfsd on a unix
 // socket (and optionally TCP with a bearer token).
 //
-// The package translates HTTP into calls on an Engine, an interface declared
-// here with exactly the methods the handlers use; layerfsd passes the real
-// engine, tests pass a double. Nothing here touches the Store or a mount.
+// The package translates HTTP into calls on the engine's services, small
+// interfaces declared here by the handlers that use them (ProjectManager,
+// BranchManager, History, WorkspaceManager, Executor, Files, Watcher,
+// Maintenance, MetricsWriter); Engine is all of them at once, what
+// NewServer takes and layerfsd passes. Nothing here touches the Store or a
+// mount.
 //
 // # Input is hostile
 //

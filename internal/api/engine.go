@@ -8,46 +8,116 @@ import (
 	"layerfs.dev/layerfs/wire"
 )
 
-// Engine is what the API needs from LayerFS's engine (*engine.Engine). Errors
-// wrap error classes (errclass.NotFound, ...) so that handlers can
-// map them to statuses. A request for a workspace another host of a shared
-// Store serves fails with a *wire.Error of code misdirected whose Node
-// names that host; the API answers it as it is (421).
+// The engine as the API uses it, one interface per service, each declaring
+// only what its handlers call; *engine.Engine implements them all (layerfsd
+// asserts it at compile time) and package apitest holds the contract suite
+// every implementation runs.
 //
-// Paths given to the file methods are relative to the workspace root, slash
-// separated and already cleaned ("." is the root); the engine still resolves
-// them inside the workspace (no symlink escapes). GetTar names every entry
-// below the path's base name ("." for the root): a file is one entry, a
-// directory its own entry followed by its tree. PutTar checks the whole
-// archive before it writes anything (absolute or ".." names, links leaving
-// the tree, devices) and extracts into dir, creating it when missing.
-type Engine interface {
+// Rules every method follows:
+//
+//   - Errors wrap error classes (errclass.NotFound, errclass.Invalid, ...),
+//     which alone decide the status the API answers.
+//   - A request for a workspace another host of a shared Store serves fails
+//     with a *wire.Error of code misdirected whose Node names that host; the
+//     API answers it as it is (421).
+//   - Workspace paths are relative to the workspace root, slash separated
+//     and already cleaned ("." is the root); the engine still resolves them
+//     inside the workspace (no symlink escapes).
+
+// ProjectManager creates projects and keeps their layers: the frozen
+// commits new branches start from.
+type ProjectManager interface {
+	// CreateProject makes a project whose first layer is empty, or holds
+	// the host directory req.FromPath, with a branch main on it;
+	// errclass.Exists when the name is taken.
 	CreateProject(ctx context.Context, req wire.CreateProject) (wire.Project, error)
+	// Projects lists every project in name order.
 	Projects(ctx context.Context) ([]wire.Project, error)
 	Project(ctx context.Context, name string) (wire.Project, error)
+	// Layers lists a project's layers, the first (index 1) first.
 	Layers(ctx context.Context, project string) ([]wire.Layer, error)
+	// AddLayer makes the head of req.Branch the project's next layer.
 	AddLayer(ctx context.Context, project string, req wire.AddLayer) (wire.Layer, error)
+}
+
+// BranchManager keeps a project's branches: named heads that move only by
+// compare-and-swap.
+type BranchManager interface {
+	// Branches lists a project's branches in name order.
 	Branches(ctx context.Context, project string) ([]wire.Branch, error)
 	Branch(ctx context.Context, project, name string) (wire.Branch, error)
+	// ForkBranch makes branch req.Name at the commit req.From names,
+	// copying nothing; errclass.Exists when the name is taken.
 	ForkBranch(ctx context.Context, project string, req wire.ForkBranch) (wire.Branch, error)
+	// DeleteBranch removes a branch (its commits stay until GC finds them
+	// unreachable); errclass.Busy when a workspace stands on it.
 	DeleteBranch(ctx context.Context, project, name string) error
-	Commit(ctx context.Context, project, ref string) (wire.Commit, error)
-	Log(ctx context.Context, project, ref string, limit int) ([]wire.Commit, error)
-	Diff(ctx context.Context, project, from, to, cursor string, limit int) (wire.DiffPage, error)
-	CommitDir(ctx context.Context, project, branch string, req wire.CommitDir) (wire.CommitResult, error)
-	Checkout(ctx context.Context, project string, req wire.Checkout) (wire.CheckoutResult, error)
+}
 
+// History reads a project's commits and moves trees between them and
+// directories of the daemon's host.
+//
+// A ref is a branch name, "layer:N", or a commit id or a prefix of one
+// (errclass.Invalid when the prefix is ambiguous).
+type History interface {
+	Commit(ctx context.Context, project, ref string) (wire.Commit, error)
+	// Log lists at most limit commits from ref back through their
+	// parents, newest first.
+	Log(ctx context.Context, project, ref string, limit int) ([]wire.Commit, error)
+	// Diff pages through the changes from one ref's tree to another's in
+	// path order, after cursor (the Next of the page before), at most limit
+	// changes.
+	Diff(ctx context.Context, project, from, to, cursor string, limit int) (wire.DiffPage, error)
+	// CommitDir commits the host directory req.FromPath as the new tree of
+	// branch.
+	CommitDir(ctx context.Context, project, branch string, req wire.CommitDir) (wire.CommitResult, error)
+	// Checkout writes the tree req.Ref names into the host directory
+	// req.Path, which must be empty or new unless req.Overwrite.
+	Checkout(ctx context.Context, project string, req wire.Checkout) (wire.CheckoutResult, error)
+}
+
+// WorkspaceManager runs the lifecycle of workspaces: created on a branch,
+// mounted, committed back by compare-and-swap on the branch head, ended.
+type WorkspaceManager interface {
 	CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (wire.Workspace, error)
+	// Workspaces lists this host's workspaces.
 	Workspaces(ctx context.Context) ([]wire.Workspace, error)
 	// FleetWorkspaces lists every host's workspaces of a shared Store,
 	// each with its host (Workspaces on an embedded Store).
 	FleetWorkspaces(ctx context.Context) ([]wire.Workspace, error)
+	// WorkspaceStatus describes a workspace with its changes since its
+	// head commit.
 	WorkspaceStatus(ctx context.Context, id string) (wire.WorkspaceStatus, error)
 	MountWorkspace(ctx context.Context, id string) (wire.Workspace, error)
+	// CommitWorkspace commits the workspace's changes onto its branch by
+	// compare-and-swap on its head. The result is created, up-to-date, or,
+	// when another commit reached the branch first, head-moved, which is
+	// not an error: the commit is stored but not published, and the
+	// workspace keeps its changes.
 	CommitWorkspace(ctx context.Context, id string, req wire.CommitRequest) (wire.CommitResult, error)
+	// EndWorkspace unmounts and forgets a workspace; errclass.Uncommitted
+	// when it has changes, unless discard.
 	EndWorkspace(ctx context.Context, id string, discard bool) error
-	Exec(ctx context.Context, id string, req wire.ExecRequest, stdout, stderr io.Writer) (wire.ExecResult, error)
+}
 
+// Executor runs commands in workspaces.
+type Executor interface {
+	// Exec runs one command in a sandbox with the workspace at /workspace,
+	// writing its output to stdout and stderr as it comes. A command that
+	// fails (a non-zero exit, its timeout) is a result; errors are for
+	// requests that could not run. When ctx ends first the command is
+	// killed and Exec fails with an error wrapping ctx's.
+	Exec(ctx context.Context, id string, req wire.ExecRequest, stdout, stderr io.Writer) (wire.ExecResult, error)
+}
+
+// Files reads and writes the files of a workspace.
+//
+// GetTar names every entry below the path's base name ("." for the root): a
+// file is one entry, a directory its own entry followed by its tree. PutTar
+// checks the whole archive before it writes anything (absolute or ".."
+// names, links leaving the tree, devices) and extracts into dir, creating
+// it when missing.
+type Files interface {
 	WriteFile(ctx context.Context, id, path string, mode fs.FileMode, r io.Reader) error
 	ReadFile(ctx context.Context, id, path string, w io.Writer) (size int64, err error)
 	PutTar(ctx context.Context, id, dir string, r io.Reader) error
@@ -57,13 +127,42 @@ type Engine interface {
 	// List pages through the directory path in name order (depth first
 	// when recursive), after the path cursor, at most limit entries.
 	List(ctx context.Context, id, path string, recursive bool, cursor string, limit int) (wire.DirPage, error)
+}
+
+// Watcher streams the changes of a workspace's files.
+type Watcher interface {
 	// WatchWorkspace emits batches of changes below the directory prefix:
 	// one wire.EventReady first, wire.EventEnded last when the workspace
 	// ends; it returns when ctx ends or emit fails.
 	WatchWorkspace(ctx context.Context, id, prefix string, emit func([]wire.FileEvent) error) error
+}
 
+// Maintenance looks after the Store.
+type Maintenance interface {
+	// GC removes what no branch, layer or workspace reaches (counts it
+	// only, with req.DryRun).
 	GC(ctx context.Context, req wire.GCRequest) (wire.GCResult, error)
+	// Fsck checks the Store and reports every problem it finds.
 	Fsck(ctx context.Context) (wire.FsckReport, error)
 	Stats(ctx context.Context) (wire.StoreStats, error)
+}
+
+// MetricsWriter adds the engine's metrics to GET /metrics.
+type MetricsWriter interface {
+	// WriteMetrics writes them in Prometheus' text format.
 	WriteMetrics(w io.Writer) error
+}
+
+// Engine is every service at once: what NewServer takes, and what a
+// daemon passes.
+type Engine interface {
+	ProjectManager
+	BranchManager
+	History
+	WorkspaceManager
+	Executor
+	Files
+	Watcher
+	Maintenance
+	MetricsWriter
 }

@@ -28,7 +28,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	defer context.AfterFunc(s.drainCtx, cancel)()
 	st := &eventStream{w: w, rc: http.NewResponseController(w)}
-	err = s.eng.WatchWorkspace(ctx, id, prefix, func(evs []wire.FileEvent) error {
+	err = s.watcher.WatchWorkspace(ctx, id, prefix, func(evs []wire.FileEvent) error {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		if !st.started {

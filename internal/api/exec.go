@@ -27,7 +27,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	}
 	stdout := &capped{max: s.opts.MaxExecOutput}
 	stderr := &capped{max: s.opts.MaxExecOutput}
-	res, err := s.eng.Exec(ctxOf(r), id, req, stdout, stderr)
+	res, err := s.executor.Exec(ctxOf(r), id, req, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func wantsNDJSON(r *http.Request) bool {
 // (unknown workspace, busy) still gets an ordinary JSON error.
 func (s *Server) execStream(w http.ResponseWriter, r *http.Request, id string, req wire.ExecRequest) error {
 	st := &eventStream{w: w, rc: http.NewResponseController(w)}
-	res, err := s.eng.Exec(ctxOf(r), id, req, st.writer("stdout"), st.writer("stderr"))
+	res, err := s.executor.Exec(ctxOf(r), id, req, st.writer("stdout"), st.writer("stderr"))
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.started {

@@ -65,7 +65,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The engine writes to a temporary file that replaces the target only
 	// when the body is whole, so a cap tripped mid-stream changes nothing.
-	err = s.eng.WriteFile(ctxOf(r), id, p, fs.FileMode(mode), body)
+	err = s.files.WriteFile(ctxOf(r), id, p, fs.FileMode(mode), body)
 	if body.err != nil {
 		return body.err
 	}
@@ -82,7 +82,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	lw := &lazyWriter{w: w, contentType: "application/octet-stream", log: s.log}
-	_, err = s.eng.ReadFile(ctxOf(r), id, p, lw)
+	_, err = s.files.ReadFile(ctxOf(r), id, p, lw)
 	return lw.finish(err)
 }
 
@@ -108,7 +108,7 @@ func (s *Server) putTar(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	err = s.eng.PutTar(ctxOf(r), id, dir, body)
+	err = s.files.PutTar(ctxOf(r), id, dir, body)
 	if err == nil {
 		// Whatever follows the end of the archive is read too, so that an
 		// oversized body is still refused rather than cut off silently.
@@ -131,7 +131,7 @@ func (s *Server) getTar(w http.ResponseWriter, r *http.Request) error {
 	}
 	lw := &lazyWriter{w: w, contentType: wire.MediaTar, log: s.log}
 	if !acceptsGzip(r) {
-		return lw.finish(s.eng.GetTar(ctxOf(r), id, p, lw))
+		return lw.finish(s.files.GetTar(ctxOf(r), id, p, lw))
 	}
 	// Compressed for a client that asks (the SDK's WithCompressedDownloads):
 	// over a slow link, such as a VM's forwarded socket, the bytes saved
@@ -139,7 +139,7 @@ func (s *Server) getTar(w http.ResponseWriter, r *http.Request) error {
 	// first byte of the archive, so an early error is still a JSON error.
 	lw.encoding = "gzip"
 	gz, _ := gzip.NewWriterLevel(lw, gzip.BestSpeed)
-	err = s.eng.GetTar(ctxOf(r), id, p, gz)
+	err = s.files.GetTar(ctxOf(r), id, p, gz)
 	if err == nil {
 		err = gz.Close()
 	}
@@ -200,7 +200,7 @@ func (s *Server) statPath(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	fi, err := s.eng.Stat(ctxOf(r), id, p)
+	fi, err := s.files.Stat(ctxOf(r), id, p)
 	if err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func (s *Server) listDir(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	page, err := s.eng.List(ctxOf(r), id, dir, recursive, cursor, limit)
+	page, err := s.files.List(ctxOf(r), id, dir, recursive, cursor, limit)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ func (s *Server) getVersion(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getDaemon(w http.ResponseWriter, r *http.Request) error {
-	wss, err := s.eng.Workspaces(ctxOf(r))
+	wss, err := s.workspaces.Workspaces(ctxOf(r))
 	if err != nil {
 		return err
 	}
@@ -34,7 +34,7 @@ func (s *Server) stopDaemon(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listProjects(w http.ResponseWriter, r *http.Request) error {
-	ps, err := s.eng.Projects(ctxOf(r))
+	ps, err := s.projects.Projects(ctxOf(r))
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (s *Server) createProject(w http.ResponseWriter, r *http.Request) error {
 	if err := checkText("message", req.Message, 64<<10); err != nil {
 		return err
 	}
-	p, err := s.eng.CreateProject(ctxOf(r), req)
+	p, err := s.projects.CreateProject(ctxOf(r), req)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func (s *Server) getProject(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	proj, err := s.eng.Project(ctxOf(r), p)
+	proj, err := s.projects.Project(ctxOf(r), p)
 	if err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func (s *Server) listLayers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ls, err := s.eng.Layers(ctxOf(r), p)
+	ls, err := s.projects.Layers(ctxOf(r), p)
 	if err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func (s *Server) addLayer(w http.ResponseWriter, r *http.Request) error {
 	if err := checkName("branch", req.Branch); err != nil {
 		return err
 	}
-	l, err := s.eng.AddLayer(ctxOf(r), p, req)
+	l, err := s.projects.AddLayer(ctxOf(r), p, req)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	bs, err := s.eng.Branches(ctxOf(r), p)
+	bs, err := s.branches.Branches(ctxOf(r), p)
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func (s *Server) forkBranch(w http.ResponseWriter, r *http.Request) error {
 	if err := checkRef("from", req.From); err != nil {
 		return err
 	}
-	b, err := s.eng.ForkBranch(ctxOf(r), p, req)
+	b, err := s.branches.ForkBranch(ctxOf(r), p, req)
 	if err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ func (s *Server) getBranch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	br, err := s.eng.Branch(ctxOf(r), p, b)
+	br, err := s.branches.Branch(ctxOf(r), p, b)
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.eng.DeleteBranch(ctxOf(r), p, b); err != nil {
+	if err := s.branches.DeleteBranch(ctxOf(r), p, b); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -202,7 +202,7 @@ func (s *Server) commitDir(w http.ResponseWriter, r *http.Request) error {
 	if err := checkCommitText(req.Message, req.Author); err != nil {
 		return err
 	}
-	res, err := s.eng.CommitDir(ctxOf(r), p, b, req)
+	res, err := s.history.CommitDir(ctxOf(r), p, b, req)
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func (s *Server) getCommit(w http.ResponseWriter, r *http.Request) error {
 	if err := checkRef("ref", ref); err != nil {
 		return err
 	}
-	c, err := s.eng.Commit(ctxOf(r), p, ref)
+	c, err := s.history.Commit(ctxOf(r), p, ref)
 	if err != nil {
 		return err
 	}
@@ -250,7 +250,7 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cs, err := s.eng.Log(ctxOf(r), p, q["ref"], limit)
+	cs, err := s.history.Log(ctxOf(r), p, q["ref"], limit)
 	if err != nil {
 		return err
 	}
@@ -280,7 +280,7 @@ func (s *Server) getDiff(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := s.eng.Diff(ctxOf(r), p, q["from"], q["to"], q["cursor"], limit)
+	page, err := s.history.Diff(ctxOf(r), p, q["from"], q["to"], q["cursor"], limit)
 	if err != nil {
 		return err
 	}
@@ -306,7 +306,7 @@ func (s *Server) checkout(w http.ResponseWriter, r *http.Request) error {
 	if err := hostPath("path", req.Path, true); err != nil {
 		return err
 	}
-	res, err := s.eng.Checkout(ctxOf(r), p, req)
+	res, err := s.history.Checkout(ctxOf(r), p, req)
 	if err != nil {
 		return err
 	}
@@ -319,7 +319,7 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeOptional(w, r, &req); err != nil {
 		return err
 	}
-	res, err := s.eng.GC(ctxOf(r), req)
+	res, err := s.maintenance.GC(ctxOf(r), req)
 	if err != nil {
 		return err
 	}
@@ -328,7 +328,7 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) fsck(w http.ResponseWriter, r *http.Request) error {
-	rep, err := s.eng.Fsck(ctxOf(r))
+	rep, err := s.maintenance.Fsck(ctxOf(r))
 	if err != nil {
 		return err
 	}
@@ -340,7 +340,7 @@ func (s *Server) fsck(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.eng.Stats(ctxOf(r))
+	st, err := s.maintenance.Stats(ctxOf(r))
 	if err != nil {
 		return err
 	}

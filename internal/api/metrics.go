@@ -204,7 +204,7 @@ func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("write api metrics", "err", err)
 		return
 	}
-	if err := s.eng.WriteMetrics(w); err != nil {
+	if err := s.engineMetrics.WriteMetrics(w); err != nil {
 		s.log.Warn("write engine metrics", "err", err)
 	}
 }

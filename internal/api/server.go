@@ -55,7 +55,17 @@ type ListenerOptions struct {
 
 // Server serves the API for one engine. It is safe for concurrent use.
 type Server struct {
-	eng     Engine
+	// The engine's services, each used by one group of handlers.
+	projects      ProjectManager
+	branches      BranchManager
+	history       History
+	workspaces    WorkspaceManager
+	executor      Executor
+	files         Files
+	watcher       Watcher
+	maintenance   Maintenance
+	engineMetrics MetricsWriter
+
 	opts    Options
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -80,7 +90,7 @@ type Server struct {
 	changed    chan struct{} // closed and replaced whenever work drops
 }
 
-// NewServer returns a server for eng.
+// NewServer returns a server for eng, which serves every service.
 func NewServer(eng Engine, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -106,13 +116,21 @@ func NewServer(eng Engine, opts Options) *Server {
 		v.Version = "devel"
 	}
 	s := &Server{
-		eng:     eng,
-		opts:    opts,
-		log:     opts.Logger,
-		mux:     http.NewServeMux(),
-		metrics: newMetrics(),
-		started: opts.Now(),
-		changed: make(chan struct{}),
+		projects:      eng,
+		branches:      eng,
+		history:       eng,
+		workspaces:    eng,
+		executor:      eng,
+		files:         eng,
+		watcher:       eng,
+		maintenance:   eng,
+		engineMetrics: eng,
+		opts:          opts,
+		log:           opts.Logger,
+		mux:           http.NewServeMux(),
+		metrics:       newMetrics(),
+		started:       opts.Now(),
+		changed:       make(chan struct{}),
 	}
 	s.lastActive = s.started
 	s.abortCtx, s.abort = context.WithCancel(context.Background())

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,20 +27,40 @@ import (
 
 	"layerfs.dev/layerfs/internal/api"
 	"layerfs.dev/layerfs/internal/api/apitest"
+	"layerfs.dev/layerfs/internal/engine"
+	"layerfs.dev/layerfs/internal/enginetest"
+	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/wire"
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
-var _ api.Engine = (*apitest.Engine)(nil)
+// The real engine serves every service the API declares.
+var (
+	_ api.ProjectManager   = (*engine.Engine)(nil)
+	_ api.BranchManager    = (*engine.Engine)(nil)
+	_ api.History          = (*engine.Engine)(nil)
+	_ api.WorkspaceManager = (*engine.Engine)(nil)
+	_ api.Executor         = (*engine.Engine)(nil)
+	_ api.Files            = (*engine.Engine)(nil)
+	_ api.Watcher          = (*engine.Engine)(nil)
+	_ api.Maintenance      = (*engine.Engine)(nil)
+	_ api.MetricsWriter    = (*engine.Engine)(nil)
+)
+
+// The tests share one real engine (enginetest.Shared), each in a project
+// named after it, unless a test counts what the engine holds.
+func TestMain(m *testing.M) { enginetest.Main(m) }
 
 // harness is a server on a unix socket (as layerfsd serves it) with an
 // HTTP client that dials it.
 type harness struct {
 	t   *testing.T
-	eng *apitest.Engine
+	eng api.Engine
 	srv *api.Server
 	hc  *http.Client
 	url string
+	// project is the test's own project, made by setup.
+	project string
 }
 
 func newHarness(t *testing.T, eng api.Engine, opts api.Options) *harness {
@@ -58,11 +79,13 @@ func newHarness(t *testing.T, eng api.Engine, opts api.Options) *harness {
 		return d.DialContext(ctx, "unix", sock)
 	}}
 	t.Cleanup(tr.CloseIdleConnections)
-	h := &harness{t: t, srv: srv, hc: &http.Client{Transport: tr}, url: "http://layerfsd"}
-	if e, ok := eng.(*apitest.Engine); ok {
-		h.eng = e
-	}
-	return h
+	return &harness{t: t, eng: eng, srv: srv, hc: &http.Client{Transport: tr}, url: "http://layerfsd",
+		project: projectName(t)}
+}
+
+// projectName is a valid project name made of t's name.
+func projectName(t *testing.T) string {
+	return strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 }
 
 type response struct {
@@ -114,13 +137,54 @@ func (h *harness) json(method, path string, in any, wantStatus int, out any) res
 	return r
 }
 
-// setup makes project p and a workspace on its main branch.
+// setup makes the test's project and a workspace on its main branch.
 func (h *harness) setup() wire.Workspace {
 	h.t.Helper()
-	h.json("POST", "/v1/projects", wire.CreateProject{Name: "p"}, http.StatusCreated, nil)
+	h.json("POST", "/v1/projects", wire.CreateProject{Name: h.project}, http.StatusCreated, nil)
 	var ws wire.Workspace
-	h.json("POST", "/v1/workspaces", wire.WorkspaceSpec{Project: "p", Branch: "main"}, http.StatusCreated, &ws)
+	h.json("POST", "/v1/workspaces", wire.WorkspaceSpec{Project: h.project, Branch: "main"}, http.StatusCreated, &ws)
 	return ws
+}
+
+// engineState is what an engine holds as its services report it: every
+// project with its branches and layers, every workspace with its changes
+// and upper layer, and what the Store holds. A request that changes
+// nothing leaves it as it was. Left out is what reading changes: a
+// mount's request counters, the Store's cache of materialized contents
+// and the size of its database file.
+type engineState struct {
+	Projects   []wire.Project
+	Branches   map[string][]wire.Branch
+	Layers     map[string][]wire.Layer
+	Workspaces []wire.WorkspaceStatus
+	Store      wire.StoreStats
+}
+
+func (h *harness) state() engineState {
+	h.t.Helper()
+	ctx := h.t.Context()
+	st := engineState{Branches: map[string][]wire.Branch{}, Layers: map[string][]wire.Layer{}}
+	var err error
+	st.Projects, err = h.eng.Projects(ctx)
+	require.NoError(h.t, err)
+	for _, p := range st.Projects {
+		st.Branches[p.Name], err = h.eng.Branches(ctx, p.Name)
+		require.NoError(h.t, err)
+		st.Layers[p.Name], err = h.eng.Layers(ctx, p.Name)
+		require.NoError(h.t, err)
+	}
+	wss, err := h.eng.Workspaces(ctx)
+	require.NoError(h.t, err)
+	for _, ws := range wss {
+		ws, err := h.eng.WorkspaceStatus(ctx, ws.ID)
+		require.NoError(h.t, err)
+		ws.FUSE = wire.FUSEStats{}
+		st.Workspaces = append(st.Workspaces, ws)
+	}
+	st.Store, err = h.eng.Stats(ctx)
+	require.NoError(h.t, err)
+	st.Store.CacheBytes, st.Store.DBBytes = 0, 0
+	return st
 }
 
 func tarOf(t *testing.T, entries ...tar.Header) []byte {
@@ -143,9 +207,10 @@ func tarOf(t *testing.T, entries ...tar.Header) []byte {
 	return buf.Bytes()
 }
 
-// TestRoutes walks every route through its happy path.
+// TestRoutes walks every route through its happy path, on an engine of its
+// own: it counts projects and workspaces.
 func TestRoutes(t *testing.T) {
-	h := newHarness(t, apitest.New(), api.Options{Daemon: wire.DaemonStatus{Socket: "/run/x.sock", Platforms: []string{"local"}}})
+	h := newHarness(t, enginetest.New(t), api.Options{Daemon: wire.DaemonStatus{Socket: "/run/x.sock", Platforms: []string{"local"}}})
 
 	var v wire.Version
 	h.json("GET", "/v1/version", nil, 200, &v)
@@ -206,7 +271,7 @@ func TestRoutes(t *testing.T) {
 		}
 		names = append(names, th.Name)
 	}
-	if fmt.Sprint(names) != "[d d/x]" {
+	if fmt.Sprint(names) != "[d/ d/x]" {
 		t.Errorf("tar names = %v", names)
 	}
 	// Compressed when asked for, the same archive.
@@ -232,7 +297,8 @@ func TestRoutes(t *testing.T) {
 
 	var st wire.WorkspaceStatus
 	h.json("GET", base, nil, 200, &st)
-	if len(st.Changes) != 5 { // src, src/a b.txt, up, up/d, up/d/x
+	// A directory made in the workspace is one change, its tree with it.
+	if fmt.Sprint(st.Changes) != fmt.Sprint([]wire.Change{{Path: "src", Kind: wire.Added, NewType: "dir"}, {Path: "up", Kind: wire.Added, NewType: "dir"}}) {
 		t.Errorf("changes = %+v", st.Changes)
 	}
 	// A plain end refuses to drop changes.
@@ -264,7 +330,12 @@ func TestRoutes(t *testing.T) {
 	if len(page.Changes) != 2 || page.Next == "" {
 		t.Errorf("diff page = %+v", page)
 	}
-	h.json("GET", "/v1/projects/p/diff?from=layer:1&to=main&cursor="+page.Next, nil, 200, &page)
+	// Commits diff path by path: src, src/a b.txt, then up and its tree.
+	var page2 wire.DiffPage
+	h.json("GET", "/v1/projects/p/diff?from=layer:1&to=main&cursor="+url.QueryEscape(page.Next), nil, 200, &page2)
+	if len(page2.Changes) != 3 || page2.Changes[0].Path != "up" || page2.Next != "" {
+		t.Errorf("second diff page = %+v", page2)
+	}
 
 	var b wire.Branch
 	h.json("POST", "/v1/projects/p/branches", wire.ForkBranch{Name: "feature", From: "main"}, 201, &b)
@@ -282,9 +353,19 @@ func TestRoutes(t *testing.T) {
 	h.json("DELETE", "/v1/projects/p/branches/feature", nil, 204, nil)
 	h.json("GET", "/v1/projects/p/branches/feature", nil, 404, nil)
 
-	// The double has no host directories: these reach the engine and come back 503.
-	h.json("POST", "/v1/projects/p/branches/main/commits", wire.CommitDir{FromPath: "/srv/x"}, 503, nil)
-	h.json("POST", "/v1/projects/p/checkout", wire.Checkout{Ref: "main", Path: "/srv/out"}, 503, nil)
+	// A directory of the daemon's host becomes main's next commit, and
+	// main's tree is checked out into another.
+	hostSrc, hostOut := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	require.NoError(t, os.WriteFile(filepath.Join(hostSrc, "host.txt"), []byte("from the host"), 0o644))
+	h.json("POST", "/v1/projects/p/branches/main/commits", wire.CommitDir{FromPath: hostSrc, Message: "host"}, 200, &cr)
+	if cr.Result != wire.Created {
+		t.Errorf("commit of a host directory = %+v", cr)
+	}
+	var co wire.CheckoutResult
+	h.json("POST", "/v1/projects/p/checkout", wire.Checkout{Ref: "main", Path: hostOut}, 200, &co)
+	if b, err := os.ReadFile(filepath.Join(hostOut, "host.txt")); err != nil || string(b) != "from the host" || co.Commit != cr.Commit {
+		t.Errorf("checkout = %+v: host.txt %q, %v", co, b, err)
+	}
 
 	var gc wire.GCResult
 	h.json("POST", "/v1/gc", nil, 200, &gc)
@@ -313,7 +394,7 @@ func TestRoutes(t *testing.T) {
 		`layerfs_api_request_duration_seconds_bucket{route="GET /v1/version",le="+Inf"} 1`,
 		`layerfs_api_request_duration_seconds_count{route="POST /v1/projects"} 1`,
 		"layerfs_api_execs_running 0",
-		"layerfs_test_execs_running 0", // written by the engine
+		"layerfs_execs_running 0", // written by the engine
 	} {
 		if !strings.Contains(string(m.body), want) { // not assert.Contains: it would print every metric
 			t.Errorf("metrics lack %q", want)
@@ -326,7 +407,7 @@ func TestRoutes(t *testing.T) {
 
 func TestStopDaemon(t *testing.T) {
 	stopped := make(chan struct{})
-	h := newHarness(t, apitest.New(), api.Options{Stop: func() { close(stopped) }})
+	h := newHarness(t, enginetest.Shared(t), api.Options{Stop: func() { close(stopped) }})
 	h.json("POST", "/v1/daemon/stop", nil, 202, nil)
 	h.json("POST", "/v1/daemon/stop", nil, 202, nil) // Stop runs once
 	select {
@@ -339,11 +420,12 @@ func TestStopDaemon(t *testing.T) {
 // TestBadInput sends malformed requests; each gets a 4xx with a JSON error
 // that says what is wrong, and the engine's state does not change.
 func TestBadInput(t *testing.T) {
-	h := newHarness(t, apitest.New(), api.Options{})
+	h := newHarness(t, enginetest.Shared(t), api.Options{})
 	ws := h.setup()
 	base := "/v1/workspaces/" + ws.ID
+	proj := "/v1/projects/" + h.project
 	h.do("PUT", base+"/files/keep.txt", strings.NewReader("keep"))
-	before := h.eng.Mutations.Load()
+	before := h.state()
 
 	evil := tarOf(t, tar.Header{Name: "ok.txt", Typeflag: tar.TypeReg}, tar.Header{Name: "../../etc/evil", Typeflag: tar.TypeReg})
 	absTar := tarOf(t, tar.Header{Name: "/etc/evil", Typeflag: tar.TypeReg})
@@ -371,8 +453,8 @@ func TestBadInput(t *testing.T) {
 		{"name missing", "POST", "/v1/projects", `{}`, nil, 400, wire.CodeInvalid, "name is required"},
 		{"from_path relative", "POST", "/v1/projects", `{"name": "x", "from_path": "src"}`, nil, 400, wire.CodeInvalid, "absolute path"},
 		{"from_path unclean", "POST", "/v1/projects", `{"name": "x", "from_path": "/srv/../etc"}`, nil, 400, wire.CodeInvalid, "not clean"},
-		{"branch dotdot", "POST", "/v1/projects/p/branches", `{"name": "../x", "from": "main"}`, nil, 400, wire.CodeInvalid, "not a valid name"},
-		{"ref dotdot", "POST", "/v1/projects/p/branches", `{"name": "x", "from": "a..b"}`, nil, 400, wire.CodeInvalid, "not a valid ref"},
+		{"branch dotdot", "POST", proj + "/branches", `{"name": "../x", "from": "main"}`, nil, 400, wire.CodeInvalid, "not a valid name"},
+		{"ref dotdot", "POST", proj + "/branches", `{"name": "x", "from": "a..b"}`, nil, 400, wire.CodeInvalid, "not a valid ref"},
 		{"project path dotdot", "GET", "/v1/projects/%2e%2e/branches", ``, nil, 400, wire.CodeInvalid, ""},
 		{"project path encoded slash", "GET", "/v1/projects/a%2Fb", ``, nil, 400, wire.CodeInvalid, "not a valid name"},
 		{"unknown project", "GET", "/v1/projects/nope", ``, nil, 404, wire.CodeNotFound, "nope"},
@@ -384,7 +466,7 @@ func TestBadInput(t *testing.T) {
 		{"no command", "POST", base + "/execs", `{}`, nil, 400, wire.CodeInvalid, "one of argv and body"},
 		{"bad env", "POST", base + "/execs", `{"body": "echo", "env": ["NOEQUALS"]}`, nil, 400, wire.CodeInvalid, "env[0]"},
 		{"exec dir escapes", "POST", base + "/execs", `{"body": "echo", "dir": "../.."}`, nil, 400, wire.CodeInvalid, "dir"},
-		{"bad network", "POST", "/v1/workspaces", `{"project": "p", "branch": "main", "network": "bridge"}`, nil, 400, wire.CodeInvalid, "network"},
+		{"bad network", "POST", "/v1/workspaces", `{"project": "` + h.project + `", "branch": "main", "network": "bridge"}`, nil, 400, wire.CodeInvalid, "network"},
 		{"upload dotdot", "PUT", base + "/files/a/../../etc/passwd", "x", nil, 400, wire.CodeInvalid, `".."`},
 		{"upload encoded dotdot", "PUT", base + "/files/%2e%2e/etc/passwd", "x", nil, 400, wire.CodeInvalid, `".."`},
 		{"upload encoded slash dotdot", "PUT", base + "/files/a%2F..%2F..%2Fx", "x", nil, 400, wire.CodeInvalid, `".."`},
@@ -395,16 +477,16 @@ func TestBadInput(t *testing.T) {
 		{"download root", "GET", base + "/files/", ``, nil, 400, wire.CodeInvalid, "root"},
 		{"tar path dotdot", "GET", base + "/tar?path=../x", ``, nil, 400, wire.CodeInvalid, `".."`},
 		{"tar path absolute dotdot", "PUT", base + "/tar?path=/../etc", string(tarOf(t, tar.Header{Name: "x", Typeflag: tar.TypeReg})), nil, 400, wire.CodeInvalid, `".."`},
-		{"tar entry dotdot", "PUT", base + "/tar", string(evil), nil, 400, wire.CodeInvalid, "escapes"},
-		{"tar entry absolute", "PUT", base + "/tar", string(absTar), nil, 400, wire.CodeInvalid, "escapes"},
+		{"tar entry dotdot", "PUT", base + "/tar", string(evil), nil, 400, wire.CodeInvalid, `has a ".." component`},
+		{"tar entry absolute", "PUT", base + "/tar", string(absTar), nil, 400, wire.CodeInvalid, "is absolute"},
 		{"tar device", "PUT", base + "/tar", string(devTar), nil, 400, wire.CodeInvalid, "type"},
-		{"unknown query", "GET", "/v1/projects/p/log?ref=main&limt=3", ``, nil, 400, wire.CodeInvalid, `unknown query parameter "limt"`},
-		{"bad limit", "GET", "/v1/projects/p/log?ref=main&limit=-1", ``, nil, 400, wire.CodeInvalid, "limit"},
-		{"missing ref", "GET", "/v1/projects/p/log", ``, nil, 400, wire.CodeInvalid, "ref is required"},
+		{"unknown query", "GET", proj + "/log?ref=main&limt=3", ``, nil, 400, wire.CodeInvalid, `unknown query parameter "limt"`},
+		{"bad limit", "GET", proj + "/log?ref=main&limit=-1", ``, nil, 400, wire.CodeInvalid, "limit"},
+		{"missing ref", "GET", proj + "/log", ``, nil, 400, wire.CodeInvalid, "ref is required"},
 		{"bad discard", "DELETE", base + "?discard=maybe", ``, nil, 400, wire.CodeInvalid, "discard"},
 		{"unknown route", "GET", "/v1/nope", ``, nil, 404, wire.CodeNotFound, "no such route"},
 		{"wrong method", "PATCH", "/v1/projects", ``, nil, 405, wire.CodeMethodNotAllowed, "not allowed"},
-		{"exists", "POST", "/v1/projects", `{"name": "p"}`, nil, 409, wire.CodeExists, ""},
+		{"exists", "POST", "/v1/projects", `{"name": "` + h.project + `"}`, nil, 409, wire.CodeExists, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -422,9 +504,7 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	if got := h.eng.Mutations.Load(); got != before {
-		t.Errorf("bad requests changed the engine's state: %d mutations, want %d", got, before)
-	}
+	assert.Equal(t, before, h.state(), "bad requests changed the engine's state")
 	if r := h.do("GET", base+"/files/keep.txt", nil); string(r.body) != "keep" {
 		t.Errorf("keep.txt = %q", r.body)
 	}
@@ -460,10 +540,10 @@ func (z *zeros) Read(p []byte) (int, error) {
 // TestBodyLimits sends 2 GiB bodies; each is refused with 413 after at most
 // the limit was read, and nothing is stored.
 func TestBodyLimits(t *testing.T) {
-	h := newHarness(t, apitest.New(), api.Options{MaxUpload: 4 << 20})
+	h := newHarness(t, enginetest.Shared(t), api.Options{MaxUpload: 4 << 20})
 	ws := h.setup()
 	base := "/v1/workspaces/" + ws.ID
-	before := h.eng.Mutations.Load()
+	before := h.state()
 	const twoGiB = 2 << 30
 
 	send := func(method, path string, z *zeros, length int64) response {
@@ -510,18 +590,16 @@ func TestBodyLimits(t *testing.T) {
 			}
 		})
 	}
-	if h.eng.Mutations.Load() != before {
-		t.Errorf("a refused upload changed the engine's state")
-	}
+	assert.Equal(t, before, h.state(), "a refused upload changed the engine's state")
 	if r := h.do("GET", base+"/files/big", nil); r.status != 404 {
 		t.Errorf("big exists after refused uploads: %d", r.status)
 	}
 }
 
 func TestExecStream(t *testing.T) {
-	h := newHarness(t, apitest.New(), api.Options{})
+	h := newHarness(t, enginetest.Shared(t), api.Options{})
 	ws := h.setup()
-	body := `{"argv": ["stream", "5", "100"]}`
+	body := `{"body": "for i in 0 1 2 3 4; do echo line $i; sleep 0.1; done"}`
 	req, _ := http.NewRequest("POST", h.url+"/v1/workspaces/"+ws.ID+"/execs", strings.NewReader(body))
 	req.Header.Set("Accept", "application/x-ndjson")
 	start := time.Now()
@@ -568,7 +646,7 @@ func TestExecStream(t *testing.T) {
 }
 
 func TestOutputCap(t *testing.T) {
-	h := newHarness(t, apitest.New(), api.Options{MaxExecOutput: 10})
+	h := newHarness(t, enginetest.Shared(t), api.Options{MaxExecOutput: 10})
 	ws := h.setup()
 	var res wire.ExecResult
 	h.json("POST", "/v1/workspaces/"+ws.ID+"/execs", wire.ExecRequest{Argv: []string{"echo", "0123456789abcdef"}}, 200, &res)
@@ -578,7 +656,7 @@ func TestOutputCap(t *testing.T) {
 }
 
 func TestToken(t *testing.T) {
-	srv := api.NewServer(apitest.New(), api.Options{})
+	srv := api.NewServer(enginetest.Shared(t), api.Options{})
 	hs := httptest.NewServer(srv.Handler(api.ListenerOptions{Token: "s3cret"}))
 	defer hs.Close()
 	for _, c := range []struct {
@@ -604,16 +682,18 @@ func TestToken(t *testing.T) {
 }
 
 // TestDrain: draining refuses new work, keeps reads, lets running execs
-// finish, and Abort ends what is left.
+// finish, and Abort ends what is left: the engine kills the command and the
+// exec is answered as unavailable.
 func TestDrain(t *testing.T) {
-	h := newHarness(t, apitest.New(), api.Options{})
+	eng := enginetest.Shared(t)
+	h := newHarness(t, eng, api.Options{})
 	ws := h.setup()
 	base := "/v1/workspaces/" + ws.ID
 	done := make(chan response, 2)
 	go func() {
-		done <- h.do("POST", base+"/execs", strings.NewReader(`{"argv": ["sleep", "300"]}`))
+		done <- h.do("POST", base+"/execs", strings.NewReader(`{"argv": ["sleep", "0.3"]}`))
 	}()
-	waitFor(t, func() bool { return h.eng.Running.Load() == 1 })
+	waitFor(t, func() bool { return eng.Running() == 1 })
 	if n := h.srv.RunningExecs(); n != 1 {
 		t.Errorf("RunningExecs = %d", n)
 	}
@@ -632,12 +712,13 @@ func TestDrain(t *testing.T) {
 	}
 
 	// Abort cancels a running exec whose grace period ran out.
-	h2 := newHarness(t, apitest.New(), api.Options{})
+	h2 := newHarness(t, eng, api.Options{})
+	h2.project += "-abort"
 	ws2 := h2.setup()
 	go func() {
-		done <- h2.do("POST", "/v1/workspaces/"+ws2.ID+"/execs", strings.NewReader(`{"argv": ["sleep", "60000"]}`))
+		done <- h2.do("POST", "/v1/workspaces/"+ws2.ID+"/execs", strings.NewReader(`{"argv": ["sleep", "60"]}`))
 	}()
-	waitFor(t, func() bool { return h2.eng.Running.Load() == 1 })
+	waitFor(t, func() bool { return eng.Running() == 1 })
 	h2.srv.Drain()
 	short, cancel2 := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel2()
@@ -645,14 +726,13 @@ func TestDrain(t *testing.T) {
 	h2.srv.Abort()
 	select {
 	case r := <-done:
-		var res wire.ExecResult
-		json.Unmarshal(r.body, &res)
-		if r.status != 200 || res.Signal != "SIGKILL" {
+		if r.status != 503 || r.err(t).Code != wire.CodeUnavailable {
 			t.Errorf("aborted exec: %d %s", r.status, r.body)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Abort did not end the exec")
 	}
+	waitFor(t, func() bool { return eng.Running() == 0 })
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -665,9 +745,10 @@ func waitFor(t *testing.T, cond func() bool) {
 	t.Fatal("condition not reached in 5s")
 }
 
-// failing returns a configured error from Projects.
+// failing returns a configured error from Projects, the rest from the
+// real engine.
 type failing struct {
-	*apitest.Engine
+	api.Engine
 	err error
 }
 
@@ -693,7 +774,7 @@ func TestErrorMapping(t *testing.T) {
 		{errors.New("disk on fire at /secret/path"), 500, wire.CodeInternal},
 		{&os.PathError{Op: "write", Path: "/secret/pack", Err: syscall.ENOSPC}, 507, wire.CodeNoSpace},
 	} {
-		h := newHarness(t, failing{apitest.New(), c.err}, api.Options{})
+		h := newHarness(t, failing{enginetest.Shared(t), c.err}, api.Options{})
 		r := h.do("GET", "/v1/projects", nil)
 		e := r.err(t)
 		if r.status != c.status || e.Code != c.code {
@@ -712,7 +793,7 @@ func TestErrorMapping(t *testing.T) {
 func TestIdle(t *testing.T) {
 	now := time.Unix(1000, 0)
 	clock := func() time.Time { return now }
-	h := newHarness(t, apitest.New(), api.Options{Now: clock})
+	h := newHarness(t, enginetest.Shared(t), api.Options{Now: clock})
 	now = now.Add(time.Minute)
 	if d := h.srv.Idle(); d != time.Minute {
 		t.Errorf("Idle = %v, want 1m", d)
@@ -722,4 +803,45 @@ func TestIdle(t *testing.T) {
 	if d := h.srv.Idle(); d != time.Second {
 		t.Errorf("Idle after a request = %v, want 1s", d)
 	}
+}
+
+// TestContract runs the contract suite against the real engine, with its
+// workspaces on each data path.
+func TestContract(t *testing.T) {
+	t.Run(wire.DataPathOverlay, func(t *testing.T) { apitest.Run(t, apitest.Target{Engine: enginetest.Shared(t)}) })
+	t.Run(wire.DataPathFUSE, func(t *testing.T) {
+		apitest.Run(t, apitest.Target{Engine: enginetest.NewWith(t, enginetest.Config{DataPath: wire.DataPathFUSE})})
+	})
+}
+
+// TestContractFleet runs the suite against the real engine on a shared
+// Store (PostgreSQL and S3) as one host of two: its misdirected answers
+// name the other host, which serves the workspace.
+func TestContractFleet(t *testing.T) {
+	url := testenv.StoreURL(t)
+	a := enginetest.NewWith(t, enginetest.Config{StoreURL: url})
+	b := enginetest.NewWith(t, enginetest.Config{StoreURL: url})
+	apitest.Run(t, apitest.Target{Engine: b, Misdirect: func(t *testing.T) (string, wire.Node) {
+		const addr = "tcp://192.0.2.10:7070" // as a's daemon would advertise it
+		ctx := t.Context()
+		require.NoError(t, a.Store.Heartbeat(ctx, addr))
+		_, err := a.CreateProject(ctx, wire.CreateProject{Name: "served-by-a"})
+		require.NoError(t, err)
+		ws, err := a.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "served-by-a", Branch: "main"})
+		require.NoError(t, err)
+		return ws.ID, wire.Node{Name: a.Store.Node(), Address: addr, Live: true}
+	}})
+}
+
+// TestContractElsewhere runs it against apitest.Elsewhere over the real
+// engine, the double the SDK's fleet test uses: it passes every call but
+// those on the workspaces it is told another host serves to the engine,
+// and answers those as misdirected.
+func TestContractElsewhere(t *testing.T) {
+	e := apitest.NewElsewhere(enginetest.Shared(t))
+	apitest.Run(t, apitest.Target{Engine: e, Misdirect: func(t *testing.T) (string, wire.Node) {
+		host := wire.Node{Name: "host-b", Address: "tcp://192.0.2.7:7070", Live: true}
+		e.Serve("ws-e15e3e4e7e00", host)
+		return "ws-e15e3e4e7e00", host
+	}})
 }

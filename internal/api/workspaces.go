@@ -19,7 +19,7 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err := checkSpec(&spec); err != nil {
 		return err
 	}
-	ws, err := s.eng.CreateWorkspace(ctxOf(r), spec)
+	ws, err := s.workspaces.CreateWorkspace(ctxOf(r), spec)
 	if err != nil {
 		return err
 	}
@@ -39,9 +39,9 @@ func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list := s.eng.Workspaces
+	list := s.workspaces.Workspaces
 	if all {
-		list = s.eng.FleetWorkspaces
+		list = s.workspaces.FleetWorkspaces
 	}
 	wss, err := list(ctxOf(r))
 	if err != nil {
@@ -56,7 +56,7 @@ func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	st, err := s.eng.WorkspaceStatus(ctxOf(r), id)
+	st, err := s.workspaces.WorkspaceStatus(ctxOf(r), id)
 	if err != nil {
 		return err
 	}
@@ -80,7 +80,7 @@ func (s *Server) endWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.eng.EndWorkspace(ctxOf(r), id, discard); err != nil {
+	if err := s.workspaces.EndWorkspace(ctxOf(r), id, discard); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -99,7 +99,7 @@ func (s *Server) commitWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err := checkCommitText(req.Message, req.Author); err != nil {
 		return err
 	}
-	res, err := s.eng.CommitWorkspace(ctxOf(r), id, req)
+	res, err := s.workspaces.CommitWorkspace(ctxOf(r), id, req)
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (s *Server) mountWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ws, err := s.eng.MountWorkspace(ctxOf(r), id)
+	ws, err := s.workspaces.MountWorkspace(ctxOf(r), id)
 	if err != nil {
 		return err
 	}

@@ -37,12 +37,24 @@ func RequireRoot(t testing.TB) {
 // RequireFUSE skips unless the test runs as root and /dev/fuse can be opened.
 func RequireFUSE(t testing.TB) {
 	t.Helper()
-	RequireRoot(t)
+	if why := MissingFUSE(); why != "" {
+		Skip(t, why)
+	}
+}
+
+// MissingFUSE says what RequireFUSE would skip for ("" when the process
+// runs as root and can open /dev/fuse), for a TestMain that has no test to
+// skip.
+func MissingFUSE() string {
+	if os.Geteuid() != 0 {
+		return "needs root"
+	}
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
-		Skip(t, "needs /dev/fuse: "+err.Error())
+		return "needs /dev/fuse: " + err.Error()
 	}
 	f.Close()
+	return ""
 }
 
 // DockerSocket is where the tests expect the Docker engine.
