@@ -475,32 +475,71 @@ const (
 // copying anything: the upper directory records where its lower is
 // (trusted.overlay.redirect), so there is no EXDEV.
 func (o *Overlay) Rename(ctx context.Context, od *Node, oname string, nd *Node, nname string, flags uint32) error {
-	if flags&^uint32(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
+	r := &rename{o: o, od: od, oname: oname, nd: nd, nname: nname, flags: flags, exchange: flags&RenameExchange != 0}
+	if err := r.prepare(ctx); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if done, err := r.check(); done || err != nil {
+		return err
+	}
+	if err := r.open(); err != nil {
+		return err
+	}
+	defer r.src.close()
+	defer r.dst.close()
+	o.touch(od, oname, false)
+	o.touch(nd, nname, false)
+	o.touchMeta(od)
+	o.touchMeta(nd)
+	if r.exchange {
+		return r.swap()
+	}
+	return r.move()
+}
+
+// rename is one Rename: the source od/oname and its node s, the target
+// nd/nname and its node t (nil when there is none), and, once o.mu is held
+// and both parents are in the upper, the upper's entries src and dst.
+type rename struct {
+	o            *Overlay
+	od, nd       *Node
+	oname, nname string
+	s, t         *Node
+	flags        uint32
+	exchange     bool
+	src, dst     at
+}
+
+// prepare checks the request and, outside the tree lock, loads what the
+// rename needs: both parents, the directories moved (their redirects
+// must be resolved) and the metadata of lower files moved, copied up.
+func (r *rename) prepare(ctx context.Context) error {
+	o := r.o
+	if r.flags&^uint32(RenameNoReplace|RenameExchange) != 0 || r.flags == RenameNoReplace|RenameExchange {
 		return syscall.EINVAL
 	}
-	if err := validName(oname); err != nil {
+	if err := validName(r.oname); err != nil {
 		return err
 	}
-	if err := validName(nname); err != nil {
+	if err := validName(r.nname); err != nil {
 		return err
 	}
-	if err := o.ensureLoaded(ctx, od); err != nil {
+	if err := o.ensureLoaded(ctx, r.od); err != nil {
 		return err
 	}
-	if err := o.ensureLoaded(ctx, nd); err != nil {
+	if err := o.ensureLoaded(ctx, r.nd); err != nil {
 		return err
 	}
 	o.mu.RLock()
-	s, t := od.dir.children[oname], nd.dir.children[nname]
+	r.s, r.t = r.od.dir.children[r.oname], r.nd.dir.children[r.nname]
 	o.mu.RUnlock()
-	if s == nil {
+	if r.s == nil {
 		return syscall.ENOENT
 	}
-	exchange := flags&RenameExchange != 0
-	// Prepare outside the tree lock: load directories (their redirects
-	// must be resolved) and copy up the metadata of lower files.
-	for _, n := range []*Node{s, t} {
-		if n == nil || (n == t && !exchange && !n.IsDir()) {
+	for _, n := range []*Node{r.s, r.t} {
+		if n == nil || (n == r.t && !r.exchange && !n.IsDir()) {
 			continue
 		}
 		if n.IsDir() {
@@ -511,91 +550,109 @@ func (o *Overlay) Rename(ctx context.Context, od *Node, oname string, nd *Node, 
 			return err
 		}
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if od.dir.children[oname] != s || nd.dir.children[nname] != t {
-		return syscall.EAGAIN // raced with another change of these names
+	return nil
+}
+
+// check applies rename(2)'s rules under o.mu, after prepare let go of it:
+// done with a nil error is a rename to itself, which changes nothing.
+func (r *rename) check() (done bool, err error) {
+	o, s, t := r.o, r.s, r.t
+	if r.od.dir.children[r.oname] != s || r.nd.dir.children[r.nname] != t {
+		return false, syscall.EAGAIN // raced with another change of these names
 	}
 	if s == t {
-		return nil
+		return true, nil
 	}
-	if exchange && t == nil {
-		return syscall.ENOENT
+	if r.exchange && t == nil {
+		return false, syscall.ENOENT
 	}
-	if flags&RenameNoReplace != 0 && t != nil {
-		return syscall.EEXIST
+	if r.flags&RenameNoReplace != 0 && t != nil {
+		return false, syscall.EEXIST
 	}
-	if s.IsDir() && o.isAncestor(s, nd) || t != nil && t.IsDir() && exchange && o.isAncestor(t, od) {
-		return syscall.EINVAL
+	if s.IsDir() && o.isAncestor(s, r.nd) || t != nil && t.IsDir() && r.exchange && o.isAncestor(t, r.od) {
+		return false, syscall.EINVAL
 	}
-	if t != nil && t.IsDir() && !exchange && o.isAncestor(t, od) {
-		return syscall.ENOTEMPTY // the target contains the source
+	if t != nil && t.IsDir() && !r.exchange && o.isAncestor(t, r.od) {
+		return false, syscall.ENOTEMPTY // the target contains the source
 	}
-	if t != nil && !exchange {
+	if t != nil && !r.exchange {
 		switch {
 		case s.IsDir() && !t.IsDir():
-			return syscall.ENOTDIR
+			return false, syscall.ENOTDIR
 		case !s.IsDir() && t.IsDir():
-			return syscall.EISDIR
+			return false, syscall.EISDIR
 		case t.IsDir() && len(t.dir.children) > 0:
-			return syscall.ENOTEMPTY
+			return false, syscall.ENOTEMPTY
 		}
 	}
-	if !od.linked() || !nd.linked() {
-		return syscall.ENOENT
+	if !r.od.linked() || !r.nd.linked() {
+		return false, syscall.ENOENT
 	}
-	if err := o.copyUpDirLocked(od); err != nil {
+	return false, nil
+}
+
+// open copies both parents (and a moved directory) up and opens the
+// upper's entries of both names. Needs o.mu; on success the caller closes
+// src and dst.
+func (r *rename) open() error {
+	o := r.o
+	if err := o.copyUpDirLocked(r.od); err != nil {
 		return err
 	}
-	if err := o.copyUpDirLocked(nd); err != nil {
+	if err := o.copyUpDirLocked(r.nd); err != nil {
 		return err
 	}
-	if s.IsDir() {
-		if err := o.copyUpDirLocked(s); err != nil {
+	if r.s.IsDir() {
+		if err := o.copyUpDirLocked(r.s); err != nil {
 			return err
 		}
 	}
-	src, err := o.childAt(od, oname)
+	src, err := o.childAt(r.od, r.oname)
 	if err != nil {
 		return err
 	}
-	defer src.close()
-	dst, err := o.childAt(nd, nname)
+	dst, err := o.childAt(r.nd, r.nname)
 	if err != nil {
+		src.close()
 		return err
 	}
-	defer dst.close()
-	o.touch(od, oname, false)
-	o.touch(nd, nname, false)
-	o.touchMeta(od)
-	o.touchMeta(nd)
+	r.src, r.dst = src, dst
+	return nil
+}
 
-	if exchange {
-		if t.IsDir() {
-			if err := o.copyUpDirLocked(t); err != nil {
-				return err
-			}
-		}
-		if err := unix.Renameat2(src.dir, src.name, dst.dir, dst.name, unix.RENAME_EXCHANGE); err != nil {
+// swap exchanges the two names (RENAME_EXCHANGE). Needs o.mu.
+func (r *rename) swap() error {
+	o, s, t := r.o, r.s, r.t
+	if t.IsDir() {
+		if err := o.copyUpDirLocked(t); err != nil {
 			return err
 		}
-		o.unbindLocked(od, oname, s)
-		o.unbindLocked(nd, nname, t)
-		o.rebindLocked(nd, nname, s)
-		o.rebindLocked(od, oname, t)
-		if err := o.setDirOriginLocked(s, nd, nname, dst); err != nil {
-			return err
-		}
-		return o.setDirOriginLocked(t, od, oname, src)
 	}
+	if err := unix.Renameat2(r.src.dir, r.src.name, r.dst.dir, r.dst.name, unix.RENAME_EXCHANGE); err != nil {
+		return err
+	}
+	o.unbindLocked(r.od, r.oname, s)
+	o.unbindLocked(r.nd, r.nname, t)
+	o.rebindLocked(r.nd, r.nname, s)
+	o.rebindLocked(r.od, r.oname, t)
+	if err := o.setDirOriginLocked(s, r.nd, r.nname, r.dst); err != nil {
+		return err
+	}
+	return o.setDirOriginLocked(t, r.od, r.oname, r.src)
+}
 
-	srcLower := lowerHas(od, oname) != nil
+// move moves the source over the target, leaving a whiteout where the
+// source hid a lower entry. Needs o.mu.
+func (r *rename) move() error {
+	o, s, t := r.o, r.s, r.t
+	src, dst := r.src, r.dst
+	srcLower := lowerHas(r.od, r.oname) != nil
 	if t != nil && t.IsDir() && t.state != stateLower {
 		if err := o.emptyUpperDirLocked(t, dst); err != nil {
 			return err
 		}
 	}
-	_, dstWh := nd.dir.whiteouts[nname]
+	_, dstWh := r.nd.dir.whiteouts[r.nname]
 	switch {
 	case s.IsDir() && dstWh:
 		// A directory cannot replace the whiteout; swap them, and the
@@ -625,17 +682,17 @@ func (o *Overlay) Rename(ctx context.Context, od *Node, oname string, nd *Node, 
 		}
 	}
 	if srcLower {
-		od.dir.whiteouts[oname] = struct{}{}
+		r.od.dir.whiteouts[r.oname] = struct{}{}
 	}
 	if t != nil {
-		o.unbindLocked(nd, nname, t)
+		o.unbindLocked(r.nd, r.nname, t)
 		if !t.IsDir() {
 			o.touchNode(t)
 		}
 	}
-	o.unbindLocked(od, oname, s)
-	o.rebindLocked(nd, nname, s)
-	return o.setDirOriginLocked(s, nd, nname, dst)
+	o.unbindLocked(r.od, r.oname, s)
+	o.rebindLocked(r.nd, r.nname, s)
+	return o.setDirOriginLocked(s, r.nd, r.nname, dst)
 }
 
 // rebindLocked makes d/name a name of n (after unbindLocked). Needs o.mu.
