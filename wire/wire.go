@@ -138,11 +138,13 @@ type CommitStats struct {
 	Changed int64 `json:"changed"`
 }
 
-// Commit is an immutable snapshot.
+// Commit is an immutable snapshot. Parents lists the commits it follows,
+// the first parent first (two or more for a merge); Parent is the first.
 type Commit struct {
 	ID      string      `json:"id"`
 	Root    string      `json:"root"`
 	Parent  string      `json:"parent,omitempty"`
+	Parents []string    `json:"parents,omitempty"`
 	Message string      `json:"message"`
 	Author  string      `json:"author"`
 	Time    time.Time   `json:"time"`

@@ -46,8 +46,12 @@ func wireBranch(b store.Branch) wire.Branch {
 }
 
 func wireCommit(id store.ID, c *store.Commit) wire.Commit {
+	var parents []string
+	for _, p := range c.Parents {
+		parents = append(parents, p.String())
+	}
 	return wire.Commit{
-		ID: id.String(), Root: idString(c.Root), Parent: idString(c.Parent),
+		ID: id.String(), Root: idString(c.Root), Parent: idString(c.Parent()), Parents: parents,
 		Message: c.Message, Author: c.Author, Time: timeOf(c.TimeNs),
 		Stats: wire.CommitStats(c.Stats),
 	}
@@ -208,7 +212,7 @@ func (e *Engine) Log(ctx context.Context, project, ref string, limit int) ([]wir
 	if limit < 0 {
 		return nil, fmt.Errorf("%w: negative limit", errclass.Invalid)
 	}
-	es, err := commit.Log(ctx, e.db, project, ref, limit)
+	es, err := commit.Log(ctx, e.db, project, ref, store.ZeroID, limit)
 	if err != nil {
 		return nil, classify(err)
 	}
