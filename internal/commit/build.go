@@ -517,17 +517,22 @@ func (b *builder) fixLinks() {
 			continue
 		}
 		first := g.entries[0]
-		minPath := slices.Min(g.paths)
-		h := blake3.New()
-		h.Write(first.Object[:])
-		h.WriteString(minPath)
-		var sum [32]byte
-		h.Sum(sum[:0])
-		link := binary.LittleEndian.Uint64(sum[:8]) | 1
+		link := linkValue(first.Object, slices.Min(g.paths))
 		for _, e := range g.entries {
 			e.Object, e.ObjectKind, e.Link = first.Object, first.ObjectKind, link
 		}
 	}
+}
+
+// linkValue is the Link of a hard-link group whose content is obj and
+// whose first path (bytewise) is first: never 0.
+func linkValue(obj store.ID, first string) uint64 {
+	h := blake3.New()
+	h.Write(obj[:])
+	h.WriteString(first)
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return binary.LittleEndian.Uint64(sum[:8]) | 1
 }
 
 // walk captures the host directory a (tree path rel) into d. Each level
