@@ -56,6 +56,9 @@ type Error struct {
 	Message string `json:"message"`
 	// Node, on a misdirected error, is the host that serves the workspace.
 	Node *Node `json:"node,omitempty"`
+	// Conflicts, on a conflict error, are the paths a merge could not
+	// decide; nothing was published.
+	Conflicts []Conflict `json:"conflicts,omitempty"`
 }
 
 // Node is one host's daemon among those that share a Store (a fleet).
@@ -159,20 +162,35 @@ type CommitDir struct {
 	Author   string `json:"author,omitempty"`
 }
 
-// Publication results of a commit (compare-and-swap on the branch head).
+// Publication results of a commit (compare-and-swap on the branch head),
+// and of a merge.
 const (
-	Created   = "created"
-	UpToDate  = "up-to-date"
-	HeadMoved = "head-moved"
+	Created     = "created"
+	UpToDate    = "up-to-date"
+	HeadMoved   = "head-moved"
+	Merged      = "merged"       // a merge commit was published
+	FastForward = "fast-forward" // the branch head moved to the source, which holds it
+	Updated     = "updated"      // a workspace took in a branch's new head
 )
 
 // CommitResult answers a commit. On head-moved nothing is lost: Commit is
-// the stored commit and Head the branch's current head.
+// the stored commit and Head the branch's current head. On merged, Commit
+// is the merge commit (the head) and Merge tells what was merged.
 type CommitResult struct {
-	Commit  string   `json:"commit"`
-	Result  string   `json:"result"`
-	Head    string   `json:"head"`
-	Receipt *Receipt `json:"receipt,omitempty"`
+	Commit  string     `json:"commit"`
+	Result  string     `json:"result"`
+	Head    string     `json:"head"`
+	Merge   *MergeInfo `json:"merge,omitempty"`
+	Receipt *Receipt   `json:"receipt,omitempty"`
+}
+
+// MergeInfo tells how a commit with merge was merged: the workspace's own
+// commit (the merge's second parent), the merge bases and how many
+// merges it took (more than one when the head moved again).
+type MergeInfo struct {
+	Own   string   `json:"own"`
+	Bases []string `json:"bases"`
+	Tries int      `json:"tries"`
 }
 
 // Change kinds in a diff.
@@ -299,7 +317,10 @@ type Workspace struct {
 // WorkspaceStatus answers GET /v1/workspaces/{id}.
 type WorkspaceStatus struct {
 	Workspace
-	Changes    []Change   `json:"changes"`     // against Head
+	Changes []Change `json:"changes"` // against Head
+	// Conflicts are those an update left, not resolved yet: a commit is
+	// refused until they are (resolve them, or remove the markers).
+	Conflicts  []Conflict `json:"conflicts,omitempty"`
 	UpperBytes int64      `json:"upper_bytes"` // disk used by the upper layer
 	Upper      UpperStats `json:"upper"`       // what the upper layer holds
 	FUSE       FUSEStats  `json:"fuse"`        // since mount
@@ -312,6 +333,13 @@ type WorkspaceStatus struct {
 type CommitRequest struct {
 	Message string `json:"message,omitempty"`
 	Author  string `json:"author,omitempty"`
+	// Merge, when the branch head moved since the workspace's last
+	// commit, merges the workspace's commit with the new head and
+	// publishes the merge (result merged), trying again a bounded number
+	// of times when the head moves once more; the workspace then holds
+	// the merged tree. A conflict publishes nothing and answers a conflict
+	// error that lists the paths.
+	Merge bool `json:"merge,omitempty"`
 }
 
 // ExecRequest is POST /v1/workspaces/{id}/execs. Exactly one of Argv and

@@ -3,6 +3,8 @@ package commit
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/internal/textmerge"
@@ -28,8 +30,10 @@ var (
 )
 
 // DefaultMergeTries is how many times MergeInto merges and publishes when
-// the branch head keeps moving under it.
-const DefaultMergeTries = 8
+// the branch head keeps moving under it; between tries it waits a random
+// time that doubles each try (from 1 to 64 ms at most), so that writers
+// racing for one head stop colliding.
+const DefaultMergeTries = 32
 
 // MergeRequest says what MergeInto merges.
 type MergeRequest struct {
@@ -115,6 +119,9 @@ func MergeInto(ctx context.Context, db *store.DB, req MergeRequest) (MergeOutcom
 			return out, err
 		}
 		req.Expect = store.ZeroID
+		if err := backoff(ctx, out.Tries); err != nil {
+			return out, err
+		}
 	}
 	return out, fmt.Errorf("merge into %s: the head moved %d times: %w", req.Branch, tries, errclass.HeadMoved)
 }
@@ -168,14 +175,9 @@ func mergeOnce(ctx context.Context, db *store.DB, req MergeRequest, name string,
 		return false, err
 	}
 	defer batch.Abort()
-	p := newPending(batch, db)
-	baseTree, err := MergeBase(ctx, p, p, db, bases)
+	res, err := MergeTrees(ctx, batch, db, bases, hc.Root, sc.Root, &MergeOptions{Prefer: req.Prefer, OursLabel: req.Branch, TheirsLabel: name, TextLimit: req.TextLimit})
 	if err != nil {
 		return false, fmt.Errorf("merge: %w", err)
-	}
-	res, err := Merge(ctx, p, p, baseTree, hc.Root, sc.Root, &MergeOptions{Prefer: req.Prefer, OursLabel: req.Branch, TheirsLabel: name, TextLimit: req.TextLimit})
-	if err != nil {
-		return false, err
 	}
 	out.Stats = res.Stats
 	if !res.Clean {
@@ -266,4 +268,40 @@ func mergeBase(ctx context.Context, w Writer, r Reader, cr CommitReader, bases [
 		merged = append(merged, b)
 	}
 	return tree, nil
+}
+
+// MergeTrees merges the trees ours and theirs against the merge base of
+// the commits bases (see MergeBase), writing the new objects to w; the
+// Store must hold ours, theirs and the bases.
+func MergeTrees(ctx context.Context, w Writer, db *store.DB, bases []store.ID, ours, theirs store.ID, opts *MergeOptions) (MergeResult, error) {
+	p := newPending(w, db)
+	base, err := MergeBase(ctx, p, p, db, bases)
+	if err != nil {
+		return MergeResult{}, err
+	}
+	return Merge(ctx, p, p, base, ours, theirs, opts)
+}
+
+// StoreCommit stores c durably, with the generation its parents give it,
+// and names it on no branch: a commit that keeps a tree alive for a
+// workspace (see the engine's update).
+func StoreCommit(ctx context.Context, db *store.DB, c *store.Commit) (store.ID, error) {
+	if c.TimeNs == 0 {
+		c.TimeNs = Meta{}.time()
+	}
+	return writeCommit(ctx, db, c)
+}
+
+// backoff waits before try n+1 of a publish that lost the race: a random
+// time up to 2^(n-1) ms, 64 ms at most.
+func backoff(ctx context.Context, n int) error {
+	limit := time.Millisecond << min(n-1, 6)
+	t := time.NewTimer(rand.N(limit) + time.Millisecond/4)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
