@@ -115,6 +115,11 @@ type ResolveRequest struct {
 	Paths []string `json:"paths,omitempty"`
 }
 
+// ResolveResult answers a resolve: the conflicts left.
+type ResolveResult struct {
+	Conflicts []Conflict `json:"conflicts"`
+}
+
 // ForkRequest is POST /v1/workspaces/{id}/fork: open Count (default 1)
 // new workspaces holding everything the workspace holds now, committed or
 // not, on its branch and platform.

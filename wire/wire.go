@@ -38,6 +38,9 @@ const (
 	// Nothing was done, so the request may be sent there unchanged (the
 	// SDK does, once).
 	CodeMisdirected = errclass.CodeMisdirected
+	// CodeConflict (409) answers a merge that found paths it cannot decide:
+	// Error.Conflicts lists them; nothing was published.
+	CodeConflict = errclass.CodeConflict
 	// CodeDaemonLost is never sent: the SDK reports it when the connection
 	// to the daemon broke before a response was whole (the daemon crashed
 	// or was killed mid-request). The request's outcome is unknown; a

@@ -66,7 +66,7 @@ func conflictError(what string, cs []wire.Conflict) error {
 		}
 		paths = append(paths, c.Path+" ("+c.Kind+")")
 	}
-	return &wire.Error{Code: errclass.CodeConflict, Conflicts: cs,
+	return &wire.Error{Code: wire.CodeConflict, Conflicts: cs,
 		Message: fmt.Sprintf("%s: %d conflicts, nothing published: %v", what, len(cs), paths)}
 }
 
@@ -148,6 +148,9 @@ func (e *Engine) catchUp(ctx context.Context, w *workspace) (commit.ApplyStats, 
 			return total, fmt.Errorf("bring workspace %s to tree %s: %w", w.rec.ID, s.To.Short(), err)
 		}
 		if s.Mark {
+			if m, ok := w.mnt.(interface{ Settle(context.Context) }); ok {
+				m.Settle(ctx) // the files Apply closed, released
+			}
 			cs, err := w.mnt.Changes(ctx)
 			if err != nil {
 				return total, fmt.Errorf("list changes of %s: %w", w.rec.ID, err)

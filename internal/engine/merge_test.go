@@ -427,7 +427,7 @@ func TestMergeBranchBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, wire.Merged, mr.Result)
 	require.Equal(t, "\x00topic", headFiles(t, e, "main")["bin"])
-	log, err := e.Log(ctx, "p", "main", 0)
+	log, err := e.Log(ctx, "p", "main", "", 0)
 	require.NoError(t, err)
 	require.Equal(t, "take topic's", log[0].Message)
 	require.Len(t, log[0].Parents, 2)
