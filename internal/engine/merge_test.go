@@ -566,3 +566,46 @@ func testConcurrentCommitMerge(t *testing.T, e *engine.Engine, db *store.DB) {
 		require.Empty(t, changedPaths(t, e, id))
 	}
 }
+
+func TestRepeatedCatchUps(t *testing.T) { onBothPaths(t, testRepeatedCatchUps) }
+
+// testRepeatedCatchUps: two workspaces take turns, one committing plainly,
+// the other merging and the first catching up, many times over; and what
+// the workspaces commit holds none of the upper layer's own extended
+// attributes (an opaque directory's), which the catch-ups would otherwise
+// write back through the mount, escaped, longer each time.
+func testRepeatedCatchUps(t *testing.T, path string) {
+	e, db := newEngineOn(t, path)
+	ctx := t.Context()
+	projectWith(t, e)
+	a, b := openWS(t, e), openWS(t, e)
+	run(t, e, a, "mkdir -p d && echo x > d/x")
+	_, err := e.CommitWorkspace(ctx, a, wire.CommitRequest{})
+	require.NoError(t, err)
+	run(t, e, a, "rm -rf d && mkdir d && echo y > d/y") // d is opaque in the upper now
+	for i := range 40 {
+		require.NoError(t, e.WriteFile(ctx, a, fmt.Sprintf("d/a-%d", i), 0o644, strings.NewReader("a\n")))
+		require.NoError(t, e.WriteFile(ctx, b, fmt.Sprintf("d/b-%d", i), 0o644, strings.NewReader("b\n")))
+		ra, err := e.CommitWorkspace(ctx, a, wire.CommitRequest{})
+		require.NoError(t, err, "round %d", i)
+		require.Equal(t, wire.Created, ra.Result, "round %d", i)
+		rb, err := e.CommitWorkspace(ctx, b, wire.CommitRequest{Merge: true})
+		require.NoError(t, err, "round %d", i)
+		require.Equal(t, wire.Merged, rb.Result, "round %d", i)
+		_, err = e.UpdateWorkspace(ctx, a, wire.UpdateRequest{})
+		require.NoError(t, err, "round %d", i)
+	}
+	head, err := e.Branch(ctx, "p", "main")
+	require.NoError(t, err)
+	c, err := e.Commit(ctx, "p", head.Head)
+	require.NoError(t, err)
+	root, err := store.ParseID(c.Root)
+	require.NoError(t, err)
+	tr, err := db.Tree(ctx, root)
+	require.NoError(t, err)
+	d, ok := tr.Find("d")
+	require.True(t, ok)
+	require.Empty(t, d.Xattrs, "the committed directory's xattrs")
+	files := headFiles(t, e, "main")
+	require.Len(t, files, 2+1+80, "shared.txt, bin, d/y and the eighty files")
+}
