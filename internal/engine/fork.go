@@ -114,6 +114,11 @@ func (e *Engine) forkOne(ctx context.Context, w *workspace, tree, base store.ID)
 		MountPath: filepath.Join(dir, "mnt"), UpperDir: filepath.Join(dir, "upper"), State: wire.StateMounted, Created: e.now().UTC()}}
 	f.opts = w.opts
 	f.opts.Root, f.opts.Pending, f.opts.Fallback = w.opts.HeadRoot, nil, ""
+	if tree != f.opts.HeadRoot {
+		// Recorded with the record: a daemon that dies before the fork
+		// holds the source's changes makes them when it remounts it.
+		f.opts.Pending = []catchUpStep{{From: f.opts.HeadRoot, To: tree}}
+	}
 	f.opts.Conflicts = append([]wire.Conflict(nil), w.opts.Conflicts...)
 	if f.opts.DataPath == wire.DataPathFUSE && w.opts.Fallback != "" {
 		// Fell back from overlay: the fork tries overlay again, on its base.
@@ -141,13 +146,9 @@ func (e *Engine) forkOne(ctx context.Context, w *workspace, tree, base store.ID)
 	e.live[id] = f
 	e.mu.Unlock()
 	e.metrics.workspacesCreated.Add(1)
-	if tree != f.opts.HeadRoot {
+	if len(f.opts.Pending) > 0 {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		f.opts.Pending = []catchUpStep{{From: f.opts.HeadRoot, To: tree}}
-		if err := e.save(ctx, f); err != nil {
-			return f, err
-		}
 		if _, err := e.catchUp(ctx, f); err != nil {
 			return f, err
 		}
