@@ -286,11 +286,16 @@ const (
 
 // Workspace describes one workspace.
 type Workspace struct {
-	ID        string    `json:"id"`
-	Project   string    `json:"project"`
-	Branch    string    `json:"branch"`
-	Base      string    `json:"base"` // commit mounted as the lower layer
-	Head      string    `json:"head"` // last commit made from it, or Base
+	ID      string `json:"id"`
+	Project string `json:"project"`
+	Branch  string `json:"branch"`
+	// Base is the commit the workspace was made from: the one mounted as
+	// its lower layer, or, after an update, a commit of the merged tree on
+	// the commits it came from (stored, on no branch), or, for a fork, a
+	// commit of what the source held. Head is the commit its next commit
+	// follows: its last commit, the head it was updated to, or Base.
+	Base      string    `json:"base"`
+	Head      string    `json:"head"`
 	MountPath string    `json:"mount_path"`
 	Platform  string    `json:"platform"`
 	Network   string    `json:"network"`
