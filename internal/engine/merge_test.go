@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/engine"
 	"layerfs.dev/layerfs/internal/platforms"
@@ -608,4 +609,57 @@ func testRepeatedCatchUps(t *testing.T, path string) {
 	require.Empty(t, d.Xattrs, "the committed directory's xattrs")
 	files := headFiles(t, e, "main")
 	require.Len(t, files, 2+1+80, "shared.txt, bin, d/y and the eighty files")
+}
+
+func TestUpdateInterrupted(t *testing.T) { onBothPaths(t, testUpdateInterrupted) }
+
+// testUpdateInterrupted: an update whose writes into the workspace fail
+// half way (its upper layer made immutable, as a daemon killed there would
+// leave it half done) is recorded before it is made: a restarted daemon
+// finishes it when it remounts the workspace, which then holds the branch's
+// new file and its own change, standing on the branch's head.
+func testUpdateInterrupted(t *testing.T, path string) {
+	e, db := newEngineOn(t, path)
+	ctx := t.Context()
+	projectWith(t, e)
+	a, b := openWS(t, e), openWS(t, e)
+	run(t, e, a, "mkdir d && echo a > d/a.txt")
+	ra, err := e.CommitWorkspace(ctx, a, wire.CommitRequest{})
+	require.NoError(t, err)
+	run(t, e, b, "echo b > b.txt")
+	upper := filepath.Join(db.WorkspacesDir(), b, "upper")
+	setImmutable(t, upper, true)
+	_, err = e.UpdateWorkspace(ctx, b, wire.UpdateRequest{})
+	setImmutable(t, upper, false)
+	require.Error(t, err, "the update's writes fail")
+	e2 := restart(t, e, db, path)
+	st, err := e2.WorkspaceStatus(ctx, b)
+	require.NoError(t, err)
+	require.Equal(t, ra.Commit, st.Head, "the workspace stands on the branch's head")
+	require.Equal(t, "a\n", cat(t, e2, b, "d/a.txt"))
+	require.Equal(t, "b\n", cat(t, e2, b, "b.txt"))
+	r, err := e2.CommitWorkspace(ctx, b, wire.CommitRequest{Message: "b"})
+	require.NoError(t, err)
+	require.Equal(t, wire.Created, r.Result)
+	require.Equal(t, map[string]string{"shared.txt": lines, "bin": "\x00zero", "d/a.txt": "a\n", "b.txt": "b\n"}, headFiles(t, e2, "main"))
+}
+
+// fsImmutable is FS_IMMUTABLE_FL of <linux/fs.h> (chattr +i).
+const fsImmutable = 0x10
+
+// setImmutable sets or clears the immutable flag of dir (chattr +i): no
+// entry can be made or removed in it, by root either.
+func setImmutable(t *testing.T, dir string, on bool) {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	flags, err := unix.IoctlGetInt(fd, unix.FS_IOC_GETFLAGS)
+	require.NoError(t, err)
+	if on {
+		flags |= fsImmutable
+	} else {
+		flags &^= fsImmutable
+	}
+	require.NoError(t, unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, flags))
 }
