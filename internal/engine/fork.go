@@ -113,17 +113,13 @@ func (e *Engine) forkOne(ctx context.Context, w *workspace, tree, base store.ID)
 	f := &workspace{rec: store.Workspace{ID: id, Project: w.rec.Project, Branch: w.rec.Branch, Base: base, Head: w.rec.Head,
 		MountPath: filepath.Join(dir, "mnt"), UpperDir: filepath.Join(dir, "upper"), State: wire.StateMounted, Created: e.now().UTC()}}
 	f.opts = w.opts
-	f.opts.Root, f.opts.Pending, f.opts.Fallback = w.opts.HeadRoot, nil, ""
+	f.opts.Root, f.opts.Pending = w.opts.HeadRoot, nil
 	if tree != f.opts.HeadRoot {
 		// Recorded with the record: a daemon that dies before the fork
 		// holds the source's changes makes them when it remounts it.
 		f.opts.Pending = []catchUpStep{{From: f.opts.HeadRoot, To: tree}}
 	}
 	f.opts.Conflicts = append([]wire.Conflict(nil), w.opts.Conflicts...)
-	if f.opts.DataPath == wire.DataPathFUSE && w.opts.Fallback != "" {
-		// Fell back from overlay: the fork tries overlay again, on its base.
-		f.opts.DataPath = wire.DataPathOverlay
-	}
 	if err := e.overlayKeepsLinks(ctx, &f.opts); err != nil {
 		return nil, err
 	}
