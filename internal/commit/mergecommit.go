@@ -188,9 +188,6 @@ func mergeOnce(ctx context.Context, db *store.DB, req MergeRequest, name string,
 	if req.DryRun {
 		return true, nil
 	}
-	if err := batch.Flush(ctx); err != nil {
-		return false, err
-	}
 	meta := req.Meta
 	if meta.Message == "" {
 		meta.Message = fmt.Sprintf("merge %s into %s", name, req.Branch)
@@ -198,7 +195,14 @@ func mergeOnce(ctx context.Context, db *store.DB, req MergeRequest, name string,
 	delta := res.Stats.Build.Delta
 	c := &store.Commit{Root: res.Tree, Parents: []store.ID{head, req.Source}, Message: meta.Message, Author: meta.Author, TimeNs: meta.time(),
 		Stats: store.CommitStats{Files: hc.Stats.Files + delta.Files, Dirs: hc.Stats.Dirs + delta.Dirs, Bytes: hc.Stats.Bytes + delta.Bytes, Changed: res.Stats.Build.Changes}}
-	id, err := writeCommit(ctx, db, c)
+	if c.Generation, err = Generation(ctx, db, c.Parents); err != nil {
+		return false, fmt.Errorf("merge: %w", err)
+	}
+	// The commit goes with the trees it names: one flush, then the head.
+	id, err := batch.PutCommit(c)
+	if err == nil {
+		err = batch.Flush(ctx)
+	}
 	if err != nil {
 		return false, fmt.Errorf("merge: %w", err)
 	}
