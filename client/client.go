@@ -316,6 +316,21 @@ func IsCorrupt(err error) bool { return errors.Is(err, errclass.Corrupt) }
 // would have reached in a second hop (ServedBy names it).
 func IsMisdirected(err error) bool { return errors.Is(err, errclass.Misdirected) }
 
+// IsConflict reports whether err is a conflict error: a merge (of
+// branches, a commit with merge, an update) found paths it cannot decide
+// and published nothing (Conflicts lists them).
+func IsConflict(err error) bool { return errors.Is(err, errclass.Conflict) }
+
+// Conflicts are the paths a conflict error lists: each with its kind and
+// the three sides' paths and object ids.
+func Conflicts(err error) []wire.Conflict {
+	var e *wire.Error
+	if errors.As(err, &e) && e.Code == wire.CodeConflict {
+		return e.Conflicts
+	}
+	return nil
+}
+
 // ServedBy is the host a misdirected error names as the one that serves
 // the workspace.
 func ServedBy(err error) (wire.Node, bool) {

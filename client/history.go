@@ -81,15 +81,34 @@ func (c *Client) Commit(ctx context.Context, project, ref string) (wire.Commit, 
 	return cm, c.get(ctx, "/v1/projects/"+seg(project)+"/commits/"+seg(ref), nil, &cm)
 }
 
-// Log lists up to limit commits from ref back (newest first); limit 0 asks
-// for the daemon's default.
+// Log lists up to limit commits reachable from ref through every parent,
+// newest first (a commit before its ancestors); limit 0 asks for the
+// daemon's default.
 func (c *Client) Log(ctx context.Context, project, ref string, limit int) ([]wire.Commit, error) {
+	return c.LogAfter(ctx, project, ref, "", limit)
+}
+
+// LogAfter is the page of Log that starts after the commit after (the ID
+// of the last commit of the page before; "" for the first page).
+func (c *Client) LogAfter(ctx context.Context, project, ref, after string, limit int) ([]wire.Commit, error) {
 	q := url.Values{"ref": {ref}}
+	if after != "" {
+		q.Set("after", after)
+	}
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
 	var cs []wire.Commit
 	return cs, c.get(ctx, "/v1/projects/"+seg(project)+"/log", q, &cs)
+}
+
+// Merge merges the ref req.Source into the branch req.Into: the result is
+// fast-forward, merged or up-to-date. A merge that conflicts publishes
+// nothing and fails with an error of class errclass.Conflict (IsConflict);
+// Conflicts(err) lists the paths.
+func (c *Client) Merge(ctx context.Context, project string, req wire.MergeRequest) (wire.MergeResult, error) {
+	var res wire.MergeResult
+	return res, c.doJSON(ctx, http.MethodPost, "/v1/projects/"+seg(project)+"/merges", nil, req, &res)
 }
 
 // DiffOptions page through a diff.

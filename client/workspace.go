@@ -188,6 +188,52 @@ func (ws *Workspace) CommitWith(ctx context.Context, req wire.CommitRequest) (wi
 	return res, nil
 }
 
+// CommitMerge is Commit that, when the branch head moved, merges the
+// workspace's commit with the new head and publishes the merge (result
+// wire.Merged), trying again when the head moves once more; the workspace
+// then holds the merge. A conflict publishes nothing: an error of class
+// errclass.Conflict whose Conflicts(err) are the paths, the changes kept.
+func (ws *Workspace) CommitMerge(ctx context.Context, message string) (wire.CommitResult, error) {
+	return ws.CommitWith(ctx, wire.CommitRequest{Message: message, Merge: true})
+}
+
+// Update brings a branch's new head (req.Ref; default the workspace's
+// branch) into the workspace, its uncommitted changes kept. A conflict
+// changes nothing (errclass.Conflict) unless req.ConflictMarkers leaves
+// it in the files, listed in Status, to resolve before a commit.
+func (ws *Workspace) Update(ctx context.Context, req wire.UpdateRequest) (wire.UpdateResult, error) {
+	var res wire.UpdateResult
+	if err := ws.doJSON(ctx, http.MethodPost, ws.path("/update"), nil, req, &res); err != nil {
+		return res, err
+	}
+	if res.Head != "" {
+		ws.info.Head = res.Head
+	}
+	return res, nil
+}
+
+// Resolve marks conflicts an update left resolved, the files as they are
+// (no paths: all), and returns those left.
+func (ws *Workspace) Resolve(ctx context.Context, paths ...string) ([]wire.Conflict, error) {
+	var res wire.ResolveResult
+	err := ws.doJSON(ctx, http.MethodPost, ws.path("/resolve"), nil, wire.ResolveRequest{Paths: paths}, &res)
+	return res.Conflicts, err
+}
+
+// Fork opens count new workspaces holding everything this one holds now,
+// committed or not, each a handle of its own.
+func (ws *Workspace) Fork(ctx context.Context, count int) ([]*Workspace, error) {
+	var res wire.ForkResult
+	if err := ws.doJSON(ctx, http.MethodPost, ws.path("/fork"), nil, wire.ForkRequest{Count: count}, &res); err != nil {
+		return nil, err
+	}
+	out := make([]*Workspace, 0, len(res.Workspaces))
+	for _, info := range res.Workspaces {
+		out = append(out, newWorkspace(ws.at.Load(), info, true))
+	}
+	return out, nil
+}
+
 // EndOptions configure End.
 type EndOptions struct {
 	// Discard drops uncommitted changes; without it End fails with

@@ -38,6 +38,9 @@ const (
 	// Nothing was done, so the request may be sent there unchanged (the
 	// SDK does, once).
 	CodeMisdirected = errclass.CodeMisdirected
+	// CodeConflict (409) answers a merge that found paths it cannot decide:
+	// Error.Conflicts lists them; nothing was published.
+	CodeConflict = errclass.CodeConflict
 	// CodeDaemonLost is never sent: the SDK reports it when the connection
 	// to the daemon broke before a response was whole (the daemon crashed
 	// or was killed mid-request). The request's outcome is unknown; a
@@ -56,6 +59,9 @@ type Error struct {
 	Message string `json:"message"`
 	// Node, on a misdirected error, is the host that serves the workspace.
 	Node *Node `json:"node,omitempty"`
+	// Conflicts, on a conflict error, are the paths a merge could not
+	// decide; nothing was published.
+	Conflicts []Conflict `json:"conflicts,omitempty"`
 }
 
 // Node is one host's daemon among those that share a Store (a fleet).
@@ -138,11 +144,13 @@ type CommitStats struct {
 	Changed int64 `json:"changed"`
 }
 
-// Commit is an immutable snapshot.
+// Commit is an immutable snapshot. Parents lists the commits it follows,
+// the first parent first (two or more for a merge); Parent is the first.
 type Commit struct {
 	ID      string      `json:"id"`
 	Root    string      `json:"root"`
 	Parent  string      `json:"parent,omitempty"`
+	Parents []string    `json:"parents,omitempty"`
 	Message string      `json:"message"`
 	Author  string      `json:"author"`
 	Time    time.Time   `json:"time"`
@@ -157,20 +165,35 @@ type CommitDir struct {
 	Author   string `json:"author,omitempty"`
 }
 
-// Publication results of a commit (compare-and-swap on the branch head).
+// Publication results of a commit (compare-and-swap on the branch head),
+// and of a merge.
 const (
-	Created   = "created"
-	UpToDate  = "up-to-date"
-	HeadMoved = "head-moved"
+	Created     = "created"
+	UpToDate    = "up-to-date"
+	HeadMoved   = "head-moved"
+	Merged      = "merged"       // a merge commit was published
+	FastForward = "fast-forward" // the branch head moved to the source, which holds it
+	Updated     = "updated"      // a workspace took in a branch's new head
 )
 
 // CommitResult answers a commit. On head-moved nothing is lost: Commit is
-// the stored commit and Head the branch's current head.
+// the stored commit and Head the branch's current head. On merged, Commit
+// is the merge commit (the head) and Merge tells what was merged.
 type CommitResult struct {
-	Commit  string   `json:"commit"`
-	Result  string   `json:"result"`
-	Head    string   `json:"head"`
-	Receipt *Receipt `json:"receipt,omitempty"`
+	Commit  string     `json:"commit"`
+	Result  string     `json:"result"`
+	Head    string     `json:"head"`
+	Merge   *MergeInfo `json:"merge,omitempty"`
+	Receipt *Receipt   `json:"receipt,omitempty"`
+}
+
+// MergeInfo tells how a commit with merge was merged: the workspace's own
+// commit (the merge's second parent), the merge bases and how many
+// merges it took (more than one when the head moved again).
+type MergeInfo struct {
+	Own   string   `json:"own"`
+	Bases []string `json:"bases"`
+	Tries int      `json:"tries"`
 }
 
 // Change kinds in a diff.
@@ -263,11 +286,16 @@ const (
 
 // Workspace describes one workspace.
 type Workspace struct {
-	ID        string    `json:"id"`
-	Project   string    `json:"project"`
-	Branch    string    `json:"branch"`
-	Base      string    `json:"base"` // commit mounted as the lower layer
-	Head      string    `json:"head"` // last commit made from it, or Base
+	ID      string `json:"id"`
+	Project string `json:"project"`
+	Branch  string `json:"branch"`
+	// Base is the commit the workspace was made from: the one mounted as
+	// its lower layer, or, after an update, a commit of the merged tree on
+	// the commits it came from (stored, on no branch), or, for a fork, a
+	// commit of what the source held. Head is the commit its next commit
+	// follows: its last commit, the head it was updated to, or Base.
+	Base      string    `json:"base"`
+	Head      string    `json:"head"`
 	MountPath string    `json:"mount_path"`
 	Platform  string    `json:"platform"`
 	Network   string    `json:"network"`
@@ -297,7 +325,10 @@ type Workspace struct {
 // WorkspaceStatus answers GET /v1/workspaces/{id}.
 type WorkspaceStatus struct {
 	Workspace
-	Changes    []Change   `json:"changes"`     // against Head
+	Changes []Change `json:"changes"` // against Head
+	// Conflicts are those an update left, not resolved yet: a commit is
+	// refused until they are (resolve them, or remove the markers).
+	Conflicts  []Conflict `json:"conflicts,omitempty"`
 	UpperBytes int64      `json:"upper_bytes"` // disk used by the upper layer
 	Upper      UpperStats `json:"upper"`       // what the upper layer holds
 	FUSE       FUSEStats  `json:"fuse"`        // since mount
@@ -310,6 +341,13 @@ type WorkspaceStatus struct {
 type CommitRequest struct {
 	Message string `json:"message,omitempty"`
 	Author  string `json:"author,omitempty"`
+	// Merge, when the branch head moved since the workspace's last
+	// commit, merges the workspace's commit with the new head and
+	// publishes the merge (result merged), trying again a bounded number
+	// of times when the head moves once more; the workspace then holds
+	// the merged tree. A conflict publishes nothing and answers a conflict
+	// error that lists the paths.
+	Merge bool `json:"merge,omitempty"`
 }
 
 // ExecRequest is POST /v1/workspaces/{id}/execs. Exactly one of Argv and

@@ -52,6 +52,7 @@ func benchCmd(a *app) *cobra.Command {
 	store.Flags().StringVar(&cfg.Dir, "dir", "", "directory for the stores and inputs (default: a temporary one, removed after)")
 	store.Flags().IntVar(&cfg.Runs, "runs", 3, "samples per throughput figure")
 	store.Flags().IntVar(&cfg.Forks, "forks", 200, "samples per fork figure")
+	store.Flags().IntVar(&cfg.Merges, "merges", 50, "samples per merge figure")
 	store.Flags().StringVar(&chunking, "chunking", "", "chunk sizes MIN/AVG/MAX in bytes to try (default: the built-in ones)")
 	c.AddCommand(store, benchSessionCmd(a), benchFSCmd(a), benchCrashCmd(a), benchFleetCmd(a))
 	return c

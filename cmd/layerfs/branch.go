@@ -126,36 +126,47 @@ func logCmd(a *app) *cobra.Command {
 	var limit int
 	c := &cobra.Command{
 		Use:   "log PROJECT BRANCH",
-		Short: "Show a branch's commits, newest first (BRANCH may be any REF)",
+		Short: "Show the commits reachable from a branch through every parent, newest first (BRANCH may be any REF)",
 		Args:  args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			if limit < 0 {
 				return usageError{fmt.Errorf("log: --limit must not be negative")}
 			}
 			return a.withStore(cmd, func(c *client.Client) error {
-				// Page by parents: the next page starts at the last
-				// commit's parent.
+				// Pages follow the log's fixed order: each starts after the
+				// last commit of the one before.
 				log := []wire.Commit{}
-				for ref := argv[1]; ref != ""; {
+				for after := ""; ; {
 					n := logPage
 					if limit > 0 {
 						n = min(n, limit-len(log))
 					}
-					page, err := c.Log(cmd.Context(), argv[0], ref, n)
+					page, err := c.LogAfter(cmd.Context(), argv[0], argv[1], after, n)
 					if err != nil {
 						return err
 					}
 					log = append(log, page...)
-					ref = ""
-					if len(page) == n && (limit == 0 || len(log) < limit) {
-						ref = page[len(page)-1].Parent
+					if len(page) < n || (limit > 0 && len(log) >= limit) {
+						break
 					}
+					after = page[len(page)-1].ID
 				}
 				return a.emit(log, func(w io.Writer) {
 					fmt.Fprintln(w, "COMMIT\tTIME\tFILES\tBYTES\tCHANGED\tMESSAGE")
 					for _, e := range log {
+						msg := oneLine(e.Message)
+						if len(e.Parents) > 1 {
+							parents := ""
+							for i, p := range e.Parents {
+								if i > 0 {
+									parents += " "
+								}
+								parents += short(p)
+							}
+							msg = "(merge of " + parents + ") " + msg
+						}
 						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%s\n", short(e.ID), showTime(e.Time),
-							e.Stats.Files, showBytes(e.Stats.Bytes), e.Stats.Changed, oneLine(e.Message))
+							e.Stats.Files, showBytes(e.Stats.Bytes), e.Stats.Changed, msg)
 					}
 				})
 			})

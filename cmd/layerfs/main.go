@@ -49,6 +49,7 @@ func commands(a *app) {
 		diffCmd(a),
 		checkoutCmd(a),
 		commitCmd(a),
+		mergeCmd(a),
 		gcCmd(a),
 		fsckCmd(a),
 		statsCmd(a),

@@ -24,10 +24,10 @@ import (
 func wsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ws",
-		Short: "Workspaces: create, exec, cp, commit, end (through the daemon)",
+		Short: "Workspaces: create, exec, cp, commit, update, fork, end (through the daemon)",
 	}
 	cmd.AddCommand(wsCreateCmd(a), wsListCmd(a), wsStatusCmd(a), wsExecCmd(a), wsCpCmd(a),
-		wsCommitCmd(a), wsEndCmd(a), wsMountCmd(a), wsWatchCmd(a))
+		wsCommitCmd(a), wsUpdateCmd(a), wsResolveCmd(a), wsForkCmd(a), wsEndCmd(a), wsMountCmd(a), wsWatchCmd(a))
 	return cmd
 }
 
@@ -155,6 +155,12 @@ func wsStatusCmd(a *app) *cobra.Command {
 					for _, ch := range st.Changes {
 						fmt.Fprintf(w, "  %s\t%s\n", ch.Kind, showPath(ch.Path))
 					}
+					if len(st.Conflicts) > 0 {
+						fmt.Fprintf(w, "conflicts\t%d (resolve them before a commit: edit the markers away, or ws resolve)\n", len(st.Conflicts))
+						for _, c := range st.Conflicts {
+							fmt.Fprintf(w, "  %s\t%s\n", c.Kind, showPath(c.Path))
+						}
+					}
 				})
 			})
 		},
@@ -174,17 +180,21 @@ func wsCommitCmd(a *app) *cobra.Command {
 					if client.IsHeadMoved(err) {
 						return fmt.Errorf("%w (nothing is lost: the workspace keeps its changes)", err)
 					}
-					return err
+					return a.conflicts(err)
 				}
 				return a.emit(res, func(w io.Writer) {
 					fmt.Fprintln(w, "COMMIT\tRESULT\tHEAD")
 					fmt.Fprintf(w, "%s\t%s\t%s\n", res.Commit, res.Result, res.Head)
+					if res.Result == wire.HeadMoved {
+						fmt.Fprintln(w, "(the branch moved on: the commit is stored but not on it, and the workspace keeps its changes; ws commit --merge merges them in)")
+					}
 				})
 			})
 		},
 	}
 	cmd.Flags().StringVarP(&req.Message, "message", "m", "", "commit message")
 	cmd.Flags().StringVar(&req.Author, "author", "", "commit author (default: the daemon's)")
+	cmd.Flags().BoolVar(&req.Merge, "merge", false, "when the branch head moved, merge with it and publish the merge (conflicts: exit code 11, nothing published)")
 	return cmd
 }
 

@@ -61,9 +61,10 @@ type BranchManager interface {
 // (errclass.Invalid when the prefix is ambiguous).
 type History interface {
 	Commit(ctx context.Context, project, ref string) (wire.Commit, error)
-	// Log lists at most limit commits from ref back through their
-	// parents, newest first.
-	Log(ctx context.Context, project, ref string, limit int) ([]wire.Commit, error)
+	// Log lists at most limit commits reachable from ref through every
+	// parent, a commit before its ancestors, in a fixed order; after (a
+	// commit id of an earlier page, or "") is where the page starts.
+	Log(ctx context.Context, project, ref, after string, limit int) ([]wire.Commit, error)
 	// Diff pages through the changes from one ref's tree to another's in
 	// path order, after cursor (the Next of the page before), at most limit
 	// changes.
@@ -74,6 +75,11 @@ type History interface {
 	// Checkout writes the tree req.Ref names into the host directory
 	// req.Path, which must be empty or new unless req.Overwrite.
 	Checkout(ctx context.Context, project string, req wire.Checkout) (wire.CheckoutResult, error)
+	// MergeBranch merges the commit req.Source names into the branch
+	// req.Into, publishing by compare-and-swap on its head: fast-forward,
+	// merged or up-to-date. Conflicts publish nothing and fail with a
+	// *wire.Error of class conflict that lists them.
+	MergeBranch(ctx context.Context, project string, req wire.MergeRequest) (wire.MergeResult, error)
 }
 
 // WorkspaceManager runs the lifecycle of workspaces: created on a branch,
@@ -98,6 +104,17 @@ type WorkspaceManager interface {
 	// EndWorkspace unmounts and forgets a workspace; errclass.Uncommitted
 	// when it has changes, unless discard.
 	EndWorkspace(ctx context.Context, id string, discard bool) error
+	// UpdateWorkspace brings a branch's new head into a live workspace,
+	// its uncommitted changes kept; errclass.Busy while an exec runs in
+	// it; a conflict changes nothing (class conflict, listed) unless
+	// req.ConflictMarkers leaves it in the files to resolve.
+	UpdateWorkspace(ctx context.Context, id string, req wire.UpdateRequest) (wire.UpdateResult, error)
+	// ResolveConflicts marks conflicts an update left resolved and
+	// returns those left; errclass.NotFound for a path with none.
+	ResolveConflicts(ctx context.Context, id string, req wire.ResolveRequest) ([]wire.Conflict, error)
+	// ForkWorkspace opens req.Count workspaces holding everything the
+	// workspace holds now, committed or not.
+	ForkWorkspace(ctx context.Context, id string, req wire.ForkRequest) (wire.ForkResult, error)
 }
 
 // Executor runs commands in workspaces.

@@ -239,18 +239,23 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	q, err := query(r.URL.Query(), "ref", "limit")
+	q, err := query(r.URL.Query(), "ref", "after", "limit")
 	if err != nil {
 		return err
 	}
 	if err := checkRef("query parameter ref", q["ref"]); err != nil {
 		return err
 	}
+	if q["after"] != "" {
+		if err := checkRef("query parameter after", q["after"]); err != nil {
+			return err
+		}
+	}
 	limit, err := intParam(q, "limit", 100, 1, 10000)
 	if err != nil {
 		return err
 	}
-	cs, err := s.history.Log(ctxOf(r), p, q["ref"], limit)
+	cs, err := s.history.Log(ctxOf(r), p, q["ref"], q["after"], limit)
 	if err != nil {
 		return err
 	}
@@ -354,4 +359,40 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+func (s *Server) mergeBranch(w http.ResponseWriter, r *http.Request) error {
+	p, err := projectParam(r)
+	if err != nil {
+		return err
+	}
+	var req wire.MergeRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if err := checkRef("source", req.Source); err != nil {
+		return err
+	}
+	if err := checkName("into", req.Into); err != nil {
+		return err
+	}
+	if err := checkPrefer(req.Prefer); err != nil {
+		return err
+	}
+	if err := checkCommitText(req.Message, req.Author); err != nil {
+		return err
+	}
+	res, err := s.history.MergeBranch(ctxOf(r), p, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+func checkPrefer(p string) error {
+	if p != "" && p != wire.PreferOurs && p != wire.PreferTheirs {
+		return invalid("prefer %q: want %q or %q", p, wire.PreferOurs, wire.PreferTheirs)
+	}
+	return nil
 }

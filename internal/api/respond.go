@@ -55,6 +55,10 @@ func classify(err error) (status int, e wire.Error, internal bool) {
 		// Where the workspace is served, for the client to go there.
 		e.Node = we.Node
 	}
+	if we := (*wire.Error)(nil); c == errclass.Conflict && errors.As(err, &we) {
+		// What the merge could not decide.
+		e.Conflicts = we.Conflicts
+	}
 	return c.Status(), e, false
 }
 

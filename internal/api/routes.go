@@ -36,6 +36,7 @@ func (s *Server) routes() {
 	s.handle("GET /v1/projects/{p}/log", read, s.getLog)
 	s.handle("GET /v1/projects/{p}/diff", read, s.getDiff)
 	s.handle("POST /v1/projects/{p}/checkout", work, s.checkout)
+	s.handle("POST /v1/projects/{p}/merges", work, s.mergeBranch)
 
 	s.handle("POST /v1/workspaces", work, s.createWorkspace)
 	s.handle("GET /v1/workspaces", read, s.listWorkspaces)
@@ -43,6 +44,9 @@ func (s *Server) routes() {
 	s.handle("DELETE /v1/workspaces/{id}", work, s.endWorkspace)
 	s.handle("POST /v1/workspaces/{id}/commit", work, s.commitWorkspace)
 	s.handle("POST /v1/workspaces/{id}/mount", work, s.mountWorkspace)
+	s.handle("POST /v1/workspaces/{id}/update", work, s.updateWorkspace)
+	s.handle("POST /v1/workspaces/{id}/resolve", work, s.resolveConflicts)
+	s.handle("POST /v1/workspaces/{id}/fork", work, s.forkWorkspace)
 	s.handle("POST /v1/workspaces/{id}/execs", execWork, s.exec)
 	s.handle("PUT /v1/workspaces/{id}/files/{path...}", work, s.putFile)
 	s.handle("GET /v1/workspaces/{id}/files/{path...}", read, s.getFile)

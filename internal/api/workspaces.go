@@ -119,3 +119,72 @@ func (s *Server) mountWorkspace(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, ws)
 	return nil
 }
+
+func (s *Server) updateWorkspace(w http.ResponseWriter, r *http.Request) error {
+	id, err := idParam(r)
+	if err != nil {
+		return err
+	}
+	var req wire.UpdateRequest
+	if err := decodeOptional(w, r, &req); err != nil {
+		return err
+	}
+	if req.Ref != "" {
+		if err := checkRef("ref", req.Ref); err != nil {
+			return err
+		}
+	}
+	if err := checkPrefer(req.Prefer); err != nil {
+		return err
+	}
+	res, err := s.workspaces.UpdateWorkspace(ctxOf(r), id, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+func (s *Server) resolveConflicts(w http.ResponseWriter, r *http.Request) error {
+	id, err := idParam(r)
+	if err != nil {
+		return err
+	}
+	var req wire.ResolveRequest
+	if err := decodeOptional(w, r, &req); err != nil {
+		return err
+	}
+	for i, p := range req.Paths {
+		c, err := workspacePath("paths", p, false)
+		if err != nil {
+			return err
+		}
+		req.Paths[i] = c
+	}
+	left, err := s.workspaces.ResolveConflicts(ctxOf(r), id, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.ResolveResult{Conflicts: nonNil(left)})
+	return nil
+}
+
+func (s *Server) forkWorkspace(w http.ResponseWriter, r *http.Request) error {
+	id, err := idParam(r)
+	if err != nil {
+		return err
+	}
+	var req wire.ForkRequest
+	if err := decodeOptional(w, r, &req); err != nil {
+		return err
+	}
+	if req.Count < 0 || req.Count > wire.MaxForkCount {
+		return invalid("count %d: want 1 to %d", req.Count, wire.MaxForkCount)
+	}
+	res, err := s.workspaces.ForkWorkspace(ctxOf(r), id, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, res)
+	return nil
+}

@@ -58,6 +58,14 @@ const (
 	FigExecSeparateNoUserNS      = "exec true, separate layerfsd --no-user-namespace, SDK wall"
 	FigExecThinkSeparateNoUserNS = "exec true after 50 ms idle, separate layerfsd --no-user-namespace, SDK wall"
 	FigCommitSmall               = "commit of a small change"
+	// A plain commit and a commit with merge that lost the race to it,
+	// measured in pairs: their p50s, and each pair's ratio.
+	FigCommitPlain      = "commit of a small change, beside commit --merge"
+	FigCommitMerge      = "commit --merge after a lost race"
+	FigCommitMergeRatio = "commit --merge / plain commit, per pair"
+	// ws fork --count 10 of a workspace with a small uncommitted change:
+	// the call, until all ten are mounted.
+	FigForkCount10 = "ws fork --count 10, small uncommitted change"
 )
 
 // FigIdleMemoryHost names the figure that counts, per idle workspace with
@@ -340,6 +348,10 @@ func (s *session) run(idle int, hostFS bool) error {
 		w.End(ctx, client.EndOptions{})
 	}
 
+	if err := s.merges(); err != nil {
+		return err
+	}
+
 	for _, n := range []struct {
 		workers int
 		name    string
@@ -601,4 +613,84 @@ func procField(path, name string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in %s", name, path)
+}
+
+// merges measures a commit with merge that lost the race beside the plain
+// commit that won it, pair by pair, in two workspaces on one branch; and a
+// fork of ten workspaces from one with a small uncommitted change.
+func (s *session) merges() error {
+	ctx, c := s.ctx, s.c
+	s.say(s.platform + ": commit --merge after a lost race, beside a plain commit")
+	plain, merged, ratio := s.fig(FigCommitPlain, "ms"), s.fig(FigCommitMerge, "ms"), s.fig(FigCommitMergeRatio, "x")
+	a, err := c.CreateWorkspace(ctx, s.spec())
+	if err != nil {
+		return err
+	}
+	defer a.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+	b, err := c.CreateWorkspace(ctx, s.spec())
+	if err != nil {
+		return err
+	}
+	defer b.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+	for i := range s.calls {
+		if err := a.WriteFile(ctx, "src/a-"+strconv.Itoa(i), []byte("a\n"), 0o644); err != nil {
+			return err
+		}
+		if err := b.WriteFile(ctx, "src/b-"+strconv.Itoa(i), []byte("b\n"), 0o644); err != nil {
+			return err
+		}
+		// b has caught up with a's last commit (its own merge): the pair
+		// starts from one head.
+		t0 := time.Now()
+		ra, err := a.Commit(ctx, "a's")
+		ta := time.Since(t0)
+		if err != nil || ra.Result != wire.Created && ra.Result != wire.Merged {
+			plain.Failures = append(plain.Failures, fmt.Sprint(err, ra.Result))
+			continue
+		}
+		t1 := time.Now()
+		rb, err := b.CommitMerge(ctx, "b's")
+		tb := time.Since(t1)
+		if err != nil || rb.Result != wire.Merged {
+			merged.Failures = append(merged.Failures, fmt.Sprint(err, rb.Result))
+			continue
+		}
+		// a's next commit would merge too: bring it up to date, untimed.
+		if _, err := a.Update(ctx, wire.UpdateRequest{}); err != nil {
+			return err
+		}
+		if i == 0 || ra.Result != wire.Created {
+			continue // the first pair starts a's line; a merged commit is not plain
+		}
+		plain.Values = append(plain.Values, ms(ta))
+		merged.Values = append(merged.Values, ms(tb))
+		ratio.Values = append(ratio.Values, float64(tb)/float64(ta))
+	}
+
+	s.say(s.platform + ": ws fork --count 10")
+	fork := s.fig(FigForkCount10, "ms")
+	src, err := c.CreateWorkspace(ctx, s.spec())
+	if err != nil {
+		return err
+	}
+	defer src.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+	if err := src.WriteFile(ctx, "src/wip", []byte("work in progress\n"), 0o644); err != nil {
+		return err
+	}
+	for range s.calls {
+		t0 := time.Now()
+		forks, err := src.Fork(ctx, 10)
+		d := time.Since(t0)
+		if err != nil {
+			fork.Failures = append(fork.Failures, err.Error())
+			continue
+		}
+		fork.Values = append(fork.Values, ms(d))
+		for _, f := range forks {
+			if err := f.End(ctx, client.EndOptions{Discard: true}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -45,6 +45,11 @@ type Change struct {
 	// replaces Path's subtree; otherwise only the directory's own metadata
 	// changes and its children come from the base plus other Changes.
 	Recursive bool
+	// HideXattrs are prefixes of extended attribute names not captured
+	// from Source or from anything below it: those an overlay upper layer
+	// keeps for itself (its opaque directories, redirects, metacopies),
+	// which are the layer's, not the file's.
+	HideXattrs []string
 }
 
 // Errors of Build.
@@ -326,7 +331,7 @@ func build(ctx context.Context, w Writer, r Reader, base store.ID, root *node, r
 	err = func() error {
 		if rootSource != "" {
 			top = &pdir{}
-			return b.walk(wctx, top, dirfd.At{Dir: unix.AT_FDCWD, Name: rootSource}, "")
+			return b.walk(wctx, top, dirfd.At{Dir: unix.AT_FDCWD, Name: rootSource}, "", nil)
 		}
 		var err error
 		if top, err = b.load(ctx, base); err != nil {
@@ -448,7 +453,7 @@ func (b *builder) apply(ctx context.Context, dir *pdir, n *node, rel string) err
 			if err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
-			e, st, err := statEntry(src, name, path)
+			e, st, err := statEntry(src, name, path, chg.HideXattrs)
 			if err != nil {
 				return err
 			}
@@ -464,7 +469,7 @@ func (b *builder) apply(ctx context.Context, dir *pdir, n *node, rel string) err
 			switch {
 			case e.Type == store.TypeDir && chg.Recursive:
 				pe.dir = &pdir{}
-				if err := b.walk(ctx, pe.dir, src, path); err != nil {
+				if err := b.walk(ctx, pe.dir, src, path, chg.HideXattrs); err != nil {
 					return err
 				}
 			case keepChildren:
@@ -517,23 +522,29 @@ func (b *builder) fixLinks() {
 			continue
 		}
 		first := g.entries[0]
-		minPath := slices.Min(g.paths)
-		h := blake3.New()
-		h.Write(first.Object[:])
-		h.WriteString(minPath)
-		var sum [32]byte
-		h.Sum(sum[:0])
-		link := binary.LittleEndian.Uint64(sum[:8]) | 1
+		link := linkValue(first.Object, slices.Min(g.paths))
 		for _, e := range g.entries {
 			e.Object, e.ObjectKind, e.Link = first.Object, first.ObjectKind, link
 		}
 	}
 }
 
-// walk captures the host directory a (tree path rel) into d. Each level
+// linkValue is the Link of a hard-link group whose content is obj and
+// whose first path (bytewise) is first: never 0.
+func linkValue(obj store.ID, first string) uint64 {
+	h := blake3.New()
+	h.Write(obj[:])
+	h.WriteString(first)
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return binary.LittleEndian.Uint64(sum[:8]) | 1
+}
+
+// walk captures the host directory a (tree path rel) into d, without the
+// extended attributes hide names (see Change.HideXattrs). Each level
 // holds its directory open while it captures the level below, and names
 // what is in it relative to that descriptor: any depth works.
-func (b *builder) walk(ctx context.Context, d *pdir, a dirfd.At, rel string) error {
+func (b *builder) walk(ctx context.Context, d *pdir, a dirfd.At, rel string, hide []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -553,7 +564,7 @@ func (b *builder) walk(ctx context.Context, d *pdir, a dirfd.At, rel string) err
 	d.over = make(map[string]*pentry, len(names))
 	for _, name := range names {
 		ca, path := dirfd.At{Dir: fd, Name: name}, join(rel, name)
-		e, st, err := statEntry(ca, name, path)
+		e, st, err := statEntry(ca, name, path, hide)
 		if err != nil {
 			return fmt.Errorf("capture: %w", err)
 		}
@@ -567,7 +578,7 @@ func (b *builder) walk(ctx context.Context, d *pdir, a dirfd.At, rel string) err
 		switch e.Type {
 		case store.TypeDir:
 			pe.dir = &pdir{}
-			if err := b.walk(ctx, pe.dir, ca, path); err != nil {
+			if err := b.walk(ctx, pe.dir, ca, path, hide); err != nil {
 				return err
 			}
 		case store.TypeFile:

@@ -95,7 +95,7 @@ func (s *changeSet) list() []Change {
 			if c.Entry != nil && c.Entry.Type == store.TypeDir {
 				// A moved directory whose entries changed: the workspace
 				// hands the moved entry with its new metadata.
-				e, _, err := statEntry(dirfd.At{Dir: unix.AT_FDCWD, Name: filepath.Join(s.dir, d)}, "", d)
+				e, _, err := statEntry(dirfd.At{Dir: unix.AT_FDCWD, Name: filepath.Join(s.dir, d)}, "", d, nil)
 				if err == nil {
 					m := *c.Entry
 					m.Mode, m.MtimeNs, m.UID, m.GID, m.Xattrs = e.Mode, e.MtimeNs, e.UID, e.GID, e.Xattrs

@@ -96,9 +96,10 @@ func hostEntry(name string, st *unix.Stat_t) (store.Entry, error) {
 }
 
 // readXattrs returns every extended attribute of path (not following a
-// final symlink), sorted by name. A filesystem without xattr support has
-// none; any other failure is an error, never a silent skip.
-func readXattrs(path string) ([]store.Xattr, error) {
+// final symlink) but those whose names start with a prefix of hide, sorted
+// by name. A filesystem without xattr support has none; any other failure
+// is an error, never a silent skip.
+func readXattrs(path string, hide ...string) ([]store.Xattr, error) {
 	var buf [1024]byte
 	list := buf[:]
 	n, err := unix.Llistxattr(path, list)
@@ -119,7 +120,7 @@ func readXattrs(path string) ([]store.Xattr, error) {
 	}
 	var xs []store.Xattr
 	for _, name := range bytes.Split(list[:n], []byte{0}) {
-		if len(name) == 0 {
+		if len(name) == 0 || slices.ContainsFunc(hide, func(p string) bool { return bytes.HasPrefix(name, []byte(p)) }) {
 			continue
 		}
 		v, err := getXattr(path, string(name))
@@ -161,7 +162,7 @@ func getXattr(path, name string) ([]byte, error) {
 
 // statEntry captures the metadata of a (tree path path): its lstat, xattrs
 // and, for a symlink, its target. File content is left to a contentJob.
-func statEntry(a dirfd.At, name, path string) (store.Entry, *unix.Stat_t, error) {
+func statEntry(a dirfd.At, name, path string, hide []string) (store.Entry, *unix.Stat_t, error) {
 	var st unix.Stat_t
 	if err := a.Lstat(&st); err != nil {
 		return store.Entry{}, nil, fmt.Errorf("lstat %s: %w", path, err)
@@ -177,7 +178,7 @@ func statEntry(a dirfd.At, name, path string) (store.Entry, *unix.Stat_t, error)
 		}
 		e.Target, e.Size = t, int64(len(t))
 	}
-	if e.Xattrs, err = readXattrs(a.Proc()); err != nil {
+	if e.Xattrs, err = readXattrs(a.Proc(), hide...); err != nil {
 		return e, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return e, &st, nil

@@ -105,6 +105,9 @@ type checkout struct {
 	links  map[uint64]string // Link -> first path written
 	stats  *CheckoutStats
 	asRoot bool
+	// idOffset is added to the owners written: a directory seen through
+	// an id-mapped mount shows on-disk id N as N+offset (see Apply).
+	idOffset uint32
 }
 
 func (c *checkout) tree(ctx context.Context, dirfd int, id store.ID, rel string) error {
@@ -235,7 +238,7 @@ func (c *checkout) dir(ctx context.Context, dirfd int, e *store.Entry, rel strin
 // meta sets owner, mode, xattrs and mtime through an open descriptor.
 func (c *checkout) meta(fd int, e *store.Entry) error {
 	if c.asRoot {
-		if err := unix.Fchown(fd, int(e.UID), int(e.GID)); err != nil {
+		if err := unix.Fchown(fd, int(e.UID+c.idOffset), int(e.GID+c.idOffset)); err != nil {
 			return fmt.Errorf("chown: %w", err)
 		}
 	}
@@ -413,7 +416,7 @@ func (c *checkout) node(dirfd int, e *store.Entry) error {
 // symlink, a device, a fifo), never following a final symlink.
 func (c *checkout) metaAt(dirfd int, e *store.Entry, chmod bool) error {
 	if c.asRoot {
-		if err := unix.Fchownat(dirfd, e.Name, int(e.UID), int(e.GID), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := unix.Fchownat(dirfd, e.Name, int(e.UID+c.idOffset), int(e.GID+c.idOffset), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return fmt.Errorf("chown: %w", err)
 		}
 	}

@@ -170,7 +170,7 @@ func TestCrashSafety(t *testing.T) {
 		head, err := db.Branch(ctx, "p", "main")
 		require.NoError(t, err)
 		onBranch := map[store.ID]bool{}
-		log, err := Log(ctx, db, "p", "main", 0)
+		log, err := Log(ctx, db, "p", "main", store.ZeroID, 0)
 		require.NoError(t, err)
 		for _, e := range log {
 			onBranch[e.ID] = true

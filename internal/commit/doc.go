@@ -42,6 +42,21 @@
 // the commit and moves the branch head by compare-and-swap, last, so a
 // crash at any point leaves either the old head or a complete new commit.
 //
+// # History and merges
+//
+// Walk, Log and MergeBases walk the commit graph through every parent,
+// highest generation first. Merge is the three-way merge of two trees
+// against a base (see its comment for the rules per path), beside Diff:
+// like Diff it reads only the subtrees whose ids differ, and like Build it
+// writes only the trees on the changed paths, so it costs what changed.
+// Its line-level merge of texts is package textmerge's, and a differential
+// test holds it to git merge-tree. MergeBase makes the virtual base of a
+// criss-cross history; MergeInto merges a commit into a branch and
+// publishes by compare-and-swap, as Publish does, trying again a bounded
+// number of times when the head moves. Apply turns a directory holding one
+// tree into one holding another, touching only the paths that differ: how
+// a live workspace takes in a merge.
+//
 // # Checkout
 //
 // Checkout writes a tree through directory file descriptors it created or

@@ -2,6 +2,8 @@ package commit
 
 import (
 	"bytes"
+	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"os"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+	_ "modernc.org/sqlite" // the index of version 1 commits written by hand
 
 	"layerfs.dev/layerfs/internal/store"
 )
@@ -156,4 +159,33 @@ func compareDirs(t testing.TB, want, got string, o cmpOpts) {
 	if len(problems) > 0 {
 		t.Errorf("%s vs %s:\n%s", want, got, strings.Join(problems, "\n"))
 	}
+}
+
+// storeV1Commit stores c the way the store wrote commits before they had
+// several parents (encoding version 1: root, one parent or the zero id,
+// message, author, time, stats; no generation), straight into the index.
+func storeV1Commit(t testing.TB, db *store.DB, c *store.Commit) store.ID {
+	t.Helper()
+	require.LessOrEqual(t, len(c.Parents), 1, "a version 1 commit has one parent at most")
+	b := []byte{1}
+	b = append(b, c.Root[:]...)
+	parent := c.Parent()
+	b = append(b, parent[:]...)
+	for _, s := range []string{c.Message, c.Author} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	for _, v := range []int64{c.TimeNs, c.Stats.Files, c.Stats.Dirs, c.Stats.Bytes, c.Stats.Changed} {
+		b = binary.AppendVarint(b, v)
+	}
+	id := store.Hash(store.KindCommit, b)
+	sdb, err := sql.Open("sqlite", filepath.Join(db.Dir(), "store.db"))
+	require.NoError(t, err)
+	defer sdb.Close()
+	_, err = sdb.ExecContext(t.Context(), `INSERT INTO objects(id, kind, data) VALUES (?, ?, ?)`, id[:], int(store.KindCommit), b)
+	require.NoError(t, err)
+	got, err := db.Commit(t.Context(), id)
+	require.NoError(t, err)
+	require.Zero(t, got.Generation, "a version 1 commit")
+	return id
 }

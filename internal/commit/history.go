@@ -205,24 +205,31 @@ type LogEntry struct {
 	store.Commit
 }
 
-// Log walks parents from ref, newest first, returning at most limit
-// commits (0: all).
-func Log(ctx context.Context, db *store.DB, project, ref string, limit int) ([]LogEntry, error) {
+// Log lists the commits reachable from ref through every parent, newest
+// first (a commit before its ancestors: by generation, then time, then id),
+// starting after the commit after (ZeroID: from the first) and returning at
+// most limit commits (0: all). The order is fixed, so a caller pages by
+// passing the last commit of a page as after.
+func Log(ctx context.Context, db *store.DB, project, ref string, after store.ID, limit int) ([]LogEntry, error) {
 	id, err := db.ResolveRef(ctx, project, ref)
 	if err != nil {
 		return nil, fmt.Errorf("log: %w", err)
 	}
 	var out []LogEntry
-	for !id.IsZero() && (limit <= 0 || len(out) < limit) {
-		if err := ctx.Err(); err != nil {
-			return out, err
-		}
-		c, err := db.Commit(ctx, id)
-		if err != nil {
-			return out, fmt.Errorf("log: %w", err)
+	skipping := !after.IsZero()
+	err = Walk(ctx, db, []store.ID{id}, func(id store.ID, c *store.Commit) bool {
+		if skipping {
+			skipping = id != after
+			return true
 		}
 		out = append(out, LogEntry{ID: id, Commit: *c})
-		id = c.Parent
+		return limit <= 0 || len(out) < limit
+	})
+	if err != nil {
+		return out, fmt.Errorf("log: %w", err)
+	}
+	if skipping {
+		return nil, fmt.Errorf("log: commit %s is not reachable from %q: %w", after.Short(), ref, store.ErrNotFound)
 	}
 	return out, nil
 }

@@ -36,7 +36,7 @@ func TestPublishCAS(t *testing.T) {
 	}
 	c, err := db.Commit(ctx, p.Commit)
 	require.NoError(t, err)
-	if c.Parent != first || c.Message != "two" || c.Stats.Changed != 1 || c.Stats.Files != 1 {
+	if c.Parent() != first || c.Message != "two" || c.Stats.Changed != 1 || c.Stats.Files != 1 {
 		t.Errorf("commit %+v: want parent %s, message two, 1 changed, 1 file", c, first.Short())
 	}
 	if st.NewChunks != 1 {
@@ -96,7 +96,7 @@ func TestHistory(t *testing.T) {
 	if l.Index != 2 || l.Commit != p.Commit {
 		t.Errorf("layer %+v, want 2 at %s", l, p.Commit.Short())
 	}
-	log, err := Log(ctx, db, "e", "dev", 0)
+	log, err := Log(ctx, db, "e", "dev", store.ZeroID, 0)
 	require.NoError(t, err)
 	if len(log) != 2 || log[0].ID != p.Commit || log[1].ID != empty || log[0].Message != "add x" {
 		t.Errorf("log %+v", log)

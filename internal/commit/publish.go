@@ -39,7 +39,8 @@ func (p Published) Err() error {
 	return nil
 }
 
-// Publish stores the commit c, whose parent is set to expect, and moves
+// Publish stores the commit c, whose parent is set to expect (none when
+// expect is ZeroID) and its generation to match, and moves
 // the branch head from expect to it by compare-and-swap. When the head's
 // tree already equals c.Root nothing is written (UpToDate). When the head
 // is no longer expect the commit is still stored and returned (HeadMoved).
@@ -59,7 +60,10 @@ func Publish(ctx context.Context, db *store.DB, project, branch string, expect s
 			return Published{Result: UpToDate, Commit: b.Head, Head: b.Head}, nil
 		}
 	}
-	c.Parent = expect
+	c.Parents = nil
+	if !expect.IsZero() {
+		c.Parents = []store.ID{expect}
+	}
 	if c.TimeNs == 0 {
 		c.TimeNs = time.Now().UnixNano()
 	}
@@ -81,8 +85,14 @@ func Publish(ctx context.Context, db *store.DB, project, branch string, expect s
 	return p, nil
 }
 
-// writeCommit stores c durably on its own batch.
+// writeCommit stores c durably on its own batch, with the generation its
+// parents give it.
 func writeCommit(ctx context.Context, db *store.DB, c *store.Commit) (store.ID, error) {
+	gen, err := Generation(ctx, db, c.Parents)
+	if err != nil {
+		return store.ZeroID, err
+	}
+	c.Generation = gen
 	b, err := db.NewBatch(ctx)
 	if err != nil {
 		return store.ZeroID, err

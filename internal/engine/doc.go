@@ -19,6 +19,19 @@
 // it with head-moved; the workspace keeps its changes uncommitted. End
 // refuses to drop uncommitted changes unless asked to discard them.
 //
+// # Merges
+//
+// A commit with merge that finds the head moved merges its commit with the
+// new head (commit.MergeInto) and brings the workspace to the merge; an
+// update merges the workspace's tree (its head and its changes) with a
+// branch's head and brings the workspace to the merge standing on that
+// head, its changes uncommitted. Both change the live view through the
+// mount (commit.Apply: what differs only), in steps recorded in the
+// workspace's record before they are made (catchUp), so a daemon that dies
+// half way makes them again when it remounts the workspace. A fork
+// captures the workspace's tree once and opens workspaces on its head that
+// take the same steps to hold it.
+//
 // # Native workspaces
 //
 // A native workspace is a plain directory on the Store's file system, with

@@ -104,6 +104,10 @@ func (e *Engine) Exec(ctx context.Context, id string, req wire.ExecRequest, stdo
 		return wire.ExecResult{}, err
 	}
 	defer e.endExec()
+	// Counted before the lock is taken: an update, which refuses to run
+	// under an exec, sees one that waits for a commit too.
+	w.execs.Add(1)
+	defer w.execs.Add(-1)
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.sb == nil {

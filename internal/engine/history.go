@@ -46,8 +46,12 @@ func wireBranch(b store.Branch) wire.Branch {
 }
 
 func wireCommit(id store.ID, c *store.Commit) wire.Commit {
+	var parents []string
+	for _, p := range c.Parents {
+		parents = append(parents, p.String())
+	}
 	return wire.Commit{
-		ID: id.String(), Root: idString(c.Root), Parent: idString(c.Parent),
+		ID: id.String(), Root: idString(c.Root), Parent: idString(c.Parent()), Parents: parents,
 		Message: c.Message, Author: c.Author, Time: timeOf(c.TimeNs),
 		Stats: wire.CommitStats(c.Stats),
 	}
@@ -203,12 +207,21 @@ func (e *Engine) Commit(ctx context.Context, project, ref string) (wire.Commit, 
 	return wireCommit(id, c), nil
 }
 
-// Log lists commits from ref back through their parents, newest first.
-func (e *Engine) Log(ctx context.Context, project, ref string, limit int) ([]wire.Commit, error) {
+// Log lists commits reachable from ref through every parent, newest
+// first (commit.Log's order), starting after the commit after ("": from
+// the first).
+func (e *Engine) Log(ctx context.Context, project, ref, after string, limit int) ([]wire.Commit, error) {
 	if limit < 0 {
 		return nil, fmt.Errorf("%w: negative limit", errclass.Invalid)
 	}
-	es, err := commit.Log(ctx, e.db, project, ref, limit)
+	var from store.ID
+	if after != "" {
+		var err error
+		if from, err = e.db.ResolveRef(ctx, project, after); err != nil {
+			return nil, classify(err)
+		}
+	}
+	es, err := commit.Log(ctx, e.db, project, ref, from, limit)
 	if err != nil {
 		return nil, classify(err)
 	}

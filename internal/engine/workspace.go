@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,6 +55,13 @@ type wsOptions struct {
 	// Durability is wire.DurabilityCommit or wire.DurabilityFsync ("" in
 	// records older than the choice: fsync, as they were mounted).
 	Durability string `json:"durability,omitempty"`
+	// Pending are changes of the tree the workspace shows that were
+	// recorded before being made (see catchUp): a daemon that died while
+	// making them makes them again when it remounts the workspace.
+	Pending []catchUpStep `json:"pending,omitempty"`
+	// Conflicts are those an update left in the workspace, not resolved
+	// yet (see UpdateWorkspace).
+	Conflicts []wire.Conflict `json:"conflicts,omitempty"`
 }
 
 // volatile reports whether w's writes reach the disk only with its commits.
@@ -84,6 +92,7 @@ type workspace struct {
 	upperMu sync.Mutex
 	upper   overlay.UpperSummary
 	tracker *overlay.UpperTracker // nil: scan the upper for each receipt
+	execs   atomic.Int32          // execs running or waiting to run in it
 }
 
 func (w *workspace) info() wire.Workspace {
@@ -590,6 +599,7 @@ func (e *Engine) WorkspaceStatus(ctx context.Context, id string) (wire.Workspace
 		st.UpperBytes, _ = diskUsage(w.rec.MountPath)
 		return st, nil
 	}
+	st.Conflicts = e.unresolved(w)
 	cs, err := w.mnt.Changes(ctx)
 	if err != nil {
 		return st, err
@@ -692,6 +702,9 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	if w.opts.Native {
 		return wire.CommitResult{}, fmt.Errorf("%w: workspace %s is native: it has no history", errclass.Invalid, id)
 	}
+	if open := e.unresolved(w); len(open) > 0 {
+		return wire.CommitResult{}, conflictError(fmt.Sprintf("commit of workspace %s refused: conflicts of its update are not resolved (remove the markers, or resolve them)", id), open)
+	}
 	t0 := time.Now()
 	before := e.db.Counters()
 	fuseBefore := w.mnt.Stats()
@@ -700,13 +713,15 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 		return wire.CommitResult{}, fmt.Errorf("list changes of %s: %w", id, err)
 	}
 	tCapture := time.Now()
-	p, st, err := commit.CommitChanges(ctx, e.db, w.rec.Project, w.rec.Branch, w.rec.Head, cs.Changes, e.meta(req.Message, req.Author), nil)
+	meta := e.meta(req.Message, req.Author)
+	p, st, err := commit.CommitChanges(ctx, e.db, w.rec.Project, w.rec.Branch, w.rec.Head, cs.Changes, meta, nil)
 	if err != nil {
 		return wire.CommitResult{}, classify(err)
 	}
 	captureNs := time.Since(tCapture).Nanoseconds()
 	res := wire.CommitResult{Commit: p.Commit.String(), Result: publishResult(p.Result), Head: p.Head.String()}
-	if p.Result != store.PublishHeadMoved {
+	switch {
+	case p.Result != store.PublishHeadMoved:
 		c, err := e.db.Commit(ctx, p.Commit)
 		if err != nil {
 			return res, err
@@ -715,12 +730,13 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 		e.buildMetaAhead(w, c.Root)
 		w.rec.Head = p.Commit
 		w.opts.HeadRoot = c.Root
-		if w.rec.Options, err = json.Marshal(w.opts); err != nil {
+		w.opts.Conflicts = nil
+		if err := e.save(ctx, w); err != nil {
 			return res, err
 		}
-		w.rec.Updated = e.now().UTC()
-		if w.rec, err = e.db.UpdateWorkspace(ctx, w.rec); err != nil {
-			return res, fmt.Errorf("record commit of %s: %w", id, err)
+	case req.Merge:
+		if res, _, err = e.mergeCommitted(ctx, w, p.Commit, commit.Meta{Author: meta.Author, TimeNs: meta.TimeNs}); err != nil {
+			return res, err
 		}
 	}
 	r := storeReceipt(e.db.Counters().Sub(before), st)
@@ -837,6 +853,13 @@ func (e *Engine) MountWorkspace(ctx context.Context, id string) (wire.Workspace,
 	}
 	if err := e.serve(ctx, w, false); err != nil {
 		return wire.Workspace{}, err
+	}
+	if len(w.opts.Pending) > 0 {
+		// The daemon that served it died while it changed the view: finish.
+		if _, err := e.catchUp(ctx, w); err != nil {
+			e.unserve(context.WithoutCancel(ctx), w)
+			return wire.Workspace{}, fmt.Errorf("workspace %s: %w", id, err)
+		}
 	}
 	w.rec.State = wire.StateMounted
 	e.mu.Lock()

@@ -188,6 +188,20 @@ func (m *Server) MarkCommitted(newRoot store.ID, cs *overlay.ChangeSet) {
 	m.ov.MarkCommitted(newRoot, cs)
 }
 
+// Settle waits, a second at most, until no file is open for writing
+// through the mount. A close returns before the kernel sends its release,
+// and a release counts the file as changed since the last commit
+// (overlay.File.Close): a caller that wrote files through the mount and
+// now records them as committed settles first.
+func (m *Server) Settle(ctx context.Context) {
+	for range 1000 {
+		if m.ov.Writers() == 0 || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // UpperDir returns the served overlay's upper directory.
 func (m *Server) UpperDir() string { return m.ov.UpperDir() }
 

@@ -51,7 +51,8 @@ type Server struct {
 // instructions is what a model reads about the server as a whole.
 const instructions = `LayerFS gives you workspaces: copy-on-write directories over a project's history, where commands run in a fresh sandbox per exec (the workspace is the sandbox's /workspace).
 A typical session: project_create (once) -> workspace_create -> write_file / exec / read_file -> commit -> workspace_end.
-Commits go to the workspace's branch by compare-and-swap; fork makes a new branch from any ref in O(1) to try an alternative.
+Commits go to the workspace's branch by compare-and-swap; when another agent committed first, commit merges your work with theirs and the workspace then holds both. update brings the branch's new commits into a workspace before you commit; on a conflict the files get <<<<<<< ======= >>>>>>> markers to edit away before committing.
+fork makes a new branch from any ref in O(1) to try an alternative; fork_workspace opens copies of a workspace, uncommitted changes included; merge brings one branch into another.
 A ref is "layer:N", a branch name, or a commit id (or a unique prefix).
 Paths are relative to the workspace root and never leave it.`
 

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -86,8 +87,20 @@ func (s *Server) addTools() error {
 		Description: "List changed paths (added, removed, modified, type-changed). With `workspace`: its uncommitted changes (what commit would record). With `project`, `from` and `to`: the changes between two refs."},
 		s.diff)
 	addTool(s, &mcp.Tool{Name: "commit", Annotations: mutating("Commit a workspace", false, false),
-		Description: "Record the workspace's changes as a commit on its branch (compare-and-swap on the branch head). result is \"created\", \"up-to-date\" (nothing changed), or \"head-moved\" (another commit reached the branch first: your commit is stored and its id returned, the workspace keeps its changes; fork a branch from that commit to keep it)."},
+		Description: "Record the workspace's changes as a commit on its branch (compare-and-swap on the branch head). result is \"created\", \"up-to-date\" (nothing changed), or \"merged\": another commit reached the branch first, so your commit was merged with it (line by line where you changed different lines) and the merge published; the workspace now holds the merge, other agents' files included. When the merge conflicts (you and another commit changed the same lines, or one deleted what the other changed) nothing is published, the workspace keeps your changes, and the error lists the paths: call update with conflict_markers true, edit each listed file to replace the <<<<<<< ... ======= ... >>>>>>> blocks with what should stay, and commit again. With merge false, a moved head answers \"head-moved\" instead (your commit stored but not on the branch)."},
 		s.commit)
+	addTool(s, &mcp.Tool{Name: "update", Annotations: mutating("Bring a branch's new commits into a workspace", false, false),
+		Description: "Bring the new commits of the workspace's branch (or of `ref`) into the workspace, keeping your uncommitted changes: other agents' work appears in your files, and your changes stay uncommitted on top. Refused (busy) while an exec runs in the workspace. When your changes conflict with theirs, the conflicted files get git-style markers (<<<<<<< workspace ... ======= ... >>>>>>> branch) and are listed as conflicts (also in status): edit each to keep what should stay and remove the markers (or call resolve for a file to keep as it is, such as a binary one where your version was kept); commit is refused until they are resolved. With conflict_markers false, a conflict changes nothing and the error lists the paths."},
+		s.update)
+	addTool(s, &mcp.Tool{Name: "resolve", Annotations: mutating("Mark conflicts resolved", false, true),
+		Description: "Mark conflicts that update left in a workspace resolved, the files as they are now: `paths`, or all when empty. A text conflict is also resolved by removing its markers. Returns the conflicts left."},
+		s.resolve)
+	addTool(s, &mcp.Tool{Name: "merge", Annotations: mutating("Merge a branch into another", false, false),
+		Description: "Merge a ref (`source`: a branch, \"layer:N\" or a commit) into the branch `into` of a project: result \"fast-forward\" (into had no commits of its own), \"merged\" (a merge commit with both as parents) or \"up-to-date\". With dry_run nothing is published. When they conflict nothing is published and the error lists the paths: to settle them, open a workspace on `into`, call update with ref set to `source` (conflict markers land in the files), fix the files, and commit; or merge again with prefer \"ours\" (into's side) or \"theirs\" (source's) to take one side of every conflict."},
+		s.merge)
+	addTool(s, &mcp.Tool{Name: "fork_workspace", Annotations: mutating("Fork a workspace", false, false),
+		Description: "Open `count` new workspaces (default 1, at most 64) holding everything the workspace holds now, committed or not: to try several alternatives from one state in parallel. Each is a workspace of its own on the same branch; commit merges what they commit. Returns their ids."},
+		s.forkWorkspace)
 	addTool(s, &mcp.Tool{Name: "fork", Annotations: mutating("Fork a branch", false, false),
 		Description: "Create branch `name` in a project at any ref (\"layer:N\", a branch, or a commit id or prefix). It costs nothing (no files are copied); use it to try an alternative, then open a workspace on the new branch."},
 		s.fork)
@@ -232,14 +245,71 @@ type commitIn struct {
 	Workspace string `json:"workspace" jsonschema:"the workspace id"`
 	Message   string `json:"message" jsonschema:"the commit message"`
 	Author    string `json:"author,omitempty"`
+	Merge     *bool  `json:"merge,omitempty" jsonschema:"when another commit reached the branch first, merge with it (default true); false answers head-moved instead"`
 }
 
 type commitOut struct {
-	Result string  `json:"result" jsonschema:"created, up-to-date or head-moved"`
-	Commit string  `json:"commit" jsonschema:"the commit id"`
+	Result string  `json:"result" jsonschema:"created, up-to-date, merged or head-moved"`
+	Commit string  `json:"commit" jsonschema:"the commit id (merged: the merge commit)"`
 	Head   string  `json:"head" jsonschema:"the branch head after the call"`
+	Own    string  `json:"own,omitempty" jsonschema:"merged: your commit, merged into the branch"`
 	Note   string  `json:"note,omitempty"`
 	WallMs float64 `json:"wall_ms"`
+}
+
+type conflictOut struct {
+	Path    string `json:"path"`
+	Kind    string `json:"kind" jsonschema:"content, binary, add/add, modify/delete, file/directory, type, symlink, metadata, rename/rename or rename/delete"`
+	Markers bool   `json:"markers,omitempty" jsonschema:"the file holds conflict markers to edit away"`
+	Moved   string `json:"moved,omitempty" jsonschema:"file/directory: where your file was moved"`
+}
+
+type updateIn struct {
+	Workspace       string `json:"workspace" jsonschema:"the workspace id"`
+	Ref             string `json:"ref,omitempty" jsonschema:"the branch or commit to bring in (default the workspace's branch)"`
+	ConflictMarkers *bool  `json:"conflict_markers,omitempty" jsonschema:"on a conflict, write markers into the files and list them (default true); false changes nothing on a conflict"`
+}
+
+type updateOut struct {
+	Result    string        `json:"result" jsonschema:"updated or up-to-date"`
+	Head      string        `json:"head" jsonschema:"the commit the workspace now stands on"`
+	Changed   int64         `json:"changed" jsonschema:"paths written into the workspace"`
+	Conflicts []conflictOut `json:"conflicts" jsonschema:"conflicts to resolve before a commit"`
+	Note      string        `json:"note,omitempty"`
+}
+
+type resolveIn struct {
+	Workspace string   `json:"workspace" jsonschema:"the workspace id"`
+	Paths     []string `json:"paths,omitempty" jsonschema:"the conflicted paths to mark resolved (default all)"`
+}
+
+type resolveOut struct {
+	Conflicts []conflictOut `json:"conflicts" jsonschema:"the conflicts left"`
+}
+
+type mergeIn struct {
+	Project string `json:"project"`
+	Source  string `json:"source" jsonschema:"the branch, layer:N or commit to merge in"`
+	Into    string `json:"into,omitempty" jsonschema:"the branch to merge into (default main)"`
+	Message string `json:"message,omitempty"`
+	DryRun  bool   `json:"dry_run,omitempty" jsonschema:"say what would happen, publish nothing"`
+	Prefer  string `json:"prefer,omitempty" jsonschema:"settle every conflict by one side: ours (into's) or theirs (source's)"`
+}
+
+type mergeOut struct {
+	Result string `json:"result" jsonschema:"fast-forward, merged or up-to-date"`
+	Commit string `json:"commit,omitempty"`
+	Head   string `json:"head" jsonschema:"the branch head after the call"`
+	DryRun bool   `json:"dry_run,omitempty"`
+}
+
+type forkWorkspaceIn struct {
+	Workspace string `json:"workspace" jsonschema:"the workspace id"`
+	Count     int    `json:"count,omitempty" jsonschema:"how many workspaces to open (default 1, at most 64)"`
+}
+
+type forkWorkspaceOut struct {
+	Workspaces []string `json:"workspaces" jsonschema:"the new workspaces' ids"`
 }
 
 type forkIn struct {
@@ -261,14 +331,15 @@ type logIn struct {
 }
 
 type commitInfo struct {
-	ID      string `json:"id"`
-	Parent  string `json:"parent,omitempty"`
-	Message string `json:"message"`
-	Author  string `json:"author"`
-	Time    string `json:"time"`
-	Files   int64  `json:"files"`
-	Bytes   int64  `json:"bytes"`
-	Changed int64  `json:"changed"`
+	ID      string   `json:"id"`
+	Parent  string   `json:"parent,omitempty"`
+	Parents []string `json:"parents,omitempty" jsonschema:"every parent, the first first: two for a merge"`
+	Message string   `json:"message"`
+	Author  string   `json:"author"`
+	Time    string   `json:"time"`
+	Files   int64    `json:"files"`
+	Bytes   int64    `json:"bytes"`
+	Changed int64    `json:"changed"`
 }
 
 type logOut struct {
@@ -491,18 +562,104 @@ func (s *Server) commit(ctx context.Context, _ *mcp.CallToolRequest, c *client.C
 	if err != nil {
 		return commitOut{}, err
 	}
-	res, err := ws.CommitWith(ctx, wire.CommitRequest{Message: in.Message, Author: in.Author})
+	merge := in.Merge == nil || *in.Merge
+	res, err := ws.CommitWith(ctx, wire.CommitRequest{Message: in.Message, Author: in.Author, Merge: merge})
 	if err != nil {
+		if client.IsConflict(err) {
+			return commitOut{}, fmt.Errorf("%w\n%s\nNothing was published and the workspace keeps your changes. To settle it: call update with conflict_markers true, edit each listed file to remove the <<<<<<< ======= >>>>>>> blocks keeping what should stay, then commit again", err, conflictLines(client.Conflicts(err)))
+		}
 		return commitOut{}, err
 	}
 	out := commitOut{Result: res.Result, Commit: res.Commit, Head: res.Head}
 	if r := res.Receipt; r != nil {
 		out.WallMs = ms(r.WallNs)
 	}
-	if res.Result == wire.HeadMoved {
-		out.Note = fmt.Sprintf("the branch moved on to %s: your changes are stored as commit %s, which is not on the branch; the workspace keeps them. To keep them, fork a branch from %s.", res.Head, res.Commit, res.Commit)
+	switch res.Result {
+	case wire.HeadMoved:
+		out.Note = fmt.Sprintf("the branch moved on to %s: your changes are stored as commit %s, which is not on the branch; the workspace keeps them. Commit again with merge true to merge them in.", res.Head, res.Commit)
+	case wire.Merged:
+		if res.Merge != nil {
+			out.Own = res.Merge.Own
+		}
+		out.Note = "another commit reached the branch first: yours was merged with it, and the workspace now holds the merge"
 	}
 	return out, nil
+}
+
+func conflictsOut(cs []wire.Conflict) []conflictOut {
+	out := []conflictOut{}
+	for _, c := range cs {
+		out = append(out, conflictOut{Path: c.Path, Kind: c.Kind, Markers: c.Markers, Moved: c.Moved})
+	}
+	return out
+}
+
+// conflictLines lists conflicts one per line for an error a model reads.
+func conflictLines(cs []wire.Conflict) string {
+	var b strings.Builder
+	for _, c := range cs {
+		fmt.Fprintf(&b, "conflict: %s (%s)\n", c.Path, c.Kind)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func (s *Server) update(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in updateIn) (updateOut, error) {
+	ws, err := handle(ctx, c, in.Workspace)
+	if err != nil {
+		return updateOut{}, err
+	}
+	markers := in.ConflictMarkers == nil || *in.ConflictMarkers
+	res, err := ws.Update(ctx, wire.UpdateRequest{Ref: in.Ref, ConflictMarkers: markers})
+	if err != nil {
+		if client.IsConflict(err) {
+			return updateOut{}, fmt.Errorf("%w\n%s\nNothing changed in the workspace; update with conflict_markers true writes the conflicts into the files to edit", err, conflictLines(client.Conflicts(err)))
+		}
+		return updateOut{}, err
+	}
+	out := updateOut{Result: res.Result, Head: res.Head, Changed: res.Changed, Conflicts: conflictsOut(res.Conflicts)}
+	if len(res.Conflicts) > 0 {
+		out.Note = "edit each conflicted file to keep what should stay and remove the <<<<<<< ======= >>>>>>> markers (a conflict without markers kept your version: call resolve once it is right), then commit"
+	}
+	return out, nil
+}
+
+func (s *Server) resolve(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in resolveIn) (resolveOut, error) {
+	ws, err := handle(ctx, c, in.Workspace)
+	if err != nil {
+		return resolveOut{}, err
+	}
+	left, err := ws.Resolve(ctx, in.Paths...)
+	return resolveOut{Conflicts: conflictsOut(left)}, err
+}
+
+func (s *Server) merge(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in mergeIn) (mergeOut, error) {
+	if in.Into == "" {
+		in.Into = "main"
+	}
+	res, err := c.Merge(ctx, in.Project, wire.MergeRequest{Source: in.Source, Into: in.Into, Message: in.Message, DryRun: in.DryRun, Prefer: in.Prefer})
+	if err != nil {
+		if client.IsConflict(err) {
+			return mergeOut{}, fmt.Errorf("%w\n%s\nNothing was published. To settle it, open a workspace on %s, call update with ref %q (the conflicts land in its files with markers), fix them, and commit; or merge again with prefer ours or theirs", err, conflictLines(client.Conflicts(err)), in.Into, in.Source)
+		}
+		return mergeOut{}, err
+	}
+	return mergeOut{Result: res.Result, Commit: res.Commit, Head: res.Head, DryRun: res.DryRun}, nil
+}
+
+func (s *Server) forkWorkspace(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in forkWorkspaceIn) (forkWorkspaceOut, error) {
+	ws, err := handle(ctx, c, in.Workspace)
+	if err != nil {
+		return forkWorkspaceOut{}, err
+	}
+	if in.Count == 0 {
+		in.Count = 1
+	}
+	forks, err := ws.Fork(ctx, in.Count)
+	out := forkWorkspaceOut{Workspaces: []string{}}
+	for _, f := range forks {
+		out.Workspaces = append(out.Workspaces, f.ID())
+	}
+	return out, err
 }
 
 func (s *Server) fork(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in forkIn) (branchOut, error) {
@@ -521,7 +678,7 @@ func (s *Server) commitLog(ctx context.Context, _ *mcp.CallToolRequest, c *clien
 	cs, err := c.Log(ctx, in.Project, in.Ref, limit)
 	out := logOut{Commits: []commitInfo{}}
 	for _, cm := range cs {
-		out.Commits = append(out.Commits, commitInfo{ID: cm.ID, Parent: cm.Parent, Message: cm.Message, Author: cm.Author,
+		out.Commits = append(out.Commits, commitInfo{ID: cm.ID, Parent: cm.Parent, Parents: cm.Parents, Message: cm.Message, Author: cm.Author,
 			Time: cm.Time.Format(time.RFC3339), Files: cm.Stats.Files, Bytes: cm.Stats.Bytes, Changed: cm.Stats.Changed})
 	}
 	return out, err

@@ -334,7 +334,7 @@ func (o *Overlay) emitFull(cs *ChangeSet, n *Node, p string) error {
 		return errRetry
 	}
 	if n.dir.lowerTree == nil && o.pureUpper(n) {
-		cs.Changes = append(cs.Changes, commit.Change{Path: p, Source: p, Root: o.upperDir, Recursive: true})
+		cs.Changes = append(cs.Changes, commit.Change{Path: p, Source: p, Root: o.upperDir, Recursive: true, HideXattrs: reservedXattrs})
 		return nil
 	}
 	// The directory's own metadata over its lower tree, or over an empty
@@ -401,7 +401,7 @@ func (o *Overlay) emitDirMeta(cs *ChangeSet, n *Node, p string) error {
 	if n.state == stateLower {
 		return nil // unchanged lower metadata
 	}
-	cs.Changes = append(cs.Changes, commit.Change{Path: p, Source: p, Root: o.upperDir})
+	cs.Changes = append(cs.Changes, commit.Change{Path: p, Source: p, Root: o.upperDir, HideXattrs: reservedXattrs})
 	return nil
 }
 
@@ -435,7 +435,7 @@ func (o *Overlay) emitFile(cs *ChangeSet, n *Node, d *Node, name, p string) erro
 		e.Xattrs = xs
 		cs.Changes = append(cs.Changes, commit.Change{Path: p, Entry: &e})
 	default:
-		cs.Changes = append(cs.Changes, commit.Change{Path: p, Source: p, Root: o.upperDir})
+		cs.Changes = append(cs.Changes, commit.Change{Path: p, Source: p, Root: o.upperDir, HideXattrs: reservedXattrs})
 	}
 	if cs.emitted != nil {
 		cs.emitted[p] = true

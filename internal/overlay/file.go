@@ -66,6 +66,14 @@ func (f *File) Close() error {
 	return f.f.Close()
 }
 
+// Writers is the number of files open for writing: each counts as
+// changed until it is closed.
+func (o *Overlay) Writers() int {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return len(o.writers)
+}
+
 // ReadAt reads from the backing file.
 func (f *File) ReadAt(p []byte, off int64) (int, error) { return f.f.ReadAt(p, off) }
 

@@ -37,6 +37,10 @@ const (
 	reservedLayerFS = "trusted.layerfs."
 )
 
+// reservedXattrs are the prefixes of reservedXattr, for a capture of the
+// upper (commit.Change.HideXattrs). Read only.
+var reservedXattrs = []string{reservedOverlay, reservedLayerFS}
+
 // reservedXattr reports whether name belongs to the upper layer's own
 // bookkeeping; such names are hidden from the merged view and cannot be set
 // through it.

@@ -40,6 +40,12 @@ type upperStamp struct {
 }
 
 func stampOf(st *unix.Stat_t) upperStamp {
+	if isWhiteout(st) {
+		// Overlayfs makes whiteouts as hard links of one inode of its work
+		// directory: making another moves this one's ctime. A whiteout
+		// holds nothing but its name: it changes only by going away.
+		return upperStamp{mode: st.Mode}
+	}
 	return upperStamp{ino: st.Ino, mode: st.Mode, size: st.Size, ctime: st.Ctim.Nano()}
 }
 

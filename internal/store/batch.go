@@ -227,8 +227,12 @@ func (b *Batch) PutTree(t *Tree) (ID, error) {
 	return id, nil
 }
 
-// PutCommit stores a commit and returns its id.
+// PutCommit stores a commit and returns its id; it must be valid
+// (Commit.Validate).
 func (b *Batch) PutCommit(c *Commit) (ID, error) {
+	if err := c.Validate(); err != nil {
+		return ZeroID, fmt.Errorf("put commit: %w", err)
+	}
 	id, err := b.putObject(KindCommit, c.Encode())
 	if err != nil {
 		return id, fmt.Errorf("put commit %s: %w", id, err)

@@ -15,6 +15,14 @@
 // the object and where it was read from; nothing returns wrong bytes
 // silently.
 //
+// A commit names its root tree and its parents, the first parent first
+// (none for a project's first commit, two or more for a merge), with its
+// generation: one above its parents', so that walks of the history go
+// children before parents and stop early. Commits are written in encoding
+// version 2; version 1 commits (one parent at most, no generation) are
+// still read, with generation 0. GC marks through every parent and fsck
+// checks every parent and each generation against its parents'.
+//
 // # Writing and durability
 //
 // Writers use a Batch: PutChunk appends new payloads to a pack the batch

@@ -73,7 +73,7 @@ func TestSharedStoreHostKilledMidCommit(t *testing.T) {
 	require.NotEmpty(t, aAcked, "host a's acknowledged commits")
 	require.NotEmpty(t, bAcked, "host b's acknowledged commits")
 	onMain := map[ID]bool{}
-	for c := mustBranch(t, b, "main"); !c.IsZero(); c = mustCommit(t, b, c).Parent {
+	for c := mustBranch(t, b, "main"); !c.IsZero(); c = mustCommit(t, b, c).Parent() {
 		onMain[c] = true
 	}
 	for _, c := range append(aAcked, bAcked...) {

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"layerfs.dev/layerfs/internal/s3bucket"
 )
@@ -186,6 +187,7 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 		}
 	}
 	manifestSize := map[ID]int64{}
+	graph := commitGraph{}
 	r, err = tx.query(ctx, `SELECT id, kind, data FROM objects ORDER BY kind`)
 	if err != nil {
 		return err
@@ -245,9 +247,12 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 			if kinds[c.Root] != KindTree {
 				rep.add("missing", c.Root, "commit "+id.String(), "root tree is not in the store")
 			}
-			if !c.Parent.IsZero() && kinds[c.Parent] != KindCommit {
-				rep.add("missing", c.Parent, "commit "+id.String(), "parent commit is not in the store")
+			for _, p := range c.Parents {
+				if kinds[p] != KindCommit {
+					rep.add("missing", p, "commit "+id.String(), "parent commit is not in the store")
+				}
 			}
+			graph.add(id, c)
 		default:
 			rep.add("decode", id, where, "unknown kind %d", k)
 		}
@@ -255,6 +260,7 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 	if err := r.Err(); err != nil {
 		return err
 	}
+	graph.check(rep)
 
 	if db.bucket != nil {
 		return db.fsckBucket(ctx, rep, order, tick)
@@ -419,4 +425,48 @@ func (db *DB) fsckBucket(ctx context.Context, rep *FsckReport, order []chunkRow,
 		}
 	}
 	return nil
+}
+
+// commitGraph is what fsck keeps of each commit to check generations once
+// every commit is read.
+type commitGraph map[ID]graphNode
+
+type graphNode struct {
+	gen     uint64
+	parents []ID
+}
+
+func (g commitGraph) add(id ID, c *Commit) { g[id] = graphNode{gen: c.Generation, parents: c.Parents} }
+
+// check reports commits whose generation breaks its rule: a commit with a
+// generation is above every parent, and exactly one above the highest when
+// every parent has one (version 1 commits have none).
+func (g commitGraph) check(rep *FsckReport) {
+	ids := make([]ID, 0, len(g))
+	for id := range g {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
+	for _, id := range ids {
+		n := g[id]
+		if n.gen == 0 {
+			continue
+		}
+		var top uint64
+		known := true
+		for _, p := range n.parents {
+			pn, ok := g[p]
+			if !ok || pn.gen == 0 {
+				known = false
+				continue
+			}
+			top = max(top, pn.gen)
+		}
+		switch {
+		case n.gen <= top:
+			rep.add("generation", id, "commit "+id.String(), "generation %d is not above its parent's %d", n.gen, top)
+		case known && n.gen != top+1:
+			rep.add("generation", id, "commit "+id.String(), "generation %d, want %d (one above its parents')", n.gen, top+1)
+		}
+	}
 }

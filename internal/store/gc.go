@@ -250,8 +250,8 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 				return fmt.Errorf("commit %s: %w", it.id, err)
 			}
 			stack = append(stack, item{KindTree, c.Root, via})
-			if !c.Parent.IsZero() {
-				stack = append(stack, item{KindCommit, c.Parent, via})
+			for _, p := range c.Parents {
+				stack = append(stack, item{KindCommit, p, via})
 			}
 		case KindTree:
 			st.LiveTrees++

@@ -78,6 +78,12 @@ func putContent(t testing.TB, b *Batch, name string, data []byte) Entry {
 // and returns the commit id.
 func commitFiles(t testing.TB, db *DB, parent ID, msg string, files map[string][]byte) ID {
 	t.Helper()
+	return commitMerge(t, db, parentsOf(parent), 0, msg, files)
+}
+
+// commitMerge is commitFiles with any parents and a generation.
+func commitMerge(t testing.TB, db *DB, parents []ID, gen uint64, msg string, files map[string][]byte) ID {
+	t.Helper()
 	ctx := t.Context()
 	b, err := db.NewBatch(ctx)
 	require.NoError(t, err)
@@ -91,7 +97,7 @@ func commitFiles(t testing.TB, db *DB, parent ID, msg string, files map[string][
 	for _, d := range files {
 		size += int64(len(d))
 	}
-	c, err := b.PutCommit(&Commit{Root: root, Parent: parent, Message: msg, TimeNs: 1, Stats: CommitStats{Files: int64(len(files)), Bytes: size}})
+	c, err := b.PutCommit(&Commit{Root: root, Parents: parents, Generation: gen, Message: msg, TimeNs: 1, Stats: CommitStats{Files: int64(len(files)), Bytes: size}})
 	require.NoError(t, err)
 	require.NoError(t, b.Flush(ctx))
 	return c
@@ -190,3 +196,12 @@ func newSharedDB(t testing.TB) *DB {
 // sharedURL is a Store URL on a fresh database and bucket of the test
 // binary's private servers.
 func sharedURL(t testing.TB) string { return testenv.StoreURL(t) }
+
+// parentsOf is the parent list of a commit whose only parent is p (none for
+// ZeroID).
+func parentsOf(p ID) []ID {
+	if p.IsZero() {
+		return nil
+	}
+	return []ID{p}
+}

@@ -225,17 +225,55 @@ type CommitStats struct {
 	Files   int64 `json:"files"`
 	Dirs    int64 `json:"dirs"`
 	Bytes   int64 `json:"bytes"`   // logical bytes of all files
-	Changed int64 `json:"changed"` // paths added, removed or modified against Parent
+	Changed int64 `json:"changed"` // paths added, removed or modified against the first parent
 }
 
 // Commit is an immutable snapshot.
 type Commit struct {
-	Root    ID
-	Parent  ID // ZeroID for a project's first commit
-	Message string
-	Author  string
-	TimeNs  int64
-	Stats   CommitStats
+	Root ID
+	// Parents are the commits this one follows, the first parent first:
+	// none for a project's first commit, one for a commit, two or more for
+	// a merge (the branch's head, then what was merged into it). They are
+	// distinct and never ZeroID.
+	Parents []ID
+	// Generation is one more than the highest generation of the parents
+	// (1 for a commit without parents), so an ancestor's is always lower:
+	// it orders history walks and bounds the merge base search. Commits
+	// written before generations were recorded (encoding version 1, one
+	// parent at most) have 0.
+	Generation uint64
+	Message    string
+	Author     string
+	TimeNs     int64
+	Stats      CommitStats
+}
+
+// Parent is the first parent, or ZeroID for a commit without parents.
+func (c *Commit) Parent() ID {
+	if len(c.Parents) == 0 {
+		return ZeroID
+	}
+	return c.Parents[0]
+}
+
+// ErrInvalidCommit is wrapped when a commit to be stored breaks the rules
+// of its fields (duplicate or zero parents).
+var ErrInvalidCommit = errclass.New(errclass.Invalid, "invalid commit")
+
+// Validate checks what the canonical form requires of a commit: parents
+// that are distinct and not ZeroID.
+func (c *Commit) Validate() error {
+	for i, p := range c.Parents {
+		if p.IsZero() {
+			return fmt.Errorf("%w: parent %d is the zero id", ErrInvalidCommit, i)
+		}
+		for _, q := range c.Parents[:i] {
+			if p == q {
+				return fmt.Errorf("%w: parent %s appears twice", ErrInvalidCommit, p.Short())
+			}
+		}
+	}
+	return nil
 }
 
 const encodingVersion = 1
@@ -519,12 +557,24 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	return m, nil
 }
 
-// Encode returns the commit's canonical bytes.
+// Versions of the commit encoding. Version 1 (one optional parent, no
+// generation) is still read; every commit is written as version 2.
+const (
+	commitV1 = 1
+	commitV2 = 2 // parents (any number) and the generation
+)
+
+// Encode returns the commit's canonical bytes (version 2). The commit must
+// be valid.
 func (c *Commit) Encode() []byte {
-	e := enc{}
-	e.b = append(e.b, encodingVersion)
+	e := enc{b: make([]byte, 0, 96+32*len(c.Parents)+len(c.Message)+len(c.Author))}
+	e.b = append(e.b, commitV2)
 	e.id(c.Root)
-	e.id(c.Parent)
+	e.u(uint64(len(c.Parents)))
+	for _, p := range c.Parents {
+		e.id(p)
+	}
+	e.u(c.Generation)
 	e.s(c.Message)
 	e.s(c.Author)
 	e.i(c.TimeNs)
@@ -535,14 +585,38 @@ func (c *Commit) Encode() []byte {
 	return e.b
 }
 
-// DecodeCommit parses canonical commit bytes.
+// DecodeCommit parses canonical commit bytes of either version.
 func DecodeCommit(b []byte) (*Commit, error) {
 	d := dec{b: b}
-	d.version()
-	c := &Commit{Root: d.id(), Parent: d.id(), Message: d.s(), Author: d.s(), TimeNs: d.i()}
+	c := &Commit{}
+	switch {
+	case len(b) > 0 && b[0] == commitV1:
+		d.b = d.b[1:]
+		c.Root = d.id()
+		if p := d.id(); !p.IsZero() {
+			c.Parents = []ID{p}
+		}
+	case len(b) > 0 && b[0] == commitV2:
+		d.b = d.b[1:]
+		c.Root = d.id()
+		n := d.u()
+		if n > uint64(len(d.b))/32 {
+			d.fail("parent count")
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			c.Parents = append(c.Parents, d.id())
+		}
+		c.Generation = d.u()
+	default:
+		d.fail("encoding version")
+	}
+	c.Message, c.Author, c.TimeNs = d.s(), d.s(), d.i()
 	c.Stats = CommitStats{Files: d.i(), Dirs: d.i(), Bytes: d.i(), Changed: d.i()}
 	if err := d.end("commit"); err != nil {
 		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return c, nil
 }

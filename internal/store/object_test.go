@@ -85,23 +85,77 @@ func TestManifestRoundTrip(t *testing.T) {
 }
 
 func TestCommitRoundTrip(t *testing.T) {
-	c := &Commit{Root: Hash(KindTree, nil), Parent: Hash(KindCommit, []byte("p")), Message: "msg\nwith lines \xff",
-		Author: "agent", TimeNs: 1234567890123, Stats: CommitStats{Files: 3, Dirs: 2, Bytes: 1 << 40, Changed: -1}}
-	got, err := DecodeCommit(c.Encode())
+	p1, p2 := Hash(KindCommit, []byte("p")), Hash(KindCommit, []byte("q"))
+	for _, parents := range [][]ID{nil, {p1}, {p1, p2}, {p2, p1, Hash(KindCommit, []byte("r"))}} {
+		c := &Commit{Root: Hash(KindTree, nil), Parents: parents, Generation: 7, Message: "msg\nwith lines \xff",
+			Author: "agent", TimeNs: 1234567890123, Stats: CommitStats{Files: 3, Dirs: 2, Bytes: 1 << 40, Changed: -1}}
+		got, err := DecodeCommit(c.Encode())
+		require.NoError(t, err)
+		require.Equal(t, c, got)
+	}
+	require.NotEqual(t, Hash(KindCommit, (&Commit{Parents: []ID{p1, p2}}).Encode()), Hash(KindCommit, (&Commit{Parents: []ID{p2, p1}}).Encode()),
+		"the parents' order is part of the commit")
+}
+
+// commitV1Bytes is a version 1 commit as the store wrote it before commits
+// had several parents: root, parent, message, author, time and stats.
+func commitV1Bytes(root, parent ID, msg string) []byte {
+	e := enc{}
+	e.b = append(e.b, commitV1)
+	e.id(root)
+	e.id(parent)
+	e.s(msg)
+	e.s("old author")
+	e.i(42)
+	for _, v := range []int64{1, 2, 3, 4} {
+		e.i(v)
+	}
+	return e.b
+}
+
+func TestCommitVersion1StillReads(t *testing.T) {
+	root, parent := Hash(KindTree, nil), Hash(KindCommit, []byte("p"))
+	got, err := DecodeCommit(commitV1Bytes(root, parent, "old"))
 	require.NoError(t, err)
-	require.Equal(t, c, got)
+	require.Equal(t, &Commit{Root: root, Parents: []ID{parent}, Message: "old", Author: "old author", TimeNs: 42,
+		Stats: CommitStats{Files: 1, Dirs: 2, Bytes: 3, Changed: 4}}, got)
+	require.Equal(t, parent, got.Parent())
+	first, err := DecodeCommit(commitV1Bytes(root, ZeroID, "first"))
+	require.NoError(t, err)
+	require.Empty(t, first.Parents, "a zero parent in version 1 is no parent")
+	require.Equal(t, ZeroID, first.Parent())
+}
+
+func TestCommitRejectsBadParents(t *testing.T) {
+	p := Hash(KindCommit, []byte("p"))
+	for name, c := range map[string]*Commit{
+		"duplicate": {Parents: []ID{p, p}},
+		"zero":      {Parents: []ID{p, ZeroID}},
+	} {
+		require.ErrorIs(t, c.Validate(), ErrInvalidCommit, name)
+		_, err := DecodeCommit(c.Encode())
+		require.ErrorIs(t, err, ErrCorrupt, "%s decoded", name)
+	}
+	e := enc{}
+	e.b = append(e.b, commitV2)
+	e.id(ZeroID)
+	e.u(1 << 40) // more parents than bytes
+	_, err := DecodeCommit(e.b)
+	require.ErrorIs(t, err, ErrCorrupt, "huge parent count")
 }
 
 func TestDecodeRejectsDamage(t *testing.T) {
 	enc := map[string][]byte{
 		"tree":     sampleTree().Encode(),
 		"manifest": (&Manifest{Size: 3, Extents: []Extent{{Length: 3}}}).Encode(),
-		"commit":   (&Commit{Message: "m"}).Encode(),
+		"commit":   (&Commit{Message: "m", Parents: []ID{Hash(KindCommit, []byte("p"))}, Generation: 2}).Encode(),
+		"commitv1": commitV1Bytes(Hash(KindTree, nil), Hash(KindCommit, []byte("p")), "m"),
 	}
 	decode := map[string]func([]byte) error{
 		"tree":     func(b []byte) error { _, err := DecodeTree(b); return err },
 		"manifest": func(b []byte) error { _, err := DecodeManifest(b); return err },
 		"commit":   func(b []byte) error { _, err := DecodeCommit(b); return err },
+		"commitv1": func(b []byte) error { _, err := DecodeCommit(b); return err },
 	}
 	for kind, b := range enc {
 		f := decode[kind]

@@ -187,7 +187,7 @@ func writeSeeded(ctx context.Context, db *DB, parent ID, seed uint64) (ID, error
 	if err != nil {
 		return ZeroID, err
 	}
-	c, err := b.PutCommit(&Commit{Root: rootID, Parent: parent, Message: fmt.Sprint("seed ", seed), TimeNs: time.Now().UnixNano()})
+	c, err := b.PutCommit(&Commit{Root: rootID, Parents: parentsOf(parent), Message: fmt.Sprint("seed ", seed), TimeNs: time.Now().UnixNano()})
 	if err != nil {
 		return ZeroID, err
 	}
@@ -365,7 +365,7 @@ func TestTwoProcessesWrite(t *testing.T) {
 		b, _ := db.Branch(ctx, "p", br)
 		n := 0
 		for c := b.Head; !c.IsZero(); n++ {
-			c = mustCommit(t, db, c).Parent
+			c = mustCommit(t, db, c).Parent()
 		}
 		want := map[string]int{"b1": 17, "b2": 17, "b3": 22}[br] // + the first commit and the genesis parent chain
 		assert.Equal(t, want-1, n, "commits on branch %s", br)
@@ -443,7 +443,7 @@ func TestCrashSafety(t *testing.T) {
 		if len(ids) > 0 {
 			last := ids[len(ids)-1]
 			found := false
-			for c := mustBranch(t, db, "main"); !c.IsZero() && !found; c = mustCommit(t, db, c).Parent {
+			for c := mustBranch(t, db, "main"); !c.IsZero() && !found; c = mustCommit(t, db, c).Parent() {
 				found = c == last
 			}
 			require.True(t, found, "kill %d: acknowledged commit %s is not in main's history", k, last.Short())

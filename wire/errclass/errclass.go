@@ -44,12 +44,13 @@ const (
 	CodeNoSpace          = "no_space"
 	CodeDaemonLost       = "daemon_lost"
 	CodeMisdirected      = "misdirected"
+	CodeConflict         = "conflict"
 )
 
 // The classes. Exit codes: 0 success, 1 internal (or unclassified), 2
 // invalid (usage), 3 not found, 4 exists, 5 conflict (busy, head moved,
 // uncommitted), 6 unavailable (daemon lost too), 7 unauthorized, 8 no
-// space, 9 corrupt, 10 misdirected.
+// space, 9 corrupt, 10 misdirected, 11 merge conflict.
 var (
 	// Invalid: the request is malformed or names something badly (400).
 	Invalid = &Class{"invalid argument", CodeInvalid, 400, 2}
@@ -85,6 +86,9 @@ var (
 	// nothing was done, so the request may be sent there as it is (421
 	// Misdirected Request).
 	Misdirected = &Class{"misdirected", CodeMisdirected, 421, 10}
+	// Conflict: a merge found paths it cannot decide (the error lists
+	// them); nothing was published (409).
+	Conflict = &Class{"merge conflict", CodeConflict, 409, 11}
 	// DaemonLost is never sent: the SDK reports it when the connection to
 	// the daemon broke before an answer was whole; the outcome is unknown.
 	DaemonLost = &Class{"daemon lost", CodeDaemonLost, 0, 6}
@@ -93,7 +97,7 @@ var (
 // all lists the classes; for a status several share, the first is the one
 // FromStatus answers.
 var all = []*Class{Invalid, Unauthorized, NotFound, MethodNotAllowed, Busy, Exists, HeadMoved,
-	Uncommitted, TooLarge, Internal, Corrupt, Unavailable, NoSpace, Misdirected, DaemonLost}
+	Uncommitted, TooLarge, Internal, Corrupt, Unavailable, NoSpace, Misdirected, DaemonLost, Conflict}
 
 // FromCode is the class of a wire code, nil for a code it does not know.
 func FromCode(code string) *Class {

@@ -63,6 +63,30 @@ func (e *Elsewhere) WorkspaceStatus(ctx context.Context, id string) (wire.Worksp
 	return e.Engine.WorkspaceStatus(ctx, id)
 }
 
+// UpdateWorkspace implements api.WorkspaceManager.
+func (e *Elsewhere) UpdateWorkspace(ctx context.Context, id string, req wire.UpdateRequest) (wire.UpdateResult, error) {
+	if err := e.misdirected(id); err != nil {
+		return wire.UpdateResult{}, err
+	}
+	return e.Engine.UpdateWorkspace(ctx, id, req)
+}
+
+// ResolveConflicts implements api.WorkspaceManager.
+func (e *Elsewhere) ResolveConflicts(ctx context.Context, id string, req wire.ResolveRequest) ([]wire.Conflict, error) {
+	if err := e.misdirected(id); err != nil {
+		return nil, err
+	}
+	return e.Engine.ResolveConflicts(ctx, id, req)
+}
+
+// ForkWorkspace implements api.WorkspaceManager.
+func (e *Elsewhere) ForkWorkspace(ctx context.Context, id string, req wire.ForkRequest) (wire.ForkResult, error) {
+	if err := e.misdirected(id); err != nil {
+		return wire.ForkResult{}, err
+	}
+	return e.Engine.ForkWorkspace(ctx, id, req)
+}
+
 // MountWorkspace implements api.WorkspaceManager.
 func (e *Elsewhere) MountWorkspace(ctx context.Context, id string) (wire.Workspace, error) {
 	if err := e.misdirected(id); err != nil {

@@ -175,7 +175,7 @@ func checkLog(f *fixture) {
 		require.NoError(f.t, err)
 		ids = append(ids, cr.Commit)
 	}
-	log, err := f.eng.Log(f.ctx, p, "main", 10)
+	log, err := f.eng.Log(f.ctx, p, "main", "", 10)
 	require.NoError(f.t, err)
 	require.Len(f.t, log, 4, "three commits on the first layer")
 	for i, want := range []string{"three", "two", "one"} {
@@ -184,10 +184,10 @@ func checkLog(f *fixture) {
 		assert.Equal(f.t, log[i+1].ID, log[i].Parent, "log[%d]'s parent", i)
 	}
 	assert.Empty(f.t, log[3].Parent, "the first layer has no parent")
-	log, err = f.eng.Log(f.ctx, p, "main", 2)
+	log, err = f.eng.Log(f.ctx, p, "main", "", 2)
 	require.NoError(f.t, err)
 	assert.Len(f.t, log, 2, "the limit")
-	_, err = f.eng.Log(f.ctx, p, "none", 10)
+	_, err = f.eng.Log(f.ctx, p, "none", "", 10)
 	f.isClass(err, errclass.NotFound, "the log of an unknown ref")
 }
 
@@ -223,7 +223,7 @@ func checkDiffPages(f *fixture) {
 	f.sh(ws.ID, "rm a/d && echo 4 > e")
 	_, err = f.eng.CommitWorkspace(f.ctx, ws.ID, wire.CommitRequest{Message: "change"})
 	require.NoError(f.t, err)
-	log, err := f.eng.Log(f.ctx, p, "main", 2)
+	log, err := f.eng.Log(f.ctx, p, "main", "", 2)
 	require.NoError(f.t, err)
 	page, err = f.eng.Diff(f.ctx, p, log[1].ID, "main", "", 10)
 	require.NoError(f.t, err)

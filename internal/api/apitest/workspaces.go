@@ -177,6 +177,9 @@ func workspaceCalls(f *fixture, id string) []workspaceCall {
 		{"MountWorkspace", func() error { _, err := f.eng.MountWorkspace(ctx, id); return err }},
 		{"CommitWorkspace", func() error { _, err := f.eng.CommitWorkspace(ctx, id, wire.CommitRequest{}); return err }},
 		{"EndWorkspace", func() error { return f.eng.EndWorkspace(ctx, id, true) }},
+		{"UpdateWorkspace", func() error { _, err := f.eng.UpdateWorkspace(ctx, id, wire.UpdateRequest{}); return err }},
+		{"ResolveConflicts", func() error { _, err := f.eng.ResolveConflicts(ctx, id, wire.ResolveRequest{}); return err }},
+		{"ForkWorkspace", func() error { _, err := f.eng.ForkWorkspace(ctx, id, wire.ForkRequest{}); return err }},
 		{"Exec", func() error {
 			_, err := f.eng.Exec(ctx, id, wire.ExecRequest{Argv: []string{"true"}}, &bytes.Buffer{}, &bytes.Buffer{})
 			return err

@@ -23,6 +23,7 @@ type Config struct {
 	Dir       string        // where stores and inputs go; "" = a temporary directory, removed after
 	Runs      int           // samples per throughput figure; 0 = 3
 	Forks     int           // samples per fork figure; 0 = 200
+	Merges    int           // samples per merge figure; 0 = 50
 	BigTree   int           // files of the large fork tree; 0 = 100,000
 	Chunking  commit.Params // zero: commit.DefaultParams
 	Log       io.Writer     // progress lines; nil = silent
@@ -118,6 +119,9 @@ func (cfg *Config) fill() {
 	if cfg.Forks <= 0 {
 		cfg.Forks = 200
 	}
+	if cfg.Merges <= 0 {
+		cfg.Merges = 50
+	}
 	if cfg.BigTree <= 0 {
 		cfg.BigTree = 100_000
 	}
@@ -144,7 +148,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Chunking: cfg.Chunking, CPUs: runtime.GOMAXPROCS(0), Dir: r.dir, Load: report.LoadAverage()}
-	for _, step := range []func(context.Context) ([]Row, error){r.dedup, r.bigFile, r.smallFiles, r.forks} {
+	for _, step := range []func(context.Context) ([]Row, error){r.dedup, r.bigFile, r.smallFiles, r.forks, r.merges} {
 		rows, err := step(ctx)
 		if err != nil {
 			return rep, err
@@ -434,4 +438,99 @@ func (r *runner) forks(ctx context.Context) ([]Row, error) {
 			Detail: fmt.Sprintf("median of %d", len(ts))})
 	}
 	return rows, nil
+}
+
+// merges measures a merge of two branches that each changed one file, in
+// a tree of 1,000 files and in one of BigTree: from the merge base to the
+// merge commit published on the branch (commit.MergeInto). Each sample
+// forks a branch at main's head, commits one file on each, and merges the
+// branch into main; the merge's cost must not grow with the tree.
+func (r *runner) merges(ctx context.Context) ([]Row, error) {
+	db, err := r.newStore(ctx, "merge")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var rows []Row
+	for _, size := range []int{1000, r.cfg.BigTree} {
+		r.logf("merge: %d-file tree, %d merges", size, r.cfg.Merges)
+		name := fmt.Sprintf("tree%d", size)
+		if err := syntheticProject(ctx, db, name, size); err != nil {
+			return nil, err
+		}
+		dirs := (size + 999) / 1000
+		var ts []time.Duration
+		var paths int64
+		for i := range r.cfg.Merges {
+			b := fmt.Sprintf("side%d", i)
+			if _, err := commit.Fork(ctx, db, name, b, "main"); err != nil {
+				return nil, err
+			}
+			// One file in one directory each, a different one per side.
+			mine := fmt.Sprintf("d%04d/f%06d", i%dirs, (i%dirs)*1000)
+			theirs := fmt.Sprintf("d%04d/f%06d", (i+dirs/2)%dirs, ((i+dirs/2)%dirs)*1000+1)
+			if err := commitOne(ctx, db, name, "main", mine, fmt.Sprint("main's change ", i)); err != nil {
+				return nil, err
+			}
+			if err := commitOne(ctx, db, name, b, theirs, fmt.Sprint("side's change ", i)); err != nil {
+				return nil, err
+			}
+			src, err := db.Branch(ctx, name, b)
+			if err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			out, err := commit.MergeInto(ctx, db, commit.MergeRequest{Project: name, Branch: "main", Source: src.Head, SourceName: b})
+			d := time.Since(start)
+			if err != nil {
+				return nil, err
+			}
+			if out.Result != commit.MergeMerged {
+				return nil, fmt.Errorf("merge %d: %s", i, out.Result)
+			}
+			ts = append(ts, d)
+			paths = max(paths, out.Stats.Paths)
+		}
+		m := stats.MedianDuration(ts)
+		ms := float64(m) / float64(time.Millisecond)
+		rows = append(rows, Row{Name: fmt.Sprintf("merge of two branches that each changed one file, %d-file tree", size), Value: ms, Unit: "ms",
+			Target: "<= 10 ms", Pass: ms <= 10, Detail: fmt.Sprintf("median of %d, %d changed paths visited", len(ts), paths)})
+	}
+	return rows, nil
+}
+
+// commitOne commits a new content for one file on a branch.
+func commitOne(ctx context.Context, db *store.DB, project, branch, path, data string) error {
+	br, err := db.Branch(ctx, project, branch)
+	if err != nil {
+		return err
+	}
+	head, err := db.Commit(ctx, br.Head)
+	if err != nil {
+		return err
+	}
+	b, err := db.NewBatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Abort()
+	id := store.Hash(store.KindChunk, []byte(data))
+	if _, err := b.PutChunk(id, []byte(data)); err != nil {
+		return err
+	}
+	e := &store.Entry{Type: store.TypeFile, Mode: 0o644, Size: int64(len(data)), Object: id, ObjectKind: store.KindChunk, MtimeNs: time.Now().UnixNano()}
+	root, st, err := commit.Build(ctx, b, db, head.Root, []commit.Change{{Path: path, Entry: e}}, nil)
+	if err != nil {
+		return err
+	}
+	if err := b.Flush(ctx); err != nil {
+		return err
+	}
+	stats := head.Stats
+	stats.Changed = st.Changes
+	p, err := commit.Publish(ctx, db, project, branch, br.Head, &store.Commit{Root: root, Message: "change " + path, Stats: stats})
+	if err != nil {
+		return err
+	}
+	return p.Err()
 }

@@ -28,17 +28,21 @@ func TestDedupTargets(t *testing.T) {
 // TestSmallRun exercises the throughput and fork steps at a small scale.
 func TestSmallRun(t *testing.T) {
 	cfg := defaultConfig()
-	cfg.Runs, cfg.Forks, cfg.BigTree, cfg.SmallFile = 1, 5, 3000, 300
+	cfg.Runs, cfg.Forks, cfg.Merges, cfg.BigTree, cfg.SmallFile = 1, 5, 5, 3000, 300
 	r := &runner{cfg: cfg, dir: t.TempDir()}
 	rows, err := r.smallFiles(t.Context())
 	require.NoError(t, err)
 	fr, err := r.forks(t.Context())
 	require.NoError(t, err)
 	rows = append(rows, fr...)
+	mr, err := r.merges(t.Context())
+	require.NoError(t, err)
+	rows = append(rows, mr...)
 	rep := &Report{Chunking: cfg.Chunking, Rows: rows}
 	var b strings.Builder
 	require.NoError(t, rep.WriteTable(&b))
-	if !strings.Contains(b.String(), "fork a branch of a 3000-file tree") || !strings.Contains(b.String(), "capture 300 small files") {
+	if !strings.Contains(b.String(), "fork a branch of a 3000-file tree") || !strings.Contains(b.String(), "capture 300 small files") ||
+		!strings.Contains(b.String(), "merge of two branches that each changed one file, 3000-file tree") {
 		t.Errorf("table:\n%s", b.String())
 	}
 }

@@ -17,11 +17,12 @@ subclasses of :class:`LayerFSError`, one per API error code.
 
 from .aio import AsyncClient, AsyncEventStream, AsyncWorkspace
 from .client import Branches, Client, EventStream, Files, Projects, Workspace, Workspaces
-from .errors import (AlreadyExists, Busy, DaemonLost, DaemonUnreachable, HeadMoved, InternalError, InvalidArgument,
-                     LayerFSError, Misdirected, NoSpace, NotFound, TooLarge, Unauthorized, Unavailable,
+from .errors import (AlreadyExists, Busy, Conflict, DaemonLost, DaemonUnreachable, HeadMoved, InternalError,
+                     InvalidArgument, LayerFSError, Misdirected, NoSpace, NotFound, TooLarge, Unauthorized, Unavailable,
                      UncommittedChanges)
-from .types import (Branch, Change, Commit, CommitResult, CommitStats, ExecResult, FileEvent, FileInfo, Node, Project,
-                    Receipt, Version, WorkspaceInfo, WorkspaceStatus)
+from .types import (Branch, Change, Commit, CommitResult, CommitStats, ConflictSide, ExecResult, FileEvent, FileInfo,
+                    MergeInfo, MergeResult, Node, Project, Receipt, UpdateResult, Version, WorkspaceInfo,
+                    WorkspaceStatus)
 
 __version__ = "0.1.0"
 
@@ -30,7 +31,8 @@ __all__ = [
     "EventStream", "AsyncEventStream", "FileEvent",
     "LayerFSError", "InvalidArgument", "Unauthorized", "NotFound", "AlreadyExists", "HeadMoved",
     "UncommittedChanges", "Busy", "TooLarge", "Unavailable", "InternalError", "NoSpace", "Misdirected",
-    "DaemonUnreachable", "DaemonLost",
-    "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ExecResult", "FileInfo", "Node", "Project",
-    "Receipt", "Version", "WorkspaceInfo", "WorkspaceStatus",
+    "Conflict", "DaemonUnreachable", "DaemonLost",
+    "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ConflictSide", "ExecResult", "FileInfo",
+    "MergeInfo", "MergeResult", "Node", "Project", "Receipt", "UpdateResult", "Version", "WorkspaceInfo",
+    "WorkspaceStatus",
 ]

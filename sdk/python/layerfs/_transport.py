@@ -246,7 +246,7 @@ class Response:
             self._done(False)
         try:
             e = json.loads(data)["error"]
-            return error_for(e.get("code"), e.get("message", ""), self.status, e.get("node"))
+            return error_for(e.get("code"), e.get("message", ""), self.status, e.get("node"), e.get("conflicts"))
         except (ValueError, KeyError, TypeError):
             msg = data.decode("utf-8", "replace").strip() or self.raw.reason
             return error_for(None, f"HTTP {self.status}: {msg}", self.status)

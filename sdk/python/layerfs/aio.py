@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 from . import client as _sync
-from .types import (Branch, Change, Commit, CommitResult, ExecResult, FileEvent, FileInfo, Project, Version,
-                    WorkspaceInfo, WorkspaceStatus)
+from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, MergeResult, Project,
+                    UpdateResult, Version, WorkspaceInfo, WorkspaceStatus)
 
 __all__ = ["AsyncClient", "AsyncWorkspace", "AsyncEventStream"]
 
@@ -42,8 +42,13 @@ class AsyncClient:
     def version(self) -> Version:
         return self._c.version()
 
-    async def log(self, project: str, ref: str = "main", limit: int | None = None) -> list[Commit]:
-        return await _run(self._c.log, project, ref, limit)
+    async def log(self, project: str, ref: str = "main", limit: int | None = None, *,
+                  after: str | None = None) -> list[Commit]:
+        return await _run(self._c.log, project, ref, limit, after=after)
+
+    async def merge(self, project: str, source: str, **kw: Any) -> MergeResult:
+        """As :meth:`layerfs.Client.merge`."""
+        return await _run(self._c.merge, project, source, **kw)
 
     async def diff(self, project: str, from_ref: str, to_ref: str) -> list[Change]:
         return await _run(self._c.diff, project, from_ref, to_ref)
@@ -141,6 +146,17 @@ class AsyncWorkspace:
 
     async def commit(self, message: str = "", **kw: Any) -> CommitResult:
         return await _run(self._ws.commit, message, **kw)
+
+    async def update(self, ref: str | None = None, **kw: Any) -> UpdateResult:
+        """As :meth:`layerfs.Workspace.update`."""
+        return await _run(self._ws.update, ref, **kw)
+
+    async def resolve(self, *paths: str) -> list[Conflict]:
+        return await _run(self._ws.resolve, *paths)
+
+    async def fork(self, count: int = 1) -> list["AsyncWorkspace"]:
+        """As :meth:`layerfs.Workspace.fork`."""
+        return [AsyncWorkspace(w) for w in await _run(self._ws.fork, count)]
 
     async def status(self) -> WorkspaceStatus:
         return await _run(self._ws.status)

@@ -25,8 +25,8 @@ from typing import Any
 from . import _archive
 from ._transport import API_VERSION, Transport, default_address, default_store, start_daemon
 from .errors import DaemonLost, DaemonUnreachable, InvalidArgument, LayerFSError, Misdirected, error_for
-from .types import (Branch, Change, Commit, CommitResult, ExecResult, FileEvent, FileInfo, Project, Version,
-                    WorkspaceInfo, WorkspaceStatus, from_json)
+from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, MergeResult, Project,
+                    UpdateResult, Version, WorkspaceInfo, WorkspaceStatus, from_json)
 
 __all__ = ["Client", "Workspace", "Files", "Projects", "Workspaces", "Branches", "EventStream", "OutputCallback"]
 
@@ -128,11 +128,29 @@ class Client:
     def _json(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None) -> Any:
         return self._t.request(method, path, query=dict(query or {}), json_body=body).json()
 
-    def log(self, project: str, ref: str = "main", limit: int | None = None) -> list[Commit]:
-        """Commits reachable from ``ref``, newest first (``limit`` caps them;
-        None is the daemon's default)."""
-        got = self._json("GET", f"/v1/projects/{_seg(project)}/log", query={"ref": ref, "limit": limit})
+    def log(self, project: str, ref: str = "main", limit: int | None = None, *,
+            after: str | None = None) -> list[Commit]:
+        """Commits reachable from ``ref`` through every parent, newest first
+        (a commit before its ancestors); ``limit`` caps them (None is the
+        daemon's default) and ``after`` (the id of the last commit of the
+        page before) pages on."""
+        got = self._json("GET", f"/v1/projects/{_seg(project)}/log", query={"ref": ref, "after": after, "limit": limit})
         return [from_json(Commit, c) for c in got or []]
+
+    def merge(self, project: str, source: str, *, into: str = "main", message: str | None = None,
+              author: str | None = None, dry_run: bool = False, prefer: str | None = None) -> MergeResult:
+        """Merge the ref ``source`` into the branch ``into``: fast-forward,
+        merged (a commit whose parents are the head and the source) or
+        up-to-date, published by compare-and-swap. Conflicts publish
+        nothing and raise :class:`layerfs.Conflict`; ``prefer`` ("ours":
+        ``into``'s, or "theirs") settles every conflict by that side."""
+        body: dict[str, Any] = {"source": source, "into": into}
+        for k, v in (("message", message), ("author", author), ("prefer", prefer)):
+            if v:
+                body[k] = v
+        if dry_run:
+            body["dry_run"] = True
+        return from_json(MergeResult, self._json("POST", f"/v1/projects/{_seg(project)}/merges", body=body))
 
     def diff(self, project: str, from_ref: str, to_ref: str) -> list[Change]:
         """Every path that differs from ``from_ref`` to ``to_ref``."""
@@ -355,17 +373,59 @@ class Workspace:
             raise DaemonLost(f"watch {self.id}: the stream did not begin with ready")
         return stream
 
-    def commit(self, message: str = "", *, author: str | None = None) -> CommitResult:
+    def commit(self, message: str = "", *, author: str | None = None, merge: bool = False) -> CommitResult:
         """Record the workspace's changes on its branch (compare-and-swap on
         the head). ``result`` is ``created``, ``up-to-date`` or
-        ``head-moved``; on head-moved the workspace keeps its changes."""
-        body = {"message": message}
+        ``head-moved``; on head-moved the workspace keeps its changes. With
+        ``merge``, a moved head is merged instead (result ``merged``) and
+        the workspace then holds the merge; a conflict publishes nothing
+        and raises :class:`layerfs.Conflict`."""
+        body: dict[str, Any] = {"message": message}
         if author:
             body["author"] = author
+        if merge:
+            body["merge"] = True
         res = from_json(CommitResult, self._json("POST", self._path("/commit"), body=body))
         if res.head:
             self.info.head = res.head
         return res
+
+    def update(self, ref: str | None = None, *, conflict_markers: bool = False,
+               prefer: str | None = None) -> UpdateResult:
+        """Bring a branch's new head (``ref``; default the workspace's
+        branch) into the workspace, its uncommitted changes kept. A
+        conflict changes nothing and raises :class:`layerfs.Conflict`;
+        with ``conflict_markers`` the conflicted files get git-style
+        markers and the conflicts stay in ``status().conflicts`` until
+        resolved (edit the markers away, or ``resolve``)."""
+        body: dict[str, Any] = {}
+        if ref:
+            body["ref"] = ref
+        if conflict_markers:
+            body["conflict_markers"] = True
+        if prefer:
+            body["prefer"] = prefer
+        res = from_json(UpdateResult, self._json("POST", self._path("/update"), body=body))
+        if res.head:
+            self.info.head = res.head
+        return res
+
+    def resolve(self, *paths: str) -> list[Conflict]:
+        """Mark conflicts an update left resolved, the files as they are (no
+        paths: all); returns those left."""
+        got = self._json("POST", self._path("/resolve"), body={"paths": list(paths)} if paths else {})
+        return [from_json(Conflict, c) for c in got.get("conflicts") or []]
+
+    def fork(self, count: int = 1) -> list["Workspace"]:
+        """Open ``count`` new workspaces holding everything this one holds
+        now, committed or not."""
+        got = self._json("POST", self._path("/fork"), body={"count": count})
+        out = []
+        for info in got.get("workspaces") or []:
+            ws = Workspace(self._c, from_json(WorkspaceInfo, info))
+            ws._t = self._t
+            out.append(ws)
+        return out
 
     def end(self, *, discard: bool = False) -> None:
         """Unmount the workspace and drop its private copy. Raises

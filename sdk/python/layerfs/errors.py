@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .types import Conflict as ConflictInfo
 from .types import Node, from_json
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "InternalError",
     "NoSpace",
     "Misdirected",
+    "Conflict",
     "DaemonUnreachable",
     "DaemonLost",
     "error_for",
@@ -129,6 +131,19 @@ class Misdirected(LayerFSError):
         self.node = node
 
 
+class Conflict(LayerFSError):
+    """A merge (of branches, a commit with ``merge=True``, an update) found
+    paths it cannot decide and published nothing (409). ``conflicts`` lists
+    them (:class:`layerfs.types.Conflict`: path, kind, the three sides)."""
+
+    code = "conflict"
+
+    def __init__(self, message: str, code: str | None = None, status: int | None = None,
+                 conflicts: list[ConflictInfo] | None = None):
+        super().__init__(message, code=code, status=status)
+        self.conflicts = conflicts or []
+
+
 class DaemonLost(LayerFSError):
     """The connection broke during the call (the daemon crashed or was
     killed): its outcome is unknown. A restarted daemon recovers the
@@ -146,7 +161,7 @@ class DaemonUnreachable(LayerFSError):
 _BY_CODE = {
     cls.code: cls
     for cls in (InvalidArgument, Unauthorized, NotFound, AlreadyExists, HeadMoved,
-                UncommittedChanges, Busy, TooLarge, Unavailable, InternalError, NoSpace, Misdirected)
+                UncommittedChanges, Busy, TooLarge, Unavailable, InternalError, NoSpace, Misdirected, Conflict)
 }
 
 _BY_STATUS = {400: InvalidArgument, 401: Unauthorized, 404: NotFound, 409: Busy,
@@ -154,10 +169,14 @@ _BY_STATUS = {400: InvalidArgument, 401: Unauthorized, 404: NotFound, 409: Busy,
 
 
 def error_for(code: str | None, message: str, status: int | None = None,
-              node: dict[str, Any] | None = None) -> LayerFSError:
+              node: dict[str, Any] | None = None, conflicts: list[dict[str, Any]] | None = None) -> LayerFSError:
     """The typed error for an API error code (or, without one, an HTTP
-    status); ``node`` is a misdirected answer's host."""
+    status); ``node`` is a misdirected answer's host, ``conflicts`` a
+    conflict's paths."""
     cls = _BY_CODE.get(code or "") or _BY_STATUS.get(status or 0, InternalError)
     if cls is Misdirected:
         return Misdirected(message, code=code or cls.code, status=status, node=from_json(Node, node) if node else None)
+    if cls is Conflict:
+        return Conflict(message, code=code or cls.code, status=status,
+                        conflicts=[from_json(ConflictInfo, c) for c in conflicts or []])
     return cls(message, code=code or cls.code, status=status)

@@ -102,7 +102,8 @@ class Commit:
 
     id: str = ""
     root: str = ""
-    parent: str = ""
+    parent: str = ""  # the first parent
+    parents: list[str] = _j(factory=list)  # every parent, the first first: two or more for a merge
     message: str = ""
     author: str = ""
     time: datetime | None = _j(conv=_time)
@@ -149,14 +150,26 @@ def _receipt(v: Any) -> Receipt | None:
 
 
 @dataclass
+class MergeInfo:
+    """How a commit with ``merge=True`` was merged: the workspace's own
+    commit (the merge's second parent), the merge bases, the merges made."""
+
+    own: str = ""
+    bases: list[str] = _j(factory=list)
+    tries: int = 0
+
+
+@dataclass
 class CommitResult:
-    """The answer to a commit: ``result`` is ``created``, ``up-to-date`` or
+    """The answer to a commit: ``result`` is ``created``, ``up-to-date``,
     ``head-moved`` (then ``commit`` is stored but not on the branch, whose
-    head is ``head``)."""
+    head is ``head``), or ``merged`` (a commit with ``merge=True``: the
+    merge is the head, ``merge`` tells what was merged)."""
 
     commit: str = ""
     result: str = ""
     head: str = ""
+    merge: MergeInfo | None = _j(conv=lambda v: from_json(MergeInfo, v) if v else None)
     receipt: Receipt | None = _j(conv=_receipt)
 
     @property
@@ -194,11 +207,83 @@ class WorkspaceInfo:
 
 
 @dataclass
+class ConflictSide:
+    """One side of a conflict: its path (a rename moves it) and what it
+    holds there (``type`` "" where it has nothing)."""
+
+    path: str = ""
+    type: str = ""
+    mode: int = 0
+    object: str = ""
+    target: str = ""
+
+
+def _side(v: Any) -> ConflictSide:
+    return from_json(ConflictSide, v)
+
+
+@dataclass
+class Conflict:
+    """A path a merge could not decide. ``kind`` is content, binary,
+    add/add, modify/delete, file/directory, type, symlink, special,
+    metadata, rename/rename or rename/delete; ``markers`` says the
+    workspace's file holds conflict markers (an update with
+    ``conflict_markers``); ``moved`` is where a file/directory conflict put
+    the file."""
+
+    path: str = ""
+    kind: str = ""
+    base: ConflictSide = _j(conv=_side, factory=ConflictSide)
+    ours: ConflictSide = _j(conv=_side, factory=ConflictSide)
+    theirs: ConflictSide = _j(conv=_side, factory=ConflictSide)
+    markers: bool = False
+    moved: str = ""
+
+
+def _conflicts(v: Any) -> list[Conflict]:
+    return [from_json(Conflict, c) for c in v or []]
+
+
+@dataclass
 class WorkspaceStatus(WorkspaceInfo):
-    """A workspace with its uncommitted changes and disk use."""
+    """A workspace with its uncommitted changes and disk use, and the
+    conflicts an update left, not resolved yet (a commit is refused until
+    they are)."""
 
     changes: list[Change] = _j(conv=lambda v: [from_json(Change, c) for c in v or []], factory=list)
+    conflicts: list[Conflict] = _j(conv=_conflicts, factory=list)
     upper_bytes: int = 0
+
+
+@dataclass
+class MergeResult:
+    """The answer to a merge: ``result`` is ``fast-forward``, ``merged`` or
+    ``up-to-date`` (conflicts raise ``Conflict``); ``commit`` is the merge
+    commit, the source (fast-forward) or the head that holds it."""
+
+    result: str = ""
+    commit: str = ""
+    head: str = ""
+    tree: str = ""
+    bases: list[str] = _j(factory=list)
+    tries: int = 0
+    dry_run: bool = False
+    paths: int = 0
+    receipt: Receipt | None = _j(conv=_receipt)
+
+
+@dataclass
+class UpdateResult:
+    """The answer to an update: ``result`` is ``updated`` or
+    ``up-to-date``; ``head`` the workspace's head after; ``conflicts``
+    those left in it with markers."""
+
+    result: str = ""
+    head: str = ""
+    bases: list[str] = _j(factory=list)
+    changed: int = 0
+    conflicts: list[Conflict] = _j(conv=_conflicts, factory=list)
+    receipt: Receipt | None = _j(conv=_receipt)
 
 
 @dataclass

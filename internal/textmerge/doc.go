@@ -1,0 +1,29 @@
+// Package textmerge merges text line by line: the three-way merge of a
+// file changed on two sides of a common base.
+//
+// Each side is compared with the base by a line diff (Myers' O(ND)
+// algorithm in linear space, after the common head and tail are set
+// aside). A change of one side only is taken; the same change on both
+// sides is taken once; changes of the two sides that overlap in the base,
+// or touch (one ends where the other starts, or both insert at one place),
+// conflict unless they give the same lines. Within a conflict the lines
+// both sides agree on are taken out of it, and conflicts separated by three
+// lines or fewer are joined, so that the markers
+//
+//	<<<<<<< ours
+//	ours' lines
+//	=======
+//	theirs' lines
+//	>>>>>>> theirs
+//
+// enclose only what disagrees. These are the rules of git's merge (xdiff
+// at its "zealous" level, the style without the base's lines), so that a
+// text git merges cleanly merges here to the same bytes, and one git finds
+// conflicted conflicts here: a differential test in package commit checks
+// that against git itself.
+//
+// Lines end at '\n' (a last line may have none, and is then a line of its
+// own kind: "x" and "x\n" differ); carriage returns are bytes like any
+// other. A file is text when its first 8,000 bytes hold no NUL byte (git's
+// rule); callers merge binary files otherwise (see commit.Merge).
+package textmerge
