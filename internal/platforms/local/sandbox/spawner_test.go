@@ -45,7 +45,7 @@ func TestSiginfoPid(t *testing.T) {
 // that number by then.
 func TestSpawnedInitKillAfterWait(t *testing.T) {
 	l := nsLauncher(t)
-	ip, err := l.spawn(false, nil, nil, "", true)
+	ip, err := l.spawn(sandboxKind{inNS: true}, nil)
 	require.NoError(t, err)
 	si := ip.proc.(*spawnedInit)
 	require.NoError(t, ip.proc.kill())
