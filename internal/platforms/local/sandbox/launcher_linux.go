@@ -85,13 +85,13 @@ type Launcher struct {
 	KeepIdle time.Duration
 
 	// Warm is how many inits the launcher keeps started ahead: each is a
-	// fresh process in fresh PID, UTS, IPC and network namespaces, blocked
-	// on reading its config (its mount namespace is made once the config
-	// arrives, so it sees the host's mounts of that moment). An exec
-	// without network takes one instead of starting its own, which moves
-	// the process start off its latency; execs with network, and execs
-	// that find the pool empty, start their init on demand. Set it before
-	// the first Run; Close kills the waiting ones.
+	// fresh process in fresh PID, UTS, IPC and network namespaces, its
+	// root built, waiting for an exec (the workspace's clone comes with
+	// the exec, so it may be mounted after the init started). An exec
+	// without network or image takes one instead of starting its own,
+	// which moves the process start off its latency; execs with network,
+	// and execs that find the pool empty, start their init on demand. Set
+	// it before the first Run; Close kills the waiting ones.
 	Warm     int
 	pool     chan *initProc
 	warmPids map[int]bool // pids of the inits in pool

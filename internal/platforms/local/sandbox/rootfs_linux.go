@@ -130,12 +130,12 @@ func closeEntries(entries []rootEntry) {
 //	/sys         sysfs, read-only, partly masked
 //	/dev         minimal tmpfs, read-only after it is populated
 //
-// It runs on a thread of its own, which unshares its mount namespace and
-// pivots into the new root and then ends (its goroutine returns while
-// locked): the runtime's other threads, the init's main thread among them,
-// stay in the host's mount namespace and keep its current view, so that
-// the workspace can be cloned from it whenever the config comes. A warm
-// init prepares its root this way long before its exec.
+// It runs on a thread of its own, which unshares its mount namespace (a
+// copy of the one the init started in: the spawner's small one, see
+// enterSmallRoot, or the host's) and pivots into the new root and then
+// ends (its goroutine returns while locked); the init's main thread and
+// mounter enter the namespace afterwards (enterAhead). A warm init
+// prepares its root this way long before its exec.
 //
 // entries are the root's top-level entries, cloned by the launcher; they
 // are closed. Inside the launcher's user namespace, the tmpfs mounts are
