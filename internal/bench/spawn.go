@@ -63,6 +63,7 @@ const (
 	FigExecCPUClient   = "exec true back to back: CPU per exec, the SDK"
 	FigExecWall        = "exec true back to back: wall"
 	FigExecIdleWall    = "exec true after 50 ms idle: wall"
+	FigExecFirstWall   = "exec true, the first in a new workspace: wall"
 	FigDaemonMemory    = "memory per open workspace: layerfsd (Pss)"
 	FigSandboxMemory   = "memory per open workspace: sandbox processes (Pss)"
 	FigKernelMemory    = "memory per open workspace: kernel (slab, stacks, page tables)"
@@ -73,9 +74,9 @@ const (
 )
 
 // SpawnParts are the parts of the spawn bench: execs back to back (with
-// their CPU), execs after think time, throughput, the spawn of N
-// workspaces (with their memory).
-var SpawnParts = []string{"exec", "idle", "throughput", "spawn"}
+// their CPU), execs after think time, the first exec in new workspaces,
+// throughput, the spawn of N workspaces (with their memory).
+var SpawnParts = []string{"exec", "idle", "first", "throughput", "spawn"}
 
 // spawnThroughputFig names the throughput figure with w workers.
 func spawnThroughputFig(w int) string {
@@ -313,6 +314,11 @@ func (a *spawnArm) round(ctx context.Context, cfg SpawnConfig) error {
 			return err
 		}
 	}
+	if cfg.part("first") {
+		if err := a.firstExec(ctx); err != nil {
+			return err
+		}
+	}
 	if cfg.part("throughput") {
 		for _, w := range []int{1, 4, 16} {
 			if err := a.throughput(ctx, w); err != nil {
@@ -424,6 +430,31 @@ func (a *spawnArm) execAfterIdle(ctx context.Context) error {
 		walls = append(walls, ms(time.Since(t0)))
 	}
 	a.figs.add(a.name, FigExecIdleWall, "ms", stats.Median(walls))
+	return nil
+}
+
+// firstExec opens a workspace spawnThinkCalls times, runs true in it (the
+// wall of that exec is recorded: no sandbox of the workspace is kept yet)
+// and ends it.
+func (a *spawnArm) firstExec(ctx context.Context) error {
+	walls := make([]float64, 0, spawnThinkCalls)
+	for range spawnThinkCalls {
+		ws, err := a.c.CreateWorkspace(ctx, a.spec("main"))
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		err = runTrue(ctx, ws)
+		d := time.Since(t0)
+		if eerr := ws.End(ctx, client.EndOptions{Discard: true}); err == nil {
+			err = eerr
+		}
+		if err != nil {
+			return err
+		}
+		walls = append(walls, ms(d))
+	}
+	a.figs.add(a.name, FigExecFirstWall, "ms", stats.Median(walls))
 	return nil
 }
 

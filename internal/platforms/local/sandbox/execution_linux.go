@@ -201,7 +201,7 @@ func (x *execution) fresh() (*initProc, error) {
 
 // send makes the exec's pipes and sends the exec to ip.
 func (x *execution) send(ip *initProc) error {
-	ends, err := newExecEnds(x.stdin)
+	ends, err := ip.takeEnds(x.stdin)
 	if err != nil {
 		return err
 	}
@@ -328,6 +328,7 @@ func (x *execution) reap() {
 		_ = x.ip.proc.kill()
 	}
 	x.status, x.initCPU, x.waitErr = x.ip.proc.wait()
+	x.ip.dropSpare()
 	x.stopHooks()
 	x.ip.p.closeParent()
 	if x.ip.cg != nil {
@@ -350,6 +351,7 @@ func (x *execution) stopHooks() bool {
 // off the exec's path.
 func (x *execution) releaseKept() {
 	x.closeEnds()
+	x.ip.makeSpare()
 	x.trace(x.rep.CPU)
 }
 

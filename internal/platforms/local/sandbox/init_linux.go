@@ -32,10 +32,11 @@ const (
 	rootFD = 4 // the first clone of the root's entries (rootEnv)
 )
 
-// An exec's message on the control socket is a single byte with these
-// descriptors, in this order: the workspace's clone, the read end of a
-// pipe its initConfig comes on (JSON, to EOF), and its stdin, stdout and
-// stderr.
+// An exec's message on the control socket is the exec's hostname with
+// these descriptors, in this order: the workspace's clone, the read end of
+// a pipe its initConfig comes on (JSON, to EOF), and its stdin, stdout and
+// stderr. With the hostname the workspace can be mounted while the config
+// is read.
 const (
 	msgWorkspace = iota
 	msgConfig
@@ -204,24 +205,34 @@ func (in *sandboxInit) sayReady() error {
 	return nil
 }
 
-// execFDs are one exec's descriptors (see msgWorkspace).
-type execFDs [msgFDs]int
+// execFDs are one exec's descriptors (see msgWorkspace) and hostname.
+type execFDs struct {
+	fd       [msgFDs]int
+	hostname string
+}
 
 func (x *execFDs) close() {
-	for i, fd := range x {
+	for i, fd := range x.fd {
 		if fd >= 0 {
 			unix.Close(fd)
-			x[i] = -1
+			x.fd[i] = -1
 		}
 	}
 }
 
+// take returns descriptor i, which the caller now owns.
+func (x *execFDs) take(i int) int {
+	fd := x.fd[i]
+	x.fd[i] = -1
+	return fd
+}
+
 // receiveExec waits for the next exec's message.
 func receiveExec() (*execFDs, error) {
-	var b [1]byte
+	b := make([]byte, 256)
 	oob := make([]byte, unix.CmsgSpace(msgFDs*4))
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(ctlFD, b[:], oob, unix.MSG_CMSG_CLOEXEC)
+		n, oobn, _, _, err := unix.Recvmsg(ctlFD, b, oob, unix.MSG_CMSG_CLOEXEC)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -245,9 +256,9 @@ func receiveExec() (*execFDs, error) {
 			}
 			return nil, fmt.Errorf("receive an exec: %d descriptors came, want %d", len(fds), msgFDs)
 		}
-		var x execFDs
-		copy(x[:], fds)
-		return &x, nil
+		x := &execFDs{hostname: string(b[:n])}
+		copy(x.fd[:], fds)
+		return x, nil
 	}
 }
 
@@ -276,21 +287,21 @@ func (in *sandboxInit) serve(x *execFDs) initReport {
 
 // runExec reads the exec's config, mounts its workspace and runs it.
 func (in *sandboxInit) runExec(x *execFDs) initReport {
+	ws, host := x.take(msgWorkspace), x.hostname
+	mounted := in.mt.start(func() error { return mountWorkspace(ws, host) })
 	var cfg initConfig
-	f := os.NewFile(uintptr(x[msgConfig]), "config")
-	x[msgConfig] = -1
+	f := os.NewFile(uintptr(x.take(msgConfig)), "config")
 	err := json.NewDecoder(f).Decode(&cfg)
 	f.Close()
-	if err != nil {
+	switch merr := <-mounted; {
+	case err != nil:
 		return initReport{Error: "read config: " + err.Error(), Retire: true}
-	}
-	if cfg.RootDir != in.image || cfg.Network != in.network || cfg.Seccomp != in.filtered {
+	case cfg.RootDir != in.image || cfg.Network != in.network || cfg.Seccomp != in.filtered:
 		// The launcher gives an init only execs of the sandbox it prepared.
 		return initReport{Error: "an init got an exec of another sandbox (network, root or filter)", Retire: true}
+	default:
+		err = merr
 	}
-	ws, host := x[msgWorkspace], cfg.Hostname
-	x[msgWorkspace] = -1
-	err = in.mt.do(func() error { return mountWorkspace(ws, host) })
 	if err == nil {
 		err = unix.Chdir(cfg.Dir)
 		if err != nil {
@@ -346,7 +357,7 @@ func (in *sandboxInit) run(cfg *initConfig, x *execFDs) initReport {
 	env := cfg.Env
 	bin, err := lookPath(cfg.Argv[0], env)
 	if err != nil {
-		return notStarted(x[msgStderr], cfg.Argv[0], err)
+		return notStarted(x.fd[msgStderr], cfg.Argv[0], err)
 	}
 	restore, limited, err := setRlimits(cfg)
 	if err != nil {
@@ -365,7 +376,7 @@ func (in *sandboxInit) run(cfg *initConfig, x *execFDs) initReport {
 	}
 	attr := &syscall.ProcAttr{
 		Env:   env,
-		Files: []uintptr{uintptr(x[msgStdin]), uintptr(x[msgStdout]), uintptr(x[msgStderr])},
+		Files: []uintptr{uintptr(x.fd[msgStdin]), uintptr(x.fd[msgStdout]), uintptr(x.fd[msgStderr])},
 		Sys: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), Groups: []uint32{}},
 			// Its own process group, so that a script's `kill 0` stays
@@ -379,12 +390,11 @@ func (in *sandboxInit) run(cfg *initConfig, x *execFDs) initReport {
 	in.marks.add("forked")
 	restore()
 	if err != nil {
-		return notStarted(x[msgStderr], cfg.Argv[0], err)
+		return notStarted(x.fd[msgStderr], cfg.Argv[0], err)
 	}
 	// Only the command's processes may hold its stdio.
 	for _, i := range []int{msgStdin, msgStdout, msgStderr} {
-		unix.Close(x[i])
-		x[i] = -1
+		unix.Close(x.take(i))
 	}
 	// From here on the init only signals, reaps and forks the next
 	// commands: on this thread it keeps what a root command gets (a root

@@ -47,6 +47,56 @@ type initProc struct {
 	restored bool // its priority is the launcher's again
 
 	discarded sync.Once
+
+	// spare are the pipes of the next exec, made ahead, off an exec's
+	// path (by the warm pool's refill, and after each exec of a kept
+	// init); nil when there are none. ended: the init is discarded or
+	// reaped, and no more are made.
+	endsMu sync.Mutex
+	spare  *execEnds
+	ended  bool
+}
+
+// makeSpare makes the pipes of the init's next exec, unless it has them.
+func (ip *initProc) makeSpare() {
+	ip.endsMu.Lock()
+	defer ip.endsMu.Unlock()
+	if ip.ended || ip.spare != nil {
+		return
+	}
+	if e, err := newExecEnds(nil); err == nil {
+		ip.spare = e
+	}
+}
+
+// takeEnds returns the pipes for an exec whose stdin is the file stdin
+// (nil: a pipe), made ahead or now.
+func (ip *initProc) takeEnds(stdin *os.File) (*execEnds, error) {
+	ip.endsMu.Lock()
+	e := ip.spare
+	ip.spare = nil
+	ip.endsMu.Unlock()
+	if e == nil {
+		return newExecEnds(stdin)
+	}
+	if stdin != nil {
+		e.inW.Close()
+		e.theirs[msgStdin].Close()
+		e.inW, e.theirs[msgStdin] = nil, stdin
+	}
+	return e, nil
+}
+
+// dropSpare closes the pipes made ahead, and no more are made.
+func (ip *initProc) dropSpare() {
+	ip.endsMu.Lock()
+	defer ip.endsMu.Unlock()
+	ip.ended = true
+	if e := ip.spare; e != nil {
+		e.closeTheirs(nil)
+		e.closeOurs()
+		ip.spare = nil
+	}
 }
 
 // process is how the launcher ends and waits for an init: its own child,
@@ -326,6 +376,7 @@ func (ip *initProc) discard() {
 		ip.niceMu.Unlock()
 		_ = ip.proc.kill()
 		_, _, _ = ip.proc.wait()
+		ip.dropSpare()
 		ip.p.closeParent()
 		if ip.cg != nil {
 			_ = ip.cg.remove()
@@ -431,7 +482,7 @@ func (ip *initProc) send(mem int64, milliCPUs int, ic initConfigX, ws int, ends 
 		for _, f := range ends.theirs[msgConfig:] {
 			fds = append(fds, int(f.Fd()))
 		}
-		err = sendExec(ip.p.ctl, fds)
+		err = sendExec(ip.p.ctl, ic.Hostname, fds)
 	}
 	ends.closeTheirs(stdin)
 	if err == nil {
@@ -449,14 +500,14 @@ func (ip *initProc) send(mem int64, milliCPUs int, ic initConfigX, ws int, ends 
 
 // sendExec sends an exec's message (see msgWorkspace) on the launcher's
 // (non-blocking) end of the init's socket.
-func sendExec(f *os.File, fds []int) error {
+func sendExec(f *os.File, hostname string, fds []int) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	err = rc.Write(func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), []byte{0}, unix.UnixRights(fds...), nil, 0)
+		serr = unix.Sendmsg(int(fd), []byte(hostname), unix.UnixRights(fds...), nil, 0)
 		return !errors.Is(serr, unix.EAGAIN)
 	})
 	return cmp.Or(err, serr)

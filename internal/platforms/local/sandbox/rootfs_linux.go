@@ -292,10 +292,13 @@ func enterAhead(ns int) (*mounter, error) {
 }
 
 // do runs f on the mounter's thread and returns its error.
-func (mt *mounter) do(f func() error) error {
+func (mt *mounter) do(f func() error) error { return <-mt.start(f) }
+
+// start has the mounter run f and returns the channel its error comes on.
+func (mt *mounter) start(f func() error) <-chan error {
 	done := make(chan error, 1)
 	mt.work <- mountWork{f: f, done: done}
-	return <-done
+	return done
 }
 
 // mountWorkspace sets the hostname and mounts the workspace's clone ws at

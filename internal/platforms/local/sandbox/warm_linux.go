@@ -101,6 +101,7 @@ func (l *Launcher) warmOne() {
 		// before: either way before it runs anything of an exec.
 		renice(ip.pid, warmNice)
 		ip.listen(ip.restoreWhenReady(nice))
+		ip.makeSpare()
 	}
 	l.mu.Lock()
 	l.warming--
