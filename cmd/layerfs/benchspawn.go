@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -31,6 +32,11 @@ func benchSpawnCmd(a *app) *cobra.Command {
 			}
 			if parts != "" {
 				cfg.Parts = strings.Split(parts, ",")
+				for _, p := range cfg.Parts {
+					if !slices.Contains(bench.SpawnParts, p) {
+						return usageError{fmt.Errorf("--parts %q: want some of %s", p, strings.Join(bench.SpawnParts, ","))}
+					}
+				}
 			}
 			if daemons == "" {
 				d, err := findDaemon()
@@ -61,7 +67,7 @@ func benchSpawnCmd(a *app) *cobra.Command {
 			}
 			cfg.WorkDir, _ = filepath.Abs(dir)
 			if fsSpec != "" {
-				mnt, cleanup, err := bench.LoopFS(cmd.Context(), cfg.WorkDir, fsSpec)
+				mnt, cleanup, err := loopFS(cmd.Context(), cfg.WorkDir, fsSpec)
 				if err != nil {
 					return err
 				}
