@@ -215,7 +215,10 @@ func TestSessionRetires(t *testing.T) {
 			c.Spec.Timeout = 100 * time.Millisecond
 			return c
 		}},
-		{"the init reniced", func() Config { return shellConfig(ws, "renice -n 5 -p 1 >/dev/null") }},
+		// Every thread of uid 0 the command sees, the init's among them:
+		// pid 1 alone is the init's first thread, which need not be the
+		// one that forks the commands.
+		{"the init reniced", func() Config { return shellConfig(ws, "renice -n 5 -u 0 >/dev/null") }},
 	} {
 		sessionRun(t, s, probe) // on a kept init: the step's exec runs on one
 		n++
