@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +50,14 @@ func (k *keptTracer) trace(ms []mark, _ time.Duration) {
 	}
 	k.runs = append(k.runs[:i], append([]int64{run}, k.runs[i:]...)...)
 	k.kept = append(k.kept[:i], append([]bool{kept}, k.kept[i:]...)...)
+}
+
+// keptList is, in the order the execs started, whether each ran on a kept
+// init.
+func (k *keptTracer) keptList() []bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.kept)
 }
 
 // last waits until n execs are traced and returns whether the last one
@@ -223,11 +232,12 @@ func TestSessionRetires(t *testing.T) {
 		sessionRun(t, s, probe) // on a kept init: the step's exec runs on one
 		n++
 		require.True(t, k.last(t, l, n), "%s: the exec before did not run on a kept init", step.name)
-		sessionRun(t, s, step.cfg())
+		res, sout, serr := sessionRun(t, s, step.cfg())
 		n++
 		_, out, _ := sessionRun(t, s, probe)
 		n++
-		assert.False(t, k.last(t, l, n), "%s: the next exec ran on the same init", step.name)
+		assert.False(t, k.last(t, l, n), "%s: the next exec ran on the same init (the step: %+v, stdout %q, stderr %q; kept: %v)",
+			step.name, res, sout, serr, k.keptList())
 		assert.Equal(t, ref, out, "%s: the next exec's limits and nice value", step.name)
 	}
 }

@@ -69,6 +69,16 @@ func (l *Launcher) warmOne() {
 			}
 		}()
 	}
+	// The pipes of the init's first exec, made before the init: they
+	// are off every exec's path.
+	spare, err := newExecEnds(nil)
+	if err != nil {
+		l.logger().Warn("sandbox warm init", "err", err)
+		l.mu.Lock()
+		l.warming--
+		l.mu.Unlock()
+		return
+	}
 	var cg *execCgroup
 	if l.cg.hasMemory() || l.cg.hasPids() || l.cg.hasCPU() {
 		var err error
@@ -85,6 +95,8 @@ func (l *Launcher) warmOne() {
 		}
 		if err != nil {
 			l.logger().Warn("sandbox warm init", "err", err)
+			spare.closeTheirs(nil)
+			spare.closeOurs()
 			l.mu.Lock()
 			l.warming--
 			l.mu.Unlock()
@@ -101,7 +113,10 @@ func (l *Launcher) warmOne() {
 		// before: either way before it runs anything of an exec.
 		renice(ip.pid, warmNice)
 		ip.listen(ip.restoreWhenReady(nice))
-		ip.makeSpare()
+		ip.spare = spare
+	} else {
+		spare.closeTheirs(nil)
+		spare.closeOurs()
 	}
 	l.mu.Lock()
 	l.warming--
