@@ -5,7 +5,7 @@ GO ?= go
 export PATH := /usr/local/go/bin:$(PATH):/usr/sbin:/sbin
 
 .DEFAULT_GOAL := help
-.PHONY: help build layerfs lint test test-lima cells demo bench-store bench-session
+.PHONY: help build layerfs lint test test-lima cells demo bench-store bench-session bench-spawn
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -43,3 +43,6 @@ bench-store: layerfs ## dedup growth, capture throughput and fork time against t
 
 bench-session: build ## workspace open/close, exec latency and overhead, commit, fork, throughput, idle memory
 	bin/layerfs bench session $(ARGS)
+
+bench-spawn: build ## an exec against a process: CPU per exec, latency, throughput, a spawn of 100 workspaces, memory
+	bin/layerfs bench spawn $(ARGS)

@@ -255,6 +255,9 @@ func TestCLIBadInput(t *testing.T) {
 	c.fail(2, "--stores shared needs --store-url", "cells", "run", "--stores", "embedded,shared", "--store-url=", "--cells", "C01", "--out", t.TempDir())
 	c.fail(2, `--figures "bogus"`, "bench", "fleet", "--url", "postgres://x?bucket=s3://h/b", "--figures", "latency,bogus")
 	c.fail(2, "--large-tree at least 100", "bench", "session", "--large-tree", "5")
+	c.fail(2, "--n, --workers, --execs and --rounds must be at least 1", "bench", "spawn", "--n", "0")
+	c.fail(2, `--parts "bogus"`, "bench", "spawn", "--parts", "exec,bogus")
+	c.fail(2, "--fs: bad file system spec", "bench", "spawn", "--fs", "bogus")
 	// Nothing changed.
 	if after := c.ok("project", "list", "--json"); after != before {
 		t.Errorf("failed commands changed the projects:\n%s\n%s", before, after)

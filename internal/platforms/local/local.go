@@ -50,7 +50,12 @@ type Options struct {
 	// without capabilities), as before user namespaces. It exists to
 	// measure what they cost; Identity says when it is off.
 	NoUserNamespace bool
-	Logger          *slog.Logger
+	// KeepIdle is how long a workspace's sandbox, kept after an exec for
+	// the workspace's next one (sandbox.Session), waits for it before it
+	// ends: 0 means sandbox.DefaultKeepIdle, a negative value that every
+	// exec gets a sandbox of its own.
+	KeepIdle time.Duration
+	Logger   *slog.Logger
 }
 
 // Platform runs sandboxes on this host. Its lifecycle is the one of
@@ -119,7 +124,7 @@ func (p *Platform) newLauncher() *sandbox.Launcher {
 		}
 	}
 	return &sandbox.Launcher{Exe: p.opts.Exe, Logger: p.log, NoCgroups: p.opts.NoCgroups, Warm: warm,
-		SyscallFilter: p.filter, UserNamespace: ids}
+		SyscallFilter: p.filter, UserNamespace: ids, KeepIdle: p.opts.KeepIdle}
 }
 
 // Name is "local".
@@ -316,16 +321,18 @@ func (p *Platform) Attach(_ context.Context, w platforms.Workspace) (platforms.S
 		cancel()
 		return nil, fmt.Errorf("local: attach %s: %w", w.ID, platforms.ErrNotUp)
 	}
-	s := &Sandbox{p: p, launcher: p.launcher, w: w, ctx: ctx, cancel: cancel}
+	s := &Sandbox{p: p, launcher: p.launcher, session: p.launcher.NewSession(), w: w, ctx: ctx, cancel: cancel}
 	p.sandboxes[s] = struct{}{}
 	return s, nil
 }
 
-// Sandbox runs the execs of one attached workspace, each in its own fresh
-// namespaces.
+// Sandbox runs the execs of one attached workspace, each in a sandbox of
+// its own: the sandbox of an exec that ended cleanly, made ready again,
+// serves the workspace's next (sandbox.Session).
 type Sandbox struct {
 	p        *Platform
 	launcher *sandbox.Launcher
+	session  *sandbox.Session
 	w        platforms.Workspace
 
 	// ctx ends when the sandbox is closed; it cancels running execs.
@@ -352,7 +359,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
-	res, err := s.launcher.Run(ctx, sandbox.Config{
+	res, err := s.session.Run(ctx, sandbox.Config{
 		Workspace: s.w.HostPath, RootDir: s.w.RootDir, Network: s.w.Network, IDMapped: s.w.IDMapped, Spec: spec,
 	}, stdout, stderr)
 	if err != nil {
@@ -382,7 +389,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		return fmt.Errorf("local: close %s: %w", s.w.ID, ctx.Err())
 	}
 	// The inits' namespaces hold the workspace until they are reaped.
-	if err := s.launcher.Settle(ctx); err != nil {
+	if err := s.session.Close(ctx); err != nil {
 		return fmt.Errorf("local: close %s: %w", s.w.ID, err)
 	}
 	s.p.mu.Lock()

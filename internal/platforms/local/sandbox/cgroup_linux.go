@@ -126,6 +126,11 @@ type execCgroup struct {
 	// pidsMax is the pids limit limit wrote (without the init's tasks),
 	// 0 for none yet: a warm init's is written ahead, for the default.
 	pidsMax int
+	// memMax and milliCPUs are the memory and CPU limits limit wrote, 0
+	// for none: a kept init's cgroup serves several execs, each with its
+	// own limits.
+	memMax    int64
+	milliCPUs int
 }
 
 func (e *execCgroup) dirs() []string {
@@ -212,62 +217,104 @@ func (e *execCgroup) addCPU(pid int) error {
 // CPU is n*100 µs of CPU time in every 100 ms.
 const cpuPeriod = 100 * time.Millisecond
 
-// limit sets the exec's limits: pids (plus the init's own threads) and,
-// when set, memory without swap and CPU in thousandths of a CPU. The pids
-// limit is written only when it changes.
+// limit sets the exec's limits: pids (plus the init's own threads) and
+// memory without swap and CPU in thousandths of a CPU, 0 for none. Each is
+// written only when it differs from what the cgroup has.
 func (e *execCgroup) limit(mem int64, pids, milliCPUs int) error {
-	max := strconv.Itoa(pids + initTasks)
-	memory := strconv.FormatInt(mem, 10)
-	period := cpuPeriod.Microseconds()
-	quota := strconv.FormatInt(int64(milliCPUs)*period/1000, 10)
-	samePids := pids == e.pidsMax
-	e.pidsMax = pids
-	if e.unified != "" {
-		if !samePids {
-			if err := writeFile(e.unified, "pids.max", max); err != nil {
-				return err
-			}
+	if pids != e.pidsMax {
+		if err := e.limitPids(pids); err != nil {
+			return err
 		}
-		if milliCPUs > 0 {
-			if err := writeFile(e.unified, "cpu.max", quota+" "+strconv.FormatInt(period, 10)); err != nil {
-				return err
-			}
-		}
-		if mem > 0 {
-			if err := writeFile(e.unified, "memory.max", memory); err != nil {
-				return err
-			}
-			_ = writeFile(e.unified, "memory.swap.max", "0") // absent without swap accounting
-		}
-		return nil
+		e.pidsMax = pids
 	}
-	if e.pids != "" && !samePids {
-		if err := writeFile(e.pids, "pids.max", max); err != nil {
+	if mem != e.memMax {
+		if err := e.limitMemory(mem); err != nil {
 			return err
 		}
+		e.memMax = mem
 	}
-	if mem > 0 {
-		if e.memory == "" {
-			return errors.New("cgroup: no memory cgroup for a memory limit")
-		}
-		if err := writeFile(e.memory, "memory.limit_in_bytes", memory); err != nil {
+	if milliCPUs != e.milliCPUs {
+		if err := e.limitCPU(milliCPUs); err != nil {
 			return err
 		}
-		// Also cap swap where swap accounting exists (memsw >= mem).
-		_ = writeFile(e.memory, "memory.memsw.limit_in_bytes", memory)
-	}
-	if milliCPUs > 0 {
-		if e.cpu == "" {
-			return errors.New("cgroup: no cpu cgroup for a CPU limit")
-		}
-		if err := writeFile(e.cpu, "cpu.cfs_period_us", strconv.FormatInt(period, 10)); err != nil {
-			return err
-		}
-		if err := writeFile(e.cpu, "cpu.cfs_quota_us", quota); err != nil {
-			return err
-		}
+		e.milliCPUs = milliCPUs
 	}
 	return nil
+}
+
+func (e *execCgroup) limitPids(pids int) error {
+	max := strconv.Itoa(pids + initTasks)
+	switch {
+	case e.unified != "":
+		return writeFile(e.unified, "pids.max", max)
+	case e.pids != "":
+		return writeFile(e.pids, "pids.max", max)
+	}
+	return nil
+}
+
+// limitMemory sets the memory limit, and the same for memory and swap
+// together where swap is accounted; 0 lifts it.
+func (e *execCgroup) limitMemory(mem int64) error {
+	if e.unified != "" {
+		v, swap := strconv.FormatInt(mem, 10), "0"
+		if mem == 0 {
+			v, swap = "max", "max"
+		}
+		if err := writeFile(e.unified, "memory.max", v); err != nil {
+			return err
+		}
+		_ = writeFile(e.unified, "memory.swap.max", swap) // absent without swap accounting
+		return nil
+	}
+	if e.memory == "" {
+		if mem == 0 {
+			return nil
+		}
+		return errors.New("cgroup: no memory cgroup for a memory limit")
+	}
+	v := strconv.FormatInt(mem, 10)
+	if mem == 0 {
+		v = "-1"
+	}
+	// memsw may never be below the memory limit: raised first, lowered
+	// after (absent without swap accounting).
+	up := mem == 0 || (e.memMax != 0 && mem > e.memMax)
+	if up {
+		_ = writeFile(e.memory, "memory.memsw.limit_in_bytes", v)
+	}
+	if err := writeFile(e.memory, "memory.limit_in_bytes", v); err != nil {
+		return err
+	}
+	if !up {
+		_ = writeFile(e.memory, "memory.memsw.limit_in_bytes", v)
+	}
+	return nil
+}
+
+// limitCPU sets the CPU limit; 0 lifts it.
+func (e *execCgroup) limitCPU(milliCPUs int) error {
+	period := cpuPeriod.Microseconds()
+	quota := strconv.FormatInt(int64(milliCPUs)*period/1000, 10)
+	if e.unified != "" {
+		if milliCPUs == 0 {
+			quota = "max"
+		}
+		return writeFile(e.unified, "cpu.max", quota+" "+strconv.FormatInt(period, 10))
+	}
+	if e.cpu == "" {
+		if milliCPUs == 0 {
+			return nil
+		}
+		return errors.New("cgroup: no cpu cgroup for a CPU limit")
+	}
+	if milliCPUs == 0 {
+		return writeFile(e.cpu, "cpu.cfs_quota_us", "-1")
+	}
+	if err := writeFile(e.cpu, "cpu.cfs_period_us", strconv.FormatInt(period, 10)); err != nil {
+		return err
+	}
+	return writeFile(e.cpu, "cpu.cfs_quota_us", quota)
 }
 
 // add moves pid (the init, before it runs anything) into the exec's

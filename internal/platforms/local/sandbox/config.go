@@ -133,7 +133,9 @@ func sandboxEnv(env []string) []string {
 	return append(out, env...)
 }
 
-// initConfig is what the launcher sends the init over fd 3, as JSON.
+// initConfig is one exec, as the launcher sends it to an init: JSON read
+// to EOF from a pipe that comes, with the exec's other descriptors, in
+// one message on the init's control socket (see execMessage).
 type initConfig struct {
 	Workspace string        `json:"workspace"`
 	RootDir   string        `json:"root_dir,omitempty"`
@@ -150,14 +152,17 @@ type initConfig struct {
 	RlimitNproc uint64 `json:"rlimit_nproc,omitempty"`
 	// RlimitNofile is the exec's own open files limit (ExecSpec.OpenFiles).
 	RlimitNofile uint64 `json:"rlimit_nofile,omitempty"`
-	// Seccomp: load the syscall filter that came in the environment
-	// (seccompEnv) on the command's thread just before the fork; a missing
-	// one is a setup error.
+	// Seccomp: the command must run under the syscall filter that came in
+	// the environment (seccompEnv), which the init loaded before it
+	// waited for its first exec; an init without one refuses the exec.
 	Seccomp bool `json:"seccomp,omitempty"`
+	// Last: the launcher will not reuse the init, which exits after its
+	// report instead of making its sandbox ready for another exec.
+	Last bool `json:"last,omitempty"`
 }
 
-// initReport is what the init sends back over fd 4, as JSON, once the
-// whole tree is gone.
+// initReport is what the init sends back on its control socket, as JSON,
+// once the exec's whole tree is gone.
 type initReport struct {
 	Started  bool          `json:"started"`
 	ExitCode int           `json:"exit_code"`
@@ -167,6 +172,13 @@ type initReport struct {
 	// Error is a setup failure (Started false) or a failure to start the
 	// command, such as a missing binary (Started false, ExitCode 127).
 	Error string `json:"error,omitempty"`
+	// Retire: the init exits after this report (Last, an error, a timeout,
+	// or state the exec left in the init that another exec must not
+	// inherit, such as its rlimits).
+	Retire bool `json:"retire,omitempty"`
+	// CPU is the CPU time the init and the exec's processes used from the
+	// exec's arrival to this report.
+	CPU time.Duration `json:"cpu_ns"`
 	// Marks are CLOCK_MONOTONIC readings (ns) of the init's phases, shared
 	// with the launcher's clock (there is no time namespace).
 	Marks []mark `json:"marks,omitempty"`

@@ -14,15 +14,15 @@
 // descriptors, what needs the host's view and privileges: detached clones
 // (open_tree) of the runtime (the host's /usr, /etc, or every top-level
 // entry of an image directory; the /bin, /sbin and /lib* symlinks are
-// recreated), read-only, made when the init starts (fds 6 on, described in
-// its environment), and the workspace's clone, made for each exec and sent
-// on a socket (fd 5) just before the config. Everything else the init does
-// itself, as PID 1 of the new PID namespace:
+// recreated), read-only, made when the init starts (fds 4 on, described in
+// its environment), and, for each exec, the workspace's clone, sent on the
+// init's control socket (fd 3) in the exec's message with the read end of
+// a pipe its config comes on and its stdin, stdout and stderr. Everything
+// else the init does itself, as PID 1 of the new PID namespace. First,
+// before any exec (a warm init long before):
 //
-//  1. reads its config as JSON from fd 3 (the launcher writes it only after
-//     the init is in its cgroup, so nothing runs outside the limits);
-//  2. brings up lo (new network namespace) and sets the hostname;
-//  3. builds the root on a thread of its own, which unshares a mount
+//  1. brings up lo (new network namespace);
+//  2. builds the root on a thread of its own, which unshares a mount
 //     namespace, makes all mounts private, mounts a tmpfs as the new root
 //     and moves the runtime's clones into it; a
 //     private /tmp; a fresh /proc with /proc/sys and friends read-only and
@@ -31,30 +31,38 @@
 //     urandom, tty, pts, shm and the fd symlinks); then pivot_root(".", "."), detaches the old
 //     root and makes the new root read-only (writes outside /workspace and
 //     /tmp fail with EROFS), and ends, leaving the namespace to an fd;
-//  4. on its main thread enters the new namespace (unshare CLONE_FS, setns)
-//     and mounts the workspace's clone read-write at /workspace, then
-//     chdirs there;
-//  5. on its main thread, locked to its OS thread, empties the ambient and
-//     inheritable capability sets and the bounding set (in a user
+//  3. enters the new namespace on its main thread and on a mounter thread
+//     (unshare CLONE_FS, setns), empties the main thread's ambient and
+//     inheritable capability sets and its bounding set (in a user
 //     namespace, all but a container root's usual capabilities: see
-//     rootCaps) and sets no_new_privs (both are per thread), then forks the
-//     command from that thread with a vfork, in its own process group, as
-//     the configured uid and gid, under the seccomp filter
-//     (Launcher.SyscallFilter, which came in the init's environment) that
-//     the init loaded on that thread just before the fork; the init thread
-//     then keeps only CAP_KILL;
-//  6. reaps every process until the namespace is empty, kills what the
+//     rootCaps), sets no_new_privs (both are per thread) and loads the
+//     seccomp filter (Launcher.SyscallFilter, which came in the init's
+//     environment) there, and says it is ready.
+//
+// Then, for each exec it is sent:
+//
+//  4. reads its config as JSON (the launcher sends the exec only after
+//     the init is in its cgroup, so nothing runs outside the limits);
+//  5. has the mounter set the hostname and mount the workspace's clone
+//     read-write at /workspace, and chdirs there;
+//  6. on its main thread, locked to its OS thread, forks the command with a
+//     vfork, in its own process group, as the configured uid and gid,
+//     under the filter; the main thread then keeps only what it needs to
+//     signal and reap and to fork the next command (see keepAfterFork);
+//  7. reaps every process until the namespace is empty, kills what the
 //     command left behind when it exits (or everything when the timeout
-//     fires: kill(-1) from PID 1 reaches the whole namespace), closes its
-//     stdio and reports the exit status and the command's start and end on
-//     the sandbox clock as JSON on fd 4.
+//     fires: kill(-1) from PID 1 reaches the whole namespace), holds none
+//     of the exec's descriptors any more and reports the exit status, the
+//     CPU time used and the command's start and end on the sandbox clock
+//     as JSON on the control socket.
 //
 // The launcher caps stdout and stderr (the excess is drained and reported
 // as truncation) and kills the init when the context ends or the init
 // overstays its timeout. Run returns as soon as the report and the end of
 // both output streams are in: the command's processes are gone by then.
-// The init's own exit, the teardown of its namespaces and the removal of
-// the exec's cgroup finish in the background (Settle waits for them).
+// An init that served Launcher.Run's exec exits after its report; its own
+// exit, the teardown of its namespaces and the removal of its cgroup
+// finish in the background (Settle waits for them).
 //
 // # User namespaces
 //
@@ -65,8 +73,8 @@
 // every init there with a plain vfork; the init then forks its command
 // with a vfork too. Nothing of the exec's path makes a user namespace or
 // writes a mapping (a fork into a new one copies the process and waits for
-// its parent to write the mapping; per exec that cost 0.3-0.8 ms, see
-// docs/security.md). The runtime's and the workspace's clones are id-mapped
+// its parent to write the mapping: see docs/security.md for what that
+// cost). The runtime's and the workspace's clones are id-mapped
 // (MOUNT_ATTR_IDMAP) with the namespace by the launcher, so that the ids on
 // disk are the ids inside. Kernel overlayfs cannot be id-mapped as a mount,
 // only its layers: a workspace mounted over layers id-mapped with that
@@ -90,14 +98,40 @@
 //
 // With Launcher.Warm > 0 the launcher keeps that many inits started ahead:
 // each is an ordinary fresh init (its own new process, PID, UTS, IPC and
-// network namespaces and cgroup) that has already started the Go runtime,
-// brought up lo, built the default root (step 3) and dropped its
-// privileges, and is blocked on reading its config. The workspace is
-// cloned when the exec comes, so it may be one mounted after the init
-// started. An exec without network or image takes one, sets its
-// cgroup's limits and sends the config; a replacement starts in the
-// background once the exec is done. Execs with network or an image directory, and execs that find
-// the pool empty, start their own. Close kills the waiting ones.
+// network namespaces and cgroup) that has done steps 1-3 and waits for an
+// exec. The workspace is cloned when the exec comes, so it may be one
+// mounted after the init started. An exec without network or image takes
+// one, sets its cgroup's limits and sends the exec; a replacement starts in
+// the background once the exec is done. Execs with network or an image
+// directory, and execs that find the pool empty, start their own. Close
+// kills the waiting ones.
+//
+// # Kept inits
+//
+// A Session (platforms/local makes one per attached workspace) keeps the
+// init of an exec that ended cleanly and runs the workspace's next exec on
+// it: steps 4-7 only, no process, namespace, cgroup or root made, which is
+// most of what an exec cost beyond its command (docs/benchmarks.md has the
+// account). Before it says it is ready again, the init resets its sandbox
+// on the mounter: the workspace is unmounted (a waiting init holds none),
+// /tmp and /dev/shm are fresh tmpfs mounts, and every System V IPC object
+// and POSIX message queue of its IPC namespace is removed. The processes
+// of the exec are all gone by then, and what else could outlive them needs
+// a capability the command's root lacks (CAP_SYS_ADMIN for mounts and the
+// domain name, CAP_NET_ADMIN for the network namespace's devices, routes
+// and rules) or is read-only (/proc/sys, /sys, the root): the next exec
+// finds the sandbox as a fresh init leaves it, except that its PID
+// namespace's pids go on counting and sockets the exec closed may linger in
+// TIME_WAIT in its network namespace (a server that binds without
+// SO_REUSEADDR then waits for them, as it would on a host). An init does
+// not serve another exec after one that set an rlimit (it cannot raise its
+// own back in a user namespace), timed out, failed to set up, was killed,
+// or left the main thread's nice value, scheduling policy, CPU affinity or
+// I/O priority changed (a command of the init's uid may change them, and
+// the next command would inherit them): it exits, and the next exec starts
+// or takes another. A Session keeps one init, for Launcher.KeepIdle after
+// its exec; concurrent execs of one workspace each get an init of their
+// own, and the Session keeps one of them. Session.Close ends the kept init.
 //
 // A command that signals PID 1 on purpose ends its own exec (the init is a
 // Go program and dies of SIGTERM); the result then reports that signal.
@@ -113,8 +147,8 @@
 // daemon, and the default is the running binary itself. To compare them:
 //
 //	go build -o /tmp/init ./cmd/layerfs-sandbox-init
-//	go build -o /tmp/heavy ./engine/sandbox/internal/initbench/heavy
-//	go test -c -o /tmp/sandbox.test ./engine/sandbox
+//	go build -o /tmp/heavy ./internal/platforms/local/sandbox/internal/initbench/heavy
+//	go test -c -o /tmp/sandbox.test ./internal/platforms/local/sandbox
 //	LAYERFS_SANDBOX_EXES=/tmp/init:/tmp/heavy /tmp/sandbox.test -test.run Phases -test.v
 //
 // which prints the median of every phase of an exec of `true` for each
@@ -122,7 +156,8 @@
 //
 // # Limits
 //
-// Memory, pids and CPU limits use a per-exec cgroup created below the
+// Memory, pids and CPU limits use a cgroup per init (so per exec, but for
+// a kept init's, whose limits each exec sets again) created below the
 // launcher's own: cgroup v2 when the launcher's unified cgroup delegates
 // memory and pids (and cpu, for CPU limits; the init is cloned straight
 // into it), else the v1 memory, pids and cpu hierarchies (the init is moved
@@ -139,6 +174,13 @@
 //
 //	l := &sandbox.Launcher{Exe: sandbox.InitBinary(), Logger: log}
 //	res, err := l.Run(ctx, sandbox.Config{Workspace: dir, Spec: spec}, stdout, stderr)
+//
+// or, for the execs of one workspace, a Session's Run, which keeps the
+// sandbox of each for the next:
+//
+//	s := l.NewSession()
+//	defer s.Close(ctx)
+//	res, err := s.Run(ctx, sandbox.Config{Workspace: dir, Spec: spec}, stdout, stderr)
 //
 // MeasureOverhead measures the fixed cost of an exec for the bench, beside
 // a plain spawn of the same command as the yardstick of the moment.

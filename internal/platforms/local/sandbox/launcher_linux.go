@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -68,20 +67,31 @@ type Launcher struct {
 	prefix    string // names this launcher's cgroups: layerfs-<random>-<n>
 	seq       atomic.Uint64
 
+	devNull *os.File // an init's stdio between its execs
+
 	mu      sync.Mutex
-	running map[int]bool // pids of live inits
+	running map[int]bool // pids of inits serving an exec or being reaped
 	// reaping holds, for each exec that returned, a channel closed once
 	// its init is reaped and its cgroup removed.
 	reaping map[chan struct{}]bool
+	// sessions are the open Sessions; kept the pids of the inits they
+	// keep.
+	sessions map[*Session]bool
+	kept     map[int]bool
+
+	// KeepIdle is how long a Session keeps an init that has served an exec
+	// and waits for the next: 0 means DefaultKeepIdle, a negative value
+	// not at all. Set it before the first Run.
+	KeepIdle time.Duration
 
 	// Warm is how many inits the launcher keeps started ahead: each is a
-	// fresh process in fresh PID, UTS, IPC and network namespaces, blocked
-	// on reading its config (its mount namespace is made once the config
-	// arrives, so it sees the host's mounts of that moment). An exec
-	// without network takes one instead of starting its own, which moves
-	// the process start off its latency; execs with network, and execs
-	// that find the pool empty, start their init on demand. Set it before
-	// the first Run; Close kills the waiting ones.
+	// fresh process in fresh PID, UTS, IPC and network namespaces, its
+	// root built, waiting for an exec (the workspace's clone comes with
+	// the exec, so it may be mounted after the init started). An exec
+	// without network or image takes one instead of starting its own,
+	// which moves the process start off its latency; execs with network,
+	// and execs that find the pool empty, start their init on demand. Set
+	// it before the first Run; Close kills the waiting ones.
 	Warm     int
 	pool     chan *initProc
 	warmPids map[int]bool // pids of the inits in pool
@@ -103,6 +113,13 @@ func (l *Launcher) init() {
 		l.prefix = cgroupPrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:]) + "-"
 		l.running = map[int]bool{}
 		l.reaping = map[chan struct{}]bool{}
+		l.sessions = map[*Session]bool{}
+		l.kept = map[int]bool{}
+		if f, err := os.Open(os.DevNull); err == nil {
+			l.devNull = f
+		} else {
+			l.logger().Error("sandbox: no /dev/null for the inits' stdio", "err", err)
+		}
 		l.pool = make(chan *initProc, max(l.Warm, 0))
 		l.lowersNice = l.Warm > 0 && canLowerNice()
 		l.warmPids = map[int]bool{}
@@ -242,230 +259,21 @@ func (l *Launcher) CPULimit() bool {
 // be run as asked (bad config, setup failure, canceled context); a command
 // that fails is a result with a non-zero ExitCode and no error.
 func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (platforms.ExecResult, error) {
-	t0 := time.Now()
-	lm := marks{}
-	lm.add("run")
-	l.init()
-	var res platforms.ExecResult
-	if err := cfg.validate(); err != nil {
-		return res, err
-	}
-	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("sandbox exec: %w", err)
-	}
-	if _, err := l.UserNS(); err != nil && !errors.Is(err, errNotConfigured) {
-		return res, err
-	}
-	ic, err := l.initConfig(cfg)
+	return l.run(ctx, nil, cfg, stdout, stderr)
+}
+
+// run runs one exec, on an init that s keeps when s is not nil.
+func (l *Launcher) run(ctx context.Context, s *Session, cfg Config, stdout, stderr io.Writer) (platforms.ExecResult, error) {
+	x, err := l.newExecution(ctx, s, cfg, stdout, stderr)
 	if err != nil {
-		return res, err
+		return platforms.ExecResult{}, err
 	}
-	spec := cfg.Spec
-
-	if !l.cg.hasMemory() && spec.MemoryBytes > 0 {
-		ic.RlimitAS = uint64(spec.MemoryBytes)
+	if err := x.start(ctx); err != nil {
+		x.releaseUnstarted()
+		return platforms.ExecResult{}, err
 	}
-	if spec.MilliCPUs > 0 && !l.cg.hasCPU() {
-		return res, fmt.Errorf("%w: a CPU limit needs a cpu cgroup, which this host does not give the launcher", ErrInvalidConfig)
-	}
-	ic.RlimitNofile = uint64(spec.OpenFiles)
-	// RLIMIT_NPROC counts every process of the uid on the host, so it is
-	// only a stand-in for the pids cgroup when the command is not root.
-	if !l.cg.hasPids() && ic.UID != 0 {
-		ic.RlimitNproc = uint64(ic.pids)
-	}
-
-	limit := spec.OutputLimit
-	if limit == 0 {
-		limit = platforms.DefaultOutputLimit
-	}
-	outW := &capWriter{w: stdout, limit: limit}
-	errW := &capWriter{w: stderr, limit: limit}
-	if sameWriter(stdout, stderr) {
-		// As os/exec does: one writer for both streams gets one Write at
-		// a time.
-		mu := &sync.Mutex{}
-		outW.mu, errW.mu = mu, mu
-	}
-
-	// The workspace's clone, id-mapped for the launcher's user namespace
-	// where the exec runs in it.
-	ws, inNS, err := l.cloneWorkspace(cfg, ic)
-	if err != nil {
-		return res, err
-	}
-	// release closes ws and the init's pipes and tops the warm pool up:
-	// once the exec has returned, with its reaping (see settled below), or
-	// at once when it returns before its init has reported.
-	var p *pipes
-	release := func() {
-		unix.Close(ws)
-		if p != nil {
-			p.closeParent()
-		}
-		// Replacements for the warm pool start only now. Started when
-		// the exec took its init, a replacement's start (its spawn and
-		// runtime, before warmOne renices it) competed with the exec's
-		// init and command for two CPUs: 0.6-0.9 ms of fixed overhead
-		// after idle; started at the report, it competed with the
-		// answer's way back.
-		l.topUp()
-	}
-	settling := false
-	defer func() {
-		if !settling {
-			release()
-		}
-	}()
-
-	// A warm init (already in a cgroup of its own, its root prepared), else
-	// one started now; a warm init found dead is replaced by a new one.
-	var ip *initProc
-	var cg *execCgroup
-	var werr error
-	if !cfg.Network && ic.RootDir == "" {
-		if ip = l.take(); ip != nil {
-			cg = ip.cg
-			if werr = ip.send(spec.MemoryBytes, spec.MilliCPUs, ic, ws); werr != nil {
-				l.logger().Warn("sandbox warm init unusable, starting another", "err", werr)
-				ip.discard()
-				ip, cg = nil, nil
-			}
-		}
-	}
-	if ip == nil {
-		if l.cg.hasMemory() || l.cg.hasPids() || spec.MilliCPUs > 0 {
-			cg, err = l.cg.create(l.cgroupName(), spec.MemoryBytes > 0, spec.MilliCPUs > 0)
-			if err != nil {
-				return res, fmt.Errorf("%w: %v", ErrSetup, err)
-			}
-		}
-		ip, werr = l.spawn(cfg.Network, cg, spec.Stdin, ic.RootDir, inNS)
-		if werr != nil {
-			if cg != nil {
-				_ = cg.remove()
-			}
-			return res, werr
-		}
-		werr = ip.send(spec.MemoryBytes, spec.MilliCPUs, ic, ws)
-	}
-	p = ip.p
-	if ip.pooled {
-		lm.add("warm")
-	}
-	lm.add("sent")
-	pid := ip.pid
-	l.track(pid, true)
-
-	var killed atomic.Bool
-	kill := func() { killed.Store(true); _ = ip.proc.kill() }
-	stopCtx := context.AfterFunc(ctx, kill)
-	backstop := time.AfterFunc(ic.Timeout+killGrace, kill)
-	// reap waits for the init, then removes what the exec left on the host.
-	// It runs in the background once the init has reported: by then the
-	// command and every process of its namespace are gone and the init has
-	// closed its stdio, so only its own exit and namespace teardown remain.
-	var status unix.WaitStatus
-	var initCPU time.Duration
-	var waitErr error
-	reap := func() {
-		status, initCPU, waitErr = ip.proc.wait()
-		stopCtx()
-		backstop.Stop()
-		if cg != nil {
-			if err := cg.remove(); err != nil {
-				l.logger().Warn("sandbox cgroup left behind", "err", err)
-			}
-		}
-		l.track(pid, false)
-	}
-
-	outDone := p.copy(p.outR, outW)
-	errDone := p.copy(p.errR, errW)
-	if _, ok := spec.Stdin.(*os.File); !ok {
-		if spec.Stdin == nil {
-			p.inW.Close() // the command reads EOF at once, as from /dev/null
-		} else {
-			go func() {
-				_, _ = io.Copy(p.inW, spec.Stdin) // ends with EPIPE once the sandbox is gone
-				p.inW.Close()
-			}()
-		}
-	}
-
-	// The report is one write of one JSON value: it is read as soon as it
-	// is whole, not at the EOF of the init's close or exit.
-	var rep initReport
-	reported := false
-	if werr == nil {
-		reported = json.NewDecoder(p.repR).Decode(&rep) == nil
-	} else {
-		kill()
-	}
-	lm.add("got")
-	reaped, settled := make(chan struct{}), make(chan struct{})
-	l.mu.Lock()
-	l.reaping[settled] = true
-	l.mu.Unlock()
-	settling = true
-	defer func() {
-		go func() {
-			<-reaped
-			// Off the exec's path: closing the workspace's clone (a detached
-			// mount tree) and six pipe and socket ends took 0.05 ms there.
-			release()
-			if l.trace != nil || l.logger().Enabled(context.Background(), slog.LevelDebug) {
-				l.tracePhases(lm, rep.Marks, initCPU) // the init's CPU, known once it is reaped
-			}
-			l.mu.Lock()
-			delete(l.reaping, settled)
-			l.mu.Unlock()
-			close(settled)
-		}()
-	}()
-	if reported && rep.Error == "" && ctx.Err() == nil {
-		go func() { reap(); close(reaped) }()
-	} else {
-		reap()
-		close(reaped)
-	}
-	p.waitOutput(outDone, errDone)
-	lm.add("output")
-
-	switch {
-	case werr != nil:
-		return res, werr
-	case ctx.Err() != nil:
-		return res, fmt.Errorf("sandbox exec: %w", ctx.Err())
-	case reported && rep.Error != "":
-		l.logger().Warn("sandbox setup failed", "workspace", cfg.Workspace, "err", rep.Error)
-		return res, fmt.Errorf("%w: %s", ErrSetup, rep.Error)
-	case reported:
-		res.ExitCode, res.Signal, res.TimedOut, res.Command = rep.ExitCode, rep.Signal, rep.TimedOut, rep.Command
-		res.UserNamespace = "none: not configured"
-		if inNS {
-			res.UserNamespace = l.UserNamespace.String()
-		}
-	default:
-		// The init died without a report: killed by the backstop, or by
-		// the OOM killer of the exec's memory cgroup.
-		res.TimedOut = killed.Load()
-		res.ExitCode, res.Signal = 128+int(syscall.SIGKILL), unix.SignalName(syscall.SIGKILL)
-		if waitErr == nil && status.Signaled() {
-			res.ExitCode, res.Signal = 128+int(status.Signal()), unix.SignalName(status.Signal())
-		}
-		l.logger().Warn("sandbox init ended without a report", "workspace", cfg.Workspace, "status", status, "wait", waitErr)
-	}
-	res.OutputTruncated = outW.truncated || errW.truncated
-	res.Wall = time.Since(t0)
-	lm.add("done")
-
-	res.Command = min(res.Command, res.Wall) // 0 when the command never ran
-	res.Launch = res.Wall - res.Command
-	if err := errors.Join(outW.err, errW.err); err != nil {
-		return res, fmt.Errorf("sandbox output: %w", err)
-	}
-	return res, nil
+	x.await(ctx)
+	return x.result(ctx)
 }
 
 // initConfig resolves a validated Config into what the init is sent.
@@ -587,21 +395,24 @@ func (l *Launcher) Settle(ctx context.Context) error {
 }
 
 // Leaks lists what this launcher's past execs left behind on the host:
-// cgroups that were not removed and inits still running. Empty while no
-// exec is in flight means clean.
+// cgroups that were not removed and inits still running (warm inits and
+// those Sessions keep are not leaks). Empty while no exec is in flight
+// means clean.
 func (l *Launcher) Leaks(ctx context.Context) ([]string, error) {
 	l.init()
 	if err := l.Settle(ctx); err != nil {
 		return nil, err
 	}
 	var out []string
-	warm := map[string]bool{} // warm inits hold a cgroup of their own
+	waiting := map[string]bool{} // warm and kept inits hold a cgroup of their own
 	l.mu.Lock()
 	for pid := range l.running {
 		out = append(out, "sandbox init still running: pid "+strconv.Itoa(pid))
 	}
-	for pid := range l.warmPids {
-		warm[strconv.Itoa(pid)] = true
+	for _, pids := range []map[int]bool{l.warmPids, l.kept} {
+		for pid := range pids {
+			waiting[strconv.Itoa(pid)] = true
+		}
 	}
 	l.mu.Unlock()
 	for _, parent := range l.cg.parents() {
@@ -615,7 +426,7 @@ func (l *Launcher) Leaks(ctx context.Context) ([]string, error) {
 			}
 			d := filepath.Join(parent, e.Name())
 			b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-			if procs := strings.Fields(string(b)); len(procs) == 1 && warm[procs[0]] {
+			if procs := strings.Fields(string(b)); len(procs) == 1 && waiting[procs[0]] {
 				continue
 			}
 			out = append(out, "sandbox cgroup left behind: "+d)
@@ -785,94 +596,9 @@ func awaitExit(pid int) {
 	})
 }
 
-// pipes are the descriptors between the launcher and one init.
-type pipes struct {
-	cfgR, cfgW *os.File // config, to the init's fd 3
-	repR, repW *os.File // report, from the init's fd 4
-	outR, outW *os.File
-	errR, errW *os.File
-	inR, inW   *os.File
-	// A socket the workspace's clone is sent on, to the init's fd 5; a
-	// warm init says on it when it is ready.
-	wsOurs, wsTheirs *os.File
-}
-
-func newPipes() (*pipes, error) {
-	p := &pipes{}
-	for _, pair := range []struct{ r, w **os.File }{
-		{&p.cfgR, &p.cfgW}, {&p.repR, &p.repW}, {&p.outR, &p.outW}, {&p.errR, &p.errW}, {&p.inR, &p.inW},
-	} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			p.closeChild()
-			p.closeParent()
-			return nil, fmt.Errorf("sandbox pipes: %w", err)
-		}
-		*pair.r, *pair.w = r, w
-	}
-	// Our end non-blocking, so that waiting for a warm init's word takes
-	// no thread (see initProc.restoreWhenReady); the init's blocking.
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
-	if err == nil {
-		if err = unix.SetNonblock(fds[1], false); err != nil {
-			unix.Close(fds[0])
-			unix.Close(fds[1])
-		}
-	}
-	if err != nil {
-		p.closeChild()
-		p.closeParent()
-		return nil, fmt.Errorf("sandbox socket: %w", err)
-	}
-	p.wsOurs, p.wsTheirs = os.NewFile(uintptr(fds[0]), "workspace"), os.NewFile(uintptr(fds[1]), "workspace")
-	return p, nil
-}
-
-// closeChild closes the ends the init inherited.
-func (p *pipes) closeChild() {
-	for _, f := range []*os.File{p.cfgR, p.repW, p.outW, p.errW, p.inR, p.wsTheirs} {
-		if f != nil {
-			f.Close()
-		}
-	}
-}
-
-// closeParent closes the launcher's ends (closing twice is harmless).
-func (p *pipes) closeParent() {
-	for _, f := range []*os.File{p.cfgW, p.repR, p.outR, p.errR, p.inW, p.wsOurs} {
-		if f != nil {
-			f.Close()
-		}
-	}
-}
-
-// copy drains r into w until EOF and closes the returned channel.
-func (p *pipes) copy(r *os.File, w io.Writer) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(w, r)
-	}()
-	return done
-}
-
 // outputGrace bounds the wait for output EOF after the init reported: only
 // a descriptor smuggled out of the sandbox could keep a pipe open longer.
 const outputGrace = 5 * time.Second
-
-func (p *pipes) waitOutput(done ...<-chan struct{}) {
-	t := time.NewTimer(outputGrace)
-	defer t.Stop()
-	for _, d := range done {
-		select {
-		case <-d:
-		case <-t.C:
-			p.outR.Close()
-			p.errR.Close()
-			<-d
-		}
-	}
-}
 
 // sameWriter reports whether a and b are the same comparable writer.
 func sameWriter(a, b io.Writer) bool {

@@ -23,6 +23,20 @@ func (l *Launcher) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer
 	return platforms.ExecResult{}, ErrUnsupported
 }
 
+// Session runs execs as Run does.
+type Session struct{ l *Launcher }
+
+// NewSession returns a Session of the launcher.
+func (l *Launcher) NewSession() *Session { return &Session{l: l} }
+
+// Run reports ErrUnsupported.
+func (s *Session) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (platforms.ExecResult, error) {
+	return s.l.Run(ctx, cfg, stdout, stderr)
+}
+
+// Close does nothing: nothing was started.
+func (s *Session) Close(ctx context.Context) error { return nil }
+
 // Limits reports that nothing is enforced.
 func (l *Launcher) Limits() (memory, pids bool) { return false, false }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -128,12 +130,12 @@ func closeEntries(entries []rootEntry) {
 //	/sys         sysfs, read-only, partly masked
 //	/dev         minimal tmpfs, read-only after it is populated
 //
-// It runs on a thread of its own, which unshares its mount namespace and
-// pivots into the new root and then ends (its goroutine returns while
-// locked): the runtime's other threads, the init's main thread among them,
-// stay in the host's mount namespace and keep its current view, so that
-// the workspace can be cloned from it whenever the config comes. A warm
-// init prepares its root this way long before its exec.
+// It runs on a thread of its own, which unshares its mount namespace (a
+// copy of the one the init started in: the spawner's small one, see
+// enterSmallRoot, or the host's) and pivots into the new root and then
+// ends (its goroutine returns while locked); the init's main thread and
+// mounter enter the namespace afterwards (enterAhead). A warm init
+// prepares its root this way long before its exec.
 //
 // entries are the root's top-level entries, cloned by the launcher; they
 // are closed. Inside the launcher's user namespace, the tmpfs mounts are
@@ -248,27 +250,36 @@ func enterNS(ns int) error {
 	return nil
 }
 
-// A warm init enters its root ahead, on its main thread, and loads the
-// filter there, which then refuses the mount and the hostname the exec
+// The init enters its root ahead, on its main thread, and loads the
+// filter there, which then refuses the mounts and the hostname each exec
 // still needs: a mounter, a thread of its own in the same namespace and
-// without the filter, waits for the workspace the launcher sends ahead of
-// the config and mounts it while the main thread reads the config.
-type mounter struct{ done chan error }
+// without the filter, mounts the workspace the launcher sends with each
+// exec (while the main thread reads the exec's config) and resets the
+// sandbox after it.
+type mounter struct{ work chan mountWork }
+
+type mountWork struct {
+	f    func() error
+	done chan error
+}
 
 // enterAhead moves the calling thread into the prepared namespace ns,
 // starts a mounter there and closes ns.
 func enterAhead(ns int) (*mounter, error) {
 	defer unix.Close(ns)
-	mt := &mounter{done: make(chan error, 1)}
+	mt := &mounter{work: make(chan mountWork)}
 	ready := make(chan error)
 	go func() {
 		// Never unlocked: the thread is in the sandbox's namespace and
-		// ends with the goroutine.
+		// ends with the goroutine, which serves the init's whole life.
 		runtime.LockOSThread()
 		err := enterNS(ns)
 		ready <- err
-		if err == nil {
-			mt.done <- mountWorkspace()
+		if err != nil {
+			return
+		}
+		for w := range mt.work {
+			w.done <- w.f()
 		}
 	}()
 	if err := <-ready; err != nil {
@@ -280,15 +291,19 @@ func enterAhead(ns int) (*mounter, error) {
 	return mt, nil
 }
 
-// mountWorkspace receives the workspace and the hostname on wsFD, sets
-// the hostname and mounts the workspace at /workspace, on a thread in the
-// sandbox's mount namespace: a warm init's mounter, or a cold init's main
-// thread.
-func mountWorkspace() error {
-	ws, hostname, err := receiveWorkspace()
-	if err != nil {
-		return err
-	}
+// do runs f on the mounter's thread and returns its error.
+func (mt *mounter) do(f func() error) error { return <-mt.start(f) }
+
+// start has the mounter run f and returns the channel its error comes on.
+func (mt *mounter) start(f func() error) <-chan error {
+	done := make(chan error, 1)
+	mt.work <- mountWork{f: f, done: done}
+	return done
+}
+
+// mountWorkspace sets the hostname and mounts the workspace's clone ws at
+// /workspace (closing ws), on the mounter's thread.
+func mountWorkspace(ws int, hostname string) error {
 	defer unix.Close(ws)
 	if err := unix.Sethostname([]byte(hostname)); err != nil {
 		return fmt.Errorf("set hostname: %w", err)
@@ -299,8 +314,130 @@ func mountWorkspace() error {
 	return nil
 }
 
-// wait returns once the workspace is mounted, or why it is not.
-func (mt *mounter) wait() error { return <-mt.done }
+// resetSandbox undoes what an exec changed in the sandbox, on the
+// mounter's thread once every process of the exec is gone: the workspace
+// is unmounted (the sandbox holds none between execs), /tmp and /dev/shm
+// are fresh tmpfs mounts again, and the System V IPC objects and POSIX
+// message queues (in mqueue, a detached mount of the IPC namespace's
+// mqueue file system, or -1) the exec left are removed. What else could
+// outlive a command in the sandbox needs a capability its root does not
+// have (CAP_SYS_ADMIN, CAP_NET_ADMIN) or is read-only.
+func resetSandbox(mqueue int) error {
+	if err := unix.Unmount("/workspace", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmount /workspace: %w", err)
+	}
+	for _, d := range []struct{ dir, opts string }{{"/tmp", "mode=1777"}, {"/dev/shm", "mode=1777"}} {
+		if err := unix.Unmount(d.dir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", d.dir, err)
+		}
+		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+		if d.dir == "/dev/shm" {
+			flags |= unix.MS_NOEXEC
+		}
+		if err := unix.Mount("tmpfs", d.dir, "tmpfs", flags, d.opts); err != nil {
+			return fmt.Errorf("mount %s: %w", d.dir, err)
+		}
+	}
+	if err := removeSysVIPC(); err != nil {
+		return err
+	}
+	return removeMessageQueues(mqueue)
+}
+
+// sysVIPC are the System V IPC objects' lists in /proc (the reader's IPC
+// namespace's) and how each kind is removed.
+var sysVIPC = []struct {
+	list string
+	rm   func(id int) error
+}{
+	{"/proc/sysvipc/shm", func(id int) error { _, err := unix.SysvShmCtl(id, unix.IPC_RMID, nil); return err }},
+	{"/proc/sysvipc/sem", func(id int) error {
+		_, _, e := unix.Syscall6(unix.SYS_SEMCTL, uintptr(id), 0, unix.IPC_RMID, 0, 0, 0)
+		return errnoErr(e)
+	}},
+	{"/proc/sysvipc/msg", func(id int) error {
+		_, _, e := unix.Syscall(unix.SYS_MSGCTL, uintptr(id), unix.IPC_RMID, 0)
+		return errnoErr(e)
+	}},
+}
+
+func errnoErr(e unix.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+// removeSysVIPC removes every System V shared memory segment, semaphore
+// set and message queue of the IPC namespace.
+func removeSysVIPC() error {
+	for _, k := range sysVIPC {
+		b, err := os.ReadFile(k.list)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // no System V IPC in this kernel
+		}
+		if err != nil {
+			return fmt.Errorf("list %s: %w", k.list, err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		for _, l := range lines[1:] { // a header, then key, id, ...
+			f := strings.Fields(l)
+			if len(f) < 2 {
+				continue
+			}
+			id, err := strconv.Atoi(f[1])
+			if err != nil {
+				continue
+			}
+			if err := k.rm(id); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EIDRM) {
+				return fmt.Errorf("remove %s %d: %w", k.list, id, err)
+			}
+		}
+	}
+	return nil
+}
+
+// mqueueMount mounts the IPC namespace's mqueue file system where nothing
+// in the sandbox sees it (a detached mount) and returns it, or -1 where
+// the kernel has none.
+func mqueueMount() int {
+	fs, err := unix.Fsopen("mqueue", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOEXEC|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1
+	}
+	return m
+}
+
+// removeMessageQueues removes every POSIX message queue in mqueue.
+func removeMessageQueues(mqueue int) error {
+	if mqueue < 0 {
+		return nil
+	}
+	d, err := unix.Openat(mqueue, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("list message queues: %w", err)
+	}
+	f := os.NewFile(uintptr(d), "mqueue")
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("list message queues: %w", err)
+	}
+	for _, n := range names {
+		if err := unix.Unlinkat(mqueue, n, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("remove message queue %s: %w", n, err)
+		}
+	}
+	return nil
+}
 
 // rootEntries clones the trees that make up the new root: the host runtime
 // when image is empty, else every top-level entry of the image directory.

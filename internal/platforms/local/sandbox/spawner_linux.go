@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -322,6 +323,10 @@ func (i *spawnedInit) wait() (unix.WaitStatus, time.Duration, error) {
 // request and reports each init's end, until the launcher closes the
 // socket.
 func spawnerMain() {
+	// Every init is forked from this thread, in the small mount namespace
+	// it enters.
+	runtime.LockOSThread()
+	enterSmallRoot()
 	// Neither its socket nor the binary may reach an init. The binary
 	// moves above any descriptor an init is given (they are dup'ed to 0,
 	// 1, 2, ... in the child before it execs the binary by its /proc path).
@@ -465,4 +470,86 @@ func siginfoPid(info *unix.Siginfo) int32 {
 		off += align - off%align
 	}
 	return *(*int32)(unsafe.Add(unsafe.Pointer(info), off))
+}
+
+// enterSmallRoot moves the calling (locked) thread into a mount namespace
+// that holds only what an init needs before it has built its root: /proc
+// (to exec the init binary's copy and list its descriptors; a fully
+// visible procfs is also what lets the init mount its own), /dev (/dev/null
+// for the masks, the devices the init binds where mknod is refused), /sys
+// (cloned for an init that keeps the host's network), an empty /tmp,
+// where the init stages its root, and the host's runtime (hostRuntime),
+// on a read-only tmpfs. An init copies
+// the namespace it starts in to make its own: the host's, which holds
+// every workspace's mounts, costs in proportion to them, to copy and then
+// to detach. Where it cannot be made, inits start in the host's, as
+// before.
+func enterSmallRoot() {
+	ns, err := smallRoot()
+	if err != nil {
+		return
+	}
+	_ = enterNS(ns)
+	unix.Close(ns)
+}
+
+// smallRoot builds enterSmallRoot's namespace on a thread of its own
+// (which ends with it: it is in the namespace) and returns an fd of it.
+func smallRoot() (int, error) {
+	type result struct {
+		ns  int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		ns, err := buildSmallRoot()
+		ch <- result{ns, err}
+	}()
+	r := <-ch
+	return r.ns, r.err
+}
+
+func buildSmallRoot() (int, error) {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return -1, err
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return -1, err
+	}
+	if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=16k"); err != nil {
+		return -1, err
+	}
+	// The host's runtime too, read-only, for an init binary that is
+	// linked dynamically (its loader and libraries): a few mounts more.
+	if err := unix.Mkdir(stagingDir+"/tmp", 0o755); err != nil {
+		return -1, err
+	}
+	for _, d := range append([]string{"proc", "dev", "sys"}, hostRuntime...) {
+		var st unix.Stat_t
+		if err := unix.Lstat("/"+d, &st); err != nil {
+			continue // no such entry on this host
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			buf := make([]byte, 4096)
+			n, err := unix.Readlink("/"+d, buf)
+			if err != nil {
+				return -1, err
+			}
+			if err := unix.Symlink(string(buf[:n]), stagingDir+"/"+d); err != nil {
+				return -1, err
+			}
+			continue
+		}
+		if err := unix.Mkdir(stagingDir+"/"+d, 0o755); err != nil {
+			return -1, err
+		}
+		if err := unix.Mount("/"+d, stagingDir+"/"+d, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return -1, err
+		}
+	}
+	if err := pivot(stagingDir); err != nil {
+		return -1, err
+	}
+	return unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 }

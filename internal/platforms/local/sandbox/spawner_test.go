@@ -4,7 +4,11 @@ package sandbox
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -45,7 +49,7 @@ func TestSiginfoPid(t *testing.T) {
 // that number by then.
 func TestSpawnedInitKillAfterWait(t *testing.T) {
 	l := nsLauncher(t)
-	ip, err := l.spawn(false, nil, nil, "", true)
+	ip, err := l.spawn(sandboxKind{inNS: true}, nil)
 	require.NoError(t, err)
 	si := ip.proc.(*spawnedInit)
 	require.NoError(t, ip.proc.kill())
@@ -63,4 +67,40 @@ func TestSpawnedInitKillAfterWait(t *testing.T) {
 	si.mu.Unlock()
 	assert.Equal(t, -1, closed)
 	assert.NoError(t, ip.proc.kill(), "a kill after the end")
+}
+
+// TestSpawnerSmallRoot: the spawner starts its inits in a mount namespace
+// of its own that holds none of the host's other mounts (a workspace's, a
+// tmpfs mounted before it started), which each init then copies to make
+// its own.
+func TestSpawnerSmallRoot(t *testing.T) {
+	testenv.RequireRoot(t)
+	mnt := t.TempDir()
+	require.NoError(t, unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"))
+	defer unix.Unmount(mnt, unix.MNT_DETACH)
+	l := nsLauncher(t)
+	runShell(t, l, t.TempDir(), "true") // the spawner is in its namespace by its first init
+	l.mu.Lock()
+	pid := l.spawner.cmd.Process.Pid
+	l.mu.Unlock()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+	require.NoError(t, err)
+	var points []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			points = append(points, f[4])
+		}
+	}
+	assert.NotContains(t, points, mnt, "the spawner's namespace has a host mount")
+	assert.Contains(t, points, "/proc")
+	assert.Contains(t, points, "/usr")
+	tops := []string{"/proc", "/dev", "/sys"}
+	for _, e := range hostRuntime {
+		tops = append(tops, "/"+e)
+	}
+	for _, p := range points {
+		if p != "/" && !slices.ContainsFunc(tops, func(top string) bool { return p == top || strings.HasPrefix(p, top+"/") }) {
+			t.Errorf("the spawner's namespace has %s", p)
+		}
+	}
 }
