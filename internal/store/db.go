@@ -121,7 +121,8 @@ type DB struct {
 	lease   *leaseKeeper // renews node's lease; nil on the embedded Store
 	trees   *treeCache
 	mat     flightGroup
-	mem     memCache // contents held in memory while the disk is full
+	mem     memCache  // contents held in memory while the disk is full
+	wb      writeback // the window of cache files not synced yet
 
 	ctr    counters
 	closed atomic.Bool
@@ -280,10 +281,20 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 			return nil, err
 		}
 	}
+	if err := db.openCache(ctx); err != nil {
+		return nil, err
+	}
 	db.packs = newPackSet(db)
 	db.content = db.packs
 	db.trees = newTreeCache(opts.TreeCacheBytes)
 	return db, nil
+}
+
+// openCache settles what an earlier process left unsynced in the cache
+// (writeback.go) and readies this one's window.
+func (db *DB) openCache(ctx context.Context) error {
+	db.wb = writeback{dir: db.CacheDir(), log: db.log}
+	return recoverCache(ctx, db.CacheDir(), db.log)
 }
 
 // checkVersion opens the database read-only and fails with ErrNewerSchema
@@ -365,6 +376,7 @@ func (db *DB) Close() error {
 func (db *DB) closeAll() error {
 	var errs []error
 	db.stopLease()
+	db.wb.close()
 	if db.content != nil {
 		errs = append(errs, db.content.close())
 	}

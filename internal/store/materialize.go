@@ -24,7 +24,7 @@ func (db *DB) CachePath(id ID) string {
 // Materialize returns the path of a regular, read-only file holding a file
 // entry's full content, creating it on first use: written to a temporary
 // file (sparse where the manifest has holes), verified chunk by chunk,
-// fsynced, then linked into place. A file in place never changes (a racing
+// then linked into place (synced with others later: see writeback.go). A file in place never changes (a racing
 // writer's link fails and its copy is dropped), so it can back FUSE
 // passthrough opens and be cloned for copy-up. Concurrent callers for one
 // content in this process share one materialization.
@@ -59,43 +59,86 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	return p, nil
 }
 
-func (db *DB) materialize(ctx context.Context, e *Entry, path string) (err error) {
+func (db *DB) materialize(ctx context.Context, e *Entry, path string) error {
+	f, err := db.newCacheFile(path)
+	if err != nil {
+		return err
+	}
+	defer f.abort()
+	if err := db.fill(ctx, e, f.f); err != nil {
+		return err
+	}
+	return f.place(e.Size)
+}
+
+// cacheFile is a cache file being written: a temporary file beside its
+// place, inside the write-back window (writeback.go), or fsynced where no
+// window could be opened.
+type cacheFile struct {
+	db     *DB
+	f      *os.File
+	path   string // its place
+	window bool   // inside the window: abort or place must end it
+}
+
+// newCacheFile starts the cache file that goes to path.
+func (db *DB) newCacheFile(path string) (*cacheFile, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+		return nil, err
 	}
+	c := &cacheFile{db: db, path: path, window: db.wb.begin() == nil}
 	f, err := os.CreateTemp(dir, ".tmp-")
 	if err != nil {
-		return err
+		c.abort()
+		return nil, err
 	}
-	tmp := f.Name()
-	defer func() {
-		if f != nil {
-			f.Close()
-		}
-		os.Remove(tmp)
-	}()
+	c.f = f
+	return c, nil
+}
 
-	if err := db.fill(ctx, e, f); err != nil {
+// place makes the file read-only and links it into place; a file already
+// in place (another writer's) is kept and this one dropped.
+func (c *cacheFile) place(size int64) error {
+	if err := c.f.Chmod(0o444); err != nil {
 		return err
 	}
-	if err := f.Chmod(0o444); err != nil {
-		return err
+	if !c.window {
+		if err := c.f.Sync(); err != nil {
+			return err
+		}
 	}
-	if err := f.Sync(); err != nil {
-		return err
+	tmp := c.f.Name()
+	err := c.f.Close()
+	c.f = nil
+	if err == nil {
+		// link, not rename: a file already in place is never replaced.
+		if err = os.Link(tmp, c.path); errors.Is(err, fs.ErrExist) {
+			err = nil
+		} else if err == nil {
+			c.db.ctr.cacheBytes.Add(size)
+		}
 	}
-	err = f.Close()
-	f = nil
-	if err != nil {
-		return err
+	os.Remove(tmp)
+	c.end()
+	return err
+}
+
+// abort drops the file unless it was placed.
+func (c *cacheFile) abort() {
+	if c.f != nil {
+		c.f.Close()
+		os.Remove(c.f.Name())
+		c.f = nil
 	}
-	db.ctr.cacheBytes.Add(e.Size)
-	// link, not rename: a file already in place is never replaced.
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
+	c.end()
+}
+
+func (c *cacheFile) end() {
+	if c.window {
+		c.window = false
+		c.db.wb.end()
 	}
-	return nil
 }
 
 // fill writes e's content into the empty file f, verified, sparse where
