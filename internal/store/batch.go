@@ -44,6 +44,7 @@ type Batch struct {
 	pending map[ID]bool  // ids put in this unit
 	probe   dedupProbe   // dedup probes, open while active
 	stats   BatchStats
+	fill    *CacheFill // nil: the Store fills its cache on first read only
 }
 
 type packUse struct {
@@ -70,9 +71,13 @@ func (db *DB) NewBatch(ctx context.Context) (*Batch, error) {
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	b := &Batch{db: db, pending: map[ID]bool{}}
+	b := &Batch{db: db, pending: map[ID]bool{}, fill: db.NewCacheFill()}
 	return b, nil
 }
+
+// CacheFill is the fill of the Store's cache that captures into this
+// batch use (nil where the Store does not fill its cache so).
+func (b *Batch) CacheFill() *CacheFill { return b.fill }
 
 // begin marks the batch active: GC waits for (in-process) or is refused
 // by (other processes) batches holding unflushed work, because a chunk
@@ -241,11 +246,13 @@ func (b *Batch) PutCommit(c *Commit) (ID, error) {
 }
 
 // Flush makes everything put since the last Flush durable and visible:
-// pack data is fsynced, then all index rows and objects are inserted in
-// one transaction. On error nothing of the unit becomes visible and the
+// the batch's cache fill is waited for (its contents are in the cache when
+// they are published), pack data is fsynced, then all index rows and
+// objects are inserted in one transaction. On error nothing of the unit becomes visible and the
 // pack bytes it appended are truncated away; the batch may be retried from
 // scratch or aborted.
 func (b *Batch) Flush(ctx context.Context) error {
+	b.fill.Wait() // its contents in the cache when they are published
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {
@@ -410,6 +417,7 @@ func (b *Batch) reset() {
 // becomes visible; appended pack bytes are truncated) and ends the batch.
 // Abort after Flush just ends it. It is safe to call more than once.
 func (b *Batch) Abort() {
+	b.fill.Wait()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {

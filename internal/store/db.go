@@ -68,6 +68,9 @@ type Options struct {
 	// read from the bucket; 0 means DefaultChunkCacheBytes, negative
 	// disables it.
 	ChunkCacheBytes int64
+	// NoCacheFill leaves the cache of contents to be filled on first read
+	// (Materialize) instead of by the captures that store them (CacheFill).
+	NoCacheFill bool
 	// LeaseTTL is how long a shared Store's host stays alive for GC
 	// without renewing its lease (lease.go); 0 means DefaultLeaseTTL.
 	LeaseTTL time.Duration
@@ -114,15 +117,18 @@ type DB struct {
 	gcMu    sync.RWMutex
 	batches atomic.Int64 // batches holding unflushed work
 
-	packs   *packSet     // the embedded Store's pack files; nil on a shared Store
-	bucket  *bucketPacks // a shared Store's pack objects; nil on the embedded one
-	content packStore    // whichever of the two this DB has
-	node    string       // this host's name in a shared Store
-	lease   *leaseKeeper // renews node's lease; nil on the embedded Store
-	trees   *treeCache
-	mat     flightGroup
-	mem     memCache  // contents held in memory while the disk is full
-	wb      writeback // the window of cache files not synced yet
+	packs     *packSet     // the embedded Store's pack files; nil on a shared Store
+	bucket    *bucketPacks // a shared Store's pack objects; nil on the embedded one
+	content   packStore    // whichever of the two this DB has
+	node      string       // this host's name in a shared Store
+	lease     *leaseKeeper // renews node's lease; nil on the embedded Store
+	trees     *treeCache
+	mat       flightGroup
+	mem       memCache  // contents held in memory while the disk is full
+	wb        writeback // the window of cache files not synced yet
+	cacheDirs cacheDirs // the cache's directories made
+	runBufs   sync.Pool // *[]byte buffers of CacheFill's jobs (fill.go)
+	smallBufs sync.Pool
 
 	ctr    counters
 	closed atomic.Bool
@@ -377,6 +383,7 @@ func (db *DB) closeAll() error {
 	var errs []error
 	db.stopLease()
 	db.wb.close()
+	db.cacheDirs.closeAll()
 	if db.content != nil {
 		errs = append(errs, db.content.close())
 	}

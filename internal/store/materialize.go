@@ -68,77 +68,8 @@ func (db *DB) materialize(ctx context.Context, e *Entry, path string) error {
 	if err := db.fill(ctx, e, f.f); err != nil {
 		return err
 	}
-	return f.place(e.Size)
-}
-
-// cacheFile is a cache file being written: a temporary file beside its
-// place, inside the write-back window (writeback.go), or fsynced where no
-// window could be opened.
-type cacheFile struct {
-	db     *DB
-	f      *os.File
-	path   string // its place
-	window bool   // inside the window: abort or place must end it
-}
-
-// newCacheFile starts the cache file that goes to path.
-func (db *DB) newCacheFile(path string) (*cacheFile, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	c := &cacheFile{db: db, path: path, window: db.wb.begin() == nil}
-	f, err := os.CreateTemp(dir, ".tmp-")
-	if err != nil {
-		c.abort()
-		return nil, err
-	}
-	c.f = f
-	return c, nil
-}
-
-// place makes the file read-only and links it into place; a file already
-// in place (another writer's) is kept and this one dropped.
-func (c *cacheFile) place(size int64) error {
-	if err := c.f.Chmod(0o444); err != nil {
-		return err
-	}
-	if !c.window {
-		if err := c.f.Sync(); err != nil {
-			return err
-		}
-	}
-	tmp := c.f.Name()
-	err := c.f.Close()
-	c.f = nil
-	if err == nil {
-		// link, not rename: a file already in place is never replaced.
-		if err = os.Link(tmp, c.path); errors.Is(err, fs.ErrExist) {
-			err = nil
-		} else if err == nil {
-			c.db.ctr.cacheBytes.Add(size)
-		}
-	}
-	os.Remove(tmp)
-	c.end()
+	_, err = f.place(e.Size)
 	return err
-}
-
-// abort drops the file unless it was placed.
-func (c *cacheFile) abort() {
-	if c.f != nil {
-		c.f.Close()
-		os.Remove(c.f.Name())
-		c.f = nil
-	}
-	c.end()
-}
-
-func (c *cacheFile) end() {
-	if c.window {
-		c.window = false
-		c.db.wb.end()
-	}
 }
 
 // fill writes e's content into the empty file f, verified, sparse where
