@@ -104,10 +104,11 @@ func (e *Engine) CreateProject(ctx context.Context, req wire.CreateProject) (wir
 	if msg == "" {
 		msg = "first layer"
 	}
-	p, _, _, err := commit.CreateProject(ctx, e.db, req.Name, from, e.meta(msg, ""), nil)
+	p, id, _, err := commit.CreateProject(ctx, e.db, req.Name, from, e.meta(msg, ""), nil)
 	if err != nil {
 		return wire.Project{}, classify(err)
 	}
+	e.readyImage(ctx, id)
 	return wireProject(p), nil
 }
 
@@ -288,6 +289,9 @@ func (e *Engine) CommitDir(ctx context.Context, project, branch string, req wire
 	if err != nil {
 		return wire.CommitResult{}, classify(err)
 	}
+	if p.Result != store.PublishUpToDate {
+		e.readyImage(ctx, p.Commit)
+	}
 	r := storeReceipt(e.db.Counters().Sub(before), st)
 	r.WallNs = time.Since(t0).Nanoseconds()
 	return wire.CommitResult{Commit: p.Commit.String(), Result: publishResult(p.Result), Head: p.Head.String(), Receipt: &r}, nil
@@ -379,6 +383,8 @@ func (e *Engine) Stats(ctx context.Context) (wire.StoreStats, error) {
 		PackBytes:    s.PackBytes,
 		PackFiles:    int64(s.PackFiles),
 		CacheBytes:   s.CacheBytes,
+		CacheFiles:   s.CacheFiles,
+		CacheLimit:   s.CacheLimit,
 		ObjectBytes: map[string]int64{
 			"chunk": s.Chunks.Bytes, "manifest": s.Manifests.Bytes,
 			"tree": s.Trees.Bytes, "commit": s.Commits.Bytes,

@@ -3,11 +3,13 @@ package kerneloverlay
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -57,6 +59,17 @@ func MetaImage(ctx context.Context, lower interface {
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
+	// One builder at a time, in any process: the others wait for its
+	// image (a commit's is built when it is published, and a workspace
+	// opened meanwhile waits for it rather than build it again).
+	unlock, err := lockImage(ctx, path)
+	if err != nil {
+		return "", fmt.Errorf("metadata image of %s: %w", root.Short(), err)
+	}
+	defer unlock()
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
 	tree, contents, err := metaTree(ctx, lower, root)
 	if err != nil {
 		return "", fmt.Errorf("metadata image of %s: %w", root.Short(), err)
@@ -90,6 +103,34 @@ func MetaImage(ctx context.Context, lower interface {
 		return "", fmt.Errorf("metadata image of %s: %w", root.Short(), err)
 	}
 	return path, nil
+}
+
+// lockImage takes the lock of building the image at path, waiting while
+// another builder holds it, and returns its release.
+func lockImage(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for delay := time.Millisecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+	// The lock file stays: removing it could let a third builder lock a
+	// new file while a second holds the old one.
+	return func() { f.Close() }, nil
 }
 
 // contentsPath is where MetaImage puts the contents list of root (see

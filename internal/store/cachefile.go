@@ -76,6 +76,7 @@ func (c *cacheFile) place(size int64) (placed bool, err error) {
 		return false, fmt.Errorf("place cache file %s: %w", c.path, err)
 	}
 	c.db.ctr.cacheBytes.Add(size)
+	c.db.bound.placed(size)
 	return true, nil
 }
 

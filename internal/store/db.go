@@ -68,6 +68,9 @@ type Options struct {
 	// read from the bucket; 0 means DefaultChunkCacheBytes, negative
 	// disables it.
 	ChunkCacheBytes int64
+	// CacheBytes bounds the cache of contents (evict.go): 0 means a
+	// quarter of its file system's size, negative no bound.
+	CacheBytes int64
 	// NoCacheFill leaves the cache of contents to be filled on first read
 	// (Materialize) instead of by the captures that store them (CacheFill).
 	NoCacheFill bool
@@ -126,6 +129,7 @@ type DB struct {
 	mat       flightGroup
 	mem       memCache  // contents held in memory while the disk is full
 	wb        writeback // the window of cache files not synced yet
+	bound     cacheBound
 	cacheDirs cacheDirs // the cache's directories made
 	runBufs   sync.Pool // *[]byte buffers of CacheFill's jobs (fill.go)
 	smallBufs sync.Pool
@@ -300,6 +304,7 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 // (writeback.go) and readies this one's window.
 func (db *DB) openCache(ctx context.Context) error {
 	db.wb = writeback{dir: db.CacheDir(), log: db.log}
+	db.bound = cacheBound{db: db, max: cacheLimit(db.CacheDir(), db.opts.CacheBytes)}
 	return recoverCache(ctx, db.CacheDir(), db.log)
 }
 
@@ -382,6 +387,7 @@ func (db *DB) Close() error {
 func (db *DB) closeAll() error {
 	var errs []error
 	db.stopLease()
+	db.bound.wait()
 	db.wb.close()
 	db.cacheDirs.closeAll()
 	if db.content != nil {
