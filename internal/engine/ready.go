@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"slices"
+	"sync"
+	"time"
 
 	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/store"
@@ -15,7 +18,7 @@ import (
 // background instead (buildMetaAhead). A host that cannot serve the
 // overlay data path builds none; a failure costs only the first open.
 func (e *Engine) readyImage(ctx context.Context, id store.ID) {
-	if e.overlayCheck() != nil || id.IsZero() {
+	if e.noImageAhead || e.overlayCheck() != nil || id.IsZero() {
 		return
 	}
 	c, err := e.db.Commit(ctx, id)
@@ -24,5 +27,105 @@ func (e *Engine) readyImage(ctx context.Context, id store.ID) {
 	}
 	if err != nil {
 		e.log.Warn("metadata image of a new commit", "commit", id.Short(), "err", err)
+	}
+}
+
+// prefetchFresh is how long a commit whose contents a prefetch found all
+// in the cache is not looked at again.
+const prefetchFresh = time.Minute
+
+// prefetcher fetches, in the background, the contents a workspace's
+// commit needs that the Store's cache lacks (store.DB.Prefetch: in bulk,
+// in pack order, at the lowest priority, the workspace's own reads
+// first): a host of a fleet opening a commit it never saw, or a commit
+// whose contents were evicted. One commit is fetched at a time, in the
+// order asked; Shutdown cancels what runs.
+type prefetcher struct {
+	mu      sync.Mutex
+	queue   []store.ID // roots to fetch
+	running bool
+	fresh   map[store.ID]time.Time // roots found complete, and when
+	cancel  context.CancelFunc     // of the fetch running
+	stopped bool
+}
+
+// prefetch queues the contents of root, the tree of a workspace just
+// mounted, unless prefetching is off or root was found complete lately.
+func (e *Engine) prefetch(root store.ID) {
+	if e.noPrefetch || root.IsZero() {
+		return
+	}
+	p := &e.prefetcher
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.fresh[root]; p.stopped || ok && time.Since(t) < prefetchFresh || slices.Contains(p.queue, root) {
+		return
+	}
+	p.queue = append(p.queue, root)
+	if p.running {
+		return
+	}
+	p.running = true
+	e.background.Go(e.prefetchLoop)
+}
+
+// prefetchLoop fetches the queued roots until none is left.
+func (e *Engine) prefetchLoop() {
+	p := &e.prefetcher
+	for {
+		p.mu.Lock()
+		if len(p.queue) == 0 || p.stopped {
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		root := p.queue[0]
+		p.queue = p.queue[1:]
+		ctx, cancel := context.WithCancel(context.Background())
+		p.cancel = cancel
+		p.mu.Unlock()
+
+		complete := e.prefetchRoot(ctx, root)
+		cancel()
+		p.mu.Lock()
+		p.cancel = nil
+		if complete {
+			if p.fresh == nil {
+				p.fresh = map[store.ID]time.Time{}
+			}
+			p.fresh[root] = time.Now()
+		}
+		p.mu.Unlock()
+	}
+}
+
+// prefetchRoot fetches root's missing contents and reports whether the
+// cache holds them all now.
+func (e *Engine) prefetchRoot(ctx context.Context, root store.ID) bool {
+	contents, err := kerneloverlay.Contents(ctx, e.db, e.db.CacheDir(), root)
+	if err != nil {
+		e.log.Warn("prefetch: list the commit's contents", "root", root.Short(), "err", err)
+		return false
+	}
+	st, err := e.db.Prefetch(ctx, contents)
+	if err != nil && ctx.Err() == nil {
+		e.log.Warn("prefetch the commit's contents", "root", root.Short(), "err", err)
+	}
+	if st.Missing > 0 {
+		e.log.Info("prefetched a commit's contents", "root", root.Short(), "contents", st.Contents, "missing", st.Missing,
+			"placed", st.Placed, "bytes", st.Bytes, "reads", st.Reads, "read_bytes", st.ReadBytes, "ms", st.Took.Milliseconds())
+	}
+	return err == nil && st.Placed == st.Missing
+}
+
+// stopPrefetch cancels the fetch running and drops the queue.
+func (e *Engine) stopPrefetch() {
+	p := &e.prefetcher
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	p.queue = nil
+	if p.cancel != nil {
+		p.cancel()
 	}
 }

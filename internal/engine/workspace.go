@@ -299,6 +299,7 @@ func (e *Engine) serve(ctx context.Context, w *workspace, fresh bool) error {
 		}
 		w.mnt = m
 		e.trackUpper(ctx, w)
+		e.prefetch(w.opts.Root)
 	}
 	host := e.plats[w.opts.Platform].(platforms.SandboxHost)
 	sb, err := host.Attach(ctx, platforms.Workspace{ID: w.rec.ID, HostPath: w.rec.MountPath,

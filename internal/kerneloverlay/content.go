@@ -266,3 +266,29 @@ func readContents(path string) ([]byte, error) {
 func contentRecord(r []byte) store.Entry {
 	return contentEntry(store.ID(r[:32]), store.Kind(r[32]), int64(binary.BigEndian.Uint64(r[33:41])))
 }
+
+// Contents lists the file contents of the commit root, each once (for the
+// Store's Prefetch): from the contents list MetaImage wrote beside the
+// image under cacheDir (a Store's cache directory), or, where there is
+// none, from a walk of the commit.
+func Contents(ctx context.Context, lower interface {
+	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
+}, cacheDir string, root store.ID) ([]store.Content, error) {
+	if records, err := readContents(contentsPath(cacheDir, root)); err == nil {
+		out := make([]store.Content, 0, len(records)/contentsRecordSize)
+		for i := 0; i < len(records); i += contentsRecordSize {
+			e := contentRecord(records[i:])
+			out = append(out, store.Content{ID: e.Object, Kind: e.ObjectKind, Size: e.Size})
+		}
+		return out, nil
+	}
+	entries, err := walkContents(ctx, lower, root)
+	if err != nil {
+		return nil, fmt.Errorf("contents of %s: %w", root.Short(), err)
+	}
+	out := make([]store.Content, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, store.Content{ID: e.Object, Kind: e.ObjectKind, Size: e.Size})
+	}
+	return out, nil
+}

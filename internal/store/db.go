@@ -130,8 +130,9 @@ type DB struct {
 	mem       memCache  // contents held in memory while the disk is full
 	wb        writeback // the window of cache files not synced yet
 	bound     cacheBound
-	cacheDirs cacheDirs // the cache's directories made
-	runBufs   sync.Pool // *[]byte buffers of CacheFill's jobs (fill.go)
+	fg        foreground // materializations reads wait for (prefetch.go)
+	cacheDirs cacheDirs  // the cache's directories made
+	runBufs   sync.Pool  // *[]byte buffers of CacheFill's jobs (fill.go)
 	smallBufs sync.Pool
 
 	ctr    counters

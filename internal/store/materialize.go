@@ -42,6 +42,8 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	if p, ok := db.mem.path(e.Object); ok {
 		return p, nil
 	}
+	db.fg.begin()
+	defer db.fg.end()
 	p, err := db.mat.do(e.Object.String(), func() (string, error) {
 		if _, err := os.Lstat(path); err == nil {
 			return path, nil
