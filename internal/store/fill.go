@@ -199,8 +199,11 @@ func (f *CacheFill) Wait() {
 // src still holds the bytes that were hashed. It reports whether the
 // content is in the cache now (false: write it instead, or leave it).
 func (f *CacheFill) Clone(id ID, src int, unchanged func() bool) bool {
+	if f == nil || f.noClone.Load() {
+		return false
+	}
 	if f.Has(id) {
-		return f != nil
+		return true
 	}
 	c := f.CloneFile(src)
 	return c != nil && c.Place(id, unchanged)
