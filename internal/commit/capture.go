@@ -333,7 +333,7 @@ func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
 		if err != nil {
 			return fmt.Errorf("store %s: %w", j.path, err)
 		}
-		if !c.fill.Clone(id, fd, unchanged(fd, &st)) {
+		if !c.fill.Clone(id, fd, unchanged(&st)) {
 			c.fill.Put(id, buf[:size], added)
 		}
 		j.e.Object, j.e.ObjectKind = id, store.KindChunk
@@ -344,15 +344,13 @@ func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
 	// manifest depends on the bytes only: a sparse file and a written one
 	// with the same content are the same object.
 	m := &store.Manifest{Size: size}
-	// The cache's copy: a clone made before the file is read, kept if the
-	// file did not change meanwhile, else written as it is read.
-	clone := c.fill.CloneFile(fd)
+	// The cache's copy: written as the file is read, or a clone of it
+	// afterwards where the file system shares blocks.
 	var fw *store.FillWriter
-	if clone == nil {
+	if !c.fill.CanClone(fd) {
 		fw = c.fill.Start()
 	}
 	if err := c.chunkRange(fd, j.path, 0, size, m, fw); err != nil {
-		clone.Abort()
 		fw.Abort()
 		return err
 	}
@@ -362,21 +360,26 @@ func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
 		return c.w.PutManifest(m)
 	}()
 	if err != nil {
-		clone.Abort()
 		fw.Abort()
 		return fmt.Errorf("store manifest of %s: %w", j.path, err)
 	}
-	clone.Place(id, unchanged(fd, &st))
-	fw.Place(id, size)
+	if fw != nil {
+		fw.Place(id, size)
+	} else {
+		// A first clone that fails leaves its content to the commit's
+		// prefetch, and the next large files are written as read.
+		c.fill.Clone(id, fd, unchanged(&st))
+	}
 	j.e.Object, j.e.ObjectKind = id, store.KindManifest
 	c.account(size)
 	return nil
 }
 
-// unchanged tells whether the file fd still has the identity, size and
-// times of st: the bytes read from it since are those it holds.
-func unchanged(fd int, st *unix.Stat_t) func() bool {
-	return func() bool {
+// unchanged tells whether the file fd (the one captured, or a duplicate
+// of it) still has the identity, size and times of st: the bytes read
+// from it since are those it holds.
+func unchanged(st *unix.Stat_t) func(fd int) bool {
+	return func(fd int) bool {
 		var now unix.Stat_t
 		return unix.Fstat(fd, &now) == nil && now.Ino == st.Ino && now.Dev == st.Dev &&
 			now.Size == st.Size && now.Mtim == st.Mtim && now.Ctim == st.Ctim

@@ -82,6 +82,7 @@ func testCaptureFillsCache(t *testing.T, fsDir string, clones int64) {
 	root, _, err := CaptureDir(t.Context(), b, db, dir, nil)
 	require.NoError(t, err)
 	require.NoError(t, b.Flush(t.Context()))
+	b.CacheFill().Wait()
 	require.Equal(t, 4, cached(t, db, root, dir))
 	require.Equal(t, store.FillStats{Placed: 3, Bytes: int64(5 + 15000 + len(big)), Cloned: min(clones, 3), Skipped: 1}, b.CacheFill().Stats())
 	tr, err := db.Tree(t.Context(), root)
@@ -97,5 +98,6 @@ func testCaptureFillsCache(t *testing.T, fsDir string, clones int64) {
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "sub", "new"), []byte("new content"), 0o644))
 	next, _ := buildT(t, db, root, []Change{{Path: "sub/new", Source: filepath.Join(dir, "sub", "new")}})
+	require.NoError(t, db.WaitFill(t.Context()))
 	require.Equal(t, 5, cached(t, db, next, dir))
 }

@@ -17,17 +17,21 @@ import (
 // already; a workspace's commit, O(changes), has its image built in the
 // background instead (buildMetaAhead). A host that cannot serve the
 // overlay data path builds none; a failure costs only the first open.
+// Then the commit's contents that the capture's fill of the Store's cache
+// had no room for are prefetched from their packs.
 func (e *Engine) readyImage(ctx context.Context, id store.ID) {
-	if e.noImageAhead || e.overlayCheck() != nil || id.IsZero() {
+	if id.IsZero() {
 		return
 	}
 	c, err := e.db.Commit(ctx, id)
-	if err == nil {
+	if err == nil && !e.noImageAhead && e.overlayCheck() == nil {
 		_, err = kerneloverlay.MetaImage(ctx, e.db, e.db.CacheDir(), c.Root)
 	}
 	if err != nil {
 		e.log.Warn("metadata image of a new commit", "commit", id.Short(), "err", err)
+		return
 	}
+	e.prefetch(c.Root)
 }
 
 // prefetchFresh is how long a commit whose contents a prefetch found all

@@ -20,10 +20,10 @@ import (
 )
 
 // TestFirstRead: the first workspace opened on an import reads every file
-// with no request to the daemon's view, whether the import filled the
-// Store's cache or the workspace's prefetch did; with neither, the reads
-// go through the view. The import's metadata image is there before the
-// first open.
+// with no request to the daemon's view, whether the import's fill of the
+// Store's cache (once written) or the workspace's prefetch put its
+// contents there; with neither, the reads go through the view. The
+// import's metadata image is there before the first open.
 func TestFirstRead(t *testing.T) {
 	src := t.TempDir()
 	const files = 200
@@ -67,6 +67,10 @@ func TestFirstRead(t *testing.T) {
 
 			ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
 			require.NoError(t, err)
+			if tc.fill {
+				// The import's fill of the cache runs behind it.
+				require.NoError(t, db.WaitFill(ctx))
+			}
 			if tc.prefetch {
 				require.Eventually(t, func() bool {
 					st, err := db.Stats(ctx)

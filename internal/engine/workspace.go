@@ -729,6 +729,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 		}
 		w.mnt.MarkCommitted(c.Root, cs)
 		e.buildMetaAhead(w, c.Root)
+		e.prefetch(c.Root) // what the capture's fill of the cache left
 		w.rec.Head = p.Commit
 		w.opts.HeadRoot = c.Root
 		w.opts.Conflicts = nil

@@ -167,7 +167,7 @@ func thisBoot(dir string) error {
 // lists the contents the image's files redirect to, each once.
 func metaTree(ctx context.Context, lower interface {
 	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
-}, root store.ID) (*erofs.Inode, []store.Entry, error) {
+}, root store.ID) (*erofs.Inode, []store.Content, error) {
 	links := map[uint64]*erofs.Inode{}
 	var contents contentList
 	var dir func(id store.ID, path string, in *erofs.Inode) error
@@ -210,13 +210,55 @@ func metaTree(ctx context.Context, lower interface {
 		}
 		return nil
 	}
+	if l, ok := lower.(treeLoader); ok {
+		if err := loadLevels(ctx, l, lower, root); err != nil {
+			return nil, nil, err
+		}
+	}
 	// The view's root shows the mode and owner of a new directory; the
 	// overlay's root takes its attributes from the upper anyway.
 	top := &erofs.Inode{Mode: syscall.S_IFDIR | 0o755}
 	if err := dir(root, "", top); err != nil {
 		return nil, nil, err
 	}
-	return top, contents.entries, nil
+	return top, contents.contents, nil
+}
+
+// treeLoader loads many trees at once (store.DB.LoadTrees).
+type treeLoader interface {
+	LoadTrees(ctx context.Context, ids []store.ID) error
+}
+
+// loadLevels loads the trees under root a level at a time, so that the
+// walk after finds them cached: a statement per level (and per few
+// hundred directories) rather than one per directory.
+func loadLevels(ctx context.Context, l treeLoader, lower interface {
+	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
+}, root store.ID) error {
+	seen := map[store.ID]bool{}
+	for level := []store.ID{root}; len(level) > 0; {
+		if err := l.LoadTrees(ctx, level); err != nil {
+			return err
+		}
+		var next []store.ID
+		for _, id := range level {
+			if id.IsZero() {
+				continue
+			}
+			t, err := lower.Tree(ctx, id)
+			if err != nil {
+				return err
+			}
+			for i := range t.Entries {
+				if e := &t.Entries[i]; e.Type == store.TypeDir && !e.Object.IsZero() && !seen[e.Object] {
+					seen[e.Object] = true
+					next = append(next, e.Object)
+				}
+			}
+		}
+		level = next
+	}
+	return nil
 }
 
 // metaInode is the image's inode for the entry e at path p (absolute, in

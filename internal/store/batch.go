@@ -246,13 +246,11 @@ func (b *Batch) PutCommit(c *Commit) (ID, error) {
 }
 
 // Flush makes everything put since the last Flush durable and visible:
-// the batch's cache fill is waited for (its contents are in the cache when
-// they are published), pack data is fsynced, then all index rows and
-// objects are inserted in one transaction. On error nothing of the unit becomes visible and the
+// pack data is fsynced, then all index rows and objects are inserted in
+// one transaction. On error nothing of the unit becomes visible and the
 // pack bytes it appended are truncated away; the batch may be retried from
 // scratch or aborted.
 func (b *Batch) Flush(ctx context.Context) error {
-	b.fill.Wait() // its contents in the cache when they are published
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {
@@ -417,7 +415,6 @@ func (b *Batch) reset() {
 // becomes visible; appended pack bytes are truncated) and ends the batch.
 // Abort after Flush just ends it. It is safe to call more than once.
 func (b *Batch) Abort() {
-	b.fill.Wait()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {

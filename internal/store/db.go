@@ -131,6 +131,7 @@ type DB struct {
 	wb        writeback // the window of cache files not synced yet
 	bound     cacheBound
 	fg        foreground // materializations reads wait for (prefetch.go)
+	fills     fillQueue  // the cache fills behind captures (fill.go)
 	cacheDirs cacheDirs  // the cache's directories made
 	runBufs   sync.Pool  // *[]byte buffers of CacheFill's jobs (fill.go)
 	smallBufs sync.Pool
@@ -388,6 +389,7 @@ func (db *DB) Close() error {
 func (db *DB) closeAll() error {
 	var errs []error
 	db.stopLease()
+	db.fills.wait(context.Background())
 	db.bound.wait()
 	db.wb.close()
 	db.cacheDirs.closeAll()

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"os"
 	"sync"
@@ -11,107 +12,40 @@ import (
 	"layerfs.dev/layerfs/internal/writeruns"
 )
 
-// A fill's writes run on fillWorkers goroutines of their own beside the
-// capture that feeds them (a capture of files in the page cache keeps
-// about one core busy: its walk and the batch's lock serialise it), with
-// at most fillQueueBytes queued; past that, the capture writes itself.
-const (
-	fillWorkers    = 2
-	fillQueueBytes = 64 << 20
-)
-
-// fillJob is a content (id and data) or a run of a FillWriter (w, data
-// and off) to write; data is a buffer of the DB's pool, returned after.
-type fillJob struct {
-	fill *CacheFill
-	id   ID
-	w    *FillWriter
-	data *[]byte
-	off  int64
-}
-
-func (j fillJob) run() {
-	if j.w != nil {
-		j.w.writeRun(*j.data, j.off)
-	} else {
-		j.fill.put(j.id, *j.data)
-	}
-	j.fill.db.putBuffer(j.data)
-}
-
-// fillQueue runs fill jobs on up to fillWorkers goroutines, started as
-// jobs come and ended when there are none.
-type fillQueue struct {
-	mu      sync.Mutex
-	jobs    []fillJob
-	bytes   int64 // of the jobs queued
-	running int
-	pending sync.WaitGroup // jobs not done
-}
-
-func (q *fillQueue) add(j fillJob) {
-	q.pending.Add(1)
-	n := int64(cap(*j.data)) // the memory it holds
-	q.mu.Lock()
-	if q.bytes+n > fillQueueBytes {
-		q.mu.Unlock()
-		j.run()
-		q.pending.Done()
-		return
-	}
-	q.jobs = append(q.jobs, j)
-	q.bytes += n
-	if q.running < fillWorkers {
-		q.running++
-		go q.work()
-	}
-	q.mu.Unlock()
-}
-
-func (q *fillQueue) work() {
-	for {
-		q.mu.Lock()
-		if len(q.jobs) == 0 {
-			q.running--
-			q.mu.Unlock()
-			return
-		}
-		j := q.jobs[0]
-		q.jobs[0] = fillJob{}
-		q.jobs = q.jobs[1:]
-		q.bytes -= int64(cap(*j.data))
-		q.mu.Unlock()
-		j.run()
-		q.pending.Done()
-	}
-}
-
-func (q *fillQueue) wait() { q.pending.Wait() }
-
-// CacheFill puts the contents a capture stores into the cache as well, as
-// it reads them, so that a workspace opened on the commit reads them from
-// the cache at once instead of through a first materialization. A capture
-// holds every byte anyway: a content of one chunk is written from the
-// capture's buffer, a larger one in runs as it is read, and where the file
-// system can share blocks (a reflink: XFS, btrfs) the captured file is
-// cloned instead, at no cost in disk.
+// CacheFill puts the contents a capture stores into the cache as well,
+// from the bytes the capture read, so that a workspace opened on the
+// commit reads them from the cache instead of through a first
+// materialization: a content of one chunk from a copy of the capture's
+// buffer, a larger one in runs as it is read, and, where the file system
+// shares blocks (a reflink: XFS, btrfs), a clone of the captured file.
+//
+// The cache's writes are made behind the capture, not in it: a capture
+// hands them to the DB's fill queue (at most fillQueueBytes of data held)
+// and goes on, and the queue's workers write them at the lowest CPU and
+// I/O priority. Making a file per content costs about what capturing it
+// costs (an inode and a directory entry each), so a capture that waited
+// for them would take twice as long. A content the queue has no room for
+// is dropped and left to the Prefetch of the commit, which reads it back
+// from its pack; Prefetch waits for the queue first (WaitFill).
 //
 // Filling is best effort: a content that cannot be placed (a full disk,
-// an error) is left to Materialize, and nothing the fill does fails the
-// capture. Only bytes the capture hashed to the content's ID are placed: a
-// clone is kept only if the caller finds the file unchanged since it read
-// it. A CacheFill is safe for concurrent use.
+// an error) is left to Prefetch or Materialize, and nothing the fill does
+// fails the capture. Only bytes the capture hashed to the content's ID
+// are placed: a clone is kept only if the file is unchanged since it was
+// read. A CacheFill is safe for concurrent use.
 type CacheFill struct {
 	db      *DB
 	noClone atomic.Bool // a clone failed: this file system shares no blocks
-	full    atomic.Bool // the disk is full: place nothing more
-	queued  sync.Map    // IDs Put queued: ID -> struct{}
-	queue   fillQueue
-	stats   fillCounters
+	// cloneProbed: a first clone was tried, under probe.
+	cloneProbed atomic.Bool
+	probe       sync.Mutex
+	full        atomic.Bool // the disk is full: place nothing more
+	queued      sync.Map    // IDs Put queued: ID -> struct{}
+	stats       fillCounters
 }
 
 type fillCounters struct {
-	placed, bytes, cloned, skipped atomic.Int64
+	placed, bytes, cloned, skipped, dropped atomic.Int64
 }
 
 // FillStats count what a CacheFill placed.
@@ -119,8 +53,17 @@ type FillStats struct {
 	Placed  int64 `json:"placed"`  // contents placed in the cache
 	Bytes   int64 `json:"bytes"`   // their bytes
 	Cloned  int64 `json:"cloned"`  // of them, placed by a reflink
-	Skipped int64 `json:"skipped"` // contents the cache already had
+	Skipped int64 `json:"skipped"` // contents the cache had already
+	Dropped int64 `json:"dropped"` // contents the fill queue had no room for
 }
+
+// The fill queue's bounds: the data its jobs hold, and the open files
+// its clones hold.
+const (
+	fillWorkers    = 2
+	fillQueueBytes = 128 << 20
+	fillQueueFiles = 256
+)
 
 // NewCacheFill returns a fill of db's cache, or nil when the Store fills
 // its cache on first read only (Options.NoCacheFill); a nil *CacheFill
@@ -132,21 +75,29 @@ func (db *DB) NewCacheFill() *CacheFill {
 	return &CacheFill{db: db}
 }
 
+// WaitFill waits until the fill queue has written what captures gave it
+// so far, or ctx ends.
+func (db *DB) WaitFill(ctx context.Context) error { return db.fills.wait(ctx) }
+
 // Stats tells what f placed so far.
 func (f *CacheFill) Stats() FillStats {
 	if f == nil {
 		return FillStats{}
 	}
 	return FillStats{Placed: f.stats.placed.Load(), Bytes: f.stats.bytes.Load(),
-		Cloned: f.stats.cloned.Load(), Skipped: f.stats.skipped.Load()}
+		Cloned: f.stats.cloned.Load(), Skipped: f.stats.skipped.Load(), Dropped: f.stats.dropped.Load()}
 }
 
-// Has reports whether the cache holds content id, and counts it as
-// skipped if so.
-func (f *CacheFill) Has(id ID) bool {
-	if f == nil || f.full.Load() {
-		return true // nothing to do either way
+// Wait waits until every content f was given is placed or dropped.
+func (f *CacheFill) Wait() {
+	if f != nil {
+		f.db.fills.wait(context.Background())
 	}
+}
+
+// has reports whether the cache holds content id, and counts it as
+// skipped if so.
+func (f *CacheFill) has(id ID) bool {
 	if _, err := os.Lstat(f.db.CachePath(id)); err == nil {
 		f.stats.skipped.Add(1)
 		return true
@@ -160,7 +111,7 @@ func (f *CacheFill) Has(id ID) bool {
 // this capture, so neither can its cache (but for a file an aborted
 // capture left, which the link then keeps).
 func (f *CacheFill) Put(id ID, data []byte, isNew bool) {
-	if f == nil || !isNew && f.Has(id) {
+	if f == nil || f.full.Load() || !isNew && f.has(id) {
 		return
 	}
 	if _, queued := f.queued.LoadOrStore(id, struct{}{}); queued {
@@ -169,7 +120,10 @@ func (f *CacheFill) Put(id ID, data []byte, isNew bool) {
 	}
 	buf := f.db.contentBuffer(len(data))
 	*buf = append((*buf)[:0], data...)
-	f.queue.add(fillJob{fill: f, id: id, data: buf})
+	if !f.db.fills.add(fillJob{fill: f, id: id, data: buf}) {
+		f.db.putBuffer(buf)
+		f.stats.dropped.Add(1)
+	}
 }
 
 // put writes a queued content.
@@ -186,81 +140,87 @@ func (f *CacheFill) put(id ID, data []byte) {
 	f.place(c, int64(len(data)), false)
 }
 
-// Wait waits until every content put so far is placed (or dropped).
-func (f *CacheFill) Wait() {
-	if f != nil {
-		f.queue.wait()
-	}
-}
-
 // Clone places the content id by cloning the open file src, whose bytes
 // the caller read and hashed to id, when the file system can share
-// blocks; unchanged is asked after the clone is made and must say whether
-// src still holds the bytes that were hashed. It reports whether the
-// content is in the cache now (false: write it instead, or leave it).
-func (f *CacheFill) Clone(id ID, src int, unchanged func() bool) bool {
+// blocks. unchanged is asked once the clone is made (maybe after Clone
+// returns: src is duplicated) and must say whether the file still holds
+// the bytes that were hashed. It reports whether the content is, or will
+// be, placed so (false: Put it instead, or leave it).
+func (f *CacheFill) Clone(id ID, src int, unchanged func(fd int) bool) bool {
+	if f == nil || f.noClone.Load() || f.full.Load() {
+		return false
+	}
+	if f.has(id) {
+		return true
+	}
+	fd, err := unix.FcntlInt(uintptr(src), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	j := fillJob{fill: f, id: id, src: fd, unchanged: unchanged}
+	if !f.cloneProbed.Load() {
+		// The first clone, here: whether the file system shares blocks
+		// decides how every other content of the capture is placed.
+		f.probe.Lock()
+		defer f.probe.Unlock()
+		if !f.cloneProbed.Load() {
+			j.clone()
+			f.cloneProbed.Store(true)
+			return !f.noClone.Load()
+		}
+	}
+	if !f.db.fills.add(j) {
+		j.clone() // no room in the queue: here
+	}
+	return !f.noClone.Load()
+}
+
+// CanClone reports whether Clone can place contents of the capture, which
+// reads the open file src: before any clone was tried, a clone of src
+// tells (and is dropped).
+func (f *CacheFill) CanClone(src int) bool {
 	if f == nil || f.noClone.Load() {
 		return false
 	}
-	if f.Has(id) {
-		return true
+	if !f.cloneProbed.Load() {
+		f.probe.Lock()
+		defer f.probe.Unlock()
+		if !f.cloneProbed.Load() {
+			if c, err := f.start(ZeroID); err == nil {
+				if unix.IoctlFileClone(int(c.f.Fd()), src) != nil {
+					f.noClone.Store(true)
+				}
+				c.abort()
+			}
+			f.cloneProbed.Store(true)
+		}
 	}
-	c := f.CloneFile(src)
-	return c != nil && c.Place(id, unchanged)
+	return !f.noClone.Load()
 }
 
-// CloneFile clones the open file src into a cache file not yet placed,
-// before the caller reads src; nil where the file system shares no
-// blocks (and from then on, for every file of the fill).
-func (f *CacheFill) CloneFile(src int) *FillClone {
-	if f == nil || f.noClone.Load() || f.full.Load() {
-		return nil
-	}
-	c, err := f.start(ZeroID)
+// clone is a Clone's job.
+func (j fillJob) clone() {
+	defer unix.Close(j.src)
+	f := j.fill
+	c, err := f.start(j.id)
 	if err != nil {
-		return nil
+		return
 	}
-	if err := unix.IoctlFileClone(int(c.f.Fd()), src); err != nil {
+	defer c.abort()
+	if err := unix.IoctlFileClone(int(c.f.Fd()), j.src); err != nil {
 		// EXDEV (another file system), EOPNOTSUPP or EINVAL (no
 		// reflinks here): none of the capture's files will clone.
 		f.noClone.Store(true)
-		c.abort()
-		return nil
+		return
 	}
-	return &FillClone{fill: f, c: c}
-}
-
-// FillClone is a clone of a captured file, placed once the capture knows
-// its content's ID.
-type FillClone struct {
-	fill *CacheFill
-	c    *cacheFile
-}
-
-// Place puts the clone in the cache as the content id if unchanged says
-// the file cloned still holds the bytes hashed to id, and reports whether
-// the content is in the cache now.
-func (c *FillClone) Place(id ID, unchanged func() bool) bool {
-	if c == nil {
-		return false
-	}
-	defer c.c.abort()
-	if !unchanged() {
-		return false
+	if !j.unchanged(j.src) {
+		return
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(int(c.c.f.Fd()), &st); err != nil {
-		return false
+	if err := unix.Fstat(int(c.f.Fd()), &st); err != nil {
+		return
 	}
-	c.c.path = c.fill.db.CachePath(id)
-	return c.fill.place(c.c, st.Size, true)
-}
-
-// Abort drops the clone; it is a no-op after Place.
-func (c *FillClone) Abort() {
-	if c != nil {
-		c.c.abort()
-	}
+	f.place(c, st.Size, true)
 }
 
 // Start begins a content written as it is read (a chunked file, whose ID
@@ -280,16 +240,19 @@ func (f *CacheFill) Start() *FillWriter {
 
 // FillWriter writes one content into the cache as a capture reads it, in
 // runs of up to writeruns.Size (see package writeruns) written by the
-// fill's workers.
+// fill queue; the last of them to be written places the content.
 type FillWriter struct {
 	fill *CacheFill
-	c    *cacheFile
 	run  *[]byte // the run being gathered; nil: none
 	off  int64   // the file offset where run starts
-	runs sync.WaitGroup
 
-	mu  sync.Mutex // guards err, which the workers set
-	err error
+	mu      sync.Mutex // guards the rest, which the queue's workers share
+	c       *cacheFile // nil once placed or given up
+	pending int        // runs queued, not written
+	sealed  bool       // Place or Abort was called
+	id      ID
+	size    int64
+	failed  error
 }
 
 // Write appends data.
@@ -316,7 +279,8 @@ func (w *FillWriter) Skip(n int64) {
 	}
 }
 
-// flush queues the run gathered.
+// flush queues the run gathered; a run the queue has no room for gives
+// the content up.
 func (w *FillWriter) flush() {
 	if w.run == nil {
 		return
@@ -327,52 +291,58 @@ func (w *FillWriter) flush() {
 		w.fill.db.putBuffer(run)
 		return
 	}
-	w.runs.Add(1)
-	w.fill.queue.add(fillJob{fill: w.fill, w: w, data: run, off: off})
+	w.mu.Lock()
+	w.pending++
+	w.mu.Unlock()
+	if !w.fill.db.fills.add(fillJob{fill: w.fill, w: w, data: run, off: off}) {
+		w.fill.db.putBuffer(run)
+		w.ran(errFillDropped)
+	}
 }
+
+var (
+	errFillDropped = errors.New("no room in the fill queue")
+	errFillAborted = errors.New("capture aborted")
+)
 
 // writeRun writes a queued run.
 func (w *FillWriter) writeRun(run []byte, off int64) {
-	defer w.runs.Done()
 	w.mu.Lock()
-	failed := w.err != nil
+	c, failed := w.c, w.failed
 	w.mu.Unlock()
-	if failed {
-		return
+	var err error
+	if c != nil && failed == nil {
+		_, err = c.f.WriteAt(run, off)
 	}
-	if _, err := w.c.f.WriteAt(run, off); err != nil {
-		w.mu.Lock()
-		w.err = err
-		w.mu.Unlock()
+	w.ran(err)
+}
+
+// ran notes a run written (or not: err), and places the content once it
+// is sealed and its last run is written.
+func (w *FillWriter) ran(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending--
+	if err != nil && w.failed == nil {
+		w.failed = err
 	}
+	w.finishLocked()
 }
 
 // Place puts what was written in the cache as the content id of size
-// bytes, once its runs are written.
+// bytes, once its runs are written (maybe after Place returns).
 func (w *FillWriter) Place(id ID, size int64) {
 	if w == nil {
 		return
 	}
-	defer w.Abort()
 	w.flush()
-	w.runs.Wait()
-	err := w.err
-	if err == nil {
-		err = w.c.f.Truncate(size)
-	}
-	if err != nil {
-		w.fill.failed(err)
-		return
-	}
-	if _, err := os.Lstat(w.fill.db.CachePath(id)); err == nil {
-		w.fill.stats.skipped.Add(1)
-		return
-	}
-	w.c.path = w.fill.db.CachePath(id)
-	w.fill.place(w.c, size, false)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sealed, w.id, w.size = true, id, size
+	w.finishLocked()
 }
 
-// Abort drops what was written; it is a no-op after Place.
+// Abort drops what was written (instead of Place).
 func (w *FillWriter) Abort() {
 	if w == nil {
 		return
@@ -381,8 +351,45 @@ func (w *FillWriter) Abort() {
 		w.fill.db.putBuffer(w.run)
 		w.run = nil
 	}
-	w.runs.Wait()
-	w.c.abort()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sealed = true
+	if w.failed == nil {
+		w.failed = errFillAborted
+	}
+	w.finishLocked()
+}
+
+// finishLocked places or drops the content once it is sealed and nothing
+// is left to write; w.mu held.
+func (w *FillWriter) finishLocked() {
+	if !w.sealed || w.pending > 0 || w.c == nil {
+		return
+	}
+	c := w.c
+	w.c = nil
+	defer c.abort()
+	f := w.fill
+	err := w.failed
+	switch {
+	case errors.Is(err, errFillAborted):
+		return
+	case errors.Is(err, errFillDropped):
+		f.stats.dropped.Add(1)
+		return
+	}
+	if err == nil {
+		err = c.f.Truncate(w.size)
+	}
+	if err != nil {
+		f.failed(err)
+		return
+	}
+	if f.has(w.id) {
+		return
+	}
+	c.path = f.db.CachePath(w.id)
+	f.place(c, w.size, false)
 }
 
 // start makes the cache file of id (ZeroID: named when placed).
@@ -422,6 +429,120 @@ func (f *CacheFill) failed(err error) {
 		return
 	}
 	f.db.log.Debug("fill the Store's cache", "err", err)
+}
+
+// fillJob is a content (id and data), a run of a FillWriter (w, data and
+// off) or a clone (id, src and unchanged) to write; data is a buffer of
+// the DB's pool, returned after.
+type fillJob struct {
+	fill      *CacheFill
+	id        ID
+	w         *FillWriter
+	data      *[]byte
+	off       int64
+	src       int // a clone's file, closed after
+	unchanged func(fd int) bool
+}
+
+func (j fillJob) run() {
+	switch {
+	case j.w != nil:
+		j.w.writeRun(*j.data, j.off)
+	case j.data != nil:
+		j.fill.put(j.id, *j.data)
+	default:
+		j.clone()
+		return
+	}
+	j.fill.db.putBuffer(j.data)
+}
+
+// bytes is the memory the job holds.
+func (j fillJob) bytes() int64 {
+	if j.data == nil {
+		return 0
+	}
+	return int64(cap(*j.data))
+}
+
+// fillQueue runs fill jobs on up to fillWorkers goroutines, started as
+// jobs come and ended when there are none, each on a thread of the lowest
+// priority.
+type fillQueue struct {
+	mu      sync.Mutex
+	jobs    []fillJob
+	bytes   int64 // held by the jobs queued
+	files   int   // clones queued
+	running int
+	idle    *sync.Cond // signalled when the queue empties and its workers end
+}
+
+// add queues j and reports whether there was room.
+func (q *fillQueue) add(j fillJob) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	clone := j.data == nil
+	if q.bytes+j.bytes() > fillQueueBytes || clone && q.files >= fillQueueFiles {
+		return false
+	}
+	q.jobs = append(q.jobs, j)
+	q.bytes += j.bytes()
+	if clone {
+		q.files++
+	}
+	if q.running < fillWorkers {
+		q.running++
+		go q.work()
+	}
+	return true
+}
+
+func (q *fillQueue) work() { lowPriority(q.jobsLoop) }
+
+// jobsLoop runs jobs until there are none.
+func (q *fillQueue) jobsLoop() {
+	for {
+		q.mu.Lock()
+		if len(q.jobs) == 0 {
+			q.running--
+			if q.running == 0 && q.idle != nil {
+				q.idle.Broadcast()
+			}
+			q.mu.Unlock()
+			return
+		}
+		j := q.jobs[0]
+		q.jobs[0] = fillJob{}
+		q.jobs = q.jobs[1:]
+		q.bytes -= j.bytes()
+		if j.data == nil {
+			q.files--
+		}
+		q.mu.Unlock()
+		j.run()
+	}
+}
+
+// wait waits until the queue is empty and its workers ended, or ctx ends.
+func (q *fillQueue) wait(ctx context.Context) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.idle == nil {
+		q.idle = sync.NewCond(&q.mu)
+	}
+	stop := context.AfterFunc(ctx, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.idle.Broadcast()
+	})
+	defer stop()
+	for q.running > 0 || len(q.jobs) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		q.idle.Wait()
+	}
+	return nil
 }
 
 // Buffers of fill jobs come from two pools of the DB: runs of

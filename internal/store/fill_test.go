@@ -53,7 +53,8 @@ func TestCacheFill(t *testing.T) {
 	size := int64(len(head) + hole + len(tail))
 	w.Place(big, size)
 
-	require.NoError(t, b.Flush(ctx), "the flush waits for the fill")
+	require.NoError(t, b.Flush(ctx))
+	f.Wait()
 	assert.Equal(t, small, cacheBytes(t, db, sid))
 	got := cacheBytes(t, db, big)
 	want := make([]byte, size)
@@ -101,9 +102,11 @@ func TestCacheFillClone(t *testing.T) {
 	defer unix.Close(fd)
 
 	f := db.NewCacheFill()
-	require.False(t, f.Clone(id, fd, func() bool { return false }), "a changed file is not kept")
-	require.NoFileExists(t, db.CachePath(id))
-	require.True(t, f.Clone(id, fd, func() bool { return true }))
+	require.True(t, f.Clone(id, fd, func(int) bool { return false }))
+	f.Wait()
+	require.NoFileExists(t, db.CachePath(id), "a changed file is kept")
+	require.True(t, f.Clone(id, fd, func(int) bool { return true }))
+	f.Wait()
 	assert.Equal(t, data, cacheBytes(t, db, id))
 	assert.Equal(t, FillStats{Placed: 1, Bytes: int64(len(data)), Cloned: 1}, f.Stats())
 
@@ -114,6 +117,9 @@ func TestCacheFillClone(t *testing.T) {
 	require.NoError(t, err)
 	defer unix.Close(ofd)
 	oid := Hash(KindChunk, data[:100])
-	require.False(t, f.Clone(oid, ofd, func() bool { return true }))
-	require.Nil(t, f.CloneFile(fd), "tried again after a clone failed")
+	f.Clone(oid, ofd, func(int) bool { return true })
+	f.Wait()
+	require.NoFileExists(t, db.CachePath(oid))
+	require.False(t, f.CanClone(ofd))
+	require.False(t, f.Clone(id, fd, func(int) bool { return true }), "tried again after a clone failed")
 }

@@ -26,7 +26,7 @@ import (
 // its ID before its bytes go into a content. A content is placed whole,
 // as Materialize places it; a read of the workspace that needs a content
 // first materializes it itself, and the spans wait while such reads run
-// (foreground).
+// (foreground). What the fill queue holds (fill.go) is written first.
 
 // Content names a file content: its object (a chunk or a manifest), its
 // kind and its size.
@@ -78,6 +78,10 @@ func (db *DB) Prefetch(ctx context.Context, contents []Content) (PrefetchStats, 
 		p.limits = bucketSpans
 	}
 	p.stats.Contents = len(contents)
+	// What captures are writing into the cache is not missing.
+	if err := db.WaitFill(ctx); err != nil {
+		return p.stats, fmt.Errorf("prefetch: %w", err)
+	}
 	p.missing(contents)
 	if len(p.wants) == 0 {
 		p.stats.Took = time.Since(t0)
@@ -308,20 +312,7 @@ func (p *prefetch) fetch(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// The thread ends with the goroutine (it stays locked), so its
-			// priorities go with it.
-			runtime.LockOSThread()
-			lowerPriority()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(spans) || ctx.Err() != nil {
-					return
-				}
-				p.db.fg.yield(ctx)
-				if err := p.read(ctx, &spans[i]); err != nil {
-					p.fail(err)
-				}
-			}
+			lowPriority(func() { p.reads(ctx, spans, &next) })
 		}()
 	}
 	wg.Wait()
@@ -336,6 +327,20 @@ func (p *prefetch) fetch(ctx context.Context) error {
 		return err
 	}
 	return errors.Join(p.errs...)
+}
+
+// reads reads the spans from next on, one at a time.
+func (p *prefetch) reads(ctx context.Context, spans []span, next *atomic.Int64) {
+	for {
+		i := int(next.Add(1)) - 1
+		if i >= len(spans) || ctx.Err() != nil {
+			return
+		}
+		p.db.fg.yield(ctx)
+		if err := p.read(ctx, &spans[i]); err != nil {
+			p.fail(err)
+		}
+	}
 }
 
 func (p *prefetch) fail(err error) {
@@ -440,14 +445,31 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 	return nil
 }
 
-// lowerPriority gives the calling thread the lowest CPU priority and the
-// idle I/O class, so that what it reads and writes waits for the
-// workspaces' own I/O. It is best effort.
-func lowerPriority() {
+// lowPriority runs fn on a thread of its own given the lowest CPU priority
+// and the idle I/O class, so that what fn reads and writes waits for the
+// workspaces' own work; the thread gets its priorities back before it
+// serves other goroutines again. The thread is not left to end with fn's
+// goroutine: a child process started from it with a parent-death signal
+// (the sandbox's spawner) would die with it. Best effort.
+func lowPriority(fn func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	tid := unix.Gettid()
-	unix.Setpriority(unix.PRIO_PROCESS, tid, 19)
 	const ioprioWhoProcess, ioprioClassIdle, ioprioClassShift = 1, 3, 13
+	raw, nerr := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	io, _, ierr := unix.Syscall(unix.SYS_IOPRIO_GET, ioprioWhoProcess, uintptr(tid), 0)
+	if nerr != nil || ierr != 0 {
+		fn() // priorities that could not be given back are not taken
+		return
+	}
+	unix.Setpriority(unix.PRIO_PROCESS, tid, 19)
 	unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, uintptr(tid), ioprioClassIdle<<ioprioClassShift)
+	defer func() {
+		// getpriority's system call answers 20 - nice.
+		unix.Setpriority(unix.PRIO_PROCESS, tid, 20-raw)
+		unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, uintptr(tid), io)
+	}()
+	fn()
 }
 
 // foreground counts the materializations a workspace's reads are waiting

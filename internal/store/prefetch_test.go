@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
@@ -93,4 +94,46 @@ func TestPrefetchCorrupt(t *testing.T) {
 	assert.Equal(t, len(cs)-1, st.Placed)
 	assert.NoFileExists(t, db.CachePath(victim.ID))
 	assert.FileExists(t, db.CachePath(cs[0].ID))
+}
+
+// TestLoadTrees loads many trees in one statement per few hundred, each
+// verified, into the tree cache.
+func TestLoadTrees(t *testing.T) {
+	eachBackend(t, func(t *testing.T, newDB func(testing.TB) *DB) {
+		ctx := t.Context()
+		db := newDB(t)
+		b, err := db.NewBatch(ctx)
+		require.NoError(t, err)
+		var ids []ID
+		for i := range 300 {
+			id, err := b.PutTree(&Tree{Entries: []Entry{putContent(t, b, fmt.Sprintf("f%d", i), []byte{byte(i)})}})
+			require.NoError(t, err)
+			ids = append(ids, id)
+		}
+		require.NoError(t, b.Flush(ctx))
+		b.Abort()
+		// A fresh open: nothing cached.
+		db2 := reopen(t, db)
+		before := db2.Counters()
+		require.NoError(t, db2.LoadTrees(ctx, append(ids, ZeroID)))
+		mid := db2.Counters().Sub(before)
+		assert.LessOrEqual(t, mid.Statements, int64(2), "statements for 300 trees")
+		for i, id := range ids {
+			tr, err := db2.Tree(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprintf("f%d", i), tr.Entries[0].Name)
+		}
+		after := db2.Counters().Sub(before)
+		assert.Equal(t, int64(300), after.TreeCacheHits)
+	})
+}
+
+// reopen closes db and opens its directory again.
+func reopen(t *testing.T, db *DB) *DB {
+	t.Helper()
+	require.NoError(t, db.Close())
+	again, err := Open(t.Context(), db.Dir(), Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { again.Close() })
+	return again
 }
