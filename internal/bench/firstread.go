@@ -221,10 +221,6 @@ func (r *firstRead) afterImport(m DaemonMode, i int) error {
 		return fmt.Errorf("import: %w", err)
 	}
 	r.add(rowImport, m, time.Since(t0).Seconds())
-	if st, err := c.Stats(ctx); err == nil {
-		r.add(rowCache, m, float64(st.CacheBytes)/(1<<20))
-		r.add(rowPacks, m, float64(st.PackBytes)/(1<<20))
-	}
 	t0 = time.Now()
 	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "tree", Branch: "main", Platform: "local"})
 	if err != nil {
@@ -245,6 +241,11 @@ func (r *firstRead) afterImport(m DaemonMode, i int) error {
 	defer ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
 	if err := r.timedRead(ws, readAll, rowSecond, m); err != nil {
 		return err
+	}
+	// The disk the tree takes, its reads done (and the cache's fill).
+	if st, err := c.Stats(ctx); err == nil {
+		r.add(rowCache, m, float64(st.CacheBytes)/(1<<20))
+		r.add(rowPacks, m, float64(st.PackBytes)/(1<<20))
 	}
 	if err := execOK(ctx, ws, changeFirst(r.cfg.Changes)); err != nil {
 		return fmt.Errorf("change files: %w", err)

@@ -120,21 +120,22 @@ type DB struct {
 	gcMu    sync.RWMutex
 	batches atomic.Int64 // batches holding unflushed work
 
-	packs     *packSet     // the embedded Store's pack files; nil on a shared Store
-	bucket    *bucketPacks // a shared Store's pack objects; nil on the embedded one
-	content   packStore    // whichever of the two this DB has
-	node      string       // this host's name in a shared Store
-	lease     *leaseKeeper // renews node's lease; nil on the embedded Store
-	trees     *treeCache
-	mat       flightGroup
-	mem       memCache  // contents held in memory while the disk is full
-	wb        writeback // the window of cache files not synced yet
-	bound     cacheBound
-	fg        foreground // materializations reads wait for (prefetch.go)
-	fills     fillQueue  // the cache fills behind captures (fill.go)
-	cacheDirs cacheDirs  // the cache's directories made
-	runBufs   sync.Pool  // *[]byte buffers of CacheFill's jobs (fill.go)
-	smallBufs sync.Pool
+	packs       *packSet     // the embedded Store's pack files; nil on a shared Store
+	bucket      *bucketPacks // a shared Store's pack objects; nil on the embedded one
+	content     packStore    // whichever of the two this DB has
+	node        string       // this host's name in a shared Store
+	lease       *leaseKeeper // renews node's lease; nil on the embedded Store
+	trees       *treeCache
+	mat         flightGroup
+	mem         memCache  // contents held in memory while the disk is full
+	wb          writeback // the window of cache files not synced yet
+	bound       cacheBound
+	fg          foreground // materializations reads wait for (prefetch.go)
+	fills       fillQueue  // the cache fills behind captures (fill.go)
+	prefetches  prefetches // running (prefetch.go), whose reads Materialize may use
+	cacheDirs   cacheDirs  // the cache's directories made
+	runBufs     sync.Pool  // *[]byte buffers of CacheFill's jobs (fill.go)
+	contentBufs [len(contentClasses)]sync.Pool
 
 	ctr    counters
 	closed atomic.Bool

@@ -545,10 +545,11 @@ func (q *fillQueue) wait(ctx context.Context) error {
 	return nil
 }
 
-// Buffers of fill jobs come from two pools of the DB: runs of
-// writeruns.Size, and small contents of up to smallContent bytes; a
-// larger content of one chunk gets a buffer of its own.
-const smallContent = 64 << 10
+// Buffers of fill jobs come from pools of the DB: runs of writeruns.Size,
+// and contents of one chunk in classes of up to 4, 16 and 64 KiB (the
+// queue's bound counts what they hold); a larger content of one chunk
+// gets a buffer of its own.
+var contentClasses = [...]int{4 << 10, 16 << 10, 64 << 10}
 
 // runBuffer returns a buffer of writeruns.Size for a FillWriter's runs.
 func (db *DB) runBuffer() *[]byte {
@@ -561,23 +562,28 @@ func (db *DB) runBuffer() *[]byte {
 
 // contentBuffer returns a buffer with room for n bytes.
 func (db *DB) contentBuffer(n int) *[]byte {
-	if n > smallContent {
-		b := make([]byte, 0, n)
-		return &b
+	for i, c := range contentClasses {
+		if n <= c {
+			if b, ok := db.contentBufs[i].Get().(*[]byte); ok {
+				return b
+			}
+			b := make([]byte, 0, c)
+			return &b
+		}
 	}
-	if b, ok := db.smallBufs.Get().(*[]byte); ok {
-		return b
-	}
-	b := make([]byte, 0, smallContent)
+	b := make([]byte, 0, n)
 	return &b
 }
 
 // putBuffer returns a buffer to its pool.
 func (db *DB) putBuffer(b *[]byte) {
-	switch cap(*b) {
-	case writeruns.Size:
+	if cap(*b) == writeruns.Size {
 		db.runBufs.Put(b)
-	case smallContent:
-		db.smallBufs.Put(b)
+		return
+	}
+	for i, c := range contentClasses {
+		if cap(*b) == c {
+			db.contentBufs[i].Put(b)
+		}
 	}
 }

@@ -44,6 +44,9 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	}
 	db.fg.begin()
 	defer db.fg.end()
+	if db.prefetches.serve(e.Object) {
+		return path, nil
+	}
 	p, err := db.mat.do(e.Object.String(), func() (string, error) {
 		if _, err := os.Lstat(path); err == nil {
 			return path, nil

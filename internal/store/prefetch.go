@@ -73,7 +73,7 @@ func (db *DB) Prefetch(ctx context.Context, contents []Content) (PrefetchStats, 
 	if err := db.check(); err != nil {
 		return PrefetchStats{}, err
 	}
-	p := &prefetch{db: db, uses: map[ID][]chunkUse{}, limits: packSpans}
+	p := &prefetch{db: db, uses: map[ID][]chunkUse{}, byID: map[ID]*want{}, limits: packSpans}
 	if db.bucket != nil {
 		p.limits = bucketSpans
 	}
@@ -107,8 +107,11 @@ type prefetch struct {
 	db     *DB
 	limits spanLimits
 	wants  []*want
+	byID   map[ID]*want
 	uses   map[ID][]chunkUse // where each chunk needed goes
 	locs   []chunkLoc        // the chunks needed, in pack order
+	spans  []*span
+	where  map[ID]locRef // each chunk's span
 	stats  PrefetchStats
 
 	placed atomic.Int64
@@ -119,19 +122,21 @@ type prefetch struct {
 
 // want is a content to place. A chunked one is written chunk by chunk
 // into its cache file as its chunks come; left counts its extents with
-// data not written yet.
+// data not written yet, written which are.
 type want struct {
-	c    Content
-	m    *Manifest // nil: a content of one chunk
-	mu   sync.Mutex
-	file *cacheFile // opened with its first chunk
-	left int
-	dead bool // failed: placed never
+	c       Content
+	m       *Manifest // nil: a content of one chunk
+	mu      sync.Mutex
+	file    *cacheFile // opened with its first chunk
+	left    int
+	written []bool // by extent
+	dead    bool   // placed, or given up
 }
 
-// chunkUse is a chunk's place in a content.
+// chunkUse is a chunk's place in a content: its extent and offset.
 type chunkUse struct {
 	w   *want
+	ext int
 	off int64
 }
 
@@ -151,7 +156,9 @@ func (p *prefetch) missing(contents []Content) {
 		if _, err := os.Lstat(p.db.CachePath(c.ID)); err == nil {
 			continue
 		}
-		p.wants = append(p.wants, &want{c: c})
+		w := &want{c: c}
+		p.wants = append(p.wants, w)
+		p.byID[c.ID] = w
 	}
 	p.stats.Missing = len(p.wants)
 }
@@ -166,7 +173,7 @@ func (p *prefetch) resolve(ctx context.Context) error {
 		switch w.c.Kind {
 		case KindChunk:
 			p.uses[w.c.ID] = append(p.uses[w.c.ID], chunkUse{w: w})
-			w.left = 1
+			w.left, w.written = 1, make([]bool, 1)
 		case KindManifest:
 			manifests = append(manifests, w.c.ID)
 			byID[w.c.ID] = w
@@ -195,10 +202,11 @@ func (p *prefetch) resolve(ctx context.Context) error {
 			return fmt.Errorf("manifest %s has %d bytes, the tree says %d: %w", w.c.ID, m.Size, w.c.Size, ErrCorrupt)
 		}
 		w.m = m
+		w.written = make([]bool, len(m.Extents))
 		var off int64
-		for _, x := range m.Extents {
+		for i, x := range m.Extents {
 			if !x.Chunk.IsZero() {
-				p.uses[x.Chunk] = append(p.uses[x.Chunk], chunkUse{w: w, off: off})
+				p.uses[x.Chunk] = append(p.uses[x.Chunk], chunkUse{w: w, ext: i, off: off})
 				w.left++
 			}
 			off += x.Length
@@ -276,69 +284,209 @@ func (db *DB) inBatches(ctx context.Context, ids []ID, q string, each func(scann
 	})
 }
 
-// span is a run of chunks of one pack read at once.
+// span is a run of chunks of one pack read at once. Its bytes stay until
+// its chunks are written (or the prefetch ends).
 type span struct {
 	pack, off, end int64
 	locs           []chunkLoc
+	ready          chan struct{} // closed once read: buf or err set
+	mu             sync.RWMutex  // guards buf, which a foreground read may use
+	buf            []byte
+	bad            []bool // by loc: the chunk's bytes do not hash to its ID
+	err            error
+	left           atomic.Int64 // locs not written yet
 }
 
-// spans cuts the sorted chunks into spans.
-func (p *prefetch) spans() []span {
-	var out []span
+// locRef is a chunk's place in a span.
+type locRef struct {
+	s *span
+	i int
+}
+
+// data returns the verified bytes of the span's i'th chunk, if the span
+// was read and still holds them.
+func (s *span) data(i int) ([]byte, bool) {
+	select {
+	case <-s.ready:
+	default:
+		return nil, false
+	}
+	if s.err != nil || s.bad[i] {
+		return nil, false
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.buf == nil {
+		return nil, false
+	}
+	l := s.locs[i]
+	return s.buf[l.off-s.off : l.off-s.off+l.len], true
+}
+
+// firstSpan is the longest first span: spans grow from it (doubling, up
+// to maxSpan), so that the first contents, which a workspace opened now
+// reads first, arrive before the later ones are read.
+const firstSpan = 256 << 10
+
+// cut cuts the sorted chunks into spans.
+func (p *prefetch) cut() {
+	limit := int64(firstSpan)
 	for _, l := range p.locs {
-		if n := len(out); n > 0 {
-			s := &out[n-1]
-			if s.pack == l.pack && l.off >= s.end && l.off-s.end <= p.limits.maxGap && l.off+l.len-s.off <= p.limits.maxSpan {
+		if n := len(p.spans); n > 0 {
+			s := p.spans[n-1]
+			if s.pack == l.pack && l.off >= s.end && l.off-s.end <= p.limits.maxGap && l.off+l.len-s.off <= limit {
 				s.end = l.off + l.len
 				s.locs = append(s.locs, l)
 				continue
 			}
+			limit = min(2*limit, p.limits.maxSpan)
 		}
-		out = append(out, span{pack: l.pack, off: l.off, end: l.off + l.len, locs: []chunkLoc{l}})
+		p.spans = append(p.spans, &span{pack: l.pack, off: l.off, end: l.off + l.len, locs: []chunkLoc{l}, ready: make(chan struct{})})
 	}
-	return out
+	p.where = make(map[ID]locRef, len(p.locs))
+	for _, s := range p.spans {
+		s.left.Store(int64(len(s.locs)))
+		s.bad = make([]bool, len(s.locs))
+		for i, l := range s.locs {
+			p.where[l.id] = locRef{s, i}
+		}
+	}
 }
 
-// fetch reads the spans on the prefetch's workers.
+// Writers and the spans ahead of them: the contents are written in pack
+// order by writeWorkers threads, while the span readers read at most
+// spansAhead spans past the first not written.
+const (
+	writeWorkers = 2
+	writeBatch   = 16
+)
+
+// fetch reads the spans and writes the contents: readers read spans in
+// order, writers take the chunks in pack order as their spans arrive. A
+// foreground read of a content whose chunks are read meanwhile is served
+// from them (serve).
 func (p *prefetch) fetch(ctx context.Context) error {
-	spans := p.spans()
-	p.stats.Reads = len(spans)
-	for _, s := range spans {
+	p.cut()
+	p.stats.Reads = len(p.spans)
+	for _, s := range p.spans {
 		p.stats.ReadBytes += s.end - s.off
 	}
-	var next atomic.Int64
+	p.db.prefetches.add(p)
+	defer p.db.prefetches.remove(p)
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ahead := make(chan struct{}, 2*p.limits.workers) // a token per span held
+	var nextSpan, nextLoc atomic.Int64
 	var wg sync.WaitGroup
-	for range min(p.limits.workers, len(spans)) {
+	for range min(p.limits.workers, len(p.spans)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lowPriority(func() { p.reads(ctx, spans, &next) })
+			lowPriority(func() { p.readSpans(ctx, &nextSpan, ahead) })
 		}()
 	}
+	var writers sync.WaitGroup
+	for range writeWorkers {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			lowPriority(func() { p.writeChunks(ctx, &nextLoc, ahead) })
+		}()
+	}
+	writers.Wait()
+	cancel() // readers waiting for a token
 	wg.Wait()
 	for _, w := range p.wants {
 		w.mu.Lock()
 		if w.file != nil {
 			w.file.abort()
+			w.file = nil
 		}
+		w.dead = true
 		w.mu.Unlock()
 	}
-	if err := ctx.Err(); err != nil {
+	if err := parent.Err(); err != nil {
 		return err
 	}
 	return errors.Join(p.errs...)
 }
 
-// reads reads the spans from next on, one at a time.
-func (p *prefetch) reads(ctx context.Context, spans []span, next *atomic.Int64) {
+// readSpans reads spans from next on. A token of ahead is taken before a
+// span is claimed, so that the spans holding tokens are always the first
+// ones not written, which the writers wait for.
+func (p *prefetch) readSpans(ctx context.Context, next *atomic.Int64, ahead chan struct{}) {
 	for {
-		i := int(next.Add(1)) - 1
-		if i >= len(spans) || ctx.Err() != nil {
+		select {
+		case ahead <- struct{}{}:
+		case <-ctx.Done():
 			return
 		}
+		i := int(next.Add(1)) - 1
+		if i >= len(p.spans) {
+			<-ahead
+			return
+		}
+		s := p.spans[i]
 		p.db.fg.yield(ctx)
-		if err := p.read(ctx, &spans[i]); err != nil {
-			p.fail(err)
+		p.read(ctx, s)
+		close(s.ready)
+	}
+}
+
+// read reads one span and checks its chunks.
+func (p *prefetch) read(ctx context.Context, s *span) {
+	buf, err := p.db.content.readRange(ctx, s.pack, s.off, s.end-s.off)
+	if err != nil {
+		s.err = fmt.Errorf("read pack %d at %d+%d: %w", s.pack, s.off, s.end-s.off, err)
+		p.fail(s.err)
+		return
+	}
+	p.db.ctr.packRead.Add(int64(len(buf)))
+	for i, l := range s.locs {
+		data := buf[l.off-s.off : l.off-s.off+l.len]
+		if got := Hash(KindChunk, data); got != l.id {
+			p.fail(fmt.Errorf("chunk %s in pack %d at offset %d hashes to %s: %w", l.id, l.pack, l.off, got, ErrCorrupt))
+			s.bad[i] = true
+			continue
+		}
+		p.db.ctr.chunksRead.Add(1)
+	}
+	s.mu.Lock()
+	s.buf = buf
+	s.mu.Unlock()
+}
+
+// writeChunks writes the chunks, in pack order, writeBatch at a time,
+// into their contents.
+func (p *prefetch) writeChunks(ctx context.Context, next *atomic.Int64, ahead chan struct{}) {
+	for {
+		from := int(next.Add(writeBatch)) - writeBatch
+		if from >= len(p.locs) || ctx.Err() != nil {
+			return
+		}
+		for _, l := range p.locs[from:min(from+writeBatch, len(p.locs))] {
+			r := p.where[l.id]
+			select {
+			case <-r.s.ready:
+			case <-ctx.Done():
+				return
+			}
+			if data, ok := r.s.data(r.i); ok {
+				for _, u := range p.uses[l.id] {
+					if err := p.write(u, data); err != nil {
+						p.fail(err)
+					}
+				}
+			} else {
+				p.drop(l.id)
+			}
+			if r.s.left.Add(-1) == 0 {
+				r.s.mu.Lock()
+				r.s.buf = nil
+				r.s.mu.Unlock()
+				<-ahead
+			}
 		}
 	}
 }
@@ -349,34 +497,6 @@ func (p *prefetch) fail(err error) {
 	if len(p.errs) < 8 {
 		p.errs = append(p.errs, err)
 	}
-}
-
-// read reads one span and writes its chunks where they go.
-func (p *prefetch) read(ctx context.Context, s *span) error {
-	buf, err := p.db.content.readRange(ctx, s.pack, s.off, s.end-s.off)
-	if err != nil {
-		for _, l := range s.locs {
-			p.drop(l.id)
-		}
-		return fmt.Errorf("read pack %d at %d+%d: %w", s.pack, s.off, s.end-s.off, err)
-	}
-	p.db.ctr.packRead.Add(int64(len(buf)))
-	var errs []error
-	for _, l := range s.locs {
-		data := buf[l.off-s.off : l.off-s.off+l.len]
-		if got := Hash(KindChunk, data); got != l.id {
-			errs = append(errs, fmt.Errorf("chunk %s in pack %d at offset %d hashes to %s: %w", l.id, l.pack, l.off, got, ErrCorrupt))
-			p.drop(l.id)
-			continue
-		}
-		p.db.ctr.chunksRead.Add(1)
-		for _, u := range p.uses[l.id] {
-			if err := p.write(u, data); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // drop gives up the contents chunk id was to go into.
@@ -398,7 +518,7 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 	w := u.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.dead {
+	if w.dead || w.written[u.ext] {
 		return nil
 	}
 	if w.file == nil {
@@ -422,6 +542,7 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 	if _, err := w.file.f.WriteAt(data, u.off); err != nil {
 		return fail(err)
 	}
+	w.written[u.ext] = true
 	if w.left--; w.left > 0 {
 		return nil
 	}
@@ -433,9 +554,8 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 		return fail(err)
 	}
 	placed, err := w.file.place(w.c.Size)
-	w.file = nil
+	w.file, w.dead = nil, true
 	if err != nil {
-		w.dead = true
 		return fmt.Errorf("content %s: %w", w.c.ID.Short(), err)
 	}
 	if placed {
@@ -443,6 +563,83 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 		p.bytes.Add(w.c.Size)
 	}
 	return nil
+}
+
+// serve places the content id now, for a read of a workspace, if this
+// prefetch wants it and holds every chunk of it (read, not yet written),
+// and reports whether the content is in the cache.
+func (p *prefetch) serve(id ID) bool {
+	w := p.byID[id]
+	if w == nil {
+		return false
+	}
+	// Every chunk first: a content is written whole or not at all here.
+	type part struct {
+		u    chunkUse
+		data []byte
+	}
+	var parts []part
+	add := func(chunk ID, ext int, off int64) bool {
+		r, ok := p.where[chunk]
+		if !ok {
+			return false
+		}
+		data, ok := r.s.data(r.i)
+		parts = append(parts, part{chunkUse{w: w, ext: ext, off: off}, data})
+		return ok
+	}
+	if w.m == nil {
+		if !add(w.c.ID, 0, 0) {
+			return false
+		}
+	} else {
+		var off int64
+		for i, x := range w.m.Extents {
+			if !x.Chunk.IsZero() && !add(x.Chunk, i, off) {
+				return false
+			}
+			off += x.Length
+		}
+	}
+	for _, pt := range parts {
+		if err := p.write(pt.u, pt.data); err != nil {
+			return false
+		}
+	}
+	_, err := os.Lstat(p.db.CachePath(id))
+	return err == nil
+}
+
+// prefetches are the prefetches running, which Materialize asks first.
+type prefetches struct {
+	mu  sync.Mutex
+	all []*prefetch
+}
+
+func (ps *prefetches) add(p *prefetch) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.all = append(ps.all, p)
+}
+
+func (ps *prefetches) remove(p *prefetch) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.all = slices.DeleteFunc(ps.all, func(q *prefetch) bool { return q == p })
+}
+
+// serve places content id from the chunks a running prefetch read, and
+// reports whether it did (or the content is in the cache anyway).
+func (ps *prefetches) serve(id ID) bool {
+	ps.mu.Lock()
+	all := slices.Clone(ps.all)
+	ps.mu.Unlock()
+	for _, p := range all {
+		if p.serve(id) {
+			return true
+		}
+	}
+	return false
 }
 
 // lowPriority runs fn on a thread of its own given the lowest CPU priority
