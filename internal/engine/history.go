@@ -104,11 +104,12 @@ func (e *Engine) CreateProject(ctx context.Context, req wire.CreateProject) (wir
 	if msg == "" {
 		msg = "first layer"
 	}
+	dropped := e.db.FillDropped()
 	p, id, _, err := commit.CreateProject(ctx, e.db, req.Name, from, e.meta(msg, ""), nil)
 	if err != nil {
 		return wire.Project{}, classify(err)
 	}
-	e.readyImage(ctx, id)
+	e.readyImage(ctx, id, dropped)
 	return wireProject(p), nil
 }
 
@@ -285,12 +286,13 @@ func (e *Engine) CommitDir(ctx context.Context, project, branch string, req wire
 	}
 	t0 := time.Now()
 	before := e.db.Counters()
+	dropped := e.db.FillDropped()
 	p, st, err := commit.CommitDir(ctx, e.db, project, branch, dir, e.meta(req.Message, req.Author), nil)
 	if err != nil {
 		return wire.CommitResult{}, classify(err)
 	}
 	if p.Result != store.PublishUpToDate {
-		e.readyImage(ctx, p.Commit)
+		e.readyImage(ctx, p.Commit, dropped)
 	}
 	r := storeReceipt(e.db.Counters().Sub(before), st)
 	r.WallNs = time.Since(t0).Nanoseconds()

@@ -17,9 +17,10 @@ import (
 // already; a workspace's commit, O(changes), has its image built in the
 // background instead (buildMetaAhead). A host that cannot serve the
 // overlay data path builds none; a failure costs only the first open.
-// Then the commit's contents that the capture's fill of the Store's cache
-// had no room for are prefetched from their packs.
-func (e *Engine) readyImage(ctx context.Context, id store.ID) {
+// Then the commit's contents are prefetched from their packs if the
+// capture's fill of the Store's cache left some out (dropped counts them
+// before the capture: store.DB.FillDropped).
+func (e *Engine) readyImage(ctx context.Context, id store.ID, dropped int64) {
 	if id.IsZero() {
 		return
 	}
@@ -31,7 +32,15 @@ func (e *Engine) readyImage(ctx context.Context, id store.ID) {
 		e.log.Warn("metadata image of a new commit", "commit", id.Short(), "err", err)
 		return
 	}
-	e.prefetch(c.Root)
+	e.prefetchLeft(c.Root, dropped)
+}
+
+// prefetchLeft prefetches the contents of root, a commit just captured,
+// unless the capture's fill placed them all (none dropped since dropped).
+func (e *Engine) prefetchLeft(root store.ID, dropped int64) {
+	if !e.db.FillsCache() || e.db.FillDropped() != dropped {
+		e.prefetch(root)
+	}
 }
 
 // prefetchFresh is how long a commit whose contents a prefetch found all

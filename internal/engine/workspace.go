@@ -715,6 +715,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	}
 	tCapture := time.Now()
 	meta := e.meta(req.Message, req.Author)
+	dropped := e.db.FillDropped()
 	p, st, err := commit.CommitChanges(ctx, e.db, w.rec.Project, w.rec.Branch, w.rec.Head, cs.Changes, meta, nil)
 	if err != nil {
 		return wire.CommitResult{}, classify(err)
@@ -729,7 +730,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 		}
 		w.mnt.MarkCommitted(c.Root, cs)
 		e.buildMetaAhead(w, c.Root)
-		e.prefetch(c.Root) // what the capture's fill of the cache left
+		e.prefetchLeft(c.Root, dropped)
 		w.rec.Head = p.Commit
 		w.opts.HeadRoot = c.Root
 		w.opts.Conflicts = nil

@@ -130,11 +130,12 @@ type DB struct {
 	mem         memCache  // contents held in memory while the disk is full
 	wb          writeback // the window of cache files not synced yet
 	bound       cacheBound
-	fg          foreground // materializations reads wait for (prefetch.go)
-	fills       fillQueue  // the cache fills behind captures (fill.go)
-	prefetches  prefetches // running (prefetch.go), whose reads Materialize may use
-	cacheDirs   cacheDirs  // the cache's directories made
-	runBufs     sync.Pool  // *[]byte buffers of CacheFill's jobs (fill.go)
+	fg          foreground   // materializations reads wait for (prefetch.go)
+	fills       fillQueue    // the cache fills behind captures (fill.go)
+	fillDropped atomic.Int64 // contents fills left out (fill.go)
+	prefetches  prefetches   // running (prefetch.go), whose reads Materialize may use
+	cacheDirs   cacheDirs    // the cache's directories made
+	runBufs     sync.Pool    // *[]byte buffers of CacheFill's jobs (fill.go)
 	contentBufs [len(contentClasses)]sync.Pool
 
 	ctr    counters

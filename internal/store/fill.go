@@ -75,6 +75,15 @@ func (db *DB) NewCacheFill() *CacheFill {
 	return &CacheFill{db: db}
 }
 
+// FillsCache reports whether captures fill the cache (Options.NoCacheFill
+// unset).
+func (db *DB) FillsCache() bool { return !db.opts.NoCacheFill }
+
+// FillDropped counts the contents captures' fills left out of the cache
+// (the fill queue had no room), ever: a caller that sees it unchanged
+// over a capture knows every content of it was placed, or is queued.
+func (db *DB) FillDropped() int64 { return db.fillDropped.Load() }
+
 // WaitFill waits until the fill queue has written what captures gave it
 // so far, or ctx ends.
 func (db *DB) WaitFill(ctx context.Context) error { return db.fills.wait(ctx) }
@@ -111,7 +120,11 @@ func (f *CacheFill) has(id ID) bool {
 // this capture, so neither can its cache (but for a file an aborted
 // capture left, which the link then keeps).
 func (f *CacheFill) Put(id ID, data []byte, isNew bool) {
-	if f == nil || f.full.Load() || !isNew && f.has(id) {
+	if f == nil || !isNew && f.has(id) {
+		return
+	}
+	if f.full.Load() {
+		f.dropped()
 		return
 	}
 	if _, queued := f.queued.LoadOrStore(id, struct{}{}); queued {
@@ -122,7 +135,7 @@ func (f *CacheFill) Put(id ID, data []byte, isNew bool) {
 	*buf = append((*buf)[:0], data...)
 	if !f.db.fills.add(fillJob{fill: f, id: id, data: buf}) {
 		f.db.putBuffer(buf)
-		f.stats.dropped.Add(1)
+		f.dropped()
 	}
 }
 
@@ -130,14 +143,18 @@ func (f *CacheFill) Put(id ID, data []byte, isNew bool) {
 func (f *CacheFill) put(id ID, data []byte) {
 	c, err := f.start(id)
 	if err != nil {
+		f.dropped()
 		return
 	}
 	defer c.abort()
 	if _, err := c.f.Write(data); err != nil {
 		f.failed(err)
+		f.dropped()
 		return
 	}
-	f.place(c, int64(len(data)), false)
+	if !f.place(c, int64(len(data)), false) {
+		f.dropped()
+	}
 }
 
 // Clone places the content id by cloning the open file src, whose bytes
@@ -198,29 +215,38 @@ func (f *CacheFill) CanClone(src int) bool {
 	return !f.noClone.Load()
 }
 
-// clone is a Clone's job.
+// clone is a Clone's job. A content it cannot place counts as dropped,
+// unless it is the first clone (whose caller puts the content instead).
 func (j fillJob) clone() {
 	defer unix.Close(j.src)
 	f := j.fill
+	if !j.cloneTry() && f.cloneProbed.Load() {
+		f.dropped()
+	}
+}
+
+// cloneTry clones and places, and reports whether the content is placed.
+func (j fillJob) cloneTry() bool {
+	f := j.fill
 	c, err := f.start(j.id)
 	if err != nil {
-		return
+		return false
 	}
 	defer c.abort()
 	if err := unix.IoctlFileClone(int(c.f.Fd()), j.src); err != nil {
 		// EXDEV (another file system), EOPNOTSUPP or EINVAL (no
 		// reflinks here): none of the capture's files will clone.
 		f.noClone.Store(true)
-		return
+		return false
 	}
 	if !j.unchanged(j.src) {
-		return
+		return false
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(c.f.Fd()), &st); err != nil {
-		return
+		return false
 	}
-	f.place(c, st.Size, true)
+	return f.place(c, st.Size, true)
 }
 
 // Start begins a content written as it is read (a chunked file, whose ID
@@ -228,11 +254,18 @@ func (j fillJob) clone() {
 // Abort. It returns nil, which takes writes and places nothing, when f is
 // nil or the disk is full.
 func (f *CacheFill) Start() *FillWriter {
-	if f == nil || f.full.Load() {
+	if f == nil {
 		return nil
 	}
-	c, err := f.start(ZeroID)
+	var c *cacheFile
+	var err error
+	if f.full.Load() {
+		err = unix.ENOSPC
+	} else {
+		c, err = f.start(ZeroID)
+	}
 	if err != nil {
+		f.dropped()
 		return nil
 	}
 	return &FillWriter{fill: f, c: c}
@@ -375,7 +408,7 @@ func (w *FillWriter) finishLocked() {
 	case errors.Is(err, errFillAborted):
 		return
 	case errors.Is(err, errFillDropped):
-		f.stats.dropped.Add(1)
+		f.dropped()
 		return
 	}
 	if err == nil {
@@ -383,13 +416,16 @@ func (w *FillWriter) finishLocked() {
 	}
 	if err != nil {
 		f.failed(err)
+		f.dropped()
 		return
 	}
 	if f.has(w.id) {
 		return
 	}
 	c.path = f.db.CachePath(w.id)
-	f.place(c, w.size, false)
+	if !f.place(c, w.size, false) {
+		f.dropped()
+	}
 }
 
 // start makes the cache file of id (ZeroID: named when placed).
@@ -417,6 +453,12 @@ func (f *CacheFill) place(c *cacheFile, size int64, cloned bool) bool {
 		f.stats.cloned.Add(1)
 	}
 	return true
+}
+
+// dropped counts a content left out for want of room.
+func (f *CacheFill) dropped() {
+	f.stats.dropped.Add(1)
+	f.db.fillDropped.Add(1)
 }
 
 // failed notes a fill's error: a full disk stops the fill, anything else
