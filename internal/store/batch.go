@@ -71,7 +71,7 @@ func (db *DB) NewBatch(ctx context.Context) (*Batch, error) {
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	b := &Batch{db: db, pending: map[ID]bool{}, fill: db.NewCacheFill()}
+	b := &Batch{db: db, pending: map[ID]bool{}, fill: db.newHeldFill()}
 	return b, nil
 }
 
@@ -257,14 +257,17 @@ func (b *Batch) Flush(ctx context.Context) error {
 		return errors.New("flush: batch already aborted")
 	}
 	if !b.active {
+		b.fill.Release()
 		return nil
 	}
 	err := b.flush(ctx)
 	if err != nil {
 		b.rollback()
+		b.fill.Discard()
 	} else {
 		b.releaseWriters()
 		b.stats.Flushes++
+		b.fill.Release() // the cache's copies, once the contents are durable
 	}
 	b.reset()
 	b.end()
@@ -421,6 +424,7 @@ func (b *Batch) Abort() {
 		return
 	}
 	b.done = true
+	b.fill.Discard()
 	if b.active {
 		b.rollback()
 		b.reset()

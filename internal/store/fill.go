@@ -21,8 +21,9 @@ import (
 //
 // The cache's writes are made behind the capture, not in it: a capture
 // hands them to the DB's fill queue (at most fillQueueBytes of data held)
-// and goes on, and the queue's workers write them at the lowest CPU and
-// I/O priority. Making a file per content costs about what capturing it
+// and goes on; a batch's fill holds them until the batch is flushed (its
+// syncs then carry none of them, and an aborted capture writes nothing),
+// and the queue's workers write them at the lowest CPU and I/O priority. Making a file per content costs about what capturing it
 // costs (an inode and a directory entry each), so a capture that waited
 // for them would take twice as long. A content the queue has no room for
 // is dropped and left to the Prefetch of the commit, which reads it back
@@ -42,6 +43,10 @@ type CacheFill struct {
 	full        atomic.Bool // the disk is full: place nothing more
 	queued      sync.Map    // IDs Put queued: ID -> struct{}
 	stats       fillCounters
+	// hold keeps the fill's jobs (held, under the queue's lock) until
+	// Release: a batch's, whose flush must not sync what they write.
+	hold bool
+	held []fillJob
 }
 
 type fillCounters struct {
@@ -73,6 +78,32 @@ func (db *DB) NewCacheFill() *CacheFill {
 		return nil
 	}
 	return &CacheFill{db: db}
+}
+
+// newHeldFill is a batch's fill: its writes wait until the batch is
+// flushed (Release), so that the flush's syncs (the pack's, the index's)
+// carry none of them, and a capture's last bytes are not held up by
+// them.
+func (db *DB) newHeldFill() *CacheFill {
+	f := db.NewCacheFill()
+	if f != nil {
+		f.hold = true
+	}
+	return f
+}
+
+// Release hands what f held to the fill queue's workers.
+func (f *CacheFill) Release() {
+	if f != nil {
+		f.db.fills.release(f)
+	}
+}
+
+// Discard drops what f held: its contents are left to the prefetch.
+func (f *CacheFill) Discard() {
+	if f != nil {
+		f.db.fills.discard(f)
+	}
 }
 
 // FillsCache reports whether captures fill the cache (Options.NoCacheFill
@@ -185,6 +216,10 @@ func (f *CacheFill) Clone(id ID, src int, unchanged func(fd int) bool) bool {
 			f.cloneProbed.Store(true)
 			return !f.noClone.Load()
 		}
+	}
+	if f.noClone.Load() { // found out meanwhile
+		unix.Close(fd)
+		return false
 	}
 	if !f.db.fills.add(j) {
 		j.clone() // no room in the queue: here
@@ -499,6 +534,25 @@ func (j fillJob) run() {
 	j.fill.db.putBuffer(j.data)
 }
 
+// isContent reports whether j writes a whole content from its data.
+func (j fillJob) isContent() bool { return j.w == nil && j.data != nil }
+
+// drop gives the job up: its content is left out of the cache.
+func (j fillJob) drop() {
+	switch {
+	case j.w != nil:
+		j.w.ran(errFillAborted)
+	case j.data == nil:
+		unix.Close(j.src)
+	}
+	if j.data != nil {
+		j.fill.db.putBuffer(j.data)
+	}
+	if j.w == nil {
+		j.fill.dropped()
+	}
+}
+
 // bytes is the memory the job holds.
 func (j fillJob) bytes() int64 {
 	if j.data == nil {
@@ -511,12 +565,16 @@ func (j fillJob) bytes() int64 {
 // jobs come and ended when there are none, each on a thread of the lowest
 // priority.
 type fillQueue struct {
-	mu      sync.Mutex
-	jobs    []fillJob
-	bytes   int64 // held by the jobs queued
-	files   int   // clones queued
-	running int
-	idle    *sync.Cond // signalled when the queue empties and its workers end
+	mu   sync.Mutex
+	jobs []fillJob
+	// contents are the queued jobs of whole contents, by ID: a read that
+	// needs one takes it out and writes it at once (serve); the worker
+	// that comes to a job taken so skips it.
+	contents map[ID]fillJob
+	bytes    int64 // held by the jobs queued
+	files    int   // clones queued
+	running  int
+	idle     *sync.Cond // signalled when the queue empties and its workers end
 }
 
 // add queues j and reports whether there was room.
@@ -527,16 +585,92 @@ func (q *fillQueue) add(j fillJob) bool {
 	if q.bytes+j.bytes() > fillQueueBytes || clone && q.files >= fillQueueFiles {
 		return false
 	}
-	q.jobs = append(q.jobs, j)
 	q.bytes += j.bytes()
 	if clone {
 		q.files++
 	}
-	if q.running < fillWorkers {
+	if j.isContent() {
+		if q.contents == nil {
+			q.contents = map[ID]fillJob{}
+		}
+		q.contents[j.id] = j
+	}
+	if j.fill.hold {
+		j.fill.held = append(j.fill.held, j)
+		return true
+	}
+	q.jobs = append(q.jobs, j)
+	q.startLocked()
+	return true
+}
+
+// startLocked starts workers for the jobs queued; q.mu held.
+func (q *fillQueue) startLocked() {
+	for q.running < min(fillWorkers, len(q.jobs)) {
 		q.running++
 		go q.work()
 	}
+}
+
+// release queues what f held.
+func (q *fillQueue) release(f *CacheFill) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.jobs = append(q.jobs, f.held...)
+	f.held = nil
+	q.startLocked()
+}
+
+// discard drops what f held.
+func (q *fillQueue) discard(f *CacheFill) {
+	q.mu.Lock()
+	held := f.held
+	f.held = nil
+	var drop []fillJob
+	for _, j := range held {
+		q.bytes -= j.bytes()
+		if j.data == nil {
+			q.files--
+		}
+		if q.take(j) {
+			drop = append(drop, j)
+		}
+	}
+	q.mu.Unlock()
+	for _, j := range drop {
+		j.drop()
+	}
+}
+
+// take reports whether the job j is still its worker's to run (not a
+// content a read took) and takes it out of contents; q.mu held.
+func (q *fillQueue) take(j fillJob) bool {
+	if !j.isContent() {
+		return true
+	}
+	if got, ok := q.contents[j.id]; !ok || got.data != j.data {
+		return false
+	}
+	delete(q.contents, j.id)
 	return true
+}
+
+// serve writes the content id now if a job of the queue holds it, and
+// reports whether it is in the cache.
+func (q *fillQueue) serve(id ID) bool {
+	q.mu.Lock()
+	j, ok := q.contents[id]
+	if ok {
+		delete(q.contents, id)
+	}
+	q.mu.Unlock()
+	if !ok {
+		return false
+	}
+	j.fill.put(j.id, *j.data)
+	j.fill.db.putBuffer(j.data)
+	_, err := os.Lstat(j.fill.db.CachePath(id))
+	return err == nil
 }
 
 func (q *fillQueue) work() { lowPriority(q.jobsLoop) }
@@ -560,8 +694,11 @@ func (q *fillQueue) jobsLoop() {
 		if j.data == nil {
 			q.files--
 		}
+		mine := q.take(j)
 		q.mu.Unlock()
-		j.run()
+		if mine {
+			j.run()
+		}
 	}
 }
 

@@ -123,3 +123,33 @@ func TestCacheFillClone(t *testing.T) {
 	require.False(t, f.CanClone(ofd))
 	require.False(t, f.Clone(id, fd, func(int) bool { return true }), "tried again after a clone failed")
 }
+
+// TestFillServes: a read of a content a batch's fill holds (its writes
+// wait for the flush) is served from the fill's bytes at once; a
+// discarded fill places nothing.
+func TestFillServes(t *testing.T) {
+	ctx := t.Context()
+	db := newDB(t)
+	b, err := db.NewBatch(ctx)
+	require.NoError(t, err)
+	data := randBytes(9, 3000)
+	e := putContent(t, b, "f", data)
+	b.CacheFill().Put(e.Object, data, true)
+	other := randBytes(10, 100)
+	oid := Hash(KindChunk, other)
+	b.CacheFill().Put(oid, other, true)
+	require.NoError(t, db.WaitFill(ctx))
+	require.NoFileExists(t, db.CachePath(e.Object), "written before the flush")
+
+	before := db.Counters()
+	p, err := db.Materialize(ctx, &e)
+	require.NoError(t, err)
+	assert.Zero(t, db.Counters().Sub(before).ChunksRead, "the read read a chunk of its own")
+	assert.Equal(t, data, cacheBytes(t, db, e.Object))
+	assert.Equal(t, db.CachePath(e.Object), p)
+
+	b.Abort() // the fill's other content is dropped
+	require.NoError(t, db.WaitFill(ctx))
+	assert.NoFileExists(t, db.CachePath(oid))
+	assert.Equal(t, int64(1), b.CacheFill().Stats().Dropped)
+}

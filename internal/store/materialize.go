@@ -44,7 +44,8 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	}
 	db.fg.begin()
 	defer db.fg.end()
-	if db.prefetches.serve(e.Object) {
+	// From what a capture's fill or a prefetch holds, if they hold it.
+	if db.fills.serve(e.Object) || db.prefetches.serve(e.Object) {
 		return path, nil
 	}
 	p, err := db.mat.do(e.Object.String(), func() (string, error) {
