@@ -13,7 +13,7 @@ import (
 // readyImage builds the metadata image of the commit id, just published
 // from a directory of this host (an import, a commit of a directory), so
 // that the first workspace opened on it mounts it at once instead of
-// building it (kerneloverlay.MetaImage). Such a publish is O(tree)
+// building it (readyOpen). Such a publish is O(tree)
 // already; a workspace's commit, O(changes), has its image built in the
 // background instead (buildMetaAhead). A host that cannot serve the
 // overlay data path builds none; a failure costs only the first open.
@@ -26,13 +26,26 @@ func (e *Engine) readyImage(ctx context.Context, id store.ID, dropped int64) {
 	}
 	c, err := e.db.Commit(ctx, id)
 	if err == nil && !e.noImageAhead && e.overlayCheck() == nil {
-		_, err = kerneloverlay.MetaImage(ctx, e.db, e.db.CacheDir(), c.Root)
+		err = e.readyOpen(ctx, c.Root)
 	}
 	if err != nil {
 		e.log.Warn("metadata image of a new commit", "commit", id.Short(), "err", err)
 		return
 	}
 	e.prefetchLeft(c.Root, dropped)
+}
+
+// readyOpen does ahead what the first overlay workspace opened on root
+// would otherwise do on its way: build root's metadata image and count
+// its hard links (overlayKeepsLinks), each a walk of the whole tree the
+// first time (the count is remembered per subtree, so a commit's costs
+// what it changed).
+func (e *Engine) readyOpen(ctx context.Context, root store.ID) error {
+	if _, err := kerneloverlay.MetaImage(ctx, e.db, e.db.CacheDir(), root); err != nil {
+		return err
+	}
+	_, err := e.links.Count(ctx, e.db, root)
+	return err
 }
 
 // prefetchLeft prefetches the contents of root, a commit just captured,

@@ -438,7 +438,7 @@ func (e *Engine) buildMetaAhead(w *workspace, root store.ID) {
 				return
 			}
 			e.ahead.mu.Unlock()
-			if _, err := kerneloverlay.MetaImage(context.Background(), e.db, e.db.CacheDir(), root); err != nil {
+			if err := e.readyOpen(context.Background(), root); err != nil {
 				e.log.Warn("metadata image of a new commit", "root", root.Short(), "err", err)
 			}
 		}
