@@ -522,6 +522,11 @@ type StoreStats struct {
 	PackBytes    int64            `json:"pack_bytes"`
 	PackFiles    int64            `json:"pack_files"`
 	CacheBytes   int64            `json:"cache_bytes"`
+	// CacheFiles is how many contents the cache holds; CacheLimit bounds
+	// their bytes (0: no bound), beyond which the least recently read are
+	// evicted.
+	CacheFiles int64 `json:"cache_files"`
+	CacheLimit int64 `json:"cache_limit"`
 	// ObjectBytes are the encoded bytes by kind (chunks: payload bytes).
 	ObjectBytes map[string]int64 `json:"object_bytes"`
 	Projects    int64            `json:"projects"`

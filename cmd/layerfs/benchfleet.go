@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,7 +22,7 @@ import (
 // the aggregate exec throughput of one, two and three daemons.
 func benchFleetCmd(a *app) *cobra.Command {
 	var cfg bench.FleetConfig
-	var dir, figures string
+	var dir, figures, logFile string
 	c := &cobra.Command{
 		Use:   "fleet --url 'postgres://...?bucket=s3://HOST/BUCKET' [--figures latency,open,execs] [--files N] [--samples N] [--exec-for D] [--clients N]",
 		Short: "Measure fork and commit latency on SQLite vs PostgreSQL+S3, a large tree opened on a second host, exec throughput of 1-3 daemons",
@@ -54,6 +55,14 @@ func benchFleetCmd(a *app) *cobra.Command {
 			cfg.NewPlatform = func(name string) (platforms.Platform, error) {
 				return catalog.New(name, catalog.Options{Project: "fleet"})
 			}
+			if logFile != "" {
+				f, err := os.Create(logFile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				cfg.Logger = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			}
 			cfg.Progress = func(what string) {
 				if !a.json {
 					fmt.Fprintln(a.stderr, what)
@@ -77,5 +86,6 @@ func benchFleetCmd(a *app) *cobra.Command {
 	c.Flags().DurationVar(&cfg.ExecFor, "exec-for", 20*time.Second, "how long each exec-throughput round runs")
 	c.Flags().IntVar(&cfg.ExecClients, "clients", 2, "concurrent callers per daemon in the exec throughput, each running true in a loop")
 	c.Flags().StringVar(&dir, "dir", "", "directory for the hosts' directories (default: a temporary one, removed after)")
+	c.Flags().StringVar(&logFile, "log", "", "write the hosts' daemons' logs (JSON lines) to this file")
 	return c
 }

@@ -71,7 +71,7 @@ func cellsRunCmd(a *app) *cobra.Command {
 	var (
 		platformList, cellList, out, guestDaemon, fsSpec string
 		dataPaths, storeList, storeURL                   string
-		samples                                          int
+		samples, coldFiles                               int
 		seed, quotaBytes                                 int64
 		keep                                             bool
 	)
@@ -127,6 +127,9 @@ database and bucket); the notes give the ratio of the geometric means.`,
 					return usageError{fmt.Errorf("--stores shared needs --store-url (or $LAYERFS_BENCH_STORE_URL): a shared Store's URL (docs/fleet.md)")}
 				}
 			}
+			if coldFiles <= 0 {
+				coldFiles = -1 // left out
+			}
 			cfg := bench.Config{
 				Cells:          cs,
 				Platforms:      plats,
@@ -137,6 +140,7 @@ database and bucket); the notes give the ratio of the geometric means.`,
 				QuotaBytes:     quotaBytes,
 				Stores:         stores,
 				SharedStoreURL: storeURL,
+				ColdFiles:      coldFiles,
 				Command:        "layerfs " + strings.Join(os.Args[1:], " "),
 				Machine:        machine(out),
 				NewPlatform: func(name string) (platforms.Platform, error) {
@@ -213,6 +217,7 @@ database and bucket); the notes give the ratio of the geometric means.`,
 	f.StringVar(&platformList, "platform", "local", "comma-separated platforms: "+strings.Join(catalog.Names, ", "))
 	f.StringVar(&cellList, "cells", "twelve", "comma-separated cell ids, or twelve, extended, all")
 	f.IntVar(&samples, "samples", 5, "timed samples per cell, platform and arm")
+	f.IntVar(&coldFiles, "cold-files", bench.DefaultColdFiles, "files of the cold figure's tree: a new workspace's first read of a committed tree against a native read, the page cache dropped for both, in the table under the cells (needs root); 0 leaves it out")
 	f.StringVar(&out, "out", "", "output directory (default ./layerfs-cells-DATE)")
 	f.Int64Var(&seed, "seed", 0, "seed of the randomised sample order (default: from the clock)")
 	f.BoolVar(&keep, "keep", false, "keep each sample's Store and directories under OUT/work")

@@ -87,7 +87,12 @@ func statsCmd(a *app) *cobra.Command {
 					}
 					fmt.Fprintf(w, "\nprojects\t%d\nbranches\t%d\nlayers\t%d\nworkspaces\t%d\n", st.Projects, st.Branches, st.Layers, st.Workspaces)
 					fmt.Fprintf(w, "logical bytes\t%s\nstored bytes\t%s\ndedup ratio\t%.2f\n", showBytes(st.LogicalBytes), showBytes(st.StoredBytes), st.DedupRatio)
-					fmt.Fprintf(w, "database\t%s\npacks\t%s in %d files\ncache\t%s\n", showBytes(st.DBBytes), showBytes(st.PackBytes), st.PackFiles, showBytes(st.CacheBytes))
+					fmt.Fprintf(w, "database\t%s\npacks\t%s in %d files\n", showBytes(st.DBBytes), showBytes(st.PackBytes), st.PackFiles)
+					limit := "no bound"
+					if st.CacheLimit > 0 {
+						limit = "bound " + showBytes(st.CacheLimit)
+					}
+					fmt.Fprintf(w, "cache\t%s, %d contents (%s)\n", showBytes(st.CacheBytes), st.CacheFiles, limit)
 				})
 			})
 		},

@@ -46,6 +46,7 @@ type serveFlags struct {
 	platforms  []string
 	dataPath   string
 	durability string
+	cacheBytes int64 // --cache-bytes
 	noUserNS   bool
 	logLevel   string
 	maxUpload  int64
@@ -85,6 +86,7 @@ func serveCmd() *cobra.Command {
 	fl.BoolVar(&f.noUserNS, "no-user-namespace", false, "run local sandboxes in the host's user namespace (uid 0 without capabilities) instead of one of their own; host processes can then create files in local overlay workspaces' mounts under their own ids")
 	fl.StringVar(&f.durability, "durability", "commit", "durability of workspaces that name none: commit (writes reach the disk with commits; a daemon crash loses nothing, a host crash what is uncommitted; fsync returns at once) or fsync (fsync and the overlay's copy-ups reach the disk)")
 	fl.StringVar(&f.dataPath, "data-path", "overlay", "data path of workspaces that name none: overlay (kernel overlayfs over a FUSE view of the commit; fuse, saying why, where the host cannot or the base has hard links), or fuse")
+	fl.Int64Var(&f.cacheBytes, "cache-bytes", 0, "bound of the Store's cache of contents in bytes, beyond which the least recently read are evicted (0: a quarter of its file system, -1: no bound)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Int64Var(&f.maxUpload, "max-upload", api.DefaultMaxUpload, "largest accepted upload in bytes")
 	fl.BoolVar(&f.supervise, "supervise", false, "run under a supervisor that reaps what the daemon leaves and starts it again if it crashes")
@@ -166,7 +168,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		return err
 	}
 
-	db, err := openStore(ctx, f.store, f.storeURL, log)
+	db, err := openStore(ctx, f.store, f.storeURL, store.Options{Logger: log, CacheBytes: f.cacheBytes})
 	if err != nil {
 		return err
 	}
@@ -509,18 +511,19 @@ func listenUnix(path string) (net.Listener, error) {
 
 // openStore opens the Store in dir, creating an embedded one when there is
 // none; with urlFile, dir joins the shared Store whose URL the file holds.
-func openStore(ctx context.Context, dir, urlFile string, log *slog.Logger) (*store.DB, error) {
+func openStore(ctx context.Context, dir, urlFile string, opts store.Options) (*store.DB, error) {
 	if urlFile != "" {
 		url, err := os.ReadFile(urlFile)
 		if err != nil {
 			return nil, fmt.Errorf("--store-url-file: %w", err)
 		}
-		return store.Join(ctx, dir, store.Options{Logger: log, URL: strings.TrimSpace(string(url))})
+		opts.URL = strings.TrimSpace(string(url))
+		return store.Join(ctx, dir, opts)
 	}
-	db, err := store.Open(ctx, dir, store.Options{Logger: log})
+	db, err := store.Open(ctx, dir, opts)
 	if errors.Is(err, store.ErrNoStore) {
-		log.Info("creating a new store", "dir", dir)
-		db, err = store.Init(ctx, dir, store.Options{Logger: log})
+		opts.Logger.Info("creating a new store", "dir", dir)
+		db, err = store.Init(ctx, dir, opts)
 	}
 	return db, err
 }

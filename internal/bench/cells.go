@@ -56,6 +56,10 @@ type Config struct {
 	// postgres://...?bucket=s3://... URL); each sample gets a scope of its
 	// own in it (StartScopedFleetDaemon), removed after the sample.
 	SharedStoreURL string
+	// ColdFiles is the size of the cold figure's tree (report.ColdRead,
+	// measured Samples times per platform after the cells); 0 means
+	// DefaultColdFiles, negative leaves the figure out.
+	ColdFiles int
 }
 
 // The Stores a run of the cells can put its daemons on.
@@ -255,6 +259,13 @@ func Run(ctx context.Context, cfg Config) (report.Results, error) {
 		if !s.Good() {
 			log.Warn("sample not good", "cell", s.Cell, "platform", s.Platform, "arm", s.Arm, "reason", s.Reason())
 		}
+	}
+	if cfg.ColdFiles >= 0 {
+		files := cfg.ColdFiles
+		if files == 0 {
+			files = DefaultColdFiles
+		}
+		res.Cold = coldReads(ctx, cfg, targets, files, cfg.Samples, log)
 	}
 	if cfg.Progress != nil {
 		cfg.Progress(len(tasks), len(tasks), "done")

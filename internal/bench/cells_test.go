@@ -52,8 +52,16 @@ func TestRunCells(t *testing.T) {
 		Samples:     1,
 		OutDir:      out,
 		NewPlatform: localOnly,
+		ColdFiles:   500,
 	})
 	require.NoError(t, err)
+	// The cold figure, beside the table: measured on local, both arms.
+	require.Len(t, res.Cold, 1)
+	cold := res.Cold[0]
+	assert.Equal(t, "local", cold.Platform)
+	assert.Empty(t, cold.NotRun)
+	assert.Len(t, cold.LayerFS, 1)
+	assert.Len(t, cold.Native, 1)
 	// On the overlay path only a first read of a committed content reaches
 	// the daemon (the metadata comes from an image, the data from the
 	// Store's cache once materialized): the cells with a base read theirs
@@ -79,6 +87,8 @@ func TestRunCells(t *testing.T) {
 	}
 	md, _ := os.ReadFile(filepath.Join(out, report.TableMarkdownFile))
 	assert.Contains(t, string(md), "not run", "an unavailable platform must appear as not run")
+	assert.Contains(t, string(md), "| cold first read ms |")
+	assert.Contains(t, string(md), "Cold first read: every file of a committed 500-file tree")
 	t.Logf("\n%s", md)
 }
 
@@ -98,6 +108,7 @@ func TestRunCellsSharedStore(t *testing.T) {
 		NewPlatform:    localOnly,
 		Stores:         []string{StoreEmbedded, StoreShared},
 		SharedStoreURL: testenv.StoreURL(t),
+		ColdFiles:      -1,
 	})
 	require.NoError(t, err)
 	require.Len(t, res.Platforms, 2)

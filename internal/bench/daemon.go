@@ -43,13 +43,42 @@ const maxSocketPath = 107
 // StartDaemon initialises a Store in dir (which must not hold one) and
 // serves it with the given host platforms, which must be Up.
 func StartDaemon(ctx context.Context, dir string, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
-	return startDaemon(ctx, dir, store.Options{Logger: log}, plats, log)
+	return startDaemon(ctx, dir, store.Options{Logger: log}, engine.Config{}, plats, log)
+}
+
+// DaemonMode says how a bench daemon readies committed contents for the
+// workspaces that read them.
+type DaemonMode string
+
+// The modes of StartDaemonIn.
+const (
+	// Ready is the daemon's own way: contents in the Store's cache when
+	// captured, metadata images built when commits are published,
+	// missing contents prefetched when a workspace opens.
+	Ready DaemonMode = "ready"
+	// Lazy readies nothing ahead: a content is materialized by its first
+	// read, an image built by its commit's first open.
+	Lazy DaemonMode = "lazy"
+)
+
+// StartDaemonIn is StartDaemon with the given mode; url, unless "", makes
+// it a host of that shared Store.
+func StartDaemonIn(ctx context.Context, mode DaemonMode, dir, url string, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
+	opts, cfg := store.Options{Logger: log, URL: url}, engine.Config{}
+	switch mode {
+	case Ready:
+	case Lazy:
+		opts.NoCacheFill, cfg.NoPrefetch, cfg.NoImageAhead = true, true, true
+	default:
+		return nil, fmt.Errorf("daemon mode %q: want %s or %s", mode, Ready, Lazy)
+	}
+	return startDaemon(ctx, dir, opts, cfg, plats, log)
 }
 
 // StartFleetDaemon is StartDaemon for a host of the shared Store at url:
 // dir becomes the host's directory (its caches and workspaces).
 func StartFleetDaemon(ctx context.Context, dir, url string, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
-	return startDaemon(ctx, dir, store.Options{Logger: log, URL: url}, plats, log)
+	return startDaemon(ctx, dir, store.Options{Logger: log, URL: url}, engine.Config{}, plats, log)
 }
 
 // StartScopedFleetDaemon is StartFleetDaemon on an empty scope of its own
@@ -69,12 +98,13 @@ func StartScopedFleetDaemon(ctx context.Context, dir, url string, plats []platfo
 	return d, nil
 }
 
-func startDaemon(ctx context.Context, dir string, opts store.Options, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
+func startDaemon(ctx context.Context, dir string, opts store.Options, cfg engine.Config, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
 	db, err := store.Init(ctx, dir, opts)
 	if err != nil {
 		return nil, err
 	}
-	eng, err := engine.New(ctx, engine.Config{Store: db, Platforms: plats, Logger: log})
+	cfg.Store, cfg.Platforms, cfg.Logger = db, plats, log
+	eng, err := engine.New(ctx, cfg)
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -212,6 +212,9 @@ type contents struct {
 	err     error
 	cancel  context.CancelFunc
 	bufs    sync.Pool
+	// fill puts each content in the Store's cache as it is read (nil:
+	// the Writer does not, and the cache fills on first read).
+	fill *store.CacheFill
 }
 
 // contentJob is one file to capture: its descriptor, opened when it was
@@ -226,6 +229,9 @@ type contentJob struct {
 func newContents(ctx context.Context, ch *Chunker, w Writer, stats *Stats, prog *Progress, workers int) (*contents, context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	c := &contents{ch: ch, w: w, prog: prog, stats: stats, jobs: make(chan contentJob, 4*workers), cancel: cancel}
+	if f, ok := w.(interface{ CacheFill() *store.CacheFill }); ok {
+		c.fill = f.CacheFill()
+	}
 	blockSize := 2<<20 + ch.p.Max
 	c.bufs.New = func() any { b := make([]byte, blockSize); return &b }
 	for range workers {
@@ -280,15 +286,16 @@ func (c *contents) wait() error {
 	return c.err
 }
 
-func (c *contents) put(data []byte) (store.ID, error) {
-	id := store.Hash(store.KindChunk, data)
-	return id, c.putHashed(id, data)
+func (c *contents) put(data []byte) (id store.ID, added bool, err error) {
+	id = store.Hash(store.KindChunk, data)
+	added, err = c.putHashed(id, data)
+	return id, added, err
 }
 
-func (c *contents) putHashed(id store.ID, data []byte) error {
+func (c *contents) putHashed(id store.ID, data []byte) (bool, error) {
 	added, err := c.w.PutChunk(id, data)
 	if err != nil {
-		return err
+		return false, err
 	}
 	c.mu.Lock()
 	c.stats.Chunks++
@@ -297,7 +304,7 @@ func (c *contents) putHashed(id store.ID, data []byte) error {
 		c.stats.NewBytes += int64(len(data))
 	}
 	c.mu.Unlock()
-	return nil
+	return added, nil
 }
 
 // capture stores one file's content. A file no larger than one maximum
@@ -322,9 +329,12 @@ func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
 		if err := preadFull(fd, buf[:size], 0, j.path); err != nil {
 			return err
 		}
-		id, err := c.put(buf[:size])
+		id, added, err := c.put(buf[:size])
 		if err != nil {
 			return fmt.Errorf("store %s: %w", j.path, err)
+		}
+		if !c.fill.Clone(id, fd, unchanged(&st)) {
+			c.fill.Put(id, buf[:size], added)
 		}
 		j.e.Object, j.e.ObjectKind = id, store.KindChunk
 		c.account(size)
@@ -334,7 +344,14 @@ func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
 	// manifest depends on the bytes only: a sparse file and a written one
 	// with the same content are the same object.
 	m := &store.Manifest{Size: size}
-	if err := c.chunkRange(fd, j.path, 0, size, m); err != nil {
+	// The cache's copy: written as the file is read, or a clone of it
+	// afterwards where the file system shares blocks.
+	var fw *store.FillWriter
+	if !c.fill.CanClone(fd) {
+		fw = c.fill.Start()
+	}
+	if err := c.chunkRange(fd, j.path, 0, size, m, fw); err != nil {
+		fw.Abort()
 		return err
 	}
 	id, err := func() (store.ID, error) {
@@ -343,11 +360,30 @@ func (c *contents) capture(ctx context.Context, j contentJob) (err error) {
 		return c.w.PutManifest(m)
 	}()
 	if err != nil {
+		fw.Abort()
 		return fmt.Errorf("store manifest of %s: %w", j.path, err)
+	}
+	if fw != nil {
+		fw.Place(id, size)
+	} else {
+		// A first clone that fails leaves its content to the commit's
+		// prefetch, and the next large files are written as read.
+		c.fill.Clone(id, fd, unchanged(&st))
 	}
 	j.e.Object, j.e.ObjectKind = id, store.KindManifest
 	c.account(size)
 	return nil
+}
+
+// unchanged tells whether the file fd (the one captured, or a duplicate
+// of it) still has the identity, size and times of st: the bytes read
+// from it since are those it holds.
+func unchanged(st *unix.Stat_t) func(fd int) bool {
+	return func(fd int) bool {
+		var now unix.Stat_t
+		return unix.Fstat(fd, &now) == nil && now.Ino == st.Ino && now.Dev == st.Dev &&
+			now.Size == st.Size && now.Mtim == st.Mtim && now.Ctim == st.Ctim
+	}
 }
 
 func (c *contents) account(size int64) {
@@ -399,7 +435,9 @@ func allZero(data []byte) bool {
 // preallocated file holds) becomes a hole, as if the file were sparse
 // there: it is neither hashed nor stored, and a checkout leaves it
 // unallocated; its bytes read back the same.
-func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Manifest) (err error) {
+// fw, unless nil, receives the file's data and holes in order (the
+// Store's cache's copy).
+func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Manifest, fw *store.FillWriter) (err error) {
 	toHash := make(chan *block, 2)
 	toPut := make(chan *block, 2)
 	putErr := make(chan error, 1)
@@ -417,7 +455,7 @@ func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Mani
 		for b := range toPut {
 			for i, data := range b.chunks {
 				if perr == nil {
-					if e := c.putHashed(b.ids[i], data); e != nil {
+					if _, e := c.putHashed(b.ids[i], data); e != nil {
 						perr = fmt.Errorf("store chunk of %s: %w", path, e)
 					}
 				}
@@ -469,7 +507,9 @@ func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Mani
 					lastHole = n
 					m.Extents = append(m.Extents, store.Extent{Length: int64(k)})
 				}
+				fw.Skip(int64(k))
 			} else {
+				fw.Write(data[:k])
 				b.chunks = append(b.chunks, data[:k])
 				b.ext = append(b.ext, len(m.Extents))
 				m.Extents = append(m.Extents, store.Extent{Length: int64(k)})

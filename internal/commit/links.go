@@ -39,6 +39,7 @@ func (c *LinkCounter) count(ctx context.Context, r Reader, id store.ID) (int64, 
 	if err != nil {
 		return 0, err
 	}
+	c.loadSubtrees(ctx, r, t)
 	var n int64
 	for i := range t.Entries {
 		e := &t.Entries[i]
@@ -55,4 +56,27 @@ func (c *LinkCounter) count(ctx context.Context, r Reader, id store.ID) (int64, 
 	}
 	c.memo[id] = n
 	return n, nil
+}
+
+// loadSubtrees reads t's subtrees not counted yet in one go where r can
+// (store.DB.LoadTrees): on a shared Store each tree read alone is a round
+// trip. Best effort: what it does not load, count reads one by one.
+func (c *LinkCounter) loadSubtrees(ctx context.Context, r Reader, t *store.Tree) {
+	l, ok := r.(interface {
+		LoadTrees(ctx context.Context, ids []store.ID) error
+	})
+	if !ok {
+		return
+	}
+	var ids []store.ID
+	for i := range t.Entries {
+		if e := &t.Entries[i]; e.Type == store.TypeDir {
+			if _, ok := c.memo[e.Object]; !ok {
+				ids = append(ids, e.Object)
+			}
+		}
+	}
+	if len(ids) > 1 {
+		l.LoadTrees(ctx, ids)
+	}
 }

@@ -43,6 +43,13 @@ type Config struct {
 	// Durability is the durability of workspaces that name none:
 	// wire.DurabilityCommit (the default) or wire.DurabilityFsync.
 	Durability string
+	// NoPrefetch leaves the contents a new workspace's commit lacks in the
+	// Store's cache to be materialized by its first reads, instead of
+	// fetched in the background ahead of them (ready.go).
+	NoPrefetch bool
+	// NoImageAhead leaves the metadata image of an import or of a commit
+	// of a directory to be built by the first workspace opened on it.
+	NoImageAhead bool
 }
 
 // Engine owns one Store's workspaces: their mounts, their sandboxes and
@@ -79,6 +86,10 @@ type Engine struct {
 		running bool
 	}
 
+	noPrefetch   bool
+	noImageAhead bool
+	prefetcher   prefetcher
+
 	metrics metrics
 }
 
@@ -106,6 +117,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		gid:    cfg.GID,
 		plats:  map[string]platforms.Platform{},
 		live:   map[string]*workspace{},
+
+		noPrefetch:   cfg.NoPrefetch,
+		noImageAhead: cfg.NoImageAhead,
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -240,6 +254,7 @@ func (e *Engine) Drain(ctx context.Context) error {
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.closing = true
+	e.stopPrefetch()
 	ws := make([]*workspace, 0, len(e.live))
 	for _, w := range e.live {
 		ws = append(ws, w)

@@ -104,10 +104,12 @@ func (e *Engine) CreateProject(ctx context.Context, req wire.CreateProject) (wir
 	if msg == "" {
 		msg = "first layer"
 	}
-	p, _, _, err := commit.CreateProject(ctx, e.db, req.Name, from, e.meta(msg, ""), nil)
+	dropped := e.db.FillDropped()
+	p, id, _, err := commit.CreateProject(ctx, e.db, req.Name, from, e.meta(msg, ""), nil)
 	if err != nil {
 		return wire.Project{}, classify(err)
 	}
+	e.readyImage(ctx, id, dropped)
 	return wireProject(p), nil
 }
 
@@ -284,9 +286,13 @@ func (e *Engine) CommitDir(ctx context.Context, project, branch string, req wire
 	}
 	t0 := time.Now()
 	before := e.db.Counters()
+	dropped := e.db.FillDropped()
 	p, st, err := commit.CommitDir(ctx, e.db, project, branch, dir, e.meta(req.Message, req.Author), nil)
 	if err != nil {
 		return wire.CommitResult{}, classify(err)
+	}
+	if p.Result != store.PublishUpToDate {
+		e.readyImage(ctx, p.Commit, dropped)
 	}
 	r := storeReceipt(e.db.Counters().Sub(before), st)
 	r.WallNs = time.Since(t0).Nanoseconds()
@@ -379,6 +385,8 @@ func (e *Engine) Stats(ctx context.Context) (wire.StoreStats, error) {
 		PackBytes:    s.PackBytes,
 		PackFiles:    int64(s.PackFiles),
 		CacheBytes:   s.CacheBytes,
+		CacheFiles:   s.CacheFiles,
+		CacheLimit:   s.CacheLimit,
 		ObjectBytes: map[string]int64{
 			"chunk": s.Chunks.Bytes, "manifest": s.Manifests.Bytes,
 			"tree": s.Trees.Bytes, "commit": s.Commits.Bytes,

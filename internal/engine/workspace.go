@@ -299,6 +299,7 @@ func (e *Engine) serve(ctx context.Context, w *workspace, fresh bool) error {
 		}
 		w.mnt = m
 		e.trackUpper(ctx, w)
+		e.prefetch(w.opts.Root)
 	}
 	host := e.plats[w.opts.Platform].(platforms.SandboxHost)
 	sb, err := host.Attach(ctx, platforms.Workspace{ID: w.rec.ID, HostPath: w.rec.MountPath,
@@ -437,7 +438,7 @@ func (e *Engine) buildMetaAhead(w *workspace, root store.ID) {
 				return
 			}
 			e.ahead.mu.Unlock()
-			if _, err := kerneloverlay.MetaImage(context.Background(), e.db, e.db.CacheDir(), root); err != nil {
+			if err := e.readyOpen(context.Background(), root); err != nil {
 				e.log.Warn("metadata image of a new commit", "root", root.Short(), "err", err)
 			}
 		}
@@ -714,6 +715,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	}
 	tCapture := time.Now()
 	meta := e.meta(req.Message, req.Author)
+	dropped := e.db.FillDropped()
 	p, st, err := commit.CommitChanges(ctx, e.db, w.rec.Project, w.rec.Branch, w.rec.Head, cs.Changes, meta, nil)
 	if err != nil {
 		return wire.CommitResult{}, classify(err)
@@ -728,6 +730,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 		}
 		w.mnt.MarkCommitted(c.Root, cs)
 		e.buildMetaAhead(w, c.Root)
+		e.prefetchLeft(c.Root, dropped)
 		w.rec.Head = p.Commit
 		w.opts.HeadRoot = c.Root
 		w.opts.Conflicts = nil

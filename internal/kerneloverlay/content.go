@@ -136,7 +136,8 @@ func (c *contentLower) load(ctx context.Context) error {
 		return fmt.Errorf("content view of %s: %w", c.root.Short(), err)
 	}
 	sortContents(contents)
-	for _, e := range contents {
+	for _, x := range contents {
+		e := contentEntry(x.ID, x.Kind, x.Size)
 		id := c.contentID(e.Name[:2])
 		if c.trees[id] == nil {
 			c.trees[id] = &store.Tree{}
@@ -147,11 +148,10 @@ func (c *contentLower) load(ctx context.Context) error {
 	return nil
 }
 
-// walkContents lists the file contents of the commit root, each once, as
-// the view's entries of them.
+// walkContents lists the file contents of the commit root, each once.
 func walkContents(ctx context.Context, lower interface {
 	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
-}, root store.ID) ([]store.Entry, error) {
+}, root store.ID) ([]store.Content, error) {
 	var contents contentList
 	walked := map[store.ID]bool{}
 	var walk func(id store.ID) error
@@ -176,29 +176,31 @@ func walkContents(ctx context.Context, lower interface {
 		return nil
 	}
 	err := walk(root)
-	return contents.entries, err
+	return contents.contents, err
 }
 
 // hasContent reports whether the entry e is a file with data: one the
 // image redirects to its content.
 func hasContent(e *store.Entry) bool { return e.Type == store.TypeFile && e.Size > 0 }
 
-// contentList gathers the contents of a commit's entries, each once, as
-// the view's entries of them.
+// contentList gathers the contents of a commit's entries, each once.
 type contentList struct {
-	entries []store.Entry
-	listed  map[store.ID]bool
+	contents []store.Content
+	listed   map[store.ID]struct{}
 }
 
 func (l *contentList) add(e *store.Entry) {
-	if !hasContent(e) || l.listed[e.Object] {
+	if !hasContent(e) {
 		return
 	}
 	if l.listed == nil {
-		l.listed = map[store.ID]bool{}
+		l.listed = map[store.ID]struct{}{}
 	}
-	l.listed[e.Object] = true
-	l.entries = append(l.entries, contentEntry(e.Object, e.ObjectKind, e.Size))
+	if _, ok := l.listed[e.Object]; ok {
+		return
+	}
+	l.listed[e.Object] = struct{}{}
+	l.contents = append(l.contents, store.Content{ID: e.Object, Kind: e.ObjectKind, Size: e.Size})
 }
 
 func contentEntry(id store.ID, kind store.Kind, size int64) store.Entry {
@@ -212,19 +214,19 @@ const (
 	contentsRecordSize = len(store.ID{}) + 1 + 8
 )
 
-func sortContents(contents []store.Entry) {
-	slices.SortFunc(contents, func(a, b store.Entry) int { return bytes.Compare(a.Object[:], b.Object[:]) })
+func sortContents(contents []store.Content) {
+	slices.SortFunc(contents, func(a, b store.Content) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 }
 
 // writeContents writes the contents list at path: beside it, then renamed
 // into place, so a reader sees a whole list or none.
-func writeContents(path string, contents []store.Entry) error {
+func writeContents(path string, contents []store.Content) error {
 	sortContents(contents)
 	b := make([]byte, 0, len(contents)*contentsRecordSize)
-	for _, e := range contents {
-		b = append(b, e.Object[:]...)
-		b = append(b, byte(e.ObjectKind))
-		b = binary.BigEndian.AppendUint64(b, uint64(e.Size))
+	for _, c := range contents {
+		b = append(b, c.ID[:]...)
+		b = append(b, byte(c.Kind))
+		b = binary.BigEndian.AppendUint64(b, uint64(c.Size))
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
 	if err != nil {
@@ -265,4 +267,26 @@ func readContents(path string) ([]byte, error) {
 // contentRecord is the view's entry of the list's record r.
 func contentRecord(r []byte) store.Entry {
 	return contentEntry(store.ID(r[:32]), store.Kind(r[32]), int64(binary.BigEndian.Uint64(r[33:41])))
+}
+
+// Contents lists the file contents of the commit root, each once (for the
+// Store's Prefetch): from the contents list MetaImage wrote beside the
+// image under cacheDir (a Store's cache directory), or, where there is
+// none, from a walk of the commit.
+func Contents(ctx context.Context, lower interface {
+	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
+}, cacheDir string, root store.ID) ([]store.Content, error) {
+	if records, err := readContents(contentsPath(cacheDir, root)); err == nil {
+		out := make([]store.Content, 0, len(records)/contentsRecordSize)
+		for i := 0; i < len(records); i += contentsRecordSize {
+			e := contentRecord(records[i:])
+			out = append(out, store.Content{ID: e.Object, Kind: e.ObjectKind, Size: e.Size})
+		}
+		return out, nil
+	}
+	contents, err := walkContents(ctx, lower, root)
+	if err != nil {
+		return nil, fmt.Errorf("contents of %s: %w", root.Short(), err)
+	}
+	return contents, nil
 }

@@ -3,11 +3,13 @@ package kerneloverlay
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -57,6 +59,17 @@ func MetaImage(ctx context.Context, lower interface {
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
+	// One builder at a time, in any process: the others wait for its
+	// image (a commit's is built when it is published, and a workspace
+	// opened meanwhile waits for it rather than build it again).
+	unlock, err := lockImage(ctx, path)
+	if err != nil {
+		return "", fmt.Errorf("metadata image of %s: %w", root.Short(), err)
+	}
+	defer unlock()
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
 	tree, contents, err := metaTree(ctx, lower, root)
 	if err != nil {
 		return "", fmt.Errorf("metadata image of %s: %w", root.Short(), err)
@@ -90,6 +103,34 @@ func MetaImage(ctx context.Context, lower interface {
 		return "", fmt.Errorf("metadata image of %s: %w", root.Short(), err)
 	}
 	return path, nil
+}
+
+// lockImage takes the lock of building the image at path, waiting while
+// another builder holds it, and returns its release.
+func lockImage(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for delay := time.Millisecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+	// The lock file stays: removing it could let a third builder lock a
+	// new file while a second holds the old one.
+	return func() { f.Close() }, nil
 }
 
 // contentsPath is where MetaImage puts the contents list of root (see
@@ -126,7 +167,7 @@ func thisBoot(dir string) error {
 // lists the contents the image's files redirect to, each once.
 func metaTree(ctx context.Context, lower interface {
 	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
-}, root store.ID) (*erofs.Inode, []store.Entry, error) {
+}, root store.ID) (*erofs.Inode, []store.Content, error) {
 	links := map[uint64]*erofs.Inode{}
 	var contents contentList
 	var dir func(id store.ID, path string, in *erofs.Inode) error
@@ -169,13 +210,55 @@ func metaTree(ctx context.Context, lower interface {
 		}
 		return nil
 	}
+	if l, ok := lower.(treeLoader); ok {
+		if err := loadLevels(ctx, l, lower, root); err != nil {
+			return nil, nil, err
+		}
+	}
 	// The view's root shows the mode and owner of a new directory; the
 	// overlay's root takes its attributes from the upper anyway.
 	top := &erofs.Inode{Mode: syscall.S_IFDIR | 0o755}
 	if err := dir(root, "", top); err != nil {
 		return nil, nil, err
 	}
-	return top, contents.entries, nil
+	return top, contents.contents, nil
+}
+
+// treeLoader loads many trees at once (store.DB.LoadTrees).
+type treeLoader interface {
+	LoadTrees(ctx context.Context, ids []store.ID) error
+}
+
+// loadLevels loads the trees under root a level at a time, so that the
+// walk after finds them cached: a statement per level (and per few
+// hundred directories) rather than one per directory.
+func loadLevels(ctx context.Context, l treeLoader, lower interface {
+	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
+}, root store.ID) error {
+	seen := map[store.ID]bool{}
+	for level := []store.ID{root}; len(level) > 0; {
+		if err := l.LoadTrees(ctx, level); err != nil {
+			return err
+		}
+		var next []store.ID
+		for _, id := range level {
+			if id.IsZero() {
+				continue
+			}
+			t, err := lower.Tree(ctx, id)
+			if err != nil {
+				return err
+			}
+			for i := range t.Entries {
+				if e := &t.Entries[i]; e.Type == store.TypeDir && !e.Object.IsZero() && !seen[e.Object] {
+					seen[e.Object] = true
+					next = append(next, e.Object)
+				}
+			}
+		}
+		level = next
+	}
+	return nil
 }
 
 // metaInode is the image's inode for the entry e at path p (absolute, in

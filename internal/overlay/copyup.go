@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -132,6 +133,27 @@ func (o *Overlay) lowerContent(ctx context.Context, n *Node) (string, error) {
 	return p, nil
 }
 
+// openLower opens the materialized lower content of n. A cache file
+// evicted since n last found it (store's cache bound) is materialized
+// again.
+func (o *Overlay) openLower(ctx context.Context, n *Node) (*os.File, error) {
+	for tries := 0; ; tries++ {
+		p, err := o.lowerContent(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		f, err := os.Open(p)
+		if err == nil || tries > 0 || !errors.Is(err, os.ErrNotExist) {
+			return f, err
+		}
+		o.mu.Lock()
+		if n.cache == p {
+			n.cache = ""
+		}
+		o.mu.Unlock()
+	}
+}
+
 // copyUp gives n an upper inode of the given kind. For copyData and
 // copyTrunc it returns the upper file opened read-write (the caller owns
 // it), so an open that caused the copy-up needs no second open.
@@ -156,11 +178,8 @@ func (o *Overlay) copyUp(ctx context.Context, n *Node, kind copyKind) (*os.File,
 	}
 	var src *os.File
 	if kind == copyData && n.mode == syscall.S_IFREG {
-		p, err := o.lowerContent(ctx, n)
-		if err != nil {
-			return nil, err
-		}
-		if src, err = os.Open(p); err != nil {
+		var err error
+		if src, err = o.openLower(ctx, n); err != nil {
 			return nil, fmt.Errorf("copy up: %w", err)
 		}
 		defer src.Close()
@@ -276,11 +295,7 @@ func (o *Overlay) fillMeta(ctx context.Context, n *Node, kind copyKind) (*os.Fil
 		return nil, err
 	}
 	if kind == copyData {
-		p, err := o.lowerContent(ctx, n)
-		if err != nil {
-			return fail(err)
-		}
-		src, err := os.Open(p)
+		src, err := o.openLower(ctx, n)
 		if err != nil {
 			return fail(fmt.Errorf("copy up: %w", err))
 		}

@@ -115,11 +115,7 @@ func (o *Overlay) Open(ctx context.Context, n *Node, flags int) (*File, error) {
 	state := n.state
 	o.mu.RUnlock()
 	if state != stateUpper && !write {
-		p, err := o.lowerContent(ctx, n)
-		if err != nil {
-			return nil, err
-		}
-		f, err := os.Open(p)
+		f, err := o.openLower(ctx, n)
 		if err != nil {
 			return nil, fmt.Errorf("open lower content: %w", err)
 		}

@@ -3,6 +3,7 @@ package overlay_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -318,5 +319,46 @@ func TestRandomOpsAPI(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEvictedLower: a lower file whose cache file the Store evicted after
+// a first open is materialized again by the next open and copy-up.
+func TestEvictedLower(t *testing.T) {
+	e := newEnv(t, true)
+	a := apiTarget{ctx: e.ctx, ov: e.ov}
+	n, err := a.regular("a/f2", false)
+	require.NoError(t, err)
+	want := []byte(strings.Repeat("abc", 40000))
+	read := func() []byte {
+		f, err := e.ov.Open(e.ctx, n, unix.O_RDONLY)
+		require.NoError(t, err)
+		defer f.Close()
+		b := make([]byte, len(want)+1)
+		k, err := f.ReadAt(b, 0)
+		require.ErrorIs(t, err, io.EOF)
+		return b[:k]
+	}
+	require.Equal(t, want, read())
+	evictAll(t, e.DB)
+	require.Equal(t, want, read(), "read after eviction")
+	evictAll(t, e.DB)
+	f, err := e.ov.Open(e.ctx, n, unix.O_RDWR)
+	require.NoError(t, err, "copy-up after eviction")
+	require.NoError(t, f.Close())
+	require.NoError(t, e.ov.Close())
+	got, err := os.ReadFile(filepath.Join(e.upper, "a", "f2"))
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+// evictAll removes every content from db's cache, as its bound would.
+func evictAll(t *testing.T, db *store.DB) {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(db.CacheDir(), "[0-9a-f][0-9a-f]", "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, dirs)
+	for _, p := range dirs {
+		require.NoError(t, os.Remove(p))
 	}
 }

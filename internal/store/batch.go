@@ -44,6 +44,7 @@ type Batch struct {
 	pending map[ID]bool  // ids put in this unit
 	probe   dedupProbe   // dedup probes, open while active
 	stats   BatchStats
+	fill    *CacheFill // nil: the Store fills its cache on first read only
 }
 
 type packUse struct {
@@ -70,9 +71,13 @@ func (db *DB) NewBatch(ctx context.Context) (*Batch, error) {
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	b := &Batch{db: db, pending: map[ID]bool{}}
+	b := &Batch{db: db, pending: map[ID]bool{}, fill: db.newHeldFill()}
 	return b, nil
 }
+
+// CacheFill is the fill of the Store's cache that captures into this
+// batch use (nil where the Store does not fill its cache so).
+func (b *Batch) CacheFill() *CacheFill { return b.fill }
 
 // begin marks the batch active: GC waits for (in-process) or is refused
 // by (other processes) batches holding unflushed work, because a chunk
@@ -252,14 +257,17 @@ func (b *Batch) Flush(ctx context.Context) error {
 		return errors.New("flush: batch already aborted")
 	}
 	if !b.active {
+		b.fill.Release()
 		return nil
 	}
 	err := b.flush(ctx)
 	if err != nil {
 		b.rollback()
+		b.fill.Discard()
 	} else {
 		b.releaseWriters()
 		b.stats.Flushes++
+		b.fill.Release() // the cache's copies, once the contents are durable
 	}
 	b.reset()
 	b.end()
@@ -416,6 +424,7 @@ func (b *Batch) Abort() {
 		return
 	}
 	b.done = true
+	b.fill.Discard()
 	if b.active {
 		b.rollback()
 		b.reset()

@@ -221,6 +221,18 @@ func (bp *bucketPacks) read(ctx context.Context, id ID, num, off, length int64) 
 	return data, nil
 }
 
+func (bp *bucketPacks) readRange(ctx context.Context, num, off, length int64) ([]byte, error) {
+	key, err := bp.packKey(ctx, num)
+	if err != nil {
+		return nil, err
+	}
+	data, err := bp.bucket.ReadRange(ctx, key, off, length)
+	if errors.Is(err, s3bucket.ErrNotFound) {
+		return nil, fmt.Errorf("pack object %s is missing: %w", key, ErrCorrupt)
+	}
+	return data, err
+}
+
 func (bp *bucketPacks) close() error { return nil }
 
 // removeDeadSpools removes the spooled packs of processes that died before

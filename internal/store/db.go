@@ -68,6 +68,12 @@ type Options struct {
 	// read from the bucket; 0 means DefaultChunkCacheBytes, negative
 	// disables it.
 	ChunkCacheBytes int64
+	// CacheBytes bounds the cache of contents (evict.go): 0 means a
+	// quarter of its file system's size, negative no bound.
+	CacheBytes int64
+	// NoCacheFill leaves the cache of contents to be filled on first read
+	// (Materialize) instead of by the captures that store them (CacheFill).
+	NoCacheFill bool
 	// LeaseTTL is how long a shared Store's host stays alive for GC
 	// without renewing its lease (lease.go); 0 means DefaultLeaseTTL.
 	LeaseTTL time.Duration
@@ -114,14 +120,23 @@ type DB struct {
 	gcMu    sync.RWMutex
 	batches atomic.Int64 // batches holding unflushed work
 
-	packs   *packSet     // the embedded Store's pack files; nil on a shared Store
-	bucket  *bucketPacks // a shared Store's pack objects; nil on the embedded one
-	content packStore    // whichever of the two this DB has
-	node    string       // this host's name in a shared Store
-	lease   *leaseKeeper // renews node's lease; nil on the embedded Store
-	trees   *treeCache
-	mat     flightGroup
-	mem     memCache // contents held in memory while the disk is full
+	packs       *packSet     // the embedded Store's pack files; nil on a shared Store
+	bucket      *bucketPacks // a shared Store's pack objects; nil on the embedded one
+	content     packStore    // whichever of the two this DB has
+	node        string       // this host's name in a shared Store
+	lease       *leaseKeeper // renews node's lease; nil on the embedded Store
+	trees       *treeCache
+	mat         flightGroup
+	mem         memCache  // contents held in memory while the disk is full
+	wb          writeback // the window of cache files not synced yet
+	bound       cacheBound
+	fg          foreground   // materializations reads wait for (prefetch.go)
+	fills       fillQueue    // the cache fills behind captures (fill.go)
+	fillDropped atomic.Int64 // contents fills left out (fill.go)
+	prefetches  prefetches   // running (prefetch.go), whose reads Materialize may use
+	cacheDirs   cacheDirs    // the cache's directories made
+	runBufs     sync.Pool    // *[]byte buffers of CacheFill's jobs (fill.go)
+	contentBufs [len(contentClasses)]sync.Pool
 
 	ctr    counters
 	closed atomic.Bool
@@ -280,10 +295,21 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 			return nil, err
 		}
 	}
+	if err := db.openCache(ctx); err != nil {
+		return nil, err
+	}
 	db.packs = newPackSet(db)
 	db.content = db.packs
 	db.trees = newTreeCache(opts.TreeCacheBytes)
 	return db, nil
+}
+
+// openCache settles what an earlier process left unsynced in the cache
+// (writeback.go) and readies this one's window.
+func (db *DB) openCache(ctx context.Context) error {
+	db.wb = writeback{dir: db.CacheDir(), log: db.log}
+	db.bound = cacheBound{db: db, max: cacheLimit(db.CacheDir(), db.opts.CacheBytes)}
+	return recoverCache(ctx, db.CacheDir(), db.log)
 }
 
 // checkVersion opens the database read-only and fails with ErrNewerSchema
@@ -365,6 +391,10 @@ func (db *DB) Close() error {
 func (db *DB) closeAll() error {
 	var errs []error
 	db.stopLease()
+	db.fills.wait(context.Background())
+	db.bound.wait()
+	db.wb.close()
+	db.cacheDirs.closeAll()
 	if db.content != nil {
 		errs = append(errs, db.content.close())
 	}

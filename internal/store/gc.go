@@ -566,7 +566,7 @@ func (db *DB) sweepCache(content map[ID]struct{}, st *GCStats) error {
 		return err
 	}
 	for _, d := range dirs {
-		if !d.IsDir() {
+		if !d.IsDir() || d.Name() == unsyncedDir {
 			continue
 		}
 		sub := filepath.Join(root, d.Name())

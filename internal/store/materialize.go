@@ -24,7 +24,7 @@ func (db *DB) CachePath(id ID) string {
 // Materialize returns the path of a regular, read-only file holding a file
 // entry's full content, creating it on first use: written to a temporary
 // file (sparse where the manifest has holes), verified chunk by chunk,
-// fsynced, then linked into place. A file in place never changes (a racing
+// then linked into place (synced with others later: see writeback.go). A file in place never changes (a racing
 // writer's link fails and its copy is dropped), so it can back FUSE
 // passthrough opens and be cloned for copy-up. Concurrent callers for one
 // content in this process share one materialization.
@@ -41,6 +41,12 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	}
 	if p, ok := db.mem.path(e.Object); ok {
 		return p, nil
+	}
+	db.fg.begin()
+	defer db.fg.end()
+	// From what a capture's fill or a prefetch holds, if they hold it.
+	if db.fills.serve(e.Object) || db.prefetches.serve(e.Object) {
+		return path, nil
 	}
 	p, err := db.mat.do(e.Object.String(), func() (string, error) {
 		if _, err := os.Lstat(path); err == nil {
@@ -59,43 +65,17 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	return p, nil
 }
 
-func (db *DB) materialize(ctx context.Context, e *Entry, path string) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".tmp-")
+func (db *DB) materialize(ctx context.Context, e *Entry, path string) error {
+	f, err := db.newCacheFile(path)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	defer func() {
-		if f != nil {
-			f.Close()
-		}
-		os.Remove(tmp)
-	}()
-
-	if err := db.fill(ctx, e, f); err != nil {
+	defer f.abort()
+	if err := db.fill(ctx, e, f.f); err != nil {
 		return err
 	}
-	if err := f.Chmod(0o444); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	err = f.Close()
-	f = nil
-	if err != nil {
-		return err
-	}
-	db.ctr.cacheBytes.Add(e.Size)
-	// link, not rename: a file already in place is never replaced.
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	return nil
+	_, err = f.place(e.Size)
+	return err
 }
 
 // fill writes e's content into the empty file f, verified, sparse where

@@ -58,6 +58,9 @@ type packStore interface {
 	record(ctx context.Context, tx *tx, used []packUse) error
 	// read returns chunk id's payload at off/length in pack num, verified.
 	read(ctx context.Context, id ID, num, off, length int64) ([]byte, error)
+	// readRange returns length bytes of pack num at off, as they are: a
+	// span of records, whose payloads the caller verifies (prefetch.go).
+	readRange(ctx context.Context, num, off, length int64) ([]byte, error)
 	close() error
 }
 
@@ -508,6 +511,20 @@ func (ps *packSet) read(_ context.Context, id ID, num, off, length int64) ([]byt
 	if got := Hash(KindChunk, data); got != id {
 		return nil, fmt.Errorf("chunk %s at %s offset %d: content hashes to %s: %w", id, path, off, got, ErrCorrupt)
 	}
+	return data, nil
+}
+
+func (ps *packSet) readRange(_ context.Context, num, off, length int64) ([]byte, error) {
+	f, err := ps.reader(num)
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, length)
+	if _, err := f.ReadAt(data, off); err != nil {
+		return nil, fmt.Errorf("read %s: %w", f.Name(), err)
+	}
+	// The bytes go into the cache: the pack's pages need not stay too.
+	unix.Fadvise(int(f.Fd()), off, length, unix.FADV_DONTNEED)
 	return data, nil
 }
 

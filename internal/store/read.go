@@ -186,3 +186,38 @@ func (r *contentReader) Read(p []byte) (int, error) {
 }
 
 func (r *contentReader) Close() error { return nil }
+
+// LoadTrees puts the trees ids in the tree cache, reading those it lacks
+// in a few statements (a shared Store's round trips cost more than the
+// trees' bytes: a walk that knows a level of directories ahead loads it at
+// once, then finds each in the cache).
+func (db *DB) LoadTrees(ctx context.Context, ids []ID) error {
+	var missing []ID
+	for _, id := range ids {
+		if !id.IsZero() && db.trees.get(id) == nil {
+			missing = append(missing, id)
+		}
+	}
+	q := fmt.Sprintf(`SELECT id, data FROM objects WHERE kind = %d AND id IN `, KindTree)
+	err := db.inBatches(ctx, missing, q, func(s scanner) error {
+		var idb, data []byte
+		if err := s.Scan(&idb, &data); err != nil {
+			return err
+		}
+		id := toID(idb)
+		if got := Hash(KindTree, data); got != id {
+			return fmt.Errorf("tree %s in %s (objects table): content hashes to %s: %w", id, dbFile, got, ErrCorrupt)
+		}
+		t, err := DecodeTree(data)
+		if err != nil {
+			return fmt.Errorf("tree %s: %w", id, err)
+		}
+		db.ctr.treeMisses.Add(1)
+		db.trees.put(id, t, int64(len(data)))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load trees: %w", err)
+	}
+	return nil
+}

@@ -180,6 +180,9 @@ func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *
 	if err := removeDeadSpools(filepath.Join(dir, spoolDir)); err != nil {
 		return nil, err
 	}
+	if err := db.openCache(ctx); err != nil {
+		return nil, err
+	}
 	chunks, err := openChunkCache(filepath.Join(dir, chunkCacheDir), opts.ChunkCacheBytes)
 	if err != nil {
 		return nil, err

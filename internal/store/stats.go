@@ -33,7 +33,9 @@ type StoreStats struct {
 	DBBytes      int64   `json:"db_bytes"`   // store.db and its WAL, apparent size
 	PackBytes    int64   `json:"pack_bytes"` // pack files, apparent size, dead bytes included
 	PackFiles    int     `json:"pack_files"`
-	CacheBytes   int64   `json:"cache_bytes"` // materialized files, on disk
+	CacheBytes   int64   `json:"cache_bytes"` // materialized files and metadata images, on disk
+	CacheFiles   int64   `json:"cache_files"` // contents in the cache
+	CacheLimit   int64   `json:"cache_limit"` // the bound of its contents' bytes (0: none)
 }
 
 // Stats counts objects by kind and measures the store on disk. It decodes
@@ -114,11 +116,24 @@ func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
 			st.PackBytes += fi.Size()
 		}
 	}
-	st.CacheBytes, err = diskUsage(filepath.Join(db.dir, cacheDir))
-	if err != nil {
+	if err := db.cacheStats(&st); err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
 	return st, nil
+}
+
+// cacheStats fills in the cache's figures.
+func (db *DB) cacheStats(st *StoreStats) error {
+	var err error
+	if st.CacheBytes, err = diskUsage(filepath.Join(db.dir, cacheDir)); err != nil {
+		return err
+	}
+	files, err := db.cacheContents()
+	if err != nil {
+		return err
+	}
+	st.CacheFiles, st.CacheLimit = int64(len(files)), max(db.bound.max, 0)
+	return nil
 }
 
 // sharedStats fills in a shared Store's footprint: the database's size,
@@ -133,8 +148,7 @@ func (db *DB) sharedStats(ctx context.Context, st StoreStats) (StoreStats, error
 		return st, fmt.Errorf("stats: %w", err)
 	}
 	st.PackFiles = int(packs)
-	st.CacheBytes, err = diskUsage(filepath.Join(db.dir, cacheDir))
-	if err != nil {
+	if err := db.cacheStats(&st); err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
 	st.CacheBytes += db.bucket.cache.bytes()

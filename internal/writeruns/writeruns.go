@@ -18,6 +18,12 @@ func New(size int, write func(b []byte, off int64) error) *Writer {
 	return &Writer{write: write, buf: make([]byte, 0, size)}
 }
 
+// NewInto is New with the runs gathered in buf (of any length; its
+// capacity is the run size), for a caller that reuses buffers.
+func NewInto(buf []byte, write func(b []byte, off int64) error) *Writer {
+	return &Writer{write: write, buf: buf[:0]}
+}
+
 // Write appends data at the current offset.
 func (w *Writer) Write(data []byte) error {
 	for len(data) > 0 {

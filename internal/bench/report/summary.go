@@ -22,6 +22,9 @@ type Results struct {
 	Cells     []Cell     // rows, in order
 	Samples   []Sample
 	Session   []SessionFigure
+	// Cold are the platforms' cold figures (ColdRead), printed under
+	// the cells.
+	Cold []ColdRead
 }
 
 // Platform is one platform of the run.

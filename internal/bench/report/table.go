@@ -96,8 +96,30 @@ func (r Results) cellGrid() grid {
 		row = append(row, cols...)
 	}
 	g.rows = append(g.rows, row)
+	coldNote := ""
+	if len(r.Cold) > 0 {
+		files := 0
+		row := []string{"cold first read ms"}
+		for _, p := range r.Platforms {
+			cols := make([]string, len(cellColumns))
+			for _, c := range r.Cold {
+				if c.Platform == p.Name {
+					cols, files = c.row(), max(files, c.Files)
+				}
+			}
+			if p.NotRun != "" {
+				cols = []string{"not run"}
+			}
+			row = append(row, cols...)
+		}
+		g.rows = append(g.rows, row)
+		coldNote = fmt.Sprintf("Cold first read: every file of a committed %s-file tree read (find | xargs cat) by a new workspace, against the same tree checked out into a plain directory, the page cache dropped before each; the cells run warm.", count(float64(files)))
+	}
 
 	g.notes = r.notes(sums)
+	if coldNote != "" {
+		g.notes = append(g.notes, coldNote)
+	}
 	return g
 }
 

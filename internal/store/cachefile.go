@@ -1,0 +1,164 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// cacheFile is a cache file being written: an unnamed file (O_TMPFILE)
+// in its place's directory, or, where the file system makes none, a
+// temporary one beside it; linked into place whole. It is written inside
+// the write-back window (writeback.go), or fsynced where no window could
+// be opened.
+type cacheFile struct {
+	db     *DB
+	f      *os.File
+	path   string // its place
+	named  bool   // a temporary file with a name, to remove
+	window bool   // inside the window: abort or place must end it
+}
+
+// newCacheFile starts the cache file that goes to path.
+func (db *DB) newCacheFile(path string) (*cacheFile, error) {
+	dir := filepath.Dir(path)
+	dfd, err := db.cacheDirs.open(dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &cacheFile{db: db, path: path, window: db.wb.begin() == nil}
+	// Read-only from the start: written through this descriptor only.
+	fd, err := unix.Openat(dfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o444)
+	if err == nil {
+		c.f = os.NewFile(uintptr(fd), path)
+		return c, nil
+	}
+	f, err := os.CreateTemp(dir, ".tmp-")
+	if err == nil {
+		err = f.Chmod(0o444)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+		c.abort()
+		return nil, err
+	}
+	c.f, c.named = f, true
+	return c, nil
+}
+
+// place links the file into place; a file already in place (another
+// writer's) is kept and this one dropped, which placed reports.
+func (c *cacheFile) place(size int64) (placed bool, err error) {
+	defer c.abort()
+	if !c.window {
+		if err := c.f.Sync(); err != nil {
+			return false, err
+		}
+	}
+	if c.named {
+		// link, not rename: a file already in place is never replaced.
+		err = os.Link(c.f.Name(), c.path)
+	} else {
+		err = c.db.cacheDirs.link(int(c.f.Fd()), c.path)
+	}
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("place cache file %s: %w", c.path, err)
+	}
+	c.db.ctr.cacheBytes.Add(size)
+	c.db.bound.placed(size)
+	return true, nil
+}
+
+// abort drops the file unless it was placed; it is a no-op after place.
+func (c *cacheFile) abort() {
+	if c.f != nil {
+		c.f.Close()
+		if c.named {
+			os.Remove(c.f.Name())
+		}
+		c.f = nil
+	}
+	if c.window {
+		c.window = false
+		c.db.wb.end()
+	}
+}
+
+// cacheDirs keeps a descriptor of each of the cache's directories written
+// to, so that a cache file is made and linked without a walk of its path.
+type cacheDirs struct {
+	mu     sync.Mutex
+	fds    map[string]int // directory path -> O_PATH descriptor
+	proc   bool           // link through /proc/self/fd: AT_EMPTY_PATH is refused
+	closed bool
+}
+
+// open returns the descriptor of dir, made if missing.
+func (d *cacheDirs) open(dir string) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return -1, ErrClosed
+	}
+	if fd, ok := d.fds[dir]; ok {
+		return fd, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return -1, err
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", dir, err)
+	}
+	if d.fds == nil {
+		d.fds = map[string]int{}
+	}
+	d.fds[dir] = fd
+	return fd, nil
+}
+
+// link gives the unnamed file fd the name path, in a directory opened
+// before.
+func (d *cacheDirs) link(fd int, path string) error {
+	dfd, err := d.open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	name := filepath.Base(path)
+	d.mu.Lock()
+	proc := d.proc
+	d.mu.Unlock()
+	if !proc {
+		// AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH.
+		err = unix.Linkat(fd, "", dfd, name, unix.AT_EMPTY_PATH)
+		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EPERM) {
+			return err
+		}
+		d.mu.Lock()
+		d.proc = true
+		d.mu.Unlock()
+	}
+	return unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), dfd, name, unix.AT_SYMLINK_FOLLOW)
+}
+
+// closeAll closes the descriptors.
+func (d *cacheDirs) closeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	for dir, fd := range d.fds {
+		unix.Close(fd)
+		delete(d.fds, dir)
+	}
+}
