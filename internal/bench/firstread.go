@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -455,9 +454,9 @@ func (rep *FirstReadReport) WriteTable(w io.Writer) error {
 				fmt.Fprintf(w, " - |")
 				continue
 			}
-			fmt.Fprintf(w, " %s %s", firstReadFigure(s.P50), row.Unit)
+			fmt.Fprintf(w, " %s %s", figure(s.P50), row.Unit)
 			if s.N > 1 {
-				fmt.Fprintf(w, " (%s-%s)", firstReadFigure(s.Min), firstReadFigure(s.Max))
+				fmt.Fprintf(w, " (%s-%s)", figure(s.Min), figure(s.Max))
 			}
 			fmt.Fprintf(w, " |")
 		}
@@ -474,18 +473,6 @@ func (rep *FirstReadReport) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
-}
-
-func firstReadFigure(v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "-"
-	case v >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	}
-	return fmt.Sprintf("%.2f", v)
 }
 
 func btoi(b bool) int {

@@ -122,9 +122,9 @@ func (r *FleetReport) writeRows(w io.Writer) error {
 			case !ok || s.N == 0:
 				cells[i] = "-"
 			case s.N == 1:
-				cells[i] = fmt.Sprintf("%s %s", fleetFigure(s.P50), row.Unit)
+				cells[i] = fmt.Sprintf("%s %s", figure(s.P50), row.Unit)
 			default:
-				cells[i] = fmt.Sprintf("%s %s (p95 %s, n=%d)", fleetFigure(s.P50), row.Unit, fleetFigure(s.P95), s.N)
+				cells[i] = fmt.Sprintf("%s %s (p95 %s, n=%d)", figure(s.P50), row.Unit, figure(s.P95), s.N)
 			}
 		}
 		if _, err := fmt.Fprintf(w, "| %s | %s | %s |\n", row.Name, strings.Join(cells, " | "), row.Target); err != nil {
@@ -134,7 +134,9 @@ func (r *FleetReport) writeRows(w io.Writer) error {
 	return nil
 }
 
-func fleetFigure(v float64) string {
+// figure formats a median for a table: three significant digits at most,
+// "-" for none.
+func figure(v float64) string {
 	switch {
 	case math.IsNaN(v):
 		return "-"

@@ -140,10 +140,10 @@ func writeExecTable(w io.Writer, rows []ExecThroughput) error {
 			if i > 0 {
 				per += ", "
 			}
-			per += fmt.Sprintf("%c %s", 'A'+i, fleetFigure(v))
+			per += fmt.Sprintf("%c %s", 'A'+i, figure(v))
 		}
-		if _, err := fmt.Fprintf(w, "| %d | %d | %s | %s | %s (%s) | %.1f |\n", r.Daemons, r.Clients, fleetFigure(r.Total), per,
-			fleetFigure(r.Latency.P50), fleetFigure(r.Latency.P95), r.SQLPerExec); err != nil {
+		if _, err := fmt.Fprintf(w, "| %d | %d | %s | %s | %s (%s) | %.1f |\n", r.Daemons, r.Clients, figure(r.Total), per,
+			figure(r.Latency.P50), figure(r.Latency.P95), r.SQLPerExec); err != nil {
 			return err
 		}
 	}
