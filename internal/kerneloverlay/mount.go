@@ -97,6 +97,19 @@ func workDir(dir string) string  { return filepath.Join(dir, "work") }
 func lowerDir(dir string) string { return filepath.Join(dir, "lower") }
 func viewDir(dir string) string  { return filepath.Join(dir, "view") }
 
+// loads reports whether the kernel can make a file system of type fstype
+// that /proc/filesystems does not list yet: a module not loaded (a
+// distribution kernel's overlay, as in a VM's guest), which opening a
+// file system context of that type loads.
+func loads(fstype string) bool {
+	fd, err := unix.Fsopen(fstype, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
+}
+
 // UpperDir is the upper directory of the workspace directory dir.
 func UpperDir(dir string) string { return upperDir(dir) }
 
@@ -110,7 +123,7 @@ func Check(dir string) error {
 	if err != nil {
 		return fmt.Errorf("overlay: %w", err)
 	}
-	if !strings.Contains(string(b), "\toverlay\n") {
+	if !strings.Contains(string(b), "\toverlay\n") && !loads("overlay") {
 		return errors.New("the kernel has no overlayfs")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
