@@ -47,9 +47,9 @@ type Option func(*Client)
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
 // WithCompressedDownloads asks the daemon to gzip what Download fetches:
-// worth it over a slow link (a VM's forwarded socket: 64 MiB took minutes
-// through Lima's SSH forward under emulation), not over a local socket,
-// where the daemon's CPU costs more than the bytes.
+// worth it over a slow link (a VM's forwarded socket, where bytes cost
+// more than the daemon's CPU), not over a local socket, where the CPU
+// costs more than the bytes.
 func WithCompressedDownloads() Option { return func(c *Client) { c.gzip = true } }
 
 // WithHTTPClient replaces the HTTP client for http:// addresses (its

@@ -99,8 +99,8 @@ type target struct {
 // captured as a project, so that each sample takes the base from there
 // (the LayerFS arm captures dir as its first layer, the native arm checks
 // the project out) instead of carrying it through the platform's forward
-// again: 64 MiB took minutes through Lima's SSH forward under emulation,
-// three times per cell and run.
+// again, three times per cell and run (a VM's forward is slow for bulk
+// data).
 type guestBase struct{ ws, dir, project string }
 
 // guestBase returns the base of cell on t's guest, putting it there (from

@@ -176,12 +176,9 @@ func runOutputs(log *slog.Logger, progress func(string)) (*slog.Logger, func(str
 // separateDaemon measures exec true back to back and after think time
 // through a layerfsd process of its own (its default platform, local),
 // and, alternating call by call, through a second one that serves with
-// --no-user-namespace. Measured side by side on a 2-vCPU VM: with the SDK
-// and the daemon in one process, an exec after 50 ms idle cost about 12 ms
-// of fixed overhead where a separate layerfsd took under 2 ms, until the
-// launcher stopped waiting for its inits in a blocking wait4 (see package
-// maxprocs): the in-process figure was the one process's goroutines
-// waiting up to 10 ms for a P.
+// --no-user-namespace: the fixed overhead of a daemon of its own, apart
+// from the SDK's process, whose goroutines would otherwise compete with
+// the daemon's for Ps (see package maxprocs).
 func separateDaemon(ctx context.Context, cfg SessionConfig) ([]report.SessionFigure, error) {
 	s := &session{ctx: ctx, platform: "local", calls: cfg.Calls, dataPath: cfg.DataPath}
 	var arms []*execArm

@@ -12,9 +12,10 @@
 // Params.Avg, a loose one until Params.Max. The gear table is generated from
 // a fixed seed (see gear), so cuts are a pure function of the bytes: an edit
 // or a prepend changes only the chunks around it and the rest deduplicate.
-// DefaultParams (2/8/32 KiB) were chosen with `layerfs bench store`: the
-// chunk that holds a random byte averages about 10 KiB, which keeps sixteen
-// scattered small edits of a large file under 0.25 MiB of new payload.
+// DefaultParams (2/8/32 KiB) keep the chunk that holds an edit small, so
+// scattered small edits of a large file store little new payload, and
+// few enough chunks per file that manifests stay small; `layerfs bench
+// store` measures both.
 // Files no larger than Params.Max are one chunk and need no manifest. Sparse
 // files are read with SEEK_DATA/SEEK_HOLE: only data is chunked, and holes
 // become extents with a zero chunk id.

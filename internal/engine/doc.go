@@ -1,8 +1,11 @@
 // Package engine owns a Store's workspaces: it mounts each as a
-// copy-on-write FUSE view (overlay served by fs) over a committed tree,
+// copy-on-write view over a committed tree, on one of two data paths
+// (kernel overlayfs over the commit's metadata image, package
+// kerneloverlay, by default; or the daemon's own FUSE view, package fs,
+// where overlayfs cannot serve it, the workspace's data path saying why),
 // attaches it to the platform its sandboxes run on, runs execs there,
-// commits what changed (commit.CommitChanges over the overlay's dirty set)
-// and ends it. It also offers the Store's history operations in the API's
+// commits what changed (the upper read as overlayfs wrote it, built into a
+// tree by package commit) and ends it. It also offers the Store's history operations in the API's
 // terms, so the api package needs nothing else.
 //
 // # Lifecycle of a workspace

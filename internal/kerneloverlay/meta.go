@@ -30,10 +30,10 @@ import (
 // opened.
 //
 // An image is a function of the root tree alone, so it is built once per
-// commit (MetaImage, about 20 ms of CPU for 15,000 files) and kept beside
+// commit (MetaImage) and kept beside
 // the Store's cache; the Store's gc sweeps it with other cache files, and
 // the next workspace of that commit builds it again. An image is not
-// fsynced (that was most of its build time): it is good as long as the
+// fsynced (a sync would cost more than the build): it is good as long as the
 // page cache it was written to, so the directory records the boot it was
 // written in, and a directory of another boot is emptied first.
 

@@ -16,8 +16,8 @@ import (
 // A workspace whose durability is "commit" is mounted with overlayfs's
 // volatile option (Config.Volatile): overlayfs then never syncs its upper,
 // neither when it copies a committed file up before the file's first write
-// (for a 64 MiB file, 75 ms of the 113 ms that copy-up took on this
-// machine's disk, where a native overwrite only dirties the page cache) nor
+// (the sync would be most of a large file's copy-up, where a native
+// overwrite only dirties the page cache) nor
 // on fsync(2) or syncfs(2) in the workspace. A commit's data is synced by
 // the Store; a crash of the daemon loses nothing, since the page cache
 // outlives it; a crash of the host can lose or garble what was written
@@ -39,8 +39,8 @@ func volatileMark(dir string) string {
 }
 
 // MountBootXattr, on a workspace's work directory, holds the boot ID of
-// its last volatile mount. (An xattr of a directory that is there anyway:
-// a file of its own took 0.2 ms to create on a workspace's first mount.)
+// its last volatile mount: an xattr of a directory that is there anyway,
+// so that a workspace's first mount creates no file for it.
 const MountBootXattr = "trusted.layerfs.mount_boot_id"
 
 // bootID is this boot's ID.

@@ -22,8 +22,7 @@ import (
 // UpperTracker keeps an UpperSummary of an upper directory up to date from
 // the kernel's inotify events on the upper's own directories, so a summary
 // after an exec costs in proportion to the directories the exec changed,
-// not to what the upper holds (a full scan of an upper of 15,000 files
-// took over 100 ms, paid by every exec).
+// not to what the upper holds (a full scan would be paid by every exec).
 //
 // Both data paths write the upper through the VFS (kernel overlayfs, or
 // the daemon's FUSE server and its passthrough files), so every create,
@@ -34,10 +33,9 @@ import (
 //
 // Each directory's watch is one-shot: its first event says the directory
 // changed and removes the watch, so a directory costs the writers one
-// event per exec however many of its files they create or write. (With a
-// lasting watch, each create cost three events, CREATE, MODIFY and
-// CLOSE_WRITE, about 5 µs in all: 1,000 creates in a sandbox took 10%
-// longer.) The next Summary arms the watch again and compares the
+// event per exec however many of its files they create or write, where a
+// lasting watch would cost three (CREATE, MODIFY, CLOSE_WRITE) for every
+// file created. The next Summary arms the watch again and compares the
 // directory's entries with what it knew of them, stat by stat.
 type UpperTracker struct {
 	set   *UpperTrackers

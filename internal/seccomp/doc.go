@@ -35,7 +35,7 @@
 // golang.org/x/net/bpf), and one per call with argument conditions
 // (assembled by github.com/elastic/go-seccomp-bpf); see BPF for why. They
 // are compiled once, in the daemon: the init, which starts for every exec,
-// never links the compiler (go-seccomp-bpf's package initialisation alone
-// costs about 0.3 ms). DockerProfile renders the same rules as Docker's
+// never links the compiler (go-seccomp-bpf's package initialisation would
+// run at every exec). DockerProfile renders the same rules as Docker's
 // JSON profile format, for a container's SecurityOpt "seccomp=...".
 package seccomp

@@ -5,6 +5,6 @@
 // It is the half of the filter that runs in every sandboxed exec: the
 // local sandbox init and the docker platform's supervisor link it, and
 // neither links the compiler (package seccomp and go-seccomp-bpf, whose
-// initialisation alone costs about 0.3 ms per process start). It depends
+// package initialisation would run at every process start). It depends
 // on golang.org/x/sys only.
 package bpfload

@@ -46,8 +46,8 @@ type Launcher struct {
 	// SyscallFilter is the seccomp programs every command runs under, as
 	// internal/seccomp.BPF compiles them; nil runs commands without any.
 	// It is compiled by the launcher's user rather than by the init,
-	// because the compiler's package initialisation alone would add
-	// about 0.3 ms to every exec. platforms/local always sets it.
+	// because the compiler's package initialisation would otherwise run
+	// at every exec. platforms/local always sets it.
 	SyscallFilter [][]byte
 	// UserNamespace, when set, runs every sandbox in a user namespace with
 	// this mapping (its root is Host on the host), made once by the
@@ -573,9 +573,10 @@ func (l *Launcher) tracePhases(launcher, init marks, cpu time.Duration) {
 // awaitExit returns once process pid (a child not yet reaped) has exited,
 // waiting through the runtime's poller on a pidfd rather than in a
 // blocking wait4: a goroutine blocked in a system call holds its P until
-// sysmon takes it back, which after idle can take 10 ms, and meanwhile
+// sysmon takes it back, which after idle can take one of sysmon's long
+// looks (see package maxprocs), and meanwhile
 // the goroutines that copy the exec's output to its end may have no P to
-// run on (see package maxprocs). Where there is no pidfd it returns at
+// run on. Where there is no pidfd it returns at
 // once, and the caller's wait blocks as before.
 func awaitExit(pid int) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)

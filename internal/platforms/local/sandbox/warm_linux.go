@@ -56,9 +56,8 @@ func (l *Launcher) warmOne() {
 	if l.lowersNice {
 		// The launcher's own part of a refill (the cgroup, the root's
 		// clones, the spawn) runs at warmNice too: it ran beside the
-		// answer of the exec that started it and the call after that
-		// (commit of a small change, right after an exec, 0.45 ms slower
-		// at the median of three rounds).
+		// answer of the exec that started it and slowed the call after
+		// that (a commit right after an exec).
 		runtime.LockOSThread()
 		_ = unix.Setpriority(unix.PRIO_PROCESS, 0, warmNice)
 		defer func() {
