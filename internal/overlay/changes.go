@@ -195,8 +195,9 @@ func (o *Overlay) loadUpperSubtree(ctx context.Context, d *Node) error {
 func (o *Overlay) changesLocked(baseNames []string) (*ChangeSet, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for n := range o.writers {
+	for n, files := range o.writers {
 		o.touchNode(n)
+		n.listed = fdStamp(files[0].Fd())
 	}
 	cs := &ChangeSet{Base: o.base, seq: o.seq, emitted: map[string]bool{}}
 	var err error

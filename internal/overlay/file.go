@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -55,15 +56,36 @@ func (f *File) Close() error {
 	o.mu.Lock()
 	f.n.opens--
 	if f.write {
-		if o.writers[f.n]--; o.writers[f.n] <= 0 {
+		o.writers[f.n] = slices.DeleteFunc(o.writers[f.n], func(g *File) bool { return g == f })
+		if len(o.writers[f.n]) == 0 {
 			delete(o.writers, f.n)
 		}
-		// Writes since the last Changes reached the file without the
-		// overlay seeing them: keep it in the next commit.
-		o.touchNode(f.n)
+		// Writes since the last Changes may have reached the file without
+		// the overlay seeing them (FUSE passthrough, a shared mmap): keep
+		// it in the next commit, unless it is as that Changes listed it.
+		// The kernel sends a closed file's release in the background,
+		// after close(2) returned, so it may come after a commit that the
+		// writer's exit preceded; it must not make that commit's file
+		// dirty again. (The stamp is exact with fine timestamps; see
+		// upperStamp. Without, a write in the clock tick of the listing
+		// goes unseen, which only a write concurrent with a commit could
+		// meet: execs do not run during commits.)
+		if fdStamp(f.Fd()) != f.n.listed {
+			o.touchNode(f.n)
+		}
 	}
 	o.mu.Unlock()
 	return f.f.Close()
+}
+
+// fdStamp is the stamp of an open upper file; zero, which no file's
+// stamp equals, if it cannot be read.
+func fdStamp(fd int) upperStamp {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return upperStamp{}
+	}
+	return stampOf(&st)
 }
 
 // Writers is the number of files open for writing: each counts as
@@ -92,11 +114,12 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 func (o *Overlay) openedLocked(n *Node, f *os.File, lower bool, flags int) *File {
 	write := flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0
 	n.opens++
+	h := &File{n: n, f: f, lowerFd: lower, write: write}
 	if write {
-		o.writers[n]++
+		o.writers[n] = append(o.writers[n], h)
 		o.touchNode(n)
 	}
-	return &File{n: n, f: f, lowerFd: lower, write: write}
+	return h
 }
 
 // Open opens the regular file n. A read-only open of a file whose data is

@@ -93,8 +93,8 @@ type Overlay struct {
 	// dirty set, see changes.go
 	seq       uint64
 	base      store.ID
-	rootDirty bool // after a remount: the whole upper is dirty
-	writers   map[*Node]int
+	rootDirty bool              // after a remount: the whole upper is dirty
+	writers   map[*Node][]*File // open for writing: see File.Close
 	emptyFile string
 
 	stats Stats
@@ -154,7 +154,7 @@ func Open(ctx context.Context, cfg Config) (*Overlay, error) {
 		umask:     readUmask(),
 		byLink:    map[uint64]*Node{},
 		byUpper:   map[uint64]*Node{},
-		writers:   map[*Node]int{},
+		writers:   map[*Node][]*File{},
 		lowerRoot: cfg.Root,
 		base:      cfg.Base,
 		emptyFile: empty,
@@ -257,7 +257,8 @@ type Node struct {
 	backing uint64       // upper inode number once known
 	nlink   int          // names of a lower-only node in a hard-link group
 	dir     *dirState
-	opens   int // open handles, for unlinked-but-open nodes
+	opens   int        // open handles, for unlinked-but-open nodes
+	listed  upperStamp // its upper file as the last Changes listed it open for writing
 }
 
 type alias struct {

@@ -362,3 +362,46 @@ func evictAll(t *testing.T, db *store.DB) {
 		require.NoError(t, os.Remove(p))
 	}
 }
+
+// TestCloseAfterCommit: a file open for writing counts as changed, and its
+// close (which the kernel sends after the writer's close(2) has returned)
+// keeps it changed only if it was written since the commit listed it. A
+// write straight to the backing file, as FUSE passthrough makes, counts.
+func TestCloseAfterCommit(t *testing.T) {
+	e := newEnv(t, true)
+	a := apiTarget{ctx: e.ctx, ov: e.ov}
+	changed := func() []string {
+		cs, err := e.ov.Changes(e.ctx)
+		require.NoError(t, err)
+		var out []string
+		for _, c := range cs.Changes {
+			out = append(out, c.Path)
+		}
+		return out
+	}
+	open := func() *overlay.File {
+		n, err := a.regular("f1", false)
+		require.NoError(t, err)
+		f, err := e.ov.Open(e.ctx, n, os.O_WRONLY)
+		require.NoError(t, err)
+		return f
+	}
+
+	f := open()
+	_, err := f.WriteAt([]byte("HELLO"), 0)
+	require.NoError(t, err)
+	e.Commit(e.ov)
+	require.Equal(t, []string{"f1"}, changed(), "open for writing: changed")
+	e.Commit(e.ov)
+	require.NoError(t, f.Close())
+	require.Empty(t, changed(), "closed after the commit, unwritten since: clean")
+
+	f = open()
+	e.Commit(e.ov)
+	_, err = f.OSFile().WriteAt([]byte("hello"), 0) // past the overlay, as passthrough
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.Equal(t, []string{"f1"}, changed(), "written after the commit's listing: changed")
+	e.Commit(e.ov)
+	require.Empty(t, changed())
+}
