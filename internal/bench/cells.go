@@ -565,7 +565,7 @@ func uploadDir(ctx context.Context, ws *client.Workspace, dir string) error {
 // probe runs the cell's eligibility probe, if it has one.
 func (r *sampleRun) probe(ws *client.Workspace) error {
 	if err := cells.Eligible(r.ctx, wsRunner{ws}, r.tk.cell); err != nil {
-		return fmt.Errorf("%w: %v", errIneligible, err)
+		return fmt.Errorf("%w: %w", errIneligible, err)
 	}
 	return nil
 }

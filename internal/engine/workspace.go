@@ -233,7 +233,7 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 		o.DataPath = spec.DataPath
 		if o.DataPath == wire.DataPathOverlay {
 			if err := e.overlayCheck(); err != nil {
-				return o, fmt.Errorf("%w: data path overlay: %v", errclass.Unavailable, err)
+				return o, fmt.Errorf("%w: data path overlay: %w", errclass.Unavailable, err)
 			}
 		}
 	default:
@@ -275,7 +275,7 @@ func mountTarget(p string) (string, error) {
 		return p, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: mount path %q: %v", errclass.Invalid, p, err)
+		return "", fmt.Errorf("%w: mount path %q: %w", errclass.Invalid, p, err)
 	}
 	if len(ents) > 0 {
 		return "", fmt.Errorf("%w: mount path %q is not empty", errclass.Invalid, p)

@@ -94,8 +94,10 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	if !filepath.IsAbs(w.HostPath) {
 		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: not absolute", w.ID, w.HostPath, ErrBadWorkspace)
 	}
-	if fi, err := os.Stat(w.HostPath); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: not a directory (%v)", w.ID, w.HostPath, ErrBadWorkspace, err)
+	if fi, err := os.Stat(w.HostPath); err != nil {
+		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: %w", w.ID, w.HostPath, ErrBadWorkspace, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: not a directory", w.ID, w.HostPath, ErrBadWorkspace)
 	}
 	s := &Sandbox{cli: cli, ws: w, cg: p.cg, log: p.log}
 	img := st.image.ID
@@ -520,7 +522,10 @@ func (s *Sandbox) stop(ctx context.Context, execID string, hj interface{ Close()
 	}
 	hj.Close()
 	<-done
-	return fmt.Errorf("%w: exec %s did not stop (pid %d, inspect: %v)", ErrSupervisor, execID[:12], pid, err)
+	if err != nil {
+		return fmt.Errorf("%w: exec %s did not stop (pid %d): inspect: %w", ErrSupervisor, execID[:12], pid, err)
+	}
+	return fmt.Errorf("%w: exec %s did not stop (pid %d)", ErrSupervisor, execID[:12], pid)
 }
 
 // capWriter passes on at most limit bytes, then discards, and keeps the
