@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"layerfs.dev/layerfs/internal/bench/fsbench"
-	"layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/fusefs"
 )
 
 // benchFSCmd measures the FUSE path alone: the cell bodies straight on a
@@ -95,7 +95,7 @@ With --fs, both arms run on a fresh loop-mounted file system of that type
 					Dir:      dir,
 					Samples:  samples,
 					Cells:    cs,
-					Mount:    fs.Options{NoPassthrough: noPassthrough, NoSync: !fsync},
+					Mount:    fusefs.Options{NoPassthrough: noPassthrough, NoSync: !fsync},
 					DataPath: path,
 					Fsync:    fsync,
 					Progress: progress,

@@ -21,7 +21,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/api"
 	"layerfs.dev/layerfs/internal/engine"
-	lfs "layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/platforms/host"
 	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/internal/tokenfile"
@@ -398,8 +398,8 @@ func lockStore(dir string, log *slog.Logger) (*os.File, error) {
 // threads still hold, and every mount of the Store (its descriptors are
 // gone once it closes its files at exit, which is where it may wait).
 func unstick(pid int, dir string, log *slog.Logger) {
-	held, err1 := lfs.AbortHeldBy(pid)
-	mounts, err2 := lfs.AbortSource(engine.MountSource(dir))
+	held, err1 := fusefs.AbortHeldBy(pid)
+	mounts, err2 := fusefs.AbortSource(engine.MountSource(dir))
 	if held+mounts > 0 || err1 != nil || err2 != nil {
 		log.Warn("a daemon is stuck dying; aborted its FUSE connections", "pid", pid, "held", held, "mounts", mounts, "err", errors.Join(err1, err2))
 	}
