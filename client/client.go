@@ -354,7 +354,7 @@ func lostOr(ctx context.Context, err error) error {
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-		return fmt.Errorf("%w (%v)", &wire.Error{Code: wire.CodeDaemonLost,
+		return fmt.Errorf("%w (%w)", &wire.Error{Code: wire.CodeDaemonLost,
 			Message: "the connection to the daemon broke before its answer was whole: it crashed or was killed; the outcome is unknown, and a restarted daemon recovers the workspace"}, err)
 	}
 	return err

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Upload copies localPath (a file, a symlink or a directory tree) to wsPath
@@ -148,7 +149,7 @@ func (ws *Workspace) Download(ctx context.Context, wsPath, localPath string) err
 
 // ErrUnsafeEntry is wrapped by Download when the stream holds an entry that
 // would land outside the destination.
-var ErrUnsafeEntry = errors.New("unsafe tar entry")
+var ErrUnsafeEntry = errclass.New(errclass.Invalid, "unsafe tar entry")
 
 // extract writes a tar stream whose entries all sit below one top name (a
 // file, or a directory and its tree) to dest.

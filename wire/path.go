@@ -1,14 +1,15 @@
 package wire
 
 import (
-	"errors"
 	"path"
 	"strings"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // ErrPathEscapes is wrapped by WorkspacePath for a path that is not inside
 // the workspace.
-var ErrPathEscapes = errors.New("path leaves the workspace")
+var ErrPathEscapes = errclass.New(errclass.Invalid, "path leaves the workspace")
 
 // WorkspacePath is the one rule for a path inside a workspace, shared by
 // the SDK and the daemon: it is relative to the workspace root, and a
@@ -18,7 +19,7 @@ var ErrPathEscapes = errors.New("path leaves the workspace")
 // "b") but never above its root, and a NUL byte is refused.
 func WorkspacePath(p string) (string, error) {
 	if strings.ContainsRune(p, 0) {
-		return "", errors.New("path contains a NUL byte")
+		return "", errclass.New(errclass.Invalid, "path contains a NUL byte")
 	}
 	c := path.Clean(strings.TrimLeft(p, "/"))
 	if c == ".." || strings.HasPrefix(c, "../") {

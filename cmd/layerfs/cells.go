@@ -67,14 +67,17 @@ func selectCells(spec string) ([]cells.Cell, error) {
 	return cells.Select(strings.Split(spec, ","))
 }
 
+// cellsRun is the flags of cells run and what it does with them.
+type cellsRun struct {
+	platformList, cellList, out, guestDaemon, fsSpec string
+	dataPaths, storeList, storeURL                   string
+	samples, coldFiles                               int
+	seed, quotaBytes                                 int64
+	keep                                             bool
+}
+
 func cellsRunCmd(a *app) *cobra.Command {
-	var (
-		platformList, cellList, out, guestDaemon, fsSpec string
-		dataPaths, storeList, storeURL                   string
-		samples, coldFiles                               int
-		seed, quotaBytes                                 int64
-		keep                                             bool
-	)
+	var r cellsRun
 	c := &cobra.Command{
 		Use:   "run [--platform local,docker,...] [--cells C01,...] [--samples N] [--out DIR] [--fs ext4:8G|xfs:8G] [--data-path overlay,fuse] [--stores embedded,shared]",
 		Short: "Run the cells on each platform, LayerFS and native, and print the comparison",
@@ -93,62 +96,12 @@ embedded Store and, as "PLATFORM+shared", on the shared Store at
 database and bucket); the notes give the ratio of the geometric means.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			cs, err := selectCells(cellList)
+			cfg, err := r.config()
 			if err != nil {
-				return usageError{err}
-			}
-			if samples < 1 {
-				return usageError{fmt.Errorf("--samples %d: want at least 1", samples)}
-			}
-			plats := strings.Split(platformList, ",")
-			for _, p := range plats {
-				if !contains(catalog.Names, p) {
-					return usageError{fmt.Errorf("--platform %q: known platforms are %s", p, strings.Join(catalog.Names, ", "))}
-				}
-			}
-			if out == "" {
-				out = "layerfs-cells-" + time.Now().Format("20060102-150405")
-			}
-			if out, err = filepath.Abs(out); err != nil {
 				return err
 			}
-			if fsSpec != "" && keep {
-				return usageError{fmt.Errorf("--keep and --fs: the loop file system is unmounted at the end, so nothing could be kept")}
-			}
-			if guestDaemon == "" {
-				guestDaemon, _ = findDaemon()
-			}
-			stores := strings.Split(storeList, ",")
-			for _, s := range stores {
-				if s != bench.StoreEmbedded && s != bench.StoreShared {
-					return usageError{fmt.Errorf("--stores %q: want %s or %s", s, bench.StoreEmbedded, bench.StoreShared)}
-				}
-				if s == bench.StoreShared && storeURL == "" {
-					return usageError{fmt.Errorf("--stores shared needs --store-url (or $LAYERFS_BENCH_STORE_URL): a shared Store's URL (docs/fleet.md)")}
-				}
-			}
-			if coldFiles <= 0 {
-				coldFiles = -1 // left out
-			}
-			cfg := bench.Config{
-				Cells:          cs,
-				Platforms:      plats,
-				Samples:        samples,
-				OutDir:         out,
-				Seed:           seed,
-				Keep:           keep,
-				QuotaBytes:     quotaBytes,
-				Stores:         stores,
-				SharedStoreURL: storeURL,
-				ColdFiles:      coldFiles,
-				Command:        "layerfs " + strings.Join(os.Args[1:], " "),
-				Machine:        machine(out),
-				NewPlatform: func(name string) (platforms.Platform, error) {
-					return catalog.New(name, catalog.Options{Project: "cells", GuestDaemon: guestDaemon})
-				},
-			}
-			if fsSpec != "" {
-				mnt, cleanup, lerr := loopFS(cmd.Context(), out, fsSpec)
+			if r.fsSpec != "" {
+				mnt, cleanup, lerr := loopFS(cmd.Context(), cfg.OutDir, r.fsSpec)
 				if lerr != nil {
 					return lerr
 				}
@@ -160,74 +113,144 @@ database and bucket); the notes give the ratio of the geometric means.`,
 				cfg.WorkDir = filepath.Join(mnt, "work")
 				cfg.Machine += "; work on " + bench.DescribeFS(mnt)
 			}
-			// One run per data path, each with its own native arm, in
-			// OUT/<path> when there are several.
-			paths := strings.Split(dataPaths, ",")
-			var all []any
-			bad, total := 0, 0
-			for _, path := range paths {
-				run := cfg
-				run.DataPath = path
-				if len(paths) > 1 {
-					run.OutDir = filepath.Join(out, path)
-					if run.WorkDir != "" {
-						run.WorkDir = filepath.Join(cfg.WorkDir, path)
-					}
-					run.Command += " (data path " + path + ")"
-				}
-				finish := a.cellsProgress(&run)
-				res, err := bench.Run(cmd.Context(), run)
-				finish()
-				if err != nil {
-					return fmt.Errorf("data path %s: %w", path, err)
-				}
-				all = append(all, res.Summarize())
-				if !a.json {
-					if len(paths) > 1 {
-						fmt.Fprintf(a.stdout, "\ndata path: %s\n", path)
-					}
-					if err := res.WriteText(a.stdout); err != nil {
-						return err
-					}
-					fmt.Fprintf(a.stdout, "\nresults in %s\n", run.OutDir)
-				}
-				for _, s := range res.Samples {
-					if !s.Good() {
-						bad++
-					}
-				}
-				total += len(res.Samples)
-			}
-			if a.json {
-				var v any = all
-				if len(all) == 1 {
-					v = all[0]
-				}
-				if err := a.emit(v, nil); err != nil {
-					return err
-				}
-			}
-			if bad > 0 {
-				return fmt.Errorf("%d of %d samples failed or did not verify (see %s under %s)", bad, total, report.SamplesFile, out)
-			}
-			return nil
+			return r.run(cmd.Context(), a, cfg)
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&platformList, "platform", "local", "comma-separated platforms: "+strings.Join(catalog.Names, ", "))
-	f.StringVar(&cellList, "cells", "twelve", "comma-separated cell ids, or twelve, extended, all")
-	f.IntVar(&samples, "samples", 5, "timed samples per cell, platform and arm")
-	f.IntVar(&coldFiles, "cold-files", bench.DefaultColdFiles, "files of the cold figure's tree: a new workspace's first read of a committed tree against a native read, the page cache dropped for both, in the table under the cells (needs root); 0 leaves it out")
-	f.StringVar(&out, "out", "", "output directory (default ./layerfs-cells-DATE)")
-	f.Int64Var(&seed, "seed", 0, "seed of the randomised sample order (default: from the clock)")
-	f.BoolVar(&keep, "keep", false, "keep each sample's Store and directories under OUT/work")
-	f.StringVar(&dataPaths, "data-path", "", "comma-separated data paths of the LayerFS arm, each run beside its own native arm: overlay, fuse (default: the daemon's)")
-	f.StringVar(&fsSpec, "fs", "", "run the Stores and native directories on a fresh loop-mounted file system: ext4:SIZE (with a journal) or xfs:SIZE (reflinks), e.g. ext4:8G")
-	f.StringVar(&storeList, "stores", bench.StoreEmbedded, "comma-separated Stores of the host platforms' daemons, each beside its own native arm: embedded, shared")
-	f.StringVar(&storeURL, "store-url", os.Getenv("LAYERFS_BENCH_STORE_URL"), "the shared Store's URL for --stores shared (default $LAYERFS_BENCH_STORE_URL)")
-	f.StringVar(&guestDaemon, "guest-daemon", "", "layerfsd binary for VM guests (default: the one beside layerfs)")
-	f.Int64Var(&quotaBytes, "quota-bytes", 0, "give each LayerFS workspace a quota of this many bytes (to measure its cost)")
+	r.flags(c)
 	return c
+}
+
+func (r *cellsRun) flags(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVar(&r.platformList, "platform", "local", "comma-separated platforms: "+strings.Join(catalog.Names, ", "))
+	f.StringVar(&r.cellList, "cells", "twelve", "comma-separated cell ids, or twelve, extended, all")
+	f.IntVar(&r.samples, "samples", 5, "timed samples per cell, platform and arm")
+	f.IntVar(&r.coldFiles, "cold-files", bench.DefaultColdFiles, "files of the cold figure's tree: a new workspace's first read of a committed tree against a native read, the page cache dropped for both, in the table under the cells (needs root); 0 leaves it out")
+	f.StringVar(&r.out, "out", "", "output directory (default ./layerfs-cells-DATE)")
+	f.Int64Var(&r.seed, "seed", 0, "seed of the randomised sample order (default: from the clock)")
+	f.BoolVar(&r.keep, "keep", false, "keep each sample's Store and directories under OUT/work")
+	f.StringVar(&r.dataPaths, "data-path", "", "comma-separated data paths of the LayerFS arm, each run beside its own native arm: overlay, fuse (default: the daemon's)")
+	f.StringVar(&r.fsSpec, "fs", "", "run the Stores and native directories on a fresh loop-mounted file system: ext4:SIZE (with a journal) or xfs:SIZE (reflinks), e.g. ext4:8G")
+	f.StringVar(&r.storeList, "stores", bench.StoreEmbedded, "comma-separated Stores of the host platforms' daemons, each beside its own native arm: embedded, shared")
+	f.StringVar(&r.storeURL, "store-url", os.Getenv("LAYERFS_BENCH_STORE_URL"), "the shared Store's URL for --stores shared (default $LAYERFS_BENCH_STORE_URL)")
+	f.StringVar(&r.guestDaemon, "guest-daemon", "", "layerfsd binary for VM guests (default: the one beside layerfs)")
+	f.Int64Var(&r.quotaBytes, "quota-bytes", 0, "give each LayerFS workspace a quota of this many bytes (to measure its cost)")
+}
+
+// config checks the flags and makes the run's configuration; a bad flag
+// is a usage error.
+func (r *cellsRun) config() (bench.Config, error) {
+	cs, err := selectCells(r.cellList)
+	if err != nil {
+		return bench.Config{}, usageError{err}
+	}
+	if r.samples < 1 {
+		return bench.Config{}, usageError{fmt.Errorf("--samples %d: want at least 1", r.samples)}
+	}
+	plats := strings.Split(r.platformList, ",")
+	for _, p := range plats {
+		if !contains(catalog.Names, p) {
+			return bench.Config{}, usageError{fmt.Errorf("--platform %q: known platforms are %s", p, strings.Join(catalog.Names, ", "))}
+		}
+	}
+	out := r.out
+	if out == "" {
+		out = "layerfs-cells-" + time.Now().Format("20060102-150405")
+	}
+	if out, err = filepath.Abs(out); err != nil {
+		return bench.Config{}, err
+	}
+	if r.fsSpec != "" && r.keep {
+		return bench.Config{}, usageError{fmt.Errorf("--keep and --fs: the loop file system is unmounted at the end, so nothing could be kept")}
+	}
+	guestDaemon := r.guestDaemon
+	if guestDaemon == "" {
+		guestDaemon, _ = findDaemon()
+	}
+	stores := strings.Split(r.storeList, ",")
+	for _, s := range stores {
+		if s != bench.StoreEmbedded && s != bench.StoreShared {
+			return bench.Config{}, usageError{fmt.Errorf("--stores %q: want %s or %s", s, bench.StoreEmbedded, bench.StoreShared)}
+		}
+		if s == bench.StoreShared && r.storeURL == "" {
+			return bench.Config{}, usageError{fmt.Errorf("--stores shared needs --store-url (or $LAYERFS_BENCH_STORE_URL): a shared Store's URL (docs/fleet.md)")}
+		}
+	}
+	coldFiles := r.coldFiles
+	if coldFiles <= 0 {
+		coldFiles = -1 // left out
+	}
+	return bench.Config{
+		Cells:          cs,
+		Platforms:      plats,
+		Samples:        r.samples,
+		OutDir:         out,
+		Seed:           r.seed,
+		Keep:           r.keep,
+		QuotaBytes:     r.quotaBytes,
+		Stores:         stores,
+		SharedStoreURL: r.storeURL,
+		ColdFiles:      coldFiles,
+		Command:        "layerfs " + strings.Join(os.Args[1:], " "),
+		Machine:        machine(out),
+		NewPlatform: func(name string) (platforms.Platform, error) {
+			return catalog.New(name, catalog.Options{Project: "cells", GuestDaemon: guestDaemon})
+		},
+	}, nil
+}
+
+// run makes one run per data path, each with its own native arm, in
+// OUT/<path> when there are several, and prints or emits the results.
+func (r *cellsRun) run(ctx context.Context, a *app, cfg bench.Config) error {
+	paths := strings.Split(r.dataPaths, ",")
+	var all []any
+	bad, total := 0, 0
+	for _, path := range paths {
+		run := cfg
+		run.DataPath = path
+		if len(paths) > 1 {
+			run.OutDir = filepath.Join(cfg.OutDir, path)
+			if run.WorkDir != "" {
+				run.WorkDir = filepath.Join(cfg.WorkDir, path)
+			}
+			run.Command += " (data path " + path + ")"
+		}
+		finish := a.cellsProgress(&run)
+		res, err := bench.Run(ctx, run)
+		finish()
+		if err != nil {
+			return fmt.Errorf("data path %s: %w", path, err)
+		}
+		all = append(all, res.Summarize())
+		if !a.json {
+			if len(paths) > 1 {
+				fmt.Fprintf(a.stdout, "\ndata path: %s\n", path)
+			}
+			if err := res.WriteText(a.stdout); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "\nresults in %s\n", run.OutDir)
+		}
+		for _, s := range res.Samples {
+			if !s.Good() {
+				bad++
+			}
+		}
+		total += len(res.Samples)
+	}
+	if a.json {
+		var v any = all
+		if len(all) == 1 {
+			v = all[0]
+		}
+		if err := a.emit(v, nil); err != nil {
+			return err
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d samples failed or did not verify (see %s under %s)", bad, total, report.SamplesFile, cfg.OutDir)
+	}
+	return nil
 }
 
 func contains(xs []string, x string) bool {

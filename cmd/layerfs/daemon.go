@@ -37,7 +37,7 @@ func daemonStatusCmd(a *app) *cobra.Command {
 			c, err := a.dial(cmd.Context())
 			if err != nil {
 				addr, _ := a.daemonAddr()
-				return errclass.Errorf(errclass.Unavailable, "no daemon answers on %s", strings.TrimPrefix(addr, "unix://"))
+				return fmt.Errorf("%w: no daemon answers on %s: %w", errclass.Unavailable, strings.TrimPrefix(addr, "unix://"), err)
 			}
 			defer c.Close()
 			st, err := c.Daemon(cmd.Context())
@@ -101,7 +101,7 @@ func daemonStartCmd(a *app) *cobra.Command {
 				return usageError{fmt.Errorf("$LAYERFS_DAEMON is set: that daemon is not started by this command")}
 			}
 			if _, err := time.ParseDuration(idle); err != nil {
-				return usageError{fmt.Errorf("--idle-exit %q: %v", idle, err)}
+				return usageError{fmt.Errorf("--idle-exit %q: %w", idle, err)}
 			}
 			if c, err := a.dial(cmd.Context()); err == nil {
 				defer c.Close()

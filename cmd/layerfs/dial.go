@@ -76,7 +76,7 @@ func (a *app) daemon(ctx context.Context) (*client.Client, error) {
 	case errclass.Of(err) != errclass.Internal && !client.IsDaemonLost(err): // it answered: unauthorized, ...
 		return nil, fmt.Errorf("daemon on %s: %w", addr, err)
 	case !own || !(notListening(err) || client.IsDaemonLost(err)): // lost: it died as we dialled
-		return nil, errclass.Errorf(errclass.Unavailable, "no daemon answers on %s: %w", addr, err)
+		return nil, fmt.Errorf("%w: no daemon answers on %s: %w", errclass.Unavailable, addr, err)
 	}
 	if a.supervised() {
 		// Its supervisor is starting it again (after a crash): wait.

@@ -61,7 +61,7 @@ func fsckCmd(a *app) *cobra.Command {
 					return err
 				}
 				if !rep.OK {
-					return errclass.Errorf(errclass.Corrupt, "fsck: %d problems, the first: %s %s: %s", len(rep.Problems), rep.Problems[0].Where, rep.Problems[0].Object, rep.Problems[0].Problem)
+					return fmt.Errorf("%w: fsck: %d problems, the first: %s %s: %s", errclass.Corrupt, len(rep.Problems), rep.Problems[0].Where, rep.Problems[0].Object, rep.Problems[0].Problem)
 				}
 				return nil
 			})

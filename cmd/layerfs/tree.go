@@ -118,8 +118,8 @@ DIR is read by the daemon: a path on its host ($LAYERFS_DAEMON's, when set).`,
 					return err
 				}
 				if res.Result == wire.HeadMoved {
-					return errclass.Errorf(errclass.HeadMoved, "commit %s/%s: the branch head moved to %s while the directory was read; commit %s is stored but not published",
-						argv[0], argv[1], short(res.Head), short(res.Commit))
+					return fmt.Errorf("commit %s/%s: %w to %s while the directory was read; commit %s is stored but not published",
+						argv[0], argv[1], errclass.HeadMoved, short(res.Head), short(res.Commit))
 				}
 				return nil
 			})

@@ -21,7 +21,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/api"
 	"layerfs.dev/layerfs/internal/engine"
-	lfs "layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/platforms/host"
 	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/internal/tokenfile"
@@ -130,27 +130,8 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	if f.store, err = storeDir(f.store); err != nil {
-		return err
-	}
-	if f.socket == "" {
-		f.socket = filepath.Join(f.store, SocketName)
-	}
-	if f.socket, err = filepath.Abs(f.socket); err != nil {
-		return err
-	}
-	if f.idleExit < 0 || f.grace < 0 {
-		return usageError{errors.New("--idle-exit and --grace must not be negative")}
-	}
-	var token string
-	if f.tcp != "" {
-		if token, err = readToken(f.tokenFile, log); err != nil {
-			return err
-		}
-	} else if f.tokenFile != "" {
-		return usageError{errors.New("--token-file is only used with --tcp")}
-	}
-	if err := checkAdvertise(f.advertise, f.tcp); err != nil {
+	token, err := f.resolve(log)
+	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(f.store, 0o700); err != nil {
@@ -197,28 +178,11 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		return fmt.Errorf("recover workspaces: %w", err)
 	}
 
-	isolation, err := eng.Isolation(ctx)
+	status, err := f.status(ctx, db, eng, log)
 	if err != nil {
 		return err
 	}
-	for _, iso := range isolation {
-		log.Info("sandbox isolation", "platform", iso.Platform, "user_namespace", iso.UserNamespace, "no_user_namespace", iso.NoUserNamespace,
-			"seccomp", iso.Seccomp, "network", iso.Network)
-	}
 	stopReq := make(chan struct{}, 1)
-	status := wire.DaemonStatus{
-		Isolation: isolation,
-		Version:   wire.Version{Version: version(), Store: f.store},
-		Platforms: eng.Platforms(),
-		Socket:    f.socket,
-		TCP:       f.tcp,
-		Node:      db.Node(),
-		Advertise: f.advertise,
-	}
-	if f.idleExit > 0 {
-		status.IdleExit = f.idleExit.String()
-	}
-	status.Supervisor, _ = strconv.Atoi(os.Getenv(supervisorEnv))
 	srv := api.NewServer(eng, api.Options{
 		Logger:    log,
 		MaxUpload: f.maxUpload,
@@ -231,28 +195,14 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		},
 	})
 
-	// The TCP listener first: the unix socket's appearing is the sign
-	// that the daemon answers (the CLI and the tests wait for it), on
-	// every listener.
-	var tcpL net.Listener
-	if f.tcp != "" {
-		if tcpL, err = net.Listen("tcp", f.tcp); err != nil {
-			return fmt.Errorf("listen on %s: %w", f.tcp, err)
-		}
-	}
-	unixL, err := listenUnix(f.socket)
+	listeners, err := f.listen()
 	if err != nil {
-		if tcpL != nil {
-			tcpL.Close()
-		}
 		return err
 	}
 	defer os.Remove(f.socket)
 	servers := []*http.Server{newHTTPServer(srv.Handler(api.ListenerOptions{}), log)}
-	listeners := []net.Listener{unixL}
-	if tcpL != nil {
+	if len(listeners) > 1 {
 		servers = append(servers, newHTTPServer(srv.Handler(api.ListenerOptions{Token: token}), log))
-		listeners = append(listeners, tcpL)
 	}
 	serveErr := make(chan error, len(servers))
 	for i, hs := range servers {
@@ -273,6 +223,83 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 	reason := wait(ctx, srv, eng, f.idleExit, stopReq, serveErr)
 	log.Info("shutting down", "reason", reason, "grace", f.grace.String())
 	return shutdown(srv, eng, servers, f.grace, log)
+}
+
+// resolve checks the flags and makes the store and socket paths absolute;
+// it returns the TCP listener's token, read from --token-file.
+func (f *serveFlags) resolve(log *slog.Logger) (token string, err error) {
+	if f.store, err = storeDir(f.store); err != nil {
+		return "", err
+	}
+	if f.socket == "" {
+		f.socket = filepath.Join(f.store, SocketName)
+	}
+	if f.socket, err = filepath.Abs(f.socket); err != nil {
+		return "", err
+	}
+	if f.idleExit < 0 || f.grace < 0 {
+		return "", usageError{errors.New("--idle-exit and --grace must not be negative")}
+	}
+	if f.tcp != "" {
+		if token, err = readToken(f.tokenFile, log); err != nil {
+			return "", err
+		}
+	} else if f.tokenFile != "" {
+		return "", usageError{errors.New("--token-file is only used with --tcp")}
+	}
+	return token, checkAdvertise(f.advertise, f.tcp)
+}
+
+// status is what GET /v1/daemon answers of this daemon; it logs each
+// platform's sandbox isolation on the way.
+func (f *serveFlags) status(ctx context.Context, db *store.DB, eng daemonEngine, log *slog.Logger) (wire.DaemonStatus, error) {
+	isolation, err := eng.Isolation(ctx)
+	if err != nil {
+		return wire.DaemonStatus{}, err
+	}
+	for _, iso := range isolation {
+		log.Info("sandbox isolation", "platform", iso.Platform, "user_namespace", iso.UserNamespace, "no_user_namespace", iso.NoUserNamespace,
+			"seccomp", iso.Seccomp, "network", iso.Network)
+	}
+	status := wire.DaemonStatus{
+		Isolation: isolation,
+		Version:   wire.Version{Version: version(), Store: f.store},
+		Platforms: eng.Platforms(),
+		Socket:    f.socket,
+		TCP:       f.tcp,
+		Node:      db.Node(),
+		Advertise: f.advertise,
+	}
+	if f.idleExit > 0 {
+		status.IdleExit = f.idleExit.String()
+	}
+	status.Supervisor, _ = strconv.Atoi(os.Getenv(supervisorEnv))
+	return status, nil
+}
+
+// listen opens the unix socket and, with --tcp, the TCP listener, which
+// comes first and is second in the list: the unix socket's appearing is
+// the sign that the daemon answers (the CLI and the tests wait for it), on
+// every listener.
+func (f *serveFlags) listen() ([]net.Listener, error) {
+	var tcpL net.Listener
+	if f.tcp != "" {
+		var err error
+		if tcpL, err = net.Listen("tcp", f.tcp); err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", f.tcp, err)
+		}
+	}
+	unixL, err := listenUnix(f.socket)
+	if err != nil {
+		if tcpL != nil {
+			tcpL.Close()
+		}
+		return nil, err
+	}
+	if tcpL != nil {
+		return []net.Listener{unixL, tcpL}, nil
+	}
+	return []net.Listener{unixL}, nil
 }
 
 // wait blocks until a reason to stop and names it.
@@ -398,8 +425,8 @@ func lockStore(dir string, log *slog.Logger) (*os.File, error) {
 // threads still hold, and every mount of the Store (its descriptors are
 // gone once it closes its files at exit, which is where it may wait).
 func unstick(pid int, dir string, log *slog.Logger) {
-	held, err1 := lfs.AbortHeldBy(pid)
-	mounts, err2 := lfs.AbortSource(engine.MountSource(dir))
+	held, err1 := fusefs.AbortHeldBy(pid)
+	mounts, err2 := fusefs.AbortSource(engine.MountSource(dir))
 	if held+mounts > 0 || err1 != nil || err2 != nil {
 		log.Warn("a daemon is stuck dying; aborted its FUSE connections", "pid", pid, "held", held, "mounts", mounts, "err", errors.Join(err1, err2))
 	}

@@ -16,16 +16,18 @@ import (
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
+// invalid, tooLarge and unavailable are fmt.Errorf with the class wrapped
+// first, as errclass's rule has it; a %w in format wraps the cause too.
 func invalid(format string, args ...any) error {
-	return errclass.Errorf(errclass.Invalid, format, args...)
+	return fmt.Errorf("%w: %w", errclass.Invalid, fmt.Errorf(format, args...))
 }
 
 func tooLarge(format string, args ...any) error {
-	return errclass.Errorf(errclass.TooLarge, format, args...)
+	return fmt.Errorf("%w: %w", errclass.TooLarge, fmt.Errorf(format, args...))
 }
 
 func unavailable(format string, args ...any) error {
-	return errclass.Errorf(errclass.Unavailable, format, args...)
+	return fmt.Errorf("%w: %w", errclass.Unavailable, fmt.Errorf(format, args...))
 }
 
 // classify maps err to its class's status and a typed error (package

@@ -768,7 +768,9 @@ func TestErrorMapping(t *testing.T) {
 		{fmt.Errorf("x: %w", errclass.Invalid), 400, wire.CodeInvalid},
 		{fmt.Errorf("x: %w", errclass.Unavailable), 503, wire.CodeUnavailable},
 		{fmt.Errorf("name %q: %w", "X", errclass.New(errclass.Invalid, "invalid name")), 400, wire.CodeInvalid},
-		{errclass.Errorf(errclass.Busy, "delete branch: workspace %s stands on it", "ws-1"), 409, wire.CodeBusy},
+		{fmt.Errorf("%w: delete branch: workspace %s stands on it", errclass.Busy, "ws-1"), 409, wire.CodeBusy},
+		// The class wrapped first counts, whatever the cause's class.
+		{fmt.Errorf("%w: base: %w", errclass.Invalid, fmt.Errorf("branch x: %w", errclass.NotFound)), 400, wire.CodeInvalid},
 		{fmt.Errorf("read chunk: %w", errclass.New(errclass.Corrupt, "corrupt object")), 500, wire.CodeCorrupt},
 		{fmt.Errorf("exec: %w", context.Canceled), 503, wire.CodeUnavailable},
 		{errors.New("disk on fire at /secret/path"), 500, wire.CodeInternal},

@@ -65,7 +65,7 @@ func workspacePath(field, p string, root bool) (string, error) {
 		return "", invalid("%s %q contains \"..\" above the workspace root: paths must stay inside the workspace", field, p)
 	}
 	if err != nil {
-		return "", invalid("%s: %v", field, err)
+		return "", invalid("%s: %w", field, err)
 	}
 	if c == "." && !root {
 		return "", invalid("%s must name a file inside the workspace, not its root", field)

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -155,21 +156,7 @@ type task struct {
 // randomised order, appending each sample to OutDir/samples.jsonl as it
 // completes, and renders the results into OutDir.
 func Run(ctx context.Context, cfg Config) (report.Results, error) {
-	if cfg.Samples <= 0 {
-		cfg.Samples = 5
-	}
-	if len(cfg.Platforms) == 0 {
-		cfg.Platforms = []string{"local"}
-	}
-	if len(cfg.Stores) == 0 {
-		cfg.Stores = []string{StoreEmbedded}
-	}
-	if cfg.WorkDir == "" {
-		cfg.WorkDir = filepath.Join(cfg.OutDir, "work")
-	}
-	if cfg.Seed == 0 {
-		cfg.Seed = time.Now().UnixNano()
-	}
+	cfg.defaults()
 	for _, d := range []string{cfg.OutDir, cfg.WorkDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return report.Results{}, err
@@ -196,53 +183,9 @@ func Run(ctx context.Context, cfg Config) (report.Results, error) {
 	}
 	defer sampleLog.Close()
 
-	var targets []*target
-	for _, name := range cfg.Platforms {
-		t, err := prepare(ctx, cfg, name, log)
-		if err != nil {
-			log.Warn("platform not run", "platform", name, "err", err)
-			res.Platforms = append(res.Platforms, report.Platform{Name: name, NotRun: err.Error()})
-			continue
-		}
-		defer t.p.Down(context.WithoutCancel(ctx))
-		defer t.dropGuestBases(context.WithoutCancel(ctx))
-		var embedded string
-		for _, st := range cfg.Stores {
-			var err error
-			id := t.id
-			col := report.Platform{Name: name, Identity: &id}
-			on := t
-			switch st {
-			case StoreEmbedded:
-				embedded = name
-			case StoreShared:
-				col.Name += SharedSuffix
-				col.Against = embedded
-				on, err = t.onSharedStore(cfg.SharedStoreURL, log)
-			default:
-				err = fmt.Errorf("unknown Store %q: want %s or %s", st, StoreEmbedded, StoreShared)
-			}
-			if err != nil {
-				res.Platforms = append(res.Platforms, report.Platform{Name: col.Name, NotRun: err.Error()})
-				continue
-			}
-			res.Platforms = append(res.Platforms, col)
-			targets = append(targets, on)
-		}
-	}
-
-	var tasks []task
-	for _, t := range targets {
-		for _, c := range cfg.Cells {
-			for i := range cfg.Samples {
-				for _, arm := range []report.Arm{report.LayerFS, report.Native} {
-					tasks = append(tasks, task{c, t, arm, i})
-				}
-			}
-		}
-	}
-	rand.New(rand.NewPCG(uint64(cfg.Seed), 0)).Shuffle(len(tasks), func(i, j int) { tasks[i], tasks[j] = tasks[j], tasks[i] })
-
+	targets, down := prepareAll(ctx, cfg, log, &res)
+	defer down()
+	tasks := shuffledTasks(cfg, targets)
 	bases := &baseCache{dir: filepath.Join(cfg.WorkDir, "bases")}
 	for n, tk := range tasks {
 		if err := ctx.Err(); err != nil {
@@ -277,6 +220,87 @@ func Run(ctx context.Context, cfg Config) (report.Results, error) {
 		os.RemoveAll(cfg.WorkDir)
 	}
 	return res, res.WriteAll(cfg.OutDir)
+}
+
+// defaults fills what the Config leaves zero.
+func (cfg *Config) defaults() {
+	if cfg.Samples <= 0 {
+		cfg.Samples = 5
+	}
+	if len(cfg.Platforms) == 0 {
+		cfg.Platforms = []string{"local"}
+	}
+	if len(cfg.Stores) == 0 {
+		cfg.Stores = []string{StoreEmbedded}
+	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = filepath.Join(cfg.OutDir, "work")
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = time.Now().UnixNano()
+	}
+}
+
+// prepareAll brings each platform up, with a target per Store, and adds
+// its columns (or why it did not run) to res. down brings the platforms
+// down again, the last first, each after dropping its guest's bases.
+func prepareAll(ctx context.Context, cfg Config, log *slog.Logger, res *report.Results) (targets []*target, down func()) {
+	var ups []*target
+	down = func() {
+		for _, t := range slices.Backward(ups) {
+			t.dropGuestBases(context.WithoutCancel(ctx))
+			t.p.Down(context.WithoutCancel(ctx))
+		}
+	}
+	for _, name := range cfg.Platforms {
+		t, err := prepare(ctx, cfg, name, log)
+		if err != nil {
+			log.Warn("platform not run", "platform", name, "err", err)
+			res.Platforms = append(res.Platforms, report.Platform{Name: name, NotRun: err.Error()})
+			continue
+		}
+		ups = append(ups, t)
+		var embedded string
+		for _, st := range cfg.Stores {
+			var err error
+			id := t.id
+			col := report.Platform{Name: name, Identity: &id}
+			on := t
+			switch st {
+			case StoreEmbedded:
+				embedded = name
+			case StoreShared:
+				col.Name += SharedSuffix
+				col.Against = embedded
+				on, err = t.onSharedStore(cfg.SharedStoreURL, log)
+			default:
+				err = fmt.Errorf("unknown Store %q: want %s or %s", st, StoreEmbedded, StoreShared)
+			}
+			if err != nil {
+				res.Platforms = append(res.Platforms, report.Platform{Name: col.Name, NotRun: err.Error()})
+				continue
+			}
+			res.Platforms = append(res.Platforms, col)
+			targets = append(targets, on)
+		}
+	}
+	return targets, down
+}
+
+// shuffledTasks is every sample of the run, in the order the seed gives.
+func shuffledTasks(cfg Config, targets []*target) []task {
+	var tasks []task
+	for _, t := range targets {
+		for _, c := range cfg.Cells {
+			for i := range cfg.Samples {
+				for _, arm := range []report.Arm{report.LayerFS, report.Native} {
+					tasks = append(tasks, task{c, t, arm, i})
+				}
+			}
+		}
+	}
+	rand.New(rand.NewPCG(uint64(cfg.Seed), 0)).Shuffle(len(tasks), func(i, j int) { tasks[i], tasks[j] = tasks[j], tasks[i] })
+	return tasks
 }
 
 // prepare brings a platform up and decides how samples reach a daemon on it.
@@ -565,7 +589,7 @@ func uploadDir(ctx context.Context, ws *client.Workspace, dir string) error {
 // probe runs the cell's eligibility probe, if it has one.
 func (r *sampleRun) probe(ws *client.Workspace) error {
 	if err := cells.Eligible(r.ctx, wsRunner{ws}, r.tk.cell); err != nil {
-		return fmt.Errorf("%w: %v", errIneligible, err)
+		return fmt.Errorf("%w: %w", errIneligible, err)
 	}
 	return nil
 }

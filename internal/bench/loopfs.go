@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/loopfs"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Errors of LoopFS, for errors.Is.
@@ -22,7 +22,7 @@ var (
 	ErrToolMissing = loopfs.ErrToolMissing
 	// ErrLoopSpec: the TYPE:SIZE argument is malformed or names a file
 	// system LoopFS does not make.
-	ErrLoopSpec = errors.New("bad file system spec")
+	ErrLoopSpec = errclass.New(errclass.Invalid, "bad file system spec")
 )
 
 // LoopFS makes a fresh file system in a sparse image file under dir and

@@ -245,12 +245,44 @@ func (s *session) spec() client.WorkspaceSpec {
 	return client.WorkspaceSpec{Project: "session", Branch: "main", Platform: s.platform, DataPath: s.dataPath}
 }
 
+// run measures the session figures in order, each step a method; the
+// steps after openClose share one workspace.
 func (s *session) run(idle int, hostFS bool) error {
+	if err := s.base(); err != nil {
+		return err
+	}
+	s.openClose()
+	ws, err := s.c.CreateWorkspace(s.ctx, s.spec())
+	if err != nil {
+		return err
+	}
+	defer ws.End(context.WithoutCancel(s.ctx), client.EndOptions{Discard: true})
+	s.execLatency(ws)
+	s.python(ws)
+	s.smallCommits(ws)
+	s.forks()
+	if err := s.merges(); err != nil {
+		return err
+	}
+	s.throughputs()
+	if hostFS {
+		s.memory(idle)
+		// After the memory figure: importing the large tree churns the
+		// kernel's caches, which the host's figure would count.
+		if err := s.largeTree(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// base creates the project with a small base: a few files, committed, so
+// that workspaces show something.
+func (s *session) base() error {
 	ctx, c := s.ctx, s.c
 	if _, err := c.CreateProject(ctx, wire.CreateProject{Name: "session"}); err != nil {
 		return err
 	}
-	// A small base: a few files, committed, so that workspaces show something.
 	ws, err := c.CreateWorkspace(ctx, s.spec())
 	if err != nil {
 		return err
@@ -261,47 +293,46 @@ func (s *session) run(idle int, hostFS bool) error {
 	if _, err := ws.Commit(ctx, "base"); err != nil {
 		return err
 	}
-	if err := ws.End(ctx, client.EndOptions{}); err != nil {
-		return err
-	}
+	return ws.End(ctx, client.EndOptions{})
+}
 
+func (s *session) openClose() {
 	s.say(s.platform + ": workspace open and close")
 	open, closeFig := s.fig(report.FigOpen, "ms"), s.fig(report.FigClose, "ms")
 	for range s.calls {
 		t0 := time.Now()
-		w, err := c.CreateWorkspace(ctx, s.spec())
+		w, err := s.c.CreateWorkspace(s.ctx, s.spec())
 		if err != nil {
 			open.Failures = append(open.Failures, err.Error())
 			continue
 		}
 		open.Values = append(open.Values, ms(time.Since(t0)))
 		t1 := time.Now()
-		if err := w.End(ctx, client.EndOptions{}); err != nil {
+		if err := w.End(s.ctx, client.EndOptions{}); err != nil {
 			closeFig.Failures = append(closeFig.Failures, err.Error())
 			continue
 		}
 		closeFig.Values = append(closeFig.Values, ms(time.Since(t1)))
 	}
+}
 
-	ws, err = c.CreateWorkspace(ctx, s.spec())
-	if err != nil {
-		return err
-	}
-	defer ws.End(context.WithoutCancel(ctx), client.EndOptions{Discard: true})
+func (s *session) execLatency(ws *client.Workspace) {
 	s.say(s.platform + ": warm exec latency")
-	ws.Exec(ctx, "true", client.ExecOptions{}) // the first exec may pay one-off costs
+	ws.Exec(s.ctx, "true", client.ExecOptions{}) // the first exec may pay one-off costs
 	warm, over := s.fig(report.FigWarmExec, "ms"), s.fig(FigExecOverhead, "ms")
 	s.execTrue([]*execArm{{ws: ws, wall: warm, over: over}}, 0)
 	// An agent thinks between tool calls; in that time a platform may get
 	// its next sandbox ready (local's warm pool refills).
 	s.say(s.platform + ": exec latency after think time")
 	s.execTrue([]*execArm{{ws: ws, wall: s.fig(FigExecThink, "ms"), over: s.fig(FigExecOverheadThink, "ms")}}, thinkTime)
+}
 
+func (s *session) python(ws *client.Workspace) {
 	s.say(s.platform + ": python3 JSON workload")
 	py := s.fig(FigExecPython, "ms")
 	for range s.calls {
 		t0 := time.Now()
-		res, err := ws.Exec(ctx, pythonJSON, client.ExecOptions{})
+		res, err := ws.Exec(s.ctx, pythonJSON, client.ExecOptions{})
 		switch {
 		case err != nil:
 			py.Failures = append(py.Failures, err.Error())
@@ -311,44 +342,46 @@ func (s *session) run(idle int, hostFS bool) error {
 			py.Values = append(py.Values, ms(time.Since(t0)))
 		}
 	}
+}
 
+func (s *session) smallCommits(ws *client.Workspace) {
 	s.say(s.platform + ": commit of a small change")
 	cm := s.fig(FigCommitSmall, "ms")
 	for i := range s.calls {
-		if res, err := ws.Exec(ctx, "echo "+strconv.Itoa(i)+" >> src/log", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		if res, err := ws.Exec(s.ctx, "echo "+strconv.Itoa(i)+" >> src/log", client.ExecOptions{}); err != nil || res.ExitCode != 0 {
 			cm.Failures = append(cm.Failures, fmt.Sprint(err, res))
 			continue
 		}
 		t0 := time.Now()
-		if r, err := ws.Commit(ctx, "small change"); err != nil || r.Result != wire.Created {
+		if r, err := ws.Commit(s.ctx, "small change"); err != nil || r.Result != wire.Created {
 			cm.Failures = append(cm.Failures, fmt.Sprint(err, r.Result))
 			continue
 		}
 		cm.Values = append(cm.Values, ms(time.Since(t0)))
 	}
+}
 
+func (s *session) forks() {
 	s.say(s.platform + ": fork and create")
 	fork := s.fig(report.FigForkCreate, "ms")
 	for i := range s.calls {
 		b := fmt.Sprintf("fork-%d", i)
 		t0 := time.Now()
-		_, err := c.ForkBranch(ctx, "session", b, "main")
+		_, err := s.c.ForkBranch(s.ctx, "session", b, "main")
 		var w *client.Workspace
 		if err == nil {
-			w, err = c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "session", Branch: b, Platform: s.platform, DataPath: s.dataPath})
+			w, err = s.c.CreateWorkspace(s.ctx, client.WorkspaceSpec{Project: "session", Branch: b, Platform: s.platform, DataPath: s.dataPath})
 		}
 		if err != nil {
 			fork.Failures = append(fork.Failures, err.Error())
 			continue
 		}
 		fork.Values = append(fork.Values, ms(time.Since(t0)))
-		w.End(ctx, client.EndOptions{})
+		w.End(s.ctx, client.EndOptions{})
 	}
+}
 
-	if err := s.merges(); err != nil {
-		return err
-	}
-
+func (s *session) throughputs() {
 	for _, n := range []struct {
 		workers int
 		name    string
@@ -364,25 +397,19 @@ func (s *session) run(idle int, hostFS bool) error {
 			f.Values = append(f.Values, v)
 		}
 	}
+}
 
-	if hostFS {
-		s.say(fmt.Sprintf("%s: memory with %d idle workspaces", s.platform, idle))
-		mem, host := s.fig(report.FigIdleMemory(idle), "MiB"), s.fig(FigIdleMemoryHost(idle), "MiB")
-		daemon, whole, err := s.idleMemory(idle)
-		if err != nil {
-			mem.Failures = append(mem.Failures, err.Error())
-			host.Failures = append(host.Failures, err.Error())
-		} else {
-			mem.Values = append(mem.Values, daemon)
-			host.Values = append(host.Values, whole)
-		}
-		// After the memory figure: importing the large tree churns the
-		// kernel's caches, which the host's figure would count.
-		if err := s.largeTree(); err != nil {
-			return err
-		}
+func (s *session) memory(idle int) {
+	s.say(fmt.Sprintf("%s: memory with %d idle workspaces", s.platform, idle))
+	mem, host := s.fig(report.FigIdleMemory(idle), "MiB"), s.fig(FigIdleMemoryHost(idle), "MiB")
+	daemon, whole, err := s.idleMemory(idle)
+	if err != nil {
+		mem.Failures = append(mem.Failures, err.Error())
+		host.Failures = append(host.Failures, err.Error())
+		return
 	}
-	return nil
+	mem.Values = append(mem.Values, daemon)
+	host.Values = append(host.Values, whole)
 }
 
 // execArm is a workspace to exec in and the figures its calls fill (over

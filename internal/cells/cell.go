@@ -2,21 +2,22 @@ package cells
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Errors a caller checks with errors.Is.
 var (
 	// ErrUnknown: no cell has the requested id.
-	ErrUnknown = errors.New("unknown cell")
+	ErrUnknown = errclass.New(errclass.NotFound, "unknown cell")
 	// ErrUnavailable: a base cannot be built on this host (a tool such as
 	// git or go is missing); the wrapped message says which.
-	ErrUnavailable = errors.New("base unavailable")
+	ErrUnavailable = errclass.New(errclass.Unavailable, "base unavailable")
 	// ErrIneligible: the sandbox cannot run the cell (its probe failed);
 	// the sample is kept and reported as ineligible, never as a time.
-	ErrIneligible = errors.New("cell ineligible")
+	ErrIneligible = errclass.New(errclass.Unavailable, "cell ineligible")
 )
 
 // Cell is one workload: a shell body run once in a sandbox whose working

@@ -283,7 +283,7 @@ func writeGoModule(ctx context.Context, dir string) error {
 		}
 	}
 	if _, err := exec.LookPath("bash"); err != nil {
-		return fmt.Errorf("%w: bash: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: bash: %w", ErrUnavailable, err)
 	}
 	// Warm the cache with the same environment the body uses, then remove
 	// what the build left besides the cache.

@@ -223,7 +223,7 @@ func fastImport(cs []repoCommit) []byte {
 func writeRepo(ctx context.Context, dir string) error {
 	git, err := exec.LookPath("git")
 	if err != nil {
-		return fmt.Errorf("%w: git is not on PATH: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: git is not on PATH: %w", ErrUnavailable, err)
 	}
 	steps := []struct {
 		args  []string

@@ -367,7 +367,8 @@ func (b *builder) load(ctx context.Context, id store.ID) (*pdir, error) {
 	return d, nil
 }
 
-// apply runs n's children's changes in dir, whose path is rel.
+// apply runs n's children's changes in dir, whose path is rel, in name
+// order.
 func (b *builder) apply(ctx context.Context, dir *pdir, n *node, rel string) error {
 	names := make([]string, 0, len(n.children))
 	for name := range n.children {
@@ -382,120 +383,152 @@ func (b *builder) apply(ctx context.Context, dir *pdir, n *node, rel string) err
 		path := join(rel, name)
 		cur := dir.get(name)
 		if cn.change == nil {
-			// Only descendants change: descend into the existing directory.
-			if cur == nil || cur.e.Type != store.TypeDir {
-				if cn.onlyDeletes() {
-					continue
-				}
-				what := "does not exist"
-				if cur != nil {
-					what = "is a " + cur.e.Type.String()
-				}
-				return fmt.Errorf("change below %q: it %s in the base and no change makes it a directory: %w", path, what, ErrInvalidChange)
-			}
-			if cur.dir == nil {
-				d, err := b.load(ctx, cur.e.Object)
-				if err != nil {
-					return fmt.Errorf("%s: %w", path, err)
-				}
-				cur.dir = d
-			}
-			if err := b.apply(ctx, cur.dir, cn, path); err != nil {
+			if err := b.descend(ctx, cur, cn, path); err != nil {
 				return err
 			}
 			continue
 		}
 		b.stats.Changes++
-		chg := cn.change
-		switch {
+		var err error
+		switch chg := cn.change; {
 		case chg.Delete:
-			if cur != nil {
-				if err := b.subtract(ctx, cur, true); err != nil {
-					return err
-				}
-				dir.remove(name)
-			}
-			if !cn.onlyDeletes() {
-				return fmt.Errorf("change below %q, which is deleted: %w", path, ErrInvalidChange)
-			}
+			err = b.remove(ctx, dir, cur, cn, name, path)
 		case chg.Entry != nil:
-			pe := &pentry{e: *chg.Entry}
-			pe.e.Name = name
-			if err := (&store.Tree{Entries: []store.Entry{pe.e}}).Validate(); err != nil {
-				return fmt.Errorf("change %q: %w", path, err)
-			}
-			if cur != nil {
-				if err := b.subtract(ctx, cur, true); err != nil {
-					return err
-				}
-			}
-			if err := b.add(ctx, &pe.e); err != nil {
-				return err
-			}
-			// A directory entry with the zero id is a new, empty directory:
-			// it gets a real (empty) tree, as do directories changed below.
-			if len(cn.children) > 0 || pe.e.Type == store.TypeDir && pe.e.Object.IsZero() {
-				if pe.e.Type != store.TypeDir {
-					return fmt.Errorf("change below %q, which becomes a %s: %w", path, pe.e.Type, ErrInvalidChange)
-				}
-				d, err := b.load(ctx, pe.e.Object)
-				if err != nil {
-					return fmt.Errorf("%s: %w", path, err)
-				}
-				pe.dir = d
-				if err := b.apply(ctx, d, cn, path); err != nil {
-					return err
-				}
-			}
-			dir.set(pe)
+			err = b.setEntry(ctx, dir, cur, cn, name, path)
 		default:
-			src, err := b.srcs.at(chg)
-			if err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-			e, st, err := statEntry(src, name, path, chg.HideXattrs)
-			if err != nil {
-				return err
-			}
-			b.stats.Entries++
-			pe := &pentry{e: e}
-			keepChildren := e.Type == store.TypeDir && !chg.Recursive && cur != nil && cur.e.Type == store.TypeDir
-			if cur != nil {
-				if err := b.subtract(ctx, cur, !keepChildren); err != nil {
-					return err
-				}
-			}
-			b.count(&pe.e)
-			switch {
-			case e.Type == store.TypeDir && chg.Recursive:
-				pe.dir = &pdir{}
-				if err := b.walk(ctx, pe.dir, src, path, chg.HideXattrs); err != nil {
-					return err
-				}
-			case keepChildren:
-				if pe.dir = cur.dir; pe.dir == nil {
-					if pe.dir, err = b.load(ctx, cur.e.Object); err != nil {
-						return fmt.Errorf("%s: %w", path, err)
-					}
-				}
-			case e.Type == store.TypeDir:
-				pe.dir = &pdir{}
-			case e.Type == store.TypeFile:
-				if err := b.file(ctx, src, path, st, &pe.e); err != nil {
-					return err
-				}
-			}
-			if len(cn.children) > 0 {
-				if pe.dir == nil {
-					return fmt.Errorf("change below %q, which becomes a %s: %w", path, pe.e.Type, ErrInvalidChange)
-				}
-				if err := b.apply(ctx, pe.dir, cn, path); err != nil {
-					return err
-				}
-			}
-			dir.set(pe)
+			err = b.capture(ctx, dir, cur, cn, name, path)
+		}
+		if err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// descend runs the changes below cn, which itself does not change, in the
+// existing directory cur at path.
+func (b *builder) descend(ctx context.Context, cur *pentry, cn *node, path string) error {
+	if cur == nil || cur.e.Type != store.TypeDir {
+		if cn.onlyDeletes() {
+			return nil
+		}
+		what := "does not exist"
+		if cur != nil {
+			what = "is a " + cur.e.Type.String()
+		}
+		return fmt.Errorf("change below %q: it %s in the base and no change makes it a directory: %w", path, what, ErrInvalidChange)
+	}
+	if cur.dir == nil {
+		d, err := b.load(ctx, cur.e.Object)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		cur.dir = d
+	}
+	return b.apply(ctx, cur.dir, cn, path)
+}
+
+// remove deletes name, cur in the base, from dir; only deletes may be
+// below it.
+func (b *builder) remove(ctx context.Context, dir *pdir, cur *pentry, cn *node, name, path string) error {
+	if cur != nil {
+		if err := b.subtract(ctx, cur, true); err != nil {
+			return err
+		}
+		dir.remove(name)
+	}
+	if !cn.onlyDeletes() {
+		return fmt.Errorf("change below %q, which is deleted: %w", path, ErrInvalidChange)
+	}
+	return nil
+}
+
+// setEntry puts the change's stored entry at name in dir, in place of cur,
+// and runs the changes below it.
+func (b *builder) setEntry(ctx context.Context, dir *pdir, cur *pentry, cn *node, name, path string) error {
+	pe := &pentry{e: *cn.change.Entry}
+	pe.e.Name = name
+	if err := (&store.Tree{Entries: []store.Entry{pe.e}}).Validate(); err != nil {
+		return fmt.Errorf("change %q: %w", path, err)
+	}
+	if cur != nil {
+		if err := b.subtract(ctx, cur, true); err != nil {
+			return err
+		}
+	}
+	if err := b.add(ctx, &pe.e); err != nil {
+		return err
+	}
+	// A directory entry with the zero id is a new, empty directory: it
+	// gets a real (empty) tree, as do directories changed below.
+	if len(cn.children) > 0 || pe.e.Type == store.TypeDir && pe.e.Object.IsZero() {
+		if pe.e.Type != store.TypeDir {
+			return fmt.Errorf("change below %q, which becomes a %s: %w", path, pe.e.Type, ErrInvalidChange)
+		}
+		d, err := b.load(ctx, pe.e.Object)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		pe.dir = d
+		if err := b.apply(ctx, d, cn, path); err != nil {
+			return err
+		}
+	}
+	dir.set(pe)
+	return nil
+}
+
+// capture reads the change's source into name in dir, in place of cur: a
+// directory whole when the change is recursive, else the entry alone
+// (keeping cur's children when both are directories); then it runs the
+// changes below it.
+func (b *builder) capture(ctx context.Context, dir *pdir, cur *pentry, cn *node, name, path string) error {
+	chg := cn.change
+	src, err := b.srcs.at(chg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	e, st, err := statEntry(src, name, path, chg.HideXattrs)
+	if err != nil {
+		return err
+	}
+	b.stats.Entries++
+	pe := &pentry{e: e}
+	keepChildren := e.Type == store.TypeDir && !chg.Recursive && cur != nil && cur.e.Type == store.TypeDir
+	if cur != nil {
+		if err := b.subtract(ctx, cur, !keepChildren); err != nil {
+			return err
+		}
+	}
+	b.count(&pe.e)
+	switch {
+	case e.Type == store.TypeDir && chg.Recursive:
+		pe.dir = &pdir{}
+		if err := b.walk(ctx, pe.dir, src, path, chg.HideXattrs); err != nil {
+			return err
+		}
+	case keepChildren:
+		if pe.dir = cur.dir; pe.dir == nil {
+			if pe.dir, err = b.load(ctx, cur.e.Object); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+		}
+	case e.Type == store.TypeDir:
+		pe.dir = &pdir{}
+	case e.Type == store.TypeFile:
+		if err := b.file(ctx, src, path, st, &pe.e); err != nil {
+			return err
+		}
+	}
+	if len(cn.children) > 0 {
+		if pe.dir == nil {
+			return fmt.Errorf("change below %q, which becomes a %s: %w", path, pe.e.Type, ErrInvalidChange)
+		}
+		if err := b.apply(ctx, pe.dir, cn, path); err != nil {
+			return err
+		}
+	}
+	dir.set(pe)
 	return nil
 }
 

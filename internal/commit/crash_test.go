@@ -65,7 +65,7 @@ func TestCrashChild(t *testing.T) {
 		seed := round*10000 + i
 		w := filepath.Join(work, strconv.FormatUint(seed, 10))
 		genDir(t, w, seed)
-		p, _, err := CommitDir(ctx, db, "p", "main", w, Meta{Message: strconv.FormatUint(seed, 10)}, nil)
+		p, _, err := FromDir(ctx, db, "p", "main", w, Meta{Message: strconv.FormatUint(seed, 10)}, nil)
 		if err == nil {
 			err = p.Err()
 		}

@@ -36,9 +36,9 @@ func Example() {
 		return
 	}
 
-	// A workspace hands its changes to CommitChanges (Build, then Publish).
+	// A workspace hands its changes to FromChanges (Build, then Publish).
 	os.WriteFile(filepath.Join(tmp, "new.txt"), []byte("hello\n"), 0o644)
-	p, _, err := commit.CommitChanges(ctx, db, "demo", "feature", first, []commit.Change{
+	p, _, err := commit.FromChanges(ctx, db, "demo", "feature", first, []commit.Change{
 		{Path: "docs/new.txt", Source: filepath.Join(tmp, "new.txt")},
 	}, commit.Meta{Message: "add new.txt"}, nil)
 	if err != nil {

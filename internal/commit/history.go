@@ -93,10 +93,10 @@ func CreateProject(ctx context.Context, db *store.DB, name, from string, meta Me
 	return p, id, st, nil
 }
 
-// CommitDir captures dir as the next commit on a branch, published by
+// FromDir captures dir as the next commit on a branch, published by
 // compare-and-swap against the head it read first. The commit's stats
 // count the whole tree and the paths that differ from the parent.
-func CommitDir(ctx context.Context, db *store.DB, project, branch, dir string, meta Meta, opts *Options) (Published, Stats, error) {
+func FromDir(ctx context.Context, db *store.DB, project, branch, dir string, meta Meta, opts *Options) (Published, Stats, error) {
 	fail := func(err error) (Published, Stats, error) {
 		return Published{}, Stats{}, fmt.Errorf("commit %s to %s/%s: %w", dir, project, branch, err)
 	}
@@ -136,10 +136,10 @@ func CommitDir(ctx context.Context, db *store.DB, project, branch, dir string, m
 	return p, st, nil
 }
 
-// CommitChanges applies changes to the tree of the commit base and
+// FromChanges applies changes to the tree of the commit base and
 // publishes the result on a branch whose head is expected to be base: what
 // a workspace does when it commits. Only changed paths are visited.
-func CommitChanges(ctx context.Context, db *store.DB, project, branch string, base store.ID, changes []Change, meta Meta, opts *Options) (Published, Stats, error) {
+func FromChanges(ctx context.Context, db *store.DB, project, branch string, base store.ID, changes []Change, meta Meta, opts *Options) (Published, Stats, error) {
 	fail := func(err error) (Published, Stats, error) {
 		return Published{}, Stats{}, fmt.Errorf("commit to %s/%s: %w", project, branch, err)
 	}

@@ -21,7 +21,7 @@ func TestPublishCAS(t *testing.T) {
 	require.NoError(t, err)
 
 	// Same tree as the head: up-to-date, no new commit.
-	p, _, err := CommitDir(ctx, db, "p", "main", dir, Meta{Message: "again"}, nil)
+	p, _, err := FromDir(ctx, db, "p", "main", dir, Meta{Message: "again"}, nil)
 	require.NoError(t, err)
 	if p.Result != UpToDate || p.Commit != first || p.Err() != nil {
 		t.Fatalf("unchanged commit: %+v, want up-to-date at %s", p, first.Short())
@@ -29,7 +29,7 @@ func TestPublishCAS(t *testing.T) {
 
 	// A change: created, parent is the old head.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("2"), 0o644))
-	p, st, err := CommitDir(ctx, db, "p", "main", dir, Meta{Message: "two"}, nil)
+	p, st, err := FromDir(ctx, db, "p", "main", dir, Meta{Message: "two"}, nil)
 	require.NoError(t, err)
 	if p.Result != Created || p.Head != p.Commit {
 		t.Fatalf("changed commit: %+v, want created", p)
@@ -89,7 +89,7 @@ func TestHistory(t *testing.T) {
 	require.NoError(t, err)
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "x"), []byte("x"), 0o644))
-	p, _, err := CommitDir(ctx, db, "e", "dev", dir, Meta{Message: "add x"}, nil)
+	p, _, err := FromDir(ctx, db, "e", "dev", dir, Meta{Message: "add x"}, nil)
 	require.NoError(t, err)
 	l, err := AddLayer(ctx, db, "e", "dev")
 	require.NoError(t, err)
@@ -101,14 +101,14 @@ func TestHistory(t *testing.T) {
 	if len(log) != 2 || log[0].ID != p.Commit || log[1].ID != empty || log[0].Message != "add x" {
 		t.Errorf("log %+v", log)
 	}
-	// CommitChanges on top of the fork, the way a workspace commits.
+	// FromChanges on top of the fork, the way a workspace commits.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "y"), []byte("yy"), 0o644))
-	p2, _, err := CommitChanges(ctx, db, "e", "dev", p.Commit, []Change{{Path: "y", Source: filepath.Join(dir, "y")}}, Meta{Message: "add y"}, nil)
+	p2, _, err := FromChanges(ctx, db, "e", "dev", p.Commit, []Change{{Path: "y", Source: filepath.Join(dir, "y")}}, Meta{Message: "add y"}, nil)
 	require.NoError(t, err)
 	c2, err := db.Commit(ctx, p2.Commit)
 	require.NoError(t, err)
 	if p2.Result != Created || c2.Stats.Files != 2 || c2.Stats.Bytes != 3 || c2.Stats.Changed != 1 {
-		t.Errorf("CommitChanges: %+v, commit %+v", p2, c2)
+		t.Errorf("FromChanges: %+v, commit %+v", p2, c2)
 	}
 
 	bad := []struct {
@@ -126,9 +126,9 @@ func TestHistory(t *testing.T) {
 		{"unknown ref", func() error { _, err := Fork(ctx, db, "e", "b", "layer:9"); return err }(), store.ErrNotFound},
 		{"bad branch name", func() error { _, err := Fork(ctx, db, "e", "-x", "main"); return err }(), store.ErrInvalidName},
 		{"existing branch", func() error { _, err := Fork(ctx, db, "e", "dev", "main"); return err }(), store.ErrExists},
-		{"unknown branch", func() error { _, _, err := CommitDir(ctx, db, "e", "nope", dir, Meta{}, nil); return err }(), store.ErrNotFound},
+		{"unknown branch", func() error { _, _, err := FromDir(ctx, db, "e", "nope", dir, Meta{}, nil); return err }(), store.ErrNotFound},
 		{"commit missing dir", func() error {
-			_, _, err := CommitDir(ctx, db, "e", "dev", filepath.Join(dir, "nope"), Meta{}, nil)
+			_, _, err := FromDir(ctx, db, "e", "dev", filepath.Join(dir, "nope"), Meta{}, nil)
 			return err
 		}(), os.ErrNotExist},
 	}

@@ -1,7 +1,7 @@
 // Package engine owns a Store's workspaces: it mounts each as a
 // copy-on-write view over a committed tree, on one of two data paths
 // (kernel overlayfs over the commit's metadata image, package
-// kerneloverlay, by default; or the daemon's own FUSE view, package fs,
+// kerneloverlay, by default; or the daemon's own FUSE view, package fusefs,
 // where overlayfs cannot serve it, the workspace's data path saying why),
 // attaches it to the platform its sandboxes run on, runs execs there,
 // commits what changed (the upper read as overlayfs wrote it, built into a

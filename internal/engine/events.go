@@ -36,7 +36,7 @@ func (e *Engine) WatchWorkspace(ctx context.Context, id, prefix string, emit fun
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EXDEV):
 		return fmt.Errorf("%w: watch %q: not a directory inside the workspace", errclass.Invalid, relOrRoot(rel))
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EMFILE):
-		return fmt.Errorf("%w: watch %s: the host's inotify limits are reached (fs.inotify.max_user_watches, max_user_instances): %v", errclass.Unavailable, id, err)
+		return fmt.Errorf("%w: watch %s: the host's inotify limits are reached (fs.inotify.max_user_watches, max_user_instances): %w", errclass.Unavailable, id, err)
 	case err != nil:
 		return err
 	}

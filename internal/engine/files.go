@@ -77,7 +77,7 @@ func pathError(rel string, err error) error {
 		return fmt.Errorf("%q: %w", rel, errclass.NotFound)
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ELOOP),
 		errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.ENOTEMPTY):
-		return fmt.Errorf("%w: %q: %v", errclass.Invalid, rel, err)
+		return fmt.Errorf("%w: %q: %w", errclass.Invalid, rel, err)
 	}
 	return fmt.Errorf("%q: %w", rel, err)
 }
@@ -229,7 +229,7 @@ func checkTar(r io.Reader) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: malformed tar: %v", errclass.Invalid, err)
+			return fmt.Errorf("%w: malformed tar: %w", errclass.Invalid, err)
 		}
 		name, err := tarName(h.Name)
 		if err != nil {
@@ -277,7 +277,7 @@ func extractTar(root int, dir string, r io.Reader) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%w: malformed tar: %v", errclass.Invalid, err)
+			return fmt.Errorf("%w: malformed tar: %w", errclass.Invalid, err)
 		}
 		name, err := tarName(h.Name)
 		if err != nil {

@@ -287,7 +287,7 @@ func (e *Engine) CommitDir(ctx context.Context, project, branch string, req wire
 	t0 := time.Now()
 	before := e.db.Counters()
 	dropped := e.db.FillDropped()
-	p, st, err := commit.CommitDir(ctx, e.db, project, branch, dir, e.meta(req.Message, req.Author), nil)
+	p, st, err := commit.FromDir(ctx, e.db, project, branch, dir, e.meta(req.Message, req.Author), nil)
 	if err != nil {
 		return wire.CommitResult{}, classify(err)
 	}

@@ -7,11 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	lfs "layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/wire"
 )
 
-type mountStats = lfs.Stats
+type mountStats = fusefs.Stats
 
 // metrics are the engine's cumulative counters for /metrics.
 type metrics struct {
@@ -43,7 +43,7 @@ func (m *metrics) observeExec(wall time.Duration, exit int) {
 }
 
 // fuseStats turns a mount's telemetry into its wire form.
-func fuseStats(s lfs.Stats) wire.FUSEStats {
+func fuseStats(s fusefs.Stats) wire.FUSEStats {
 	out := wire.FUSEStats{
 		Requests:     int64(s.Requests()),
 		ServiceNs:    s.ServiceTime().Nanoseconds(),
@@ -84,7 +84,7 @@ func (e *Engine) WriteMetrics(w io.Writer) error {
 		pw.sample("layerfs_workspaces_by_data_path", fmt.Sprintf(`data_path=%q`, p), float64(paths[p]))
 	}
 
-	var all lfs.Stats
+	var all fusefs.Stats
 	for _, w := range e.liveWorkspaces() {
 		w.mu.RLock()
 		if w.mnt != nil {

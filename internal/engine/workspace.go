@@ -22,7 +22,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/dirfd"
-	lfs "layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/overlay"
@@ -68,11 +68,11 @@ type wsOptions struct {
 func (o wsOptions) volatile() bool { return o.Durability == wire.DurabilityCommit }
 
 // dataMount is a served workspace's mount on either data path: an
-// *lfs.Server (fuse) or a *kerneloverlay.Mount (overlay).
+// *fusefs.Server (fuse) or a *kerneloverlay.Mount (overlay).
 type dataMount interface {
 	Changes(ctx context.Context) (*overlay.ChangeSet, error)
 	MarkCommitted(root store.ID, cs *overlay.ChangeSet)
-	Stats() lfs.Stats // the FUSE requests (of the lower, on overlay)
+	Stats() fusefs.Stats // the FUSE requests (of the lower, on overlay)
 	DataPath() string
 	UpperDir() string
 	Unmount(ctx context.Context) error
@@ -105,7 +105,7 @@ func (w *workspace) info() wire.Workspace {
 	}
 	if w.mnt != nil {
 		out.DataPath = w.mnt.DataPath()
-		if _, ok := w.mnt.(*lfs.Server); ok {
+		if _, ok := w.mnt.(*fusefs.Server); ok {
 			out.DataPath = wire.DataPathFUSE + ": " + out.DataPath
 		}
 		if w.opts.Fallback != "" {
@@ -233,7 +233,7 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 		o.DataPath = spec.DataPath
 		if o.DataPath == wire.DataPathOverlay {
 			if err := e.overlayCheck(); err != nil {
-				return o, fmt.Errorf("%w: data path overlay: %v", errclass.Unavailable, err)
+				return o, fmt.Errorf("%w: data path overlay: %w", errclass.Unavailable, err)
 			}
 		}
 	default:
@@ -275,7 +275,7 @@ func mountTarget(p string) (string, error) {
 		return p, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: mount path %q: %v", errclass.Invalid, p, err)
+		return "", fmt.Errorf("%w: mount path %q: %w", errclass.Invalid, p, err)
 	}
 	if len(ents) > 0 {
 		return "", fmt.Errorf("%w: mount path %q is not empty", errclass.Invalid, p)
@@ -387,7 +387,7 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", w.rec.ID, err)
 	}
-	m, err := lfs.Mount(ctx, w.rec.MountPath, ov, lfs.Options{Logger: e.log, Source: e.source, NoSync: w.opts.volatile()})
+	m, err := fusefs.Mount(ctx, w.rec.MountPath, ov, fusefs.Options{Logger: e.log, Source: e.source, NoSync: w.opts.volatile()})
 	if err != nil {
 		ov.Close()
 		return nil, fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)
@@ -716,7 +716,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	tCapture := time.Now()
 	meta := e.meta(req.Message, req.Author)
 	dropped := e.db.FillDropped()
-	p, st, err := commit.CommitChanges(ctx, e.db, w.rec.Project, w.rec.Branch, w.rec.Head, cs.Changes, meta, nil)
+	p, st, err := commit.FromChanges(ctx, e.db, w.rec.Project, w.rec.Branch, w.rec.Head, cs.Changes, meta, nil)
 	if err != nil {
 		return wire.CommitResult{}, classify(err)
 	}
@@ -910,7 +910,7 @@ func (e *Engine) detachOrphans(recs []store.Workspace) {
 		if m.Source != e.source || owned[m.Dir] || slices.ContainsFunc(dirs, func(d string) bool { return isBelow(m.Dir, d) }) {
 			continue
 		}
-		if err := lfs.CleanStale(m.Dir); err != nil {
+		if err := fusefs.CleanStale(m.Dir); err != nil {
 			e.log.Warn("detach a mount no workspace owns", "mount", m.Dir, "err", err)
 			continue
 		}

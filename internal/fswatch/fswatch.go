@@ -209,7 +209,7 @@ func (w *Watcher) read() {
 			continue
 		}
 		if err != nil {
-			w.end(fmt.Errorf("%w (%v)", ErrEnded, err))
+			w.end(fmt.Errorf("%w (%w)", ErrEnded, err))
 			return
 		}
 		if done := w.handle(buf[:n]); done {

@@ -3,7 +3,7 @@
 // committed tree's metadata (see meta.go), whose files redirect to their
 // contents in two data-only layers below it (see content.go): the Store's
 // cache directory, then the daemon's read-only FUSE view of the commit's
-// contents (package fs over an overlay with an empty upper: lazy from the
+// contents (package fusefs over an overlay with an empty upper: lazy from the
 // Store, passthrough for file data, per-request telemetry); its upper and
 // work directories the workspace's own, on a local file system.
 //

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	lfs "layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/store"
 )
@@ -35,7 +35,7 @@ type Config struct {
 	// new workspace, nil when unknown (a remount after a crash).
 	Committed *overlay.UpperState
 	Logger    *slog.Logger
-	// Source names the FUSE view in mountinfo (fs.Options.Source).
+	// Source names the FUSE view in mountinfo (fusefs.Options.Source).
 	Source string
 	// IDMap, when set, mounts the overlay over id-mapped layers (see
 	// IDMap); nil mounts it over the layers as they are.
@@ -75,7 +75,7 @@ type IDMap struct {
 // Mount is one workspace served on the overlay data path.
 type Mount struct {
 	cfg  Config
-	view *lfs.Server
+	view *fusefs.Server
 
 	mu        sync.Mutex // serializes Changes and MarkCommitted
 	base      store.ID
@@ -227,7 +227,7 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 // mountView mounts the daemon's read-only FUSE view at the workspace's
 // lower/: of the commit's contents (content.go) when a metadata image is
 // the overlay's lower, else of the commit's tree, the whole lower.
-func mountView(ctx context.Context, cfg Config, contents bool) (*lfs.Server, error) {
+func mountView(ctx context.Context, cfg Config, contents bool) (*fusefs.Server, error) {
 	// The view's own overlay never takes a change: its upper stays empty.
 	// (Its work directory holds the empty file empty lower files open as.)
 	view := viewDir(cfg.Dir)
@@ -244,7 +244,7 @@ func mountView(ctx context.Context, cfg Config, contents bool) (*lfs.Server, err
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
 	}
-	srv, err := lfs.Mount(ctx, lowerDir(cfg.Dir), ov, lfs.Options{Logger: cfg.Logger, Lower: true, Source: cfg.Source})
+	srv, err := fusefs.Mount(ctx, lowerDir(cfg.Dir), ov, fusefs.Options{Logger: cfg.Logger, Lower: true, Source: cfg.Source})
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
 	}
@@ -308,7 +308,7 @@ func (m *Mount) Upper() (overlay.UpperSummary, error) {
 }
 
 // Stats returns the lower FUSE view's request telemetry.
-func (m *Mount) Stats() lfs.Stats { return m.view.Stats() }
+func (m *Mount) Stats() fusefs.Stats { return m.view.Stats() }
 
 // DataPath says how the workspace is served: "overlay: metadata erofs,
 // data cached or lower passthrough", or with the view as the whole lower
@@ -344,12 +344,12 @@ func (m *Mount) Unmount(ctx context.Context) error {
 // directory is dir and mount is target: the overlay mounted at target
 // first, then the FUSE view it stacks on (whose connection is aborted, so
 // that whoever still waits on the overlay's lower fails at once). Both go
-// through fs.CleanStale, which never sends a request to a mount.
+// through fusefs.CleanStale, which never sends a request to a mount.
 func Detach(target, dir string) error {
-	if err := lfs.CleanStale(target); err != nil {
+	if err := fusefs.CleanStale(target); err != nil {
 		return fmt.Errorf("detach overlay: %w", err)
 	}
-	if err := lfs.CleanStale(lowerDir(dir)); err != nil {
+	if err := fusefs.CleanStale(lowerDir(dir)); err != nil {
 		return fmt.Errorf("detach overlay lower: %w", err)
 	}
 	return nil

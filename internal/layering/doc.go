@@ -1,4 +1,5 @@
-// Package layering holds no code: its test asserts the import rules that
-// docs/architecture.md states, so a change that crosses a layer fails CI
-// instead of eroding the design one import at a time.
+// Package layering holds no code: its tests assert the import rules and
+// the error idiom that docs/architecture.md states, so a change that
+// crosses a layer or drops an error's cause fails CI instead of eroding
+// the design one import or one error at a time.
 package layering

@@ -1,6 +1,6 @@
 // Package overlay is the merged view of one workspace: an immutable lower
 // tree read lazily from the Store, one directory at a time, under an upper
-// layer of real files. It knows nothing of FUSE; package fs serves it.
+// layer of real files. It knows nothing of FUSE; package fusefs serves it.
 //
 // # The upper layer on disk
 //

@@ -85,7 +85,7 @@ func (s *pgServer) query(sql string) (string, error) {
 	out, err := exec.Command(filepath.Join(s.bin, "psql"), "-h", s.sock, "-U", "layerfs", "-d", "postgres",
 		"-v", "ON_ERROR_STOP=1", "-Atqc", sql).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("psql %q: %v: %s", sql, err, bytes.TrimSpace(out))
+		return "", fmt.Errorf("psql %q: %w: %s", sql, err, bytes.TrimSpace(out))
 	}
 	return string(bytes.TrimSpace(out)), nil
 }
@@ -149,7 +149,7 @@ func startPostgres() (*pgServer, error) {
 	initdb.Dir = dir
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
-		return fail(fmt.Errorf("initdb: %v: %s", err, lastLines(out)))
+		return fail(fmt.Errorf("initdb: %w: %s", err, lastLines(out)))
 	}
 	// No TCP at all: the socket in the private directory is the only way
 	// in. fsync off: a test cluster need not survive a power cut.
@@ -168,7 +168,7 @@ func startPostgres() (*pgServer, error) {
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			return nil, fmt.Errorf("postgres did not answer in 90 s: %v; log: %s", err, lastLines(log))
+			return nil, fmt.Errorf("postgres did not answer in 90 s: %w; log: %s", err, lastLines(log))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -386,7 +386,7 @@ func (w *weed) start(removeDir string) (stop func(), err error) {
 		if time.Now().After(deadline) {
 			stop()
 			log, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("weed's S3 did not answer in 120 s: %v; log: %s", err, lastLines(log))
+			return nil, fmt.Errorf("weed's S3 did not answer in 120 s: %w; log: %s", err, lastLines(log))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -137,6 +137,9 @@ func New(c *Class, msg string) error { return &classError{c, msg} }
 
 // Errorf formats an error of class c; %w in format wraps as fmt.Errorf
 // does, and c comes first when err wraps errors of other classes too.
+//
+// Deprecated: use fmt.Errorf("%w: ...: %w", c, ..., cause), the one idiom
+// of the package doc, which also names the class in the message.
 func Errorf(c *Class, format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
 	return &wrapError{c, err}

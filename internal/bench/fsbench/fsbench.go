@@ -23,7 +23,7 @@ import (
 	"layerfs.dev/layerfs/internal/bench"
 	"layerfs.dev/layerfs/internal/cells"
 	"layerfs.dev/layerfs/internal/commit"
-	"layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/stats"
@@ -40,7 +40,7 @@ type Config struct {
 	Samples int          // per arm and cell; default 5
 	Cells   []cells.Cell // default cells.Twelve()
 	Logger  *slog.Logger // nil is silent
-	Mount   fs.Options
+	Mount   fusefs.Options
 	// DataPath is the LayerFS arm: "fuse" (default), "overlay" (kernel
 	// overlayfs over the commit's metadata image and, as a data-only layer,
 	// the FUSE view of the commit), "overlay-nometa" (the FUSE view as the
@@ -64,7 +64,7 @@ type Result struct {
 	Cell     string
 	Native   []time.Duration
 	LayerFS  []time.Duration
-	Stats    []fs.Stats // per LayerFS sample: the timed body's requests
+	Stats    []fusefs.Stats // per LayerFS sample: the timed body's requests
 	DataPath string
 	// VerifyErr is the first verification failure of any timed run
 	// ("layerfs: f17: missing"); "" when every run verified.
@@ -88,12 +88,12 @@ func (r *Result) Ratio() float64 {
 }
 
 // medianStats is the stats of the sample with the median request count.
-func (r *Result) medianStats() fs.Stats {
+func (r *Result) medianStats() fusefs.Stats {
 	if len(r.Stats) == 0 {
-		return fs.Stats{}
+		return fusefs.Stats{}
 	}
 	s := slices.Clone(r.Stats)
-	slices.SortFunc(s, func(a, b fs.Stats) int { return cmp.Compare(a.Requests(), b.Requests()) })
+	slices.SortFunc(s, func(a, b fusefs.Stats) int { return cmp.Compare(a.Requests(), b.Requests()) })
 	return s[len(s)/2]
 }
 
@@ -375,7 +375,7 @@ func (s *sample) mountAndRun(ctx context.Context, db *store.DB, root store.ID, i
 
 // mounted is the LayerFS arm's mount on any data path.
 type mounted interface {
-	Stats() fs.Stats
+	Stats() fusefs.Stats
 	DataPath() string
 	Unmount(ctx context.Context) error
 }
@@ -400,7 +400,7 @@ func (s *sample) mount(ctx context.Context, db *store.DB, root store.ID, ws, mnt
 	}
 	mo := s.cfg.Mount
 	mo.Logger = s.cfg.Logger
-	return fs.Mount(ctx, mnt, ov, mo)
+	return fusefs.Mount(ctx, mnt, ov, mo)
 }
 
 // floor is kernel overlayfs over a plain directory holding the commit.
@@ -426,8 +426,8 @@ func mountFloor(ctx context.Context, db *store.DB, root store.ID, ws, mnt string
 	return &floor{mnt: mnt}, nil
 }
 
-func (f *floor) Stats() fs.Stats  { return fs.Stats{} }
-func (f *floor) DataPath() string { return "floor: kernel overlayfs over a plain directory" }
+func (f *floor) Stats() fusefs.Stats { return fusefs.Stats{} }
+func (f *floor) DataPath() string    { return "floor: kernel overlayfs over a plain directory" }
 func (f *floor) Unmount(context.Context) error {
 	if err := unix.Unmount(f.mnt, 0); err != nil {
 		return unix.Unmount(f.mnt, unix.MNT_DETACH)
@@ -483,7 +483,7 @@ type summaryJSON struct {
 func (rep *Report) Summarize() ([]Summary, Totals) {
 	var rows []Summary
 	var tot Totals
-	var all fs.Stats
+	var all fusefs.Stats
 	var ratios []float64
 	for _, r := range rep.Results {
 		st := r.medianStats()

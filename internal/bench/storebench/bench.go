@@ -182,7 +182,7 @@ const mib = 1 << 20
 
 // dedup measures payload growth for (a) a 10-byte prepend to a 32 MiB
 // random file, (b) sixteen 10-byte overwrites spread over it and (c) an
-// unchanged re-import, each committed through CommitDir.
+// unchanged re-import, each committed through commit.FromDir.
 func (r *runner) dedup(ctx context.Context) ([]Row, error) {
 	r.logf("dedup: 32 MiB random file")
 	db, err := r.newStore(ctx, "dedup")
@@ -215,7 +215,7 @@ func (r *runner) dedup(ctx context.Context) ([]Row, error) {
 		if err := edit(); err != nil {
 			return 0, err
 		}
-		if _, _, err := commit.CommitDir(ctx, db, "p", "main", work, commit.Meta{}, r.opts()); err != nil {
+		if _, _, err := commit.FromDir(ctx, db, "p", "main", work, commit.Meta{}, r.opts()); err != nil {
 			return 0, err
 		}
 		after, err := packBytes(ctx, db)

@@ -139,7 +139,7 @@ func New(cfg Config) (*Platform, error) {
 func ContainerName(project string) (string, error) {
 	name, err := guest.Name(project)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", err, platforms.ErrConfig)
+		return "", fmt.Errorf("%w: %w", platforms.ErrConfig, err)
 	}
 	if len(name) > 63 {
 		return "", fmt.Errorf("project %q makes a container name longer than 63 characters: %w", project, platforms.ErrConfig)
@@ -299,8 +299,8 @@ func (p *Platform) Up(ctx context.Context) error {
 	}
 	v, err := daemon.Wait(ctx, p.cfg.DaemonTimeout)
 	if err != nil {
-		return fmt.Errorf("applecontainer: layerfsd in container %q did not answer GET /v1/version on %s within %s (%v): %w; guest log %s:\n%s",
-			p.name, p.hostSocket, p.cfg.DaemonTimeout, err, platforms.ErrDaemon, guestLog, p.daemonLog(ctx))
+		return fmt.Errorf("applecontainer: %w: layerfsd in container %q did not answer GET /v1/version on %s within %s: %w; guest log %s:\n%s",
+			platforms.ErrDaemon, p.name, p.hostSocket, p.cfg.DaemonTimeout, err, guestLog, p.daemonLog(ctx))
 	}
 	p.log.Info("applecontainer: guest layerfsd is up", "container", p.name, "version", v.Version, "socket", p.hostSocket)
 	p.up = true
@@ -330,7 +330,7 @@ func (p *Platform) startDaemon(ctx context.Context) error {
 		return fmt.Errorf("applecontainer: %w", err)
 	}
 	if _, err := os.Stat(daemon); err != nil {
-		return fmt.Errorf("applecontainer: layerfsd for the guest: %w: %w", err, platforms.ErrConfig)
+		return fmt.Errorf("applecontainer: layerfsd for the guest: %w: %w", platforms.ErrConfig, err)
 	}
 	if _, err := p.cli.Must(ctx, "exec", p.name, "sh", "-c", prepScript); err != nil {
 		return err

@@ -204,9 +204,9 @@ func (p *Platform) connect(ctx context.Context, cli *client.Client) (upState, er
 	ping, err := cli.Ping(pctx)
 	cancel()
 	if err != nil {
-		return st, fmt.Errorf("docker: no engine answers at %s (%v): %w; start one with "+
+		return st, fmt.Errorf("docker: %w: no engine answers at %s: %w; start one with "+
 			"scripts/ensure-docker (as root), `dockerd &` or `systemctl start docker`, "+
-			"or point Options.Host at a running engine", p.opts.Host, err, platforms.ErrUnavailable)
+			"or point Options.Host at a running engine", platforms.ErrUnavailable, p.opts.Host, err)
 	}
 	cli.NegotiateAPIVersionPing(ping)
 	st.apiVersion = cli.ClientVersion()

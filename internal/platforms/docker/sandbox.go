@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
@@ -94,8 +95,10 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	if !filepath.IsAbs(w.HostPath) {
 		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: not absolute", w.ID, w.HostPath, ErrBadWorkspace)
 	}
-	if fi, err := os.Stat(w.HostPath); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: not a directory (%v)", w.ID, w.HostPath, ErrBadWorkspace, err)
+	if fi, err := os.Stat(w.HostPath); err != nil {
+		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: %w", w.ID, w.HostPath, ErrBadWorkspace, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: not a directory", w.ID, w.HostPath, ErrBadWorkspace)
 	}
 	s := &Sandbox{cli: cli, ws: w, cg: p.cg, log: p.log}
 	img := st.image.ID
@@ -292,7 +295,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	}
 	defer hj.Close()
 	if limited {
-		cg, err := s.limit(ctx, created.ID, spec)
+		cg, err := s.limitAndRelease(ctx, created.ID, spec, &hj)
 		if cg != nil {
 			defer func() {
 				if rerr := cg.remove(); rerr != nil {
@@ -300,11 +303,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 				}
 			}()
 		}
-		if err == nil {
-			_, err = hj.Conn.Write([]byte{'\n'})
-		}
 		if err != nil {
-			hj.Close() // the supervisor reads EOF and exits without starting the command
 			return res, fmt.Errorf("docker: exec in %s: limits: %w", s.ws.ID, err)
 		}
 	}
@@ -328,35 +327,19 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 		done <- err
 	}()
 
-	var stopErr error
-	backstop := time.NewTimer(timeout + stopGrace)
-	defer backstop.Stop()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		err, stopErr = s.stop(ctx, created.ID, &hj, done), fmt.Errorf("docker: exec in %s: %w", s.ws.ID, ctx.Err())
-	case <-backstop.C:
-		res.TimedOut = true
-		err = s.stop(ctx, created.ID, &hj, done)
-	}
-	if err != nil && stopErr == nil {
-		stopErr = fmt.Errorf("docker: exec in %s: read output: %w", s.ws.ID, err)
-	}
+	timedOut, stopErr := s.await(ctx, created.ID, &hj, done, timeout)
+	res.TimedOut = timedOut
 
 	tr, terr := supervise.DecodeTrailer(errW.tail())
 	if terr != nil {
 		_, _ = errCap.Write(errW.tail()) // it was the command's, or the engine's, stderr
-		code := -1
-		if ins, err := s.cli.ContainerExecInspect(context.WithoutCancel(ctx), created.ID); err == nil {
-			code = ins.ExitCode
-		}
-		res.ExitCode = code
+		res.ExitCode = s.exitCode(ctx, created.ID)
 		res.Wall = time.Since(start)
 		res.Launch = res.Wall
 		if stopErr != nil {
 			return res, stopErr
 		}
-		return res, fmt.Errorf("docker: exec %q in %s: %w (exit code %d)", spec.Argv[0], s.ws.ID, ErrSupervisor, code)
+		return res, fmt.Errorf("docker: exec %q in %s: %w (exit code %d)", spec.Argv[0], s.ws.ID, ErrSupervisor, res.ExitCode)
 	}
 	res.ExitCode = tr.Exit
 	res.UserNamespace = "none: " + s.noUserNS
@@ -378,6 +361,54 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 		return res, fmt.Errorf("docker: exec in %s: write output: %w", s.ws.ID, err)
 	}
 	return res, nil
+}
+
+// limitAndRelease puts the exec's supervisor into cgroups with the spec's
+// limits, then lets it start the command by a newline on its stdin. When
+// that fails it closes hj, so the supervisor reads EOF and exits without
+// starting the command. The cgroup it returns, even with an error, is the
+// caller's to remove.
+func (s *Sandbox) limitAndRelease(ctx context.Context, execID string, spec platforms.ExecSpec, hj *types.HijackedResponse) (*execCgroup, error) {
+	cg, err := s.limit(ctx, execID, spec)
+	if err == nil {
+		_, err = hj.Conn.Write([]byte{'\n'})
+	}
+	if err != nil {
+		hj.Close()
+	}
+	return cg, err
+}
+
+// await waits for the exec's output to end (done), stopping the exec when
+// ctx ends or its timeout and a grace have passed. timedOut says the
+// backstop stopped it; err is the exec's failure to report, if any.
+func (s *Sandbox) await(ctx context.Context, execID string, hj *types.HijackedResponse, done chan error, timeout time.Duration) (timedOut bool, err error) {
+	backstop := time.NewTimer(timeout + stopGrace)
+	defer backstop.Stop()
+	var readErr error
+	select {
+	case readErr = <-done:
+	case <-ctx.Done():
+		s.stop(ctx, execID, hj, done)
+		return false, fmt.Errorf("docker: exec in %s: %w", s.ws.ID, ctx.Err())
+	case <-backstop.C:
+		timedOut = true
+		readErr = s.stop(ctx, execID, hj, done)
+	}
+	if readErr != nil {
+		return timedOut, fmt.Errorf("docker: exec in %s: read output: %w", s.ws.ID, readErr)
+	}
+	return timedOut, nil
+}
+
+// exitCode is the exit code the engine reports for the exec, -1 when it
+// cannot say.
+func (s *Sandbox) exitCode(ctx context.Context, execID string) int {
+	ins, err := s.cli.ContainerExecInspect(context.WithoutCancel(ctx), execID)
+	if err != nil {
+		return -1
+	}
+	return ins.ExitCode
 }
 
 // limit puts the exec's supervisor into cgroups with the spec's limits.
@@ -520,7 +551,10 @@ func (s *Sandbox) stop(ctx context.Context, execID string, hj interface{ Close()
 	}
 	hj.Close()
 	<-done
-	return fmt.Errorf("%w: exec %s did not stop (pid %d, inspect: %v)", ErrSupervisor, execID[:12], pid, err)
+	if err != nil {
+		return fmt.Errorf("%w: exec %s did not stop (pid %d): inspect: %w", ErrSupervisor, execID[:12], pid, err)
+	}
+	return fmt.Errorf("%w: exec %s did not stop (pid %d)", ErrSupervisor, execID[:12], pid)
 }
 
 // capWriter passes on at most limit bytes, then discards, and keeps the

@@ -143,7 +143,7 @@ func New(cfg Config) (*Platform, error) {
 func SandboxName(project string) (string, error) {
 	name, err := guest.Name(project)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", err, platforms.ErrConfig)
+		return "", fmt.Errorf("%w: %w", platforms.ErrConfig, err)
 	}
 	if len(name) > 128 { // msb's limit: 128 bytes
 		return "", fmt.Errorf("project %q makes a sandbox name longer than 128 bytes: %w", project, platforms.ErrConfig)
@@ -320,7 +320,7 @@ func (p *Platform) Up(ctx context.Context) error {
 		return fmt.Errorf("libkrun: %w", err)
 	}
 	if _, err := os.Stat(daemon); err != nil {
-		return fmt.Errorf("libkrun: layerfsd for the guest: %w: %w", err, platforms.ErrConfig)
+		return fmt.Errorf("libkrun: layerfsd for the guest: %w: %w", platforms.ErrConfig, err)
 	}
 	st, err := p.newState()
 	if err != nil {
@@ -336,8 +336,8 @@ func (p *Platform) Up(ctx context.Context) error {
 	}
 	v, err := guest.TCPDaemon(p.url(st), st.Token).Wait(ctx, p.cfg.DaemonTimeout)
 	if err != nil {
-		return fmt.Errorf("libkrun: layerfsd in microVM %q did not answer GET /v1/version on %s within %s (%v): %w; guest log %s:\n%s",
-			p.name, p.url(st), p.cfg.DaemonTimeout, err, platforms.ErrDaemon, guestLog, p.daemonLog(ctx))
+		return fmt.Errorf("libkrun: %w: layerfsd in microVM %q did not answer GET /v1/version on %s within %s: %w; guest log %s:\n%s",
+			platforms.ErrDaemon, p.name, p.url(st), p.cfg.DaemonTimeout, err, guestLog, p.daemonLog(ctx))
 	}
 	p.log.Info("libkrun: guest layerfsd is up", "sandbox", p.name, "version", v.Version, "url", p.url(st))
 	p.st, p.up = st, true

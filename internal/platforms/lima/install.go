@@ -81,13 +81,13 @@ func FindInstall(dir string) (Install, error) {
 			if log := filepath.Join(dir, "ensure-lima.log"); fileExists(log) {
 				how += "; the log of its last run: " + log
 			}
-			return Install{}, fmt.Errorf("lima: no Lima installation in %s (%s): %w: %w", dir, how, err, platforms.ErrUnavailable)
+			return Install{}, fmt.Errorf("lima: no Lima installation in %s (%s): %w: %w", dir, how, platforms.ErrUnavailable, err)
 		}
 	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup(InstallUser)
 		if err != nil {
-			return Install{}, fmt.Errorf("lima: limactl refuses root and user %s is missing (run scripts/ensure-lima): %w: %w", InstallUser, err, platforms.ErrUnavailable)
+			return Install{}, fmt.Errorf("lima: limactl refuses root and user %s is missing (run scripts/ensure-lima): %w: %w", InstallUser, platforms.ErrUnavailable, err)
 		}
 		in.User = u
 	}
@@ -224,7 +224,7 @@ func (p *Platform) instanceDir() (string, error) {
 	}
 	dir, err := store.InstanceDir(p.inst)
 	if err != nil {
-		return "", fmt.Errorf("lima: %w: %w", err, platforms.ErrConfig)
+		return "", fmt.Errorf("lima: %w: %w", platforms.ErrConfig, err)
 	}
 	return dir, nil
 }

@@ -193,10 +193,10 @@ func New(cfg Config) (*Platform, error) {
 func InstanceName(project string) (string, error) {
 	name, err := guest.Name(project)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", err, platforms.ErrConfig)
+		return "", fmt.Errorf("%w: %w", platforms.ErrConfig, err)
 	}
 	if err := store.ValidateInstName(name); err != nil {
-		return "", fmt.Errorf("project %q: %w: %w", project, err, platforms.ErrConfig)
+		return "", fmt.Errorf("project %q: %w: %w", project, platforms.ErrConfig, err)
 	}
 	return name, nil
 }
@@ -311,8 +311,8 @@ func (p *Platform) Up(ctx context.Context) error {
 	v, err := daemon.Wait(ctx, p.cfg.DaemonTimeout)
 	if err != nil {
 		logTail := p.daemonLog(ctx)
-		return fmt.Errorf("lima: layerfsd in instance %q did not answer GET /v1/version on %s within %s (%v): %w; guest log %s:\n%s",
-			p.inst, p.hostSocket, p.cfg.DaemonTimeout, err, platforms.ErrDaemon, guestLog, logTail)
+		return fmt.Errorf("lima: %w: layerfsd in instance %q did not answer GET /v1/version on %s within %s: %w; guest log %s:\n%s",
+			platforms.ErrDaemon, p.inst, p.hostSocket, p.cfg.DaemonTimeout, err, guestLog, logTail)
 	}
 	p.log.Info("lima: guest layerfsd is up", "instance", p.inst, "version", v.Version, "socket", p.hostSocket)
 	p.up = true
@@ -462,7 +462,7 @@ func (p *Platform) startDaemon(ctx context.Context) error {
 		return fmt.Errorf("lima: %w", err)
 	}
 	if _, err := os.Stat(daemon); err != nil {
-		return fmt.Errorf("lima: layerfsd for the guest: %w: %w", err, platforms.ErrConfig)
+		return fmt.Errorf("lima: layerfsd for the guest: %w: %w", platforms.ErrConfig, err)
 	}
 	if runsAsOtherUser(p.cfg.Runner) {
 		// That user may not read a private directory of this process (a

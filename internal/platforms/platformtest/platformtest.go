@@ -595,7 +595,7 @@ func cpuQuota(procCgroup string) (float64, error) {
 	} else if v, err2 := read("", "cpu.max"); err2 == nil {
 		quota, period, _ = strings.Cut(v, " ")
 	} else {
-		return 0, fmt.Errorf("no CPU limit found: %v; %v", err, err2)
+		return 0, fmt.Errorf("no CPU limit found: %w; %w", err, err2)
 	}
 	q, err1 := strconv.ParseFloat(quota, 64)
 	p, err2 := strconv.ParseFloat(period, 64)

@@ -67,7 +67,7 @@ func DecodeTrailer(b []byte) (Trailer, error) {
 	for i, s := range f {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return Trailer{}, fmt.Errorf("%w: %v", ErrNoTrailer, err)
+			return Trailer{}, fmt.Errorf("%w: %w", ErrNoTrailer, err)
 		}
 		n[i] = v
 	}

@@ -106,7 +106,7 @@ func (t *Tool) CheckVersion(ctx context.Context) error {
 	}
 	v, raw, err := t.ParseVersion(res.Stdout)
 	if err != nil {
-		return fmt.Errorf("%s: %w: %w", t.Prefix, err, platforms.ErrUnavailable)
+		return fmt.Errorf("%s: %w: %w", t.Prefix, platforms.ErrUnavailable, err)
 	}
 	if v.Less(t.MinVersion) {
 		return fmt.Errorf("%s: %s %s is too old, LayerFS needs %s or newer (%s): %w",

@@ -100,7 +100,7 @@ func TestToolCheckVersion(t *testing.T) {
 	ctx := t.Context()
 	for _, want := range []string{
 		"demo: faketool --version exited with status 2: platform unavailable; stderr:\na\nunknown flag: --version",
-		"demo: unexpected faketool --version output \"Usage: faketool COMMAND\\n\": platform unavailable",
+		"demo: platform unavailable: unexpected faketool --version output \"Usage: faketool COMMAND\\n\"",
 		"demo: faketool 0.9.7 is too old, LayerFS needs 1.1.0 or newer (upgrade: faketool self-update): platform unavailable",
 	} {
 		err := tool.CheckVersion(ctx)

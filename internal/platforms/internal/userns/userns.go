@@ -89,7 +89,7 @@ func Hold(exe string, args []string, r Range) (*os.File, error) {
 	f, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/user")
 	in.Close()
 	if werr := cmd.Wait(); err == nil && werr != nil {
-		err = fmt.Errorf("%s ended with %v (does it wait for its stdin to close?)", exe, werr)
+		err = fmt.Errorf("%s ended with %w (does it wait for its stdin to close?)", exe, werr)
 	}
 	if err != nil {
 		if f != nil {

@@ -13,16 +13,19 @@ import (
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
-// Errors reported by Run, checked with errors.Is.
+// Errors reported by Run, checked with errors.Is; each but ErrSetup is of a
+// class of package errclass.
 var (
 	// ErrInvalidConfig: the Config cannot be run (relative workspace,
 	// bad Dir, negative limits, empty argv). Nothing was started.
-	ErrInvalidConfig = errors.New("invalid sandbox config")
+	ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid sandbox config")
 	// ErrSetup: the sandbox init failed before the command started
-	// (a mount, the pivot, the cgroup). The command did not run.
+	// (a mount, the pivot, the cgroup). The command did not run. It has
+	// no class of its own: an error wrapping it is of its cause's class
+	// (a full file system, a canceled context), else internal.
 	ErrSetup = errors.New("sandbox setup failed")
 	// ErrUnsupported: this operating system has no namespace sandboxes.
-	ErrUnsupported = errors.New("namespace sandboxes need linux")
+	ErrUnsupported = errclass.New(errclass.Unavailable, "namespace sandboxes need linux")
 	// ErrNoUserNamespace: the launcher was given a user namespace
 	// (Launcher.UserNamespace) and cannot run this exec in it. The exec is
 	// refused, never run in the host's user namespace instead.
@@ -59,7 +62,7 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // validate checks a Config before anything is started.
 func (c Config) validate() error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, fmt.Errorf(format, args...))
 	}
 	if !filepath.IsAbs(c.Workspace) {
 		return bad("workspace %q is not an absolute path", c.Workspace)
@@ -72,7 +75,7 @@ func (c Config) validate() error {
 		return bad("empty argv")
 	}
 	if _, err := cleanDir(s.Dir); err != nil {
-		return bad("%v", err)
+		return bad("%w", err)
 	}
 	if s.Timeout < 0 {
 		return bad("negative timeout %v", s.Timeout)

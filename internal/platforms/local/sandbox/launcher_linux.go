@@ -281,12 +281,12 @@ func (l *Launcher) initConfig(cfg Config) (initConfigX, error) {
 	s := cfg.Spec
 	ws, err := realDir(cfg.Workspace)
 	if err != nil {
-		return initConfigX{}, fmt.Errorf("%w: workspace: %v", ErrInvalidConfig, err)
+		return initConfigX{}, fmt.Errorf("%w: workspace: %w", ErrInvalidConfig, err)
 	}
 	root := ""
 	if cfg.RootDir != "" {
 		if root, err = realDir(cfg.RootDir); err != nil {
-			return initConfigX{}, fmt.Errorf("%w: root dir: %v", ErrInvalidConfig, err)
+			return initConfigX{}, fmt.Errorf("%w: root dir: %w", ErrInvalidConfig, err)
 		}
 	}
 	if r := l.UserNamespace; l.userNS != nil && (uint64(s.UID) >= uint64(r.Size) || uint64(s.GID) >= uint64(r.Size)) {

@@ -1,4 +1,4 @@
-package fs_test
+package fusefs_test
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/overlay"
@@ -68,7 +68,7 @@ func serve() int {
 			fmt.Println("error:", err)
 			return 1
 		}
-		m, err := fs.Mount(ctx, os.Getenv("LAYERFS_MNT"), ov, fs.Options{})
+		m, err := fusefs.Mount(ctx, os.Getenv("LAYERFS_MNT"), ov, fusefs.Options{})
 		if err != nil {
 			fmt.Println("error:", err)
 			return 1
@@ -176,10 +176,10 @@ func TestCrash(t *testing.T) {
 		<-killed
 		cmd.Wait()
 		// The mountpoint is stale now; clean it and remount here.
-		require.NoError(t, fs.CleanStale(mnt), "iteration %d", iter)
+		require.NoError(t, fusefs.CleanStale(mnt), "iteration %d", iter)
 		ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: e.Root, UpperDir: upper})
 		require.NoError(t, err, "iteration %d: reopen", iter)
-		m, err := fs.Mount(e.ctx, mnt, ov, fs.Options{})
+		m, err := fusefs.Mount(e.ctx, mnt, ov, fusefs.Options{})
 		require.NoError(t, err, "iteration %d: remount", iter)
 		for name, want := range acked {
 			got, err := os.ReadFile(filepath.Join(mnt, name))
@@ -248,7 +248,7 @@ func TestCleanHungMount(t *testing.T) {
 	cmd.Wait()
 
 	done := make(chan error, 1)
-	go func() { done <- fs.CleanStale(mnt) }()
+	go func() { done <- fusefs.CleanStale(mnt) }()
 	select {
 	case err := <-done:
 		require.NoError(t, err)
@@ -265,7 +265,7 @@ func TestCleanHungMount(t *testing.T) {
 	}
 	ov, err := overlay.Open(e.ctx, overlay.Config{Lower: e.DB, Root: e.Root, UpperDir: upper})
 	require.NoError(t, err)
-	m, err := fs.Mount(e.ctx, mnt, ov, fs.Options{})
+	m, err := fusefs.Mount(e.ctx, mnt, ov, fusefs.Options{})
 	require.NoError(t, err, "remount")
 	defer m.Unmount(e.ctx)
 	if b, err := os.ReadFile(filepath.Join(mnt, "f1")); err != nil || string(b) != "hello\n" {

@@ -1,4 +1,4 @@
-package fs_test
+package fusefs_test
 
 import (
 	"context"

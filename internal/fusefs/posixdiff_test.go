@@ -1,4 +1,4 @@
-package fs_test
+package fusefs_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/overlay/overlaytest"
 )
@@ -659,7 +659,7 @@ func testPosixDifferential(t *testing.T, path string) {
 	for _, pc := range cases {
 		t.Run(pc.name, func(t *testing.T) {
 			sides := [2]*side{openSide(t, "plain", filepath.Join(ref, pc.name)), openSide(t, "workspace", filepath.Join(mnt, pc.name))}
-			if srv, ok := m.(*fs.Server); ok {
+			if srv, ok := m.(*fusefs.Server); ok {
 				sides[1].mtime = func(p string) (int64, error) { return daemonMtime(e.ctx, srv.Overlay(), pc.name+"/"+p) }
 			}
 			defer sides[0].close()

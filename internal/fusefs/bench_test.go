@@ -1,4 +1,4 @@
-package fs_test
+package fusefs_test
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/commit"
-	"layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -83,7 +83,7 @@ func BenchmarkMount100k(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: filepath.Join(dir, "ws", fmt.Sprint(i), "upper")})
 		require.NoError(b, err)
-		m, err := fs.Mount(ctx, mnt, ov, fs.Options{})
+		m, err := fusefs.Mount(ctx, mnt, ov, fusefs.Options{})
 		require.NoError(b, err)
 		b.StopTimer()
 		require.NoError(b, m.Unmount(ctx))
@@ -100,7 +100,7 @@ func BenchmarkCommitOneOf100k(b *testing.B) {
 	os.MkdirAll(mnt, 0o755)
 	ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: filepath.Join(dir, "ws", "c", "upper")})
 	require.NoError(b, err)
-	m, err := fs.Mount(ctx, mnt, ov, fs.Options{})
+	m, err := fusefs.Mount(ctx, mnt, ov, fusefs.Options{})
 	require.NoError(b, err)
 	defer m.Unmount(ctx)
 	var tChanges, tBuild, tFlush time.Duration

@@ -1,4 +1,4 @@
-// Package fs serves an overlay as a FUSE file system with go-fuse v2
+// Package fusefs serves an overlay as a FUSE file system with go-fuse v2
 // (imported as gofs): one go-fuse inode per overlay node, with the same
 // inode number.
 //
@@ -50,4 +50,4 @@
 // directory is on the mount (the child's chdir waits for the server,
 // which may be stuck in the fork). Run shells with a working directory
 // outside the mount and cd in the script, or serve from another process.
-package fs
+package fusefs

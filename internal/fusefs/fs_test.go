@@ -1,4 +1,4 @@
-package fs_test
+package fusefs_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"layerfs.dev/layerfs/internal/fs"
+	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/overlay/overlaytest"
@@ -77,7 +77,7 @@ func newEnvWith(t testing.TB, fill func(testing.TB, string), path string) *env {
 type served interface {
 	overlaytest.Changer
 	DataPath() string
-	Stats() fs.Stats
+	Stats() fusefs.Stats
 	Unmount(ctx context.Context) error
 	UpperDir() string
 }
@@ -134,7 +134,7 @@ func (e *env) serve(ws, mnt string, root, base store.ID, committed *overlay.Uppe
 	if err != nil {
 		return nil, err
 	}
-	m, err := fs.Mount(e.ctx, mnt, ov, fs.Options{})
+	m, err := fusefs.Mount(e.ctx, mnt, ov, fusefs.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +279,7 @@ func testRandomOpsMount(t *testing.T, path string) {
 
 func TestStaleMountCleanup(t *testing.T) {
 	testenv.RequireFUSE(t)
-	require.NoError(t, fs.CleanStale(t.TempDir()), "clean of a plain directory")
+	require.NoError(t, fusefs.CleanStale(t.TempDir()), "clean of a plain directory")
 	_ = unix.ENOTCONN
 }
 
