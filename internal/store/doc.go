@@ -6,7 +6,7 @@
 // # Objects
 //
 // Everything committed is an immutable object named by the BLAKE3 hash of a
-// per-kind domain prefix and its canonical bytes (see object.go). Chunks (a
+// per-kind domain prefix and its canonical bytes (package object). Chunks (a
 // small file's whole content or one content-defined chunk of a larger file)
 // are appended to pack files and indexed in SQLite by (pack, offset,
 // length); manifests, trees and commits are small and live in SQLite as

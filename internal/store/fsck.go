@@ -13,6 +13,7 @@ import (
 	"slices"
 
 	"layerfs.dev/layerfs/internal/s3bucket"
+	"layerfs.dev/layerfs/internal/store/object"
 )
 
 // Problem is one thing Fsck found wrong.
@@ -212,7 +213,7 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 		}
 		switch kind {
 		case KindManifest:
-			m, err := DecodeManifest(data)
+			m, err := object.DecodeManifest(data)
 			if err != nil {
 				rep.add("decode", id, where, "manifest: %v", err)
 				continue
@@ -230,7 +231,7 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 				}
 			}
 		case KindTree:
-			t, err := DecodeTree(data)
+			t, err := object.DecodeTree(data)
 			if err != nil {
 				rep.add("decode", id, where, "tree: %v", err)
 				continue
@@ -239,7 +240,7 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 				db.fsckEntry(rep, id, &t.Entries[i], kinds, chunks, manifestSize)
 			}
 		case KindCommit:
-			c, err := DecodeCommit(data)
+			c, err := object.DecodeCommit(data)
 			if err != nil {
 				rep.add("decode", id, where, "commit: %v", err)
 				continue

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/store/object"
 )
 
 // GCOptions tune a collection.
@@ -245,7 +247,7 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 		switch it.k {
 		case KindCommit:
 			st.LiveCommits++
-			c, err := DecodeCommit(data)
+			c, err := object.DecodeCommit(data)
 			if err != nil {
 				return fmt.Errorf("commit %s: %w", it.id, err)
 			}
@@ -255,7 +257,7 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 			}
 		case KindTree:
 			st.LiveTrees++
-			t, err := DecodeTree(data)
+			t, err := object.DecodeTree(data)
 			if err != nil {
 				return fmt.Errorf("tree %s: %w", it.id, err)
 			}
@@ -273,7 +275,7 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 			}
 		case KindManifest:
 			st.LiveManifests++
-			m, err := DecodeManifest(data)
+			m, err := object.DecodeManifest(data)
 			if err != nil {
 				return fmt.Errorf("manifest %s: %w", it.id, err)
 			}

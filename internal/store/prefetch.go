@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/store/object"
 )
 
 // Prefetch puts the contents a commit needs in the cache ahead of its
@@ -194,7 +196,7 @@ func (p *prefetch) resolve(ctx context.Context) error {
 		if got := Hash(KindManifest, data); got != w.c.ID {
 			return fmt.Errorf("manifest %s in the objects table hashes to %s: %w", w.c.ID, got, ErrCorrupt)
 		}
-		m, err := DecodeManifest(data)
+		m, err := object.DecodeManifest(data)
 		if err != nil {
 			return fmt.Errorf("manifest %s: %w", w.c.ID, err)
 		}

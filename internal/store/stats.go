@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"layerfs.dev/layerfs/internal/store/object"
 )
 
 // KindStats count the objects of one kind.
@@ -83,7 +85,7 @@ func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
 			if err := r.Scan(&id, &data); err != nil {
 				return err
 			}
-			c, err := DecodeCommit(data)
+			c, err := object.DecodeCommit(data)
 			if err != nil {
 				return fmt.Errorf("commit %s: %w", toID(id), err)
 			}
