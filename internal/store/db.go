@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"layerfs.dev/layerfs/internal/store/schema"
 )
 
 // File and directory names inside a store directory.
@@ -107,9 +109,9 @@ type DB struct {
 	opts Options
 	log  *slog.Logger
 
-	w *sql.DB // one connection: in-process writers are serialised here
-	r *sql.DB // read-only connections
-	d dialect // SQLite's (the zero value) or PostgreSQL's
+	w *sql.DB        // one connection: in-process writers are serialised here
+	r *sql.DB        // read-only connections
+	d schema.Dialect // SQLite's (the zero value) or PostgreSQL's
 
 	lock   *os.File // shared flock for the DB's lifetime; exclusive during GC
 	lockMu sync.Mutex
@@ -287,7 +289,7 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 	db.r.SetMaxIdleConns(8)
 	db.r.SetConnMaxLifetime(0)
 
-	if err := db.migrate(ctx, len(migrations), create); err != nil {
+	if err := db.migrate(ctx, len(schema.SQLite), create); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{packsDir, cacheDir, workspacesDir} {
@@ -310,60 +312,6 @@ func (db *DB) openCache(ctx context.Context) error {
 	db.wb = writeback{dir: db.CacheDir(), log: db.log}
 	db.bound = cacheBound{db: db, max: cacheLimit(db.CacheDir(), db.opts.CacheBytes)}
 	return recoverCache(ctx, db.CacheDir(), db.log)
-}
-
-// checkVersion opens the database read-only and fails with ErrNewerSchema
-// or ErrNoStore without changing the file.
-func checkVersion(ctx context.Context, path string, opts Options) error {
-	q := url.Values{}
-	q.Set("mode", "ro")
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
-	c, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	v, err := schemaVersion(ctx, c)
-	if err != nil {
-		return err
-	}
-	if v == 0 {
-		return fmt.Errorf("%s has no schema: %w", path, ErrNoStore)
-	}
-	if v > len(migrations) {
-		return fmt.Errorf("schema version %d, this program knows %d: %w", v, len(migrations), ErrNewerSchema)
-	}
-	return nil
-}
-
-type queryer interface {
-	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
-}
-
-// schemaVersion reads SQLite's version row; 0 means an empty database.
-func schemaVersion(ctx context.Context, q queryer) (int, error) {
-	return readSchemaVersion(ctx, q, `SELECT count(*) FROM sqlite_schema WHERE type='table' AND name='meta'`)
-}
-
-// readSchemaVersion reads the version row after checking with hasMeta (a
-// count of meta tables) that there is one.
-func readSchemaVersion(ctx context.Context, q queryer, hasMeta string) (int, error) {
-	var n int
-	if err := q.QueryRowContext(ctx, hasMeta).Scan(&n); err != nil {
-		return 0, fmt.Errorf("read schema: %w", err)
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	var v int
-	err := q.QueryRowContext(ctx, `SELECT value FROM meta WHERE key='schema_version'`).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
-	}
-	return v, nil
 }
 
 // Dir is the store's directory.

@@ -94,7 +94,7 @@ func (db *DB) Fsck(ctx context.Context, progress func(done, total int)) (FsckRep
 
 func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(int, int)) error {
 	// SQLite's own checks (PostgreSQL keeps its constraints itself).
-	for _, q := range sqliteChecks(db.d.postgres) {
+	for _, q := range sqliteChecks(db.d.Postgres) {
 		r, err := tx.query(ctx, q.sql)
 		if err != nil {
 			return err

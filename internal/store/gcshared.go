@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"layerfs.dev/layerfs/internal/store/schema"
 )
 
 // GC on a shared Store (docs/fleet.md) runs while every host keeps working;
@@ -53,7 +55,7 @@ const deleteGroup = 1000
 
 // liveWorkspaces is every workspace record of a host with a live lease.
 const liveWorkspaces = `(SELECT r.id, r.base, r.head FROM workspace_records r
-	JOIN leases l ON l.node = r.node WHERE l.expires > ` + dbNowNs + `)`
+	JOIN leases l ON l.node = r.node WHERE l.expires > ` + schema.NowNs + `)`
 
 func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GCStats, error) {
 	grace := opts.Grace
@@ -69,7 +71,7 @@ func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GC
 	live := newLiveSet()
 	err = db.withTx(ctx, txWrite, func(tx *tx) error {
 		var cutoff int64
-		if err := tx.row(ctx, `SELECT `+dbNowNs+` - ?`, grace.Nanoseconds()).Scan(&cutoff); err != nil {
+		if err := tx.row(ctx, `SELECT `+schema.NowNs+` - ?`, grace.Nanoseconds()).Scan(&cutoff); err != nil {
 			return err
 		}
 		roots, err := refRoots(ctx, tx, liveWorkspaces)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/s3bucket"
+	"layerfs.dev/layerfs/internal/store/schema"
 )
 
 // A shared Store (docs/fleet.md): references, the object index and
@@ -118,7 +119,7 @@ func initRemote(ctx context.Context, dir string, opts Options) (*DB, error) {
 // openRemote opens this host's view of a shared Store.
 func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *DB, err error) {
 	opts.fill()
-	db := &DB{dir: dir, opts: opts, log: opts.Logger, d: dialect{postgres: true}}
+	db := &DB{dir: dir, opts: opts, log: opts.Logger, d: schema.Dialect{Postgres: true}}
 	defer func() {
 		if err != nil {
 			db.closeAll()
@@ -159,7 +160,7 @@ func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *
 	}
 	// Init creates the schema if this is the Store's first host; Open
 	// finds it or fails with ErrNoStore.
-	if err := db.migrate(ctx, len(pgMigrations), create); err != nil {
+	if err := db.migrate(ctx, len(schema.Postgres), create); err != nil {
 		return nil, err
 	}
 
@@ -230,11 +231,11 @@ func nodeName(dir string) (string, error) {
 func (db *DB) Node() string { return db.node }
 
 // Shared reports whether db is a shared Store (PostgreSQL and a bucket).
-func (db *DB) Shared() bool { return db.d.postgres }
+func (db *DB) Shared() bool { return db.d.Postgres }
 
 // allWorkspaces is the table of every host's workspace records.
 func (db *DB) allWorkspaces() string {
-	if db.d.postgres {
+	if db.d.Postgres {
 		return "workspace_records"
 	}
 	return "workspaces"
