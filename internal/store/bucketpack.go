@@ -3,7 +3,6 @@ package store
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -17,10 +16,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/s3bucket"
+	"layerfs.dev/layerfs/internal/store/pack"
 )
 
 // A shared Store's packs are objects in a bucket, in the pack file format
-// (pack.go), named packs/<number>-<BLAKE3 of the pack's bytes>.pack:
+// (package pack), named packs/<number>-<BLAKE3 of the pack's bytes>.pack:
 // immutable, so an upload retried after a timeout writes the same object,
 // and unique, so no two hosts can overwrite each other's, and GC deleting
 // a dead pack can never delete a new one that happens to hold the same
@@ -55,7 +55,7 @@ type bucketWriter struct {
 	key    string // set once uploaded
 }
 
-func (bp *bucketPacks) acquire(ctx context.Context) (packAppender, error) {
+func (bp *bucketPacks) Acquire(ctx context.Context) (pack.Appender, error) {
 	var num int64
 	err := bp.db.withTx(ctx, txInsert, func(tx *tx) error {
 		return tx.row(ctx, `SELECT nextval('pack_numbers')`).Scan(&num)
@@ -65,44 +65,42 @@ func (bp *bucketPacks) acquire(ctx context.Context) (packAppender, error) {
 	}
 	// The spool is named by this process too, so that a later open can
 	// tell the spools of dead processes (see removeDeadSpools).
-	path := filepath.Join(bp.db.dir, spoolDir, fmt.Sprintf("%d-%s", os.Getpid(), packName(num)))
+	path := filepath.Join(bp.db.dir, spoolDir, fmt.Sprintf("%d-%s", os.Getpid(), pack.Name(num)))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("spool pack: %w", err)
 	}
 	w := &bucketWriter{bucket: bp.bucket, num: num, path: path, f: f, w: bufio.NewWriterSize(f, 1<<20)}
-	if _, err := w.w.WriteString(packMagic); err != nil {
+	if _, err := w.w.WriteString(pack.Magic); err != nil {
 		w.close()
 		return nil, fmt.Errorf("spool pack %s: %w", path, err)
 	}
-	w.size = int64(len(packMagic))
+	w.size = int64(len(pack.Magic))
 	return w, nil
 }
 
-func (w *bucketWriter) number() int64 { return w.num }
-func (w *bucketWriter) end() int64    { return w.size }
-func (w *bucketWriter) retire()       {}
+func (w *bucketWriter) Number() int64 { return w.num }
+func (w *bucketWriter) End() int64    { return w.size }
+func (w *bucketWriter) Retire()       {}
 
-func (w *bucketWriter) append(id ID, data []byte) (int64, error) {
-	var hdr [recordHeader]byte
-	copy(hdr[:32], id[:])
-	binary.LittleEndian.PutUint32(hdr[32:], uint32(len(data)))
+func (w *bucketWriter) Append(id ID, data []byte) (int64, error) {
+	hdr := pack.Header(id, len(data))
 	if _, err := w.w.Write(hdr[:]); err != nil {
 		return 0, fmt.Errorf("spool pack %s: %w", w.path, err)
 	}
 	if _, err := w.w.Write(data); err != nil {
 		return 0, fmt.Errorf("spool pack %s: %w", w.path, err)
 	}
-	off := w.size + recordHeader
-	w.size += int64(recordHeader + len(data))
+	off := w.size + pack.HeaderSize
+	w.size += int64(pack.HeaderSize + len(data))
 	return off, nil
 }
 
-// sync names the spooled pack by its hash and puts it in the bucket (in
+// Sync names the spooled pack by its hash and puts it in the bucket (in
 // parts when large); the batch's rows commit only after it returns, as
 // after a pack file's fsync. It runs while the rows are inserted, without
 // the caller's context (its bound is the bucket's retries).
-func (w *bucketWriter) sync() error {
+func (w *bucketWriter) Sync() error {
 	ctx := context.Background()
 	b := w.bucket
 	if err := w.w.Flush(); err != nil {
@@ -128,7 +126,7 @@ func packObjectKey(num int64, sum []byte) string {
 // packKeyPrefix is where pack objects are, in the bucket.
 const packKeyPrefix = "packs/"
 
-func (w *bucketWriter) rollback(size int64) error {
+func (w *bucketWriter) Rollback(size int64) error {
 	w.w.Reset(w.f)
 	if err := w.f.Truncate(size); err != nil {
 		return fmt.Errorf("truncate spool %s: %w", w.path, err)
@@ -148,9 +146,9 @@ func (w *bucketWriter) close() error {
 	return err
 }
 
-// release drops the spool: a pack object is never appended to.
-func (bp *bucketPacks) release(a packAppender) error { return a.(*bucketWriter).close() }
-func (bp *bucketPacks) discard(a packAppender)       { a.(*bucketWriter).close() }
+// Release drops the spool: a pack object is never appended to.
+func (bp *bucketPacks) Release(a pack.Appender) error { return a.(*bucketWriter).close() }
+func (bp *bucketPacks) Discard(a pack.Appender)       { a.(*bucketWriter).close() }
 
 // record indexes the unit's uploaded packs in the flush's transaction,
 // whose chunk rows name them.
@@ -190,16 +188,16 @@ func (bp *bucketPacks) packKey(ctx context.Context, num int64) (string, error) {
 	return key, nil
 }
 
-func (bp *bucketPacks) read(ctx context.Context, id ID, num, off, length int64) ([]byte, error) {
+func (bp *bucketPacks) Read(ctx context.Context, id ID, num, off, length int64) ([]byte, error) {
 	if data, ok := bp.cache.get(id); ok {
-		bp.db.ctr.chunksRead.Add(1)
+		bp.db.ctr.read.Chunks.Add(1)
 		return data, nil
 	}
 	key, err := bp.packKey(ctx, num)
 	if err != nil {
 		return nil, fmt.Errorf("chunk %s: %w", id, err)
 	}
-	if off < int64(len(packMagic))+recordHeader || length < 0 || length > maxChunkSize {
+	if off < pack.MinOffset || length < 0 || length > pack.MaxChunkSize {
 		return nil, fmt.Errorf("chunk %s in %s: invalid range %d+%d: %w", id, key, off, length, ErrCorrupt)
 	}
 	var data []byte
@@ -212,8 +210,8 @@ func (bp *bucketPacks) read(ctx context.Context, id ID, num, off, length int64) 
 			return nil, fmt.Errorf("chunk %s: %w", id, err)
 		}
 	}
-	bp.db.ctr.packRead.Add(int64(len(data)))
-	bp.db.ctr.chunksRead.Add(1)
+	bp.db.ctr.read.Bytes.Add(int64(len(data)))
+	bp.db.ctr.read.Chunks.Add(1)
 	if got := Hash(KindChunk, data); got != id {
 		return nil, fmt.Errorf("chunk %s in %s (bucket %s) at offset %d: content hashes to %s: %w", id, key, bp.bucket, off, got, ErrCorrupt)
 	}
@@ -221,7 +219,7 @@ func (bp *bucketPacks) read(ctx context.Context, id ID, num, off, length int64) 
 	return data, nil
 }
 
-func (bp *bucketPacks) readRange(ctx context.Context, num, off, length int64) ([]byte, error) {
+func (bp *bucketPacks) ReadRange(ctx context.Context, num, off, length int64) ([]byte, error) {
 	key, err := bp.packKey(ctx, num)
 	if err != nil {
 		return nil, err
@@ -233,7 +231,7 @@ func (bp *bucketPacks) readRange(ctx context.Context, num, off, length int64) ([
 	return data, err
 }
 
-func (bp *bucketPacks) close() error { return nil }
+func (bp *bucketPacks) Close() error { return nil }
 
 // removeDeadSpools removes the spooled packs of processes that died before
 // their batch flushed or aborted: their chunks were never indexed, so

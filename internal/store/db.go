@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"layerfs.dev/layerfs/internal/store/pack"
 	"layerfs.dev/layerfs/internal/store/schema"
 )
 
@@ -122,7 +123,7 @@ type DB struct {
 	gcMu    sync.RWMutex
 	batches atomic.Int64 // batches holding unflushed work
 
-	packs       *packSet     // the embedded Store's pack files; nil on a shared Store
+	packs       *pack.Set    // the embedded Store's pack files; nil on a shared Store
 	bucket      *bucketPacks // a shared Store's pack objects; nil on the embedded one
 	content     packStore    // whichever of the two this DB has
 	node        string       // this host's name in a shared Store
@@ -300,7 +301,7 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 	if err := db.openCache(ctx); err != nil {
 		return nil, err
 	}
-	db.packs = newPackSet(db)
+	db.packs = pack.NewSet(db.PacksDir(), opts.MaxPackSize, !opts.BufferedPacks, &db.ctr.read)
 	db.content = db.packs
 	db.trees = newTreeCache(opts.TreeCacheBytes)
 	return db, nil
@@ -344,7 +345,7 @@ func (db *DB) closeAll() error {
 	db.wb.close()
 	db.cacheDirs.closeAll()
 	if db.content != nil {
-		errs = append(errs, db.content.close())
+		errs = append(errs, db.content.Close())
 	}
 	db.mem.close()
 	if db.r != nil && db.r != db.w {
@@ -373,6 +374,16 @@ func (db *DB) check() error {
 		return ErrClosed
 	}
 	return nil
+}
+
+// checkContext is a cheap cancellation check for long loops.
+func checkContext(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+		return nil
+	}
 }
 
 // flock takes a lock on f, retrying a non-blocking attempt until ctx ends,

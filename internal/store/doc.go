@@ -39,7 +39,7 @@
 // chosen; `layerfs bench store` measures the whole). Buffered writes that
 // need fresh page-cache pages were several times slower than O_DIRECT
 // writes of the same data, so packs are appended with aligned direct writes
-// of 4 MiB where the file system allows (see packWriter), double-buffered
+// of 4 MiB where the file system allows (see pack.Writer), double-buffered
 // so that the disk takes one buffer while the caller fills the other;
 // Flush's fsync (a device cache flush, whatever the size) runs while the
 // index rows are inserted and the transaction waits for it before

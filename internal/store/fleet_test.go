@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"layerfs.dev/layerfs/internal/store/pack"
 )
 
 // openHost makes a host's directory of the shared Store at url.
@@ -253,8 +255,8 @@ func TestDeadSpoolsRemoved(t *testing.T) {
 	// fresh pid makes unlikely within the test).
 	cmd := exec.Command("true")
 	require.NoError(t, cmd.Run())
-	dead := filepath.Join(dir, fmt.Sprintf("%d-%s", cmd.Process.Pid, packName(7)))
-	live := filepath.Join(dir, fmt.Sprintf("%d-%s", os.Getpid(), packName(8)))
+	dead := filepath.Join(dir, fmt.Sprintf("%d-%s", cmd.Process.Pid, pack.Name(7)))
+	live := filepath.Join(dir, fmt.Sprintf("%d-%s", os.Getpid(), pack.Name(8)))
 	other := filepath.Join(dir, "notes")
 	for _, p := range []string{dead, live, other} {
 		require.NoError(t, os.WriteFile(p, []byte("x"), 0o600))

@@ -3,17 +3,16 @@ package store
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 
 	"layerfs.dev/layerfs/internal/s3bucket"
 	"layerfs.dev/layerfs/internal/store/object"
+	"layerfs.dev/layerfs/internal/store/pack"
 )
 
 // Problem is one thing Fsck found wrong.
@@ -278,14 +277,14 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 		}
 	}
 	defer closeCur()
-	var hdr [recordHeader]byte
+	var hdr [pack.HeaderSize]byte
 	for _, c := range order {
 		if err := checkContext(ctx); err != nil {
 			return err
 		}
 		rep.Chunks++
 		tick()
-		path := filepath.Join(db.dir, packsDir, packName(c.pack))
+		path := db.packs.Path(c.pack)
 		if c.pack != cur {
 			closeCur()
 			cur = c.pack
@@ -302,8 +301,8 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 					return err
 				}
 				fsize = fi.Size()
-				var magic [len(packMagic)]byte
-				if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != packMagic {
+				var magic [len(pack.Magic)]byte
+				if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != pack.Magic {
 					rep.add("pack", ZeroID, path, "bad pack header")
 				}
 			}
@@ -312,15 +311,15 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 			rep.add("pack", c.id, path, "pack file is missing")
 			continue
 		}
-		if c.off < int64(len(packMagic))+recordHeader || c.len < 0 || c.off+c.len > fsize {
+		if c.off < pack.MinOffset || c.len < 0 || c.off+c.len > fsize {
 			rep.add("range", c.id, path, "range %d+%d outside the pack's %d bytes", c.off, c.len, fsize)
 			continue
 		}
-		if _, err := f.ReadAt(hdr[:], c.off-recordHeader); err != nil {
+		if _, err := f.ReadAt(hdr[:], c.off-pack.HeaderSize); err != nil {
 			return fmt.Errorf("read %s: %w", path, err)
 		}
-		if toID(hdr[:32]) != c.id || int64(binary.LittleEndian.Uint32(hdr[32:])) != c.len {
-			rep.add("pack", c.id, path, "record header at offset %d does not match the index", c.off-recordHeader)
+		if id, n := pack.ParseHeader(hdr[:]); id != c.id || n != c.len {
+			rep.add("pack", c.id, path, "record header at offset %d does not match the index", c.off-pack.HeaderSize)
 			continue
 		}
 		data := make([]byte, c.len)
@@ -328,7 +327,7 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 			return fmt.Errorf("read %s: %w", path, err)
 		}
 		rep.Bytes += c.len
-		db.ctr.packRead.Add(c.len)
+		db.ctr.read.Bytes.Add(c.len)
 		if got := Hash(KindChunk, data); got != c.id {
 			rep.add("hash", c.id, path, "chunk at offset %d hashes to %s", c.off, got)
 		}
@@ -402,11 +401,11 @@ func (db *DB) fsckBucket(ctx context.Context, rep *FsckReport, order []chunkRow,
 			rep.add("pack", c.id, fmt.Sprintf("pack %d", c.pack), "%v", err)
 			continue
 		}
-		if c.off < int64(len(packMagic))+recordHeader || c.len <= 0 || c.len > maxChunkSize {
+		if c.off < pack.MinOffset || c.len <= 0 || c.len > pack.MaxChunkSize {
 			rep.add("range", c.id, key, "invalid range %d+%d", c.off, c.len)
 			continue
 		}
-		data, err := bp.bucket.ReadRange(ctx, key, c.off-recordHeader, recordHeader+c.len)
+		data, err := bp.bucket.ReadRange(ctx, key, c.off-pack.HeaderSize, pack.HeaderSize+c.len)
 		if errors.Is(err, s3bucket.ErrNotFound) {
 			rep.add("pack", c.id, key, "pack object is missing")
 			continue
@@ -415,13 +414,13 @@ func (db *DB) fsckBucket(ctx context.Context, rep *FsckReport, order []chunkRow,
 			rep.add("range", c.id, key, "%v", err)
 			continue
 		}
-		if toID(data[:32]) != c.id || int64(binary.LittleEndian.Uint32(data[32:recordHeader])) != c.len {
-			rep.add("pack", c.id, key, "record header at offset %d does not match the index", c.off-recordHeader)
+		if id, n := pack.ParseHeader(data); id != c.id || n != c.len {
+			rep.add("pack", c.id, key, "record header at offset %d does not match the index", c.off-pack.HeaderSize)
 			continue
 		}
 		rep.Bytes += c.len
-		db.ctr.packRead.Add(c.len)
-		if got := Hash(KindChunk, data[recordHeader:]); got != c.id {
+		db.ctr.read.Bytes.Add(c.len)
+		if got := Hash(KindChunk, data[pack.HeaderSize:]); got != c.id {
 			rep.add("hash", c.id, key, "chunk at offset %d hashes to %s", c.off, got)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/store/object"
+	"layerfs.dev/layerfs/internal/store/pack"
 )
 
 // GCOptions tune a collection.
@@ -423,7 +424,7 @@ func (db *DB) livePacks(ctx context.Context) (map[int64]*packLive, error) {
 				out[c.pack] = p
 			}
 			p.chunks = append(p.chunks, c)
-			p.bytes += recordHeader + c.len
+			p.bytes += pack.HeaderSize + c.len
 		}
 		return r.Err()
 	})
@@ -433,28 +434,28 @@ func (db *DB) livePacks(ctx context.Context) (map[int64]*packLive, error) {
 // compact deletes packs with no live chunk and rewrites those with too many
 // dead bytes into new packs.
 func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
-	if err := db.packs.dropIdle(); err != nil {
+	if err := db.packs.DropIdle(); err != nil {
 		return err
 	}
 	live, err := db.livePacks(ctx)
 	if err != nil {
 		return err
 	}
-	nums, err := db.packs.listPacks()
+	nums, err := db.packs.List()
 	if err != nil {
 		return err
 	}
-	var out *packWriter // the pack live chunks are copied into
+	var out *pack.Writer // the pack live chunks are copied into
 	defer func() {
 		if out != nil {
-			db.packs.discard(out)
+			db.packs.Discard(out)
 		}
 	}()
 	for _, num := range nums {
 		if err := checkContext(ctx); err != nil {
 			return err
 		}
-		path := filepath.Join(db.dir, packsDir, packName(num))
+		path := db.packs.Path(num)
 		fi, err := os.Stat(path)
 		if err != nil {
 			return err
@@ -467,7 +468,7 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 			st.PacksDeleted++
 			continue
 		}
-		dead := fi.Size() - int64(len(packMagic)) - p.bytes
+		dead := fi.Size() - int64(len(pack.Magic)) - p.bytes
 		if float64(dead) <= ratio*float64(fi.Size()) {
 			continue
 		}
@@ -479,26 +480,26 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 			if err != nil {
 				return fmt.Errorf("pack %s: %w", path, err)
 			}
-			if out == nil || out.size+recordHeader+c.len > db.opts.MaxPackSize {
+			if out == nil || out.End()+pack.HeaderSize+c.len > db.opts.MaxPackSize {
 				if out != nil {
-					if err := out.sync(); err != nil {
+					if err := out.Sync(); err != nil {
 						return err
 					}
-					db.packs.discard(out)
+					db.packs.Discard(out)
 				}
-				out, err = db.newCompactPack()
+				out, err = db.packs.Create()
 				if err != nil {
 					return err
 				}
 			}
-			off, err := out.append(c.id, data)
+			off, err := out.Append(c.id, data)
 			if err != nil {
 				return err
 			}
-			db.ctr.packWritten.Add(recordHeader + c.len)
-			moved = append(moved, chunkRow{id: c.id, pack: out.num, off: off, len: c.len})
+			db.ctr.packWritten.Add(pack.HeaderSize + c.len)
+			moved = append(moved, chunkRow{id: c.id, pack: out.Number(), off: off, len: c.len})
 		}
-		if err := out.sync(); err != nil {
+		if err := out.Sync(); err != nil {
 			return err
 		}
 		db.ctr.packSyncs.Add(1)
@@ -526,36 +527,11 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 	return nil
 }
 
-// newCompactPack creates a fresh pack for compaction output.
-func (db *DB) newCompactPack() (*packWriter, error) {
-	nums, err := db.packs.listPacks()
-	if err != nil {
-		return nil, err
-	}
-	next := int64(1)
-	if len(nums) > 0 {
-		next = nums[len(nums)-1] + 1
-	}
-	db.packs.mu.Lock()
-	defer db.packs.mu.Unlock()
-	for ; ; next++ {
-		w, err := db.packs.tryOpen(next, true)
-		if err != nil {
-			return nil, err
-		}
-		if w != nil {
-			return w, nil
-		}
-	}
-}
-
 func (db *DB) removePack(num int64) error {
-	db.packs.forget(num)
-	path := filepath.Join(db.dir, packsDir, packName(num))
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := db.packs.Remove(num); err != nil {
 		return err
 	}
-	db.log.Debug("gc removed pack", "pack", path)
+	db.log.Debug("gc removed pack", "pack", db.packs.Path(num))
 	return nil
 }
 

@@ -438,13 +438,13 @@ func (p *prefetch) readSpans(ctx context.Context, next *atomic.Int64, ahead chan
 
 // read reads one span and checks its chunks.
 func (p *prefetch) read(ctx context.Context, s *span) {
-	buf, err := p.db.content.readRange(ctx, s.pack, s.off, s.end-s.off)
+	buf, err := p.db.content.ReadRange(ctx, s.pack, s.off, s.end-s.off)
 	if err != nil {
 		s.err = fmt.Errorf("read pack %d at %d+%d: %w", s.pack, s.off, s.end-s.off, err)
 		p.fail(s.err)
 		return
 	}
-	p.db.ctr.packRead.Add(int64(len(buf)))
+	p.db.ctr.read.Bytes.Add(int64(len(buf)))
 	for i, l := range s.locs {
 		data := buf[l.off-s.off : l.off-s.off+l.len]
 		if got := Hash(KindChunk, data); got != l.id {
@@ -452,7 +452,7 @@ func (p *prefetch) read(ctx context.Context, s *span) {
 			s.bad[i] = true
 			continue
 		}
-		p.db.ctr.chunksRead.Add(1)
+		p.db.ctr.read.Chunks.Add(1)
 	}
 	s.mu.Lock()
 	s.buf = buf

@@ -108,13 +108,13 @@ func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
 			st.DBBytes += fi.Size()
 		}
 	}
-	nums, err := db.packs.listPacks()
+	nums, err := db.packs.List()
 	if err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
 	st.PackFiles = len(nums)
 	for _, n := range nums {
-		if fi, err := os.Stat(filepath.Join(db.dir, packsDir, packName(n))); err == nil {
+		if fi, err := os.Stat(db.packs.Path(n)); err == nil {
 			st.PackBytes += fi.Size()
 		}
 	}

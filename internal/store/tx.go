@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"layerfs.dev/layerfs/internal/store/pack"
 	"layerfs.dev/layerfs/internal/store/schema"
 )
 
@@ -49,10 +50,11 @@ func (c Counters) Sub(prev Counters) Counters {
 }
 
 type counters struct {
-	transactions, txTime, statements, rows  atomic.Int64
-	packWritten, packRead, packSyncs        atomic.Int64
-	chunksWritten, chunksReused, chunksRead atomic.Int64
-	treeHits, treeMisses, cacheBytes        atomic.Int64
+	transactions, txTime, statements, rows atomic.Int64
+	packWritten, packSyncs                 atomic.Int64
+	read                                   pack.ReadCounters // packs' bytes and chunks read
+	chunksWritten, chunksReused            atomic.Int64
+	treeHits, treeMisses, cacheBytes       atomic.Int64
 }
 
 // Counters returns the cumulative counters.
@@ -64,11 +66,11 @@ func (db *DB) Counters() Counters {
 		Statements:       c.statements.Load(),
 		Rows:             c.rows.Load(),
 		PackBytesWritten: c.packWritten.Load(),
-		PackBytesRead:    c.packRead.Load(),
+		PackBytesRead:    c.read.Bytes.Load(),
 		PackSyncs:        c.packSyncs.Load(),
 		ChunksWritten:    c.chunksWritten.Load(),
 		ChunksReused:     c.chunksReused.Load(),
-		ChunksRead:       c.chunksRead.Load(),
+		ChunksRead:       c.read.Chunks.Load(),
 		TreeCacheHits:    c.treeHits.Load(),
 		TreeCacheMisses:  c.treeMisses.Load(),
 		CacheBytes:       c.cacheBytes.Load(),
