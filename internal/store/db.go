@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"layerfs.dev/layerfs/internal/store/bucketpack"
 	"layerfs.dev/layerfs/internal/store/pack"
 	"layerfs.dev/layerfs/internal/store/schema"
 )
@@ -30,6 +31,8 @@ const (
 	packsDir      = "packs"
 	cacheDir      = "cache"
 	workspacesDir = "workspaces"
+	spoolDir      = "spool"  // a shared Store's packs being written
+	chunkCacheDir = "chunks" // a shared Store's chunks read from its bucket
 )
 
 // Defaults for Options fields left zero.
@@ -37,6 +40,8 @@ const (
 	DefaultTreeCacheBytes = 64 << 20
 	DefaultMaxPackSize    = 1 << 30
 	DefaultBusyTimeout    = 30 * time.Second
+	// DefaultChunkCacheBytes bounds a shared Store's chunk cache.
+	DefaultChunkCacheBytes = 2 << 30
 )
 
 // Options tune a DB. The zero value is ready to use.
@@ -123,11 +128,11 @@ type DB struct {
 	gcMu    sync.RWMutex
 	batches atomic.Int64 // batches holding unflushed work
 
-	packs       *pack.Set    // the embedded Store's pack files; nil on a shared Store
-	bucket      *bucketPacks // a shared Store's pack objects; nil on the embedded one
-	content     packStore    // whichever of the two this DB has
-	node        string       // this host's name in a shared Store
-	lease       *leaseKeeper // renews node's lease; nil on the embedded Store
+	packs       *pack.Set       // the embedded Store's pack files; nil on a shared Store
+	bucket      *bucketpack.Set // a shared Store's pack objects; nil on the embedded one
+	content     packStore       // whichever of the two this DB has
+	node        string          // this host's name in a shared Store
+	lease       *leaseKeeper    // renews node's lease; nil on the embedded Store
 	trees       *treeCache
 	mat         flightGroup
 	mem         memCache  // contents held in memory while the disk is full

@@ -396,7 +396,7 @@ func (db *DB) fsckBucket(ctx context.Context, rep *FsckReport, order []chunkRow,
 			packs[c.pack] = true
 			rep.Packs++
 		}
-		key, err := bp.packKey(ctx, c.pack)
+		key, err := bp.Key(ctx, c.pack)
 		if err != nil {
 			rep.add("pack", c.id, fmt.Sprintf("pack %d", c.pack), "%v", err)
 			continue
@@ -405,7 +405,7 @@ func (db *DB) fsckBucket(ctx context.Context, rep *FsckReport, order []chunkRow,
 			rep.add("range", c.id, key, "invalid range %d+%d", c.off, c.len)
 			continue
 		}
-		data, err := bp.bucket.ReadRange(ctx, key, c.off-pack.HeaderSize, pack.HeaderSize+c.len)
+		data, err := bp.S3().ReadRange(ctx, key, c.off-pack.HeaderSize, pack.HeaderSize+c.len)
 		if errors.Is(err, s3bucket.ErrNotFound) {
 			rep.add("pack", c.id, key, "pack object is missing")
 			continue

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"layerfs.dev/layerfs/internal/store/bucketpack"
 	"layerfs.dev/layerfs/internal/store/schema"
 )
 
@@ -206,7 +207,7 @@ func (db *DB) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 		if err := checkContext(ctx); err != nil {
 			return err
 		}
-		if err := db.bucket.bucket.Delete(ctx, p.key); err != nil {
+		if err := db.bucket.S3().Delete(ctx, p.key); err != nil {
 			return fmt.Errorf("delete pack %d: %w", p.num, err)
 		}
 		err := db.withTx(ctx, txInsert, func(tx *tx) error {
@@ -216,7 +217,7 @@ func (db *DB) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 		if err != nil {
 			return fmt.Errorf("unindex pack %d: %w", p.num, err)
 		}
-		db.bucket.keys.Delete(p.num)
+		db.bucket.Forget(p.num)
 		db.log.Debug("gc removed pack", "pack", p.key)
 		st.PacksDeleted++
 	}
@@ -228,7 +229,7 @@ func (db *DB) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 // its Flush failed after the upload). A younger one may belong to a flush
 // about to commit.
 func (db *DB) deleteOrphanPacks(ctx context.Context, grace time.Duration, st *GCStats) error {
-	objs, err := db.bucket.bucket.List(ctx, packKeyPrefix)
+	objs, err := db.bucket.S3().List(ctx, bucketpack.KeyPrefix)
 	if err != nil {
 		return err
 	}
@@ -250,7 +251,7 @@ func (db *DB) deleteOrphanPacks(ctx context.Context, grace time.Duration, st *GC
 		if named[o.Key] || !strings.HasSuffix(o.Key, ".pack") || time.Since(o.Modified) < grace {
 			continue
 		}
-		if err := db.bucket.bucket.Delete(ctx, o.Key); err != nil {
+		if err := db.bucket.S3().Delete(ctx, o.Key); err != nil {
 			return fmt.Errorf("delete orphan pack: %w", err)
 		}
 		db.log.Debug("gc removed orphan pack", "pack", o.Key)
@@ -262,7 +263,7 @@ func (db *DB) deleteOrphanPacks(ctx context.Context, grace time.Duration, st *GC
 // sharedFootprint is the bytes of the pack objects in the bucket and of
 // this host's cache of materialised files.
 func (db *DB) sharedFootprint(ctx context.Context) (int64, error) {
-	objs, err := db.bucket.bucket.List(ctx, packKeyPrefix)
+	objs, err := db.bucket.S3().List(ctx, bucketpack.KeyPrefix)
 	if err != nil {
 		return 0, err
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/s3bucket"
+	"layerfs.dev/layerfs/internal/store/bucketpack"
 	"layerfs.dev/layerfs/internal/store/schema"
 )
 
@@ -178,17 +179,17 @@ func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *
 			return nil, err
 		}
 	}
-	if err := removeDeadSpools(filepath.Join(dir, spoolDir)); err != nil {
+	if err := bucketpack.RemoveDeadSpools(filepath.Join(dir, spoolDir)); err != nil {
 		return nil, err
 	}
 	if err := db.openCache(ctx); err != nil {
 		return nil, err
 	}
-	chunks, err := openChunkCache(filepath.Join(dir, chunkCacheDir), opts.ChunkCacheBytes)
+	db.bucket, err = bucketpack.Open(bucket, packIndex{db}, filepath.Join(dir, spoolDir),
+		filepath.Join(dir, chunkCacheDir), opts.ChunkCacheBytes, &db.ctr.read)
 	if err != nil {
 		return nil, err
 	}
-	db.bucket = newBucketPacks(db, bucket, chunks)
 	db.content = db.bucket
 	db.trees = newTreeCache(opts.TreeCacheBytes)
 	if err := db.keepLease(ctx); err != nil {

@@ -153,6 +153,6 @@ func (db *DB) sharedStats(ctx context.Context, st StoreStats) (StoreStats, error
 	if err := db.cacheStats(&st); err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
-	st.CacheBytes += db.bucket.cache.bytes()
+	st.CacheBytes += db.bucket.CacheBytes()
 	return st, nil
 }
