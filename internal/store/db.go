@@ -17,7 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"layerfs.dev/layerfs/internal/flock"
 	"layerfs.dev/layerfs/internal/store/bucketpack"
+	"layerfs.dev/layerfs/internal/store/cache"
 	"layerfs.dev/layerfs/internal/store/pack"
 	"layerfs.dev/layerfs/internal/store/schema"
 )
@@ -76,7 +78,7 @@ type Options struct {
 	// read from the bucket; 0 means DefaultChunkCacheBytes, negative
 	// disables it.
 	ChunkCacheBytes int64
-	// CacheBytes bounds the cache of contents (evict.go): 0 means a
+	// CacheBytes bounds the cache of contents (package cache): 0 means a
 	// quarter of its file system's size, negative no bound.
 	CacheBytes int64
 	// NoCacheFill leaves the cache of contents to be filled on first read
@@ -135,14 +137,11 @@ type DB struct {
 	lease       *leaseKeeper    // renews node's lease; nil on the embedded Store
 	trees       *treeCache
 	mat         flightGroup
-	mem         memCache  // contents held in memory while the disk is full
-	wb          writeback // the window of cache files not synced yet
-	bound       cacheBound
+	cache       *cache.Dir   // the cache of contents
 	fg          foreground   // materializations reads wait for (prefetch.go)
 	fills       fillQueue    // the cache fills behind captures (fill.go)
 	fillDropped atomic.Int64 // contents fills left out (fill.go)
 	prefetches  prefetches   // running (prefetch.go), whose reads Materialize may use
-	cacheDirs   cacheDirs    // the cache's directories made
 	runBufs     sync.Pool    // *[]byte buffers of CacheFill's jobs (fill.go)
 	contentBufs [len(contentClasses)]sync.Pool
 
@@ -268,7 +267,7 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 	if err != nil {
 		return nil, err
 	}
-	if err := flock(ctx, db.lock, unix.LOCK_SH); err != nil {
+	if err := flock.Lock(ctx, db.lock, unix.LOCK_SH); err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
 
@@ -312,14 +311,6 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 	return db, nil
 }
 
-// openCache settles what an earlier process left unsynced in the cache
-// (writeback.go) and readies this one's window.
-func (db *DB) openCache(ctx context.Context) error {
-	db.wb = writeback{dir: db.CacheDir(), log: db.log}
-	db.bound = cacheBound{db: db, max: cacheLimit(db.CacheDir(), db.opts.CacheBytes)}
-	return recoverCache(ctx, db.CacheDir(), db.log)
-}
-
 // Dir is the store's directory.
 func (db *DB) Dir() string { return db.dir }
 
@@ -346,13 +337,12 @@ func (db *DB) closeAll() error {
 	var errs []error
 	db.stopLease()
 	db.fills.wait(context.Background())
-	db.bound.wait()
-	db.wb.close()
-	db.cacheDirs.closeAll()
+	if db.cache != nil {
+		db.cache.Close()
+	}
 	if db.content != nil {
 		errs = append(errs, db.content.Close())
 	}
-	db.mem.close()
 	if db.r != nil && db.r != db.w {
 		errs = append(errs, db.r.Close())
 	}
@@ -388,24 +378,5 @@ func checkContext(ctx context.Context) error {
 		return ctx.Err()
 	default:
 		return nil
-	}
-}
-
-// flock takes a lock on f, retrying a non-blocking attempt until ctx ends,
-// so a blocked open can be cancelled.
-func flock(ctx context.Context, f *os.File, how int) error {
-	for delay := time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
-		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
 	}
 }

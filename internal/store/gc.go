@@ -5,14 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/flock"
 	"layerfs.dev/layerfs/internal/store/object"
 	"layerfs.dev/layerfs/internal/store/pack"
 )
@@ -104,7 +103,7 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 		if err := db.compact(ctx, opts.CompactRatio, &st); err != nil {
 			return st, fmt.Errorf("gc: compact: %w", err)
 		}
-		if err := db.sweepCache(live.content, &st); err != nil {
+		if err := db.sweepCache(live, &st); err != nil {
 			return st, fmt.Errorf("gc: cache: %w", err)
 		}
 		if opts.Vacuum {
@@ -148,7 +147,7 @@ func (db *DB) lockExclusive(ctx context.Context) (unlock func(), err error) {
 	fd := int(db.lock.Fd())
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		// A failed conversion may have dropped our shared lock: take it back.
-		serr := flock(context.Background(), db.lock, unix.LOCK_SH)
+		serr := flock.Lock(context.Background(), db.lock, unix.LOCK_SH)
 		db.lockMu.Unlock()
 		db.gcMu.Unlock()
 		if serr != nil {
@@ -537,43 +536,13 @@ func (db *DB) removePack(num int64) error {
 
 // sweepCache removes cache files whose content no live tree names, and
 // temporary files a crashed materialization left behind.
-func (db *DB) sweepCache(content map[ID]struct{}, st *GCStats) error {
-	root := filepath.Join(db.dir, cacheDir)
-	dirs, err := os.ReadDir(root)
-	if err != nil {
-		return err
-	}
-	for _, d := range dirs {
-		if !d.IsDir() || d.Name() == unsyncedDir {
-			continue
-		}
-		sub := filepath.Join(root, d.Name())
-		ents, err := os.ReadDir(sub)
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			name := e.Name()
-			p := filepath.Join(sub, name)
-			if strings.HasPrefix(name, ".tmp-") {
-				if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Hour {
-					os.Remove(p)
-				}
-				continue
-			}
-			id, err := ParseID(name)
-			if err == nil {
-				if _, ok := content[id]; ok {
-					continue
-				}
-			}
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-			st.CacheFilesRemoved++
-		}
-	}
-	return nil
+func (db *DB) sweepCache(live *liveSet, st *GCStats) error {
+	n, err := db.cache.Sweep(func(id ID) bool {
+		_, ok := live.content[id]
+		return ok
+	})
+	st.CacheFilesRemoved += n
+	return err
 }
 
 // diskFootprint is the bytes on disk of the packs, the cache and the

@@ -101,7 +101,7 @@ func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GC
 		if err := db.deleteOrphanPacks(ctx, grace, &st); err != nil {
 			return st, fmt.Errorf("gc: %w", err)
 		}
-		if err := db.sweepCache(live.content, &st); err != nil {
+		if err := db.sweepCache(live, &st); err != nil {
 			return st, fmt.Errorf("gc: cache: %w", err)
 		}
 	}

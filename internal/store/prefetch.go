@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/store/cache"
 	"layerfs.dev/layerfs/internal/store/object"
 )
 
@@ -129,7 +130,7 @@ type want struct {
 	c       Content
 	m       *Manifest // nil: a content of one chunk
 	mu      sync.Mutex
-	file    *cacheFile // opened with its first chunk
+	file    *cache.File // opened with its first chunk
 	left    int
 	written []bool // by extent
 	dead    bool   // placed, or given up
@@ -402,7 +403,7 @@ func (p *prefetch) fetch(ctx context.Context) error {
 	for _, w := range p.wants {
 		w.mu.Lock()
 		if w.file != nil {
-			w.file.abort()
+			w.file.Abort()
 			w.file = nil
 		}
 		w.dead = true
@@ -507,7 +508,7 @@ func (p *prefetch) drop(id ID) {
 		u.w.mu.Lock()
 		u.w.dead = true
 		if u.w.file != nil {
-			u.w.file.abort()
+			u.w.file.Abort()
 			u.w.file = nil
 		}
 		u.w.mu.Unlock()
@@ -528,7 +529,7 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 			w.dead = true // a read of the workspace materialized it meanwhile
 			return nil
 		}
-		f, err := p.db.newCacheFile(p.db.CachePath(w.c.ID))
+		f, err := p.db.cache.Create(p.db.CachePath(w.c.ID))
 		if err != nil {
 			w.dead = true
 			return fmt.Errorf("content %s: %w", w.c.ID.Short(), err)
@@ -537,11 +538,11 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 	}
 	fail := func(err error) error {
 		w.dead = true
-		w.file.abort()
+		w.file.Abort()
 		w.file = nil
 		return fmt.Errorf("content %s: %w", w.c.ID.Short(), err)
 	}
-	if _, err := w.file.f.WriteAt(data, u.off); err != nil {
+	if _, err := w.file.File().WriteAt(data, u.off); err != nil {
 		return fail(err)
 	}
 	w.written[u.ext] = true
@@ -552,10 +553,10 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 		return fail(fmt.Errorf("chunk has %d bytes, the tree says %d: %w", len(data), w.c.Size, ErrCorrupt))
 	}
 	// Truncate sets the size where the content ends in a hole.
-	if err := w.file.f.Truncate(w.c.Size); err != nil {
+	if err := w.file.File().Truncate(w.c.Size); err != nil {
 		return fail(err)
 	}
-	placed, err := w.file.place(w.c.Size)
+	placed, err := w.file.Place(w.c.Size)
 	w.file, w.dead = nil, true
 	if err != nil {
 		return fmt.Errorf("content %s: %w", w.c.ID.Short(), err)

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/flock"
 	"layerfs.dev/layerfs/internal/s3bucket"
 	"layerfs.dev/layerfs/internal/store/bucketpack"
 	"layerfs.dev/layerfs/internal/store/schema"
@@ -142,7 +143,7 @@ func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *
 	if err != nil {
 		return nil, err
 	}
-	if err := flock(ctx, db.lock, unix.LOCK_SH); err != nil {
+	if err := flock.Lock(ctx, db.lock, unix.LOCK_SH); err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
 

@@ -130,11 +130,10 @@ func (db *DB) cacheStats(st *StoreStats) error {
 	if st.CacheBytes, err = diskUsage(filepath.Join(db.dir, cacheDir)); err != nil {
 		return err
 	}
-	files, err := db.cacheContents()
-	if err != nil {
+	if st.CacheFiles, err = db.cache.Count(); err != nil {
 		return err
 	}
-	st.CacheFiles, st.CacheLimit = int64(len(files)), max(db.bound.max, 0)
+	st.CacheLimit = db.cache.Limit()
 	return nil
 }
 

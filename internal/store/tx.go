@@ -54,12 +54,16 @@ type counters struct {
 	packWritten, packSyncs                 atomic.Int64
 	read                                   pack.ReadCounters // packs' bytes and chunks read
 	chunksWritten, chunksReused            atomic.Int64
-	treeHits, treeMisses, cacheBytes       atomic.Int64
+	treeHits, treeMisses                   atomic.Int64
 }
 
 // Counters returns the cumulative counters.
 func (db *DB) Counters() Counters {
 	c := &db.ctr
+	var cached int64
+	if db.cache != nil {
+		cached = db.cache.Placed()
+	}
 	return Counters{
 		Transactions:     c.transactions.Load(),
 		TxTime:           time.Duration(c.txTime.Load()),
@@ -73,7 +77,7 @@ func (db *DB) Counters() Counters {
 		ChunksRead:       c.read.Chunks.Load(),
 		TreeCacheHits:    c.treeHits.Load(),
 		TreeCacheMisses:  c.treeMisses.Load(),
-		CacheBytes:       c.cacheBytes.Load(),
+		CacheBytes:       cached,
 	}
 }
 
