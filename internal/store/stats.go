@@ -15,8 +15,8 @@ type KindStats struct {
 	Bytes int64 `json:"bytes"` // encoded bytes (chunks: payload bytes)
 }
 
-// StoreStats describe a store's contents and footprint.
-type StoreStats struct {
+// Stats describe a Store's contents and footprint.
+type Stats struct {
 	Chunks     KindStats `json:"chunks"`
 	Manifests  KindStats `json:"manifests"`
 	Trees      KindStats `json:"trees"`
@@ -42,8 +42,8 @@ type StoreStats struct {
 
 // Stats counts objects by kind and measures the store on disk. It decodes
 // every commit (for LogicalBytes), so it costs O(commits).
-func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
-	var st StoreStats
+func (db *DB) Stats(ctx context.Context) (Stats, error) {
+	var st Stats
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		if err := tx.row(ctx, `SELECT count(*), coalesce(sum(len), 0) FROM chunks`).Scan(&st.Chunks.Count, &st.Chunks.Bytes); err != nil {
 			return err
@@ -125,7 +125,7 @@ func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
 }
 
 // cacheStats fills in the cache's figures.
-func (db *DB) cacheStats(st *StoreStats) error {
+func (db *DB) cacheStats(st *Stats) error {
 	var err error
 	if st.CacheBytes, err = diskUsage(filepath.Join(db.dir, cacheDir)); err != nil {
 		return err
@@ -139,7 +139,7 @@ func (db *DB) cacheStats(st *StoreStats) error {
 
 // sharedStats fills in a shared Store's footprint: the database's size,
 // the pack objects' (from the packs table) and this host's caches.
-func (db *DB) sharedStats(ctx context.Context, st StoreStats) (StoreStats, error) {
+func (db *DB) sharedStats(ctx context.Context, st Stats) (Stats, error) {
 	var packs int64
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		return tx.row(ctx, `SELECT pg_database_size(current_database()), count(*), coalesce(sum(size), 0) FROM packs`).

@@ -123,7 +123,7 @@ func (b *bound) pass() (EvictStats, error) {
 	if b.max <= 0 || st.Bytes <= b.max {
 		return st, nil
 	}
-	slices.SortFunc(files, func(a, b cachedContent) int { return cmp.Compare(a.atime, b.atime) })
+	slices.SortFunc(files, func(a, b contentFile) int { return cmp.Compare(a.atime, b.atime) })
 	left := st.Bytes
 	for _, f := range files {
 		if float64(left) <= evictTarget*float64(b.max) {
@@ -143,20 +143,20 @@ func (b *bound) pass() (EvictStats, error) {
 // wait waits for a pass started in the background.
 func (b *bound) wait() { b.wg.Wait() }
 
-type cachedContent struct {
+type contentFile struct {
 	path  string
 	atime int64
 	bytes int64 // on disk
 }
 
 // contents lists the contents in the cache.
-func (d *Dir) contents() ([]cachedContent, error) {
+func (d *Dir) contents() ([]contentFile, error) {
 	root := d.root
 	dirs, err := os.ReadDir(root)
 	if err != nil {
 		return nil, err
 	}
-	var out []cachedContent
+	var out []contentFile
 	for _, d := range dirs {
 		if !d.IsDir() || !isPrefixDir(d.Name()) {
 			continue
@@ -175,7 +175,7 @@ func (d *Dir) contents() ([]cachedContent, error) {
 			if err := unix.Lstat(p, &st); err != nil {
 				continue // evicted or swept meanwhile
 			}
-			out = append(out, cachedContent{path: p, atime: st.Atim.Nano(), bytes: st.Blocks * 512})
+			out = append(out, contentFile{path: p, atime: st.Atim.Nano(), bytes: st.Blocks * 512})
 		}
 	}
 	return out, nil
