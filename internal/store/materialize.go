@@ -17,10 +17,11 @@ import (
 // Materialize returns the path of a regular, read-only file holding a file
 // entry's full content, creating it on first use: written to a temporary
 // file (sparse where the manifest has holes), verified chunk by chunk,
-// then linked into place (synced with others later: see package cache). A file in place never changes (a racing
-// writer's link fails and its copy is dropped), so it can back FUSE
-// passthrough opens and be cloned for copy-up. Concurrent callers for one
-// content in this process share one materialization.
+// then linked into place (synced with others later: see package cache).
+// A file in place never changes (a racing writer's link fails and its copy
+// is dropped), so it can back FUSE passthrough opens and be cloned for
+// copy-up. Concurrent callers for one content in this process share one
+// materialization.
 func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	if e.Type != TypeFile {
 		return "", fmt.Errorf("materialize %q: a %s has no content", e.Name, e.Type)

@@ -11,8 +11,8 @@ import (
 
 // packStore is where chunk payloads are written and read: pack files in
 // the store directory (pack.Set) or pack objects in a bucket
-// (bucketpack.Set). A Batch appends through a pack.Appender and indexes what
-// it appended only after Sync has made it durable.
+// (bucketpack.Set). A Batch appends through a pack.Appender and indexes
+// what it appended only after Sync has made it durable.
 type packStore interface {
 	Acquire(ctx context.Context) (pack.Appender, error)
 	// Release takes back a writer whose unit was flushed or rolled back.
