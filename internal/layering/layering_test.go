@@ -110,6 +110,62 @@ func TestLayers(t *testing.T) {
 	}
 }
 
+// storeParts are the Store's parts, the packages under internal/store,
+// each with the packages of the module it may import, directly or not.
+// Only internal/store and the parts listed here import them: the rest of
+// LayerFS sees the Store through its facade (and its vocabulary, the
+// object model re-exported as store.ID, store.Tree, ...).
+var storeParts = map[string][]string{
+	"internal/store/object":     {"wire/errclass"},
+	"internal/store/schema":     nil,
+	"internal/store/pack":       {"internal/store/object", "wire/errclass"},
+	"internal/store/bucketpack": {"internal/store/object", "internal/store/pack", "internal/s3bucket", "wire/errclass"},
+	"internal/store/cache":      {"internal/store/object", "internal/flock", "wire/errclass"},
+}
+
+// leaves are packages that import nothing of the module.
+var leaves = []string{"internal/flock"}
+
+// TestStoreParts: each part of the Store imports only what its rule
+// lists, no package but the store and its parts imports a part, and every
+// package under internal/store has a rule.
+func TestStoreParts(t *testing.T) {
+	pkgs := load(t)
+	for part, allowed := range storeParts {
+		if _, ok := pkgs[module+part]; !ok {
+			t.Errorf("%s has a rule but is not a package of the module", part)
+		}
+		for _, d := range deps(pkgs, part) {
+			if !slices.Contains(allowed, d) {
+				t.Errorf("%s imports %s: a part of the Store imports only %v", part, d, allowed)
+			}
+		}
+	}
+	for path, p := range pkgs {
+		rel, ok := strings.CutPrefix(path, module)
+		if !ok {
+			continue
+		}
+		if _, ok := storeParts[rel]; !ok && strings.HasPrefix(rel, "internal/store/") {
+			t.Errorf("%s has no rule in storeParts", rel)
+		}
+		for _, d := range p.Imports {
+			drel, _ := strings.CutPrefix(d, module)
+			if _, isPart := storeParts[drel]; !isPart || rel == "internal/store" {
+				continue
+			}
+			if !slices.Contains(storeParts[rel], drel) {
+				t.Errorf("%s imports %s: only internal/store imports the Store's parts", rel, drel)
+			}
+		}
+	}
+	for _, l := range leaves {
+		if ds := deps(pkgs, l); len(ds) > 0 {
+			t.Errorf("%s imports %v: a leaf imports nothing of the module", l, ds)
+		}
+	}
+}
+
 // TestSDK: the public SDK is the client and the wire types, over the
 // standard library alone, so a program that embeds it links no FUSE, no
 // SQLite and no platform.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"layerfs.dev/layerfs/internal/store/pack"
 )
 
 // BatchStats count what a batch stored since it was created.
@@ -36,19 +38,19 @@ type Batch struct {
 
 	mu      sync.Mutex
 	done    bool
-	active  bool         // holds db.gcMu shared and counts in db.batches
-	w       packAppender // current pack writer, nil until a new chunk
-	used    []packUse    // writers this unit appended to, in order
-	chunks  []chunkRow   // index rows to insert at Flush
-	objs    []objectRow  // objects to insert at Flush
-	pending map[ID]bool  // ids put in this unit
-	probe   dedupProbe   // dedup probes, open while active
+	active  bool          // holds db.gcMu shared and counts in db.batches
+	w       pack.Appender // current pack writer, nil until a new chunk
+	used    []packUse     // writers this unit appended to, in order
+	chunks  []chunkRow    // index rows to insert at Flush
+	objs    []objectRow   // objects to insert at Flush
+	pending map[ID]bool   // ids put in this unit
+	probe   dedupProbe    // dedup probes, open while active
 	stats   BatchStats
 	fill    *CacheFill // nil: the Store fills its cache on first read only
 }
 
 type packUse struct {
-	w     packAppender
+	w     pack.Appender
 	start int64 // pack size when this unit first appended, for rollback
 }
 
@@ -120,7 +122,7 @@ func (b *Batch) end() {
 // nothing is written and added is false. data may be reused by the caller
 // once PutChunk returns.
 func (b *Batch) PutChunk(id ID, data []byte) (added bool, err error) {
-	if int64(len(data)) > maxChunkSize {
+	if int64(len(data)) > pack.MaxChunkSize {
 		return false, fmt.Errorf("put chunk %s: %d bytes is too large", id, len(data))
 	}
 	b.mu.Lock()
@@ -141,28 +143,28 @@ func (b *Batch) PutChunk(id ID, data []byte) (added bool, err error) {
 		return false, nil
 	}
 	if b.w == nil {
-		w, err := b.db.content.acquire(context.Background())
+		w, err := b.db.content.Acquire(context.Background())
 		if err != nil {
 			return false, fmt.Errorf("put chunk %s: %w", id, err)
 		}
 		b.w = w
-		b.used = append(b.used, packUse{w: w, start: w.end()})
+		b.used = append(b.used, packUse{w: w, start: w.End()})
 	}
-	off, err := b.w.append(id, data)
+	off, err := b.w.Append(id, data)
 	if err != nil {
 		return false, fmt.Errorf("put chunk %s: %w", id, err)
 	}
-	b.chunks = append(b.chunks, chunkRow{id: id, pack: b.w.number(), off: off, len: int64(len(data))})
+	b.chunks = append(b.chunks, chunkRow{id: id, pack: b.w.Number(), off: off, len: int64(len(data))})
 	b.pending[id] = true
-	if b.w.end() >= b.db.opts.MaxPackSize {
+	if b.w.End() >= b.db.opts.MaxPackSize {
 		// Roll over: later chunks of this unit go to another pack.
-		b.w.retire()
+		b.w.Retire()
 		b.w = nil
 	}
 	b.stats.NewChunks++
 	b.stats.NewChunkBytes += int64(len(data))
 	b.db.ctr.chunksWritten.Add(1)
-	b.db.ctr.packWritten.Add(int64(recordHeader + len(data)))
+	b.db.ctr.packWritten.Add(int64(pack.HeaderSize + len(data)))
 	return true, nil
 }
 
@@ -289,7 +291,7 @@ func (b *Batch) flush(ctx context.Context) error {
 	synced := make(chan error, 1)
 	go func() {
 		for _, u := range b.used {
-			if err := u.w.sync(); err != nil {
+			if err := u.w.Sync(); err != nil {
 				synced <- err
 				return
 			}
@@ -309,7 +311,7 @@ func (b *Batch) flush(ctx context.Context) error {
 		if err := <-synced; err != nil {
 			return err
 		}
-		return b.db.content.record(ctx, tx, b.used)
+		return b.db.recordPacks(ctx, tx, b.used)
 	})
 	if !waited {
 		<-synced // never leave a sync running under a rollback
@@ -384,9 +386,9 @@ func (b *Batch) rollback() {
 	// Roll back in reverse so a writer used twice ends at its first start.
 	for i := len(b.used) - 1; i >= 0; i-- {
 		u := b.used[i]
-		if err := u.w.rollback(u.start); err != nil {
+		if err := u.w.Rollback(u.start); err != nil {
 			b.db.log.Warn("batch rollback", "err", err)
-			b.db.content.discard(u.w)
+			b.db.content.Discard(u.w)
 			b.used[i].w = nil
 		}
 	}
@@ -394,14 +396,14 @@ func (b *Batch) rollback() {
 }
 
 func (b *Batch) releaseWriters() {
-	seen := map[packAppender]bool{}
+	seen := map[pack.Appender]bool{}
 	for _, u := range b.used {
 		if u.w == nil || seen[u.w] {
 			continue
 		}
 		seen[u.w] = true
-		if err := b.db.content.release(u.w); err != nil {
-			b.db.log.Warn("release pack", "pack", u.w.number(), "err", err)
+		if err := b.db.content.Release(u.w); err != nil {
+			b.db.log.Warn("release pack", "pack", u.w.Number(), "err", err)
 		}
 	}
 	b.used = nil

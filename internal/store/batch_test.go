@@ -3,12 +3,13 @@ package store
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"layerfs.dev/layerfs/internal/store/pack"
 )
 
 func TestBatchDedupAndStats(t *testing.T) {
@@ -155,13 +156,13 @@ func TestPackRollover(t *testing.T) {
 	for n, d := range files {
 		require.Equal(t, d, got[n], "%s reads back wrong", n)
 	}
-	nums, err := db.packs.listPacks()
+	nums, err := db.packs.List()
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(nums), 4, "packs for 1.2 MiB at 256 KiB each")
 	for _, n := range nums {
-		fi, err := os.Stat(filepath.Join(db.PacksDir(), packName(n)))
+		fi, err := os.Stat(db.packs.Path(n))
 		require.NoError(t, err)
-		require.LessOrEqual(t, fi.Size(), int64(256<<10+testChunkSize+recordHeader), "pack %d's size", n)
+		require.LessOrEqual(t, fi.Size(), int64(256<<10+testChunkSize+pack.HeaderSize), "pack %d's size", n)
 	}
 	mustFsck(t, db)
 }
@@ -173,11 +174,11 @@ func packBytes(t testing.TB, db *DB) int64 {
 		require.NoError(t, err)
 		return st.PackBytes // of the pack objects in the bucket
 	}
-	nums, err := db.packs.listPacks()
+	nums, err := db.packs.List()
 	require.NoError(t, err)
 	var n int64
 	for _, num := range nums {
-		fi, err := os.Stat(filepath.Join(db.PacksDir(), packName(num)))
+		fi, err := os.Stat(db.packs.Path(num))
 		require.NoError(t, err)
 		n += fi.Size()
 	}
@@ -245,12 +246,10 @@ func TestPackWritePaths(t *testing.T) {
 				putContent(t, b, "x", randBytes(uint64(100+i), 5000+i*777))
 				b.Abort()
 			}
-			nums, _ := db.packs.listPacks()
-			db.packs.mu.Lock()
-			for _, w := range db.packs.idle {
-				assert.Equal(t, !buffered, w.d != nil, "pack %d written directly", w.num)
+			nums, _ := db.packs.List()
+			for _, w := range db.packs.Idle() {
+				assert.Equal(t, !buffered, w.Direct(), "pack %d written directly", w.Number())
 			}
-			db.packs.mu.Unlock()
 			require.NoError(t, db.Close())
 			// Reopen and append to the same packs from their ends.
 			db, err = Open(ctx, dir, opts)
@@ -264,7 +263,7 @@ func TestPackWritePaths(t *testing.T) {
 			for _, c := range commits {
 				verifySeeded(t, db, c)
 			}
-			after, _ := db.packs.listPacks()
+			after, _ := db.packs.List()
 			assert.GreaterOrEqual(t, len(after), max(len(nums), 2), "packs %v then %v", nums, after)
 			rep := mustFsck(t, db)
 			// Live payload plus headers fill the packs exactly: aborted
@@ -272,7 +271,7 @@ func TestPackWritePaths(t *testing.T) {
 			var want int64
 			packs, _ := db.livePacks(ctx)
 			for _, p := range packs {
-				want += p.bytes + int64(len(packMagic))
+				want += p.bytes + int64(len(pack.Magic))
 			}
 			assert.Equal(t, want, packBytes(t, db), "bytes in the packs against live records (fsck checked %d chunks)", rep.Chunks)
 		})

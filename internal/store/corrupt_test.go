@@ -16,7 +16,7 @@ func flipPackByte(t *testing.T, db *DB, id ID, at int64) string {
 	require.NoError(t, db.withTx(t.Context(), txRead, func(tx *tx) error {
 		return tx.row(t.Context(), `SELECT pack, off FROM chunks WHERE id = ?`, id[:]).Scan(&pack, &off)
 	}))
-	path := filepath.Join(db.PacksDir(), packName(pack))
+	path := db.packs.Path(pack)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	require.NoError(t, err)
 	defer f.Close()

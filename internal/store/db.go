@@ -16,6 +16,12 @@ import (
 
 	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"layerfs.dev/layerfs/internal/flock"
+	"layerfs.dev/layerfs/internal/store/bucketpack"
+	"layerfs.dev/layerfs/internal/store/cache"
+	"layerfs.dev/layerfs/internal/store/pack"
+	"layerfs.dev/layerfs/internal/store/schema"
 )
 
 // File and directory names inside a store directory.
@@ -27,6 +33,8 @@ const (
 	packsDir      = "packs"
 	cacheDir      = "cache"
 	workspacesDir = "workspaces"
+	spoolDir      = "spool"  // a shared Store's packs being written
+	chunkCacheDir = "chunks" // a shared Store's chunks read from its bucket
 )
 
 // Defaults for Options fields left zero.
@@ -34,6 +42,8 @@ const (
 	DefaultTreeCacheBytes = 64 << 20
 	DefaultMaxPackSize    = 1 << 30
 	DefaultBusyTimeout    = 30 * time.Second
+	// DefaultChunkCacheBytes bounds a shared Store's chunk cache.
+	DefaultChunkCacheBytes = 2 << 30
 )
 
 // Options tune a DB. The zero value is ready to use.
@@ -68,7 +78,7 @@ type Options struct {
 	// read from the bucket; 0 means DefaultChunkCacheBytes, negative
 	// disables it.
 	ChunkCacheBytes int64
-	// CacheBytes bounds the cache of contents (evict.go): 0 means a
+	// CacheBytes bounds the cache of contents (package cache): 0 means a
 	// quarter of its file system's size, negative no bound.
 	CacheBytes int64
 	// NoCacheFill leaves the cache of contents to be filled on first read
@@ -107,9 +117,9 @@ type DB struct {
 	opts Options
 	log  *slog.Logger
 
-	w *sql.DB // one connection: in-process writers are serialised here
-	r *sql.DB // read-only connections
-	d dialect // SQLite's (the zero value) or PostgreSQL's
+	w *sql.DB        // one connection: in-process writers are serialised here
+	r *sql.DB        // read-only connections
+	d schema.Dialect // SQLite's (the zero value) or PostgreSQL's
 
 	lock   *os.File // shared flock for the DB's lifetime; exclusive during GC
 	lockMu sync.Mutex
@@ -120,21 +130,18 @@ type DB struct {
 	gcMu    sync.RWMutex
 	batches atomic.Int64 // batches holding unflushed work
 
-	packs       *packSet     // the embedded Store's pack files; nil on a shared Store
-	bucket      *bucketPacks // a shared Store's pack objects; nil on the embedded one
-	content     packStore    // whichever of the two this DB has
-	node        string       // this host's name in a shared Store
-	lease       *leaseKeeper // renews node's lease; nil on the embedded Store
+	packs       *pack.Set       // the embedded Store's pack files; nil on a shared Store
+	bucket      *bucketpack.Set // a shared Store's pack objects; nil on the embedded one
+	content     packStore       // whichever of the two this DB has
+	node        string          // this host's name in a shared Store
+	lease       *leaseKeeper    // renews node's lease; nil on the embedded Store
 	trees       *treeCache
 	mat         flightGroup
-	mem         memCache  // contents held in memory while the disk is full
-	wb          writeback // the window of cache files not synced yet
-	bound       cacheBound
+	cache       *cache.Dir   // the cache of contents
 	fg          foreground   // materializations reads wait for (prefetch.go)
 	fills       fillQueue    // the cache fills behind captures (fill.go)
 	fillDropped atomic.Int64 // contents fills left out (fill.go)
 	prefetches  prefetches   // running (prefetch.go), whose reads Materialize may use
-	cacheDirs   cacheDirs    // the cache's directories made
 	runBufs     sync.Pool    // *[]byte buffers of CacheFill's jobs (fill.go)
 	contentBufs [len(contentClasses)]sync.Pool
 
@@ -260,7 +267,7 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 	if err != nil {
 		return nil, err
 	}
-	if err := flock(ctx, db.lock, unix.LOCK_SH); err != nil {
+	if err := flock.Lock(ctx, db.lock, unix.LOCK_SH); err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
 
@@ -287,7 +294,7 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 	db.r.SetMaxIdleConns(8)
 	db.r.SetConnMaxLifetime(0)
 
-	if err := db.migrate(ctx, len(migrations), create); err != nil {
+	if err := db.migrate(ctx, len(schema.SQLite), create); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{packsDir, cacheDir, workspacesDir} {
@@ -298,72 +305,10 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 	if err := db.openCache(ctx); err != nil {
 		return nil, err
 	}
-	db.packs = newPackSet(db)
+	db.packs = pack.NewSet(db.PacksDir(), opts.MaxPackSize, !opts.BufferedPacks, &db.ctr.read)
 	db.content = db.packs
 	db.trees = newTreeCache(opts.TreeCacheBytes)
 	return db, nil
-}
-
-// openCache settles what an earlier process left unsynced in the cache
-// (writeback.go) and readies this one's window.
-func (db *DB) openCache(ctx context.Context) error {
-	db.wb = writeback{dir: db.CacheDir(), log: db.log}
-	db.bound = cacheBound{db: db, max: cacheLimit(db.CacheDir(), db.opts.CacheBytes)}
-	return recoverCache(ctx, db.CacheDir(), db.log)
-}
-
-// checkVersion opens the database read-only and fails with ErrNewerSchema
-// or ErrNoStore without changing the file.
-func checkVersion(ctx context.Context, path string, opts Options) error {
-	q := url.Values{}
-	q.Set("mode", "ro")
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
-	c, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	v, err := schemaVersion(ctx, c)
-	if err != nil {
-		return err
-	}
-	if v == 0 {
-		return fmt.Errorf("%s has no schema: %w", path, ErrNoStore)
-	}
-	if v > len(migrations) {
-		return fmt.Errorf("schema version %d, this program knows %d: %w", v, len(migrations), ErrNewerSchema)
-	}
-	return nil
-}
-
-type queryer interface {
-	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
-}
-
-// schemaVersion reads SQLite's version row; 0 means an empty database.
-func schemaVersion(ctx context.Context, q queryer) (int, error) {
-	return readSchemaVersion(ctx, q, `SELECT count(*) FROM sqlite_schema WHERE type='table' AND name='meta'`)
-}
-
-// readSchemaVersion reads the version row after checking with hasMeta (a
-// count of meta tables) that there is one.
-func readSchemaVersion(ctx context.Context, q queryer, hasMeta string) (int, error) {
-	var n int
-	if err := q.QueryRowContext(ctx, hasMeta).Scan(&n); err != nil {
-		return 0, fmt.Errorf("read schema: %w", err)
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	var v int
-	err := q.QueryRowContext(ctx, `SELECT value FROM meta WHERE key='schema_version'`).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
-	}
-	return v, nil
 }
 
 // Dir is the store's directory.
@@ -392,13 +337,12 @@ func (db *DB) closeAll() error {
 	var errs []error
 	db.stopLease()
 	db.fills.wait(context.Background())
-	db.bound.wait()
-	db.wb.close()
-	db.cacheDirs.closeAll()
-	if db.content != nil {
-		errs = append(errs, db.content.close())
+	if db.cache != nil {
+		db.cache.Close()
 	}
-	db.mem.close()
+	if db.content != nil {
+		errs = append(errs, db.content.Close())
+	}
 	if db.r != nil && db.r != db.w {
 		errs = append(errs, db.r.Close())
 	}
@@ -427,21 +371,12 @@ func (db *DB) check() error {
 	return nil
 }
 
-// flock takes a lock on f, retrying a non-blocking attempt until ctx ends,
-// so a blocked open can be cancelled.
-func flock(ctx context.Context, f *os.File, how int) error {
-	for delay := time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
-		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
+// checkContext is a cheap cancellation check for long loops.
+func checkContext(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+		return nil
 	}
 }

@@ -1,75 +1,95 @@
-// Package store is LayerFS's durable home: one directory holding a SQLite
-// database (store.db), append-only pack files of chunk payloads (packs/), a
-// cache of materialized file contents (cache/) and workspace upper layers
-// (workspaces/). It is the only package that speaks SQL.
+// Package store is LayerFS's durable home, the Store: immutable objects
+// (file contents, directories, commits), the references that name them
+// (projects, layers, branches, workspace records), and a cache of file
+// contents for reads. Open a DB on a Store's directory; everything else
+// of LayerFS reaches the Store through it.
 //
-// # Objects
+// A Store is embedded or shared. An embedded Store is one directory: a
+// SQLite database (store.db) indexing objects and holding references, pack
+// files of chunk payloads (packs/), the cache (cache/) and workspace upper
+// layers (workspaces/). A shared Store (Options.URL, docs/fleet.md) keeps
+// the index and references in PostgreSQL and the packs as objects of an S3
+// bucket; each host's directory holds only its caches, spooled packs and
+// workspaces. Both keep the one contract below, and the one conformance
+// suite of the package's tests (eachBackend) runs every parameterised test
+// on both.
 //
-// Everything committed is an immutable object named by the BLAKE3 hash of a
-// per-kind domain prefix and its canonical bytes (see object.go). Chunks (a
-// small file's whole content or one content-defined chunk of a larger file)
-// are appended to pack files and indexed in SQLite by (pack, offset,
-// length); manifests, trees and commits are small and live in SQLite as
-// their canonical bytes. Every read verifies the bytes against the id, so a
-// flipped bit anywhere surfaces as an error wrapping ErrCorrupt that names
-// the object and where it was read from; nothing returns wrong bytes
-// silently.
+// # The contract
 //
-// A commit names its root tree and its parents, the first parent first
-// (none for a project's first commit, two or more for a merge), with its
-// generation: one above its parents', so that walks of the history go
-// children before parents and stop early. Commits are written in encoding
-// version 2; version 1 commits (one parent at most, no generation) are
-// still read, with generation 0. GC marks through every parent and fsck
-// checks every parent and each generation against its parents'.
+// Objects. Everything committed is an immutable object named by the hash
+// of its kind and canonical bytes (package object). Every read verifies
+// the bytes against the ID: a flipped bit anywhere surfaces as an error
+// wrapping ErrCorrupt that names the object and where it was read from;
+// nothing returns wrong bytes silently. A commit names its root tree and
+// its parents, the first parent first, with its generation, one above its
+// parents', so that walks of the history go children before parents; GC
+// marks through every parent and fsck checks each generation.
 //
-// # Writing and durability
+// Writes. A Batch collects objects; nothing of it is visible until Flush
+// returns, and then all of it is. Flush makes the pack data durable before
+// the index rows that name it commit, in one transaction, so a crash
+// leaves at worst unindexed bytes at the end of a pack, never a row that
+// points at missing data. No part of an aborted or failed unit becomes
+// visible.
 //
-// Writers use a Batch: PutChunk appends new payloads to a pack the batch
-// holds an exclusive flock on (so several processes can write one store
-// without sharing a pack), and the index rows and objects are kept in memory
-// until Flush, which first fsyncs the pack data and then commits all rows in
-// one SQLite transaction with prepared multi-row inserts. A crash therefore
-// leaves at worst unreferenced bytes at the end of a pack, never a row that
-// points at missing data. Refs (branch heads, layers) move in their own
-// small transactions after the objects they name are durable, so an
-// acknowledged commit survives any crash of the process.
+// References. A branch head moves only by compare-and-swap
+// (SetBranchHead: created, up-to-date or head-moved, changing nothing), and
+// only to a stored commit; layers are appended, never changed; a
+// reference moves in its own transaction after the objects it names are
+// durable, so an acknowledged commit survives any crash of the process
+// (and a power failure with Options.Durable).
 //
-// Capture speed is decided by three costs (measured when the design was
-// chosen; `layerfs bench store` measures the whole). Buffered writes that
-// need fresh page-cache pages were several times slower than O_DIRECT
-// writes of the same data, so packs are appended with aligned direct writes
-// of 4 MiB where the file system allows (see packWriter), double-buffered
-// so that the disk takes one buffer while the caller fills the other;
-// Flush's fsync (a device cache flush, whatever the size) runs while the
-// index rows are inserted and the transaction waits for it before
-// committing. A dedup probe per chunk as an autocommit query through
-// database/sql cost about four times the lookup itself, so a batch's probes
-// run in one read snapshot through the driver's prepared statements (see
-// prober). One-row inserts were dominated by per-statement overhead, so the
-// index is written 128 rows per statement.
+// Concurrency. A DB is safe for concurrent use, and several processes (or
+// hosts, on a shared Store) may open one Store: reference changes are
+// serialised (SQLite's one writer, PostgreSQL's reference lock), readers
+// read consistent snapshots, and each pack has one writer at a time.
+// Every open of an embedded Store holds a shared flock on its lock file,
+// which GC takes exclusively.
 //
-// SQLite runs in WAL mode with foreign keys on and a busy timeout. In-process
-// writers share one connection and cross-process writers start transactions
-// with BEGIN IMMEDIATE, so writers are serialised on the database while
-// readers proceed. All SQL goes through DB.withTx, which rolls back on
-// error, times the transaction and counts statements and rows; Counters
-// exposes the totals for receipts.
+// Reads. Trees are cached decoded; Materialize places a file's whole
+// content in the cache once, and a content in place never changes, so it
+// can back FUSE passthrough opens (package cache).
 //
-// # Reading
+// Maintenance. GC deletes only what no root reaches: branch heads, layers
+// and the bases and heads of workspaces (on a shared Store, of hosts with
+// a live lease, and every row younger than the grace period). On an
+// embedded Store it runs only with the Store to itself (else ErrBusy);
+// every step is crash safe. Fsck checks every reference, object, chunk
+// and pack range and reports what it finds.
 //
-// Decoded trees are immutable and cached in a bounded LRU keyed by id, so a
-// FUSE mount touches SQLite once per directory. Materialize writes a file's
-// full content into cache/<xx>/<id> (sparse where the manifest has holes),
-// atomically and once: the file is linked into place and never changes, so
-// it can back FUSE passthrough opens.
+// Errors. The errors a caller acts on wrap the sentinel errors
+// (errors.go, vocabulary.go), each of a class of wire/errclass, which the
+// API and the CLI map once.
 //
-// # Locking and maintenance
+// # The packages
 //
-// Every open holds a shared flock on the store's lock file; GC upgrades it
-// to an exclusive lock and fails fast with ErrBusy when any other process
-// has the store open. GC marks everything reachable from branch heads,
-// layers and workspaces, deletes the rest, rewrites packs whose dead bytes
-// exceed a threshold and removes unreachable cache files. Fsck checks SQLite
-// integrity, every reference, every object hash and every pack range.
+// The store package is the facade: DB, Batch, the references and the SQL
+// that keeps them (it is the only package that runs SQL), GC and fsck,
+// and the producers of the cache (Materialize, the fills behind captures,
+// Prefetch). GC and fsck stay here because each runs inside the DB's
+// transactions and locks and walks the index, the packs and the cache
+// together; apart, they would need the DB's internals exported. The parts
+// with one purpose each are packages of their own, imported only by this
+// one:
+//
+//   - object: the object model and its canonical encoding. This package
+//     re-exports its types as the Store's vocabulary (vocabulary.go:
+//     store.ID, store.Tree, ...), the names the rest of LayerFS uses.
+//   - schema: the migrations of each SQL engine and the dialect that runs
+//     this package's statements on PostgreSQL.
+//   - pack: the pack format and an embedded Store's pack files.
+//   - bucketpack: a shared Store's pack objects and its chunk cache.
+//   - cache: the cache of contents, its durability and its bound.
+//
+// # How it is fast
+//
+// Packs are appended with aligned direct writes where the file system
+// allows, double-buffered, so that the disk takes one buffer while the
+// capture fills the other (pack.Writer). Flush's fsync runs while the
+// index rows are inserted, and the transaction waits for it before it
+// commits. A batch's dedup probes run in one read snapshot through the
+// driver's prepared statements (prober), and the index is written many
+// rows per statement (insertRows). SQLite runs in WAL mode with a busy
+// timeout; all SQL goes through DB.withTx, which rolls back on error and
+// counts transactions, statements and rows for Counters.
 package store

@@ -10,7 +10,8 @@ import (
 // Sentinel errors, wrapped with context by every method; check them with
 // errors.Is. Each belongs to a class of package errclass (the API's and
 // the CLI's vocabulary): ErrNotFound, ErrExists and ErrBusy are the classes
-// themselves. ErrCorrupt is declared in object.go.
+// themselves. ErrCorrupt and ErrInvalidCommit are package object's
+// (vocabulary.go).
 var (
 	ErrNotFound    = errclass.NotFound
 	ErrExists      = errclass.Exists

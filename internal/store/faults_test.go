@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"layerfs.dev/layerfs/internal/store/bucketpack"
 	"layerfs.dev/layerfs/internal/testenv"
 )
 
@@ -87,7 +88,7 @@ func TestSharedStoreHostKilledMidCommit(t *testing.T) {
 	st, err := b.GC(ctx, GCOptions{Grace: -1})
 	require.NoError(t, err)
 	t.Logf("after %d kills: GC deleted %d objects, %d chunks, %d packs and %d orphan pack objects", kills, st.DeadObjects, st.DeadChunks, st.PacksDeleted, st.OrphanPacks)
-	objs, err := b.bucket.bucket.List(ctx, packKeyPrefix)
+	objs, err := b.bucket.S3().List(ctx, bucketpack.KeyPrefix)
 	require.NoError(t, err)
 	var indexed int
 	require.NoError(t, b.r.QueryRowContext(ctx, `SELECT count(*) FROM packs`).Scan(&indexed))

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/store/cache"
 	"layerfs.dev/layerfs/internal/writeruns"
 )
 
@@ -177,8 +178,8 @@ func (f *CacheFill) put(id ID, data []byte) {
 		f.dropped()
 		return
 	}
-	defer c.abort()
-	if _, err := c.f.Write(data); err != nil {
+	defer c.Abort()
+	if _, err := c.File().Write(data); err != nil {
 		f.failed(err)
 		f.dropped()
 		return
@@ -239,10 +240,10 @@ func (f *CacheFill) CanClone(src int) bool {
 		defer f.probe.Unlock()
 		if !f.cloneProbed.Load() {
 			if c, err := f.start(ZeroID); err == nil {
-				if unix.IoctlFileClone(int(c.f.Fd()), src) != nil {
+				if unix.IoctlFileClone(int(c.File().Fd()), src) != nil {
 					f.noClone.Store(true)
 				}
-				c.abort()
+				c.Abort()
 			}
 			f.cloneProbed.Store(true)
 		}
@@ -267,8 +268,8 @@ func (j fillJob) cloneTry() bool {
 	if err != nil {
 		return false
 	}
-	defer c.abort()
-	if err := unix.IoctlFileClone(int(c.f.Fd()), j.src); err != nil {
+	defer c.Abort()
+	if err := unix.IoctlFileClone(int(c.File().Fd()), j.src); err != nil {
 		// EXDEV (another file system), EOPNOTSUPP or EINVAL (no
 		// reflinks here): none of the capture's files will clone.
 		f.noClone.Store(true)
@@ -278,7 +279,7 @@ func (j fillJob) cloneTry() bool {
 		return false
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(int(c.f.Fd()), &st); err != nil {
+	if err := unix.Fstat(int(c.File().Fd()), &st); err != nil {
 		return false
 	}
 	return f.place(c, st.Size, true)
@@ -292,7 +293,7 @@ func (f *CacheFill) Start() *FillWriter {
 	if f == nil {
 		return nil
 	}
-	var c *cacheFile
+	var c *cache.File
 	var err error
 	if f.full.Load() {
 		err = unix.ENOSPC
@@ -314,10 +315,10 @@ type FillWriter struct {
 	run  *[]byte // the run being gathered; nil: none
 	off  int64   // the file offset where run starts
 
-	mu      sync.Mutex // guards the rest, which the queue's workers share
-	c       *cacheFile // nil once placed or given up
-	pending int        // runs queued, not written
-	sealed  bool       // Place or Abort was called
+	mu      sync.Mutex  // guards the rest, which the queue's workers share
+	c       *cache.File // nil once placed or given up
+	pending int         // runs queued, not written
+	sealed  bool        // Place or Abort was called
 	id      ID
 	size    int64
 	failed  error
@@ -380,7 +381,7 @@ func (w *FillWriter) writeRun(run []byte, off int64) {
 	w.mu.Unlock()
 	var err error
 	if c != nil && failed == nil {
-		_, err = c.f.WriteAt(run, off)
+		_, err = c.File().WriteAt(run, off)
 	}
 	w.ran(err)
 }
@@ -436,7 +437,7 @@ func (w *FillWriter) finishLocked() {
 	}
 	c := w.c
 	w.c = nil
-	defer c.abort()
+	defer c.Abort()
 	f := w.fill
 	err := w.failed
 	switch {
@@ -447,7 +448,7 @@ func (w *FillWriter) finishLocked() {
 		return
 	}
 	if err == nil {
-		err = c.f.Truncate(w.size)
+		err = c.File().Truncate(w.size)
 	}
 	if err != nil {
 		f.failed(err)
@@ -457,23 +458,23 @@ func (w *FillWriter) finishLocked() {
 	if f.has(w.id) {
 		return
 	}
-	c.path = f.db.CachePath(w.id)
+	c.SetPath(f.db.CachePath(w.id))
 	if !f.place(c, w.size, false) {
 		f.dropped()
 	}
 }
 
 // start makes the cache file of id (ZeroID: named when placed).
-func (f *CacheFill) start(id ID) (*cacheFile, error) {
-	c, err := f.db.newCacheFile(f.db.CachePath(id))
+func (f *CacheFill) start(id ID) (*cache.File, error) {
+	c, err := f.db.cache.Create(f.db.CachePath(id))
 	if err != nil {
 		f.failed(err)
 	}
 	return c, err
 }
 
-func (f *CacheFill) place(c *cacheFile, size int64, cloned bool) bool {
-	placed, err := c.place(size)
+func (f *CacheFill) place(c *cache.File, size int64, cloned bool) bool {
+	placed, err := c.Place(size)
 	if err != nil {
 		f.failed(err)
 		return false

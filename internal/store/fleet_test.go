@@ -3,14 +3,9 @@ package store
 import (
 	"bytes"
 	"database/sql"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -133,14 +128,14 @@ func TestSharedStoreCorruptObject(t *testing.T) {
 	e, _ := mustTree(t, a, c).Find("f")
 	var num, off int64
 	require.NoError(t, a.r.QueryRowContext(ctx, `SELECT pack, off FROM chunks WHERE id = $1`, e.Object[:]).Scan(&num, &off))
-	key, err := a.bucket.packKey(ctx, num)
+	key, err := a.bucket.Key(ctx, num)
 	require.NoError(t, err)
-	size, err := a.bucket.bucket.Size(ctx, key)
+	size, err := a.bucket.S3().Size(ctx, key)
 	require.NoError(t, err)
-	pack, err := a.bucket.bucket.ReadRange(ctx, key, 0, size)
+	pack, err := a.bucket.S3().ReadRange(ctx, key, 0, size)
 	require.NoError(t, err)
 	pack[off+10] ^= 0x40
-	require.NoError(t, a.bucket.bucket.Put(ctx, key, bytes.NewReader(pack), size))
+	require.NoError(t, a.bucket.S3().Put(ctx, key, bytes.NewReader(pack), size))
 
 	b := openHost(t, url) // a host whose cache has never seen the chunk
 	_, err = b.Chunk(ctx, e.Object)
@@ -164,47 +159,6 @@ func mustTree(t *testing.T, db *DB, c ID) *Tree {
 	tr, err := db.Tree(t.Context(), mustCommit(t, db, c).Root)
 	require.NoError(t, err)
 	return tr
-}
-
-// TestChunkCache: bounded by bytes, least recently used out first, a
-// corrupted file never served, and the contents found again on reopen.
-func TestChunkCache(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "chunks")
-	c, err := openChunkCache(dir, 3000)
-	require.NoError(t, err)
-	var ids []ID
-	for i := range 4 {
-		data := randBytes(uint64(i), 1000)
-		id := Hash(KindChunk, data)
-		ids = append(ids, id)
-		c.put(id, data)
-		if i == 2 {
-			c.get(ids[0]) // 0 is now more recent than 1
-		}
-	}
-	require.EqualValues(t, 3000, c.bytes(), "bytes in the cache")
-	_, ok := c.get(ids[1])
-	require.False(t, ok, "the least recently used chunk was not evicted")
-	for _, i := range []int{0, 2, 3} {
-		data, ok := c.get(ids[i])
-		require.True(t, ok, "chunk %d missing", i)
-		require.Equal(t, ids[i], Hash(KindChunk, data), "chunk %d wrong", i)
-	}
-	// Corrupt one file: it is dropped, not served.
-	p := c.path(ids[2])
-	b := fileBytes(t, p)
-	b[5] ^= 1
-	require.NoError(t, os.WriteFile(p, b, 0o600))
-	_, ok = c.get(ids[2])
-	require.False(t, ok, "a corrupted cache file was served")
-	_, err = os.Stat(p)
-	require.ErrorIs(t, err, os.ErrNotExist, "the corrupted file is still there")
-	// Reopened, it finds what is there, within a smaller bound.
-	c2, err := openChunkCache(dir, 1000)
-	require.NoError(t, err)
-	require.EqualValues(t, 1000, c2.bytes(), "bytes in the reopened cache")
-	off, _ := openChunkCache(dir, -1)
-	require.Nil(t, off, "a negative bound did not disable the cache")
 }
 
 // TestSharedStoreReconnects: when PostgreSQL ends every connection of the
@@ -243,27 +197,4 @@ func TestSharedStoreReconnects(t *testing.T) {
 	require.NoError(t, err, "publish after the connections ended")
 	require.Equal(t, PublishCreated, o, "publish after the connections ended")
 	require.Equal(t, "two", string(readAll(t, admin, c2)["a"]), "the other host's read")
-}
-
-// TestDeadSpoolsRemoved: opening a shared Store's directory removes packs
-// spooled by processes that are gone, and leaves those of live ones.
-func TestDeadSpoolsRemoved(t *testing.T) {
-	dir := t.TempDir()
-	// A child that has exited: its pid is free (until reused, which a
-	// fresh pid makes unlikely within the test).
-	cmd := exec.Command("true")
-	require.NoError(t, cmd.Run())
-	dead := filepath.Join(dir, fmt.Sprintf("%d-%s", cmd.Process.Pid, packName(7)))
-	live := filepath.Join(dir, fmt.Sprintf("%d-%s", os.Getpid(), packName(8)))
-	other := filepath.Join(dir, "notes")
-	for _, p := range []string{dead, live, other} {
-		require.NoError(t, os.WriteFile(p, []byte("x"), 0o600))
-	}
-	require.NoError(t, removeDeadSpools(dir))
-	_, err := os.Stat(dead)
-	assert.ErrorIs(t, err, os.ErrNotExist, "a dead process's spool is still there")
-	for _, p := range []string{live, other} {
-		_, err := os.Stat(p)
-		assert.NoError(t, err, "%s was removed", p)
-	}
 }

@@ -3,16 +3,16 @@ package store
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 
 	"layerfs.dev/layerfs/internal/s3bucket"
+	"layerfs.dev/layerfs/internal/store/object"
+	"layerfs.dev/layerfs/internal/store/pack"
 )
 
 // Problem is one thing Fsck found wrong.
@@ -83,7 +83,8 @@ func (db *DB) Fsck(ctx context.Context, progress func(done, total int)) (FsckRep
 	db.gcMu.RLock()
 	defer db.gcMu.RUnlock()
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		return db.fsck(ctx, tx, &rep, progress)
+		c := &checker{ctx: ctx, db: db, tx: tx, rep: &rep, progress: progress}
+		return c.run()
 	})
 	if err != nil {
 		return rep, fmt.Errorf("fsck: %w", err)
@@ -91,10 +92,51 @@ func (db *DB) Fsck(ctx context.Context, progress func(done, total int)) (FsckRep
 	return rep, nil
 }
 
-func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(int, int)) error {
-	// SQLite's own checks (PostgreSQL keeps its constraints itself).
-	for _, q := range sqliteChecks(db.d.postgres) {
-		r, err := tx.query(ctx, q.sql)
+// checker is one run of Fsck in one read transaction: what it learnt of
+// the index so far and the report it writes. Each check is a method; run
+// calls them in an order in which each finds what it needs learnt.
+type checker struct {
+	ctx      context.Context
+	db       *DB
+	tx       *tx
+	rep      *FsckReport
+	progress func(done, total int)
+	done     int // objects and chunks checked
+	total    int // objects and chunks in the index
+
+	kinds        map[ID]Kind     // every object's kind
+	chunks       map[ID]chunkRow // every chunk's place
+	order        []chunkRow      // the chunks, in pack order
+	manifestSize map[ID]int64    // the size of every manifest that decodes
+	graph        commitGraph     // every commit that decodes
+}
+
+func (c *checker) run() error {
+	checks := []func() error{c.engine, c.index, c.refs, c.objects, c.packFiles}
+	if c.db.bucket != nil {
+		checks[len(checks)-1] = c.packObjects
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tick counts one object or chunk checked and reports progress.
+func (c *checker) tick() {
+	c.done++
+	if c.progress != nil && (c.done%1024 == 0 || c.done == c.total) {
+		c.progress(c.done, c.total)
+	}
+}
+
+// engine runs SQLite's own checks (PostgreSQL keeps its constraints
+// itself).
+func (c *checker) engine() error {
+	for _, q := range sqliteChecks(c.db.d.Postgres) {
+		r, err := c.tx.query(c.ctx, q.sql)
 		if err != nil {
 			return err
 		}
@@ -115,21 +157,23 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 			for _, v := range vals[1:] {
 				s += " " + fmt.Sprint(*(v.(*any)))
 			}
-			rep.add(q.kind, ZeroID, dbFile, "%s", s)
+			c.rep.add(q.kind, ZeroID, dbFile, "%s", s)
 		}
 		if err := r.Close(); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	// The index, in memory: kinds of objects, locations of chunks.
-	kinds := map[ID]Kind{}
-	chunks := map[ID]chunkRow{}
-	var total int
-	if err := tx.row(ctx, `SELECT (SELECT count(*) FROM objects) + (SELECT count(*) FROM chunks)`).Scan(&total); err != nil {
+// index reads the index into memory: the kinds of the objects and the
+// places of the chunks.
+func (c *checker) index() error {
+	c.kinds, c.chunks = map[ID]Kind{}, map[ID]chunkRow{}
+	if err := c.tx.row(c.ctx, `SELECT (SELECT count(*) FROM objects) + (SELECT count(*) FROM chunks)`).Scan(&c.total); err != nil {
 		return err
 	}
-	r, err := tx.query(ctx, `SELECT id, kind FROM objects`)
+	r, err := c.tx.query(c.ctx, `SELECT id, kind FROM objects`)
 	if err != nil {
 		return err
 	}
@@ -140,61 +184,58 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 			r.Close()
 			return err
 		}
-		kinds[toID(b)] = Kind(k)
+		c.kinds[toID(b)] = Kind(k)
 	}
 	if err := r.Close(); err != nil {
 		return err
 	}
-	r, err = tx.query(ctx, `SELECT id, pack, off, len FROM chunks ORDER BY pack, off`)
+	r, err = c.tx.query(c.ctx, `SELECT id, pack, off, len FROM chunks ORDER BY pack, off`)
 	if err != nil {
 		return err
 	}
-	var order []chunkRow
 	for r.Next() {
 		var b []byte
-		var c chunkRow
-		if err := r.Scan(&b, &c.pack, &c.off, &c.len); err != nil {
+		var ch chunkRow
+		if err := r.Scan(&b, &ch.pack, &ch.off, &ch.len); err != nil {
 			r.Close()
 			return err
 		}
-		c.id = toID(b)
-		chunks[c.id] = c
-		order = append(order, c)
+		ch.id = toID(b)
+		c.chunks[ch.id] = ch
+		c.order = append(c.order, ch)
 	}
-	if err := r.Close(); err != nil {
-		return err
-	}
+	return r.Close()
+}
 
-	// Refs.
-	roots, err := refRoots(ctx, tx, "workspaces")
+// refs checks that every branch head, layer and workspace names a stored
+// commit.
+func (c *checker) refs() error {
+	roots, err := refRoots(c.ctx, c.tx, "workspaces")
 	if err != nil {
 		return err
 	}
 	for _, rt := range roots {
-		rep.Refs++
-		if kinds[rt.id] != KindCommit {
-			rep.add("missing", rt.id, rt.via, "names a commit the store does not hold")
+		c.rep.Refs++
+		if c.kinds[rt.id] != KindCommit {
+			c.rep.add("missing", rt.id, rt.via, "names a commit the store does not hold")
 		}
 	}
+	return nil
+}
 
-	// Objects: hash, decode, references. Manifests first so trees can
-	// check file sizes against them.
-	done := 0
-	tick := func() {
-		done++
-		if progress != nil && (done%1024 == 0 || done == total) {
-			progress(done, total)
-		}
-	}
-	manifestSize := map[ID]int64{}
-	graph := commitGraph{}
-	r, err = tx.query(ctx, `SELECT id, kind, data FROM objects ORDER BY kind`)
+// objects checks every manifest, tree and commit: its hash, that it
+// decodes, and what it names. Manifests come first (kind order), so that
+// trees can check file sizes against them; generations are checked once
+// every commit is read.
+func (c *checker) objects() error {
+	c.manifestSize, c.graph = map[ID]int64{}, commitGraph{}
+	r, err := c.tx.query(c.ctx, `SELECT id, kind, data FROM objects ORDER BY kind`)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	for r.Next() {
-		if err := checkContext(ctx); err != nil {
+		if err := checkContext(c.ctx); err != nil {
 			return err
 		}
 		var b, data []byte
@@ -202,166 +243,265 @@ func (db *DB) fsck(ctx context.Context, tx *tx, rep *FsckReport, progress func(i
 		if err := r.Scan(&b, &k, &data); err != nil {
 			return err
 		}
-		id, kind := toID(b), Kind(k)
-		rep.Objects++
-		tick()
-		where := "objects table of " + dbFile
-		if Hash(kind, data) != id {
-			rep.add("hash", id, where, "%s content hashes to %s", kind, Hash(kind, data))
-			continue
-		}
-		switch kind {
-		case KindManifest:
-			m, err := DecodeManifest(data)
-			if err != nil {
-				rep.add("decode", id, where, "manifest: %v", err)
-				continue
-			}
-			manifestSize[id] = m.Size
-			for _, x := range m.Extents {
-				if x.Chunk.IsZero() {
-					continue
-				}
-				c, ok := chunks[x.Chunk]
-				if !ok {
-					rep.add("missing", x.Chunk, "manifest "+id.String(), "chunk is not in the index")
-				} else if c.len != x.Length {
-					rep.add("size", x.Chunk, "manifest "+id.String(), "chunk has %d bytes, extent says %d", c.len, x.Length)
-				}
-			}
-		case KindTree:
-			t, err := DecodeTree(data)
-			if err != nil {
-				rep.add("decode", id, where, "tree: %v", err)
-				continue
-			}
-			for i := range t.Entries {
-				db.fsckEntry(rep, id, &t.Entries[i], kinds, chunks, manifestSize)
-			}
-		case KindCommit:
-			c, err := DecodeCommit(data)
-			if err != nil {
-				rep.add("decode", id, where, "commit: %v", err)
-				continue
-			}
-			if kinds[c.Root] != KindTree {
-				rep.add("missing", c.Root, "commit "+id.String(), "root tree is not in the store")
-			}
-			for _, p := range c.Parents {
-				if kinds[p] != KindCommit {
-					rep.add("missing", p, "commit "+id.String(), "parent commit is not in the store")
-				}
-			}
-			graph.add(id, c)
-		default:
-			rep.add("decode", id, where, "unknown kind %d", k)
-		}
+		c.object(toID(b), k, data)
 	}
 	if err := r.Err(); err != nil {
 		return err
 	}
-	graph.check(rep)
-
-	if db.bucket != nil {
-		return db.fsckBucket(ctx, rep, order, tick)
-	}
-
-	// Chunks, pack by pack in file order.
-	var f *os.File
-	var fsize int64
-	cur := int64(-1)
-	closeCur := func() {
-		if f != nil {
-			f.Close()
-			f = nil
-		}
-	}
-	defer closeCur()
-	var hdr [recordHeader]byte
-	for _, c := range order {
-		if err := checkContext(ctx); err != nil {
-			return err
-		}
-		rep.Chunks++
-		tick()
-		path := filepath.Join(db.dir, packsDir, packName(c.pack))
-		if c.pack != cur {
-			closeCur()
-			cur = c.pack
-			rep.Packs++
-			f, err = os.Open(path)
-			if err != nil {
-				if !errors.Is(err, fs.ErrNotExist) {
-					return err
-				}
-				f = nil
-			} else {
-				fi, err := f.Stat()
-				if err != nil {
-					return err
-				}
-				fsize = fi.Size()
-				var magic [len(packMagic)]byte
-				if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != packMagic {
-					rep.add("pack", ZeroID, path, "bad pack header")
-				}
-			}
-		}
-		if f == nil {
-			rep.add("pack", c.id, path, "pack file is missing")
-			continue
-		}
-		if c.off < int64(len(packMagic))+recordHeader || c.len < 0 || c.off+c.len > fsize {
-			rep.add("range", c.id, path, "range %d+%d outside the pack's %d bytes", c.off, c.len, fsize)
-			continue
-		}
-		if _, err := f.ReadAt(hdr[:], c.off-recordHeader); err != nil {
-			return fmt.Errorf("read %s: %w", path, err)
-		}
-		if toID(hdr[:32]) != c.id || int64(binary.LittleEndian.Uint32(hdr[32:])) != c.len {
-			rep.add("pack", c.id, path, "record header at offset %d does not match the index", c.off-recordHeader)
-			continue
-		}
-		data := make([]byte, c.len)
-		if _, err := f.ReadAt(data, c.off); err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("read %s: %w", path, err)
-		}
-		rep.Bytes += c.len
-		db.ctr.packRead.Add(c.len)
-		if got := Hash(KindChunk, data); got != c.id {
-			rep.add("hash", c.id, path, "chunk at offset %d hashes to %s", c.off, got)
-		}
-	}
+	c.graph.check(c.rep)
 	return nil
 }
 
-func (db *DB) fsckEntry(rep *FsckReport, tree ID, e *Entry, kinds map[ID]Kind, chunks map[ID]chunkRow, manifestSize map[ID]int64) {
+// object checks one row (id, kind k, data) of the objects table.
+func (c *checker) object(id ID, k int64, data []byte) {
+	kind := Kind(k)
+	c.rep.Objects++
+	c.tick()
+	where := "objects table of " + dbFile
+	if Hash(kind, data) != id {
+		c.rep.add("hash", id, where, "%s content hashes to %s", kind, Hash(kind, data))
+		return
+	}
+	switch kind {
+	case KindManifest:
+		c.manifest(id, data, where)
+	case KindTree:
+		c.tree(id, data, where)
+	case KindCommit:
+		c.commit(id, data, where)
+	default:
+		c.rep.add("decode", id, where, "unknown kind %d", k)
+	}
+}
+
+// manifest checks that a manifest's chunks are indexed with the lengths
+// its extents say.
+func (c *checker) manifest(id ID, data []byte, where string) {
+	m, err := object.DecodeManifest(data)
+	if err != nil {
+		c.rep.add("decode", id, where, "manifest: %v", err)
+		return
+	}
+	c.manifestSize[id] = m.Size
+	for _, x := range m.Extents {
+		if x.Chunk.IsZero() {
+			continue
+		}
+		ch, ok := c.chunks[x.Chunk]
+		if !ok {
+			c.rep.add("missing", x.Chunk, "manifest "+id.String(), "chunk is not in the index")
+		} else if ch.len != x.Length {
+			c.rep.add("size", x.Chunk, "manifest "+id.String(), "chunk has %d bytes, extent says %d", ch.len, x.Length)
+		}
+	}
+}
+
+// tree checks that a tree decodes and that each entry names what it
+// should.
+func (c *checker) tree(id ID, data []byte, where string) {
+	t, err := object.DecodeTree(data)
+	if err != nil {
+		c.rep.add("decode", id, where, "tree: %v", err)
+		return
+	}
+	for i := range t.Entries {
+		c.entry(id, &t.Entries[i])
+	}
+}
+
+// entry checks that a directory names a stored tree and a file its
+// content, of the size the entry says.
+func (c *checker) entry(tree ID, e *Entry) {
 	where := fmt.Sprintf("tree %s entry %q", tree, e.Name)
 	switch e.Type {
 	case TypeDir:
-		if kinds[e.Object] != KindTree {
-			rep.add("missing", e.Object, where, "directory's tree is not in the store")
+		if c.kinds[e.Object] != KindTree {
+			c.rep.add("missing", e.Object, where, "directory's tree is not in the store")
 		}
 	case TypeFile:
 		switch {
 		case e.Object.IsZero():
 			if e.Size != 0 {
-				rep.add("size", e.Object, where, "empty content for a %d-byte file", e.Size)
+				c.rep.add("size", e.Object, where, "empty content for a %d-byte file", e.Size)
 			}
 		case e.ObjectKind == KindChunk:
-			c, ok := chunks[e.Object]
+			ch, ok := c.chunks[e.Object]
 			if !ok {
-				rep.add("missing", e.Object, where, "file's chunk is not in the index")
-			} else if c.len != e.Size {
-				rep.add("size", e.Object, where, "chunk has %d bytes, entry says %d", c.len, e.Size)
+				c.rep.add("missing", e.Object, where, "file's chunk is not in the index")
+			} else if ch.len != e.Size {
+				c.rep.add("size", e.Object, where, "chunk has %d bytes, entry says %d", ch.len, e.Size)
 			}
 		case e.ObjectKind == KindManifest:
-			if kinds[e.Object] != KindManifest {
-				rep.add("missing", e.Object, where, "file's manifest is not in the store")
-			} else if n, ok := manifestSize[e.Object]; ok && n != e.Size {
-				rep.add("size", e.Object, where, "manifest has %d bytes, entry says %d", n, e.Size)
+			if c.kinds[e.Object] != KindManifest {
+				c.rep.add("missing", e.Object, where, "file's manifest is not in the store")
+			} else if n, ok := c.manifestSize[e.Object]; ok && n != e.Size {
+				c.rep.add("size", e.Object, where, "manifest has %d bytes, entry says %d", n, e.Size)
 			}
 		}
+	}
+}
+
+// commit checks that a commit's root tree and parents are stored, and
+// keeps it for the generation check.
+func (c *checker) commit(id ID, data []byte, where string) {
+	cm, err := object.DecodeCommit(data)
+	if err != nil {
+		c.rep.add("decode", id, where, "commit: %v", err)
+		return
+	}
+	if c.kinds[cm.Root] != KindTree {
+		c.rep.add("missing", cm.Root, "commit "+id.String(), "root tree is not in the store")
+	}
+	for _, p := range cm.Parents {
+		if c.kinds[p] != KindCommit {
+			c.rep.add("missing", p, "commit "+id.String(), "parent commit is not in the store")
+		}
+	}
+	c.graph.add(id, cm)
+}
+
+// packFile is the pack file packFiles is in; f is nil when it is missing.
+type packFile struct {
+	num  int64
+	path string
+	f    *os.File
+	size int64
+}
+
+func (p *packFile) close() {
+	if p.f != nil {
+		p.f.Close()
+		p.f = nil
+	}
+}
+
+// packFiles checks an embedded Store's chunks, pack by pack in file order:
+// each one's range and record header within its pack, and its bytes
+// against its id.
+func (c *checker) packFiles() error {
+	cur := packFile{num: -1}
+	defer cur.close()
+	for _, ch := range c.order {
+		if err := checkContext(c.ctx); err != nil {
+			return err
+		}
+		c.rep.Chunks++
+		c.tick()
+		if ch.pack != cur.num {
+			if err := c.openPack(&cur, ch.pack); err != nil {
+				return err
+			}
+		}
+		if err := c.packChunk(&cur, ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openPack moves p to pack num and checks the pack's magic.
+func (c *checker) openPack(p *packFile, num int64) error {
+	p.close()
+	*p = packFile{num: num, path: c.db.packs.Path(num)}
+	c.rep.Packs++
+	f, err := os.Open(p.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	p.f = f
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	p.size = fi.Size()
+	var magic [len(pack.Magic)]byte
+	if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != pack.Magic {
+		c.rep.add("pack", ZeroID, p.path, "bad pack header")
+	}
+	return nil
+}
+
+// packChunk checks chunk ch of the pack file p.
+func (c *checker) packChunk(p *packFile, ch chunkRow) error {
+	if p.f == nil {
+		c.rep.add("pack", ch.id, p.path, "pack file is missing")
+		return nil
+	}
+	if ch.off < pack.MinOffset || ch.len < 0 || ch.off+ch.len > p.size {
+		c.rep.add("range", ch.id, p.path, "range %d+%d outside the pack's %d bytes", ch.off, ch.len, p.size)
+		return nil
+	}
+	var hdr [pack.HeaderSize]byte
+	if _, err := p.f.ReadAt(hdr[:], ch.off-pack.HeaderSize); err != nil {
+		return fmt.Errorf("read %s: %w", p.path, err)
+	}
+	if id, n := pack.ParseHeader(hdr[:]); id != ch.id || n != ch.len {
+		c.rep.add("pack", ch.id, p.path, "record header at offset %d does not match the index", ch.off-pack.HeaderSize)
+		return nil
+	}
+	data := make([]byte, ch.len)
+	if _, err := p.f.ReadAt(data, ch.off); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read %s: %w", p.path, err)
+	}
+	c.rep.Bytes += ch.len
+	c.db.ctr.read.Bytes.Add(ch.len)
+	if got := Hash(KindChunk, data); got != ch.id {
+		c.rep.add("hash", ch.id, p.path, "chunk at offset %d hashes to %s", ch.off, got)
+	}
+	return nil
+}
+
+// packObjects checks a shared Store's chunks: each one read from its pack
+// object with a ranged GET (past the chunk cache) and hashed.
+func (c *checker) packObjects() error {
+	packs := map[int64]bool{}
+	for _, ch := range c.order {
+		if err := checkContext(c.ctx); err != nil {
+			return err
+		}
+		c.rep.Chunks++
+		c.tick()
+		if !packs[ch.pack] {
+			packs[ch.pack] = true
+			c.rep.Packs++
+		}
+		c.packObjectChunk(ch)
+	}
+	return nil
+}
+
+// packObjectChunk checks chunk ch of a pack object.
+func (c *checker) packObjectChunk(ch chunkRow) {
+	bp := c.db.bucket
+	key, err := bp.Key(c.ctx, ch.pack)
+	if err != nil {
+		c.rep.add("pack", ch.id, fmt.Sprintf("pack %d", ch.pack), "%v", err)
+		return
+	}
+	if ch.off < pack.MinOffset || ch.len <= 0 || ch.len > pack.MaxChunkSize {
+		c.rep.add("range", ch.id, key, "invalid range %d+%d", ch.off, ch.len)
+		return
+	}
+	data, err := bp.S3().ReadRange(c.ctx, key, ch.off-pack.HeaderSize, pack.HeaderSize+ch.len)
+	if errors.Is(err, s3bucket.ErrNotFound) {
+		c.rep.add("pack", ch.id, key, "pack object is missing")
+		return
+	}
+	if err != nil {
+		c.rep.add("range", ch.id, key, "%v", err)
+		return
+	}
+	if id, n := pack.ParseHeader(data); id != ch.id || n != ch.len {
+		c.rep.add("pack", ch.id, key, "record header at offset %d does not match the index", ch.off-pack.HeaderSize)
+		return
+	}
+	c.rep.Bytes += ch.len
+	c.db.ctr.read.Bytes.Add(ch.len)
+	if got := Hash(KindChunk, data[pack.HeaderSize:]); got != ch.id {
+		c.rep.add("hash", ch.id, key, "chunk at offset %d hashes to %s", ch.off, got)
 	}
 }
 
@@ -379,52 +519,6 @@ func sqliteChecks(postgres bool) []sqliteCheck {
 		return nil
 	}
 	return []sqliteCheck{{"integrity", `PRAGMA integrity_check`}, {"foreign-key", `PRAGMA foreign_key_check`}}
-}
-
-// fsckBucket checks a shared Store's chunks: each one read from its pack
-// object with a ranged GET (past the chunk cache) and hashed.
-func (db *DB) fsckBucket(ctx context.Context, rep *FsckReport, order []chunkRow, tick func()) error {
-	bp := db.bucket
-	packs := map[int64]bool{}
-	for _, c := range order {
-		if err := checkContext(ctx); err != nil {
-			return err
-		}
-		rep.Chunks++
-		tick()
-		if !packs[c.pack] {
-			packs[c.pack] = true
-			rep.Packs++
-		}
-		key, err := bp.packKey(ctx, c.pack)
-		if err != nil {
-			rep.add("pack", c.id, fmt.Sprintf("pack %d", c.pack), "%v", err)
-			continue
-		}
-		if c.off < int64(len(packMagic))+recordHeader || c.len <= 0 || c.len > maxChunkSize {
-			rep.add("range", c.id, key, "invalid range %d+%d", c.off, c.len)
-			continue
-		}
-		data, err := bp.bucket.ReadRange(ctx, key, c.off-recordHeader, recordHeader+c.len)
-		if errors.Is(err, s3bucket.ErrNotFound) {
-			rep.add("pack", c.id, key, "pack object is missing")
-			continue
-		}
-		if err != nil {
-			rep.add("range", c.id, key, "%v", err)
-			continue
-		}
-		if toID(data[:32]) != c.id || int64(binary.LittleEndian.Uint32(data[32:recordHeader])) != c.len {
-			rep.add("pack", c.id, key, "record header at offset %d does not match the index", c.off-recordHeader)
-			continue
-		}
-		rep.Bytes += c.len
-		db.ctr.packRead.Add(c.len)
-		if got := Hash(KindChunk, data[recordHeader:]); got != c.id {
-			rep.add("hash", c.id, key, "chunk at offset %d hashes to %s", c.off, got)
-		}
-	}
-	return nil
 }
 
 // commitGraph is what fsck keeps of each commit to check generations once

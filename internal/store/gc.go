@@ -5,13 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/flock"
+	"layerfs.dev/layerfs/internal/store/object"
+	"layerfs.dev/layerfs/internal/store/pack"
 )
 
 // GCOptions tune a collection.
@@ -101,7 +103,7 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 		if err := db.compact(ctx, opts.CompactRatio, &st); err != nil {
 			return st, fmt.Errorf("gc: compact: %w", err)
 		}
-		if err := db.sweepCache(live.content, &st); err != nil {
+		if err := db.sweepCache(live, &st); err != nil {
 			return st, fmt.Errorf("gc: cache: %w", err)
 		}
 		if opts.Vacuum {
@@ -145,7 +147,7 @@ func (db *DB) lockExclusive(ctx context.Context) (unlock func(), err error) {
 	fd := int(db.lock.Fd())
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		// A failed conversion may have dropped our shared lock: take it back.
-		serr := flock(context.Background(), db.lock, unix.LOCK_SH)
+		serr := flock.Lock(context.Background(), db.lock, unix.LOCK_SH)
 		db.lockMu.Unlock()
 		db.gcMu.Unlock()
 		if serr != nil {
@@ -245,7 +247,7 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 		switch it.k {
 		case KindCommit:
 			st.LiveCommits++
-			c, err := DecodeCommit(data)
+			c, err := object.DecodeCommit(data)
 			if err != nil {
 				return fmt.Errorf("commit %s: %w", it.id, err)
 			}
@@ -255,7 +257,7 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 			}
 		case KindTree:
 			st.LiveTrees++
-			t, err := DecodeTree(data)
+			t, err := object.DecodeTree(data)
 			if err != nil {
 				return fmt.Errorf("tree %s: %w", it.id, err)
 			}
@@ -273,7 +275,7 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 			}
 		case KindManifest:
 			st.LiveManifests++
-			m, err := DecodeManifest(data)
+			m, err := object.DecodeManifest(data)
 			if err != nil {
 				return fmt.Errorf("manifest %s: %w", it.id, err)
 			}
@@ -421,7 +423,7 @@ func (db *DB) livePacks(ctx context.Context) (map[int64]*packLive, error) {
 				out[c.pack] = p
 			}
 			p.chunks = append(p.chunks, c)
-			p.bytes += recordHeader + c.len
+			p.bytes += pack.HeaderSize + c.len
 		}
 		return r.Err()
 	})
@@ -431,28 +433,28 @@ func (db *DB) livePacks(ctx context.Context) (map[int64]*packLive, error) {
 // compact deletes packs with no live chunk and rewrites those with too many
 // dead bytes into new packs.
 func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
-	if err := db.packs.dropIdle(); err != nil {
+	if err := db.packs.DropIdle(); err != nil {
 		return err
 	}
 	live, err := db.livePacks(ctx)
 	if err != nil {
 		return err
 	}
-	nums, err := db.packs.listPacks()
+	nums, err := db.packs.List()
 	if err != nil {
 		return err
 	}
-	var out *packWriter // the pack live chunks are copied into
+	var out *pack.Writer // the pack live chunks are copied into
 	defer func() {
 		if out != nil {
-			db.packs.discard(out)
+			db.packs.Discard(out)
 		}
 	}()
 	for _, num := range nums {
 		if err := checkContext(ctx); err != nil {
 			return err
 		}
-		path := filepath.Join(db.dir, packsDir, packName(num))
+		path := db.packs.Path(num)
 		fi, err := os.Stat(path)
 		if err != nil {
 			return err
@@ -465,7 +467,7 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 			st.PacksDeleted++
 			continue
 		}
-		dead := fi.Size() - int64(len(packMagic)) - p.bytes
+		dead := fi.Size() - int64(len(pack.Magic)) - p.bytes
 		if float64(dead) <= ratio*float64(fi.Size()) {
 			continue
 		}
@@ -477,26 +479,26 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 			if err != nil {
 				return fmt.Errorf("pack %s: %w", path, err)
 			}
-			if out == nil || out.size+recordHeader+c.len > db.opts.MaxPackSize {
+			if out == nil || out.End()+pack.HeaderSize+c.len > db.opts.MaxPackSize {
 				if out != nil {
-					if err := out.sync(); err != nil {
+					if err := out.Sync(); err != nil {
 						return err
 					}
-					db.packs.discard(out)
+					db.packs.Discard(out)
 				}
-				out, err = db.newCompactPack()
+				out, err = db.packs.Create()
 				if err != nil {
 					return err
 				}
 			}
-			off, err := out.append(c.id, data)
+			off, err := out.Append(c.id, data)
 			if err != nil {
 				return err
 			}
-			db.ctr.packWritten.Add(recordHeader + c.len)
-			moved = append(moved, chunkRow{id: c.id, pack: out.num, off: off, len: c.len})
+			db.ctr.packWritten.Add(pack.HeaderSize + c.len)
+			moved = append(moved, chunkRow{id: c.id, pack: out.Number(), off: off, len: c.len})
 		}
-		if err := out.sync(); err != nil {
+		if err := out.Sync(); err != nil {
 			return err
 		}
 		db.ctr.packSyncs.Add(1)
@@ -524,78 +526,23 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 	return nil
 }
 
-// newCompactPack creates a fresh pack for compaction output.
-func (db *DB) newCompactPack() (*packWriter, error) {
-	nums, err := db.packs.listPacks()
-	if err != nil {
-		return nil, err
-	}
-	next := int64(1)
-	if len(nums) > 0 {
-		next = nums[len(nums)-1] + 1
-	}
-	db.packs.mu.Lock()
-	defer db.packs.mu.Unlock()
-	for ; ; next++ {
-		w, err := db.packs.tryOpen(next, true)
-		if err != nil {
-			return nil, err
-		}
-		if w != nil {
-			return w, nil
-		}
-	}
-}
-
 func (db *DB) removePack(num int64) error {
-	db.packs.forget(num)
-	path := filepath.Join(db.dir, packsDir, packName(num))
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := db.packs.Remove(num); err != nil {
 		return err
 	}
-	db.log.Debug("gc removed pack", "pack", path)
+	db.log.Debug("gc removed pack", "pack", db.packs.Path(num))
 	return nil
 }
 
 // sweepCache removes cache files whose content no live tree names, and
 // temporary files a crashed materialization left behind.
-func (db *DB) sweepCache(content map[ID]struct{}, st *GCStats) error {
-	root := filepath.Join(db.dir, cacheDir)
-	dirs, err := os.ReadDir(root)
-	if err != nil {
-		return err
-	}
-	for _, d := range dirs {
-		if !d.IsDir() || d.Name() == unsyncedDir {
-			continue
-		}
-		sub := filepath.Join(root, d.Name())
-		ents, err := os.ReadDir(sub)
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			name := e.Name()
-			p := filepath.Join(sub, name)
-			if strings.HasPrefix(name, ".tmp-") {
-				if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Hour {
-					os.Remove(p)
-				}
-				continue
-			}
-			id, err := ParseID(name)
-			if err == nil {
-				if _, ok := content[id]; ok {
-					continue
-				}
-			}
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-			st.CacheFilesRemoved++
-		}
-	}
-	return nil
+func (db *DB) sweepCache(live *liveSet, st *GCStats) error {
+	n, err := db.cache.Sweep(func(id ID) bool {
+		_, ok := live.content[id]
+		return ok
+	})
+	st.CacheFilesRemoved += n
+	return err
 }
 
 // diskFootprint is the bytes on disk of the packs, the cache and the

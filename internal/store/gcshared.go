@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"layerfs.dev/layerfs/internal/store/bucketpack"
+	"layerfs.dev/layerfs/internal/store/schema"
 )
 
 // GC on a shared Store (docs/fleet.md) runs while every host keeps working;
@@ -53,7 +56,7 @@ const deleteGroup = 1000
 
 // liveWorkspaces is every workspace record of a host with a live lease.
 const liveWorkspaces = `(SELECT r.id, r.base, r.head FROM workspace_records r
-	JOIN leases l ON l.node = r.node WHERE l.expires > ` + dbNowNs + `)`
+	JOIN leases l ON l.node = r.node WHERE l.expires > ` + schema.NowNs + `)`
 
 func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GCStats, error) {
 	grace := opts.Grace
@@ -69,7 +72,7 @@ func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GC
 	live := newLiveSet()
 	err = db.withTx(ctx, txWrite, func(tx *tx) error {
 		var cutoff int64
-		if err := tx.row(ctx, `SELECT `+dbNowNs+` - ?`, grace.Nanoseconds()).Scan(&cutoff); err != nil {
+		if err := tx.row(ctx, `SELECT `+schema.NowNs+` - ?`, grace.Nanoseconds()).Scan(&cutoff); err != nil {
 			return err
 		}
 		roots, err := refRoots(ctx, tx, liveWorkspaces)
@@ -98,7 +101,7 @@ func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GC
 		if err := db.deleteOrphanPacks(ctx, grace, &st); err != nil {
 			return st, fmt.Errorf("gc: %w", err)
 		}
-		if err := db.sweepCache(live.content, &st); err != nil {
+		if err := db.sweepCache(live, &st); err != nil {
 			return st, fmt.Errorf("gc: cache: %w", err)
 		}
 	}
@@ -204,7 +207,7 @@ func (db *DB) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 		if err := checkContext(ctx); err != nil {
 			return err
 		}
-		if err := db.bucket.bucket.Delete(ctx, p.key); err != nil {
+		if err := db.bucket.S3().Delete(ctx, p.key); err != nil {
 			return fmt.Errorf("delete pack %d: %w", p.num, err)
 		}
 		err := db.withTx(ctx, txInsert, func(tx *tx) error {
@@ -214,7 +217,7 @@ func (db *DB) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 		if err != nil {
 			return fmt.Errorf("unindex pack %d: %w", p.num, err)
 		}
-		db.bucket.keys.Delete(p.num)
+		db.bucket.Forget(p.num)
 		db.log.Debug("gc removed pack", "pack", p.key)
 		st.PacksDeleted++
 	}
@@ -226,7 +229,7 @@ func (db *DB) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 // its Flush failed after the upload). A younger one may belong to a flush
 // about to commit.
 func (db *DB) deleteOrphanPacks(ctx context.Context, grace time.Duration, st *GCStats) error {
-	objs, err := db.bucket.bucket.List(ctx, packKeyPrefix)
+	objs, err := db.bucket.S3().List(ctx, bucketpack.KeyPrefix)
 	if err != nil {
 		return err
 	}
@@ -248,7 +251,7 @@ func (db *DB) deleteOrphanPacks(ctx context.Context, grace time.Duration, st *GC
 		if named[o.Key] || !strings.HasSuffix(o.Key, ".pack") || time.Since(o.Modified) < grace {
 			continue
 		}
-		if err := db.bucket.bucket.Delete(ctx, o.Key); err != nil {
+		if err := db.bucket.S3().Delete(ctx, o.Key); err != nil {
 			return fmt.Errorf("delete orphan pack: %w", err)
 		}
 		db.log.Debug("gc removed orphan pack", "pack", o.Key)
@@ -260,7 +263,7 @@ func (db *DB) deleteOrphanPacks(ctx context.Context, grace time.Duration, st *GC
 // sharedFootprint is the bytes of the pack objects in the bucket and of
 // this host's cache of materialised files.
 func (db *DB) sharedFootprint(ctx context.Context) (int64, error) {
-	objs, err := db.bucket.bucket.List(ctx, packKeyPrefix)
+	objs, err := db.bucket.S3().List(ctx, bucketpack.KeyPrefix)
 	if err != nil {
 		return 0, err
 	}

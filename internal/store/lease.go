@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"layerfs.dev/layerfs/internal/store/schema"
 )
 
 // A host's lease on a shared Store: a row (node, expires) on the
@@ -19,9 +21,6 @@ import (
 // renewed every quarter of it.
 const DefaultLeaseTTL = 2 * time.Minute
 
-// dbNowNs is the database's clock in nanoseconds (PostgreSQL).
-const dbNowNs = `(extract(epoch from clock_timestamp()) * 1000000000)::bigint`
-
 // leaseKeeper renews this host's lease until stopped.
 type leaseKeeper struct {
 	stop chan struct{}
@@ -33,11 +32,11 @@ type leaseKeeper struct {
 // quarter of the TTL until Close; RenewLease is for a caller that wants it
 // done now. It does nothing on an embedded Store.
 func (db *DB) RenewLease(ctx context.Context) error {
-	if !db.d.postgres {
+	if !db.d.Postgres {
 		return nil
 	}
 	err := db.withTx(ctx, txInsert, func(tx *tx) error {
-		_, err := tx.exec(ctx, `INSERT INTO leases(node, expires) VALUES (?, `+dbNowNs+` + ?)
+		_, err := tx.exec(ctx, `INSERT INTO leases(node, expires) VALUES (?, `+schema.NowNs+` + ?)
 			ON CONFLICT (node) DO UPDATE SET expires = excluded.expires`, db.node, db.opts.LeaseTTL.Nanoseconds())
 		return err
 	})
@@ -96,7 +95,7 @@ type Lease struct {
 // Leases lists the hosts' leases of a shared Store, by node (none on an
 // embedded Store).
 func (db *DB) Leases(ctx context.Context) ([]Lease, error) {
-	if !db.d.postgres {
+	if !db.d.Postgres {
 		return nil, nil
 	}
 	var out []Lease
@@ -108,7 +107,7 @@ func (db *DB) Leases(ctx context.Context) ([]Lease, error) {
 			err := s.Scan(&l.Node, &exp, &l.Live)
 			l.Expires = fromNs(exp)
 			return l, err
-		}, `SELECT node, expires, expires > `+dbNowNs+` FROM leases ORDER BY node`)
+		}, `SELECT node, expires, expires > `+schema.NowNs+` FROM leases ORDER BY node`)
 		return err
 	})
 	if err != nil {

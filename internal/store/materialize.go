@@ -14,20 +14,14 @@ import (
 	"layerfs.dev/layerfs/internal/writeruns"
 )
 
-// CachePath is where Materialize puts the content named by id (ZeroID for
-// an empty file): cache/<first two hex digits>/<id>.
-func (db *DB) CachePath(id ID) string {
-	s := id.String()
-	return filepath.Join(db.dir, cacheDir, s[:2], s)
-}
-
 // Materialize returns the path of a regular, read-only file holding a file
 // entry's full content, creating it on first use: written to a temporary
 // file (sparse where the manifest has holes), verified chunk by chunk,
-// then linked into place (synced with others later: see writeback.go). A file in place never changes (a racing
-// writer's link fails and its copy is dropped), so it can back FUSE
-// passthrough opens and be cloned for copy-up. Concurrent callers for one
-// content in this process share one materialization.
+// then linked into place (synced with others later: see package cache).
+// A file in place never changes (a racing writer's link fails and its copy
+// is dropped), so it can back FUSE passthrough opens and be cloned for
+// copy-up. Concurrent callers for one content in this process share one
+// materialization.
 func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	if e.Type != TypeFile {
 		return "", fmt.Errorf("materialize %q: a %s has no content", e.Name, e.Type)
@@ -39,7 +33,7 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	if _, err := os.Lstat(path); err == nil {
 		return path, nil
 	}
-	if p, ok := db.mem.path(e.Object); ok {
+	if p, ok := db.cache.InMemory(e.Object); ok {
 		return p, nil
 	}
 	db.fg.begin()
@@ -55,7 +49,7 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 		err := db.materialize(ctx, e, path)
 		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 			// A full disk must not stop reads of committed data.
-			return db.mem.materialize(ctx, db, e, err)
+			return db.cache.PutInMemory(e.Object, e.Size, func(f *os.File) error { return db.fill(ctx, e, f) }, err)
 		}
 		return path, err
 	})
@@ -66,15 +60,15 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 }
 
 func (db *DB) materialize(ctx context.Context, e *Entry, path string) error {
-	f, err := db.newCacheFile(path)
+	f, err := db.cache.Create(path)
 	if err != nil {
 		return err
 	}
-	defer f.abort()
-	if err := db.fill(ctx, e, f.f); err != nil {
+	defer f.Abort()
+	if err := db.fill(ctx, e, f.File()); err != nil {
 		return err
 	}
-	_, err = f.place(e.Size)
+	_, err = f.Place(e.Size)
 	return err
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"layerfs.dev/layerfs/internal/store/schema"
 )
 
 // The hosts of a shared Store (a fleet): each daemon records its host
@@ -35,7 +37,7 @@ type Node struct {
 
 // nodeColumns are a Node's columns of nodes n, liveness computed on the
 // database's clock (the one placeholder is NodeExpiry in nanoseconds).
-const nodeColumns = `n.name, n.address, n.seen, n.up AND n.seen > ` + dbNowNs + ` - ?`
+const nodeColumns = `n.name, n.address, n.seen, n.up AND n.seen > ` + schema.NowNs + ` - ?`
 
 func scanNode(s scanner) (Node, error) {
 	var n Node
@@ -49,11 +51,11 @@ func scanNode(s scanner) (Node, error) {
 // address ("" for none), now. A shared Store's daemon calls it every
 // NodeHeartbeat.
 func (db *DB) Heartbeat(ctx context.Context, address string) error {
-	if !db.d.postgres {
+	if !db.d.Postgres {
 		return fmt.Errorf("heartbeat: %w", ErrNotShared)
 	}
 	err := db.withTx(ctx, txInsert, func(tx *tx) error {
-		_, err := tx.exec(ctx, `INSERT INTO nodes(name, address, seen, up) VALUES (?, ?, `+dbNowNs+`, true)
+		_, err := tx.exec(ctx, `INSERT INTO nodes(name, address, seen, up) VALUES (?, ?, `+schema.NowNs+`, true)
 			ON CONFLICT (name) DO UPDATE SET address = excluded.address, seen = excluded.seen, up = true`, db.node, address)
 		return err
 	})
@@ -66,11 +68,11 @@ func (db *DB) Heartbeat(ctx context.Context, address string) error {
 // Retire records that this host's daemon stopped: it is no longer live
 // (its workspaces stay recorded, for it to serve again when it restarts).
 func (db *DB) Retire(ctx context.Context) error {
-	if !db.d.postgres {
+	if !db.d.Postgres {
 		return fmt.Errorf("retire: %w", ErrNotShared)
 	}
 	err := db.withTx(ctx, txInsert, func(tx *tx) error {
-		_, err := tx.exec(ctx, `UPDATE nodes SET up = false, seen = `+dbNowNs+` WHERE name = ?`, db.node)
+		_, err := tx.exec(ctx, `UPDATE nodes SET up = false, seen = `+schema.NowNs+` WHERE name = ?`, db.node)
 		return err
 	})
 	if err != nil {
@@ -82,7 +84,7 @@ func (db *DB) Retire(ctx context.Context) error {
 // Nodes lists the hosts whose daemons have run on the shared Store, by
 // name (none on an embedded Store).
 func (db *DB) Nodes(ctx context.Context) ([]Node, error) {
-	if !db.d.postgres {
+	if !db.d.Postgres {
 		return nil, nil
 	}
 	var out []Node
@@ -102,11 +104,11 @@ func (db *DB) Nodes(ctx context.Context) ([]Node, error) {
 // A host that recorded workspaces but never ran a daemon with a heartbeat
 // has only its Name.
 func (db *DB) WorkspaceNode(ctx context.Context, id string) (Node, error) {
-	if !db.d.postgres {
+	if !db.d.Postgres {
 		return Node{}, fmt.Errorf("workspace %q: %w", id, ErrNotFound)
 	}
 	n, err := readOne(ctx, db, scanNode, `SELECT r.node, COALESCE(n.address, ''), COALESCE(n.seen, 0),
-		COALESCE(n.up AND n.seen > `+dbNowNs+` - ?, false)
+		COALESCE(n.up AND n.seen > `+schema.NowNs+` - ?, false)
 		FROM workspace_records r LEFT JOIN nodes n ON n.name = r.node WHERE r.id = ?`, NodeExpiry.Nanoseconds(), id)
 	if err != nil {
 		return Node{}, fmt.Errorf("workspace %q: %w", id, err)
@@ -120,7 +122,7 @@ func (db *DB) WorkspaceNode(ctx context.Context, id string) (Node, error) {
 // FleetWorkspaces lists every host's workspace records by creation time,
 // each with its Node; on an embedded Store, Workspaces.
 func (db *DB) FleetWorkspaces(ctx context.Context) ([]Workspace, error) {
-	if !db.d.postgres {
+	if !db.d.Postgres {
 		return db.Workspaces(ctx)
 	}
 	var out []Workspace

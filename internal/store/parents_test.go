@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -52,7 +53,7 @@ func TestFsckChecksParents(t *testing.T) {
 	b, err := db.NewBatch(ctx)
 	require.NoError(t, err)
 	root := mustCommit(t, db, first).Root
-	old, err := b.putObject(KindCommit, commitV1Bytes(root, first, "old"))
+	old, err := b.putObject(KindCommit, commitV1(root, first, "old"))
 	require.NoError(t, err)
 	require.NoError(t, b.Flush(ctx))
 	b.Abort()
@@ -77,4 +78,20 @@ func TestFsckChecksParents(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{"missing", "generation", "generation"}, kinds, "problems: %v", rep.Problems)
+}
+
+// commitV1 is the bytes of a version 1 commit (package object's encoding
+// before commits had several parents): version byte 1, root, parent,
+// message, author, time and the four stats.
+func commitV1(root, parent ID, msg string) []byte {
+	b := append([]byte{1}, root[:]...)
+	b = append(b, parent[:]...)
+	for _, s := range []string{msg, "old author"} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	for _, v := range []int64{42, 1, 2, 3, 4} {
+		b = binary.AppendVarint(b, v)
+	}
+	return b
 }

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/store/cache"
+	"layerfs.dev/layerfs/internal/store/object"
 )
 
 // Prefetch puts the contents a commit needs in the cache ahead of its
@@ -127,7 +130,7 @@ type want struct {
 	c       Content
 	m       *Manifest // nil: a content of one chunk
 	mu      sync.Mutex
-	file    *cacheFile // opened with its first chunk
+	file    *cache.File // opened with its first chunk
 	left    int
 	written []bool // by extent
 	dead    bool   // placed, or given up
@@ -194,7 +197,7 @@ func (p *prefetch) resolve(ctx context.Context) error {
 		if got := Hash(KindManifest, data); got != w.c.ID {
 			return fmt.Errorf("manifest %s in the objects table hashes to %s: %w", w.c.ID, got, ErrCorrupt)
 		}
-		m, err := DecodeManifest(data)
+		m, err := object.DecodeManifest(data)
 		if err != nil {
 			return fmt.Errorf("manifest %s: %w", w.c.ID, err)
 		}
@@ -400,7 +403,7 @@ func (p *prefetch) fetch(ctx context.Context) error {
 	for _, w := range p.wants {
 		w.mu.Lock()
 		if w.file != nil {
-			w.file.abort()
+			w.file.Abort()
 			w.file = nil
 		}
 		w.dead = true
@@ -436,13 +439,13 @@ func (p *prefetch) readSpans(ctx context.Context, next *atomic.Int64, ahead chan
 
 // read reads one span and checks its chunks.
 func (p *prefetch) read(ctx context.Context, s *span) {
-	buf, err := p.db.content.readRange(ctx, s.pack, s.off, s.end-s.off)
+	buf, err := p.db.content.ReadRange(ctx, s.pack, s.off, s.end-s.off)
 	if err != nil {
 		s.err = fmt.Errorf("read pack %d at %d+%d: %w", s.pack, s.off, s.end-s.off, err)
 		p.fail(s.err)
 		return
 	}
-	p.db.ctr.packRead.Add(int64(len(buf)))
+	p.db.ctr.read.Bytes.Add(int64(len(buf)))
 	for i, l := range s.locs {
 		data := buf[l.off-s.off : l.off-s.off+l.len]
 		if got := Hash(KindChunk, data); got != l.id {
@@ -450,7 +453,7 @@ func (p *prefetch) read(ctx context.Context, s *span) {
 			s.bad[i] = true
 			continue
 		}
-		p.db.ctr.chunksRead.Add(1)
+		p.db.ctr.read.Chunks.Add(1)
 	}
 	s.mu.Lock()
 	s.buf = buf
@@ -505,7 +508,7 @@ func (p *prefetch) drop(id ID) {
 		u.w.mu.Lock()
 		u.w.dead = true
 		if u.w.file != nil {
-			u.w.file.abort()
+			u.w.file.Abort()
 			u.w.file = nil
 		}
 		u.w.mu.Unlock()
@@ -526,7 +529,7 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 			w.dead = true // a read of the workspace materialized it meanwhile
 			return nil
 		}
-		f, err := p.db.newCacheFile(p.db.CachePath(w.c.ID))
+		f, err := p.db.cache.Create(p.db.CachePath(w.c.ID))
 		if err != nil {
 			w.dead = true
 			return fmt.Errorf("content %s: %w", w.c.ID.Short(), err)
@@ -535,11 +538,11 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 	}
 	fail := func(err error) error {
 		w.dead = true
-		w.file.abort()
+		w.file.Abort()
 		w.file = nil
 		return fmt.Errorf("content %s: %w", w.c.ID.Short(), err)
 	}
-	if _, err := w.file.f.WriteAt(data, u.off); err != nil {
+	if _, err := w.file.File().WriteAt(data, u.off); err != nil {
 		return fail(err)
 	}
 	w.written[u.ext] = true
@@ -550,10 +553,10 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 		return fail(fmt.Errorf("chunk has %d bytes, the tree says %d: %w", len(data), w.c.Size, ErrCorrupt))
 	}
 	// Truncate sets the size where the content ends in a hole.
-	if err := w.file.f.Truncate(w.c.Size); err != nil {
+	if err := w.file.File().Truncate(w.c.Size); err != nil {
 		return fail(err)
 	}
-	placed, err := w.file.place(w.c.Size)
+	placed, err := w.file.Place(w.c.Size)
 	w.file, w.dead = nil, true
 	if err != nil {
 		return fmt.Errorf("content %s: %w", w.c.ID.Short(), err)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"layerfs.dev/layerfs/internal/store/schema"
 )
 
 // dedupProbe answers "is this id stored?" for a batch.
@@ -17,7 +19,7 @@ type dedupProbe interface {
 }
 
 func (db *DB) openProbe(ctx context.Context) (dedupProbe, error) {
-	if db.d.postgres {
+	if db.d.Postgres {
 		return &pgProbe{db: db}, nil
 	}
 	return openProber(ctx, db)
@@ -44,7 +46,7 @@ func (p *pgProbe) has(id ID, objects bool) (bool, error) {
 	defer func() { p.db.ctr.txTime.Add(int64(time.Since(start))) }()
 	ctx := context.Background()
 	var stale bool
-	err := p.db.r.QueryRowContext(ctx, `SELECT created < `+dbNowNs+` - $2 FROM `+table+` WHERE id = $1`,
+	err := p.db.r.QueryRowContext(ctx, `SELECT created < `+schema.NowNs+` - $2 FROM `+table+` WHERE id = $1`,
 		id[:], probeRefresh.Nanoseconds()).Scan(&stale)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
@@ -57,7 +59,7 @@ func (p *pgProbe) has(id ID, objects bool) (bool, error) {
 		return true, nil
 	}
 	p.db.ctr.statements.Add(1)
-	res, err := p.db.w.ExecContext(ctx, `UPDATE `+table+` SET created = `+dbNowNs+` WHERE id = $1`, id[:])
+	res, err := p.db.w.ExecContext(ctx, `UPDATE `+table+` SET created = `+schema.NowNs+` WHERE id = $1`, id[:])
 	if err != nil {
 		return false, err
 	}

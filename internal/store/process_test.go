@@ -370,7 +370,7 @@ func TestTwoProcessesWrite(t *testing.T) {
 		want := map[string]int{"b1": 17, "b2": 17, "b3": 22}[br] // + the first commit and the genesis parent chain
 		assert.Equal(t, want-1, n, "commits on branch %s", br)
 	}
-	nums, _ := db.packs.listPacks()
+	nums, _ := db.packs.List()
 	assert.GreaterOrEqual(t, len(nums), 3, "packs three writing processes wrote; each writer needs its own")
 	mustFsck(t, db)
 }
@@ -541,7 +541,7 @@ func TestGCCrashSafety(t *testing.T) {
 	_, err = db.GC(ctx, GCOptions{})
 	require.NoError(t, err)
 	packs, _ := db.livePacks(ctx)
-	nums, _ := db.packs.listPacks()
+	nums, _ := db.packs.List()
 	for _, n := range nums {
 		assert.NotNil(t, packs[n], "pack %d has no live chunk after GC", n)
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"layerfs.dev/layerfs/internal/store/object"
 )
 
 // Chunk returns a chunk's bytes, verified against id.
@@ -55,7 +57,7 @@ func (db *DB) Manifest(ctx context.Context, id ID) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := DecodeManifest(data)
+	m, err := object.DecodeManifest(data)
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", id, err)
 	}
@@ -74,7 +76,7 @@ func (db *DB) Tree(ctx context.Context, id ID) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := DecodeTree(data)
+	t, err := object.DecodeTree(data)
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: %w", id, err)
 	}
@@ -88,7 +90,7 @@ func (db *DB) Commit(ctx context.Context, id ID) (*Commit, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := DecodeCommit(data)
+	c, err := object.DecodeCommit(data)
 	if err != nil {
 		return nil, fmt.Errorf("commit %s: %w", id, err)
 	}
@@ -208,7 +210,7 @@ func (db *DB) LoadTrees(ctx context.Context, ids []ID) error {
 		if got := Hash(KindTree, data); got != id {
 			return fmt.Errorf("tree %s in %s (objects table): content hashes to %s: %w", id, dbFile, got, ErrCorrupt)
 		}
-		t, err := DecodeTree(data)
+		t, err := object.DecodeTree(data)
 		if err != nil {
 			return fmt.Errorf("tree %s: %w", id, err)
 		}

@@ -16,7 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/flock"
 	"layerfs.dev/layerfs/internal/s3bucket"
+	"layerfs.dev/layerfs/internal/store/bucketpack"
+	"layerfs.dev/layerfs/internal/store/schema"
 )
 
 // A shared Store (docs/fleet.md): references, the object index and
@@ -118,7 +121,7 @@ func initRemote(ctx context.Context, dir string, opts Options) (*DB, error) {
 // openRemote opens this host's view of a shared Store.
 func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *DB, err error) {
 	opts.fill()
-	db := &DB{dir: dir, opts: opts, log: opts.Logger, d: dialect{postgres: true}}
+	db := &DB{dir: dir, opts: opts, log: opts.Logger, d: schema.Dialect{Postgres: true}}
 	defer func() {
 		if err != nil {
 			db.closeAll()
@@ -140,7 +143,7 @@ func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *
 	if err != nil {
 		return nil, err
 	}
-	if err := flock(ctx, db.lock, unix.LOCK_SH); err != nil {
+	if err := flock.Lock(ctx, db.lock, unix.LOCK_SH); err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
 
@@ -159,7 +162,7 @@ func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *
 	}
 	// Init creates the schema if this is the Store's first host; Open
 	// finds it or fails with ErrNoStore.
-	if err := db.migrate(ctx, len(pgMigrations), create); err != nil {
+	if err := db.migrate(ctx, len(schema.Postgres), create); err != nil {
 		return nil, err
 	}
 
@@ -177,17 +180,17 @@ func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *
 			return nil, err
 		}
 	}
-	if err := removeDeadSpools(filepath.Join(dir, spoolDir)); err != nil {
+	if err := bucketpack.RemoveDeadSpools(filepath.Join(dir, spoolDir)); err != nil {
 		return nil, err
 	}
 	if err := db.openCache(ctx); err != nil {
 		return nil, err
 	}
-	chunks, err := openChunkCache(filepath.Join(dir, chunkCacheDir), opts.ChunkCacheBytes)
+	db.bucket, err = bucketpack.Open(bucket, packIndex{db}, filepath.Join(dir, spoolDir),
+		filepath.Join(dir, chunkCacheDir), opts.ChunkCacheBytes, &db.ctr.read)
 	if err != nil {
 		return nil, err
 	}
-	db.bucket = newBucketPacks(db, bucket, chunks)
 	db.content = db.bucket
 	db.trees = newTreeCache(opts.TreeCacheBytes)
 	if err := db.keepLease(ctx); err != nil {
@@ -230,11 +233,11 @@ func nodeName(dir string) (string, error) {
 func (db *DB) Node() string { return db.node }
 
 // Shared reports whether db is a shared Store (PostgreSQL and a bucket).
-func (db *DB) Shared() bool { return db.d.postgres }
+func (db *DB) Shared() bool { return db.d.Postgres }
 
 // allWorkspaces is the table of every host's workspace records.
 func (db *DB) allWorkspaces() string {
-	if db.d.postgres {
+	if db.d.Postgres {
 		return "workspace_records"
 	}
 	return "workspaces"

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"layerfs.dev/layerfs/internal/store/object"
 )
 
 // KindStats count the objects of one kind.
@@ -13,8 +15,8 @@ type KindStats struct {
 	Bytes int64 `json:"bytes"` // encoded bytes (chunks: payload bytes)
 }
 
-// StoreStats describe a store's contents and footprint.
-type StoreStats struct {
+// Stats describe a Store's contents and footprint.
+type Stats struct {
 	Chunks     KindStats `json:"chunks"`
 	Manifests  KindStats `json:"manifests"`
 	Trees      KindStats `json:"trees"`
@@ -40,8 +42,8 @@ type StoreStats struct {
 
 // Stats counts objects by kind and measures the store on disk. It decodes
 // every commit (for LogicalBytes), so it costs O(commits).
-func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
-	var st StoreStats
+func (db *DB) Stats(ctx context.Context) (Stats, error) {
+	var st Stats
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		if err := tx.row(ctx, `SELECT count(*), coalesce(sum(len), 0) FROM chunks`).Scan(&st.Chunks.Count, &st.Chunks.Bytes); err != nil {
 			return err
@@ -83,7 +85,7 @@ func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
 			if err := r.Scan(&id, &data); err != nil {
 				return err
 			}
-			c, err := DecodeCommit(data)
+			c, err := object.DecodeCommit(data)
 			if err != nil {
 				return fmt.Errorf("commit %s: %w", toID(id), err)
 			}
@@ -106,13 +108,13 @@ func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
 			st.DBBytes += fi.Size()
 		}
 	}
-	nums, err := db.packs.listPacks()
+	nums, err := db.packs.List()
 	if err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
 	st.PackFiles = len(nums)
 	for _, n := range nums {
-		if fi, err := os.Stat(filepath.Join(db.dir, packsDir, packName(n))); err == nil {
+		if fi, err := os.Stat(db.packs.Path(n)); err == nil {
 			st.PackBytes += fi.Size()
 		}
 	}
@@ -123,22 +125,21 @@ func (db *DB) Stats(ctx context.Context) (StoreStats, error) {
 }
 
 // cacheStats fills in the cache's figures.
-func (db *DB) cacheStats(st *StoreStats) error {
+func (db *DB) cacheStats(st *Stats) error {
 	var err error
 	if st.CacheBytes, err = diskUsage(filepath.Join(db.dir, cacheDir)); err != nil {
 		return err
 	}
-	files, err := db.cacheContents()
-	if err != nil {
+	if st.CacheFiles, err = db.cache.Count(); err != nil {
 		return err
 	}
-	st.CacheFiles, st.CacheLimit = int64(len(files)), max(db.bound.max, 0)
+	st.CacheLimit = db.cache.Limit()
 	return nil
 }
 
 // sharedStats fills in a shared Store's footprint: the database's size,
 // the pack objects' (from the packs table) and this host's caches.
-func (db *DB) sharedStats(ctx context.Context, st StoreStats) (StoreStats, error) {
+func (db *DB) sharedStats(ctx context.Context, st Stats) (Stats, error) {
 	var packs int64
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		return tx.row(ctx, `SELECT pg_database_size(current_database()), count(*), coalesce(sum(size), 0) FROM packs`).
@@ -151,6 +152,6 @@ func (db *DB) sharedStats(ctx context.Context, st StoreStats) (StoreStats, error
 	if err := db.cacheStats(&st); err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
-	st.CacheBytes += db.bucket.cache.bytes()
+	st.CacheBytes += db.bucket.CacheBytes()
 	return st, nil
 }

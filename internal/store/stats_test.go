@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"layerfs.dev/layerfs/internal/store/pack"
 )
 
 func TestStatsAndCounters(t *testing.T) {
@@ -25,7 +27,7 @@ func TestStatsAndCounters(t *testing.T) {
 		require.Positive(t, d.TxTime, "SQL counters: %+v", d)
 		require.EqualValues(t, 5, d.ChunksWritten, "pack counters: %+v", d)
 		require.EqualValues(t, 9, d.ChunksReused, "pack counters: %+v", d)
-		require.Equal(t, int64(len(big))+5+5*recordHeader, d.PackBytesWritten, "pack counters: %+v", d)
+		require.Equal(t, int64(len(big))+5+5*pack.HeaderSize, d.PackBytesWritten, "pack counters: %+v", d)
 		require.EqualValues(t, 1, d.PackSyncs, "pack counters: %+v (the second batch added no chunk)", d)
 		st, err := db.Stats(ctx)
 		require.NoError(t, err)

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"layerfs.dev/layerfs/internal/store/pack"
+	"layerfs.dev/layerfs/internal/store/schema"
 )
 
 // Counters are cumulative totals since the DB was opened. Take one before
@@ -47,29 +50,34 @@ func (c Counters) Sub(prev Counters) Counters {
 }
 
 type counters struct {
-	transactions, txTime, statements, rows  atomic.Int64
-	packWritten, packRead, packSyncs        atomic.Int64
-	chunksWritten, chunksReused, chunksRead atomic.Int64
-	treeHits, treeMisses, cacheBytes        atomic.Int64
+	transactions, txTime, statements, rows atomic.Int64
+	packWritten, packSyncs                 atomic.Int64
+	read                                   pack.ReadCounters // packs' bytes and chunks read
+	chunksWritten, chunksReused            atomic.Int64
+	treeHits, treeMisses                   atomic.Int64
 }
 
 // Counters returns the cumulative counters.
 func (db *DB) Counters() Counters {
 	c := &db.ctr
+	var cached int64
+	if db.cache != nil {
+		cached = db.cache.Placed()
+	}
 	return Counters{
 		Transactions:     c.transactions.Load(),
 		TxTime:           time.Duration(c.txTime.Load()),
 		Statements:       c.statements.Load(),
 		Rows:             c.rows.Load(),
 		PackBytesWritten: c.packWritten.Load(),
-		PackBytesRead:    c.packRead.Load(),
+		PackBytesRead:    c.read.Bytes.Load(),
 		PackSyncs:        c.packSyncs.Load(),
 		ChunksWritten:    c.chunksWritten.Load(),
 		ChunksReused:     c.chunksReused.Load(),
-		ChunksRead:       c.chunksRead.Load(),
+		ChunksRead:       c.read.Chunks.Load(),
 		TreeCacheHits:    c.treeHits.Load(),
 		TreeCacheMisses:  c.treeMisses.Load(),
-		CacheBytes:       c.cacheBytes.Load(),
+		CacheBytes:       cached,
 	}
 }
 
@@ -93,7 +101,7 @@ const refLock = 0x4c61796572465321 // "LayerFS!"
 // tx is a transaction whose statements are counted.
 type tx struct {
 	tx   *sql.Tx
-	d    *dialect
+	d    *schema.Dialect
 	ctr  *counters
 	rows int64
 }
@@ -111,7 +119,7 @@ func (db *DB) withTx(ctx context.Context, mode txMode, fn func(*tx) error) (err 
 	var opts *sql.TxOptions
 	if mode == txRead {
 		opts = &sql.TxOptions{ReadOnly: true}
-		if db.d.postgres {
+		if db.d.Postgres {
 			// One snapshot for the whole transaction, as SQLite's.
 			opts.Isolation = sql.LevelRepeatableRead
 		}
@@ -128,7 +136,7 @@ func (db *DB) withTx(ctx context.Context, mode txMode, fn func(*tx) error) (err 
 		db.ctr.rows.Add(t.rows)
 		db.ctr.txTime.Add(int64(time.Since(start)))
 	}()
-	if mode == txWrite && db.d.postgres {
+	if mode == txWrite && db.d.Postgres {
 		if _, err := t.exec(ctx, `SELECT pg_advisory_xact_lock(?)`, int64(refLock)); err != nil {
 			stx.Rollback()
 			return fmt.Errorf("take the reference lock: %w", err)
@@ -148,7 +156,7 @@ func (db *DB) withTx(ctx context.Context, mode txMode, fn func(*tx) error) (err 
 
 func (t *tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	t.ctr.statements.Add(1)
-	res, err := t.tx.ExecContext(ctx, t.d.sql(q), args...)
+	res, err := t.tx.ExecContext(ctx, t.d.SQL(q), args...)
 	if err == nil {
 		if n, err := res.RowsAffected(); err == nil {
 			t.rows += n
@@ -174,13 +182,13 @@ func (t *tx) execOne(ctx context.Context, none error, q string, args ...any) err
 func (t *tx) row(ctx context.Context, q string, args ...any) *sql.Row {
 	t.ctr.statements.Add(1)
 	t.rows++
-	return t.tx.QueryRowContext(ctx, t.d.sql(q), args...)
+	return t.tx.QueryRowContext(ctx, t.d.SQL(q), args...)
 }
 
 // query runs a query; each call of next counts a row.
 func (t *tx) query(ctx context.Context, q string, args ...any) (*rows, error) {
 	t.ctr.statements.Add(1)
-	r, err := t.tx.QueryContext(ctx, t.d.sql(q), args...)
+	r, err := t.tx.QueryContext(ctx, t.d.SQL(q), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +197,7 @@ func (t *tx) query(ctx context.Context, q string, args ...any) (*rows, error) {
 
 // prepare makes a statement for repeated use inside this transaction.
 func (t *tx) prepare(ctx context.Context, q string) (*stmt, error) {
-	s, err := t.tx.PrepareContext(ctx, t.d.sql(q))
+	s, err := t.tx.PrepareContext(ctx, t.d.SQL(q))
 	if err != nil {
 		return nil, err
 	}

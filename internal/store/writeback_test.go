@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"layerfs.dev/layerfs/internal/store/cache"
 )
 
 // markers lists the write-back markers of the Store in dir.
 func markers(t *testing.T, dir string) []string {
 	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(dir, cacheDir, unsyncedDir))
+	ents, err := os.ReadDir(filepath.Join(dir, cacheDir, cache.UnsyncedDir))
 	if os.IsNotExist(err) {
 		return nil
 	}
@@ -71,14 +73,14 @@ func TestCacheWriteback(t *testing.T) {
 
 	// The same, but the window was of another boot: its files go, the
 	// files synced before it stay.
-	time.Sleep(writebackMargin + 50*time.Millisecond)
+	time.Sleep(cache.WindowMargin + 50*time.Millisecond)
 	p2 := materialize(db, es[2])
 	p3 := materialize(db, es[3])
 	require.NoError(t, db.Close())
 	m := markers(t, dir)
 	require.Len(t, m, 1)
 	_, rest, _ := strings.Cut(m[0], ".")
-	udir := filepath.Join(dir, cacheDir, unsyncedDir)
+	udir := filepath.Join(dir, cacheDir, cache.UnsyncedDir)
 	require.NoError(t, os.Rename(filepath.Join(udir, m[0]), filepath.Join(udir, "another-boot."+rest)))
 	db, err = Open(ctx, dir, Options{})
 	require.NoError(t, err)

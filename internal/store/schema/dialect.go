@@ -1,4 +1,4 @@
-package store
+package schema
 
 import (
 	"strconv"
@@ -6,20 +6,21 @@ import (
 	"sync"
 )
 
-// dialect holds what differs between the two SQL engines behind a DB:
-// SQLite (the embedded Store) and PostgreSQL (a shared Store). The package
-// writes its statements once, in SQLite's spelling; on PostgreSQL each is
-// rewritten once (and cached): ? placeholders become $n and INSERT OR
-// IGNORE becomes INSERT ... ON CONFLICT DO NOTHING. On SQLite the text is
-// used as it is, at no cost.
-type dialect struct {
-	postgres  bool
+// Dialect holds what differs between the two SQL engines behind a Store:
+// SQLite (the embedded Store, the zero Dialect) and PostgreSQL (a shared
+// Store). Statements are written once, in SQLite's spelling; on PostgreSQL
+// each is rewritten once (and cached): ? placeholders become $n and INSERT
+// OR IGNORE becomes INSERT ... ON CONFLICT DO NOTHING. On SQLite the text
+// is used as it is, at no cost. A Dialect must not be copied after first
+// use.
+type Dialect struct {
+	Postgres  bool
 	rewritten sync.Map // statement text -> PostgreSQL's
 }
 
-// sql returns q in this engine's spelling.
-func (d *dialect) sql(q string) string {
-	if !d.postgres {
+// SQL returns q in this engine's spelling.
+func (d *Dialect) SQL(q string) string {
+	if !d.Postgres {
 		return q
 	}
 	if s, ok := d.rewritten.Load(q); ok {
@@ -30,7 +31,7 @@ func (d *dialect) sql(q string) string {
 	return s
 }
 
-// toPostgres rewrites one statement. The package's statements hold no ?
+// toPostgres rewrites one statement. The Store's statements hold no ?
 // inside string literals, so every ? is a placeholder.
 func toPostgres(q string) string {
 	ignore := false

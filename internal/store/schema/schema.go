@@ -1,14 +1,8 @@
-package store
+package schema
 
-import (
-	"context"
-	"fmt"
-)
-
-// migrations[i] takes the schema from version i to i+1. Append only: a
-// released migration never changes, so stores written by older code
-// upgrade in order. The version lives in meta('schema_version').
-var migrations = []string{
+// SQLite is the embedded Store's migrations: SQLite[i] takes the schema
+// from version i to i+1.
+var SQLite = []string{
 	// 1: objects, the chunk index and refs.
 	`
 CREATE TABLE meta (
@@ -76,62 +70,8 @@ CREATE TABLE workspaces (
 `,
 }
 
-// SchemaVersion is the schema version this code writes (of the embedded
-// Store; a shared Store's is PostgresSchemaVersion).
-func SchemaVersion() int { return len(migrations) }
-
-// migrations returns this engine's migrations.
-func (db *DB) migrations() []string {
-	if db.d.postgres {
-		return pgMigrations
-	}
-	return migrations
-}
-
-// migrate brings the schema to version target (len(migrations) outside
-// tests) in one write transaction. create says the database is new.
-func (db *DB) migrate(ctx context.Context, target int, create bool) error {
-	migrations := db.migrations()
-	return db.withTx(ctx, txWrite, func(tx *tx) error {
-		v, err := db.schemaVersion(ctx, tx.tx)
-		if err != nil {
-			return err
-		}
-		if v == 0 && !create {
-			return fmt.Errorf("database has no schema: %w", ErrNoStore)
-		}
-		if v > len(migrations) {
-			return fmt.Errorf("schema version %d, this program knows %d: %w", v, len(migrations), ErrNewerSchema)
-		}
-		for ; v < target; v++ {
-			if _, err := tx.exec(ctx, migrations[v]); err != nil {
-				return fmt.Errorf("migrate schema to version %d: %w", v+1, err)
-			}
-			if _, err := tx.exec(ctx, `INSERT INTO meta(key, value) VALUES ('schema_version', ?)
-				ON CONFLICT(key) DO UPDATE SET value = excluded.value`, v+1); err != nil {
-				return fmt.Errorf("migrate schema to version %d: %w", v+1, err)
-			}
-			db.log.Info("store schema migrated", "dir", db.dir, "version", v+1)
-		}
-		return nil
-	})
-}
-
-// schemaVersion reads this engine's version row; 0 means an empty database.
-func (db *DB) schemaVersion(ctx context.Context, q queryer) (int, error) {
-	if !db.d.postgres {
-		return schemaVersion(ctx, q)
-	}
-	return readSchemaVersion(ctx, q, `SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'meta'`)
-}
-
-// PostgresSchemaVersion is the schema version this code writes in a shared
-// Store's database.
-func PostgresSchemaVersion() int { return len(pgMigrations) }
-
-// pgMigrations are a shared Store's, versioned on their own (append only,
-// as migrations). The tables are the embedded Store's, in PostgreSQL's
-// types, plus:
+// Postgres is a shared Store's migrations, versioned on their own. The
+// tables are the embedded Store's, in PostgreSQL's types, plus:
 //   - packs: a pack number's object key in the bucket (packs are named by
 //     their content, which is known only once they are complete);
 //   - workspace_records: every host's workspace records, each with the
@@ -140,7 +80,7 @@ func PostgresSchemaVersion() int { return len(pgMigrations) }
 //     a daemon lists, recovers and ends only its own workspaces with the
 //     same statements as on SQLite; inserts through the view take the node
 //     from the same setting.
-var pgMigrations = []string{
+var Postgres = []string{
 	`
 CREATE TABLE meta (
 	key   TEXT PRIMARY KEY,
@@ -213,14 +153,14 @@ CREATE VIEW workspaces AS
 	FROM workspace_records WHERE node = current_setting('layerfs.node')
 	WITH CASCADED CHECK OPTION;
 `,
-	// Fleet GC (gcshared.go): chunk and object rows carry the time (the
-	// database's clock, ns) they were stored or last found by a batch's
-	// dedup probe, and GC spares rows younger than its grace period;
-	// leases (lease.go) say which hosts are alive, and only their
+	// Fleet GC (package store's gcshared.go): chunk and object rows carry
+	// the time (the database's clock, ns) they were stored or last found by
+	// a batch's dedup probe, and GC spares rows younger than its grace
+	// period; leases (lease.go) say which hosts are alive, and only their
 	// workspaces keep commits alive.
 	`
-ALTER TABLE chunks ADD COLUMN created BIGINT NOT NULL DEFAULT ` + dbNowNs + `;
-ALTER TABLE objects ADD COLUMN created BIGINT NOT NULL DEFAULT ` + dbNowNs + `;
+ALTER TABLE chunks ADD COLUMN created BIGINT NOT NULL DEFAULT ` + NowNs + `;
+ALTER TABLE objects ADD COLUMN created BIGINT NOT NULL DEFAULT ` + NowNs + `;
 CREATE INDEX chunks_created ON chunks(created);
 CREATE INDEX objects_created ON objects(created);
 CREATE INDEX chunks_pack ON chunks(pack);
@@ -243,3 +183,8 @@ CREATE TABLE nodes (
 );
 `,
 }
+
+// NowNs is the database's clock in nanoseconds, as a PostgreSQL
+// expression: a shared Store's times are the database's, so that hosts'
+// clocks need not agree.
+const NowNs = `(extract(epoch from clock_timestamp()) * 1000000000)::bigint`

@@ -1,4 +1,4 @@
-package store
+package bucketpack
 
 import (
 	"container/list"
@@ -8,12 +8,9 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+
+	"layerfs.dev/layerfs/internal/store/object"
 )
-
-// DefaultChunkCacheBytes bounds a shared Store's chunk cache by default.
-const DefaultChunkCacheBytes = 2 << 30
-
-const chunkCacheDir = "chunks"
 
 // chunkCache keeps chunks a host read from the bucket in files
 // chunks/<xx>/<id>, bounded in bytes, the least recently used evicted
@@ -27,12 +24,12 @@ type chunkCache struct {
 
 	mu    sync.Mutex
 	lru   *list.List // of cacheItem, most recently used first
-	items map[ID]*list.Element
+	items map[object.ID]*list.Element
 	size  int64
 }
 
 type cacheItem struct {
-	id   ID
+	id   object.ID
 	size int64
 }
 
@@ -44,9 +41,9 @@ func openChunkCache(dir string, max int64) (*chunkCache, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	c := &chunkCache{dir: dir, max: max, lru: list.New(), items: map[ID]*list.Element{}}
+	c := &chunkCache{dir: dir, max: max, lru: list.New(), items: map[object.ID]*list.Element{}}
 	type found struct {
-		id    ID
+		id    object.ID
 		size  int64
 		mtime int64
 	}
@@ -55,7 +52,7 @@ func openChunkCache(dir string, max int64) (*chunkCache, error) {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		id, perr := ParseID(d.Name())
+		id, perr := object.ParseID(d.Name())
 		info, ierr := d.Info()
 		if perr != nil || ierr != nil {
 			os.Remove(p) // a temporary file of an interrupted put
@@ -78,13 +75,13 @@ func openChunkCache(dir string, max int64) (*chunkCache, error) {
 	return c, nil
 }
 
-func (c *chunkCache) path(id ID) string {
+func (c *chunkCache) path(id object.ID) string {
 	s := id.String()
 	return filepath.Join(c.dir, s[:2], s)
 }
 
 // get returns chunk id's bytes if cached and intact.
-func (c *chunkCache) get(id ID) ([]byte, bool) {
+func (c *chunkCache) get(id object.ID) ([]byte, bool) {
 	if c == nil {
 		return nil, false
 	}
@@ -98,7 +95,7 @@ func (c *chunkCache) get(id ID) ([]byte, bool) {
 		return nil, false
 	}
 	data, err := os.ReadFile(c.path(id))
-	if err == nil && Hash(KindChunk, data) == id {
+	if err == nil && object.Hash(object.KindChunk, data) == id {
 		return data, true
 	}
 	// Gone (evicted meanwhile) or corrupted: forget it either way.
@@ -114,7 +111,7 @@ func (c *chunkCache) get(id ID) ([]byte, bool) {
 }
 
 // put caches a verified chunk; errors only cost a later refetch.
-func (c *chunkCache) put(id ID, data []byte) {
+func (c *chunkCache) put(id object.ID, data []byte) {
 	if c == nil || int64(len(data)) > c.max {
 		return
 	}

@@ -1,8 +1,7 @@
-package store
+package cache
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -12,9 +11,11 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/store/object"
 )
 
-// The cache of contents is bounded (Options.CacheBytes): once this process
+// The cache of contents is bounded (Open's limit): once this process
 // has placed a twentieth of the bound since the last look, a pass walks the
 // cache and, if it holds more than the bound, removes the contents read
 // least recently (their access time, which the kernel keeps as the overlay
@@ -30,12 +31,12 @@ import (
 const evictTarget = 0.9
 
 // defaultCacheShare is the share of its file system's size the cache may
-// take when Options.CacheBytes is 0.
+// take when Open's limit is 0.
 const defaultCacheShare = 4
 
-// cacheBound keeps the cache within its bytes.
-type cacheBound struct {
-	db    *DB
+// bound keeps the cache within its bytes.
+type bound struct {
+	d     *Dir
 	max   int64        // the bound; <= 0: none
 	added atomic.Int64 // bytes placed since the last pass
 	mu    sync.Mutex   // held by a pass
@@ -43,8 +44,9 @@ type cacheBound struct {
 	wg    sync.WaitGroup
 }
 
-// cacheLimit is the bound the options ask for in the cache directory dir.
-func cacheLimit(dir string, opt int64) int64 {
+// boundOf is the bound limit (as Open takes it) asks for in the cache
+// directory dir.
+func boundOf(dir string, opt int64) int64 {
 	switch {
 	case opt < 0:
 		return 0
@@ -60,7 +62,7 @@ func cacheLimit(dir string, opt int64) int64 {
 
 // placed counts size bytes placed in the cache and starts a pass in the
 // background when enough were since the last one.
-func (b *cacheBound) placed(size int64) {
+func (b *bound) placed(size int64) {
 	if b.max <= 0 || b.added.Add(size) < max(b.max/20, 1) {
 		return
 	}
@@ -73,7 +75,7 @@ func (b *cacheBound) placed(size int64) {
 		defer b.wg.Done()
 		defer b.busy.Store(false)
 		if _, err := b.pass(); err != nil {
-			b.db.log.Warn("evict from the Store's cache", "err", err)
+			b.d.log.Warn("evict from the Store's cache", "err", err)
 		}
 	}()
 }
@@ -87,22 +89,30 @@ type EvictStats struct {
 	EvictedBytes int64 `json:"evicted_bytes"`
 }
 
-// EvictCache keeps the cache of contents within its bound now, and tells
-// what it found and removed.
-func (db *DB) EvictCache(ctx context.Context) (EvictStats, error) {
-	if err := db.check(); err != nil {
-		return EvictStats{}, err
-	}
-	return db.bound.pass()
+// Evict keeps the cache within its bound now, and tells what it found and
+// removed.
+func (d *Dir) Evict() (EvictStats, error) { return d.bound.pass() }
+
+// WaitEvict waits for a pass that placed contents started in the
+// background.
+func (d *Dir) WaitEvict() { d.bound.wait() }
+
+// Limit is the bound of the contents' bytes (0: none).
+func (d *Dir) Limit() int64 { return max(d.bound.max, 0) }
+
+// Count is how many contents the cache holds.
+func (d *Dir) Count() (int64, error) {
+	files, err := d.contents()
+	return int64(len(files)), err
 }
 
 // pass walks the cache and evicts down to evictTarget of the bound if it
 // holds more than the bound.
-func (b *cacheBound) pass() (EvictStats, error) {
+func (b *bound) pass() (EvictStats, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := EvictStats{Limit: max(b.max, 0)}
-	files, err := b.db.cacheContents()
+	files, err := b.d.contents()
 	if err != nil {
 		return st, err
 	}
@@ -113,7 +123,7 @@ func (b *cacheBound) pass() (EvictStats, error) {
 	if b.max <= 0 || st.Bytes <= b.max {
 		return st, nil
 	}
-	slices.SortFunc(files, func(a, b cachedContent) int { return cmp.Compare(a.atime, b.atime) })
+	slices.SortFunc(files, func(a, b contentFile) int { return cmp.Compare(a.atime, b.atime) })
 	left := st.Bytes
 	for _, f := range files {
 		if float64(left) <= evictTarget*float64(b.max) {
@@ -126,27 +136,27 @@ func (b *cacheBound) pass() (EvictStats, error) {
 		st.Evicted++
 		st.EvictedBytes += f.bytes
 	}
-	b.db.log.Info("evicted from the Store's cache", "contents", st.Evicted, "bytes", st.EvictedBytes, "limit", b.max)
+	b.d.log.Info("evicted from the Store's cache", "contents", st.Evicted, "bytes", st.EvictedBytes, "limit", b.max)
 	return st, nil
 }
 
 // wait waits for a pass started in the background.
-func (b *cacheBound) wait() { b.wg.Wait() }
+func (b *bound) wait() { b.wg.Wait() }
 
-type cachedContent struct {
+type contentFile struct {
 	path  string
 	atime int64
 	bytes int64 // on disk
 }
 
-// cacheContents lists the contents in the cache.
-func (db *DB) cacheContents() ([]cachedContent, error) {
-	root := db.CacheDir()
+// contents lists the contents in the cache.
+func (d *Dir) contents() ([]contentFile, error) {
+	root := d.root
 	dirs, err := os.ReadDir(root)
 	if err != nil {
 		return nil, err
 	}
-	var out []cachedContent
+	var out []contentFile
 	for _, d := range dirs {
 		if !d.IsDir() || !isPrefixDir(d.Name()) {
 			continue
@@ -157,7 +167,7 @@ func (db *DB) cacheContents() ([]cachedContent, error) {
 			return nil, err
 		}
 		for _, e := range ents {
-			if _, err := ParseID(e.Name()); err != nil {
+			if _, err := object.ParseID(e.Name()); err != nil {
 				continue
 			}
 			p := filepath.Join(sub, e.Name())
@@ -165,7 +175,7 @@ func (db *DB) cacheContents() ([]cachedContent, error) {
 			if err := unix.Lstat(p, &st); err != nil {
 				continue // evicted or swept meanwhile
 			}
-			out = append(out, cachedContent{path: p, atime: st.Atim.Nano(), bytes: st.Blocks * 512})
+			out = append(out, contentFile{path: p, atime: st.Atim.Nano(), bytes: st.Blocks * 512})
 		}
 	}
 	return out, nil

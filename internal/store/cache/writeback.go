@@ -1,4 +1,4 @@
-package store
+package cache
 
 import (
 	"context"
@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/internal/flock"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Cache files are written without an fsync each.
@@ -29,7 +32,7 @@ import (
 // the window opened, written and fsynced (with its directory) before any
 // cache file it covers, and held with an exclusive flock. Once the process
 // has written nothing for writebackIdle, it syncs the file system
-// (syncfs) and removes the marker. An open of the Store that finds a
+// (syncfs) and removes the marker. An Open of the cache that finds a
 // marker nobody holds:
 //
 //   - of this boot (its process died): the page cache still holds what
@@ -39,14 +42,20 @@ import (
 //     with the directory entry in the file system's journal) may have lost
 //     data: every such file is removed, to be materialized again.
 //
-// A window's time is taken writebackMargin before the marker is made, so
+// A window's time is taken WindowMargin before the marker is made, so
 // that the file system's coarse clock cannot stamp a file of the window
 // earlier than the marker says.
 
+// UnsyncedDir is the directory of the cache that holds the write-back
+// markers.
+const UnsyncedDir = ".unsynced"
+
+// WindowMargin is how long before its marker is made a window's time is
+// taken; writebackIdle is how long a process writes nothing before it
+// syncs and closes its window.
 const (
-	unsyncedDir     = ".unsynced"
-	writebackIdle   = 2 * time.Second
-	writebackMargin = 2 * time.Second
+	WindowMargin  = 2 * time.Second
+	writebackIdle = 2 * time.Second
 )
 
 // writeback keeps one process's window of unsynced cache files.
@@ -130,7 +139,7 @@ func (w *writeback) sync() error {
 	}
 	// Under the lock: no write begins or ends until the marker is gone.
 	if w.active > 0 {
-		return fmt.Errorf("sync the Store's cache: %d writes under way: %w", w.active, ErrBusy)
+		return fmt.Errorf("sync the Store's cache: %d writes under way: %w", w.active, errclass.Busy)
 	}
 	if err := syncDir(w.dir); err != nil {
 		return fmt.Errorf("sync the Store's cache: %w", err)
@@ -170,7 +179,7 @@ func openMarker(cacheDir string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(cacheDir, unsyncedDir)
+	dir := filepath.Join(cacheDir, UnsyncedDir)
 	if err := os.Mkdir(dir, 0o700); err == nil {
 		if err := fsyncDir(cacheDir); err != nil {
 			return nil, err
@@ -178,7 +187,7 @@ func openMarker(cacheDir string) (*os.File, error) {
 	} else if !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
-	since := time.Now().Add(-writebackMargin).UnixNano()
+	since := time.Now().Add(-WindowMargin).UnixNano()
 	name := fmt.Sprintf("%s.%d.%d", boot, os.Getpid(), time.Now().UnixNano())
 	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -205,7 +214,7 @@ func openMarker(cacheDir string) (*os.File, error) {
 // recoverCache settles the markers of cache/.unsynced that no process
 // holds (see the top of this file) before the Store serves its cache.
 func recoverCache(ctx context.Context, cacheDir string, log *slog.Logger) error {
-	dir := filepath.Join(cacheDir, unsyncedDir)
+	dir := filepath.Join(cacheDir, UnsyncedDir)
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -279,7 +288,7 @@ func takeMarker(ctx context.Context, path string, wait bool) (*os.File, bool, er
 		return nil, false, err
 	}
 	if wait {
-		err = flock(ctx, f, unix.LOCK_EX)
+		err = flock.Lock(ctx, f, unix.LOCK_EX)
 	} else {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 	}
@@ -369,7 +378,3 @@ func bootID() (string, error) {
 	}
 	return strings.TrimSpace(string(b)), nil
 }
-
-// SyncCache makes every cache file this process wrote durable now, instead
-// of once writes have paused.
-func (db *DB) SyncCache() error { return db.wb.sync() }

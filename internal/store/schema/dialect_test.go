@@ -1,4 +1,4 @@
-package store
+package schema
 
 import (
 	"testing"
@@ -15,7 +15,7 @@ func TestToPostgres(t *testing.T) {
 	} {
 		assert.Equal(t, c.want, toPostgres(c.in), "toPostgres(%q)", c.in)
 	}
-	var d dialect
+	var d Dialect
 	q := `SELECT 1 WHERE x = ?`
-	assert.Equal(t, q, d.sql(q), "SQLite's dialect")
+	assert.Equal(t, q, d.SQL(q), "SQLite's dialect")
 }

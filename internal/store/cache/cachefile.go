@@ -1,4 +1,4 @@
-package store
+package cache
 
 import (
 	"errors"
@@ -9,29 +9,36 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
-// cacheFile is a cache file being written: an unnamed file (O_TMPFILE)
-// in its place's directory, or, where the file system makes none, a
-// temporary one beside it; linked into place whole. It is written inside
+// ErrClosed is a cache file started after the Store, and its cache,
+// closed.
+var ErrClosed = errclass.New(errclass.Unavailable, "store's cache closed")
+
+// File is a cache file being written: an unnamed file (O_TMPFILE) in its
+// place's directory, or, where the file system makes none, a temporary
+// one beside it; linked into place whole by Place. It is written inside
 // the write-back window (writeback.go), or fsynced where no window could
 // be opened.
-type cacheFile struct {
-	db     *DB
+type File struct {
+	d      *Dir
 	f      *os.File
 	path   string // its place
 	named  bool   // a temporary file with a name, to remove
 	window bool   // inside the window: abort or place must end it
 }
 
-// newCacheFile starts the cache file that goes to path.
-func (db *DB) newCacheFile(path string) (*cacheFile, error) {
+// Create starts the cache file that goes to path (Path of its content).
+// Write it through File, then Place or Abort it.
+func (d *Dir) Create(path string) (*File, error) {
 	dir := filepath.Dir(path)
-	dfd, err := db.cacheDirs.open(dir)
+	dfd, err := d.dirs.open(dir)
 	if err != nil {
 		return nil, err
 	}
-	c := &cacheFile{db: db, path: path, window: db.wb.begin() == nil}
+	c := &File{d: d, path: path, window: d.wb.begin() == nil}
 	// Read-only from the start: written through this descriptor only.
 	fd, err := unix.Openat(dfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o444)
 	if err == nil {
@@ -47,17 +54,25 @@ func (db *DB) newCacheFile(path string) (*cacheFile, error) {
 			f.Close()
 			os.Remove(f.Name())
 		}
-		c.abort()
+		c.Abort()
 		return nil, err
 	}
 	c.f, c.named = f, true
 	return c, nil
 }
 
-// place links the file into place; a file already in place (another
-// writer's) is kept and this one dropped, which placed reports.
-func (c *cacheFile) place(size int64) (placed bool, err error) {
-	defer c.abort()
+// File is the file to write the content into (read-only to others).
+func (c *File) File() *os.File { return c.f }
+
+// SetPath changes where Place puts the file: a content whose ID is known
+// only once it is written whole.
+func (c *File) SetPath(path string) { c.path = path }
+
+// Place links the file into place; a file already in place (another
+// writer's) is kept and this one dropped, which placed reports. size is
+// the content's, counted in Placed and against the bound.
+func (c *File) Place(size int64) (placed bool, err error) {
+	defer c.Abort()
 	if !c.window {
 		if err := c.f.Sync(); err != nil {
 			return false, err
@@ -67,7 +82,7 @@ func (c *cacheFile) place(size int64) (placed bool, err error) {
 		// link, not rename: a file already in place is never replaced.
 		err = os.Link(c.f.Name(), c.path)
 	} else {
-		err = c.db.cacheDirs.link(int(c.f.Fd()), c.path)
+		err = c.d.dirs.link(int(c.f.Fd()), c.path)
 	}
 	switch {
 	case errors.Is(err, fs.ErrExist):
@@ -75,13 +90,13 @@ func (c *cacheFile) place(size int64) (placed bool, err error) {
 	case err != nil:
 		return false, fmt.Errorf("place cache file %s: %w", c.path, err)
 	}
-	c.db.ctr.cacheBytes.Add(size)
-	c.db.bound.placed(size)
+	c.d.placed.Add(size)
+	c.d.bound.placed(size)
 	return true, nil
 }
 
-// abort drops the file unless it was placed; it is a no-op after place.
-func (c *cacheFile) abort() {
+// Abort drops the file unless it was placed; it is a no-op after Place.
+func (c *File) Abort() {
 	if c.f != nil {
 		c.f.Close()
 		if c.named {
@@ -91,13 +106,13 @@ func (c *cacheFile) abort() {
 	}
 	if c.window {
 		c.window = false
-		c.db.wb.end()
+		c.d.wb.end()
 	}
 }
 
-// cacheDirs keeps a descriptor of each of the cache's directories written
-// to, so that a cache file is made and linked without a walk of its path.
-type cacheDirs struct {
+// dirs keeps a descriptor of each of the cache's directories written to,
+// so that a cache file is made and linked without a walk of its path.
+type dirs struct {
 	mu     sync.Mutex
 	fds    map[string]int // directory path -> O_PATH descriptor
 	proc   bool           // link through /proc/self/fd: AT_EMPTY_PATH is refused
@@ -105,7 +120,7 @@ type cacheDirs struct {
 }
 
 // open returns the descriptor of dir, made if missing.
-func (d *cacheDirs) open(dir string) (int, error) {
+func (d *dirs) open(dir string) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -130,7 +145,7 @@ func (d *cacheDirs) open(dir string) (int, error) {
 
 // link gives the unnamed file fd the name path, in a directory opened
 // before.
-func (d *cacheDirs) link(fd int, path string) error {
+func (d *dirs) link(fd int, path string) error {
 	dfd, err := d.open(filepath.Dir(path))
 	if err != nil {
 		return err
@@ -153,7 +168,7 @@ func (d *cacheDirs) link(fd int, path string) error {
 }
 
 // closeAll closes the descriptors.
-func (d *cacheDirs) closeAll() {
+func (d *dirs) closeAll() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.closed = true
