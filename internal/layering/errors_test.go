@@ -147,10 +147,6 @@ func formatVerbs(format string) ([]byte, bool) {
 	return verbs, true
 }
 
-// idiomPending is a tree whose wrapping sites are brought to the idiom on
-// its own branch; TestErrorIdiom checks it once this is "".
-const idiomPending = "internal/store"
-
 // TestErrorIdiom holds errclass's one idiom (wire/errclass/doc.go): an
 // fmt.Errorf that wraps wraps every error it formats, so no cause is lost
 // to errors.Is, and wraps the class (or a sentinel of one) before any other
@@ -161,9 +157,6 @@ func TestErrorIdiom(t *testing.T) {
 	sentinels := classedSentinels(pkgs)
 	errType := types.Universe.Lookup("error").Type().Underlying().(*types.Interface)
 	for _, p := range pkgs {
-		if under(strings.TrimPrefix(p.path, module), idiomPending) {
-			continue
-		}
 		classed := func(e ast.Expr) bool {
 			if t := p.info.Types[e].Type; t != nil && t.String() == "*"+errclassPath+".Class" {
 				return true

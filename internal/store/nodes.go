@@ -2,11 +2,11 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"layerfs.dev/layerfs/internal/store/schema"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // The hosts of a shared Store (a fleet): each daemon records its host
@@ -25,7 +25,7 @@ const (
 )
 
 // ErrNotShared is an operation of a shared Store asked of an embedded one.
-var ErrNotShared = errors.New("not a shared store (PostgreSQL and S3)")
+var ErrNotShared = errclass.New(errclass.Invalid, "not a shared store (PostgreSQL and S3)")
 
 // Node is one host of a shared Store.
 type Node struct {

@@ -312,7 +312,7 @@ func DecodeCommit(b []byte) (*Commit, error) {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return c, nil
 }
