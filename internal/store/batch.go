@@ -284,8 +284,8 @@ func (b *Batch) flush(ctx context.Context) error {
 	// checkpoint in another process may hold that lock while it waits for
 	// old snapshots to end.
 	b.closeProbe()
-	// The packs' fsync (mostly the device flushing its cache: ~40 ms here
-	// whatever the size), or their upload to a bucket, runs while the rows
+	// The packs' fsync (mostly the device flushing its cache, whatever the
+	// size), or their upload to a bucket, runs while the rows
 	// are inserted; the transaction waits for it before it commits, so no
 	// committed row ever points at data that is not durable.
 	synced := make(chan error, 1)
