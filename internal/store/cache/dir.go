@@ -74,37 +74,50 @@ func (d *Dir) Close() {
 // crashed writer left more than an hour ago; it returns how many files it
 // removed (temporary files not counted). The write-back markers stay.
 func (d *Dir) Sweep(keep func(object.ID) bool) (int, error) {
-	dirs, err := os.ReadDir(d.root)
-	if err != nil {
-		return 0, err
-	}
 	removed := 0
+	err := eachEntry(d.root, func(dir string) bool { return dir != UnsyncedDir }, func(sub string, e os.DirEntry) error {
+		name := e.Name()
+		p := filepath.Join(sub, name)
+		if strings.HasPrefix(name, ".tmp-") {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Hour {
+				os.Remove(p)
+			}
+			return nil
+		}
+		if id, err := object.ParseID(name); err == nil && keep(id) {
+			return nil
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		removed++
+		return nil
+	})
+	return removed, err
+}
+
+// eachEntry calls fn for every entry of the directories of root whose
+// names dir accepts (the cache's layout: <root>/<dir>/<entry>), with the
+// directory's path; it stops at the first error.
+func eachEntry(root string, dir func(name string) bool, fn func(sub string, e os.DirEntry) error) error {
+	dirs, err := os.ReadDir(root)
+	if err != nil {
+		return err
+	}
 	for _, sd := range dirs {
-		if !sd.IsDir() || sd.Name() == UnsyncedDir {
+		if !sd.IsDir() || !dir(sd.Name()) {
 			continue
 		}
-		sub := filepath.Join(d.root, sd.Name())
+		sub := filepath.Join(root, sd.Name())
 		ents, err := os.ReadDir(sub)
 		if err != nil {
-			return removed, err
+			return err
 		}
 		for _, e := range ents {
-			name := e.Name()
-			p := filepath.Join(sub, name)
-			if strings.HasPrefix(name, ".tmp-") {
-				if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Hour {
-					os.Remove(p)
-				}
-				continue
+			if err := fn(sub, e); err != nil {
+				return err
 			}
-			if id, err := object.ParseID(name); err == nil && keep(id) {
-				continue
-			}
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return removed, err
-			}
-			removed++
 		}
 	}
-	return removed, nil
+	return nil
 }

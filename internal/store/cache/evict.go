@@ -151,32 +151,21 @@ type contentFile struct {
 
 // contents lists the contents in the cache.
 func (d *Dir) contents() ([]contentFile, error) {
-	root := d.root
-	dirs, err := os.ReadDir(root)
+	var out []contentFile
+	err := eachEntry(d.root, isPrefixDir, func(sub string, e os.DirEntry) error {
+		if _, err := object.ParseID(e.Name()); err != nil {
+			return nil
+		}
+		p := filepath.Join(sub, e.Name())
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return nil // evicted or swept meanwhile
+		}
+		out = append(out, contentFile{path: p, atime: st.Atim.Nano(), bytes: st.Blocks * 512})
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	var out []contentFile
-	for _, d := range dirs {
-		if !d.IsDir() || !isPrefixDir(d.Name()) {
-			continue
-		}
-		sub := filepath.Join(root, d.Name())
-		ents, err := os.ReadDir(sub)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range ents {
-			if _, err := object.ParseID(e.Name()); err != nil {
-				continue
-			}
-			p := filepath.Join(sub, e.Name())
-			var st unix.Stat_t
-			if err := unix.Lstat(p, &st); err != nil {
-				continue // evicted or swept meanwhile
-			}
-			out = append(out, contentFile{path: p, atime: st.Atim.Nano(), bytes: st.Blocks * 512})
-		}
 	}
 	return out, nil
 }

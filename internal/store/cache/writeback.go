@@ -312,36 +312,20 @@ func takeMarker(ctx context.Context, path string, wait bool) (*os.File, bool, er
 // removeChangedSince removes the content files of the cache whose ctime
 // is at or after since (Unix nanoseconds) and returns how many it removed.
 func removeChangedSince(cacheDir string, since int64) (int, error) {
-	dirs, err := os.ReadDir(cacheDir)
-	if err != nil {
-		return 0, err
-	}
 	n := 0
-	for _, d := range dirs {
-		if !d.IsDir() || !isPrefixDir(d.Name()) {
-			continue
+	err := eachEntry(cacheDir, isPrefixDir, func(sub string, e os.DirEntry) error {
+		p := filepath.Join(sub, e.Name())
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil || st.Ctim.Nano() < since {
+			return nil
 		}
-		sub := filepath.Join(cacheDir, d.Name())
-		ents, err := os.ReadDir(sub)
-		if err != nil {
-			return n, err
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
 		}
-		for _, e := range ents {
-			p := filepath.Join(sub, e.Name())
-			var st unix.Stat_t
-			if err := unix.Lstat(p, &st); err != nil {
-				continue
-			}
-			if st.Ctim.Nano() < since {
-				continue
-			}
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return n, err
-			}
-			n++
-		}
-	}
-	return n, nil
+		n++
+		return nil
+	})
+	return n, err
 }
 
 // isPrefixDir reports whether name is a cache directory of contents: two
