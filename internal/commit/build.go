@@ -187,11 +187,17 @@ type linkGroup struct {
 	entries []*store.Entry
 }
 
-func (o *Options) workers() int {
-	if o == nil || o.Workers <= 0 {
-		return runtime.GOMAXPROCS(0)
+// workers is how many files are captured at once into w: Options.Workers,
+// else as many as w asks for (a shared Store, whose probes wait on round
+// trips) or the cores.
+func (o *Options) workers(w Writer) int {
+	if o != nil && o.Workers > 0 {
+		return o.Workers
 	}
-	return o.Workers
+	if cw, ok := w.(interface{ Concurrency() int }); ok && cw.Concurrency() > 0 {
+		return cw.Concurrency()
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 func (o *Options) chunker() (*Chunker, error) {
@@ -325,7 +331,7 @@ func build(ctx context.Context, w Writer, r Reader, base store.ID, root *node, r
 	b := &builder{r: r, w: w, stats: &stats, prog: opts.progress(), links: map[[2]uint64]*linkGroup{}, counts: map[store.ID]store.CommitStats{}}
 	b.srcs.lastFd = -1
 	defer b.srcs.close()
-	c, wctx := newContents(ctx, ch, w, &stats, b.prog, opts.workers())
+	c, wctx := newContents(ctx, ch, w, &stats, b.prog, opts.workers(w))
 	b.c = c
 	var top *pdir
 	err = func() error {

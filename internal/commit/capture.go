@@ -42,7 +42,7 @@ type Progress struct {
 // Options tune capture and checkout. The zero value (or nil) is ready to use.
 type Options struct {
 	Chunking Params    // zero value: DefaultParams
-	Workers  int       // files read and hashed in parallel; 0: GOMAXPROCS
+	Workers  int       // files read and hashed in parallel; 0: the Writer's Concurrency, else GOMAXPROCS
 	Progress *Progress // optional live counters
 }
 

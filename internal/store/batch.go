@@ -127,14 +127,7 @@ func (b *Batch) PutChunk(id ID, data []byte) (added bool, err error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.begin(context.Background()); err != nil {
-		return false, err
-	}
-	if b.pending[id] {
-		b.reused(len(data))
-		return false, nil
-	}
-	ok, err := b.probe.has(id, false)
+	ok, err := b.stored(id, false)
 	if err != nil {
 		return false, fmt.Errorf("put chunk %s: %w", id, err)
 	}
@@ -168,6 +161,51 @@ func (b *Batch) PutChunk(id ID, data []byte) (added bool, err error) {
 	return true, nil
 }
 
+// stored reports whether id (a chunk, or with objects another object) is
+// stored or was put in this unit; it begins the batch if need be. It is
+// called with b.mu held. A probe that waits on a round trip (a shared
+// Store's) runs with b.mu released, so that the probes of the capture's
+// workers overlap; the unit may be flushed meanwhile, so the batch is
+// begun again after it.
+func (b *Batch) stored(id ID, objects bool) (bool, error) {
+	if err := b.begin(context.Background()); err != nil {
+		return false, err
+	}
+	if b.pending[id] {
+		return true, nil
+	}
+	p := b.probe
+	if !p.concurrent() {
+		return p.has(id, objects)
+	}
+	b.mu.Unlock()
+	ok, err := p.has(id, objects)
+	b.mu.Lock()
+	if err != nil {
+		return false, err
+	}
+	if err := b.begin(context.Background()); err != nil {
+		return false, err
+	}
+	return ok || b.pending[id], nil
+}
+
+// Concurrency is how many captures should put into the batch at once: on
+// a shared Store each new chunk waits for a probe's round trip, which
+// more captures than cores overlap; 0 leaves it to the capture (its
+// cores).
+func (b *Batch) Concurrency() int {
+	if b.db.d.Postgres {
+		return sharedCaptures
+	}
+	return 0
+}
+
+// sharedCaptures is how many captures overlap their probes on a shared
+// Store: enough to hide a round trip behind the hashing of the others,
+// few enough that their read buffers stay small.
+const sharedCaptures = 8
+
 func (b *Batch) reused(n int) {
 	b.stats.ReusedChunks++
 	b.stats.ReusedBytes += int64(n)
@@ -178,14 +216,7 @@ func (b *Batch) putObject(k Kind, data []byte) (ID, error) {
 	id := Hash(k, data)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.begin(context.Background()); err != nil {
-		return id, err
-	}
-	if b.pending[id] {
-		b.stats.ReusedObjects++
-		return id, nil
-	}
-	ok, err := b.probe.has(id, true)
+	ok, err := b.stored(id, true)
 	if err != nil {
 		return id, err
 	}

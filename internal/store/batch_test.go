@@ -100,7 +100,9 @@ func TestBatchConcurrentGoroutines(t *testing.T) {
 				}
 			}(w)
 		}
-		// And one batch shared by goroutines, as capture uses it.
+		// And one batch shared by goroutines, as capture uses it: each
+		// puts 20 chunks of its own and the same 10 as the others, which
+		// the batch stores once however the probes interleave.
 		b, _ := db.NewBatch(ctx)
 		var mu sync.Mutex
 		var shared []ID
@@ -108,8 +110,12 @@ func TestBatchConcurrentGoroutines(t *testing.T) {
 			wg.Add(1)
 			go func(g int) {
 				defer wg.Done()
-				for i := 0; i < 20; i++ {
-					d := randBytes(uint64(50000+g*100+i), 20<<10)
+				for i := 0; i < 30; i++ {
+					seed := uint64(50000 + g*100 + i)
+					if i >= 20 {
+						seed = uint64(60000 + i)
+					}
+					d := randBytes(seed, 20<<10)
 					id := Hash(KindChunk, d)
 					if _, err := b.PutChunk(id, d); err != nil {
 						errs <- err
@@ -137,7 +143,8 @@ func TestBatchConcurrentGoroutines(t *testing.T) {
 			_, err := db.Chunk(ctx, id)
 			require.NoError(t, err)
 		}
-		require.EqualValues(t, 80, b.Stats().NewChunks, "chunks the shared batch stored")
+		require.EqualValues(t, 90, b.Stats().NewChunks, "chunks the shared batch stored")
+		require.EqualValues(t, 30, b.Stats().ReusedChunks, "chunks the shared batch found put")
 		mustFsck(t, db)
 	})
 }

@@ -64,8 +64,12 @@ var (
 	bucketSpans = spanLimits{maxSpan: 8 << 20, maxGap: 1 << 20, workers: 8}
 )
 
-// locateBatch is how many IDs one statement of a prefetch looks up.
-const locateBatch = 256
+// How many IDs one statement of inBatches looks up: as parameters
+// (SQLite), or in one array parameter (PostgreSQL).
+const (
+	locateBatch = 256
+	arrayBatch  = 8192
+)
 
 // Prefetch puts those of contents the cache lacks in it; see above. It
 // returns when every content is placed or given up on (an error other
@@ -250,26 +254,24 @@ func (p *prefetch) resolve(ctx context.Context) error {
 	return nil
 }
 
-// inBatches runs q (a statement ending in "IN ") with ids, locateBatch at
-// a time (the last batch padded with its first ID, so that every batch
-// is one statement text), calling each for every row.
+// inBatches runs q (a statement ending in "IN ") with ids, calling each
+// for every row. On PostgreSQL a batch is one array parameter (id =
+// ANY($1)) of up to arrayBatch IDs: one statement parsed and planned per
+// batch, where a list of parameters costs its planning per ID. On SQLite,
+// in process, a batch is locateBatch parameters, the last batch padded
+// with its first ID so that every batch is one statement text.
 func (db *DB) inBatches(ctx context.Context, ids []ID, q string, each func(scanner) error) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	stmt := q + "(" + strings.TrimSuffix(strings.Repeat("?, ", locateBatch), ", ") + ")"
-	args := make([]any, locateBatch)
+	size, stmt := locateBatch, q+"("+strings.TrimSuffix(strings.Repeat("?, ", locateBatch), ", ")+")"
+	if db.d.Postgres {
+		size, stmt = arrayBatch, strings.TrimSuffix(q, "IN ")+"= ANY(?)"
+	}
 	return db.withTx(ctx, txRead, func(tx *tx) error {
-		for i := 0; i < len(ids); i += locateBatch {
-			batch := ids[i:min(i+locateBatch, len(ids))]
-			for j := range args {
-				id := batch[0]
-				if j < len(batch) {
-					id = batch[j]
-				}
-				args[j] = id[:]
-			}
-			r, err := tx.query(ctx, stmt, args...)
+		for i := 0; i < len(ids); i += size {
+			batch := ids[i:min(i+size, len(ids))]
+			r, err := tx.query(ctx, stmt, db.batchArgs(batch, size)...)
 			if err != nil {
 				return err
 			}
@@ -285,6 +287,27 @@ func (db *DB) inBatches(ctx context.Context, ids []ID, q string, each func(scann
 		}
 		return nil
 	})
+}
+
+// batchArgs are the arguments of one batch of inBatches: an array on
+// PostgreSQL, else size IDs, padded with the batch's first.
+func (db *DB) batchArgs(batch []ID, size int) []any {
+	if db.d.Postgres {
+		arr := make([][]byte, len(batch))
+		for j := range batch {
+			arr[j] = batch[j][:]
+		}
+		return []any{arr}
+	}
+	args := make([]any, size)
+	for j := range args {
+		id := batch[0]
+		if j < len(batch) {
+			id = batch[j]
+		}
+		args[j] = id[:]
+	}
+	return args
 }
 
 // span is a run of chunks of one pack read at once. Its bytes stay until
@@ -525,10 +548,8 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 		return nil
 	}
 	if w.file == nil {
-		if _, err := os.Lstat(p.db.CachePath(w.c.ID)); err == nil {
-			w.dead = true // a read of the workspace materialized it meanwhile
-			return nil
-		}
+		// A content a read of the workspace materialized meanwhile is
+		// found at Place, which keeps the file in place.
 		f, err := p.db.cache.Create(p.db.CachePath(w.c.ID))
 		if err != nil {
 			w.dead = true
@@ -552,9 +573,12 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 	if w.m == nil && int64(len(data)) != w.c.Size {
 		return fail(fmt.Errorf("chunk has %d bytes, the tree says %d: %w", len(data), w.c.Size, ErrCorrupt))
 	}
-	// Truncate sets the size where the content ends in a hole.
-	if err := w.file.File().Truncate(w.c.Size); err != nil {
-		return fail(err)
+	// Truncate sets the size where a chunked content ends in a hole; a
+	// content of one chunk has its size from its one write.
+	if w.m != nil {
+		if err := w.file.File().Truncate(w.c.Size); err != nil {
+			return fail(err)
+		}
 	}
 	placed, err := w.file.Place(w.c.Size)
 	w.file, w.dead = nil, true

@@ -15,6 +15,8 @@ import (
 // dedupProbe answers "is this id stored?" for a batch.
 type dedupProbe interface {
 	has(id ID, objects bool) (bool, error)
+	// concurrent: has may be called from several goroutines at once.
+	concurrent() bool
 	close()
 }
 
@@ -66,6 +68,8 @@ func (p *pgProbe) has(id ID, objects bool) (bool, error) {
 	n, err := res.RowsAffected()
 	return n == 1, err
 }
+
+func (p *pgProbe) concurrent() bool { return true }
 
 func (p *pgProbe) close() {}
 
@@ -156,6 +160,10 @@ func (p *prober) has(id ID, objects bool) (bool, error) {
 	}
 	return found, err
 }
+
+// concurrent: the prober's one connection and arguments serve one probe
+// at a time.
+func (p *prober) concurrent() bool { return false }
 
 // close ends the snapshot and returns the connection to the pool.
 func (p *prober) close() {
