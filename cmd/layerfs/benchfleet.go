@@ -24,15 +24,15 @@ func benchFleetCmd(a *app) *cobra.Command {
 	var cfg bench.FleetConfig
 	var dir, figures, logFile string
 	c := &cobra.Command{
-		Use:   "fleet --url 'postgres://...?bucket=s3://HOST/BUCKET' [--figures latency,open,execs] [--files N] [--samples N] [--exec-for D] [--clients N]",
+		Use:   "fleet --url 'postgres://...?bucket=s3://HOST/BUCKET' [--figures latency,open,execs] [--files N] [--samples N] [--rounds N] [--exec-for D] [--clients N]",
 		Short: "Measure fork and commit latency on SQLite vs PostgreSQL+S3, a large tree opened on a second host, exec throughput of 1-3 daemons",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.URL == "" {
 				return usageError{fmt.Errorf("--url is required: a shared Store's URL (docs/fleet.md)")}
 			}
-			if cfg.Files < bench.FilesPerLargeDir || cfg.Samples < 1 {
-				return usageError{fmt.Errorf("--files must be at least %d, --samples at least 1", bench.FilesPerLargeDir)}
+			if cfg.Files < bench.FilesPerLargeDir || cfg.Samples < 1 || cfg.Rounds < 1 {
+				return usageError{fmt.Errorf("--files must be at least %d, --samples and --rounds at least 1", bench.FilesPerLargeDir)}
 			}
 			if cfg.ExecFor <= 0 || cfg.ExecClients < 1 {
 				return usageError{fmt.Errorf("--exec-for must be positive, --clients at least 1")}
@@ -82,6 +82,7 @@ func benchFleetCmd(a *app) *cobra.Command {
 	c.Flags().StringVar(&cfg.URL, "url", os.Getenv("LAYERFS_BENCH_STORE_URL"), "the shared Store's URL (default $LAYERFS_BENCH_STORE_URL)")
 	c.Flags().IntVar(&cfg.Files, "files", 10_000, "files of the tree opened on the second host")
 	c.Flags().IntVar(&cfg.Samples, "samples", 50, "samples per latency figure")
+	c.Flags().IntVar(&cfg.Rounds, "rounds", 1, "rounds of the open figure, each on a new tree")
 	c.Flags().StringVar(&figures, "figures", strings.Join(bench.FleetFigures, ","), "comma-separated figures to measure: latency (fork, small commit), open (the large tree on a second host), execs (exec throughput of 1, 2 and 3 daemons)")
 	c.Flags().DurationVar(&cfg.ExecFor, "exec-for", 20*time.Second, "how long each exec-throughput round runs")
 	c.Flags().IntVar(&cfg.ExecClients, "clients", 2, "concurrent callers per daemon in the exec throughput, each running true in a loop")
