@@ -330,26 +330,23 @@ func (f *fleetRun) smallCommits(c *client.Client, project string) ([]float64, er
 // round's first read over the embedded Store's in the same round.
 func (f *fleetRun) openElsewhere() error {
 	files := thousands(max(f.cfg.Files/FilesPerLargeDir, 1) * FilesPerLargeDir)
-	rows := openRows{
+	o := &openFigure{
 		imp:   f.row("import of the "+files+"-file tree", "s", ""),
 		open1: f.row("workspace open (to mounted), first on the host", "ms", "B <= 50 ms"),
 		read1: f.row("read every file once, first on the host", "s", ""),
 		open2: f.row("workspace open again", "ms", ""),
 		read2: f.row("read every file again (new workspace)", "s", ""),
 		ratio: f.row("first read over the embedded Store's, same round", "x", "B <= 2x"),
-	}
-	vals := map[*FleetRow]map[string][]float64{}
-	for _, r := range []*FleetRow{rows.imp, rows.open1, rows.read1, rows.open2, rows.read2, rows.ratio} {
-		vals[r] = map[string][]float64{}
+		vals:  map[*FleetRow]map[string][]float64{},
 	}
 	for round := range f.cfg.Rounds {
-		if err := f.openRound(round, files, vals, rows); err != nil {
+		if err := f.openRound(round, files, o); err != nil {
 			return err
 		}
 	}
-	for r, hosts := range vals {
+	for r, hosts := range o.vals {
 		for h, v := range hosts {
-			if len(v) > 0 && r.Errors[h] == "" {
+			if r.Errors[h] == "" {
 				r.set(h, v, nil)
 			}
 		}
@@ -357,11 +354,22 @@ func (f *fleetRun) openElsewhere() error {
 	return nil
 }
 
-// openRows are the rows of the open figure.
-type openRows struct{ imp, open1, read1, open2, read2, ratio *FleetRow }
+// openFigure holds the rows of the open figure and their values over the
+// rounds, per host.
+type openFigure struct {
+	imp, open1, read1, open2, read2, ratio *FleetRow
+	vals                                   map[*FleetRow]map[string][]float64
+}
+
+func (o *openFigure) add(r *FleetRow, host string, v float64) {
+	if o.vals[r] == nil {
+		o.vals[r] = map[string][]float64{}
+	}
+	o.vals[r][host] = append(o.vals[r][host], v)
+}
 
 // openRound is one round of openElsewhere, on a tree written for it.
-func (f *fleetRun) openRound(round int, files string, vals map[*FleetRow]map[string][]float64, rows openRows) error {
+func (f *fleetRun) openRound(round int, files string, o *openFigure) error {
 	ctx := f.ctx
 	src, err := os.MkdirTemp(f.cfg.WorkDir, "large-")
 	if err != nil {
@@ -378,19 +386,19 @@ func (f *fleetRun) openRound(round int, files string, vals map[*FleetRow]map[str
 		if _, err := f.clients[h].CreateProject(ctx, wire.CreateProject{Name: project, FromPath: src}); err != nil {
 			return fmt.Errorf("%s: import: %w", h, err)
 		}
-		vals[rows.imp][h] = append(vals[rows.imp][h], time.Since(t0).Seconds())
+		o.add(o.imp, h, time.Since(t0).Seconds())
 	}
 	first := map[string]float64{}
 	for _, h := range FleetHosts {
-		for pass, figs := range [][2]*FleetRow{{rows.open1, rows.read1}, {rows.open2, rows.read2}} {
+		for pass, figs := range [][2]*FleetRow{{o.open1, o.read1}, {o.open2, o.read2}} {
 			f.say(fmt.Sprintf("round %d of %d, %s: open and read the %s-file tree (%d)", round+1, f.cfg.Rounds, h, files, pass+1))
 			open, read, err := f.openAndRead(f.clients[h], project)
 			if err != nil {
 				figs[0].set(h, nil, err)
 				continue
 			}
-			vals[figs[0]][h] = append(vals[figs[0]][h], open)
-			vals[figs[1]][h] = append(vals[figs[1]][h], read)
+			o.add(figs[0], h, open)
+			o.add(figs[1], h, read)
 			if pass == 0 {
 				first[h] = read
 			}
@@ -399,7 +407,7 @@ func (f *fleetRun) openRound(round int, files string, vals map[*FleetRow]map[str
 	if base := first[HostEmbedded]; base > 0 {
 		for _, h := range FleetHosts[1:] {
 			if v, ok := first[h]; ok {
-				vals[rows.ratio][h] = append(vals[rows.ratio][h], v/base)
+				o.add(o.ratio, h, v/base)
 			}
 		}
 	}
