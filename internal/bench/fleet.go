@@ -329,8 +329,11 @@ func (f *fleetRun) smallCommits(c *client.Client, project string) ([]float64, er
 // cfg.Rounds rounds does it with a tree of its own; the last row is each
 // round's first read over the embedded Store's in the same round.
 func (f *fleetRun) openElsewhere() error {
-	files := thousands(max(f.cfg.Files/FilesPerLargeDir, 1) * FilesPerLargeDir)
+	dirs := max(f.cfg.Files/FilesPerLargeDir, 1)
+	files := thousands(dirs * FilesPerLargeDir)
 	o := &openFigure{
+		dirs:  dirs,
+		files: files,
 		imp:   f.row("import of the "+files+"-file tree", "s", ""),
 		open1: f.row("workspace open (to mounted), first on the host", "ms", "B <= 50 ms"),
 		read1: f.row("read every file once, first on the host", "s", ""),
@@ -340,7 +343,7 @@ func (f *fleetRun) openElsewhere() error {
 		vals:  map[*FleetRow]map[string][]float64{},
 	}
 	for round := range f.cfg.Rounds {
-		if err := f.openRound(round, files, o); err != nil {
+		if err := f.openRound(round, o); err != nil {
 			return err
 		}
 	}
@@ -354,9 +357,11 @@ func (f *fleetRun) openElsewhere() error {
 	return nil
 }
 
-// openFigure holds the rows of the open figure and their values over the
-// rounds, per host.
+// openFigure holds the open figure's tree size, its rows and their values
+// over the rounds, per host.
 type openFigure struct {
+	dirs                                   int    // of FilesPerLargeDir files each
+	files                                  string // their count, for people
 	imp, open1, read1, open2, read2, ratio *FleetRow
 	vals                                   map[*FleetRow]map[string][]float64
 }
@@ -369,19 +374,19 @@ func (o *openFigure) add(r *FleetRow, host string, v float64) {
 }
 
 // openRound is one round of openElsewhere, on a tree written for it.
-func (f *fleetRun) openRound(round int, files string, o *openFigure) error {
+func (f *fleetRun) openRound(round int, o *openFigure) error {
 	ctx := f.ctx
 	src, err := os.MkdirTemp(f.cfg.WorkDir, "large-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(src)
-	if err := writeTree(src, max(f.cfg.Files/FilesPerLargeDir, 1), FilesPerLargeDir); err != nil {
+	if err := writeTree(src, o.dirs, FilesPerLargeDir); err != nil {
 		return err
 	}
 	project := fmt.Sprintf("large-%s-%d", f.tag, round)
 	for _, h := range []string{HostEmbedded, HostFirst} {
-		f.say(fmt.Sprintf("round %d of %d, %s: importing the %s-file tree", round+1, f.cfg.Rounds, h, files))
+		f.say(fmt.Sprintf("round %d of %d, %s: importing the %s-file tree", round+1, f.cfg.Rounds, h, o.files))
 		t0 := time.Now()
 		if _, err := f.clients[h].CreateProject(ctx, wire.CreateProject{Name: project, FromPath: src}); err != nil {
 			return fmt.Errorf("%s: import: %w", h, err)
@@ -391,7 +396,7 @@ func (f *fleetRun) openRound(round int, files string, o *openFigure) error {
 	first := map[string]float64{}
 	for _, h := range FleetHosts {
 		for pass, figs := range [][2]*FleetRow{{o.open1, o.read1}, {o.open2, o.read2}} {
-			f.say(fmt.Sprintf("round %d of %d, %s: open and read the %s-file tree (%d)", round+1, f.cfg.Rounds, h, files, pass+1))
+			f.say(fmt.Sprintf("round %d of %d, %s: open and read the %s-file tree (%d)", round+1, f.cfg.Rounds, h, o.files, pass+1))
 			open, read, err := f.openAndRead(f.clients[h], project)
 			if err != nil {
 				figs[0].set(h, nil, err)
