@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"layerfs.dev/layerfs/internal/outputcap"
 	"layerfs.dev/layerfs/wire"
 )
 
@@ -19,20 +20,17 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	if err := checkExec(&req); err != nil {
-		return err
-	}
 	if wantsNDJSON(r) {
 		return s.execStream(w, r, id, req)
 	}
-	stdout := &capped{max: s.opts.MaxExecOutput}
-	stderr := &capped{max: s.opts.MaxExecOutput}
+	stdout := outputcap.NewBuffer(s.opts.MaxExecOutput)
+	stderr := outputcap.NewBuffer(s.opts.MaxExecOutput)
 	res, err := s.executor.Exec(ctxOf(r), id, req, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
-	if stdout.truncated || stderr.truncated {
+	res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
+	if stdout.Truncated() || stderr.Truncated() {
 		res.OutputTruncated = true
 	}
 	writeJSON(w, http.StatusOK, res)
@@ -127,36 +125,4 @@ func (sw *streamWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
-}
-
-// capped collects up to max bytes and silently drops the rest, so that a
-// chatty command is neither killed by a write error nor able to exhaust the
-// daemon's memory.
-type capped struct {
-	mu        sync.Mutex
-	buf       []byte
-	max       int64
-	truncated bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	room := c.max - int64(len(c.buf))
-	switch {
-	case room <= 0:
-		c.truncated = len(p) > 0 || c.truncated
-	case int64(len(p)) > room:
-		c.buf = append(c.buf, p[:room]...)
-		c.truncated = true
-	default:
-		c.buf = append(c.buf, p...)
-	}
-	return len(p), nil
-}
-
-func (c *capped) bytes() []byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf
 }

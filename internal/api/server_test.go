@@ -461,7 +461,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown workspace", "GET", "/v1/workspaces/ws-ffff", ``, nil, 404, wire.CodeNotFound, "ws-ffff"},
 		{"bad workspace id", "GET", "/v1/workspaces/WS_1", ``, nil, 400, wire.CodeInvalid, "workspace id"},
 		{"unknown workspace exec", "POST", "/v1/workspaces/ws-ffff/execs", `{"body": "echo"}`, nil, 404, wire.CodeNotFound, ""},
-		{"negative timeout", "POST", base + "/execs", `{"body": "echo", "timeout_ms": -5}`, nil, 400, wire.CodeInvalid, "timeout_ms must not be negative"},
+		{"negative timeout", "POST", base + "/execs", `{"body": "echo", "timeout_ms": -5}`, nil, 400, wire.CodeInvalid, "timeout_ms: -5"},
 		{"argv and body", "POST", base + "/execs", `{"body": "echo", "argv": ["echo"]}`, nil, 400, wire.CodeInvalid, "exclusive"},
 		{"no command", "POST", base + "/execs", `{}`, nil, 400, wire.CodeInvalid, "one of argv and body"},
 		{"bad env", "POST", base + "/execs", `{"body": "echo", "env": ["NOEQUALS"]}`, nil, 400, wire.CodeInvalid, "env[0]"},

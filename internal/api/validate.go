@@ -21,7 +21,6 @@ var (
 	// idRE: workspace ids are safe in names ([a-z0-9-], platforms.Workspace).
 	idRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
 	platformRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
-	envKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 const maxPathLen = 4096
@@ -136,55 +135,6 @@ func checkSpec(spec *wire.WorkspaceSpec) error {
 	case "", wire.NetworkNone, wire.NetworkHost:
 	default:
 		return invalid("network %q: want %q or %q", spec.Network, wire.NetworkNone, wire.NetworkHost)
-	}
-	return nil
-}
-
-func checkExec(req *wire.ExecRequest) error {
-	switch {
-	case len(req.Argv) == 0 && req.Body == "":
-		return invalid("one of argv and body is required")
-	case len(req.Argv) > 0 && req.Body != "":
-		return invalid("argv and body are exclusive: give one")
-	case len(req.Argv) > 0 && req.Argv[0] == "":
-		return invalid("argv[0] is empty")
-	case req.TimeoutMs < 0:
-		return invalid("timeout_ms must not be negative (got %d)", req.TimeoutMs)
-	case req.OutputLimit < 0:
-		return invalid("output_limit must not be negative (got %d)", req.OutputLimit)
-	case req.MemoryBytes < 0:
-		return invalid("memory_bytes must not be negative (got %d)", req.MemoryBytes)
-	case req.Pids < 0:
-		return invalid("pids must not be negative (got %d)", req.Pids)
-	case req.MilliCPUs < 0:
-		return invalid("milli_cpus must not be negative (got %d)", req.MilliCPUs)
-	case req.OpenFiles < 0:
-		return invalid("open_files must not be negative (got %d)", req.OpenFiles)
-	case req.UID != nil && *req.UID < 0:
-		return invalid("uid must not be negative (got %d)", *req.UID)
-	case req.GID != nil && *req.GID < 0:
-		return invalid("gid must not be negative (got %d)", *req.GID)
-	}
-	for i, a := range req.Argv {
-		if strings.ContainsRune(a, 0) {
-			return invalid("argv[%d] contains a NUL byte", i)
-		}
-	}
-	if strings.ContainsRune(req.Body, 0) {
-		return invalid("body contains a NUL byte")
-	}
-	for i, kv := range req.Env {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || !envKeyRE.MatchString(k) || strings.ContainsRune(kv, 0) {
-			return invalid("env[%d] %q: want NAME=VALUE with NAME of [A-Za-z0-9_] and no NUL", i, kv)
-		}
-	}
-	if req.Dir != "" {
-		d, err := workspacePath("dir", req.Dir, true)
-		if err != nil {
-			return err
-		}
-		req.Dir = d
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,62 +11,11 @@ import (
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
-// maxTimeout bounds what a request may ask for.
-const maxTimeout = 24 * time.Hour
-
-// execSpec validates a request and turns it into the platform's spec.
+// execSpec turns a request into the platform's spec: platforms.FromRequest
+// is the one place an exec is checked, with the engine's ids as the
+// default uid and gid.
 func (e *Engine) execSpec(req wire.ExecRequest) (platforms.ExecSpec, error) {
-	var s platforms.ExecSpec
-	switch {
-	case len(req.Argv) > 0 && req.Body != "":
-		return s, fmt.Errorf("%w: give argv or body, not both", errclass.Invalid)
-	case len(req.Argv) > 0:
-		s.Argv = req.Argv
-	case req.Body != "":
-		s.Argv = platforms.ShellArgv(req.Body)
-	default:
-		return s, fmt.Errorf("%w: an exec needs argv or body", errclass.Invalid)
-	}
-	if req.TimeoutMs < 0 || time.Duration(req.TimeoutMs)*time.Millisecond > maxTimeout {
-		return s, fmt.Errorf("%w: timeout_ms %d: want 0 (default) to %d", errclass.Invalid, req.TimeoutMs, maxTimeout.Milliseconds())
-	}
-	if req.OutputLimit < 0 || req.MemoryBytes < 0 || req.Pids < 0 || req.MilliCPUs < 0 || req.OpenFiles < 0 {
-		return s, fmt.Errorf("%w: limits must not be negative", errclass.Invalid)
-	}
-	dir, err := cleanRel(req.Dir)
-	if err != nil {
-		return s, fmt.Errorf("dir: %w", err)
-	}
-	s.Dir = dir
-	s.Env = req.Env
-	for _, kv := range req.Env {
-		if i := bytes.IndexByte([]byte(kv), '='); i <= 0 {
-			return s, fmt.Errorf("%w: env entry %q is not KEY=VALUE", errclass.Invalid, kv)
-		}
-	}
-	if req.Stdin != nil {
-		s.Stdin = bytes.NewReader(req.Stdin)
-	}
-	s.Timeout = time.Duration(req.TimeoutMs) * time.Millisecond
-	if s.Timeout == 0 {
-		s.Timeout = platforms.DefaultTimeout
-	}
-	s.OutputLimit = req.OutputLimit
-	s.UID, s.GID = e.uid, e.gid
-	if req.UID != nil {
-		s.UID = *req.UID
-	}
-	if req.GID != nil {
-		s.GID = *req.GID
-	}
-	if s.UID < 0 || s.GID < 0 {
-		return s, fmt.Errorf("%w: negative uid or gid", errclass.Invalid)
-	}
-	s.MemoryBytes = req.MemoryBytes
-	s.Pids = req.Pids
-	s.MilliCPUs = req.MilliCPUs
-	s.OpenFiles = req.OpenFiles
-	return s, nil
+	return platforms.FromRequest(req, e.uid, e.gid)
 }
 
 // startExec registers a running exec unless the engine is draining.

@@ -149,12 +149,14 @@ type Remote interface {
 	Endpoint(ctx context.Context) (addr, token string, err error)
 }
 
-// ExecSpec is one command to run in a sandbox.
+// ExecSpec is one command to run in a sandbox. A platform runs it as
+// Normalize returns it (defaults filled in) and refuses, with ErrBadSpec,
+// one that breaks its rules.
 type ExecSpec struct {
 	// Argv is run exactly as given. A shell body is
 	// []string{"bash", "-o", "pipefail", "-c", body}; see ShellArgv.
 	Argv []string
-	Env  []string // KEY=VALUE; the sandbox adds PATH, HOME, TERM when absent
+	Env  []string // NAME=VALUE; Normalize adds PATH, HOME and TERM when absent
 	// Dir is the working directory relative to /workspace ("" for /workspace).
 	Dir     string
 	Stdin   io.Reader // nil for /dev/null

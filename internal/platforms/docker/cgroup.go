@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -24,10 +23,6 @@ import (
 
 // execCgroupPrefix names per-exec cgroups.
 const execCgroupPrefix = "layerfs-exec-"
-
-// cpuPeriod is the period of a CPU limit: n thousandths of a CPU are
-// n*100 µs of CPU time in every 100 ms.
-const cpuPeriod = 100 * time.Millisecond
 
 // supervisorTasks is headroom in an exec's pids limit for the supervisor's
 // own threads (the Go runtime's), which share the cgroup.
@@ -70,23 +65,19 @@ func (c *cgroupV1) limit(pid int, name string, memory, pids int64, milliCPUs int
 	if milliCPUs > 0 && c.cpu.Dir == "" {
 		return nil, errors.New("a CPU limit needs a writable cgroup v1 cpu hierarchy")
 	}
-	period := cpuPeriod.Microseconds()
 	own, err := cgroups.Paths("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
 		return nil, err
 	}
 	ec := &execCgroup{}
 	for _, h := range []struct {
-		ctrl  string
-		mp    cgroups.Mount
-		files [][2]string
+		ctrl string
+		mp   cgroups.Mount
+		set  func(dir string) error
 	}{
-		{"memory", c.memory, [][2]string{{"memory.limit_in_bytes", strconv.FormatInt(memory, 10)}}},
-		{"pids", c.pids, [][2]string{{"pids.max", strconv.FormatInt(pids+supervisorTasks, 10)}}},
-		{"cpu", c.cpu, [][2]string{
-			{"cpu.cfs_period_us", strconv.FormatInt(period, 10)},
-			{"cpu.cfs_quota_us", strconv.FormatInt(int64(milliCPUs)*period/1000, 10)},
-		}},
+		{"memory", c.memory, func(d string) error { return cgroups.SetMemoryV1(d, memory, 0) }},
+		{"pids", c.pids, func(d string) error { return cgroups.SetPids(d, pids+supervisorTasks) }},
+		{"cpu", c.cpu, func(d string) error { return cgroups.SetCPUV1(d, milliCPUs) }},
 	} {
 		if (h.ctrl == "memory" && memory <= 0) || (h.ctrl == "pids" && pids <= 0) || (h.ctrl == "cpu" && milliCPUs <= 0) {
 			continue
@@ -104,37 +95,15 @@ func (c *cgroupV1) limit(pid int, name string, memory, pids int64, milliCPUs int
 			return ec, err
 		}
 		ec.dirs = append(ec.dirs, dir)
-		for _, kv := range h.files {
-			if err := os.WriteFile(filepath.Join(dir, kv[0]), []byte(kv[1]), 0); err != nil {
-				return ec, fmt.Errorf("%s: %w", kv[0], err)
-			}
+		if err := h.set(dir); err != nil {
+			return ec, err
 		}
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
-			return ec, fmt.Errorf("move pid %d into %s: %w", pid, dir, err)
+		if err := cgroups.Enter(dir, pid); err != nil {
+			return ec, err
 		}
 	}
 	return ec, nil
 }
 
-// remove deletes the exec's cgroups once their processes are gone; a
-// process being reaped keeps a cgroup busy for a moment.
-func (ec *execCgroup) remove() error {
-	var errs []error
-	for _, d := range ec.dirs {
-		var err error
-		for range 200 {
-			if err = unix.Rmdir(d); err == nil || errors.Is(err, unix.ENOENT) {
-				err = nil
-				break
-			}
-			if !errors.Is(err, unix.EBUSY) {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
-		}
-	}
-	return errors.Join(errs...)
-}
+// remove deletes the exec's cgroups once their processes are gone.
+func (ec *execCgroup) remove() error { return cgroups.Remove(ec.dirs...) }

@@ -16,6 +16,8 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"github.com/zeebo/blake3"
+
+	"layerfs.dev/layerfs/internal/platforms"
 )
 
 // Image repositories and the label that marks images this package made.
@@ -28,7 +30,7 @@ const (
 )
 
 // imagePath is the PATH of every sandbox, and of the images' config.
-const imagePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const imagePath = platforms.DefaultPath
 
 // sandboxRoot assembles the default sandbox root file system from this
 // host's packages. supervisor is the executable that will be bind-mounted

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,35 +24,27 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/outputcap"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/docker/supervise"
 	"layerfs.dev/layerfs/internal/platforms/internal/userns"
-	"layerfs.dev/layerfs/wire/errclass"
 )
 
-// Errors of Attach and Exec.
+// Errors of Exec; a workspace or spec that breaks the contract is
+// platforms.ErrBadSpec.
 var (
-	ErrBadWorkspace = errclass.New(errclass.Invalid, "bad workspace")
-	ErrBadSpec      = errclass.New(errclass.Invalid, "bad exec spec")
 	// ErrSupervisor: the in-container supervisor ended without reporting
 	// (it could not start, or was killed from the host).
 	ErrSupervisor = errors.New("exec supervisor failed")
 )
 
-// Where things are inside every container, and the defaults an exec gets.
-const (
-	workspaceDir = "/workspace"
-	defaultHome  = "/tmp" // the root file system is read-only; /tmp is not
-	defaultTerm  = "dumb"
-	hostname     = "layerfs" // as engine/sandbox.DefaultHostname
-)
+// workspaceDir is where every container sees its workspace.
+const workspaceDir = platforms.WorkspaceDir
 
 // stopGrace is how long the host waits, after the supervisor's own
 // deadline, before it signals the supervisor, and then again before it
 // kills the exec's processes itself.
 const stopGrace = 5 * time.Second
-
-var workspaceID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // Sandbox is one attached workspace: a running container whose /workspace
 // is the workspace's host path. Exec may be called concurrently.
@@ -89,16 +80,8 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	if err != nil {
 		return nil, err
 	}
-	if !workspaceID.MatchString(w.ID) {
-		return nil, fmt.Errorf("docker: attach: workspace id %q: %w: want [a-z0-9-], at most 63", w.ID, ErrBadWorkspace)
-	}
-	if !filepath.IsAbs(w.HostPath) {
-		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: not absolute", w.ID, w.HostPath, ErrBadWorkspace)
-	}
-	if fi, err := os.Stat(w.HostPath); err != nil {
-		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: %w", w.ID, w.HostPath, ErrBadWorkspace, err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("docker: attach %s: host path %q: %w: not a directory", w.ID, w.HostPath, ErrBadWorkspace)
+	if err := w.Validate(); err != nil {
+		return nil, fmt.Errorf("docker: attach: %w", err)
 	}
 	s := &Sandbox{cli: cli, ws: w, cg: p.cg, log: p.log}
 	img := st.image.ID
@@ -165,7 +148,7 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	if w.Network {
 		hc.NetworkMode = "host" // the host's network, as the contract says
 	} else {
-		cfg.Hostname = hostname
+		cfg.Hostname = platforms.DefaultHostname
 	}
 	created, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if err != nil {
@@ -203,13 +186,13 @@ func (p *Platform) rootDirImage(ctx context.Context, cli *client.Client, st upSt
 	}
 	if interp != "" {
 		if _, err := os.Stat(filepath.Join(dir, interp)); err != nil {
-			return "", fmt.Errorf("root dir %s lacks %s, which the dynamically linked supervisor %s needs "+
-				"(build it with CGO_ENABLED=0): %w", dir, interp, st.supervisor, ErrBadWorkspace)
+			return "", fmt.Errorf("%w: root dir %s lacks %s, which the dynamically linked supervisor %s needs "+
+				"(build it with CGO_ENABLED=0)", platforms.ErrBadSpec, dir, interp, st.supervisor)
 		}
 	}
 	r, err := rootDirFS(dir)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrBadWorkspace, err)
+		return "", fmt.Errorf("%w: %w", platforms.ErrBadSpec, err)
 	}
 	b, err := ensureImage(ctx, cli, rootDirRepo, "rootdir", r)
 	if err != nil {
@@ -270,13 +253,13 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	if closed {
 		return res, fmt.Errorf("docker: exec in %s: %w", s.ws.ID, platforms.ErrClosed)
 	}
-	opts, timeout, err := s.execOptions(spec)
+	spec, err := spec.Normalize()
 	if err != nil {
 		return res, fmt.Errorf("docker: exec in %s: %w", s.ws.ID, err)
 	}
-	limit := spec.OutputLimit
-	if limit <= 0 {
-		limit = platforms.DefaultOutputLimit
+	opts, err := s.execOptions(spec)
+	if err != nil {
+		return res, fmt.Errorf("docker: exec in %s: %w", s.ws.ID, err)
 	}
 
 	limited := s.cg != nil && (spec.MemoryBytes > 0 || spec.Pids > 0 || spec.MilliCPUs > 0)
@@ -318,8 +301,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 			_ = hj.CloseWrite()
 		}()
 	}
-	outW := &capWriter{w: stdout, limit: limit}
-	errCap := &capWriter{w: stderr, limit: limit}
+	outW, errCap := outputcap.Pair(stdout, stderr, spec.OutputLimit)
 	errW := &tailWriter{next: errCap, keep: supervise.TrailerLen}
 	done := make(chan error, 1)
 	go func() {
@@ -327,7 +309,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 		done <- err
 	}()
 
-	timedOut, stopErr := s.await(ctx, created.ID, &hj, done, timeout)
+	timedOut, stopErr := s.await(ctx, created.ID, &hj, done, spec.Timeout)
 	res.TimedOut = timedOut
 
 	tr, terr := supervise.DecodeTrailer(errW.tail())
@@ -350,14 +332,14 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 		res.Signal = unix.SignalName(unix.Signal(tr.Signal))
 	}
 	res.TimedOut = res.TimedOut || tr.Flags&supervise.FlagTimedOut != 0
-	res.OutputTruncated = outW.truncated || errCap.truncated
+	res.OutputTruncated = outW.Truncated() || errCap.Truncated()
 	res.Command = tr.Command
 	res.Wall = time.Since(start)
 	res.Launch = res.Wall - res.Command
 	if stopErr != nil {
 		return res, stopErr
 	}
-	if err := errors.Join(outW.err, errCap.err); err != nil {
+	if err := errors.Join(outW.Err(), errCap.Err()); err != nil {
 		return res, fmt.Errorf("docker: exec in %s: write output: %w", s.ws.ID, err)
 	}
 	return res, nil
@@ -417,13 +399,9 @@ func (s *Sandbox) limit(ctx context.Context, execID string, spec platforms.ExecS
 	if err != nil {
 		return nil, err
 	}
-	pids := int64(spec.Pids)
-	if pids <= 0 {
-		pids = platforms.DefaultPids
-	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	return s.cg.limit(pid, execCgroupPrefix+hex.EncodeToString(rnd[:]), spec.MemoryBytes, pids, spec.MilliCPUs)
+	return s.cg.limit(pid, execCgroupPrefix+hex.EncodeToString(rnd[:]), spec.MemoryBytes, int64(spec.Pids), spec.MilliCPUs)
 }
 
 // supervisorPid waits until the engine reports the exec's pid, which it
@@ -449,43 +427,21 @@ func (s *Sandbox) supervisorPid(ctx context.Context, execID string) (int, error)
 	}
 }
 
-// execOptions turns a spec into the docker exec that runs it under the
-// supervisor.
-func (s *Sandbox) execOptions(spec platforms.ExecSpec) (container.ExecOptions, time.Duration, error) {
-	var o container.ExecOptions
-	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
-		return o, 0, fmt.Errorf("%w: empty argv", ErrBadSpec)
-	}
-	dir := workspaceDir
-	if spec.Dir != "" {
-		if !filepath.IsLocal(spec.Dir) {
-			return o, 0, fmt.Errorf("%w: dir %q is not a path inside the workspace", ErrBadSpec, spec.Dir)
-		}
-		dir = path.Join(workspaceDir, filepath.ToSlash(spec.Dir))
-	}
+// execOptions turns a normalized spec into the docker exec that runs it
+// under the supervisor.
+func (s *Sandbox) execOptions(spec platforms.ExecSpec) (container.ExecOptions, error) {
 	if spec.Hostname != "" && spec.Hostname != s.hostname {
-		return o, 0, fmt.Errorf("%w: hostname %q: docker sets one hostname (%q) per workspace container", ErrBadSpec, spec.Hostname, s.hostname)
-	}
-	if spec.UID < 0 || spec.GID < 0 {
-		return o, 0, fmt.Errorf("%w: negative uid or gid", ErrBadSpec)
-	}
-	env, err := execEnv(spec.Env)
-	if err != nil {
-		return o, 0, err
-	}
-	timeout := spec.Timeout
-	if timeout <= 0 {
-		timeout = platforms.DefaultTimeout
+		return container.ExecOptions{}, fmt.Errorf("%w: hostname %q: docker sets one hostname (%q) per workspace container", platforms.ErrBadSpec, spec.Hostname, s.hostname)
 	}
 	user := strconv.Itoa(spec.UID) + ":" + strconv.Itoa(spec.GID)
-	o = container.ExecOptions{
+	o := container.ExecOptions{
 		User:         user,
 		AttachStdin:  spec.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
-		Env:          env,
-		WorkingDir:   dir,
-		Cmd:          append([]string{supervisorPath, "exec", strconv.FormatInt(int64(timeout), 10), "--"}, spec.Argv...),
+		Env:          spec.Env,
+		WorkingDir:   path.Join(workspaceDir, spec.Dir),
+		Cmd:          append([]string{supervisorPath, "exec", strconv.FormatInt(int64(spec.Timeout), 10), "--"}, spec.Argv...),
 	}
 	if spec.OpenFiles > 0 {
 		o.Cmd = slices.Insert(o.Cmd, 3, "nofile="+strconv.Itoa(spec.OpenFiles))
@@ -495,29 +451,9 @@ func (s *Sandbox) execOptions(spec platforms.ExecSpec) (container.ExecOptions, t
 		// namespace; the command takes the spec's ids inside it.
 		o.User = "0:0"
 		o.Cmd = slices.Insert(o.Cmd, 3, "userns="+s.ids.Arg(), "as="+user)
-		o.Env = append(o.Env, supervise.FilterEnv+"="+s.filter)
+		o.Env = append(slices.Clone(o.Env), supervise.FilterEnv+"="+s.filter)
 	}
-	return o, timeout, nil
-}
-
-// execEnv is spec.Env plus PATH, HOME and TERM where it lacks them.
-func execEnv(env []string) ([]string, error) {
-	have := map[string]bool{}
-	out := make([]string, 0, len(env)+3)
-	for _, kv := range env {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("%w: env entry %q is not KEY=VALUE", ErrBadSpec, kv)
-		}
-		have[k] = true
-		out = append(out, kv)
-	}
-	for _, d := range [][2]string{{"PATH", imagePath}, {"HOME", defaultHome}, {"TERM", defaultTerm}} {
-		if !have[d[0]] {
-			out = append(out, d[0]+"="+d[1])
-		}
-	}
-	return out, nil
+	return o, nil
 }
 
 // stop ends an exec that the host gave up waiting for. Docker has no API to
@@ -555,31 +491,6 @@ func (s *Sandbox) stop(ctx context.Context, execID string, hj interface{ Close()
 		return fmt.Errorf("%w: exec %s did not stop (pid %d): inspect: %w", ErrSupervisor, execID[:12], pid, err)
 	}
 	return fmt.Errorf("%w: exec %s did not stop (pid %d)", ErrSupervisor, execID[:12], pid)
-}
-
-// capWriter passes on at most limit bytes, then discards, and keeps the
-// first write error instead of returning it, so the stream is drained.
-type capWriter struct {
-	w         io.Writer
-	limit     int64
-	n         int64
-	truncated bool
-	err       error
-}
-
-func (c *capWriter) Write(p []byte) (int, error) {
-	n := len(p)
-	if room := c.limit - c.n; int64(len(p)) > room {
-		p = p[:max(room, 0)]
-		c.truncated = true
-	}
-	c.n += int64(len(p))
-	if len(p) > 0 && c.w != nil && c.err == nil {
-		if _, err := c.w.Write(p); err != nil {
-			c.err = err
-		}
-	}
-	return n, nil
 }
 
 // tailWriter passes on all but the last keep bytes written to it.

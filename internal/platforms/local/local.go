@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -303,16 +302,8 @@ func (p *Platform) Leaks(ctx context.Context) ([]string, error) {
 // Attach makes w.HostPath the /workspace of the returned Sandbox's execs.
 // The sandbox outlives the call: its context is its own, not the caller's.
 func (p *Platform) Attach(_ context.Context, w platforms.Workspace) (platforms.Sandbox, error) {
-	if !filepath.IsAbs(w.HostPath) {
-		return nil, fmt.Errorf("local: attach %s: host path %q is not absolute", w.ID, w.HostPath)
-	}
-	if st, err := os.Stat(w.HostPath); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("local: attach %s: host path %q is not a directory", w.ID, w.HostPath)
-	}
-	if w.RootDir != "" {
-		if st, err := os.Stat(w.RootDir); err != nil || !st.IsDir() || !filepath.IsAbs(w.RootDir) {
-			return nil, fmt.Errorf("local: attach %s: root dir %q is not an absolute directory", w.ID, w.RootDir)
-		}
+	if err := w.Validate(); err != nil {
+		return nil, fmt.Errorf("local: attach: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.mu.Lock()

@@ -11,7 +11,10 @@
 // directory (any mount left below it afterwards is a leak), so
 // the suite needs no FUSE and no daemon.
 //
-// What it checks: the lifecycle (Up twice, Down twice, Identity and the
+// What it checks: the exec contract (every case of BadSpecs refused with
+// platforms.ErrBadSpec, naming its field, before anything runs; a
+// workspace with a relative path or ".." refused by Attach; BadRequests
+// refused as invalid through a guest's API), the lifecycle (Up twice, Down twice, Identity and the
 // endpoint or Attach only while up), exit codes and signals, separate stdout and stderr, stdin,
 // timeouts that kill the whole process tree, the output cap, the network
 // (off by default, the host's when granted and Features.Network),

@@ -207,6 +207,7 @@ func runHostMounts(t *testing.T, p platforms.Platform, newWorkspace func(t *test
 	}
 	e.sb = sb
 
+	t.Run("Contract", func(t *testing.T) { testContract(t, e) })
 	t.Run("ExitCodes", func(t *testing.T) { testExitCodes(t, e) })
 	t.Run("Output", func(t *testing.T) { testOutput(t, e) })
 	t.Run("Stdin", func(t *testing.T) { testStdin(t, e) })

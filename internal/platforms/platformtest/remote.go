@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"layerfs.dev/layerfs/client"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/wire"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // remoteEnv is a workspace in the guest's daemon, reached through the SDK.
@@ -79,6 +81,7 @@ func runRemoteExec(t *testing.T, p platforms.Platform) {
 		checkIsolation(t, p, string(res.Stdout), res.Receipt.UserNamespace)
 	})
 
+	t.Run("Contract", func(t *testing.T) { testRemoteContract(t, ctx, ws) })
 	t.Run("ExitCodes", func(t *testing.T) {
 		for body, want := range map[string]int{"true": 0, "exit 3": 3, "kill -9 $$": 137, "false | true": 1} {
 			if res := e.sh(t, body, client.ExecOptions{}); res.ExitCode != want {
@@ -149,4 +152,34 @@ func runRemoteExec(t *testing.T, p platforms.Platform) {
 			t.Errorf("interfaces %v, want only lo", got)
 		}
 	})
+}
+
+// testRemoteContract sends every BadRequest that the SDK can express to
+// the guest's daemon: each is refused as invalid, naming its field, and
+// nothing ran.
+func testRemoteContract(t *testing.T, ctx context.Context, ws *client.Workspace) {
+	for _, bad := range BadRequests() {
+		r := bad.Req
+		if len(r.Argv) > 0 && r.Body != "" {
+			continue // the SDK sends one of the two
+		}
+		o := client.ExecOptions{Env: r.Env, Dir: r.Dir, OutputLimit: r.OutputLimit, MemoryBytes: r.MemoryBytes,
+			Pids: r.Pids, MilliCPUs: r.MilliCPUs, OpenFiles: r.OpenFiles, UID: r.UID, GID: r.GID,
+			Timeout: time.Duration(r.TimeoutMs) * time.Millisecond}
+		var err error
+		if r.Body != "" {
+			_, err = ws.Exec(ctx, r.Body, o)
+		} else {
+			_, err = ws.ExecArgv(ctx, r.Argv, o)
+		}
+		switch {
+		case !errors.Is(err, errclass.Invalid):
+			t.Errorf("%s: %v, want errclass.Invalid", bad.Name, err)
+		case !strings.Contains(err.Error(), bad.Field+":"):
+			t.Errorf("%s: %v, want the error to name %s", bad.Name, err, bad.Field)
+		}
+	}
+	if _, err := ws.ReadFile(ctx, ranMarker); !errors.Is(err, errclass.NotFound) {
+		t.Errorf("a refused exec ran (%s in the workspace: %v)", ranMarker, err)
+	}
 }

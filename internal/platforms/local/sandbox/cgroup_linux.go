@@ -6,9 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -210,12 +208,8 @@ func (e *execCgroup) addCPU(pid int) error {
 		return fmt.Errorf("create cgroup: %w", err)
 	}
 	e.cpu = d
-	return writeFile(d, "cgroup.procs", strconv.Itoa(pid))
+	return cgroups.Enter(d, pid)
 }
-
-// cpuPeriod is the period of a CPU limit: a limit of n thousandths of a
-// CPU is n*100 µs of CPU time in every 100 ms.
-const cpuPeriod = 100 * time.Millisecond
 
 // limit sets the exec's limits: pids (plus the init's own threads) and
 // memory without swap and CPU in thousandths of a CPU, 0 for none. Each is
@@ -243,12 +237,12 @@ func (e *execCgroup) limit(mem int64, pids, milliCPUs int) error {
 }
 
 func (e *execCgroup) limitPids(pids int) error {
-	max := strconv.Itoa(pids + initTasks)
+	max := int64(pids + initTasks)
 	switch {
 	case e.unified != "":
-		return writeFile(e.unified, "pids.max", max)
+		return cgroups.SetPids(e.unified, max)
 	case e.pids != "":
-		return writeFile(e.pids, "pids.max", max)
+		return cgroups.SetPids(e.pids, max)
 	}
 	return nil
 }
@@ -256,72 +250,35 @@ func (e *execCgroup) limitPids(pids int) error {
 // limitMemory sets the memory limit, and the same for memory and swap
 // together where swap is accounted; 0 lifts it.
 func (e *execCgroup) limitMemory(mem int64) error {
-	if e.unified != "" {
-		v, swap := strconv.FormatInt(mem, 10), "0"
-		if mem == 0 {
-			v, swap = "max", "max"
-		}
-		if err := writeFile(e.unified, "memory.max", v); err != nil {
-			return err
-		}
-		_ = writeFile(e.unified, "memory.swap.max", swap) // absent without swap accounting
-		return nil
-	}
-	if e.memory == "" {
-		if mem == 0 {
-			return nil
-		}
+	switch {
+	case e.unified != "":
+		return cgroups.SetMemoryV2(e.unified, mem)
+	case e.memory != "":
+		return cgroups.SetMemoryV1(e.memory, mem, e.memMax)
+	case mem != 0:
 		return errors.New("cgroup: no memory cgroup for a memory limit")
-	}
-	v := strconv.FormatInt(mem, 10)
-	if mem == 0 {
-		v = "-1"
-	}
-	// memsw may never be below the memory limit: raised first, lowered
-	// after (absent without swap accounting).
-	up := mem == 0 || (e.memMax != 0 && mem > e.memMax)
-	if up {
-		_ = writeFile(e.memory, "memory.memsw.limit_in_bytes", v)
-	}
-	if err := writeFile(e.memory, "memory.limit_in_bytes", v); err != nil {
-		return err
-	}
-	if !up {
-		_ = writeFile(e.memory, "memory.memsw.limit_in_bytes", v)
 	}
 	return nil
 }
 
 // limitCPU sets the CPU limit; 0 lifts it.
 func (e *execCgroup) limitCPU(milliCPUs int) error {
-	period := cpuPeriod.Microseconds()
-	quota := strconv.FormatInt(int64(milliCPUs)*period/1000, 10)
-	if e.unified != "" {
-		if milliCPUs == 0 {
-			quota = "max"
-		}
-		return writeFile(e.unified, "cpu.max", quota+" "+strconv.FormatInt(period, 10))
-	}
-	if e.cpu == "" {
-		if milliCPUs == 0 {
-			return nil
-		}
+	switch {
+	case e.unified != "":
+		return cgroups.SetCPUV2(e.unified, milliCPUs)
+	case e.cpu != "":
+		return cgroups.SetCPUV1(e.cpu, milliCPUs)
+	case milliCPUs != 0:
 		return errors.New("cgroup: no cpu cgroup for a CPU limit")
 	}
-	if milliCPUs == 0 {
-		return writeFile(e.cpu, "cpu.cfs_quota_us", "-1")
-	}
-	if err := writeFile(e.cpu, "cpu.cfs_period_us", strconv.FormatInt(period, 10)); err != nil {
-		return err
-	}
-	return writeFile(e.cpu, "cpu.cfs_quota_us", quota)
+	return nil
 }
 
 // add moves pid (the init, before it runs anything) into the exec's
 // cgroup in every hierarchy.
 func (e *execCgroup) add(pid int) error {
 	for _, d := range e.dirs() {
-		if err := writeFile(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+		if err := cgroups.Enter(d, pid); err != nil {
 			return err
 		}
 	}
@@ -329,43 +286,14 @@ func (e *execCgroup) add(pid int) error {
 }
 
 // remove deletes the exec's cgroup directories. The init has been reaped,
-// and with it every task of its PID namespace; a v1 hierarchy can still
-// report a task for a moment, hence the short retry on EBUSY.
+// and with it every task of its PID namespace (cgroups.Remove waits out a
+// v1 hierarchy that still reports one for a moment).
 func (e *execCgroup) remove() error {
 	if e.fd >= 0 {
 		unix.Close(e.fd)
 		e.fd = -1
 	}
-	var errs []error
-	for _, d := range e.dirs() {
-		var err error
-		for delay := 100 * time.Microsecond; ; delay *= 2 {
-			err = unix.Rmdir(d)
-			if !errors.Is(err, unix.EBUSY) || delay > 200*time.Millisecond {
-				break
-			}
-			time.Sleep(delay)
-		}
-		if err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
-		}
-	}
+	err := cgroups.Remove(e.dirs()...)
 	e.unified, e.memory, e.pids, e.cpu = "", "", "", ""
-	return errors.Join(errs...)
-}
-
-func writeFile(dir, name, value string) error {
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("cgroup %s: %w", name, err)
-	}
-	_, werr := f.WriteString(value)
-	cerr := f.Close()
-	if werr != nil {
-		return fmt.Errorf("cgroup %s: %w", name, werr)
-	}
-	if cerr != nil {
-		return fmt.Errorf("cgroup %s: %w", name, cerr)
-	}
-	return nil
+	return err
 }

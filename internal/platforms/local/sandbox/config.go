@@ -3,9 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"layerfs.dev/layerfs/internal/platforms"
@@ -14,11 +12,10 @@ import (
 )
 
 // Errors reported by Run, checked with errors.Is; each but ErrSetup is of a
-// class of package errclass.
+// class of package errclass. A Config that cannot be run (a relative or
+// missing workspace, a spec that breaks the exec contract, a limit this
+// host cannot enforce) is platforms.ErrBadSpec, and nothing was started.
 var (
-	// ErrInvalidConfig: the Config cannot be run (relative workspace,
-	// bad Dir, negative limits, empty argv). Nothing was started.
-	ErrInvalidConfig = errclass.New(errclass.Invalid, "invalid sandbox config")
 	// ErrSetup: the sandbox init failed before the command started
 	// (a mount, the pivot, the cgroup). The command did not run. It has
 	// no class of its own: an error wrapping it is of its cause's class
@@ -53,87 +50,21 @@ type Config struct {
 	Spec     platforms.ExecSpec
 }
 
-// DefaultHostname is the sandbox's hostname when the spec names none.
-const DefaultHostname = "layerfs"
-
-// DefaultPath is the PATH a sandbox gets when the exec's Env sets none.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-// validate checks a Config before anything is started.
-func (c Config) validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, fmt.Errorf(format, args...))
-	}
+// normalized checks a Config before anything is started and returns it
+// with its spec normalized (platforms.ExecSpec.Normalize).
+func (c Config) normalized() (Config, error) {
 	if !filepath.IsAbs(c.Workspace) {
-		return bad("workspace %q is not an absolute path", c.Workspace)
+		return c, fmt.Errorf("%w: workspace %q is not an absolute path", platforms.ErrBadSpec, c.Workspace)
 	}
 	if c.RootDir != "" && !filepath.IsAbs(c.RootDir) {
-		return bad("root dir %q is not an absolute path", c.RootDir)
+		return c, fmt.Errorf("%w: root dir %q is not an absolute path", platforms.ErrBadSpec, c.RootDir)
 	}
-	s := c.Spec
-	if len(s.Argv) == 0 || s.Argv[0] == "" {
-		return bad("empty argv")
+	s, err := c.Spec.Normalize()
+	if err != nil {
+		return c, err
 	}
-	if _, err := cleanDir(s.Dir); err != nil {
-		return bad("%w", err)
-	}
-	if s.Timeout < 0 {
-		return bad("negative timeout %v", s.Timeout)
-	}
-	if s.OutputLimit < 0 || s.MemoryBytes < 0 || s.Pids < 0 || s.MilliCPUs < 0 || s.OpenFiles < 0 {
-		return bad("negative limit")
-	}
-	if s.UID < 0 || s.GID < 0 {
-		return bad("negative uid or gid")
-	}
-	for _, kv := range s.Env {
-		if !strings.Contains(kv, "=") || strings.HasPrefix(kv, "=") {
-			return bad("env entry %q is not KEY=VALUE", kv)
-		}
-	}
-	if len(s.Hostname) > 64 {
-		return bad("hostname longer than 64 bytes")
-	}
-	return nil
-}
-
-// cleanDir turns ExecSpec.Dir into a path below /workspace. It refuses
-// absolute paths and any ".." so that the working directory can be named
-// only inside the workspace (symlinks inside it stay inside the sandbox,
-// which sees nothing of the host anyway).
-func cleanDir(dir string) (string, error) {
-	if dir == "" || dir == "." {
-		return "/workspace", nil
-	}
-	if strings.HasPrefix(dir, "/") {
-		return "", fmt.Errorf("dir %q must be relative to /workspace", dir)
-	}
-	for _, part := range strings.Split(dir, "/") {
-		if part == ".." {
-			return "", fmt.Errorf("dir %q leaves /workspace", dir)
-		}
-	}
-	return path.Join("/workspace", dir), nil
-}
-
-// sandboxEnv is the command's environment: the exec's Env on top of PATH,
-// HOME and TERM defaults. HOME is /tmp rather than /workspace so that the
-// dot-files and caches tools write there do not land in the workspace and
-// from there in a commit.
-func sandboxEnv(env []string) []string {
-	out := make([]string, 0, len(env)+3)
-	has := map[string]bool{}
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		has[k] = true
-	}
-	for _, d := range []string{"PATH=" + DefaultPath, "HOME=/tmp", "TERM=dumb"} {
-		k, _, _ := strings.Cut(d, "=")
-		if !has[k] {
-			out = append(out, d)
-		}
-	}
-	return append(out, env...)
+	c.Spec = s
+	return c, nil
 }
 
 // initConfig is one exec, as the launcher sends it to an init: JSON read

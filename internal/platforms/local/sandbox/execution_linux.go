@@ -7,13 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/outputcap"
 	"layerfs.dev/layerfs/internal/platforms"
 )
 
@@ -32,7 +32,7 @@ type execution struct {
 	t0      time.Time
 	marks   marks
 
-	outW, errW *capWriter
+	outW, errW *outputcap.Writer
 	stdin      *os.File // the spec's stdin when it is a file the command reads itself
 	ws         int      // the workspace's clone; -1 once closed
 	ends       *execEnds
@@ -55,12 +55,14 @@ type execution struct {
 
 // newExecution checks cfg and resolves what the init is sent.
 func (l *Launcher) newExecution(ctx context.Context, s *Session, cfg Config, stdout, stderr io.Writer) (*execution, error) {
-	x := &execution{l: l, session: s, cfg: cfg, t0: time.Now(), ws: -1}
-	x.marks.add("run")
-	l.init()
-	if err := cfg.validate(); err != nil {
+	t0 := time.Now()
+	cfg, err := cfg.normalized()
+	if err != nil {
 		return nil, err
 	}
+	x := &execution{l: l, session: s, cfg: cfg, t0: t0, ws: -1}
+	x.marks.add("run")
+	l.init()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox exec: %w", err)
 	}
@@ -76,7 +78,7 @@ func (l *Launcher) newExecution(ctx context.Context, s *Session, cfg Config, std
 		ic.RlimitAS = uint64(spec.MemoryBytes)
 	}
 	if spec.MilliCPUs > 0 && !l.cg.hasCPU() {
-		return nil, fmt.Errorf("%w: a CPU limit needs a cpu cgroup, which this host does not give the launcher", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: a CPU limit needs a cpu cgroup, which this host does not give the launcher", platforms.ErrBadSpec)
 	}
 	ic.RlimitNofile = uint64(spec.OpenFiles)
 	// RLIMIT_NPROC counts every process of the uid on the host, so it is
@@ -88,18 +90,7 @@ func (l *Launcher) newExecution(ctx context.Context, s *Session, cfg Config, std
 	x.ic = ic
 	x.kind = sandboxKind{network: cfg.Network, image: ic.RootDir, inNS: l.userNS != nil}
 
-	limit := spec.OutputLimit
-	if limit == 0 {
-		limit = platforms.DefaultOutputLimit
-	}
-	x.outW = &capWriter{w: stdout, limit: limit}
-	x.errW = &capWriter{w: stderr, limit: limit}
-	if sameWriter(stdout, stderr) {
-		// As os/exec does: one writer for both streams gets one Write at
-		// a time.
-		mu := &sync.Mutex{}
-		x.outW.mu, x.errW.mu = mu, mu
-	}
+	x.outW, x.errW = outputcap.Pair(stdout, stderr, spec.OutputLimit)
 	x.stdin, _ = spec.Stdin.(*os.File)
 	return x, nil
 }
@@ -428,13 +419,13 @@ func (x *execution) result(ctx context.Context) (platforms.ExecResult, error) {
 		}
 		x.l.logger().Warn("sandbox init ended without a report", "workspace", x.cfg.Workspace, "status", x.status, "wait", x.waitErr)
 	}
-	res.OutputTruncated = x.outW.truncated || x.errW.truncated
+	res.OutputTruncated = x.outW.Truncated() || x.errW.Truncated()
 	res.Wall = time.Since(x.t0)
 	x.marks.add("done")
 
 	res.Command = min(res.Command, res.Wall) // 0 when the command never ran
 	res.Launch = res.Wall - res.Command
-	if err := errors.Join(x.outW.err, x.errW.err); err != nil {
+	if err := errors.Join(x.outW.Err(), x.errW.Err()); err != nil {
 		return res, fmt.Errorf("sandbox output: %w", err)
 	}
 	return res, nil

@@ -11,8 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -281,35 +281,26 @@ func (l *Launcher) initConfig(cfg Config) (initConfigX, error) {
 	s := cfg.Spec
 	ws, err := realDir(cfg.Workspace)
 	if err != nil {
-		return initConfigX{}, fmt.Errorf("%w: workspace: %w", ErrInvalidConfig, err)
+		return initConfigX{}, fmt.Errorf("%w: workspace: %w", platforms.ErrBadSpec, err)
 	}
 	root := ""
 	if cfg.RootDir != "" {
 		if root, err = realDir(cfg.RootDir); err != nil {
-			return initConfigX{}, fmt.Errorf("%w: root dir: %w", ErrInvalidConfig, err)
+			return initConfigX{}, fmt.Errorf("%w: root dir: %w", platforms.ErrBadSpec, err)
 		}
 	}
 	if r := l.UserNamespace; l.userNS != nil && (uint64(s.UID) >= uint64(r.Size) || uint64(s.GID) >= uint64(r.Size)) {
-		return initConfigX{}, fmt.Errorf("%w: uid %d or gid %d is outside the user namespace's %d ids", ErrInvalidConfig, s.UID, s.GID, r.Size)
-	}
-	dir, _ := cleanDir(s.Dir)
-	timeout := s.Timeout
-	if timeout == 0 {
-		timeout = platforms.DefaultTimeout
-	}
-	pids := s.Pids
-	if pids == 0 {
-		pids = platforms.DefaultPids
+		return initConfigX{}, fmt.Errorf("%w: uid %d or gid %d is outside the user namespace's %d ids", platforms.ErrBadSpec, s.UID, s.GID, r.Size)
 	}
 	host := s.Hostname
 	if host == "" {
-		host = DefaultHostname
+		host = platforms.DefaultHostname
 	}
 	return initConfigX{initConfig: initConfig{
 		Workspace: ws, RootDir: root, Network: cfg.Network,
-		Argv: s.Argv, Env: sandboxEnv(s.Env), Dir: dir, Timeout: timeout,
+		Argv: s.Argv, Env: s.Env, Dir: path.Join(platforms.WorkspaceDir, s.Dir), Timeout: s.Timeout,
 		UID: s.UID, GID: s.GID, Hostname: host, Seccomp: len(l.SyscallFilter) > 0,
-	}, pids: pids}, nil
+	}, pids: s.Pids}, nil
 }
 
 // cloneWorkspace clones the exec's workspace for its /workspace, id-mapped
@@ -521,36 +512,6 @@ func killCgroup(dir string) error {
 	return fmt.Errorf("stale cgroup %s: processes survive SIGKILL", dir)
 }
 
-// capWriter passes the first limit bytes to w and drains the rest, so a
-// chatty command never blocks on a full pipe. A failing w is remembered and
-// the stream still drained.
-type capWriter struct {
-	w         io.Writer
-	mu        *sync.Mutex // shared with the other stream's when w is the same
-	limit, n  int64
-	truncated bool
-	err       error
-}
-
-func (c *capWriter) Write(p []byte) (int, error) {
-	if c.mu != nil {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-	}
-	keep := p
-	if room := c.limit - c.n; int64(len(p)) > room {
-		keep = p[:max(room, 0)]
-		c.truncated = true
-	}
-	c.n += int64(len(keep))
-	if len(keep) > 0 && c.w != nil && c.err == nil {
-		if _, err := c.w.Write(keep); err != nil {
-			c.err = err
-		}
-	}
-	return len(p), nil
-}
-
 // tracePhases logs (at debug level) how long each phase of an exec took,
 // merging the launcher's and the init's marks on their shared clock.
 func (l *Launcher) tracePhases(launcher, init marks, cpu time.Duration) {
@@ -600,12 +561,3 @@ func awaitExit(pid int) {
 // outputGrace bounds the wait for output EOF after the init reported: only
 // a descriptor smuggled out of the sandbox could keep a pipe open longer.
 const outputGrace = 5 * time.Second
-
-// sameWriter reports whether a and b are the same comparable writer.
-func sameWriter(a, b io.Writer) bool {
-	if a == nil || b == nil {
-		return false
-	}
-	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
-	return ta == tb && ta.Comparable() && a == b
-}
