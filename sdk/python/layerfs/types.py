@@ -121,19 +121,85 @@ class Change:
 
 
 @dataclass
+class OpStats:
+    """One FUSE opcode's requests and the daemon's time serving them."""
+
+    count: int = 0
+    service_ns: int = 0
+
+
+def _by_op(v: Any) -> dict[str, OpStats]:
+    return {k: from_json(OpStats, o) for k, o in (v or {}).items()}
+
+
+@dataclass
+class FUSEStats:
+    """FUSE requests served by the daemon, in total and by opcode."""
+
+    requests: int = 0
+    service_ns: int = 0
+    by_op: dict[str, OpStats] = _j(conv=_by_op, factory=dict)
+    service_p50_ns: int = 0
+
+
+@dataclass
+class UpperStats:
+    """What a workspace's upper layer holds, or what an exec changed in it."""
+
+    files: int = 0
+    bytes: int = 0
+    dirs: int = 0
+    whiteouts: int = 0
+    metacopies: int = 0
+    copy_ups: int = 0
+
+
+@dataclass
+class SQLStats:
+    """The Store's SQL work for one request."""
+
+    statements: int = 0
+    rows: int = 0
+    transactions: int = 0
+    tx_ns: int = 0
+
+
+@dataclass
+class QuotaUsage:
+    """A workspace's quota and its use; ``full`` within 1 MiB (or 1%) of
+    its bytes, or no inode left."""
+
+    bytes: int = 0
+    bytes_used: int = 0
+    inodes: int = 0
+    inodes_used: int = 0
+    full: bool = False
+
+
+@dataclass
 class Receipt:
     """What an exec or a commit cost, as the daemon measured it.
 
-    ``raw`` keeps the whole receipt (FUSE requests by opcode, SQL counts...).
+    ``raw`` keeps the whole receipt as the daemon sent it.
     """
 
     wall_ns: int = 0
     command_ns: int = 0
     launch_ns: int = 0
     capture_ns: int = 0
+    fuse: FUSEStats = _j(conv=lambda v: from_json(FUSEStats, v), factory=FUSEStats)
+    upper: UpperStats = _j(conv=lambda v: from_json(UpperStats, v), factory=UpperStats)
+    sql: SQLStats = _j(conv=lambda v: from_json(SQLStats, v), factory=SQLStats)
     upper_bytes: int = 0
     store_bytes_written: int = 0
+    new_objects: int = 0
+    reused_objects: int = 0
+    new_bytes: int = 0
+    reused_bytes: int = 0
     platform: str = ""
+    image: str = ""
+    user_namespace: str = ""  # the command's uid_map, or "none: " and why
+    quota: QuotaUsage | None = _j(conv=lambda v: from_json(QuotaUsage, v) if v else None)
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -142,7 +208,7 @@ class Receipt:
 
     @property
     def fuse_requests(self) -> int:
-        return int((self.raw.get("fuse") or {}).get("requests", 0))
+        return self.fuse.requests
 
 
 def _receipt(v: Any) -> Receipt | None:
@@ -201,9 +267,13 @@ class WorkspaceInfo:
     platform: str = ""
     network: str = ""
     state: str = ""
+    native: bool = False
     created: datetime | None = _j(conv=_time)
+    node: str = ""  # on a shared Store: the host that serves it
+    node_address: str = ""  # in a listing of all hosts': that host's address
     data_path: str = ""
     durability: str = ""  # "commit" or "fsync"; "" for a native workspace
+    receipt: Receipt | None = _j(conv=_receipt)  # on a create or a remount: what mounting cost
 
 
 @dataclass
@@ -253,6 +323,8 @@ class WorkspaceStatus(WorkspaceInfo):
     changes: list[Change] = _j(conv=lambda v: [from_json(Change, c) for c in v or []], factory=list)
     conflicts: list[Conflict] = _j(conv=_conflicts, factory=list)
     upper_bytes: int = 0
+    upper: UpperStats = _j(conv=lambda v: from_json(UpperStats, v), factory=UpperStats)
+    fuse: FUSEStats = _j(conv=lambda v: from_json(FUSEStats, v), factory=FUSEStats)
 
 
 @dataclass
