@@ -161,6 +161,9 @@ type call struct {
 	ctype  string
 	accept string
 	gzip   bool // ask for a gzip body (Accept-Encoding), which the caller decodes
+	// upgrade asks to switch the connection to this protocol: a 101
+	// answer is then a success, its Body the connection.
+	upgrade string
 }
 
 // send performs a request and returns the response when its status is
@@ -195,11 +198,15 @@ func (c *Client) send(ctx context.Context, k call) (*http.Response, error) {
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	if k.upgrade != "" {
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", k.upgrade)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, lostOr(ctx, err)
 	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 || k.upgrade != "" && resp.StatusCode == http.StatusSwitchingProtocols {
 		return resp, nil
 	}
 	defer resp.Body.Close()

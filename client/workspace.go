@@ -277,20 +277,7 @@ func (ws *Workspace) ExecArgv(ctx context.Context, argv []string, opts ExecOptio
 }
 
 func (ws *Workspace) exec(ctx context.Context, req wire.ExecRequest, opts ExecOptions) (*ExecResult, error) {
-	req.Env, req.Dir, req.Stdin = opts.Env, opts.Dir, opts.Stdin
-	req.OutputLimit, req.MemoryBytes, req.Pids, req.UID, req.GID = opts.OutputLimit, opts.MemoryBytes, opts.Pids, opts.UID, opts.GID
-	req.MilliCPUs, req.OpenFiles = opts.MilliCPUs, opts.OpenFiles
-	if opts.Timeout != 0 {
-		// Rounded up, and a negative timeout goes through for the daemon to refuse.
-		req.TimeoutMs = int64((opts.Timeout + time.Millisecond - 1) / time.Millisecond)
-		if opts.Timeout < 0 {
-			req.TimeoutMs = int64(opts.Timeout / time.Millisecond)
-			if req.TimeoutMs == 0 {
-				req.TimeoutMs = -1
-			}
-		}
-	}
-	b, err := json.Marshal(req)
+	b, err := json.Marshal(opts.request(req))
 	if err != nil {
 		return nil, err
 	}
@@ -321,6 +308,24 @@ func (ws *Workspace) exec(ctx context.Context, req wire.ExecRequest, opts ExecOp
 		return &res, nil
 	}
 	return readEvents(ctx, resp.Body, opts.Stdout, opts.Stderr)
+}
+
+// request is req with the options' fields.
+func (opts ExecOptions) request(req wire.ExecRequest) wire.ExecRequest {
+	req.Env, req.Dir, req.Stdin = opts.Env, opts.Dir, opts.Stdin
+	req.OutputLimit, req.MemoryBytes, req.Pids, req.UID, req.GID = opts.OutputLimit, opts.MemoryBytes, opts.Pids, opts.UID, opts.GID
+	req.MilliCPUs, req.OpenFiles = opts.MilliCPUs, opts.OpenFiles
+	if opts.Timeout != 0 {
+		// Rounded up, and a negative timeout goes through for the daemon to refuse.
+		req.TimeoutMs = int64((opts.Timeout + time.Millisecond - 1) / time.Millisecond)
+		if opts.Timeout < 0 {
+			req.TimeoutMs = int64(opts.Timeout / time.Millisecond)
+			if req.TimeoutMs == 0 {
+				req.TimeoutMs = -1
+			}
+		}
+	}
+	return req
 }
 
 func deliver(w io.Writer, data *[]byte) error {

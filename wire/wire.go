@@ -368,6 +368,17 @@ type ExecRequest struct {
 	MilliCPUs int `json:"milli_cpus,omitempty"`
 	// OpenFiles is the command's open files limit (RLIMIT_NOFILE).
 	OpenFiles int `json:"open_files,omitempty"`
+	// TTY runs the command on a terminal of this size (its stdin, stdout
+	// and stderr; the output all comes as stdout). Only an attached exec
+	// (POST .../attach) has one: a terminal needs input as it is typed.
+	TTY *TerminalSize `json:"tty,omitempty"`
+}
+
+// TerminalSize is a terminal's size in characters; 0 for the default (24
+// rows, 80 columns).
+type TerminalSize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
 }
 
 // ExecResult answers an exec. Stdout and Stderr are filled when the output

@@ -27,7 +27,7 @@ func wsCmd(a *app) *cobra.Command {
 		Short: "Workspaces: create, exec, cp, commit, update, fork, end (through the daemon)",
 	}
 	cmd.AddCommand(wsCreateCmd(a), wsListCmd(a), wsStatusCmd(a), wsExecCmd(a), wsCpCmd(a),
-		wsCommitCmd(a), wsUpdateCmd(a), wsResolveCmd(a), wsForkCmd(a), wsEndCmd(a), wsMountCmd(a), wsWatchCmd(a))
+		wsCommitCmd(a), wsUpdateCmd(a), wsResolveCmd(a), wsForkCmd(a), wsEndCmd(a), wsMountCmd(a), wsWatchCmd(a), wsShellCmd(a))
 	return cmd
 }
 

@@ -125,6 +125,14 @@ type Executor interface {
 	// requests that could not run. When ctx ends first the command is
 	// killed and Exec fails with an error wrapping ctx's.
 	Exec(ctx context.Context, id string, req wire.ExecRequest, stdout, stderr io.Writer) (wire.ExecResult, error)
+	// Attach runs one command as Exec does, its input read from stdin as
+	// it comes (req.Stdin must be empty): the end of stdin is the end of
+	// the command's input. With req.TTY the command runs on a terminal:
+	// its output all comes to stdout, the end of stdin hangs the terminal
+	// up (the command's session gets SIGHUP), and resize carries new
+	// sizes. Exec refuses req.TTY as invalid; a platform without
+	// terminals refuses it as unavailable.
+	Attach(ctx context.Context, id string, req wire.ExecRequest, stdin io.Reader, stdout, stderr io.Writer, resize <-chan wire.TerminalSize) (wire.ExecResult, error)
 }
 
 // Files reads and writes the files of a workspace.

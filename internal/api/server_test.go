@@ -119,6 +119,39 @@ func (h *harness) do(method, path string, body io.Reader, hdr ...string) respons
 	return response{resp.StatusCode, resp.Header, b}
 }
 
+// attach runs req attached over an upgraded connection, sends input and
+// the end of it, and returns the output and the last event.
+func (h *harness) attach(path string, req wire.ExecRequest, input string) (string, wire.ExecEvent) {
+	h.t.Helper()
+	b, err := json.Marshal(req)
+	require.NoError(h.t, err)
+	hr, err := http.NewRequest("POST", h.url+path, bytes.NewReader(b))
+	require.NoError(h.t, err)
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Connection", "Upgrade")
+	hr.Header.Set("Upgrade", wire.AttachProtocol)
+	resp, err := h.hc.Do(hr)
+	require.NoError(h.t, err)
+	require.Equal(h.t, http.StatusSwitchingProtocols, resp.StatusCode)
+	conn := resp.Body.(io.ReadWriteCloser)
+	defer conn.Close()
+	require.NoError(h.t, wire.WriteFrame(conn, wire.FrameStdin, []byte(input)))
+	require.NoError(h.t, wire.WriteFrame(conn, wire.FrameStdinEnd, nil))
+	var out strings.Builder
+	for {
+		typ, p, err := wire.ReadFrame(conn)
+		require.NoError(h.t, err)
+		switch typ {
+		case wire.FrameStdout:
+			out.Write(p)
+		case wire.FrameEnd:
+			var ev wire.ExecEvent
+			require.NoError(h.t, json.Unmarshal(p, &ev))
+			return out.String(), ev
+		}
+	}
+}
+
 func (h *harness) json(method, path string, in any, wantStatus int, out any) response {
 	h.t.Helper()
 	var body io.Reader
@@ -293,6 +326,13 @@ func TestRoutes(t *testing.T) {
 	h.json("POST", base+"/execs", wire.ExecRequest{Body: "exit 3"}, 200, &res)
 	if res.ExitCode != 3 {
 		t.Errorf("exec exit 3 = %+v", res)
+	}
+	out, ev := h.attach(base+"/attach", wire.ExecRequest{Body: "read a; echo got-$a; exit 4"}, "hi\n")
+	if ev.Result == nil || ev.Result.ExitCode != 4 || out != "got-hi\n" {
+		t.Errorf("attach = %q, %+v", out, ev)
+	}
+	if r := h.do("POST", base+"/attach", strings.NewReader(`{"body": "true"}`), "Content-Type", "application/json"); r.status != 400 || !strings.Contains(string(r.body), "Upgrade") {
+		t.Errorf("attach without an upgrade: %d %s", r.status, r.body)
 	}
 
 	var st wire.WorkspaceStatus

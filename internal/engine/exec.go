@@ -40,10 +40,37 @@ func (e *Engine) endExec() {
 // fails (non-zero exit, timeout) is a result, not an error; errors are for
 // requests that could not run.
 func (e *Engine) Exec(ctx context.Context, id string, req wire.ExecRequest, stdout, stderr io.Writer) (wire.ExecResult, error) {
+	if req.TTY != nil {
+		return wire.ExecResult{}, fmt.Errorf("%w: tty: a terminal takes its input as it is typed: attach the exec (POST /v1/workspaces/{id}/attach)", errclass.Invalid)
+	}
 	spec, err := e.execSpec(req)
 	if err != nil {
 		return wire.ExecResult{}, err
 	}
+	return e.run(ctx, id, spec, stdout, stderr)
+}
+
+// Attach runs one command as Exec does, with its input streamed from
+// stdin (its end is the end of the command's input; on a terminal, req.TTY,
+// it hangs the terminal up) and a terminal's new sizes from resize.
+func (e *Engine) Attach(ctx context.Context, id string, req wire.ExecRequest, stdin io.Reader, stdout, stderr io.Writer, resize <-chan wire.TerminalSize) (wire.ExecResult, error) {
+	if len(req.Stdin) > 0 {
+		return wire.ExecResult{}, fmt.Errorf("%w: stdin: an attached exec's input streams on its connection; the request carries none", errclass.Invalid)
+	}
+	spec, err := e.execSpec(req)
+	if err != nil {
+		return wire.ExecResult{}, err
+	}
+	spec.Stdin = stdin
+	if spec.Terminal != nil {
+		spec.Terminal.Resize = resize
+	}
+	return e.run(ctx, id, spec, stdout, stderr)
+}
+
+// run runs a normalized spec in the workspace's sandbox and adds the
+// receipt.
+func (e *Engine) run(ctx context.Context, id string, spec platforms.ExecSpec, stdout, stderr io.Writer) (wire.ExecResult, error) {
 	w, err := e.get(ctx, id)
 	if err != nil {
 		return wire.ExecResult{}, err

@@ -2,6 +2,7 @@ package platforms
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -44,6 +45,14 @@ const (
 	MaxMemoryBytes = 1 << 50
 	// MaxID is the largest uid or gid (2^32-1 is "no id" to the kernel).
 	MaxID = 1<<32 - 2
+	// MaxTerminal bounds a terminal's rows and columns.
+	MaxTerminal = 1000
+)
+
+// The size of a terminal whose spec names none.
+const (
+	DefaultRows = 24
+	DefaultCols = 80
 )
 
 // DefaultPath, DefaultHome and DefaultTerm are what Normalize adds to an
@@ -111,6 +120,11 @@ func (s ExecSpec) Normalize() (ExecSpec, error) {
 	}
 	if s.Pids == 0 {
 		s.Pids = DefaultPids
+	}
+	if t := s.Terminal; t != nil && (t.Rows == 0 || t.Cols == 0) {
+		sized := *t
+		sized.Rows, sized.Cols = cmp.Or(t.Rows, DefaultRows), cmp.Or(t.Cols, DefaultCols)
+		s.Terminal = &sized
 	}
 	s.Dir = path.Clean("./" + s.Dir)
 	if s.Dir == "." {
@@ -195,6 +209,10 @@ func (s ExecSpec) checkLimits(bad *problems) {
 	inRange("open_files", int64(s.OpenFiles), MaxOpenFiles)
 	inRange("uid", int64(s.UID), MaxID)
 	inRange("gid", int64(s.GID), MaxID)
+	if s.Terminal != nil {
+		inRange("tty.rows", int64(s.Terminal.Rows), MaxTerminal)
+		inRange("tty.cols", int64(s.Terminal.Cols), MaxTerminal)
+	}
 }
 
 // withDefaultEnv is env with PATH, HOME and TERM appended where it sets
@@ -258,6 +276,9 @@ func FromRequest(req wire.ExecRequest, uid, gid int) (ExecSpec, error) {
 	}
 	if len(req.Stdin) > 0 {
 		s.Stdin = bytes.NewReader(req.Stdin)
+	}
+	if req.TTY != nil {
+		s.Terminal = &Terminal{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
 	}
 	if err := bad.err(); err != nil {
 		return s, err

@@ -28,6 +28,9 @@ var (
 	// ErrDaemon: the guest layerfsd of a VM platform did not answer on the
 	// forwarded socket.
 	ErrDaemon = errclass.New(errclass.Unavailable, "guest layerfsd did not answer")
+	// ErrNoTerminal: an exec asked for a terminal on a platform without
+	// (Features.Terminal).
+	ErrNoTerminal = errclass.New(errclass.Unavailable, "the platform runs no terminals")
 	// ErrCommand: a command of a VM platform's tool (limactl, container,
 	// msb) failed.
 	ErrCommand = errclass.New(errclass.Unavailable, "platform command failed")
@@ -68,6 +71,9 @@ type Features struct {
 	CPULimit     bool // enforces ExecSpec.MilliCPUs
 	// OpenFilesLimit: enforces ExecSpec.OpenFiles.
 	OpenFilesLimit bool
+	// Terminal: runs an ExecSpec with a Terminal; others refuse it with
+	// ErrNoTerminal.
+	Terminal bool
 }
 
 // Identity pins what a result was measured on.
@@ -174,6 +180,20 @@ type ExecSpec struct {
 	// platform's default.
 	OpenFiles int
 	Hostname  string
+	// Terminal, when set, runs the command on a pseudo-terminal: its
+	// stdin, stdout and stderr, its session's controlling terminal. Its
+	// output all comes to stdout; the end of Stdin hangs the terminal up
+	// (the session gets SIGHUP), so a terminal's Stdin is a stream that
+	// ends when its user leaves.
+	Terminal *Terminal
+}
+
+// Terminal is an exec's pseudo-terminal.
+type Terminal struct {
+	Rows, Cols int // 0: 24 rows, 80 columns
+	// Resize, when set, carries new sizes while the command runs; the
+	// platform stops reading it when the exec ends.
+	Resize <-chan wire.TerminalSize
 }
 
 // Defaults for ExecSpec fields left zero.

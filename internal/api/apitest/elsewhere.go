@@ -119,6 +119,14 @@ func (e *Elsewhere) Exec(ctx context.Context, id string, req wire.ExecRequest, s
 	return e.Engine.Exec(ctx, id, req, stdout, stderr)
 }
 
+// Attach implements api.Executor.
+func (e *Elsewhere) Attach(ctx context.Context, id string, req wire.ExecRequest, stdin io.Reader, stdout, stderr io.Writer, resize <-chan wire.TerminalSize) (wire.ExecResult, error) {
+	if err := e.misdirected(id); err != nil {
+		return wire.ExecResult{}, err
+	}
+	return e.Engine.Attach(ctx, id, req, stdin, stdout, stderr, resize)
+}
+
 // WriteFile implements api.Files.
 func (e *Elsewhere) WriteFile(ctx context.Context, id, path string, mode fs.FileMode, r io.Reader) error {
 	if err := e.misdirected(id); err != nil {

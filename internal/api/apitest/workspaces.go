@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ var execChecks = []check{
 	{"ExecRequest", checkExecRequest},
 	{"ExecTimeout", checkExecTimeout},
 	{"ExecCanceled", checkExecCanceled},
+	{"Attach", checkAttach},
 }
 
 // ids lists the ids of workspaces.
@@ -291,4 +293,50 @@ type startWriter struct {
 func (w *startWriter) Write(p []byte) (int, error) {
 	w.once.Do(func() { close(w.started) })
 	return len(p), nil
+}
+
+// checkAttach: an attached exec reads its input as it comes, and one on a
+// terminal sees a terminal, ends with its exit code, and is hung up when
+// its input ends; a terminal is refused to Exec, and stdin in an attached
+// request.
+func checkAttach(f *fixture) {
+	ws := f.workspace(f.project(), "main")
+	inR, inW := io.Pipe()
+	var out bytes.Buffer
+	done := make(chan struct{})
+	var res wire.ExecResult
+	var err error
+	go func() {
+		defer close(done)
+		res, err = f.eng.Attach(f.ctx, ws.ID, wire.ExecRequest{Body: "read a; echo got-$a; read b; echo got-$b"}, inR, &out, &bytes.Buffer{}, nil)
+	}()
+	_, _ = inW.Write([]byte("one\n"))
+	time.Sleep(50 * time.Millisecond)
+	_, _ = inW.Write([]byte("two\n"))
+	inW.Close()
+	<-done
+	require.NoError(f.t, err)
+	assert.Equal(f.t, "got-one\ngot-two\n", out.String(), "input streamed")
+
+	inR, inW = io.Pipe()
+	out.Reset()
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		res, err = f.eng.Attach(f.ctx, ws.ID, wire.ExecRequest{Body: "tty; exit 4", TTY: &wire.TerminalSize{Rows: 10, Cols: 40}}, inR, &out, &bytes.Buffer{}, nil)
+	}()
+	<-done
+	inW.Close()
+	if errors.Is(err, errclass.Unavailable) {
+		f.t.Logf("this platform runs no terminals: %v", err)
+	} else {
+		require.NoError(f.t, err)
+		assert.Equal(f.t, 4, res.ExitCode)
+		assert.Contains(f.t, out.String(), "/dev/pts/", "the command's terminal")
+	}
+
+	_, err = f.eng.Exec(f.ctx, ws.ID, wire.ExecRequest{Body: "true", TTY: &wire.TerminalSize{}}, &bytes.Buffer{}, &bytes.Buffer{})
+	f.isClass(err, errclass.Invalid, "a terminal without attach")
+	_, err = f.eng.Attach(f.ctx, ws.ID, wire.ExecRequest{Body: "true", Stdin: []byte("x")}, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{}, nil)
+	f.isClass(err, errclass.Invalid, "stdin in an attached request")
 }

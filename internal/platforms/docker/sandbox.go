@@ -257,6 +257,9 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	if err != nil {
 		return res, fmt.Errorf("docker: exec in %s: %w", s.ws.ID, err)
 	}
+	if spec.Terminal != nil {
+		return res, fmt.Errorf("docker: exec in %s: %w", s.ws.ID, platforms.ErrNoTerminal)
+	}
 	opts, err := s.execOptions(spec)
 	if err != nil {
 		return res, fmt.Errorf("docker: exec in %s: %w", s.ws.ID, err)

@@ -135,7 +135,7 @@ func (p *Platform) Features() platforms.Features {
 	l := p.current()
 	mem, pids := l.Limits()
 	return platforms.Features{HostMounts: true, Network: true, MemoryLimit: mem, PidsLimit: pids,
-		CPULimit: l.CPULimit(), OpenFilesLimit: true}
+		CPULimit: l.CPULimit(), OpenFilesLimit: true, Terminal: true}
 }
 
 // Up checks that this host can run sandboxes by running `true` in one.

@@ -211,6 +211,7 @@ func runHostMounts(t *testing.T, p platforms.Platform, newWorkspace func(t *test
 	t.Run("ExitCodes", func(t *testing.T) { testExitCodes(t, e) })
 	t.Run("Output", func(t *testing.T) { testOutput(t, e) })
 	t.Run("Stdin", func(t *testing.T) { testStdin(t, e) })
+	testTerminal(t, e)
 	t.Run("Descriptors", func(t *testing.T) { testDescriptors(t, e) })
 	t.Run("Timeout", func(t *testing.T) { testTimeout(t, e) })
 	t.Run("OutputCap", func(t *testing.T) { testOutputCap(t, e) })

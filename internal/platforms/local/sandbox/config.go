@@ -81,6 +81,8 @@ type initConfig struct {
 	UID       int           `json:"uid"`
 	GID       int           `json:"gid"`
 	Hostname  string        `json:"hostname"`
+	// TTY: the command runs on a terminal of this size (see terminal).
+	TTY *ttySize `json:"tty,omitempty"`
 	// Rlimits stand in for the cgroup limits the host lacks.
 	RlimitAS    uint64 `json:"rlimit_as,omitempty"`
 	RlimitNproc uint64 `json:"rlimit_nproc,omitempty"`
@@ -93,6 +95,12 @@ type initConfig struct {
 	// Last: the launcher will not reuse the init, which exits after its
 	// report instead of making its sandbox ready for another exec.
 	Last bool `json:"last,omitempty"`
+}
+
+// ttySize is a terminal's size in characters.
+type ttySize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // initReport is what the init sends back on its control socket, as JSON,

@@ -46,7 +46,8 @@ type execution struct {
 
 	rep        initReport
 	reported   bool
-	unregister func() // from the Session's reaping
+	gotReport  chan struct{} // closed once await has the report (or gave up on it)
+	unregister func()        // from the Session's reaping
 	// Known once the init is reaped (not for a kept init).
 	status  unix.WaitStatus
 	initCPU time.Duration
@@ -60,7 +61,7 @@ func (l *Launcher) newExecution(ctx context.Context, s *Session, cfg Config, std
 	if err != nil {
 		return nil, err
 	}
-	x := &execution{l: l, session: s, cfg: cfg, t0: t0, ws: -1}
+	x := &execution{l: l, session: s, cfg: cfg, t0: t0, ws: -1, gotReport: make(chan struct{})}
 	x.marks.add("run")
 	l.init()
 	if err := ctx.Err(); err != nil {
@@ -91,7 +92,9 @@ func (l *Launcher) newExecution(ctx context.Context, s *Session, cfg Config, std
 	x.kind = sandboxKind{network: cfg.Network, image: ic.RootDir, inNS: l.userNS != nil}
 
 	x.outW, x.errW = outputcap.Pair(stdout, stderr, spec.OutputLimit)
-	x.stdin, _ = spec.Stdin.(*os.File)
+	if spec.Terminal == nil {
+		x.stdin, _ = spec.Stdin.(*os.File)
+	}
 	return x, nil
 }
 
@@ -219,6 +222,11 @@ func (x *execution) copyOutput() {
 		return
 	}
 	x.outDone = []<-chan struct{}{drain(e.outR, x.outW), drain(e.errR, x.errW)}
+	if x.cfg.Spec.Terminal != nil {
+		e.inW.Close() // the command reads its terminal
+		x.outDone = append(x.outDone, x.relayTerminal())
+		return
+	}
 	if e.inW == nil {
 		return
 	}
@@ -252,6 +260,7 @@ func (x *execution) await(ctx context.Context) {
 	} else {
 		x.kill()
 	}
+	close(x.gotReport)
 	x.marks.add("got")
 	// The hooks that kill the init stop before the init may be kept: the
 	// caller's context ends once Run returns.

@@ -384,6 +384,18 @@ func (in *sandboxInit) run(cfg *initConfig, x *execFDs) initReport {
 			Setpgid: true,
 		},
 	}
+	var term *terminal
+	if cfg.TTY != nil {
+		if term, err = openTerminal(cfg); err != nil {
+			restore()
+			return initReport{Error: err.Error()}
+		}
+		defer term.close()
+		// A session of its own with the terminal as its controlling
+		// one: job control, and Ctrl-C for its foreground group.
+		attr.Files = []uintptr{uintptr(term.slave), uintptr(term.slave), uintptr(term.slave)}
+		attr.Sys.Setpgid, attr.Sys.Setsid, attr.Sys.Setctty, attr.Sys.Ctty = false, true, true, 0
+	}
 	in.marks.add("fork")
 	start := time.Now()
 	pid, err := syscall.ForkExec(bin, cfg.Argv, attr)
@@ -391,6 +403,16 @@ func (in *sandboxInit) run(cfg *initConfig, x *execFDs) initReport {
 	restore()
 	if err != nil {
 		return notStarted(x.fd[msgStderr], cfg.Argv[0], err)
+	}
+	if term != nil {
+		// Only the launcher holds the master from here on: closing it
+		// hangs the terminal up.
+		if err := term.handOver(); err != nil {
+			_ = unix.Kill(-1, unix.SIGKILL)
+			r := reap(cfg, pid, start, &in.marks)
+			r.Error = err.Error()
+			return r
+		}
 	}
 	// Only the command's processes may hold its stdio.
 	for _, i := range []int{msgStdin, msgStdout, msgStderr} {

@@ -132,9 +132,12 @@ type initConn struct {
 	readies atomic.Uint64   // ready messages received
 	ready   chan struct{}   // a ready message came (capacity 1)
 	reports chan initReport // the reports, in order
-	done    chan struct{}   // closed once the socket has ended
-	theirs  *os.File        // the init's end, until it is started
-	first   func()          // called at the first ready message
+	// ptys are the terminal masters of execs with one (ptyMessage), each
+	// received before its exec's report.
+	ptys    chan *os.File
+	done    chan struct{} // closed once the socket has ended
+	theirs  *os.File      // the init's end, until it is started
+	first   func()        // called at the first ready message
 	closing sync.Once
 }
 
@@ -152,6 +155,7 @@ func newInitConn() (*initConn, error) {
 	return &initConn{
 		ctl: os.NewFile(uintptr(fds[0]), "init"), theirs: os.NewFile(uintptr(fds[1]), "init"),
 		ready: make(chan struct{}, 1), reports: make(chan initReport, 4), done: make(chan struct{}),
+		ptys: make(chan *os.File, 1),
 	}, nil
 }
 
@@ -177,15 +181,22 @@ func (c *initConn) read() {
 		return
 	}
 	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4))
 	for {
-		var n int
+		var n, oobn int
 		var rerr error
 		err := rc.Read(func(fd uintptr) bool {
-			n, _, _, _, rerr = unix.Recvmsg(int(fd), buf, nil, 0)
+			n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
 			return !errors.Is(rerr, unix.EAGAIN)
 		})
 		if err != nil || rerr != nil || n == 0 {
 			return
+		}
+		if oobn > 0 {
+			if !c.takePty(buf[:n], oob[:oobn]) {
+				return
+			}
+			continue
 		}
 		if n == len(readyMessage) && buf[0] == readyMessage[0] {
 			if c.readies.Add(1) == 1 && c.first != nil {
@@ -203,6 +214,37 @@ func (c *initConn) read() {
 		}
 		c.reports <- r
 	}
+}
+
+// takePty receives a terminal master (ptyMessage); false when the message
+// is anything else, which ends the conversation with the init.
+func (c *initConn) takePty(msg, oob []byte) bool {
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob); err == nil {
+		for _, m := range msgs {
+			if fs, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, fs...)
+			}
+		}
+	}
+	if string(msg) != ptyMessage || len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return false
+	}
+	// Non-blocking, so that reads wait in the poller and Close ends them.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		return false
+	}
+	select {
+	case c.ptys <- os.NewFile(uintptr(fds[0]), "pty"):
+	default: // one per exec: a second is the init's error
+		unix.Close(fds[0])
+		return false
+	}
+	return true
 }
 
 // awaitReady returns once the init has said ready for its next exec (it

@@ -296,11 +296,15 @@ func (l *Launcher) initConfig(cfg Config) (initConfigX, error) {
 	if host == "" {
 		host = platforms.DefaultHostname
 	}
-	return initConfigX{initConfig: initConfig{
+	ic := initConfigX{initConfig: initConfig{
 		Workspace: ws, RootDir: root, Network: cfg.Network,
 		Argv: s.Argv, Env: s.Env, Dir: path.Join(platforms.WorkspaceDir, s.Dir), Timeout: s.Timeout,
 		UID: s.UID, GID: s.GID, Hostname: host, Seccomp: len(l.SyscallFilter) > 0,
-	}, pids: s.Pids}, nil
+	}, pids: s.Pids}
+	if t := s.Terminal; t != nil {
+		ic.TTY = &ttySize{Rows: uint16(t.Rows), Cols: uint16(t.Cols)}
+	}
+	return ic, nil
 }
 
 // cloneWorkspace clones the exec's workspace for its /workspace, id-mapped
