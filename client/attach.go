@@ -134,7 +134,8 @@ func (a *Attached) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// CloseStdin ends the command's input; on a terminal it hangs it up.
+// CloseStdin ends the command's input; on a terminal it hangs it up. After
+// the exec has ended it does nothing.
 func (a *Attached) CloseStdin() error { return a.frame(wire.FrameStdinEnd, nil) }
 
 // Resize gives a terminal a new size.
@@ -146,10 +147,23 @@ func (a *Attached) Resize(rows, cols int) error {
 	return a.frame(wire.FrameResize, b)
 }
 
+// frame sends one frame. Once the exec has ended, the end of its input
+// and a resize are moot (nil), and input is an error.
 func (a *Attached) frame(typ byte, p []byte) error {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
-	if err := wire.WriteFrame(a.conn, typ, p); err != nil {
+	err := wire.WriteFrame(a.conn, typ, p)
+	select {
+	case <-a.done:
+		if typ != wire.FrameStdin {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("it has ended")
+		}
+	default:
+	}
+	if err != nil {
 		return fmt.Errorf("attached exec: %w", err)
 	}
 	return nil

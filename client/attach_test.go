@@ -117,10 +117,31 @@ func TestTerminalClientVanishes(t *testing.T) {
 		}
 	}
 	assert.Equal(t, "hup\n", string(got), "the session got SIGHUP: %v", err)
-	// The workspace takes a new exec, and none of the old one is left.
-	res, err := ws.Exec(t.Context(), "ps -e -o comm= | grep -c sleep || true", client.ExecOptions{})
+	waitNoExecs(t, 10*time.Second)
+
+	// A command that ignores the hang-up is killed after the grace.
+	out = &screen{}
+	term, err = ws.Terminal(t.Context(), []string{"bash", "-c", "trap '' HUP; echo ready; sleep 60"}, wire.TerminalSize{}, out)
 	require.NoError(t, err)
-	assert.Equal(t, "0\n", string(res.Stdout), "processes left of the hung-up terminal")
+	out.waitFor(t, "ready")
+	require.NoError(t, term.Close())
+	waitNoExecs(t, 20*time.Second)
+}
+
+// waitNoExecs waits until the daemon runs no exec (the test runs alone).
+func waitNoExecs(t *testing.T, d time.Duration) {
+	t.Helper()
+	c := dial(t)
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+		st, err := c.Daemon(t.Context())
+		require.NoError(t, err)
+		if st.Execs == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d execs still run %v after their client left", st.Execs, d)
+		}
+	}
 }
 
 // TestAttachRefused: what the daemon refuses before the command starts is

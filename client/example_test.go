@@ -91,6 +91,53 @@ func ExampleWorkspace_ExecArgv() {
 	// Output: exit 3
 }
 
+func ExampleWorkspace_Attach() {
+	ctx := context.Background()
+	c, _ := client.Dial(ctx, daemonAddr)
+	newProject(ctx, c, "ex-attach")
+	ws, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "ex-attach", Branch: "main"})
+	defer ws.End(ctx, client.EndOptions{Discard: true})
+
+	// Input as it comes: the command reads what is written to it.
+	a, err := ws.Attach(ctx, []string{"sh", "-c", "read name; echo hello $name"},
+		client.AttachOptions{ExecOptions: client.ExecOptions{Stdout: os.Stdout}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	a.Write([]byte("sandbox\n"))
+	a.CloseStdin()
+	res, err := a.Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("exit", res.ExitCode)
+	// Output:
+	// hello sandbox
+	// exit 0
+}
+
+func ExampleWorkspace_Terminal() {
+	ctx := context.Background()
+	c, _ := client.Dial(ctx, daemonAddr)
+	newProject(ctx, c, "ex-terminal")
+	ws, _ := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "ex-terminal", Branch: "main"})
+	defer ws.End(ctx, client.EndOptions{Discard: true})
+
+	// A command on a terminal of 30 rows and 100 columns; its output,
+	// carriage returns and all, goes to the writer.
+	var screen strings.Builder
+	term, err := ws.Terminal(ctx, []string{"sh", "-c", "stty size; exit 5"}, wire.TerminalSize{Rows: 30, Cols: 100}, &screen)
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := term.Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%q, exit %d\n", screen.String(), res.ExitCode)
+	// Output: "30 100\r\n", exit 5
+}
+
 func ExampleWorkspace_Upload() {
 	ctx := context.Background()
 	c, _ := client.Dial(ctx, daemonAddr)

@@ -15,7 +15,8 @@ A client of layerfsd's HTTP API that needs only the standard library::
 subclasses of :class:`LayerFSError`, one per API error code.
 """
 
-from .aio import AsyncClient, AsyncEventStream, AsyncWorkspace
+from ._attach import Attached
+from .aio import AsyncAttached, AsyncClient, AsyncEventStream, AsyncWorkspace
 from .client import Branches, Client, EventStream, Files, Projects, Workspace, Workspaces
 from .errors import (AlreadyExists, Busy, Conflict, DaemonLost, DaemonUnreachable, HeadMoved, InternalError,
                      InvalidArgument, LayerFSError, Misdirected, NoSpace, NotFound, TooLarge, Unauthorized, Unavailable,
@@ -28,7 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "AsyncClient", "Workspace", "AsyncWorkspace", "Files", "Projects", "Workspaces", "Branches",
-    "EventStream", "AsyncEventStream", "FileEvent",
+    "EventStream", "AsyncEventStream", "FileEvent", "Attached", "AsyncAttached",
     "LayerFSError", "InvalidArgument", "Unauthorized", "NotFound", "AlreadyExists", "HeadMoved",
     "UncommittedChanges", "Busy", "TooLarge", "Unavailable", "InternalError", "NoSpace", "Misdirected",
     "Conflict", "DaemonUnreachable", "DaemonLost",

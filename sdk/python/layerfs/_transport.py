@@ -165,6 +165,49 @@ class Transport:
         raise r.error()
 
 
+    def upgrade(self, path: str, json_body: Any, protocol: str) -> tuple[socket.socket, BinaryIO]:
+        """POST json_body asking to switch the connection to ``protocol``; on
+        101 return the socket (to write to) and a buffered reader of what
+        follows, else raise the typed error the answer carries. The
+        connection is the caller's, never pooled."""
+        body = json.dumps(json_body).encode()
+        host = "layerfsd" if self._host is None else f"{self._host[0]}:{self._host[1]}"
+        head = [f"POST {path} HTTP/1.1", f"Host: {host}", "User-Agent: layerfs-python/" + API_VERSION,
+                "Content-Type: application/json", f"Content-Length: {len(body)}",
+                "Connection: Upgrade", f"Upgrade: {protocol}"]
+        if self.token:
+            head.append("Authorization: Bearer " + self.token)
+        try:
+            if self._socket is not None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(self._socket)
+            else:
+                sock = socket.create_connection(self._host)
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            raise DaemonUnreachable(f"no daemon answers on {self.address}: {e}") from e
+        try:
+            sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+            r = sock.makefile("rb")
+            status = int(r.readline().split()[1])
+            headers: dict[str, str] = {}
+            while (line := r.readline().decode("latin-1").strip()):
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+        except (OSError, ValueError, IndexError) as e:
+            sock.close()
+            raise DaemonLost(f"POST {path}: the connection to {self.address} broke before the answer: {e}") from e
+        if status == 101:
+            return sock, r
+        data = r.read(int(headers.get("content-length", "0") or 0))
+        sock.close()
+        try:
+            e = json.loads(data)["error"]
+            err = error_for(e.get("code"), e.get("message", ""), status, e.get("node"), e.get("conflicts"))
+        except (ValueError, KeyError, TypeError):
+            err = error_for(None, f"HTTP {status}: {data.decode('utf-8', 'replace').strip()}", status)
+        raise err
+
+
 def _qv(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"

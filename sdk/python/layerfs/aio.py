@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 from . import client as _sync
+from ._attach import Attached
 from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, MergeResult, Project,
                     UpdateResult, Version, WorkspaceInfo, WorkspaceStatus)
 
@@ -140,6 +141,23 @@ class AsyncWorkspace:
             await asyncio.gather(*pending)
         return res
 
+    async def attach(self, command: str | Sequence[str], *, on_stdout: Any = None, on_stderr: Any = None,
+                     **kw: Any) -> "AsyncAttached":
+        """As :meth:`layerfs.Workspace.attach`; the callbacks (bytes) run on
+        the loop."""
+        loop = asyncio.get_running_loop()
+        pending: list[asyncio.Task[Any]] = []
+        a = await _run(self._ws.attach, command, on_stdout=_on_loop(loop, on_stdout, pending),
+                       on_stderr=_on_loop(loop, on_stderr, pending), **kw)
+        return AsyncAttached(a, pending)
+
+    async def pty(self, command: str | Sequence[str] | None = None, *, rows: int = 24, cols: int = 80,
+                  on_output: Any = None, **kw: Any) -> "AsyncAttached":
+        """As :meth:`layerfs.Workspace.pty`; ``on_output`` (bytes) runs on the
+        loop."""
+        return await self.attach(["bash"] if command is None else command, tty=(rows, cols),
+                                 on_stdout=on_output, **kw)
+
     async def watch(self, prefix: str | None = None, **kw: Any) -> "AsyncEventStream":
         """As :meth:`layerfs.Workspace.watch`: ``async for ev in stream``."""
         return AsyncEventStream(await _run(self._ws.watch, prefix, **kw))
@@ -172,6 +190,38 @@ class AsyncWorkspace:
 
     async def __aexit__(self, *exc: Any) -> None:
         await _run(self._ws.__exit__, *exc)
+
+
+class AsyncAttached:
+    """The asyncio twin of :class:`layerfs.Attached`; ``async with`` closes
+    it."""
+
+    def __init__(self, a: Attached, pending: list[Any]):
+        self._a, self._pending = a, pending
+
+    async def write(self, data: bytes | str) -> None:
+        await _run(self._a.write, data)
+
+    async def close_stdin(self) -> None:
+        await _run(self._a.close_stdin)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        await _run(self._a.resize, rows, cols)
+
+    async def wait(self, timeout: float | None = None) -> ExecResult:
+        res = await _run(self._a.wait, timeout)
+        if self._pending:
+            await asyncio.gather(*self._pending)
+        return res
+
+    async def close(self) -> None:
+        await _run(self._a.close)
+
+    async def __aenter__(self) -> "AsyncAttached":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
 
 
 class AsyncEventStream:

@@ -23,12 +23,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import _archive
+from ._attach import PROTOCOL as ATTACH_PROTOCOL
+from ._attach import Attached, BytesCallback
 from ._transport import API_VERSION, Transport, default_address, default_store, start_daemon
 from .errors import DaemonLost, DaemonUnreachable, InvalidArgument, LayerFSError, Misdirected, error_for
 from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, MergeResult, Project,
                     UpdateResult, Version, WorkspaceInfo, WorkspaceStatus, from_json)
 
-__all__ = ["Client", "Workspace", "Files", "Projects", "Workspaces", "Branches", "EventStream", "OutputCallback"]
+__all__ = ["Client", "Workspace", "Files", "Projects", "Workspaces", "Branches", "EventStream", "OutputCallback", "Attached"]
 
 #: Receives a command's output as it comes, as text (each stream decoded
 #: incrementally, so a character split between chunks arrives whole).
@@ -325,26 +327,11 @@ class Workspace:
         non-zero exit is in the result, not raised. ``memory_bytes``,
         ``pids``, ``cpus`` (fractions allowed) and ``open_files`` limit the
         sandbox."""
-        req: dict[str, Any] = {}
-        if isinstance(command, str):
-            req["body"] = command
-        else:
-            req["argv"] = list(command)
-        if env:
-            req["env"] = [f"{k}={v}" for k, v in env.items()]
-        if cwd:
-            req["dir"] = cwd
+        req = _exec_request(command, timeout=timeout, env=env, cwd=cwd, output_limit=output_limit,
+                            memory_bytes=memory_bytes, pids=pids, cpus=cpus, open_files=open_files)
         if stdin is not None:
             raw = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
             req["stdin"] = base64.b64encode(raw).decode()
-        if timeout is not None:
-            req["timeout_ms"] = math.ceil(timeout * 1000) if timeout > 0 else -1
-        for key, v in (("output_limit", output_limit), ("memory_bytes", memory_bytes), ("pids", pids),
-                       ("open_files", open_files)):
-            if v is not None:
-                req[key] = v
-        if cpus is not None:
-            req["milli_cpus"] = round(cpus * 1000)
         stream = on_stdout is not None or on_stderr is not None
         resp = self._request("POST", self._path("/execs"), json_body=req,
                                   accept=NDJSON if stream else None, timeout=None)
@@ -355,6 +342,43 @@ class Workspace:
                     cb(data.decode("utf-8", "replace"))
             return res
         return _read_events(resp, on_stdout, on_stderr)
+
+    def attach(self, command: str | Sequence[str], *, tty: tuple[int, int] | bool | None = None,
+               on_stdout: BytesCallback | None = None, on_stderr: BytesCallback | None = None,
+               timeout: float | None = None, env: Mapping[str, str] | None = None, cwd: str | None = None,
+               output_limit: int | None = None, memory_bytes: int | None = None, pids: int | None = None,
+               cpus: float | None = None, open_files: int | None = None) -> Attached:
+        """Start ``command`` (as in :meth:`exec`) attached: its input is what
+        you ``write`` to the returned :class:`Attached`, as you write it, and
+        its output goes to the callbacks as bytes as it comes. With ``tty``
+        (``(rows, cols)``, or True for 24x80) it runs on a terminal: its
+        output all comes to ``on_stdout``, ``resize`` changes its size, and
+        ending its input (``close_stdin``, ``close``) hangs it up. A request
+        the daemon refuses raises here."""
+        req = _exec_request(command, timeout=timeout, env=env, cwd=cwd, output_limit=output_limit,
+                            memory_bytes=memory_bytes, pids=pids, cpus=cpus, open_files=open_files)
+        if tty:
+            rows, cols = tty if isinstance(tty, tuple) else (0, 0)
+            req["tty"] = {"rows": rows, "cols": cols}
+        try:
+            sock, r = self._t.upgrade(self._path("/attach"), req, ATTACH_PROTOCOL)
+        except Misdirected as e:
+            n = e.node
+            if n is None or not n.address or not n.live:
+                raise
+            self._t = self._c._peer(n.address)
+            sock, r = self._t.upgrade(self._path("/attach"), req, ATTACH_PROTOCOL)
+        self._located = True
+        return Attached(sock, r, on_stdout, on_stderr)
+
+    def pty(self, command: str | Sequence[str] | None = None, *, rows: int = 24, cols: int = 80,
+            on_output: BytesCallback | None = None, **kw: Any) -> Attached:
+        """Open a terminal in a fresh sandbox on the workspace, running
+        ``command`` (an interactive bash when None): write what the user
+        types, read what it shows through ``on_output`` (bytes, escape
+        sequences and all), ``resize`` it, ``close`` it when the user
+        leaves. The other arguments are :meth:`attach`'s."""
+        return self.attach(["bash"] if command is None else command, tty=(rows, cols), on_stdout=on_output, **kw)
 
     def watch(self, prefix: str | None = None, *, timeout: float | None = None) -> "EventStream":
         """Open the stream of changes below the directory ``prefix`` (all of
@@ -591,3 +615,27 @@ class Files:
 def _check_mode(mode: int) -> None:
     if not 0 <= mode <= 0o777:
         raise InvalidArgument(f"mode {mode:o}: want permissions from 0 to 0777")
+
+
+def _exec_request(command: str | Sequence[str], *, timeout: float | None, env: Mapping[str, str] | None,
+                  cwd: str | None, output_limit: int | None, memory_bytes: int | None, pids: int | None,
+                  cpus: float | None, open_files: int | None) -> dict[str, Any]:
+    """An ExecRequest's JSON from exec's arguments."""
+    req: dict[str, Any] = {}
+    if isinstance(command, str):
+        req["body"] = command
+    else:
+        req["argv"] = list(command)
+    if env:
+        req["env"] = [f"{k}={v}" for k, v in env.items()]
+    if cwd:
+        req["dir"] = cwd
+    if timeout is not None:
+        req["timeout_ms"] = math.ceil(timeout * 1000) if timeout > 0 else -1
+    for key, v in (("output_limit", output_limit), ("memory_bytes", memory_bytes), ("pids", pids),
+                   ("open_files", open_files)):
+        if v is not None:
+            req[key] = v
+    if cpus is not None:
+        req["milli_cpus"] = round(cpus * 1000)
+    return req
