@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"layerfs.dev/layerfs/client"
+	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/wire"
 )
 
@@ -278,13 +279,6 @@ JSON result instead). The command's exit code becomes layerfs's.`,
 				return usageError{errors.New("ws exec: --cpus must not be negative")}
 			}
 			opts.MilliCPUs = int(math.Ceil(cpus * 1000))
-			if stdin {
-				b, err := io.ReadAll(os.Stdin)
-				if err != nil {
-					return err
-				}
-				opts.Stdin = b
-			}
 			var code int
 			err := a.withWorkspace(cmd, argv[0], func(ws *client.Workspace) error {
 				if !a.json {
@@ -294,9 +288,12 @@ JSON result instead). The command's exit code becomes layerfs's.`,
 					res *client.ExecResult
 					err error
 				)
-				if body != "" {
+				switch {
+				case stdin:
+					res, err = execStreamingStdin(cmd, ws, body, argv[1:], opts)
+				case body != "":
 					res, err = ws.Exec(cmd.Context(), body, opts)
-				} else {
+				default:
 					res, err = ws.ExecArgv(cmd.Context(), argv[1:], opts)
 				}
 				if err != nil {
@@ -331,7 +328,7 @@ JSON result instead). The command's exit code becomes layerfs's.`,
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default: the daemon's)")
 	f.StringArrayVarP(&opts.Env, "env", "e", nil, "set NAME=VALUE in the command's environment (repeatable)")
 	f.StringVarP(&opts.Dir, "workdir", "w", "", "working directory relative to /workspace")
-	f.BoolVarP(&stdin, "interactive", "i", false, "pass this command's standard input to the command")
+	f.BoolVarP(&stdin, "interactive", "i", false, "stream this command's standard input to the command as it comes")
 	f.Int64Var(&opts.OutputLimit, "output-limit", 0, "cap each output stream at this many bytes (default: the daemon's)")
 	f.Int64Var(&opts.MemoryBytes, "memory", 0, "limit the command's memory to this many bytes")
 	f.IntVar(&opts.Pids, "pids", 0, "limit the command's processes and threads (default: the platform's, 1024)")
@@ -399,4 +396,24 @@ A local path containing a colon can be written as ./name:with:colons.`,
 			})
 		},
 	}
+}
+
+// execStreamingStdin runs the exec attached, this process's standard input
+// streamed to it as it comes (a command can answer before the input ends).
+func execStreamingStdin(cmd *cobra.Command, ws *client.Workspace, body string, argv []string, opts client.ExecOptions) (*client.ExecResult, error) {
+	if body != "" {
+		argv = platforms.ShellArgv(body)
+	}
+	att, err := ws.Attach(cmd.Context(), argv, client.AttachOptions{ExecOptions: opts})
+	if err != nil {
+		return nil, err
+	}
+	defer att.Close()
+	go func() {
+		// Ends when the command does (Write fails) or the input ends.
+		if _, err := io.Copy(att, os.Stdin); err == nil {
+			_ = att.CloseStdin()
+		}
+	}()
+	return att.Wait()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,5 +105,41 @@ func TestWsShell(t *testing.T) {
 		t.Errorf("Ctrl-C did not interrupt the sleep: %q", screen.String())
 	}
 	mu.Unlock()
+	c.ok("ws", "end", ws.ID, "--discard")
+}
+
+// TestWsExecStreamsStdin: `ws exec -i` feeds the command its input as it
+// comes, so the command answers a line before the next is written.
+func TestWsExecStreamsStdin(t *testing.T) {
+	c := newCLI(t)
+	c.ok("project", "create", "stream")
+	var ws wire.Workspace
+	c.json(&ws, "ws", "create", "stream", "main")
+
+	cmd := exec.Command(filepath.Join(binaries(t), "layerfs"), "--store", c.store, "ws", "exec", "-i", ws.ID, "-c",
+		"read a; echo got-$a; read b; echo got-$b; exit 6")
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	// Without streaming the first answer never comes: fail, not hang.
+	defer time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() }).Stop()
+	_, err = in.Write([]byte("one\n"))
+	require.NoError(t, err)
+	first := make([]byte, len("got-one\n"))
+	_, err = io.ReadFull(out, first)
+	require.NoError(t, err, "the answer to the first line, before the second is written")
+	_, err = in.Write([]byte("two\n"))
+	require.NoError(t, err)
+	require.NoError(t, in.Close())
+	rest, err := io.ReadAll(out)
+	require.NoError(t, err)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	if got := string(first) + string(rest); got != "got-one\ngot-two\n" || ee.ExitCode() != 6 {
+		t.Errorf("got %q, exit %d; want both lines answered and exit 6", got, ee.ExitCode())
+	}
 	c.ok("ws", "end", ws.ID, "--discard")
 }
