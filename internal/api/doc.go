@@ -13,7 +13,7 @@
 //
 // Every request body is decoded strictly: one JSON value, no unknown fields,
 // at most 1 MiB, and a type error names the field. Names, refs, workspace ids
-// and workspace paths are validated before the engine sees them (no absolute
+// and workspace paths (but an exec's, see below) are validated before the engine sees them (no absolute
 // paths, no "..", no NUL), and uploads are capped (Options.MaxUpload, 413
 // past it, up front when Content-Length says so). The engine resolves every
 // path beneath the workspace root and checks a tar upload whole before it
@@ -36,6 +36,19 @@
 // lines flushed as output arrives and closed by one event carrying the result
 // (or an error). Once a stream has begun the status is 200 and errors travel
 // in the last event.
+//
+// An exec's request is checked by the engine (platforms.FromRequest, the one
+// place), not here: its refusal comes before any output, so it is still an
+// ordinary JSON error.
+//
+// # Attached execs
+//
+// POST /v1/workspaces/{id}/attach upgrades its connection
+// (wire.AttachProtocol) once the command first reads or writes, then carries
+// wire frames both ways: input as the client sends it, a terminal's sizes,
+// output, and the last event. A client that leaves ends the command's input
+// (a terminal hangs up), and a command still running hangupGrace later is
+// killed.
 //
 // # Shutdown
 //
