@@ -253,6 +253,18 @@ type WorkspaceSpec struct {
 	// a crash: DurabilityCommit or DurabilityFsync. Default: the daemon's,
 	// which is commit unless it was started with another.
 	Durability string `json:"durability,omitempty"`
+	// Owner is the host user the mount path is for, where the workspace's
+	// sandboxes run in a user namespace of their own: there the sandbox's
+	// root is that user, and what the user creates is the sandbox root's
+	// (docs/security.md, "The mount path"). Default: the caller (the peer
+	// of the daemon's unix socket), else the daemon's user.
+	Owner *Owner `json:"owner,omitempty"`
+}
+
+// Owner is a host user: a uid and a gid.
+type Owner struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
 }
 
 // Data paths of a workspace.
@@ -317,6 +329,13 @@ type Workspace struct {
 	// Durability is DurabilityCommit or DurabilityFsync ("" for a native
 	// workspace).
 	Durability string `json:"durability,omitempty"`
+	// Owner is the host user the mount path is for, when the mount path
+	// is a view of the sandboxes' mount for that user (sandboxes in a user
+	// namespace); HostView then says how its file data is served:
+	// "passthrough" (files the workspace wrote; committed files through the
+	// daemon) or "daemon: WHY".
+	Owner    *Owner `json:"owner,omitempty"`
+	HostView string `json:"host_view,omitempty"`
 	// Receipt, on the answer to a create or a remount, tells what mounting
 	// cost.
 	Receipt *Receipt `json:"receipt,omitempty"`

@@ -361,3 +361,24 @@ func TestCLIGCAndCorruption(t *testing.T) {
 	}
 	c.fail(9, "corrupt", "checkout", "p", "main", filepath.Join(t.TempDir(), "bad"))
 }
+
+// TestParseOwner: --owner takes a name, a uid or uid:gid, and names what
+// it cannot read.
+func TestParseOwner(t *testing.T) {
+	for in, want := range map[string]wire.Owner{
+		"root":      {UID: 0, GID: 0},
+		"0":         {UID: 0, GID: 0},
+		"1000:1001": {UID: 1000, GID: 1001},
+		"4242":      {UID: 4242, GID: 4242}, // no such user: the same number
+	} {
+		got, err := parseOwner(in)
+		if err != nil || got != want {
+			t.Errorf("parseOwner(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"no-such-user-here", "1:x", "-1"} {
+		if _, err := parseOwner(in); err == nil {
+			t.Errorf("parseOwner(%q) accepted", in)
+		}
+	}
+}

@@ -6,9 +6,11 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/user"
 	"path"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,12 +48,26 @@ func (a *app) withWorkspace(cmd *cobra.Command, id string, fn func(ws *client.Wo
 
 func wsCreateCmd(a *app) *cobra.Command {
 	var spec wire.WorkspaceSpec
+	var owner string
 	cmd := &cobra.Command{
 		Use:   "create PROJECT BRANCH",
 		Short: "Create and mount a workspace on a branch head (prints its id and mount path)",
-		Args:  args(cobra.ExactArgs(2)),
+		Long: `Create and mount a workspace on a branch head (prints its id and mount path).
+
+The mount path is the owner's (--owner, default: you): where sandboxes run in a
+user namespace, the sandbox's root is the owner there, and what the owner (or
+root) creates there is the sandbox root's. Give another user a workspace with
+--owner USER and a --path that user can reach.`,
+		Args: args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			spec.Project, spec.Branch = argv[0], argv[1]
+			if owner != "" {
+				o, err := parseOwner(owner)
+				if err != nil {
+					return usageError{fmt.Errorf("--owner %q: %w", owner, err)}
+				}
+				spec.Owner = &o
+			}
 			return a.withDaemon(cmd, func(c *client.Client) error {
 				ws, err := c.CreateWorkspace(cmd.Context(), spec)
 				if err != nil {
@@ -74,7 +90,42 @@ func wsCreateCmd(a *app) *cobra.Command {
 	f.Int64Var(&spec.QuotaInodes, "quota-inodes", 0, "bound the files execs can create (needs --quota-bytes)")
 	f.StringVar(&spec.DataPath, "data-path", "", "overlay (kernel overlayfs over the daemon's FUSE view of the commit) or fuse (default: the daemon's)")
 	f.StringVar(&spec.Durability, "durability", "", "commit (writes reach the disk with commits: a host crash can lose what is uncommitted, fsync returns at once) or fsync (as a local disk) (default: the daemon's, commit)")
+	f.StringVar(&owner, "owner", "", "the host user the mount path is for: USER, UID or UID:GID (default: you)")
 	return cmd
+}
+
+// parseOwner reads a host user: a name (with its primary group), a uid
+// (its user's group, else the same number) or uid:gid.
+func parseOwner(s string) (wire.Owner, error) {
+	num := func(v string) (uint32, error) {
+		n, err := strconv.ParseUint(v, 10, 32)
+		return uint32(n), err
+	}
+	if u, g, ok := strings.Cut(s, ":"); ok {
+		uid, err1 := num(u)
+		gid, err2 := num(g)
+		if err1 != nil || err2 != nil {
+			return wire.Owner{}, errors.New("want USER, UID or UID:GID")
+		}
+		return wire.Owner{UID: uid, GID: gid}, nil
+	}
+	var (
+		usr *user.User
+		err error
+	)
+	if uid, nerr := num(s); nerr == nil {
+		if usr, err = user.LookupId(s); err != nil {
+			return wire.Owner{UID: uid, GID: uid}, nil
+		}
+	} else if usr, err = user.Lookup(s); err != nil {
+		return wire.Owner{}, err
+	}
+	uid, err1 := num(usr.Uid)
+	gid, err2 := num(usr.Gid)
+	if err1 != nil || err2 != nil {
+		return wire.Owner{}, fmt.Errorf("user %s has ids %s:%s", s, usr.Uid, usr.Gid)
+	}
+	return wire.Owner{UID: uid, GID: gid}, nil
 }
 
 func wsListCmd(a *app) *cobra.Command {
@@ -145,6 +196,9 @@ func wsStatusCmd(a *app) *cobra.Command {
 					fmt.Fprintf(w, "base\t%s\n", st.Base)
 					fmt.Fprintf(w, "head\t%s\n", st.Head)
 					fmt.Fprintf(w, "path\t%s\n", showPath(st.MountPath))
+					if st.Owner != nil {
+						fmt.Fprintf(w, "owner\t%d:%d (a view of the sandboxes' files, data %s)\n", st.Owner.UID, st.Owner.GID, st.HostView)
+					}
 					fmt.Fprintf(w, "platform\t%s, network %s\n", st.Platform, st.Network)
 					if st.DataPath != "" {
 						fmt.Fprintf(w, "data path\t%s\n", st.DataPath)

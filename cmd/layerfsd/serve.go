@@ -370,6 +370,7 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 		// No write timeout: exec streams and downloads last as long as they do.
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
+		ConnContext:       api.PeerContext,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }

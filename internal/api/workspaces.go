@@ -19,6 +19,9 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err := checkSpec(&spec); err != nil {
 		return err
 	}
+	if p, ok := peer(r.Context()); ok && spec.Owner == nil && !spec.Native {
+		spec.Owner = &p // the caller owns its workspace's mount path
+	}
 	ws, err := s.workspaces.CreateWorkspace(ctxOf(r), spec)
 	if err != nil {
 		return err

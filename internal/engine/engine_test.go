@@ -328,8 +328,9 @@ func TestDurability(t *testing.T) {
 	superOptions := func(ws wire.Workspace) string {
 		ms, err := mountinfo.Read(mountinfo.Self)
 		require.NoError(t, err)
-		m, ok := mountinfo.Containing(ms, ws.MountPath)
-		require.True(t, ok && m.Dir == ws.MountPath, "the workspace's mount")
+		data := filepath.Join(db.WorkspacesDir(), ws.ID, "data") // the mount path is the host's view of it
+		m, ok := mountinfo.Containing(ms, data)
+		require.True(t, ok && m.Dir == data, "the workspace's overlay")
 		return m.SuperOptions
 	}
 	strict, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", Durability: wire.DurabilityFsync})

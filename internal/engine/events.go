@@ -27,7 +27,7 @@ func (e *Engine) WatchWorkspace(ctx context.Context, id, prefix string, emit fun
 		return err
 	}
 	w.mu.RLock()
-	mount := w.rec.MountPath
+	mount := w.data
 	w.mu.RUnlock()
 	fw, err := fswatch.Watch(mount, fswatch.Options{Prefix: rel})
 	switch {

@@ -31,7 +31,7 @@ func (e *Engine) withRoot(ctx context.Context, id string, write bool, fn func(ro
 	}
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	root, err := rootDir(w.rec.MountPath)
+	root, err := rootDir(w.data)
 	if err != nil {
 		return err
 	}

@@ -166,7 +166,7 @@ func (e *Engine) catchUp(ctx context.Context, w *workspace) (commit.ApplyStats, 
 // mount, as the workspace's own writes would: on a mount over id-mapped
 // layers as the mapping's root, the owners shifted to its host ids.
 func (e *Engine) applyView(ctx context.Context, w *workspace, from, to store.ID) (commit.ApplyStats, error) {
-	root, err := rootDir(w.rec.MountPath)
+	root, err := rootDir(w.data)
 	if err != nil {
 		return commit.ApplyStats{}, err
 	}
@@ -388,7 +388,7 @@ func (e *Engine) unresolved(w *workspace) []wire.Conflict {
 	if len(w.opts.Conflicts) == 0 {
 		return nil
 	}
-	root, err := rootDir(w.rec.MountPath)
+	root, err := rootDir(w.data)
 	if err != nil {
 		return w.opts.Conflicts
 	}

@@ -23,6 +23,7 @@ import (
 	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/dirfd"
 	"layerfs.dev/layerfs/internal/fusefs"
+	"layerfs.dev/layerfs/internal/hostview"
 	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/overlay"
@@ -62,6 +63,9 @@ type wsOptions struct {
 	// Conflicts are those an update left in the workspace, not resolved
 	// yet (see UpdateWorkspace).
 	Conflicts []wire.Conflict `json:"conflicts,omitempty"`
+	// Owner is the host user of the mount path's view (nil in records
+	// older than it: root).
+	Owner *wire.Owner `json:"owner,omitempty"`
 }
 
 // volatile reports whether w's writes reach the disk only with its commits.
@@ -85,6 +89,11 @@ type workspace struct {
 	rec  store.Workspace
 	opts wsOptions
 	mnt  dataMount // nil for a native workspace
+	// data is where mnt is mounted, what sandboxes and the daemon's own
+	// file calls use: the mount path itself, or, where the mount path is
+	// a view for the host's user (view), a directory of the workspace's.
+	data string
+	view *hostview.Server
 	sb   platforms.Sandbox
 	// upper is what the upper layer held after the last exec or commit;
 	// the next exec's receipt is the difference. Guarded by upperMu (execs
@@ -102,6 +111,10 @@ func (w *workspace) info() wire.Workspace {
 		MountPath: w.rec.MountPath, Platform: w.opts.Platform, Network: w.opts.Network,
 		Native: w.opts.Native, State: w.rec.State, Created: w.rec.Created,
 		Node: w.rec.Node, Durability: w.opts.Durability,
+	}
+	if w.view != nil {
+		o := w.opts.owner()
+		out.Owner, out.HostView = &o, w.view.DataPath()
 	}
 	if w.mnt != nil {
 		out.DataPath = w.mnt.DataPath()
@@ -123,6 +136,18 @@ func newID() string {
 
 // workspaceDirs are a workspace's directories under the Store.
 func (e *Engine) workspaceDir(id string) string { return filepath.Join(e.db.WorkspacesDir(), id) }
+
+// dataDir is where a workspace whose mount path is a host view has its
+// data mount (see workspace.data).
+func (e *Engine) dataDir(id string) string { return filepath.Join(e.workspaceDir(id), "data") }
+
+// owner is the host user of the workspace's mount path.
+func (o wsOptions) owner() wire.Owner {
+	if o.Owner == nil {
+		return wire.Owner{}
+	}
+	return *o.Owner
+}
 
 // CreateWorkspace mounts a new workspace on a branch head (or the ref At)
 // and attaches it to its platform.
@@ -219,8 +244,8 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 	}
 	switch {
 	case o.Native:
-		if spec.DataPath != "" || spec.Durability != "" {
-			return o, fmt.Errorf("%w: a native workspace has no data path and no durability of its own", errclass.Invalid)
+		if spec.DataPath != "" || spec.Durability != "" || spec.Owner != nil {
+			return o, fmt.Errorf("%w: a native workspace has no data path, durability or owner of its own", errclass.Invalid)
 		}
 	case spec.DataPath == "":
 		o.DataPath = e.dataPath
@@ -244,6 +269,9 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 		if o.Durability, err = setting("durability", spec.Durability, e.durability, durabilities...); err != nil {
 			return o, fmt.Errorf("%w: %w", errclass.Invalid, err)
 		}
+		if o.Owner, err = e.owner(o.Platform, spec.Owner); err != nil {
+			return o, err
+		}
 	}
 	switch o.Network {
 	case "":
@@ -261,6 +289,29 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// owner is the host user of a new workspace's mount path: the one asked
+// for, else the daemon's user; never one of the ids of its platform's
+// sandboxes.
+func (e *Engine) owner(platform string, asked *wire.Owner) (*wire.Owner, error) {
+	o := wire.Owner{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())}
+	if asked != nil {
+		o = *asked
+	}
+	if m, ok := e.plats[platform].(platforms.IDMapper); ok {
+		if _, root, size, err := m.IDMap(); err == nil {
+			for _, id := range []struct {
+				kind string
+				v    uint32
+			}{{"uid", o.UID}, {"gid", o.GID}} {
+				if id.v >= root && id.v-root < size {
+					return nil, fmt.Errorf("%w: owner: %s %d is one of the ids of %s's sandboxes (%d to %d)", errclass.Invalid, id.kind, id.v, platform, root, root+size-1)
+				}
+			}
+		}
+	}
+	return &o, nil
 }
 
 // mountTarget checks a requested mount path: absolute, and an empty
@@ -292,17 +343,31 @@ func (e *Engine) serve(ctx context.Context, w *workspace, fresh bool) error {
 	if err := os.MkdirAll(w.rec.MountPath, 0o755); err != nil {
 		return err
 	}
+	w.data = w.rec.MountPath
 	if !w.opts.Native {
-		m, err := e.mount(ctx, w, fresh)
+		idm := e.layerIDMap(w)
+		if idm != nil {
+			w.data = e.dataDir(w.rec.ID)
+			if err := os.MkdirAll(w.data, 0o700); err != nil {
+				return err
+			}
+		}
+		m, err := e.mount(ctx, w, fresh, idm)
 		if err != nil {
 			return err
 		}
 		w.mnt = m
+		if idm != nil {
+			if err := e.serveView(ctx, w, idm); err != nil {
+				e.unserve(context.WithoutCancel(ctx), w)
+				return err
+			}
+		}
 		e.trackUpper(ctx, w)
 		e.prefetch(w.opts.Root)
 	}
 	host := e.plats[w.opts.Platform].(platforms.SandboxHost)
-	sb, err := host.Attach(ctx, platforms.Workspace{ID: w.rec.ID, HostPath: w.rec.MountPath,
+	sb, err := host.Attach(ctx, platforms.Workspace{ID: w.rec.ID, HostPath: w.data,
 		Network: w.opts.Network == wire.NetworkHost, IDMapped: w.idmap() != nil})
 	if err != nil {
 		e.unserve(context.WithoutCancel(ctx), w)
@@ -340,9 +405,35 @@ func (e *Engine) overlayCheck() error {
 	return e.overlayErr
 }
 
-// mount mounts w on its data path. A new workspace that was to be overlay
-// by default falls back to fuse when the overlay mount fails.
-func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount, error) {
+// serveView mounts the view of w's data mount for its owner at its mount
+// path (package hostview): of the overlay, whose upper files back the
+// view's passthrough opens, or of the FUSE mount id-mapped as sandboxes
+// see it. m is the sandboxes' mapping.
+func (e *Engine) serveView(ctx context.Context, w *workspace, m *kerneloverlay.IDMap) error {
+	var root int
+	var err error
+	o := w.opts.owner()
+	opts := hostview.Options{Owner: hostview.Owner{UID: o.UID, GID: o.GID},
+		Range: hostview.Range{Base: m.Root, Size: m.Size}, Source: e.source, Logger: e.log}
+	if ov, ok := w.mnt.(*kerneloverlay.Mount); ok {
+		opts.Upper = ov.UpperDir()
+		root, err = unix.Open(w.data, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	} else {
+		root, err = kerneloverlay.IDMappedClone(w.data, m)
+	}
+	if err != nil {
+		return fmt.Errorf("view of workspace %s: %w", w.rec.ID, err)
+	}
+	if w.view, err = hostview.Mount(ctx, w.rec.MountPath, root, opts); err != nil {
+		return fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)
+	}
+	return nil
+}
+
+// mount mounts w on its data path at w.data, the overlay over layers
+// id-mapped with idm when set. A new workspace that was to be overlay by
+// default falls back to fuse when the overlay mount fails.
+func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool, idm *kerneloverlay.IDMap) (dataMount, error) {
 	if w.opts.DataPath == "" {
 		w.opts.DataPath = wire.DataPathFUSE // a record from before the overlay path
 	}
@@ -353,8 +444,8 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 		}
 		cfg := kerneloverlay.Config{
 			Lower: e.db, Root: w.opts.Root, Base: w.opts.HeadRoot,
-			Dir: e.workspaceDir(w.rec.ID), Target: w.rec.MountPath, Committed: committed, Logger: e.log,
-			Source: e.source, IDMap: e.layerIDMap(w), MetaCache: e.db.CacheDir(), Volatile: w.opts.volatile(),
+			Dir: e.workspaceDir(w.rec.ID), Target: w.data, Committed: committed, Logger: e.log,
+			Source: e.source, IDMap: idm, MetaCache: e.db.CacheDir(), Volatile: w.opts.volatile(),
 		}
 		m, err := kerneloverlay.New(ctx, cfg)
 		if err != nil && cfg.IDMap != nil {
@@ -364,7 +455,7 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 		}
 		if err == nil || !fresh || e.dataPath != wire.DataPathOverlay {
 			if err != nil {
-				return nil, fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)
+				return nil, fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.data, err)
 			}
 			return m, nil
 		}
@@ -387,28 +478,29 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool) (dataMount
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", w.rec.ID, err)
 	}
-	m, err := fusefs.Mount(ctx, w.rec.MountPath, ov, fusefs.Options{Logger: e.log, Source: e.source, NoSync: w.opts.volatile()})
+	m, err := fusefs.Mount(ctx, w.data, ov, fusefs.Options{Logger: e.log, Source: e.source, NoSync: w.opts.volatile()})
 	if err != nil {
 		ov.Close()
-		return nil, fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.rec.MountPath, err)
+		return nil, fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.data, err)
 	}
 	return m, nil
 }
 
-// layerIDMap is the mapping w's overlay layers take: that of its
-// platform's sandboxes, when they run in a user namespace of their own
-// (platforms.IDMapper), so that the one overlay mount serves the host and
-// the sandboxes alike (see kerneloverlay.IDMap); else nil.
+// layerIDMap is the mapping of w's platform's sandboxes, when they run in
+// a user namespace of their own (platforms.IDMapper), else nil. A
+// workspace's overlay layers take it, so that the one overlay mount
+// serves the sandboxes and the daemon alike (see kerneloverlay.IDMap), and
+// its mount path is then a view of its data mount for its owner.
 func (e *Engine) layerIDMap(w *workspace) *kerneloverlay.IDMap {
 	m, ok := e.plats[w.opts.Platform].(platforms.IDMapper)
 	if !ok {
 		return nil
 	}
-	ns, root, err := m.IDMap()
+	ns, root, size, err := m.IDMap()
 	if err != nil {
 		return nil
 	}
-	return &kerneloverlay.IDMap{UserNS: ns, Root: root}
+	return &kerneloverlay.IDMap{UserNS: ns, Root: root, Size: size}
 }
 
 // buildMetaAhead builds, in the background, the metadata image of root, a
@@ -454,18 +546,27 @@ func (w *workspace) idmap() *kerneloverlay.IDMap {
 }
 
 // cleanStale takes down whatever a dead daemon left mounted for rec: the
-// mounts at its mount path (the FUSE mount, or the overlay), then, on the
+// mounts at its mount path (the host view, or the data mount), then those
+// of its data directory (the FUSE mount, or the overlay), then, on the
 // overlay path, the FUSE lower under the overlay.
 func (e *Engine) cleanStale(rec store.Workspace) error {
-	return kerneloverlay.Detach(rec.MountPath, e.workspaceDir(rec.ID))
+	if err := fusefs.CleanStale(rec.MountPath); err != nil {
+		return err
+	}
+	return kerneloverlay.Detach(e.dataDir(rec.ID), e.workspaceDir(rec.ID))
 }
 
-// unserve detaches and unmounts w, keeping its upper layer and record.
+// unserve detaches and unmounts w, keeping its upper layer and record:
+// its sandboxes, then the host view, then the mount it is a view of.
 func (e *Engine) unserve(ctx context.Context, w *workspace) error {
 	var errs []error
 	if w.sb != nil {
 		errs = append(errs, w.sb.Close(ctx))
 		w.sb = nil
+	}
+	if w.view != nil {
+		errs = append(errs, w.view.Unmount(ctx))
+		w.view = nil
 	}
 	if w.mnt != nil {
 		errs = append(errs, w.mnt.Unmount(ctx))

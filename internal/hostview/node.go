@@ -164,6 +164,14 @@ func (n *node) caller(ctx context.Context) (uid, gid uint32) {
 	return n.s.uids.base, n.s.gids.base
 }
 
+// as runs fn as the caller: what makes a name in a directory of an
+// id-mapped mount (a create, a link, a rename) needs ids that the mount
+// maps, and a create takes them as its owner.
+func (n *node) as(ctx context.Context, fn func() error) error {
+	uid, gid := n.caller(ctx)
+	return fsids.DoAs(uid, gid, fn)
+}
+
 // create runs make (a create of the entry name) as the caller, gives back
 // the mode bits the daemon's umask took from mode, and returns the new
 // entry's go-fuse inode.
@@ -173,8 +181,7 @@ func (n *node) create(ctx context.Context, name string, mode uint32, out *fuse.E
 		return nil, e
 	}
 	defer unix.Close(a.Dir)
-	uid, gid := n.caller(ctx)
-	if err := fsids.DoAs(uid, gid, func() error { return make(a.Dir) }); err != nil {
+	if err := n.as(ctx, func() error { return make(a.Dir) }); err != nil {
 		return nil, errno(err)
 	}
 	if lost := mode & 0o7777 & n.s.umask; lost != 0 && mode&unix.S_IFMT != unix.S_IFLNK {
@@ -216,7 +223,7 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 		return nil, e
 	}
 	defer unix.Close(to.Dir)
-	if err := unix.Linkat(from.Dir, from.Name, to.Dir, to.Name, 0); err != nil {
+	if err := n.as(ctx, func() error { return unix.Linkat(from.Dir, from.Name, to.Dir, to.Name, 0) }); err != nil {
 		return nil, errno(err)
 	}
 	return n.child(ctx, name, out)
@@ -264,7 +271,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		return e
 	}
 	defer unix.Close(to.Dir)
-	return errno(unix.Renameat2(from.Dir, from.Name, to.Dir, to.Name, uint(flags)))
+	return errno(n.as(ctx, func() error { return unix.Renameat2(from.Dir, from.Name, to.Dir, to.Name, uint(flags)) }))
 }
 
 func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {

@@ -128,7 +128,7 @@ func mountOverlay(lower, dir, target string, meta int, cache string, m *IDMap, v
 // mount with m, else an O_PATH descriptor of it.
 func layer(path string, m *IDMap) (int, error) {
 	if m != nil {
-		return idmappedClone(path, m)
+		return IDMappedClone(path, m)
 	}
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -137,10 +137,11 @@ func layer(path string, m *IDMap) (int, error) {
 	return fd, nil
 }
 
-// idmappedClone clones the mount at path (open_tree OPEN_TREE_CLONE, a
+// IDMappedClone clones the mount at path (open_tree OPEN_TREE_CLONE, a
 // detached bind mount of path alone, without the mounts below it) and
-// id-maps it with m's user namespace.
-func idmappedClone(path string, m *IDMap) (int, error) {
+// id-maps it with m's user namespace: the mount as m's sandboxes see it,
+// as a descriptor; it lasts until the descriptor is closed.
+func IDMappedClone(path string, m *IDMap) (int, error) {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return -1, fmt.Errorf("clone %s: %w", path, err)

@@ -66,10 +66,12 @@ type Config struct {
 // The mount then serves every process with the mapped ids: on the host,
 // files show the range's host ids, and only a process whose file system
 // uid and gid are in the range can create files there (any other gets
-// EOVERFLOW); the daemon writes as Root (package fsids).
+// EOVERFLOW); the daemon writes as Root (package fsids), and the host's
+// users through a view of their own (package hostview).
 type IDMap struct {
 	UserNS *os.File // an open /proc/PID/ns/user with the mapping
 	Root   uint32   // the host id that id 0 maps to
+	Size   uint32   // how many ids it maps
 }
 
 // Mount is one workspace served on the overlay data path.

@@ -132,8 +132,9 @@ type Workspace struct {
 type IDMapper interface {
 	// IDMap returns a user namespace with the sandboxes' mapping (an open
 	// /proc/PID/ns/user that stays the platform's: the caller must not
-	// close it) and the host id that its id 0 maps to, or why there is none.
-	IDMap() (userns *os.File, root uint32, err error)
+	// close it), the host id that its id 0 maps to and how many ids it
+	// maps, or why there is none.
+	IDMap() (userns *os.File, root, size uint32, err error)
 }
 
 // Sandbox launches execs for one attached workspace. Exec may be called

@@ -561,7 +561,7 @@ func TestFailClosed(t *testing.T) {
 func TestUserNamespace(t *testing.T) {
 	t.Parallel()
 	p := shared.get(t)
-	if _, _, err := p.IDMap(); err != nil {
+	if _, _, _, err := p.IDMap(); err != nil {
 		testenv.Skip(t, "docker sandboxes have no user namespace here: "+err.Error())
 	}
 	dir := t.TempDir()

@@ -77,15 +77,15 @@ var errNoUserNS = errors.New("no user namespace for docker sandboxes")
 // IDMap is the namespace whose mapping a workspace's overlay layers take,
 // so that the container's commands see its files with their ids on disk
 // (platforms.IDMapper).
-func (p *Platform) IDMap() (*os.File, uint32, error) {
+func (p *Platform) IDMap() (*os.File, uint32, uint32, error) {
 	_, st, err := p.current()
 	switch {
 	case err != nil:
-		return nil, 0, err
+		return nil, 0, 0, err
 	case st.userNS.ns == nil:
-		return nil, 0, fmt.Errorf("docker: no user namespace: %s", st.userNS.why)
+		return nil, 0, 0, fmt.Errorf("docker: no user namespace: %s", st.userNS.why)
 	}
-	return st.userNS.ns, st.userNS.ids.Host, nil
+	return st.userNS.ns, st.userNS.ids.Host, st.userNS.ids.Size, nil
 }
 
 // sandboxNS decides how w's container runs its commands: in a user

@@ -188,7 +188,7 @@ func runOn(t *testing.T, ctx context.Context, p platforms.Platform, sh platforms
 	t.Logf("uid_map in the sandbox: %q", userNS)
 	hasUserNS := !strings.HasPrefix(userNS, "0 0 ")
 	if m, ok := p.(platforms.IDMapper); ok {
-		_, _, err := m.IDMap()
+		_, _, _, err := m.IDMap()
 		switch {
 		case err != nil:
 			testenv.Skip(t, p.Name()+" has no user namespace here: "+err.Error())
@@ -235,7 +235,7 @@ func workspace(t *testing.T, p platforms.Platform, kind string, fill func(dir st
 	fill(lower)
 	var idmap *kerneloverlay.IDMap
 	if m, ok := p.(platforms.IDMapper); ok {
-		if ns, root, err := m.IDMap(); err == nil {
+		if ns, root, _, err := m.IDMap(); err == nil {
 			idmap = &kerneloverlay.IDMap{UserNS: ns, Root: root}
 		}
 	}

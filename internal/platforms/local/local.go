@@ -273,12 +273,12 @@ func (p *Platform) Isolation(context.Context) (wire.Isolation, error) {
 
 // IDMap is the launcher's user namespace, for workspaces mounted over
 // id-mapped layers (platforms.Workspace.IDMapped).
-func (p *Platform) IDMap() (*os.File, uint32, error) {
+func (p *Platform) IDMap() (*os.File, uint32, uint32, error) {
 	f, r, err := p.current().IDMap()
 	if err != nil {
-		return nil, 0, fmt.Errorf("local: %w", err)
+		return nil, 0, 0, fmt.Errorf("local: %w", err)
 	}
-	return f, r.Host, nil
+	return f, r.Host, r.Size, nil
 }
 
 // filterName says which syscall filter execs run under.

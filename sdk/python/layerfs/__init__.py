@@ -22,7 +22,7 @@ from .errors import (AlreadyExists, Busy, Conflict, DaemonLost, DaemonUnreachabl
                      InvalidArgument, LayerFSError, Misdirected, NoSpace, NotFound, TooLarge, Unauthorized, Unavailable,
                      UncommittedChanges)
 from .types import (Branch, Change, Commit, CommitResult, CommitStats, ConflictSide, ExecResult, FileEvent, FileInfo,
-                    MergeInfo, MergeResult, Node, Project, Receipt, UpdateResult, Version, WorkspaceInfo,
+                    MergeInfo, MergeResult, Node, Owner, Project, Receipt, UpdateResult, Version, WorkspaceInfo,
                     WorkspaceStatus)
 
 __version__ = "0.1.0"
@@ -34,6 +34,6 @@ __all__ = [
     "UncommittedChanges", "Busy", "TooLarge", "Unavailable", "InternalError", "NoSpace", "Misdirected",
     "Conflict", "DaemonUnreachable", "DaemonLost",
     "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ConflictSide", "ExecResult", "FileInfo",
-    "MergeInfo", "MergeResult", "Node", "Project", "Receipt", "UpdateResult", "Version", "WorkspaceInfo",
+    "MergeInfo", "MergeResult", "Node", "Owner", "Project", "Receipt", "UpdateResult", "Version", "WorkspaceInfo",
     "WorkspaceStatus",
 ]

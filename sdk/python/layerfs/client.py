@@ -224,17 +224,23 @@ class Workspaces:
 
     def create(self, project: str, branch: str = "main", *, at: str | None = None,
                platform: str | None = None, network: str | None = None,
-               data_path: str | None = None, durability: str | None = None) -> "Workspace":
+               data_path: str | None = None, durability: str | None = None,
+               mount_path: str | None = None, owner: tuple[int, int] | None = None) -> "Workspace":
         """Open a workspace on ``branch``'s head (or on the commit ``at``
         names; commits still go to ``branch``). ``data_path`` is "overlay"
         or "fuse"; ``durability`` "commit" (writes reach the disk with
         commits) or "fsync" (as a local disk); both default to the
-        daemon's."""
-        spec = {"project": project, "branch": branch}
+        daemon's. ``owner`` (uid, gid) is the host user its mount path
+        (``mount_path``, default under the Store) is for: where sandboxes
+        run in a user namespace, the sandbox's root is that user there;
+        default, the caller."""
+        spec: dict[str, Any] = {"project": project, "branch": branch}
         for k, v in (("at", at), ("platform", platform), ("network", network),
-                     ("data_path", data_path), ("durability", durability)):
+                     ("data_path", data_path), ("durability", durability), ("mount_path", mount_path)):
             if v:
                 spec[k] = v
+        if owner is not None:
+            spec["owner"] = {"uid": owner[0], "gid": owner[1]}
         return Workspace(self._c, from_json(WorkspaceInfo, self._c._json("POST", "/v1/workspaces", body=spec)))
 
     def list(self) -> list[WorkspaceInfo]:

@@ -255,6 +255,14 @@ class Node:
 
 
 @dataclass
+class Owner:
+    """A host user: the one a workspace's mount path is for."""
+
+    uid: int = 0
+    gid: int = 0
+
+
+@dataclass
 class WorkspaceInfo:
     """A workspace as the daemon describes it."""
 
@@ -273,6 +281,8 @@ class WorkspaceInfo:
     node_address: str = ""  # in a listing of all hosts': that host's address
     data_path: str = ""
     durability: str = ""  # "commit" or "fsync"; "" for a native workspace
+    owner: Owner | None = _j(conv=lambda d: from_json(Owner, d))  # the mount path's host user, where it is a view
+    host_view: str = ""  # how the view serves file data: "passthrough" or "daemon: why"
     receipt: Receipt | None = _j(conv=_receipt)  # on a create or a remount: what mounting cost
 
 

@@ -170,6 +170,18 @@ def test_workspace_settings(client, project):
         client.workspaces.create(project, durability="never")
 
 
+def test_workspace_owner(client, project, tmp_path):
+    """The mount path is its owner's: the sandbox's root shows as the
+    owner there (the daemon's sandboxes run in a user namespace)."""
+    with client.workspaces.create(project, owner=(1000, 1000), mount_path=str(tmp_path / "ws")) as ws:
+        assert ws.info.owner == layerfs.Owner(uid=1000, gid=1000)
+        assert ws.exec("echo x > made-inside").ok
+        st = os.stat(os.path.join(ws.info.mount_path, "made-inside"))
+        assert (st.st_uid, st.st_gid) == (1000, 1000)
+    with pytest.raises(layerfs.InvalidArgument):
+        client.workspaces.create(project, owner=(2_000_000_005, 0))
+
+
 def test_context_manager_ends(client, project):
     with client.workspaces.create(project) as ws:
         ws.files.write("scratch", "dropped on exit")
