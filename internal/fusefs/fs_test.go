@@ -2,6 +2,7 @@ package fusefs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/fusefs"
+	"layerfs.dev/layerfs/internal/hostview"
 	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/overlay/overlaytest"
@@ -27,10 +29,11 @@ import (
 
 type env struct {
 	*overlaytest.Store
-	t    testing.TB
-	ctx  context.Context
-	n    int
-	path string // the data path: "fuse", "overlay" or "overlay-nometa"
+	t     testing.TB
+	ctx   context.Context
+	n     int
+	path  string               // the data path: "fuse", "overlay", "overlay-nometa" or "overlay-view"
+	idmap *kerneloverlay.IDMap // overlay-view's sandboxes' mapping
 }
 
 // dataPaths are the two ways a workspace is served; the behaviour tests run
@@ -118,7 +121,7 @@ func (e *env) mount(root store.ID) (served, string) {
 	e.t.Cleanup(func() { m.Unmount(context.Background()) })
 	if e.path == "overlay" {
 		// No silent fallback to the view as the whole lower.
-		require.True(e.t, m.(*kerneloverlay.Mount).HasMeta(), m.DataPath())
+		require.True(e.t, m.(interface{ HasMeta() bool }).HasMeta(), m.DataPath())
 	}
 	return m, mnt
 }
@@ -126,6 +129,9 @@ func (e *env) mount(root store.ID) (served, string) {
 // serve mounts the workspace directory ws at mnt over root; committed is
 // what the kernel overlay path knows of the upper (nil after a remount).
 func (e *env) serve(ws, mnt string, root, base store.ID, committed *overlay.UpperState) (served, error) {
+	if e.path == "overlay-view" {
+		return e.serveView(ws, mnt, root, base, committed)
+	}
 	if onOverlay(e.path) {
 		return kerneloverlay.New(e.ctx, kerneloverlay.Config{Lower: e.DB, Root: root, Base: base, Dir: ws, Target: mnt,
 			Committed: committed, MetaCache: e.DB.CacheDir(), NoMeta: e.path == "overlay-nometa"})
@@ -139,6 +145,50 @@ func (e *env) serve(ws, mnt string, root, base store.ID, committed *overlay.Uppe
 		return nil, err
 	}
 	return m, nil
+}
+
+// viewBase is where overlay-view's sandboxes' ids start on the host.
+const viewBase = 2_000_000_000
+
+// serveView serves the workspace as the engine does for sandboxes in a
+// user namespace: the overlay over id-mapped layers in ws/data, and at mnt
+// the host's view of it for root (package hostview).
+func (e *env) serveView(ws, mnt string, root, base store.ID, committed *overlay.UpperState) (served, error) {
+	if e.idmap == nil {
+		e.idmap = &kerneloverlay.IDMap{UserNS: testenv.UserNS(e.t, viewBase, 65536), Root: viewBase, Size: 65536}
+	}
+	data := filepath.Join(ws, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return nil, err
+	}
+	m, err := kerneloverlay.New(e.ctx, kerneloverlay.Config{Lower: e.DB, Root: root, Base: base, Dir: ws, Target: data,
+		Committed: committed, MetaCache: e.DB.CacheDir(), IDMap: e.idmap})
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(data, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		var v *hostview.Server
+		v, err = hostview.Mount(e.ctx, mnt, fd, hostview.Options{Range: hostview.Range{Base: viewBase, Size: 65536}, Upper: m.UpperDir()})
+		if err == nil {
+			return &viewed{Mount: m, view: v}, nil
+		}
+	}
+	return nil, errors.Join(err, m.Unmount(e.ctx))
+}
+
+// viewed is a workspace served through a host view.
+type viewed struct {
+	*kerneloverlay.Mount
+	view *hostview.Server
+}
+
+func (v *viewed) DataPath() string {
+	return "host view: " + v.view.DataPath() + "; " + v.Mount.DataPath()
+}
+
+func (v *viewed) Unmount(ctx context.Context) error {
+	return errors.Join(v.view.Unmount(ctx), v.Mount.Unmount(ctx))
 }
 
 // onBothPaths runs f once per data path.
@@ -160,6 +210,14 @@ func sh(t testing.TB, dir, body string) string {
 }
 
 func TestPosix(t *testing.T) { onBothPaths(t, testPosix) }
+
+// TestPosixHostView: the POSIX suites on a workspace's mount path where
+// its sandboxes run in a user namespace: the host's view of the overlay
+// over id-mapped layers.
+func TestPosixHostView(t *testing.T) {
+	t.Run("posixtest", func(t *testing.T) { testPosix(t, "overlay-view") })
+	t.Run("differential", func(t *testing.T) { testPosixDifferential(t, "overlay-view") })
+}
 
 func testPosix(t *testing.T, path string) {
 	for _, populated := range []bool{false, true} {

@@ -34,7 +34,12 @@ type node struct {
 	bino    uint64
 	pt      int
 	cached  int
+	// anon is a descriptor of a file that has no name (O_TMPFILE), for
+	// the calls that name it: -1 for the others.
+	anon int
 }
+
+func (s *Server) newNode() *node { return &node{s: s, bfd: -1, anon: -1} }
 
 var (
 	_ gofs.NodeLookuper       = (*node)(nil)
@@ -58,6 +63,8 @@ var (
 	_ gofs.NodeStatfser       = (*node)(nil)
 	_ gofs.NodeFlusher        = (*node)(nil)
 	_ gofs.NodeCopyFileRanger = (*node)(nil)
+	_ gofs.NodeTmpfiler       = (*node)(nil)
+	_ gofs.NodeOnForgetter    = (*node)(nil)
 )
 
 // rel is the node's path below the inner root ("" for the root); false
@@ -132,7 +139,7 @@ func (n *node) child(ctx context.Context, name string, out *fuse.EntryOut) (*gof
 	if e != 0 {
 		return nil, e
 	}
-	return n.NewInode(ctx, &node{s: n.s, bfd: -1}, sa), 0
+	return n.NewInode(ctx, n.s.newNode(), sa), 0
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -143,6 +150,14 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 	if h, ok := fh.(*handle); ok {
 		var st unix.Stat_t
 		if err := unix.Fstat(h.fd, &st); err != nil {
+			return errno(err)
+		}
+		n.s.fill(&st, &out.Attr)
+		return 0
+	}
+	if n.anon >= 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(n.anon, &st); err != nil {
 			return errno(err)
 		}
 		n.s.fill(&st, &out.Attr)
@@ -213,6 +228,18 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if !ok {
 		return nil, syscall.EXDEV
 	}
+	if t.anon >= 0 { // a file made with O_TMPFILE gets its name
+		to, e := n.at(name)
+		if e != 0 {
+			return nil, e
+		}
+		defer unix.Close(to.Dir)
+		err := n.as(ctx, func() error { return unix.Linkat(t.anon, "", to.Dir, to.Name, unix.AT_EMPTY_PATH) })
+		if err != nil {
+			return nil, errno(err)
+		}
+		return n.child(ctx, name, out)
+	}
 	from, e := t.at("")
 	if e != 0 {
 		return nil, e
@@ -227,6 +254,52 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 		return nil, errno(err)
 	}
 	return n.child(ctx, name, out)
+}
+
+// Tmpfile makes a file in the directory with no name, as the caller.
+func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	a, e := n.at("")
+	if e != 0 {
+		return nil, nil, 0, e
+	}
+	defer unix.Close(a.Dir)
+	fd := -1
+	err := n.as(ctx, func() (err error) {
+		fd, err = unix.Openat(a.Dir, a.Name, openFlags(flags)|unix.O_TMPFILE, mode&0o7777)
+		return err
+	})
+	if err != nil {
+		return nil, nil, 0, errno(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, nil, 0, errno(err)
+	}
+	if lost := mode & 0o7777 & n.s.umask; lost != 0 {
+		unix.Fchmod(fd, st.Mode&0o7777|lost)
+		st.Mode |= lost
+	}
+	n.s.fill(&st, &out.Attr)
+	c := n.s.newNode()
+	if c.anon, err = unix.Dup(fd); err != nil {
+		unix.Close(fd)
+		return nil, nil, 0, errno(err)
+	}
+	ino := n.NewInode(ctx, c, n.s.stable(&st))
+	h, fl, e := ino.Operations().(*node).newHandle(ctx, fd, int(flags), "", false)
+	if e != 0 {
+		return nil, nil, 0, e
+	}
+	return ino, h, fl, 0
+}
+
+// OnForget closes a nameless file's descriptor once the kernel forgets it.
+func (n *node) OnForget() {
+	if n.anon >= 0 {
+		unix.Close(n.anon)
+		n.anon = -1
+	}
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {

@@ -120,7 +120,7 @@ func Mount(ctx context.Context, target string, root int, opts Options) (*Server,
 		NegativeTimeout: &zero,
 		RootStableAttr:  &gofs.StableAttr{Ino: s.ino(&st)},
 	}
-	raw := &backingReplies{RawFileSystem: gofs.NewNodeFS(&node{s: s}, gopts), s: s}
+	raw := &backingReplies{RawFileSystem: gofs.NewNodeFS(s.newNode(), gopts), s: s}
 	err = cloexec.Around(func() (err error) {
 		s.server, err = fuse.NewServer(raw, target, &gopts.MountOptions)
 		return err

@@ -31,21 +31,6 @@ type env struct {
 	srv                *hostview.Server
 }
 
-// userNS starts a process in a new user namespace mapping 0-65535 to
-// base.. and returns its namespace, open.
-func userNS(t *testing.T) *os.File {
-	t.Helper()
-	cmd := exec.Command("sleep", "infinity")
-	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: m, GidMappings: m}
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	return f
-}
-
 // newEnv mounts an overlay over a lower holding a.txt and d/b.txt (root's
 // on disk), id-mapped like a sandbox's, and a view of it for owner.
 func newEnv(t *testing.T, owner hostview.Owner) *env {
@@ -62,7 +47,7 @@ func newEnv(t *testing.T, owner hostview.Owner) *env {
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(lower, "a.txt"), []byte("committed\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(lower, "d", "b.txt"), []byte("b\n"), 0o644))
-	ns := userNS(t)
+	ns := testenv.UserNS(t, base, 65536)
 	require.NoError(t, kerneloverlay.MountIDMapped(lower, dir, e.inner, &kerneloverlay.IDMap{UserNS: ns, Root: base}))
 	t.Cleanup(func() { unix.Unmount(e.inner, unix.MNT_DETACH) })
 	root, err := unix.Open(e.inner, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -238,4 +223,20 @@ func TestPassthrough(t *testing.T) {
 	st, err := os.Stat(filepath.Join(e.inner, "a.txt"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(len("committed\n")+len(big)), st.Size())
+}
+
+// TestTmpfile: a file made with O_TMPFILE in the view is the caller's
+// sandbox ids' and gets a name with linkat.
+func TestTmpfile(t *testing.T) {
+	e := newEnv(t, hostview.Owner{UID: 1000, GID: 1000})
+	fd, err := unix.Open(e.view, unix.O_TMPFILE|unix.O_RDWR, 0o640)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	_, err = unix.Write(fd, []byte("tmp"))
+	require.NoError(t, err)
+	require.NoError(t, unix.Linkat(fd, "", unix.AT_FDCWD, filepath.Join(e.view, "named"), unix.AT_EMPTY_PATH))
+	assert.Equal(t, "0:0", owner(t, filepath.Join(e.upper, "named")), "root's tmpfile in a view of 1000's")
+	b, err := os.ReadFile(filepath.Join(e.inner, "named"))
+	require.NoError(t, err)
+	assert.Equal(t, "tmp", string(b))
 }
