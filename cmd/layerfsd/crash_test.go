@@ -569,3 +569,64 @@ func TestKilledWithItsOwnFileOpen(t *testing.T) {
 		t.Error("the upload did not end after its daemon died and its body ended")
 	}
 }
+
+// TestCrashHostView kills the daemon while a host process sits in a
+// workspace's mount path (its host view) with a file open there: the
+// process's next call fails at once instead of hanging, the next daemon
+// serves the view again at the same path (one mount there, not stacked),
+// and a host write there reaches the sandbox, owned by its root.
+func TestCrashHostView(t *testing.T) {
+	s := startSupervisedDaemon(t)
+	ctx := t.Context()
+	c, err := s.waitUp(ctx, time.Minute)
+	require.NoError(t, err)
+	defer c.Close()
+	ws := workspaceInP(t, c)
+	mnt := ws.Info().MountPath
+	require.NotNil(t, ws.Info().Owner, "the mount path is a view (the daemon's sandboxes have a user namespace)")
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "before"), []byte("x"), 0o644))
+	// A host process in the view: its working directory there, a file open.
+	holder := exec.Command("sh", "-c", "cd "+mnt+" && exec 3<before && echo ready && read line")
+	holder.Dir = "/"
+	in, err := holder.StdinPipe()
+	require.NoError(t, err)
+	out, err := holder.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, holder.Start())
+	defer holder.Process.Kill()
+	buf := make([]byte, 6)
+	_, err = io.ReadFull(out, buf)
+	require.NoError(t, err, "the holder never got into the view")
+	st, err := c.Daemon(ctx)
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
+	c2, err := s.waitUp(ctx, time.Minute)
+	require.NoError(t, err)
+	defer c2.Close()
+	ws2, err := c2.Workspace(ctx, ws.ID())
+	require.NoError(t, err)
+	ms, err := mountinfo.Read(mountinfo.Self)
+	require.NoError(t, err)
+	n := 0
+	for _, m := range ms {
+		if m.Dir == mnt {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n, "mounts at the mount path after recovery")
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "after"), []byte("y"), 0o644))
+	res, err := ws2.Exec(ctx, "stat -c '%u:%g' before after && cat after", client.ExecOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "0:0\n0:0\ny", string(res.Stdout))
+	// The holder's old view is cut off: its calls fail, they do not hang.
+	done := make(chan error, 1)
+	go func() { done <- exec.Command("sh", "-c", "cat /proc/"+fmt.Sprint(holder.Process.Pid)+"/cwd/before").Run() }()
+	select {
+	case err := <-done:
+		assert.Error(t, err, "a call in the dead daemon's view")
+	case <-time.After(30 * time.Second):
+		t.Fatal("a call in the dead daemon's view hangs")
+	}
+	in.Close()
+	require.NoError(t, ws2.End(ctx, client.EndOptions{Discard: true}))
+}

@@ -3,12 +3,14 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -111,4 +113,46 @@ func TestHostViewOwnerRefused(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "owner: uid"), err.Error())
 	var _ *engine.Engine = e
+}
+
+// TestEndBusyHostView: a workspace ends at once while a host process has
+// its working directory and a file open in its mount path; the process's
+// next call there fails instead of hanging, and nothing stays mounted.
+func TestEndBusyHostView(t *testing.T) {
+	e, _ := newEngine(t)
+	ctx := t.Context()
+	_, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	require.NoError(t, err)
+	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
+	require.NoError(t, err)
+	require.NotNil(t, ws.Owner)
+	require.NoError(t, os.WriteFile(filepath.Join(ws.MountPath, "f"), []byte("x"), 0o644))
+	holder := exec.Command("sh", "-c", "cd "+ws.MountPath+" && exec 3<f && echo ready && read line && cat f")
+	holder.Dir = "/"
+	in, err := holder.StdinPipe()
+	require.NoError(t, err)
+	out, err := holder.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, holder.Start())
+	defer holder.Process.Kill()
+	_, err = io.ReadFull(out, make([]byte, 6))
+	require.NoError(t, err)
+	ended := make(chan error, 1)
+	go func() { ended <- e.EndWorkspace(ctx, ws.ID, true) }()
+	select {
+	case err := <-ended:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("ending a workspace whose view a host process holds hangs")
+	}
+	assertUnmounted(t, ws.MountPath)
+	in.Close()
+	waited := make(chan error, 1)
+	go func() { waited <- holder.Wait() }()
+	select {
+	case err := <-waited:
+		assert.Error(t, err, "the holder's cat of a file in the ended view")
+	case <-time.After(30 * time.Second):
+		t.Fatal("a call in the ended view hangs")
+	}
 }
