@@ -28,7 +28,7 @@ type benchFS struct {
 func benchFSCmd(a *app) *cobra.Command {
 	var b benchFS
 	c := &cobra.Command{
-		Use:   "fs [--cells C01,...] [--samples N] [--dir D] [--fs ext4:8G|xfs:8G] [--data-path fuse,overlay,overlay-nometa,floor] [--fsync] [--no-passthrough] [--cpuprofile F]",
+		Use:   "fs [--cells C01,...] [--samples N] [--dir D] [--fs ext4:8G|xfs:8G] [--data-path fuse,overlay,overlay-nometa,floor,view] [--fsync] [--no-passthrough] [--cpuprofile F]",
 		Short: "Run the cell bodies straight on a workspace mount and in a plain directory: the FUSE path alone",
 		Long: `Runs each cell's body directly (no sandbox, no daemon API) on a fresh
 LayerFS workspace mount served by this process and in a plain directory on
@@ -97,7 +97,7 @@ func (b *benchFS) flags(c *cobra.Command) {
 	f.IntVar(&b.samples, "samples", 5, "timed samples per cell and arm")
 	f.StringVar(&b.dir, "dir", "", "scratch directory on the file system under test (default: a temporary one, removed after)")
 	f.StringVar(&b.fsSpec, "fs", "", "run on a fresh loop-mounted file system made under --dir: ext4:SIZE (with a journal) or xfs:SIZE (reflinks), e.g. ext4:8G")
-	f.StringVar(&b.dataPaths, "data-path", "fuse", "comma-separated LayerFS arms, each run beside its own native arm: fuse, overlay (kernel overlayfs over the metadata image, the FUSE view as its data-only layer), overlay-nometa (over the FUSE view alone), floor (kernel overlayfs over a plain directory)")
+	f.StringVar(&b.dataPaths, "data-path", "fuse", "comma-separated LayerFS arms, each run beside its own native arm: fuse, overlay (kernel overlayfs over the metadata image, the FUSE view as its data-only layer), overlay-nometa (over the FUSE view alone), floor (kernel overlayfs over a plain directory), view (a workspace's mount path where sandboxes have a user namespace: the host view of the overlay over id-mapped layers)")
 	f.BoolVar(&b.fsync, "fsync", false, "mount LayerFS as a workspace of durability fsync (fsync honoured, copy-ups synced) rather than commit, the default")
 	f.BoolVar(&b.noPassthrough, "no-passthrough", false, "serve file data through the daemon instead of FUSE passthrough")
 	f.StringVar(&b.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the daemon side, setup included) to this file")

@@ -155,7 +155,12 @@ const viewBase = 2_000_000_000
 // the host's view of it for root (package hostview).
 func (e *env) serveView(ws, mnt string, root, base store.ID, committed *overlay.UpperState) (served, error) {
 	if e.idmap == nil {
-		e.idmap = &kerneloverlay.IDMap{UserNS: testenv.UserNS(e.t, viewBase, 65536), Root: viewBase, Size: 65536}
+		m, release, err := kerneloverlay.HoldIDMap(viewBase, 65536)
+		if err != nil {
+			return nil, err
+		}
+		e.t.Cleanup(release)
+		e.idmap = m
 	}
 	data := filepath.Join(ws, "data")
 	if err := os.MkdirAll(data, 0o700); err != nil {

@@ -47,8 +47,10 @@ func newEnv(t *testing.T, owner hostview.Owner) *env {
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(lower, "a.txt"), []byte("committed\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(lower, "d", "b.txt"), []byte("b\n"), 0o644))
-	ns := testenv.UserNS(t, base, 65536)
-	require.NoError(t, kerneloverlay.MountIDMapped(lower, dir, e.inner, &kerneloverlay.IDMap{UserNS: ns, Root: base}))
+	m, release, err := kerneloverlay.HoldIDMap(base, 65536)
+	require.NoError(t, err)
+	t.Cleanup(release)
+	require.NoError(t, kerneloverlay.MountIDMapped(lower, dir, e.inner, m))
 	t.Cleanup(func() { unix.Unmount(e.inner, unix.MNT_DETACH) })
 	root, err := unix.Open(e.inner, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	require.NoError(t, err)

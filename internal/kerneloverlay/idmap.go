@@ -2,7 +2,10 @@ package kerneloverlay
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -152,4 +155,28 @@ func IDMappedClone(path string, m *IDMap) (int, error) {
 		return -1, fmt.Errorf("id-map %s: %w", path, err)
 	}
 	return fd, nil
+}
+
+// HoldIDMap makes a user namespace whose ids 0 to size-1 are host ids
+// host.. (a sandbox's mapping, for tests and benches that have no
+// platform to ask), held by a process of its own; release kills it and
+// closes the namespace.
+func HoldIDMap(host, size uint32) (m *IDMap, release func(), err error) {
+	cmd := exec.Command("sleep", "infinity")
+	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(host), Size: int(size)}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: ids, GidMappings: ids, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("user namespace: %w", err)
+	}
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, nil, fmt.Errorf("user namespace: %w", err)
+	}
+	return &IDMap{UserNS: ns, Root: host, Size: size}, func() {
+		ns.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}, nil
 }

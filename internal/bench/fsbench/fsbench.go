@@ -24,6 +24,7 @@ import (
 	"layerfs.dev/layerfs/internal/cells"
 	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/fusefs"
+	"layerfs.dev/layerfs/internal/hostview"
 	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/stats"
@@ -44,9 +45,12 @@ type Config struct {
 	// DataPath is the LayerFS arm: "fuse" (default), "overlay" (kernel
 	// overlayfs over the commit's metadata image and, as a data-only layer,
 	// the FUSE view of the commit), "overlay-nometa" (the FUSE view as the
-	// whole lower, as before the metadata image) or "floor" (kernel
+	// whole lower, as before the metadata image), "floor" (kernel
 	// overlayfs over a plain-directory checkout of the commit: what the
-	// kernel itself costs).
+	// kernel itself costs) or "view" (the mount path of a workspace whose
+	// sandboxes run in a user namespace: the overlay over id-mapped layers
+	// in the workspace's directory, and its host view for root at the
+	// mount path, package hostview: what a host-side tool pays).
 	DataPath string
 	// Fsync mounts the overlay arms as a workspace of durability "fsync"
 	// (synced copy-ups, fsync honoured); by default they are of
@@ -384,6 +388,8 @@ type mounted interface {
 // on the configured data path.
 func (s *sample) mount(ctx context.Context, db *store.DB, root store.ID, ws, mnt string) (mounted, error) {
 	switch s.cfg.DataPath {
+	case "view":
+		return mountView(ctx, db, root, ws, mnt, !s.cfg.Fsync, s.cfg.Logger)
 	case "overlay", "overlay-nometa":
 		return kerneloverlay.New(ctx, kerneloverlay.Config{Lower: db, Root: root, Dir: ws, Target: mnt,
 			Committed: overlay.EmptyUpper(), Logger: s.cfg.Logger, MetaCache: db.CacheDir(), NoMeta: s.cfg.DataPath == "overlay-nometa",
@@ -392,7 +398,7 @@ func (s *sample) mount(ctx context.Context, db *store.DB, root store.ID, ws, mnt
 		return mountFloor(ctx, db, root, ws, mnt, !s.cfg.Fsync)
 	case "", "fuse":
 	default:
-		return nil, fmt.Errorf("data path %q: want fuse, overlay, overlay-nometa or floor", s.cfg.DataPath)
+		return nil, fmt.Errorf("data path %q: want fuse, overlay, overlay-nometa, floor or view", s.cfg.DataPath)
 	}
 	ov, err := overlay.Open(ctx, overlay.Config{Lower: db, Root: root, UpperDir: filepath.Join(ws, "upper"), Logger: s.cfg.Logger})
 	if err != nil {
@@ -401,6 +407,56 @@ func (s *sample) mount(ctx context.Context, db *store.DB, root store.ID, ws, mnt
 	mo := s.cfg.Mount
 	mo.Logger = s.cfg.Logger
 	return fusefs.Mount(ctx, mnt, ov, mo)
+}
+
+// viewBase is where the view arm's sandbox ids start on the host, as the
+// local platform's by default.
+const viewBase = 2_000_000_000
+
+// viewed is the view arm's mount: the overlay, and the host view of it.
+type viewed struct {
+	*kerneloverlay.Mount
+	view    *hostview.Server
+	release func() // the user namespace's
+}
+
+func (v *viewed) DataPath() string { return "host view: " + v.view.DataPath() + "; " + v.Mount.DataPath() }
+
+func (v *viewed) Unmount(ctx context.Context) error {
+	defer v.release()
+	return errors.Join(v.view.Unmount(ctx), v.Mount.Unmount(ctx))
+}
+
+// mountView mounts the overlay over layers id-mapped like a sandbox's in
+// ws/data and root's host view of it at mnt, as the daemon serves a
+// workspace's mount path.
+func mountView(ctx context.Context, db *store.DB, root store.ID, ws, mnt string, volatile bool, log *slog.Logger) (*viewed, error) {
+	m, release, err := kerneloverlay.HoldIDMap(viewBase, 65536)
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(ws, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		release()
+		return nil, err
+	}
+	ov, err := kerneloverlay.New(ctx, kerneloverlay.Config{Lower: db, Root: root, Dir: ws, Target: data,
+		Committed: overlay.EmptyUpper(), Logger: log, MetaCache: db.CacheDir(), Volatile: volatile, IDMap: m})
+	if err != nil {
+		release()
+		return nil, err
+	}
+	fd, err := unix.Open(data, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		var v *hostview.Server
+		v, err = hostview.Mount(ctx, mnt, fd, hostview.Options{Range: hostview.Range{Base: viewBase, Size: 65536}, Upper: ov.UpperDir(), Logger: log})
+		if err == nil {
+			return &viewed{Mount: ov, view: v, release: release}, nil
+		}
+	}
+	err = errors.Join(err, ov.Unmount(context.WithoutCancel(ctx)))
+	release()
+	return nil, err
 }
 
 // floor is kernel overlayfs over a plain directory holding the commit.
