@@ -620,7 +620,9 @@ func TestCrashHostView(t *testing.T) {
 	assert.Equal(t, "0:0\n0:0\ny", string(res.Stdout))
 	// The holder's old view is cut off: its calls fail, they do not hang.
 	done := make(chan error, 1)
-	go func() { done <- exec.Command("sh", "-c", "cat /proc/"+fmt.Sprint(holder.Process.Pid)+"/cwd/before").Run() }()
+	go func() {
+		done <- exec.Command("sh", "-c", "cat /proc/"+fmt.Sprint(holder.Process.Pid)+"/cwd/before").Run()
+	}()
 	select {
 	case err := <-done:
 		assert.Error(t, err, "a call in the dead daemon's view")

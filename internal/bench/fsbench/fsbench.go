@@ -420,7 +420,9 @@ type viewed struct {
 	release func() // the user namespace's
 }
 
-func (v *viewed) DataPath() string { return "host view: " + v.view.DataPath() + "; " + v.Mount.DataPath() }
+func (v *viewed) DataPath() string {
+	return "host view: " + v.view.DataPath() + "; " + v.Mount.DataPath()
+}
 
 func (v *viewed) Unmount(ctx context.Context) error {
 	defer v.release()
