@@ -115,6 +115,8 @@ func Mount(ctx context.Context, target string, root int, opts Options) (*Server,
 			// size or time changes (a sandbox wrote it).
 			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_AUTO_INVAL_DATA,
 		},
+		// A mode of 0 is a mode (go-fuse would show 0644).
+		NullPermissions: true,
 		EntryTimeout:    &zero,
 		AttrTimeout:     &zero,
 		NegativeTimeout: &zero,

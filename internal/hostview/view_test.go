@@ -242,3 +242,14 @@ func TestTmpfile(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "tmp", string(b))
 }
+
+// TestModeZero: a file created with mode 0 has mode 0 (pjdfstest open/26).
+func TestModeZero(t *testing.T) {
+	e := newEnv(t, hostview.Owner{})
+	fd, err := unix.Open(filepath.Join(e.view, "z"), unix.O_CREAT|unix.O_WRONLY, 0)
+	require.NoError(t, err)
+	unix.Close(fd)
+	st, err := os.Lstat(filepath.Join(e.view, "z"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0), st.Mode().Perm())
+}
