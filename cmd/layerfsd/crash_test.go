@@ -586,17 +586,7 @@ func TestCrashHostView(t *testing.T) {
 	require.NotNil(t, ws.Info().Owner, "the mount path is a view (the daemon's sandboxes have a user namespace)")
 	require.NoError(t, os.WriteFile(filepath.Join(mnt, "before"), []byte("x"), 0o644))
 	// A host process in the view: its working directory there, a file open.
-	holder := exec.Command("sh", "-c", "cd "+mnt+" && exec 3<before && echo ready && read line")
-	holder.Dir = "/"
-	in, err := holder.StdinPipe()
-	require.NoError(t, err)
-	out, err := holder.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, holder.Start())
-	defer holder.Process.Kill()
-	buf := make([]byte, 6)
-	_, err = io.ReadFull(out, buf)
-	require.NoError(t, err, "the holder never got into the view")
+	holder := proctest.Hold(t, mnt, "before")
 	st, err := c.Daemon(ctx)
 	require.NoError(t, err)
 	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
@@ -621,7 +611,7 @@ func TestCrashHostView(t *testing.T) {
 	// The holder's old view is cut off: its calls fail, they do not hang.
 	done := make(chan error, 1)
 	go func() {
-		done <- exec.Command("sh", "-c", "cat /proc/"+fmt.Sprint(holder.Process.Pid)+"/cwd/before").Run()
+		done <- exec.Command("sh", "-c", "cat /proc/"+fmt.Sprint(holder.Cmd.Process.Pid)+"/cwd/before").Run()
 	}()
 	select {
 	case err := <-done:
@@ -629,6 +619,6 @@ func TestCrashHostView(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("a call in the dead daemon's view hangs")
 	}
-	in.Close()
+	holder.Release()
 	require.NoError(t, ws2.End(ctx, client.EndOptions{Discard: true}))
 }

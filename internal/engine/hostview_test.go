@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/engine"
 	"layerfs.dev/layerfs/internal/platforms/local"
+	"layerfs.dev/layerfs/internal/proctest"
 	"layerfs.dev/layerfs/wire"
 )
 
@@ -127,16 +127,7 @@ func TestEndBusyHostView(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, ws.Owner)
 	require.NoError(t, os.WriteFile(filepath.Join(ws.MountPath, "f"), []byte("x"), 0o644))
-	holder := exec.Command("sh", "-c", "cd "+ws.MountPath+" && exec 3<f && echo ready && read line && cat f")
-	holder.Dir = "/"
-	in, err := holder.StdinPipe()
-	require.NoError(t, err)
-	out, err := holder.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, holder.Start())
-	defer holder.Process.Kill()
-	_, err = io.ReadFull(out, make([]byte, 6))
-	require.NoError(t, err)
+	holder := proctest.Hold(t, ws.MountPath, "f")
 	ended := make(chan error, 1)
 	go func() { ended <- e.EndWorkspace(ctx, ws.ID, true) }()
 	select {
@@ -146,9 +137,9 @@ func TestEndBusyHostView(t *testing.T) {
 		t.Fatal("ending a workspace whose view a host process holds hangs")
 	}
 	assertUnmounted(t, ws.MountPath)
-	in.Close()
+	holder.Release()
 	waited := make(chan error, 1)
-	go func() { waited <- holder.Wait() }()
+	go func() { waited <- holder.Cmd.Wait() }()
 	select {
 	case err := <-waited:
 		assert.Error(t, err, "the holder's cat of a file in the ended view")
