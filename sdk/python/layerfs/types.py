@@ -262,6 +262,10 @@ class Owner:
     gid: int = 0
 
 
+def _owner(d: Any) -> Owner:
+    return d if isinstance(d, Owner) else from_json(Owner, d)
+
+
 @dataclass
 class WorkspaceInfo:
     """A workspace as the daemon describes it."""
@@ -281,7 +285,7 @@ class WorkspaceInfo:
     node_address: str = ""  # in a listing of all hosts': that host's address
     data_path: str = ""
     durability: str = ""  # "commit" or "fsync"; "" for a native workspace
-    owner: Owner | None = _j(conv=lambda d: from_json(Owner, d))  # the mount path's host user, where it is a view
+    owner: Owner | None = _j(conv=lambda d: _owner(d))  # the mount path's host user, where it is a view
     host_view: str = ""  # how the view serves file data: "passthrough" or "daemon: why"
     receipt: Receipt | None = _j(conv=_receipt)  # on a create or a remount: what mounting cost
 
