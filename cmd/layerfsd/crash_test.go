@@ -276,7 +276,8 @@ func checkAfterCrash(t *testing.T, ctx context.Context, c *client.Client, s *sup
 		time.Sleep(50 * time.Millisecond)
 	}
 	// The live mounts of every workspace, each answering: one on the fuse
-	// data path, two on overlay (the overlay and its FUSE lower).
+	// data path, two on overlay (the overlay and its FUSE lower), and the
+	// host view at the mount path where sandboxes have a user namespace.
 	ms, err := mountinfo.Read(mountinfo.Self)
 	require.NoError(t, err)
 	below := mountinfo.Below(ms, filepath.Join(s.store, "workspaces"))
@@ -286,6 +287,9 @@ func checkAfterCrash(t *testing.T, ctx context.Context, c *client.Client, s *sup
 	for _, w := range wss {
 		want++
 		if strings.HasPrefix(w.DataPath, wire.DataPathOverlay) {
+			want++
+		}
+		if w.Owner != nil {
 			want++
 		}
 	}
