@@ -39,7 +39,7 @@ func init() {
 		wire.MergeRequest{}, wire.MergeResult{}, wire.ConflictSide{}, wire.Conflict{},
 		wire.UpdateRequest{}, wire.UpdateResult{}, wire.ResolveRequest{}, wire.ResolveResult{},
 		wire.ForkRequest{}, wire.ForkResult{}, wire.Change{}, wire.DiffPage{}, wire.FileInfo{}, wire.FileEvent{},
-		wire.DirPage{}, wire.Checkout{}, wire.CheckoutResult{}, wire.WorkspaceSpec{}, wire.Workspace{},
+		wire.DirPage{}, wire.Checkout{}, wire.CheckoutResult{}, wire.WorkspaceSpec{}, wire.Owner{}, wire.Workspace{},
 		wire.WorkspaceStatus{}, wire.ExecRequest{}, wire.TerminalSize{}, wire.ExecResult{}, wire.ExecEvent{}, wire.OpStats{},
 		wire.FUSEStats{}, wire.SQLStats{}, wire.UpperStats{}, wire.Receipt{}, wire.GCRequest{}, wire.GCResult{},
 		wire.FsckProblem{}, wire.FsckReport{}, wire.StoreStats{},
