@@ -448,7 +448,8 @@ type UpperStats struct {
 	CopyUps    int64 `json:"copy_ups"`   // committed files whose data was copied up (metacopies excepted)
 }
 
-// SQLStats are SQLite statements and rows.
+// SQLStats are SQL transactions, statements and rows (SQLite's, or
+// PostgreSQL's on a shared Store).
 type SQLStats struct {
 	Statements   int64 `json:"statements"`
 	Rows         int64 `json:"rows"`
@@ -456,7 +457,9 @@ type SQLStats struct {
 	TxNs         int64 `json:"tx_ns"`
 }
 
-// Receipt tells what an exec or a commit cost.
+// Receipt tells what an exec, a commit or another operation cost: what
+// that request did, counted on its own account, never work that other
+// requests did meanwhile (docs/api.md#receipts).
 type Receipt struct {
 	WallNs    int64 `json:"wall_ns"`              // on the daemon's side, request to result
 	CommandNs int64 `json:"command_ns,omitempty"` // on the sandbox's own clock
@@ -472,7 +475,13 @@ type Receipt struct {
 	// commit (execs leave it 0: measuring it walks the upper layer).
 	UpperBytes int64 `json:"upper_bytes"`
 	// Store writes: payload (pack) bytes and objects new vs deduplicated.
-	StoreBytesWritten int64  `json:"store_bytes_written"`
+	StoreBytesWritten int64 `json:"store_bytes_written"`
+	// StoreBytesRead are the chunk payload bytes read from packs (files,
+	// or the bucket of a shared Store), and CacheBytesWritten the bytes of
+	// contents placed in the Store's cache of contents: for an exec, what
+	// its first reads of committed files cost.
+	StoreBytesRead    int64  `json:"store_bytes_read"`
+	CacheBytesWritten int64  `json:"cache_bytes_written"`
 	NewObjects        int64  `json:"new_objects,omitempty"`
 	ReusedObjects     int64  `json:"reused_objects,omitempty"`
 	NewBytes          int64  `json:"new_bytes,omitempty"`
@@ -487,6 +496,11 @@ type Receipt struct {
 	// Quota is the workspace's quota and its use after the exec, for a
 	// workspace that has one.
 	Quota *QuotaUsage `json:"quota,omitempty"`
+	// SharedMount: another exec ran in the same workspace at the same
+	// time. The FUSE requests their processes made while both ran, and the
+	// Store work those caused, could not be told apart and are on neither
+	// receipt (they are in the daemon's totals, GET /metrics).
+	SharedMount bool `json:"shared_mount,omitempty"`
 }
 
 // QuotaUsage is a workspace quota's file system: its size and use in bytes

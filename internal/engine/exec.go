@@ -6,6 +6,9 @@ import (
 	"io"
 	"time"
 
+	"layerfs.dev/layerfs/internal/account"
+	"layerfs.dev/layerfs/internal/commit"
+	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/wire"
 	"layerfs.dev/layerfs/wire/errclass"
@@ -71,6 +74,7 @@ func (e *Engine) Attach(ctx context.Context, id string, req wire.ExecRequest, st
 // run runs a normalized spec in the workspace's sandbox and adds the
 // receipt.
 func (e *Engine) run(ctx context.Context, id string, spec platforms.ExecSpec, stdout, stderr io.Writer) (wire.ExecResult, error) {
+	ctx, acct := account.Open(ctx) // the receipt: what this exec did
 	w, err := e.get(ctx, id)
 	if err != nil {
 		return wire.ExecResult{}, err
@@ -89,12 +93,9 @@ func (e *Engine) run(ctx context.Context, id string, spec platforms.ExecSpec, st
 		return wire.ExecResult{}, fmt.Errorf("%w: workspace %s ended", errclass.NotFound, id)
 	}
 	t0 := time.Now()
-	sqlBefore := e.db.Counters()
-	var fuseBefore mountStats
-	if w.mnt != nil {
-		fuseBefore = w.mnt.Stats()
-	}
+	use := w.use.enter(acct)
 	r, err := w.sb.Exec(ctx, spec, stdout, stderr)
+	shared := w.use.leave(use)
 	wall := time.Since(t0)
 	if err == nil {
 		err = e.heldToIsolation(ctx, w.opts.Platform, r)
@@ -103,25 +104,22 @@ func (e *Engine) run(ctx context.Context, id string, spec platforms.ExecSpec, st
 		e.metrics.execErrors.Add(1)
 		return wire.ExecResult{}, fmt.Errorf("exec in %s: %w", id, err)
 	}
-	res := wire.ExecResult{
-		ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, OutputTruncated: r.OutputTruncated,
-		Receipt: wire.Receipt{
-			WallNs:    wall.Nanoseconds(),
-			CommandNs: r.Command.Nanoseconds(),
-			LaunchNs:  (wall - r.Command).Nanoseconds(),
-			Platform:  w.opts.Platform,
-			Quota:     e.quotaUsage(w),
-
-			UserNamespace: r.UserNamespace,
-		},
-	}
-	d := e.db.Counters().Sub(sqlBefore)
-	res.Receipt.SQL = wire.SQLStats{Statements: d.Statements, Rows: d.Rows, Transactions: d.Transactions, TxNs: d.TxTime.Nanoseconds()}
-	res.Receipt.StoreBytesWritten = d.PackBytesWritten
+	res := wire.ExecResult{ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, OutputTruncated: r.OutputTruncated}
+	var upper wire.UpperStats
 	if w.mnt != nil {
-		res.Receipt.FUSE = fuseStats(w.mnt.Stats().Sub(fuseBefore))
-		res.Receipt.Upper = e.upperTook(ctx, w)
-		e.metrics.observeUpper(res.Receipt.Upper)
+		upper = e.upperTook(ctx, w)
+		e.metrics.observeUpper(upper)
+	}
+	res.Receipt = storeReceipt(acct, commit.Stats{})
+	res.Receipt.WallNs = wall.Nanoseconds()
+	res.Receipt.CommandNs = r.Command.Nanoseconds()
+	res.Receipt.LaunchNs = (wall - r.Command).Nanoseconds()
+	res.Receipt.Platform, res.Receipt.UserNamespace = w.opts.Platform, r.UserNamespace
+	res.Receipt.Quota = e.quotaUsage(w)
+	res.Receipt.SharedMount = shared
+	if w.mnt != nil {
+		res.Receipt.FUSE = fuseStats(fusefs.Stats{RequestStats: acct.FUSE()})
+		res.Receipt.Upper = upper
 	}
 	e.metrics.observeExec(wall, r.ExitCode)
 	return res, nil

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/wire"
@@ -28,6 +29,7 @@ import (
 // data path and quota, and with its conflicts, if an update left any. The
 // source is not changed. The forks are mounted in parallel.
 func (e *Engine) ForkWorkspace(ctx context.Context, id string, req wire.ForkRequest) (wire.ForkResult, error) {
+	ctx, acct := account.Open(ctx) // the receipt: what this request did
 	if err := e.checkOpen(); err != nil {
 		return wire.ForkResult{}, err
 	}
@@ -47,7 +49,7 @@ func (e *Engine) ForkWorkspace(ctx context.Context, id string, req wire.ForkRequ
 	if w.opts.Native {
 		return wire.ForkResult{}, fmt.Errorf("%w: workspace %s is native: it has no history to fork", errclass.Invalid, id)
 	}
-	t0, before := time.Now(), e.db.Counters()
+	t0 := time.Now()
 	tree, base, st, err := e.snapshot(ctx, w)
 	if err != nil {
 		return wire.ForkResult{}, fmt.Errorf("fork %s: %w", id, err)
@@ -71,7 +73,7 @@ func (e *Engine) ForkWorkspace(ctx context.Context, id string, req wire.ForkRequ
 	for _, f := range forks {
 		out.Workspaces = append(out.Workspaces, f.info())
 	}
-	r := storeReceipt(e.db.Counters().Sub(before), st)
+	r := storeReceipt(acct, st)
 	r.WallNs, r.Platform = time.Since(t0).Nanoseconds(), w.opts.Platform
 	out.Receipt = &r
 	e.log.Info("workspace forked", "id", id, "count", n, "ms", float64(r.WallNs)/1e6)

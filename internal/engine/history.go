@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/wire"
@@ -280,12 +281,12 @@ func (e *Engine) Diff(ctx context.Context, project, from, to, cursor string, lim
 
 // CommitDir captures a directory on this host as a branch's next commit.
 func (e *Engine) CommitDir(ctx context.Context, project, branch string, req wire.CommitDir) (wire.CommitResult, error) {
+	ctx, acct := account.Open(ctx) // the receipt: what this request did
 	dir, err := hostDir(req.FromPath, "from_path")
 	if err != nil {
 		return wire.CommitResult{}, err
 	}
 	t0 := time.Now()
-	before := e.db.Counters()
 	dropped := e.db.FillDropped()
 	p, st, err := commit.FromDir(ctx, e.db, project, branch, dir, e.meta(req.Message, req.Author), nil)
 	if err != nil {
@@ -294,7 +295,7 @@ func (e *Engine) CommitDir(ctx context.Context, project, branch string, req wire
 	if p.Result != store.PublishUpToDate {
 		e.readyImage(ctx, p.Commit, dropped)
 	}
-	r := storeReceipt(e.db.Counters().Sub(before), st)
+	r := storeReceipt(acct, st)
 	r.WallNs = time.Since(t0).Nanoseconds()
 	return wire.CommitResult{Commit: p.Commit.String(), Result: publishResult(p.Result), Head: p.Head.String(), Receipt: &r}, nil
 }
@@ -316,15 +317,18 @@ func (e *Engine) Checkout(ctx context.Context, project string, req wire.Checkout
 	return wire.CheckoutResult{Commit: id.String(), Path: req.Path, Entries: st.Entries, Files: st.Files, Bytes: st.Bytes}, nil
 }
 
-// storeReceipt fills a receipt's Store fields from a counters delta and the
-// capture's statistics.
-func storeReceipt(d store.Counters, st commit.Stats) wire.Receipt {
+// storeReceipt fills a receipt's Store fields from the request's account
+// and the capture's statistics.
+func storeReceipt(a *account.Account, st commit.Stats) wire.Receipt {
+	d := store.Account(a)
 	return wire.Receipt{
 		SQL: wire.SQLStats{
 			Statements: d.Statements, Rows: d.Rows,
 			Transactions: d.Transactions, TxNs: d.TxTime.Nanoseconds(),
 		},
 		StoreBytesWritten: d.PackBytesWritten,
+		StoreBytesRead:    d.PackBytesRead,
+		CacheBytesWritten: d.CacheBytes,
 		NewObjects:        st.NewChunks,
 		ReusedObjects:     st.Chunks - st.NewChunks,
 		NewBytes:          st.NewBytes,

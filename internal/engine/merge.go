@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/fsids"
 	"layerfs.dev/layerfs/internal/store"
@@ -77,6 +78,7 @@ func conflictError(what string, cs []wire.Conflict) error {
 // source must share history with the branch (a ref of another project
 // does not).
 func (e *Engine) MergeBranch(ctx context.Context, project string, req wire.MergeRequest) (wire.MergeResult, error) {
+	ctx, acct := account.Open(ctx) // the receipt: what this request did
 	if err := e.checkOpen(); err != nil {
 		return wire.MergeResult{}, err
 	}
@@ -94,7 +96,7 @@ func (e *Engine) MergeBranch(ctx context.Context, project string, req wire.Merge
 	if err != nil {
 		return wire.MergeResult{}, classify(err)
 	}
-	t0, before := time.Now(), e.db.Counters()
+	t0 := time.Now()
 	out, err := commit.MergeInto(ctx, e.db, commit.MergeRequest{Project: project, Branch: req.Into, Source: src, SourceName: req.Source,
 		Meta: e.meta(req.Message, req.Author), Prefer: pref, DryRun: req.DryRun})
 	if err != nil {
@@ -103,7 +105,7 @@ func (e *Engine) MergeBranch(ctx context.Context, project string, req wire.Merge
 	if out.Result == commit.MergeConflicts {
 		return wire.MergeResult{}, conflictError("merge "+req.Source+" into "+req.Into, wireConflicts(out.Conflicts))
 	}
-	r := storeReceipt(e.db.Counters().Sub(before), out.Stats.Build)
+	r := storeReceipt(acct, out.Stats.Build)
 	r.WallNs = time.Since(t0).Nanoseconds()
 	e.log.Info("merge", "project", project, "source", req.Source, "into", req.Into, "result", out.Result, "dry_run", req.DryRun, "tries", out.Tries)
 	return wire.MergeResult{Result: out.Result, Commit: idString(out.Commit), Head: out.Head.String(), Tree: idString(out.Tree),
@@ -241,6 +243,7 @@ func (e *Engine) mergeCommitted(ctx context.Context, w *workspace, own store.ID,
 // commit refused, until they are resolved (ResolveConflicts, or the
 // markers removed).
 func (e *Engine) UpdateWorkspace(ctx context.Context, id string, req wire.UpdateRequest) (wire.UpdateResult, error) {
+	ctx, acct := account.Open(ctx) // the receipt: what this request did
 	if err := e.checkOpen(); err != nil {
 		return wire.UpdateResult{}, err
 	}
@@ -263,7 +266,7 @@ func (e *Engine) UpdateWorkspace(ctx context.Context, id string, req wire.Update
 	if open := e.unresolved(w); len(open) > 0 {
 		return wire.UpdateResult{}, conflictError("workspace "+id+" has conflicts of its last update to resolve first", open)
 	}
-	t0, before := time.Now(), e.db.Counters()
+	t0 := time.Now()
 	ref := req.Ref
 	if ref == "" {
 		ref = w.rec.Branch
@@ -295,7 +298,7 @@ func (e *Engine) UpdateWorkspace(ctx context.Context, id string, req wire.Update
 	if err != nil {
 		return wire.UpdateResult{}, err
 	}
-	r := storeReceipt(e.db.Counters().Sub(before), res.Stats.Build)
+	r := storeReceipt(acct, res.Stats.Build)
 	r.WallNs = time.Since(t0).Nanoseconds()
 	e.log.Info("workspace update", "id", id, "ref", ref, "head", target.Short(), "conflicts", len(res.Conflicts), "written", st.Written, "removed", st.Removed)
 	return wire.UpdateResult{Result: wire.Updated, Head: target.String(), Bases: ids(bases), Changed: st.Written + st.Removed,

@@ -11,8 +11,6 @@ import (
 	"layerfs.dev/layerfs/wire"
 )
 
-type mountStats = fusefs.Stats
-
 // metrics are the engine's cumulative counters for /metrics.
 type metrics struct {
 	running           atomic.Int64

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/dirfd"
 	"layerfs.dev/layerfs/internal/fusefs"
@@ -102,6 +103,8 @@ type workspace struct {
 	upper   overlay.UpperSummary
 	tracker *overlay.UpperTracker // nil: scan the upper for each receipt
 	execs   atomic.Int32          // execs running or waiting to run in it
+	// use tells whose work the requests of its mount are (attribution.go).
+	use mountUse
 }
 
 func (w *workspace) info() wire.Workspace {
@@ -152,6 +155,7 @@ func (o wsOptions) owner() wire.Owner {
 // CreateWorkspace mounts a new workspace on a branch head (or the ref At)
 // and attaches it to its platform.
 func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (wire.Workspace, error) {
+	ctx, acct := account.Open(ctx) // the receipt: what this request did
 	if err := e.checkOpen(); err != nil {
 		return wire.Workspace{}, err
 	}
@@ -209,7 +213,7 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 		}
 	}
 	w := &workspace{rec: rec, opts: opts}
-	t0, before := time.Now(), e.db.Counters()
+	t0 := time.Now()
 	if err := e.serve(ctx, w, true); err != nil {
 		if !opts.Native {
 			e.db.DeleteWorkspace(context.WithoutCancel(ctx), id)
@@ -224,7 +228,7 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 	e.metrics.workspacesCreated.Add(1)
 	e.log.Info("workspace created", "id", id, "project", rec.Project, "branch", rec.Branch, "mount", rec.MountPath, "platform", opts.Platform)
 	info := w.info()
-	r := storeReceipt(e.db.Counters().Sub(before), commit.Stats{})
+	r := storeReceipt(acct, commit.Stats{})
 	r.WallNs, r.Platform = time.Since(t0).Nanoseconds(), opts.Platform
 	info.Receipt = &r
 	return info, nil
@@ -443,7 +447,7 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool, idm *kerne
 			committed = overlay.EmptyUpper()
 		}
 		cfg := kerneloverlay.Config{
-			Lower: e.db, Root: w.opts.Root, Base: w.opts.HeadRoot,
+			Lower: accountedLower{e.db, &w.use}, Account: w.use.account, Root: w.opts.Root, Base: w.opts.HeadRoot,
 			Dir: e.workspaceDir(w.rec.ID), Target: w.data, Committed: committed, Logger: e.log,
 			Source: e.source, IDMap: idm, MetaCache: e.db.CacheDir(), Volatile: w.opts.volatile(),
 		}
@@ -469,7 +473,7 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool, idm *kerne
 		}
 	}
 	ov, err := overlay.Open(ctx, overlay.Config{
-		Lower:    e.db,
+		Lower:    accountedLower{e.db, &w.use},
 		Root:     w.opts.Root,
 		Base:     w.opts.HeadRoot,
 		UpperDir: w.rec.UpperDir,
@@ -478,7 +482,7 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool, idm *kerne
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", w.rec.ID, err)
 	}
-	m, err := fusefs.Mount(ctx, w.data, ov, fusefs.Options{Logger: e.log, Source: e.source, NoSync: w.opts.volatile()})
+	m, err := fusefs.Mount(ctx, w.data, ov, fusefs.Options{Logger: e.log, Source: e.source, NoSync: w.opts.volatile(), Account: w.use.account})
 	if err != nil {
 		ov.Close()
 		return nil, fmt.Errorf("mount workspace %s at %s: %w", w.rec.ID, w.data, err)
@@ -792,6 +796,7 @@ func entryTypeOf(m fs.FileMode) string {
 // On head-moved the commit is stored (its id is returned), the workspace
 // keeps its changes, and nothing is lost.
 func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.CommitRequest) (wire.CommitResult, error) {
+	ctx, acct := account.Open(ctx) // the receipt: what this request did
 	if err := e.checkOpen(); err != nil {
 		return wire.CommitResult{}, err
 	}
@@ -808,7 +813,6 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 		return wire.CommitResult{}, conflictError(fmt.Sprintf("commit of workspace %s refused: conflicts of its update are not resolved (remove the markers, or resolve them)", id), open)
 	}
 	t0 := time.Now()
-	before := e.db.Counters()
 	fuseBefore := w.mnt.Stats()
 	cs, err := w.mnt.Changes(ctx)
 	if err != nil {
@@ -843,7 +847,7 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 			return res, err
 		}
 	}
-	r := storeReceipt(e.db.Counters().Sub(before), st)
+	r := storeReceipt(acct, st)
 	r.WallNs = time.Since(t0).Nanoseconds()
 	r.CaptureNs = captureNs
 	r.FUSE = fuseStats(w.mnt.Stats().Sub(fuseBefore))

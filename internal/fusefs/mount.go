@@ -15,6 +15,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/cloexec"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/store"
@@ -49,6 +50,13 @@ type Options struct {
 	// commit, whose writes reach the disk with its commits (see
 	// wire.DurabilityCommit).
 	NoSync bool
+	// Account, when set, returns the account that a request made by the
+	// process pid (as the mount's PID namespace numbers it) is counted in,
+	// or nil; it is called once per request, after the request is served,
+	// and never for requests the kernel makes of its own (pid 0). The Store
+	// work a request causes is counted where the overlay's Lower finds it:
+	// see CallerPid.
+	Account func(pid uint32) *account.Account
 }
 
 // Server serves one workspace mount; Mount returns it.
@@ -58,7 +66,7 @@ type Server struct {
 	server *fuse.Server
 	log    *slog.Logger
 	mapper errnoMapper
-	tel    telemetry
+	tel    account.Requests
 
 	// gen is the generation of every inode: random per mount for a lower
 	// (see Options.Lower), else 0; plus, for a node whose kernel inode was
@@ -154,7 +162,7 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 	if opts.Debug && opts.Logger != nil {
 		gopts.MountOptions.Logger = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)
 	}
-	raw := &counting{RawFileSystem: gofs.NewNodeFS(root, gopts), t: &m.tel, onOpen: m.fillOpen}
+	raw := &counting{RawFileSystem: gofs.NewNodeFS(root, gopts), t: &m.tel, account: opts.Account, onOpen: m.fillOpen}
 	// go-fuse opens /dev/fuse without O_CLOEXEC: no child may inherit it
 	// (see package cloexec).
 	var server *fuse.Server
@@ -207,9 +215,19 @@ func (m *Server) UpperDir() string { return m.ov.UpperDir() }
 
 // Stats returns a snapshot of the request telemetry.
 func (m *Server) Stats() Stats {
-	s := m.tel.snapshot()
-	s.DataPath = m.DataPath()
-	return s
+	return Stats{RequestStats: m.tel.Snapshot(), DataPath: m.DataPath()}
+}
+
+// CallerPid returns the process that made the FUSE request whose context
+// ctx is (as the mount's PID namespace numbers it; 0 for the kernel), and
+// false for a context that is not a FUSE request's: what a Lower that
+// counts the Store work of a request in its account needs.
+func CallerPid(ctx context.Context) (uint32, bool) {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return 0, false
+	}
+	return c.Pid, true
 }
 
 // DataPath says how file data is served: "passthrough", or "daemon: why".

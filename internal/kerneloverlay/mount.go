@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/store"
@@ -52,6 +53,11 @@ type Config struct {
 	// Volatile mounts the overlay with overlayfs's volatile option: no
 	// sync of the upper, at copy-up or on request (see volatile.go).
 	Volatile bool
+	// Account is the FUSE view's fusefs.Options.Account: the account a
+	// request of the view is counted in, by the process that made it
+	// (kernel overlayfs reads the view on behalf of the process that reads
+	// the workspace, so that process's pid comes with the request).
+	Account func(pid uint32) *account.Account
 }
 
 // IDMap is the user namespace whose mapping a workspace's layers take.
@@ -246,7 +252,7 @@ func mountView(ctx context.Context, cfg Config, contents bool) (*fusefs.Server, 
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
 	}
-	srv, err := fusefs.Mount(ctx, lowerDir(cfg.Dir), ov, fusefs.Options{Logger: cfg.Logger, Lower: true, Source: cfg.Source})
+	srv, err := fusefs.Mount(ctx, lowerDir(cfg.Dir), ov, fusefs.Options{Logger: cfg.Logger, Lower: true, Source: cfg.Source, Account: cfg.Account})
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: lower view: %w", err)
 	}

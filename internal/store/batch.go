@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/store/pack"
 )
 
@@ -47,6 +48,9 @@ type Batch struct {
 	probe   dedupProbe    // dedup probes, open while active
 	stats   BatchStats
 	fill    *CacheFill // nil: the Store fills its cache on first read only
+	// acct is the account of the request that made the batch: what the
+	// batch does is its work, whichever goroutine does it.
+	acct *account.Account
 }
 
 type packUse struct {
@@ -68,12 +72,15 @@ type objectRow struct {
 
 // NewBatch starts a batch. Its first Put waits while GC runs in this
 // process (GC in another process cannot run while this one has the store
-// open).
+// open). What the batch stores is counted in the account ctx carries
+// (package account), whichever goroutine stores it; what its cache fill
+// places behind it is not (CacheFill).
 func (db *DB) NewBatch(ctx context.Context) (*Batch, error) {
 	if err := db.check(); err != nil {
 		return nil, err
 	}
-	b := &Batch{db: db, pending: map[ID]bool{}, fill: db.newHeldFill()}
+	a := account.From(ctx)
+	b := &Batch{db: db, pending: map[ID]bool{}, fill: db.newHeldFill(), acct: a}
 	return b, nil
 }
 
@@ -97,7 +104,7 @@ func (b *Batch) begin(ctx context.Context) error {
 	b.db.gcMu.RLock()
 	b.db.batches.Add(1)
 	b.active = true
-	p, err := b.db.openProbe(ctx)
+	p, err := b.db.openProbe(ctx, b.acct)
 	if err != nil {
 		b.end()
 		return fmt.Errorf("batch: %w", err)
@@ -156,8 +163,8 @@ func (b *Batch) PutChunk(id ID, data []byte) (added bool, err error) {
 	}
 	b.stats.NewChunks++
 	b.stats.NewChunkBytes += int64(len(data))
-	b.db.ctr.chunksWritten.Add(1)
-	b.db.ctr.packWritten.Add(int64(pack.HeaderSize + len(data)))
+	b.db.countIn(b.acct, account.ChunksWritten, 1)
+	b.db.countIn(b.acct, account.PackBytesWritten, int64(pack.HeaderSize+len(data)))
 	return true, nil
 }
 
@@ -209,7 +216,7 @@ const sharedCaptures = 8
 func (b *Batch) reused(n int) {
 	b.stats.ReusedChunks++
 	b.stats.ReusedBytes += int64(n)
-	b.db.ctr.chunksReused.Add(1)
+	b.db.countIn(b.acct, account.ChunksReused, 1)
 }
 
 func (b *Batch) putObject(k Kind, data []byte) (ID, error) {
@@ -326,7 +333,7 @@ func (b *Batch) flush(ctx context.Context) error {
 				synced <- err
 				return
 			}
-			b.db.ctr.packSyncs.Add(1)
+			b.db.countIn(b.acct, account.PackSyncs, 1)
 		}
 		synced <- nil
 	}()

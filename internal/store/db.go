@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/flock"
 	"layerfs.dev/layerfs/internal/store/bucketpack"
 	"layerfs.dev/layerfs/internal/store/cache"
@@ -145,7 +146,7 @@ type DB struct {
 	runBufs     sync.Pool    // *[]byte buffers of CacheFill's jobs (fill.go)
 	contentBufs [len(contentClasses)]sync.Pool
 
-	ctr    counters
+	total  account.Account // the totals: every request's work and that of none
 	closed atomic.Bool
 }
 
@@ -305,7 +306,7 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 	if err := db.openCache(ctx); err != nil {
 		return nil, err
 	}
-	db.packs = pack.NewSet(db.PacksDir(), opts.MaxPackSize, !opts.BufferedPacks, &db.ctr.read)
+	db.packs = pack.NewSet(db.PacksDir(), opts.MaxPackSize, !opts.BufferedPacks, &db.total)
 	db.content = db.packs
 	db.trees = newTreeCache(opts.TreeCacheBytes)
 	return db, nil

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/store/cache"
 	"layerfs.dev/layerfs/internal/writeruns"
 )
@@ -485,6 +486,9 @@ func (f *CacheFill) place(c *cache.File, size int64, cloned bool) bool {
 	}
 	f.stats.placed.Add(1)
 	f.stats.bytes.Add(size)
+	// Placed behind the capture, after its request may have answered: in
+	// the totals only, so that a receipt does not depend on the queue.
+	f.db.total.Add(account.CacheBytes, size)
 	if cloned {
 		f.stats.cloned.Add(1)
 	}

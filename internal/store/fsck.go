@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/s3bucket"
 	"layerfs.dev/layerfs/internal/store/object"
 	"layerfs.dev/layerfs/internal/store/pack"
@@ -447,7 +448,7 @@ func (c *checker) packChunk(p *packFile, ch chunkRow) error {
 		return fmt.Errorf("read %s: %w", p.path, err)
 	}
 	c.rep.Bytes += ch.len
-	c.db.ctr.read.Bytes.Add(ch.len)
+	c.db.total.Add(account.PackBytesRead, ch.len)
 	if got := Hash(KindChunk, data); got != ch.id {
 		c.rep.add("hash", ch.id, p.path, "chunk at offset %d hashes to %s", ch.off, got)
 	}
@@ -499,7 +500,7 @@ func (c *checker) packObjectChunk(ch chunkRow) {
 		return
 	}
 	c.rep.Bytes += ch.len
-	c.db.ctr.read.Bytes.Add(ch.len)
+	c.db.total.Add(account.PackBytesRead, ch.len)
 	if got := Hash(KindChunk, data[pack.HeaderSize:]); got != ch.id {
 		c.rep.add("hash", ch.id, key, "chunk at offset %d hashes to %s", ch.off, got)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/flock"
 	"layerfs.dev/layerfs/internal/store/object"
 	"layerfs.dev/layerfs/internal/store/pack"
@@ -110,12 +111,12 @@ func (db *DB) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 			if _, err := db.w.ExecContext(ctx, `VACUUM`); err != nil {
 				return st, fmt.Errorf("gc: vacuum: %w", err)
 			}
-			db.ctr.statements.Add(1)
+			db.count(ctx, account.Statements, 1)
 		}
 		if _, err := db.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 			return st, fmt.Errorf("gc: checkpoint: %w", err)
 		}
-		db.ctr.statements.Add(1)
+		db.count(ctx, account.Statements, 1)
 	}
 	st.DiskAfter, err = db.diskFootprint()
 	if err != nil {
@@ -495,13 +496,13 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 			if err != nil {
 				return err
 			}
-			db.ctr.packWritten.Add(pack.HeaderSize + c.len)
+			db.count(ctx, account.PackBytesWritten, pack.HeaderSize+c.len)
 			moved = append(moved, chunkRow{id: c.id, pack: out.Number(), off: off, len: c.len})
 		}
 		if err := out.Sync(); err != nil {
 			return err
 		}
-		db.ctr.packSyncs.Add(1)
+		db.count(ctx, account.PackSyncs, 1)
 		err = db.withTx(ctx, txWrite, func(tx *tx) error {
 			s, err := tx.prepare(ctx, `UPDATE chunks SET pack = ?, off = ? WHERE id = ? AND pack = ?`)
 			if err != nil {

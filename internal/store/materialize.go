@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/writeruns"
 )
 
@@ -68,7 +69,10 @@ func (db *DB) materialize(ctx context.Context, e *Entry, path string) error {
 	if err := db.fill(ctx, e, f.File()); err != nil {
 		return err
 	}
-	_, err = f.Place(e.Size)
+	placed, err := f.Place(e.Size)
+	if placed {
+		db.count(ctx, account.CacheBytes, e.Size)
+	}
 	return err
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/store/cache"
 	"layerfs.dev/layerfs/internal/store/object"
 )
@@ -80,7 +81,7 @@ func (db *DB) Prefetch(ctx context.Context, contents []Content) (PrefetchStats, 
 	if err := db.check(); err != nil {
 		return PrefetchStats{}, err
 	}
-	p := &prefetch{db: db, uses: map[ID][]chunkUse{}, byID: map[ID]*want{}, limits: packSpans}
+	p := &prefetch{db: db, uses: map[ID][]chunkUse{}, byID: map[ID]*want{}, limits: packSpans, acct: account.From(ctx)}
 	if db.bucket != nil {
 		p.limits = bucketSpans
 	}
@@ -125,6 +126,9 @@ type prefetch struct {
 	bytes  atomic.Int64
 	mu     sync.Mutex // guards errs
 	errs   []error
+	// acct is the account of the request the prefetch is made for, if any
+	// (a content it places for a workspace's read too: serve).
+	acct *account.Account
 }
 
 // want is a content to place. A chunked one is written chunk by chunk
@@ -468,7 +472,7 @@ func (p *prefetch) read(ctx context.Context, s *span) {
 		p.fail(s.err)
 		return
 	}
-	p.db.ctr.read.Bytes.Add(int64(len(buf)))
+	p.db.count(ctx, account.PackBytesRead, int64(len(buf)))
 	for i, l := range s.locs {
 		data := buf[l.off-s.off : l.off-s.off+l.len]
 		if got := Hash(KindChunk, data); got != l.id {
@@ -476,7 +480,7 @@ func (p *prefetch) read(ctx context.Context, s *span) {
 			s.bad[i] = true
 			continue
 		}
-		p.db.ctr.read.Chunks.Add(1)
+		p.db.count(ctx, account.ChunksRead, 1)
 	}
 	s.mu.Lock()
 	s.buf = buf
@@ -588,6 +592,7 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 	if placed {
 		p.placed.Add(1)
 		p.bytes.Add(w.c.Size)
+		p.db.countIn(p.acct, account.CacheBytes, w.c.Size)
 	}
 	return nil
 }

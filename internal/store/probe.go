@@ -9,6 +9,7 @@ import (
 	"io"
 	"time"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/store/schema"
 )
 
@@ -20,11 +21,13 @@ type dedupProbe interface {
 	close()
 }
 
-func (db *DB) openProbe(ctx context.Context) (dedupProbe, error) {
+// openProbe opens a batch's probe; its statements are counted in a, the
+// batch's account.
+func (db *DB) openProbe(ctx context.Context, a *account.Account) (dedupProbe, error) {
 	if db.d.Postgres {
-		return &pgProbe{db: db}, nil
+		return &pgProbe{db: db, acct: a}, nil
 	}
-	return openProber(ctx, db)
+	return openProber(ctx, db, a)
 }
 
 // pgProbe asks PostgreSQL one id at a time, outside any transaction: a
@@ -36,16 +39,19 @@ func (db *DB) openProbe(ctx context.Context) (dedupProbe, error) {
 // which fails to find the row if GC deleted it meanwhile: then the id is
 // not stored), so that fleet GC, which spares young rows, keeps what this
 // batch is about to name (gcshared.go).
-type pgProbe struct{ db *DB }
+type pgProbe struct {
+	db   *DB
+	acct *account.Account
+}
 
 func (p *pgProbe) has(id ID, objects bool) (bool, error) {
 	table := "chunks"
 	if objects {
 		table = "objects"
 	}
-	p.db.ctr.statements.Add(1)
+	p.db.countIn(p.acct, account.Statements, 1)
 	start := time.Now()
-	defer func() { p.db.ctr.txTime.Add(int64(time.Since(start))) }()
+	defer func() { p.db.countIn(p.acct, account.TxNs, int64(time.Since(start))) }()
 	ctx := context.Background()
 	var stale bool
 	err := p.db.r.QueryRowContext(ctx, `SELECT created < `+schema.NowNs+` - $2 FROM `+table+` WHERE id = $1`,
@@ -56,11 +62,11 @@ func (p *pgProbe) has(id ID, objects bool) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	p.db.ctr.rows.Add(1)
+	p.db.countIn(p.acct, account.Rows, 1)
 	if !stale {
 		return true, nil
 	}
-	p.db.ctr.statements.Add(1)
+	p.db.countIn(p.acct, account.Statements, 1)
 	res, err := p.db.w.ExecContext(ctx, `UPDATE `+table+` SET created = `+schema.NowNs+` WHERE id = $1`, id[:])
 	if err != nil {
 		return false, err
@@ -92,14 +98,18 @@ type prober struct {
 	args       []driver.NamedValue
 	dest       []driver.Value
 	inTx       bool
+	// tally counts the probes (one goroutine at a time: concurrent), added
+	// to the totals and to acct, the batch's account, at close.
+	tally account.Tally
+	acct  *account.Account
 }
 
-func openProber(ctx context.Context, db *DB) (_ *prober, err error) {
+func openProber(ctx context.Context, db *DB, a *account.Account) (_ *prober, err error) {
 	c, err := db.r.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := &prober{db: db, conn: c, args: make([]driver.NamedValue, 1), dest: make([]driver.Value, 1)}
+	p := &prober{db: db, conn: c, args: make([]driver.NamedValue, 1), dest: make([]driver.Value, 1), acct: a}
 	defer func() {
 		if err != nil {
 			p.close()
@@ -135,9 +145,9 @@ func (p *prober) has(id ID, objects bool) (bool, error) {
 	if objects {
 		s = p.obj
 	}
-	p.db.ctr.statements.Add(1)
+	p.tally[account.Statements]++
 	start := time.Now()
-	defer func() { p.db.ctr.txTime.Add(int64(time.Since(start))) }()
+	defer func() { p.tally[account.TxNs] += int64(time.Since(start)) }()
 	var found bool
 	err := p.conn.Raw(func(any) error {
 		p.args[0] = driver.NamedValue{Ordinal: 1, Value: id[:]}
@@ -156,7 +166,7 @@ func (p *prober) has(id ID, objects bool) (bool, error) {
 		return nil
 	})
 	if found {
-		p.db.ctr.rows.Add(1)
+		p.tally[account.Rows]++
 	}
 	return found, err
 }
@@ -183,5 +193,7 @@ func (p *prober) close() {
 	p.conn.Close()
 	// One transaction; its time is what the probes took (added per
 	// probe), not how long the snapshot stayed open.
-	p.db.ctr.transactions.Add(1)
+	p.tally[account.Transactions]++
+	p.db.countTally(p.acct, &p.tally)
+	p.tally = account.Tally{}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/store/object"
 )
 
@@ -68,10 +69,10 @@ func (db *DB) Manifest(ctx context.Context, id ID) (*Manifest, error) {
 // and shared between callers: the result must not be modified.
 func (db *DB) Tree(ctx context.Context, id ID) (*Tree, error) {
 	if t := db.trees.get(id); t != nil {
-		db.ctr.treeHits.Add(1)
+		db.count(ctx, account.TreeCacheHits, 1)
 		return t, nil
 	}
-	db.ctr.treeMisses.Add(1)
+	db.count(ctx, account.TreeCacheMisses, 1)
 	data, err := db.object(ctx, KindTree, id)
 	if err != nil {
 		return nil, err
@@ -214,7 +215,7 @@ func (db *DB) LoadTrees(ctx context.Context, ids []ID) error {
 		if err != nil {
 			return fmt.Errorf("tree %s: %w", id, err)
 		}
-		db.ctr.treeMisses.Add(1)
+		db.count(ctx, account.TreeCacheMisses, 1)
 		db.trees.put(id, t, int64(len(data)))
 		return nil
 	})

@@ -187,7 +187,7 @@ func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *
 		return nil, err
 	}
 	db.bucket, err = bucketpack.Open(bucket, packIndex{db}, filepath.Join(dir, spoolDir),
-		filepath.Join(dir, chunkCacheDir), opts.ChunkCacheBytes, &db.ctr.read)
+		filepath.Join(dir, chunkCacheDir), opts.ChunkCacheBytes, &db.total)
 	if err != nil {
 		return nil, err
 	}

@@ -5,15 +5,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
-	"layerfs.dev/layerfs/internal/store/pack"
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/store/schema"
 )
 
-// Counters are cumulative totals since the DB was opened. Take one before
-// and one after an operation and Sub them for the operation's receipt.
+// Counters are the Store's figures: the work of every request and of
+// none, since the DB was opened (its totals, Counters), or of one request
+// (Account). What one request cost is its account, never a difference of
+// totals, which other requests move too (package account).
 type Counters struct {
 	Transactions     int64         `json:"transactions"`
 	TxTime           time.Duration `json:"tx_time_ns"` // total time inside transactions
@@ -30,7 +31,8 @@ type Counters struct {
 	CacheBytes       int64         `json:"cache_bytes_written"` // bytes materialized into cache/
 }
 
-// Sub returns c minus prev: what happened between two snapshots.
+// Sub returns c minus prev: what happened between two snapshots of the
+// totals (of the whole DB: in a daemon, every request's work and more).
 func (c Counters) Sub(prev Counters) Counters {
 	return Counters{
 		Transactions:     c.Transactions - prev.Transactions,
@@ -49,36 +51,40 @@ func (c Counters) Sub(prev Counters) Counters {
 	}
 }
 
-type counters struct {
-	transactions, txTime, statements, rows atomic.Int64
-	packWritten, packSyncs                 atomic.Int64
-	read                                   pack.ReadCounters // packs' bytes and chunks read
-	chunksWritten, chunksReused            atomic.Int64
-	treeHits, treeMisses                   atomic.Int64
+// Counters returns the DB's totals since it was opened.
+func (db *DB) Counters() Counters { return countersOf(&db.total) }
+
+// Account returns the figures of the Store work counted in a (a request's
+// account: see package account).
+func Account(a *account.Account) Counters { return countersOf(a) }
+
+func countersOf(a *account.Account) Counters {
+	f := a.Figures()
+	return Counters{
+		Transactions: f.Transactions, TxTime: f.TxTime, Statements: f.Statements, Rows: f.Rows,
+		PackBytesWritten: f.PackBytesWritten, PackBytesRead: f.PackBytesRead, PackSyncs: f.PackSyncs,
+		ChunksWritten: f.ChunksWritten, ChunksReused: f.ChunksReused, ChunksRead: f.ChunksRead,
+		TreeCacheHits: f.TreeCacheHits, TreeCacheMisses: f.TreeCacheMisses, CacheBytes: f.CacheBytes,
+	}
 }
 
-// Counters returns the cumulative counters.
-func (db *DB) Counters() Counters {
-	c := &db.ctr
-	var cached int64
-	if db.cache != nil {
-		cached = db.cache.Placed()
-	}
-	return Counters{
-		Transactions:     c.transactions.Load(),
-		TxTime:           time.Duration(c.txTime.Load()),
-		Statements:       c.statements.Load(),
-		Rows:             c.rows.Load(),
-		PackBytesWritten: c.packWritten.Load(),
-		PackBytesRead:    c.read.Bytes.Load(),
-		PackSyncs:        c.packSyncs.Load(),
-		ChunksWritten:    c.chunksWritten.Load(),
-		ChunksReused:     c.chunksReused.Load(),
-		ChunksRead:       c.read.Chunks.Load(),
-		TreeCacheHits:    c.treeHits.Load(),
-		TreeCacheMisses:  c.treeMisses.Load(),
-		CacheBytes:       cached,
-	}
+// count adds n to figure f of the DB's totals and of the account of the
+// request ctx is of, if any.
+func (db *DB) count(ctx context.Context, f account.Figure, n int64) {
+	account.Charge(ctx, &db.total, f, n)
+}
+
+// countIn adds n to figure f of the DB's totals and of a (a request's
+// account, taken from its context when its work was handed over).
+func (db *DB) countIn(a *account.Account, f account.Figure, n int64) {
+	db.total.Add(f, n)
+	a.Add(f, n)
+}
+
+// countTally adds t to the DB's totals and to a.
+func (db *DB) countTally(a *account.Account, t *account.Tally) {
+	db.total.AddTally(t)
+	a.AddTally(t)
 }
 
 type txMode int
@@ -98,12 +104,13 @@ const (
 // layer number) see every earlier commit.
 const refLock = 0x4c61796572465321 // "LayerFS!"
 
-// tx is a transaction whose statements are counted.
+// tx is a transaction whose statements are counted. A tx is used by one
+// goroutine at a time, so its tally needs no atomics; it is added to the
+// totals and the request's account when the transaction ends.
 type tx struct {
-	tx   *sql.Tx
-	d    *schema.Dialect
-	ctr  *counters
-	rows int64
+	tx    *sql.Tx
+	d     *schema.Dialect
+	tally account.Tally
 }
 
 // withTx runs fn in one transaction: a consistent read snapshot (txRead)
@@ -130,11 +137,11 @@ func (db *DB) withTx(ctx context.Context, mode txMode, fn func(*tx) error) (err 
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &tx{tx: stx, d: &db.d, ctr: &db.ctr}
+	t := &tx{tx: stx, d: &db.d}
 	defer func() {
-		db.ctr.transactions.Add(1)
-		db.ctr.rows.Add(t.rows)
-		db.ctr.txTime.Add(int64(time.Since(start)))
+		t.tally[account.Transactions]++
+		t.tally[account.TxNs] += int64(time.Since(start))
+		db.countTally(account.From(ctx), &t.tally)
 	}()
 	if mode == txWrite && db.d.Postgres {
 		if _, err := t.exec(ctx, `SELECT pg_advisory_xact_lock(?)`, int64(refLock)); err != nil {
@@ -155,11 +162,11 @@ func (db *DB) withTx(ctx context.Context, mode txMode, fn func(*tx) error) (err 
 }
 
 func (t *tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	t.ctr.statements.Add(1)
+	t.tally[account.Statements]++
 	res, err := t.tx.ExecContext(ctx, t.d.SQL(q), args...)
 	if err == nil {
 		if n, err := res.RowsAffected(); err == nil {
-			t.rows += n
+			t.tally[account.Rows] += n
 		}
 	}
 	return res, err
@@ -180,14 +187,14 @@ func (t *tx) execOne(ctx context.Context, none error, q string, args ...any) err
 
 // row runs a query expected to return at most one row.
 func (t *tx) row(ctx context.Context, q string, args ...any) *sql.Row {
-	t.ctr.statements.Add(1)
-	t.rows++
+	t.tally[account.Statements]++
+	t.tally[account.Rows]++
 	return t.tx.QueryRowContext(ctx, t.d.SQL(q), args...)
 }
 
 // query runs a query; each call of next counts a row.
 func (t *tx) query(ctx context.Context, q string, args ...any) (*rows, error) {
-	t.ctr.statements.Add(1)
+	t.tally[account.Statements]++
 	r, err := t.tx.QueryContext(ctx, t.d.SQL(q), args...)
 	if err != nil {
 		return nil, err
@@ -248,7 +255,7 @@ type rows struct {
 func (r *rows) Next() bool {
 	ok := r.Rows.Next()
 	if ok {
-		r.t.rows++
+		r.t.tally[account.Rows]++
 	}
 	return ok
 }
@@ -259,19 +266,19 @@ type stmt struct {
 }
 
 func (s *stmt) exec(ctx context.Context, args ...any) (sql.Result, error) {
-	s.t.ctr.statements.Add(1)
+	s.t.tally[account.Statements]++
 	res, err := s.s.ExecContext(ctx, args...)
 	if err == nil {
 		if n, err := res.RowsAffected(); err == nil {
-			s.t.rows += n
+			s.t.tally[account.Rows] += n
 		}
 	}
 	return res, err
 }
 
 func (s *stmt) row(ctx context.Context, args ...any) *sql.Row {
-	s.t.ctr.statements.Add(1)
-	s.t.rows++
+	s.t.tally[account.Statements]++
+	s.t.tally[account.Rows]++
 	return s.s.QueryRowContext(ctx, args...)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/zeebo/blake3"
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/s3bucket"
 	"layerfs.dev/layerfs/internal/store/object"
 	"layerfs.dev/layerfs/internal/store/pack"
@@ -40,19 +41,20 @@ type Set struct {
 	index Index
 	spool string      // the directory of this host's spooled packs
 	cache *chunkCache // nil when disabled
-	ctr   *pack.ReadCounters
+	total *account.Account
 	keys  sync.Map // pack number -> object key
 }
 
 // Open returns the pack objects of bucket b, numbered and named by index,
 // spooled in spoolDir, with a chunk cache of up to cacheBytes in cacheDir
-// (negative: none). Reads are counted in ctr.
-func Open(b *s3bucket.Bucket, index Index, spoolDir, cacheDir string, cacheBytes int64, ctr *pack.ReadCounters) (*Set, error) {
+// (negative: none). Reads are counted in total (the Store's totals) and in
+// the account of the read's context.
+func Open(b *s3bucket.Bucket, index Index, spoolDir, cacheDir string, cacheBytes int64, total *account.Account) (*Set, error) {
 	cache, err := openChunkCache(cacheDir, cacheBytes)
 	if err != nil {
 		return nil, err
 	}
-	return &Set{s3: b, index: index, spool: spoolDir, cache: cache, ctr: ctr}, nil
+	return &Set{s3: b, index: index, spool: spoolDir, cache: cache, total: total}, nil
 }
 
 // S3 is the bucket.
@@ -194,7 +196,7 @@ func (s *Set) Key(ctx context.Context, num int64) (string, error) {
 // from the chunk cache or else with a ranged GET (which it caches).
 func (s *Set) Read(ctx context.Context, id object.ID, num, off, length int64) ([]byte, error) {
 	if data, ok := s.cache.get(id); ok {
-		s.ctr.Chunks.Add(1)
+		account.Charge(ctx, s.total, account.ChunksRead, 1)
 		return data, nil
 	}
 	key, err := s.Key(ctx, num)
@@ -214,8 +216,8 @@ func (s *Set) Read(ctx context.Context, id object.ID, num, off, length int64) ([
 			return nil, fmt.Errorf("chunk %s: %w", id, err)
 		}
 	}
-	s.ctr.Bytes.Add(int64(len(data)))
-	s.ctr.Chunks.Add(1)
+	account.Charge(ctx, s.total, account.PackBytesRead, int64(len(data)))
+	account.Charge(ctx, s.total, account.ChunksRead, 1)
 	if got := object.Hash(object.KindChunk, data); got != id {
 		return nil, fmt.Errorf("chunk %s in %s (bucket %s) at offset %d: content hashes to %s: %w", id, key, s.s3, off, got, object.ErrCorrupt)
 	}

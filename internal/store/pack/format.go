@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"layerfs.dev/layerfs/internal/store/object"
 )
@@ -67,11 +66,4 @@ type Appender interface {
 	Rollback(size int64) error
 	// Retire marks the pack full: it is closed when released.
 	Retire()
-}
-
-// ReadCounters count what reads of packs did: bytes read from packs, and
-// chunks read and verified. The Store adds them to its counters.
-type ReadCounters struct {
-	Bytes  atomic.Int64
-	Chunks atomic.Int64
 }

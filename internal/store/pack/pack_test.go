@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/store/object"
 )
 
@@ -29,8 +30,8 @@ func TestNames(t *testing.T) {
 // read back verified, and refuse a flipped byte.
 func TestSetAppendRollbackRead(t *testing.T) {
 	for _, direct := range []bool{false, true} {
-		var ctr ReadCounters
-		s := NewSet(t.TempDir(), 1<<20, direct, &ctr)
+		var total account.Account
+		s := NewSet(t.TempDir(), 1<<20, direct, &total)
 		a, err := s.Acquire(t.Context())
 		require.NoError(t, err)
 		keep, drop := []byte("kept payload"), []byte("rolled back")
@@ -52,7 +53,7 @@ func TestSetAppendRollbackRead(t *testing.T) {
 		got, err := s.Read(t.Context(), kid, a.Number(), off, int64(len(keep)))
 		require.NoError(t, err)
 		require.Equal(t, keep, got)
-		require.EqualValues(t, 1, ctr.Chunks.Load())
+		require.EqualValues(t, 1, total.Get(account.ChunksRead))
 
 		f, err := os.OpenFile(s.Path(a.Number()), os.O_RDWR, 0)
 		require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/store/object"
 )
 
@@ -26,7 +27,7 @@ type Set struct {
 	dir     string
 	maxSize int64
 	direct  bool // try O_DIRECT appends
-	ctr     *ReadCounters
+	total   *account.Account
 
 	mu      sync.Mutex
 	idle    []*Writer
@@ -36,13 +37,14 @@ type Set struct {
 
 // NewSet returns the packs of dir. A writer whose pack reaches maxSize is
 // retired; direct asks for O_DIRECT appends where the file system has
-// them. Reads are counted in ctr.
-func NewSet(dir string, maxSize int64, direct bool, ctr *ReadCounters) *Set {
+// them. Reads are counted in total (the Store's totals) and in the account
+// of the read's context.
+func NewSet(dir string, maxSize int64, direct bool, total *account.Account) *Set {
 	return &Set{
 		dir:     dir,
 		maxSize: maxSize,
 		direct:  direct,
-		ctr:     ctr,
+		total:   total,
 		held:    map[int64]bool{},
 		readers: map[int64]*os.File{},
 	}
@@ -254,7 +256,7 @@ func (s *Set) Close() error {
 
 // Read reads and verifies the payload of chunk id at off/length in pack
 // num.
-func (s *Set) Read(_ context.Context, id object.ID, num, off, length int64) ([]byte, error) {
+func (s *Set) Read(ctx context.Context, id object.ID, num, off, length int64) ([]byte, error) {
 	path := s.Path(num)
 	f, err := s.reader(num)
 	if err != nil {
@@ -268,14 +270,14 @@ func (s *Set) Read(_ context.Context, id object.ID, num, off, length int64) ([]b
 	}
 	data := make([]byte, length)
 	n, err := f.ReadAt(data, off)
-	s.ctr.Bytes.Add(int64(n))
+	account.Charge(ctx, s.total, account.PackBytesRead, int64(n))
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("chunk %s: range %d+%d beyond the end of %s: %w", id, off, length, path, object.ErrCorrupt)
 		}
 		return nil, fmt.Errorf("chunk %s: read %s: %w", id, path, err)
 	}
-	s.ctr.Chunks.Add(1)
+	account.Charge(ctx, s.total, account.ChunksRead, 1)
 	if got := object.Hash(object.KindChunk, data); got != id {
 		return nil, fmt.Errorf("chunk %s at %s offset %d: content hashes to %s: %w", id, path, off, got, object.ErrCorrupt)
 	}

@@ -178,7 +178,10 @@ class QuotaUsage:
 
 @dataclass
 class Receipt:
-    """What an exec or a commit cost, as the daemon measured it.
+    """What an exec or a commit cost, as the daemon measured it, counted on
+    the request's own account: work other requests did meanwhile is not on
+    it. ``shared_mount``: another exec of the workspace ran at the same
+    time, and the FUSE work of both while they overlapped is on neither.
 
     ``raw`` keeps the whole receipt as the daemon sent it.
     """
@@ -192,6 +195,8 @@ class Receipt:
     sql: SQLStats = _j(conv=lambda v: from_json(SQLStats, v), factory=SQLStats)
     upper_bytes: int = 0
     store_bytes_written: int = 0
+    store_bytes_read: int = 0
+    cache_bytes_written: int = 0
     new_objects: int = 0
     reused_objects: int = 0
     new_bytes: int = 0
@@ -200,6 +205,7 @@ class Receipt:
     image: str = ""
     user_namespace: str = ""  # the command's uid_map, or "none: " and why
     quota: QuotaUsage | None = _j(conv=lambda v: from_json(QuotaUsage, v) if v else None)
+    shared_mount: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -17,6 +17,7 @@ def test_workflow(client, project):
     assert res.exit_code == 0 and res.ok
     assert res.stdout == "hello from python\n"
     assert res.receipt.wall_ns >= res.receipt.command_ns > 0
+    assert res.receipt.store_bytes_written == 0 and not res.receipt.shared_mount  # the exec alone, nothing stored
     if ws.info.data_path.startswith("fuse"):  # on overlay, upper files are read in the kernel
         assert res.receipt.fuse_requests > 0
 
