@@ -123,7 +123,9 @@ type Executor interface {
 	// writing its output to stdout and stderr as it comes. A command that
 	// fails (a non-zero exit, its timeout) is a result; errors are for
 	// requests that could not run. When ctx ends first the command is
-	// killed and Exec fails with an error wrapping ctx's.
+	// killed and Exec fails with an error wrapping ctx's. The result's
+	// receipt counts what this exec did, never what other requests did
+	// meanwhile (docs/api.md#receipts).
 	Exec(ctx context.Context, id string, req wire.ExecRequest, stdout, stderr io.Writer) (wire.ExecResult, error)
 	// Attach runs one command as Exec does, its input read from stdin as
 	// it comes (req.Stdin must be empty): the end of stdin is the end of

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ var execChecks = []check{
 	{"ExecTimeout", checkExecTimeout},
 	{"ExecCanceled", checkExecCanceled},
 	{"Attach", checkAttach},
+	{"ExecReceiptIsItsOwn", checkExecReceiptIsItsOwn},
 }
 
 // ids lists the ids of workspaces.
@@ -339,4 +341,56 @@ func checkAttach(f *fixture) {
 	f.isClass(err, errclass.Invalid, "a terminal without attach")
 	_, err = f.eng.Attach(f.ctx, ws.ID, wire.ExecRequest{Body: "true", Stdin: []byte("x")}, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{}, nil)
 	f.isClass(err, errclass.Invalid, "stdin in an attached request")
+}
+
+// checkExecReceiptIsItsOwn: a receipt counts what its request did, not
+// what others did meanwhile: the receipts of sleeps in one workspace show
+// no SQL statement and no Store byte while another workspace writes and
+// commits, and the commits' receipts show their own.
+func checkExecReceiptIsItsOwn(f *fixture) {
+	p := f.project()
+	busy, quiet := f.workspace(p, "main"), f.workspace(p, "main")
+	var commits []wire.Receipt
+	var busyErr error
+	done, first := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(first)
+		for i := 0; busyErr == nil; i++ {
+			body := fmt.Sprintf("head -c 20000 /dev/urandom > f%d", i%2)
+			var res wire.ExecResult
+			if res, busyErr = f.eng.Exec(f.ctx, busy.ID, wire.ExecRequest{Body: body}, io.Discard, io.Discard); busyErr != nil || res.ExitCode != 0 {
+				busyErr = errors.Join(busyErr, fmt.Errorf("exec %q: exit %d", body, res.ExitCode))
+				return
+			}
+			c, err := f.eng.CommitWorkspace(f.ctx, busy.ID, wire.CommitRequest{Message: "busy"})
+			if busyErr = err; err != nil {
+				return
+			}
+			commits = append(commits, *c.Receipt)
+			if i == 0 {
+				first <- struct{}{}
+			}
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	})
+	<-first
+	for i := range 5 {
+		res, err := f.eng.Exec(f.ctx, quiet.ID, wire.ExecRequest{Body: "sleep 0.05"}, io.Discard, io.Discard)
+		require.NoError(f.t, err)
+		r := res.Receipt
+		assert.Zero(f.t, r.SQL.Statements, "sleep %d: SQL statements", i)
+		assert.Zero(f.t, r.StoreBytesWritten, "sleep %d: Store bytes written", i)
+	}
+	close(done)
+	wg.Wait()
+	require.NoError(f.t, busyErr, "the busy workspace")
+	for i, r := range commits {
+		assert.Positive(f.t, r.SQL.Statements, "commit %d: SQL statements", i)
+		assert.Positive(f.t, r.StoreBytesWritten, "commit %d: Store bytes written", i)
+	}
 }
