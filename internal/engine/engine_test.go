@@ -60,14 +60,23 @@ func newEngineOn(t *testing.T, path string) (*engine.Engine, *store.DB) {
 // and run on platform p, which it brings up and down.
 func newEngineWith(t *testing.T, path string, p platforms.Platform) (*engine.Engine, *store.DB) {
 	t.Helper()
+	return startEngine(t, store.Options{}, engine.Config{DataPath: path}, p)
+}
+
+// startEngine makes an engine configured as cfg over a fresh Store opened
+// with opts (a shared one with opts.URL), its sandboxes on platform p,
+// which it brings up and down.
+func startEngine(t *testing.T, opts store.Options, cfg engine.Config, p platforms.Platform) (*engine.Engine, *store.DB) {
+	t.Helper()
 	testenv.RequireFUSE(t)
 	// Not t.Context(): the engine and the platform outlive the test body,
 	// their Shutdown and Down run in a cleanup.
 	ctx := context.Background()
-	db, err := store.Init(ctx, filepath.Join(t.TempDir(), "store"), store.Options{})
+	db, err := store.Init(ctx, filepath.Join(t.TempDir(), "store"), opts)
 	require.NoError(t, err)
 	require.NoError(t, p.Up(ctx))
-	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{p}, DataPath: path})
+	cfg.Store, cfg.Platforms = db, []platforms.Platform{p}
+	e, err := engine.New(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		assert.NoError(t, e.Shutdown(context.Background()), "shutdown")

@@ -500,20 +500,7 @@ func TestConcurrentCommitMerge(t *testing.T) {
 // newSharedEngine is newEngine on a shared Store (PostgreSQL and S3).
 func newSharedEngine(t *testing.T) (*engine.Engine, *store.DB) {
 	t.Helper()
-	testenv.RequireFUSE(t)
-	ctx := context.Background()
-	db, err := store.Init(ctx, filepath.Join(t.TempDir(), "store"), store.Options{URL: testenv.StoreURL(t)})
-	require.NoError(t, err)
-	p := local.New(local.Options{})
-	require.NoError(t, p.Up(ctx))
-	e, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{p}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		assert.NoError(t, e.Shutdown(context.Background()), "shutdown")
-		p.Down(context.Background())
-		db.Close()
-	})
-	return e, db
+	return startEngine(t, store.Options{URL: testenv.StoreURL(t)}, engine.Config{}, local.New(local.Options{}))
 }
 
 // testConcurrentCommitMerge: sixteen workspaces on one branch each change

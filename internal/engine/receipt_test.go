@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/engine"
-	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/local"
 	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/internal/testenv"
@@ -23,24 +21,10 @@ import (
 )
 
 // newEngineOnStore makes an engine with the local platform over a fresh
-// Store opened with opts (a shared one with opts.URL).
+// Store opened with opts.
 func newEngineOnStore(t *testing.T, opts store.Options, cfg engine.Config) (*engine.Engine, *store.DB) {
 	t.Helper()
-	testenv.RequireFUSE(t)
-	ctx := context.Background()
-	db, err := store.Init(ctx, filepath.Join(t.TempDir(), "store"), opts)
-	require.NoError(t, err)
-	p := local.New(local.Options{})
-	require.NoError(t, p.Up(ctx))
-	cfg.Store, cfg.Platforms = db, []platforms.Platform{p}
-	e, err := engine.New(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		assert.NoError(t, e.Shutdown(context.Background()), "shutdown")
-		p.Down(context.Background())
-		db.Close()
-	})
-	return e, db
+	return startEngine(t, opts, cfg, local.New(local.Options{}))
 }
 
 // TestReceiptsBelongToTheirRequest: workspace B runs `sleep 0.05` twenty
