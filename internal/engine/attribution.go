@@ -35,9 +35,10 @@ type mountUse struct {
 	mu    sync.Mutex
 	execs []*execUse
 	sole  atomic.Pointer[account.Account] // the account of the one exec running, or nil
-	// last caches the last process looked up: pid<<1, plus 1 when it is
-	// in a sandbox (0: none). Cleared whenever an exec starts or ends.
-	last atomic.Uint64
+	// seen caches the processes looked up, each at its pid modulo the
+	// size: pid<<1, plus 1 when it is in a sandbox (0: none). Cleared
+	// whenever an exec starts or ends.
+	seen [64]atomic.Uint64
 }
 
 // execUse is one exec's use of the mount.
@@ -83,7 +84,9 @@ func (u *mountUse) changed() {
 	} else {
 		u.sole.Store(nil)
 	}
-	u.last.Store(0)
+	for i := range u.seen {
+		u.seen[i].Store(0)
+	}
 }
 
 // account returns the account a request of process pid is counted in, or
@@ -101,7 +104,8 @@ func (u *mountUse) account(pid uint32) *account.Account {
 // the processes that end while their requests are served are an exec's,
 // killed or ending with it.
 func (u *mountUse) inSandbox(pid uint32) bool {
-	if l := u.last.Load(); l>>1 == uint64(pid) {
+	slot := &u.seen[pid%uint32(len(u.seen))]
+	if l := slot.Load(); l>>1 == uint64(pid) {
 		return l&1 == 1
 	}
 	var st unix.Stat_t
@@ -112,7 +116,7 @@ func (u *mountUse) inSandbox(pid uint32) bool {
 	if in {
 		l |= 1
 	}
-	u.last.Store(l)
+	slot.Store(l)
 	return in
 }
 
