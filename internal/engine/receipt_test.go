@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -233,8 +235,9 @@ func testReceiptsCountTheirReads(t *testing.T, e *engine.Engine, db *store.DB) {
 
 // TestReceiptsAddUpToTheTotals: with no background work (no prefetch, no
 // cache fill, no image built ahead, the fuse data path), the receipts of
-// a run of requests add up to what the Store's totals counted meanwhile:
-// no figure counted twice, none lost.
+// requests, two workspaces' at once among them, add up to what the
+// Store's totals and GET /metrics counted meanwhile: no figure counted
+// twice, none lost.
 func TestReceiptsAddUpToTheTotals(t *testing.T) {
 	e, db := newEngineOnStore(t, store.Options{NoCacheFill: true},
 		engine.Config{DataPath: wire.DataPathFUSE, NoPrefetch: true, NoImageAhead: true})
@@ -246,29 +249,58 @@ func TestReceiptsAddUpToTheTotals(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprint("d", i)), bytes.Repeat([]byte{byte(i)}, 100<<10), 0o644))
 	}
 
-	before := db.Counters()
+	_, err = e.CommitDir(ctx, "p", "main", wire.CommitDir{FromPath: dir, Message: "import"})
+	require.NoError(t, err)
+	branches := []string{"x", "y"}
+	for _, b := range branches {
+		_, err := e.ForkBranch(ctx, "p", wire.ForkBranch{Name: b, From: "main"})
+		require.NoError(t, err)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "d9"), []byte("a new file"), 0o644))
+
+	before, metricsBefore := db.Counters(), metrics(t, e)
 	var receipts []wire.Receipt
 	add := func(r *wire.Receipt) {
 		require.NotNil(t, r)
 		receipts = append(receipts, *r)
 	}
-	c, err := e.CommitDir(ctx, "p", "main", wire.CommitDir{FromPath: dir, Message: "import"})
+	c, err := e.CommitDir(ctx, "p", "main", wire.CommitDir{FromPath: dir, Message: "import again"})
 	require.NoError(t, err)
 	add(c.Receipt)
-	w, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
-	require.NoError(t, err)
-	add(w.Receipt)
-	for i := range 3 {
-		_, res := run(t, e, w.ID, fmt.Sprintf("cat d%d > /dev/null && head -c 70000 /dev/urandom > n%d", i, i))
-		add(&res.Receipt)
-		c, err := e.CommitWorkspace(ctx, w.ID, wire.CommitRequest{Message: "n"})
+	// Two workspaces, each on a branch of its own, read, write and commit
+	// at the same time.
+	var wss []wire.Workspace
+	for _, b := range branches {
+		w, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: b})
 		require.NoError(t, err)
-		add(c.Receipt)
+		add(w.Receipt)
+		wss = append(wss, w)
 	}
-	f, err := e.ForkWorkspace(ctx, w.ID, wire.ForkRequest{Count: 2})
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, w := range wss {
+		wg.Go(func() {
+			for i := range 3 {
+				body := fmt.Sprintf("cat d%d > /dev/null && head -c 70000 /dev/urandom > n%d", i, i)
+				res, err := e.Exec(ctx, w.ID, wire.ExecRequest{Body: body}, io.Discard, io.Discard)
+				if !assert.NoError(t, err) || !assert.Zero(t, res.ExitCode, body) {
+					return
+				}
+				c, err := e.CommitWorkspace(ctx, w.ID, wire.CommitRequest{Message: "n"})
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				receipts = append(receipts, res.Receipt, *c.Receipt)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	f, err := e.ForkWorkspace(ctx, wss[0].ID, wire.ForkRequest{Count: 2})
 	require.NoError(t, err)
 	add(f.Receipt)
-	d := db.Counters().Sub(before)
+	d, metricsAfter := db.Counters().Sub(before), metrics(t, e)
 
 	var sum wire.Receipt
 	for _, r := range receipts {
@@ -288,4 +320,31 @@ func TestReceiptsAddUpToTheTotals(t *testing.T) {
 	assert.Equal(t, d.PackBytesWritten, sum.StoreBytesWritten, "Store bytes written")
 	assert.Equal(t, d.PackBytesRead, sum.StoreBytesRead, "Store bytes read")
 	assert.Equal(t, d.CacheBytes, sum.CacheBytesWritten, "cache bytes written")
+	for name, want := range map[string]int64{
+		"layerfs_sql_statements_total":     sum.SQL.Statements,
+		"layerfs_sql_transactions_total":   sum.SQL.Transactions,
+		"layerfs_sql_rows_total":           sum.SQL.Rows,
+		"layerfs_pack_written_bytes_total": sum.StoreBytesWritten,
+		"layerfs_pack_read_bytes_total":    sum.StoreBytesRead,
+	} {
+		assert.EqualValues(t, want, metricsAfter[name]-metricsBefore[name], "GET /metrics: %s against the receipts' sum", name)
+	}
+}
+
+// metrics reads the engine's /metrics samples without labels.
+func metrics(t *testing.T, e *engine.Engine) map[string]float64 {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, e.WriteMetrics(&buf))
+	out := map[string]float64{}
+	for _, line := range strings.Split(buf.String(), "\n") {
+		name, v, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		require.NoError(t, err, "metrics line %q", line)
+		out[name] = f
+	}
+	return out
 }
