@@ -31,7 +31,7 @@ const (
 type Account struct {
 	parent *Account
 	n      [numFigures]atomic.Int64
-	fuse   Requests
+	fuse   atomic.Pointer[Requests] // made with the first request counted
 }
 
 // New returns an empty account whose figures are added to parent's too
@@ -75,7 +75,12 @@ func (a *Account) Get(f Figure) int64 {
 // served in d, in a and its parents.
 func (a *Account) RecordRequest(kind int, d time.Duration) {
 	for ; a != nil; a = a.parent {
-		a.fuse.Record(kind, d)
+		r := a.fuse.Load()
+		if r == nil {
+			a.fuse.CompareAndSwap(nil, new(Requests))
+			r = a.fuse.Load()
+		}
+		r.Record(kind, d)
 	}
 }
 
@@ -84,7 +89,11 @@ func (a *Account) FUSE() RequestStats {
 	if a == nil {
 		return RequestStats{}
 	}
-	return a.fuse.Snapshot()
+	r := a.fuse.Load()
+	if r == nil {
+		return RequestStats{}
+	}
+	return r.Snapshot()
 }
 
 // Figures are an account's counts of Store work at one moment.
