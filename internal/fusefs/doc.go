@@ -43,6 +43,10 @@
 // the go-fuse bridge counts every request by opcode and records the
 // daemon's service time in a log-linear histogram, with atomics only;
 // Server.Stats returns a snapshot and Stats.Sub the delta between two.
+// The wrapper also counts each request in the account of the process that
+// made it, when the mount is given a way to find it (Options.Account); the
+// Store work a request causes is counted by the overlay's Lower, which can
+// tell the process from the request's context (CallerPid).
 //
 // # Deadlocks
 //

@@ -91,5 +91,16 @@
 // driver's prepared statements (prober), and the index is written many
 // rows per statement (insertRows). SQLite runs in WAL mode with a busy
 // timeout; all SQL goes through DB.withTx, which rolls back on error and
-// counts transactions, statements and rows for Counters.
+// counts transactions, statements and rows.
+//
+// # What a request cost
+//
+// Every transaction, statement, probe, pack write and read, tree look-up
+// and content placed in the cache is counted twice, at the place it
+// happens: in the DB's totals (Counters) and in the account of the request
+// it is done for (package account: the one in the context, or the one a
+// Batch took from its creator's), so that a request's receipt is its own
+// work (Account) whatever runs beside it. Work of no request, and the
+// cache fill behind a capture, which may outlast its request, are in the
+// totals only.
 package store
