@@ -167,10 +167,16 @@ func (c *Client) GC(ctx context.Context, req wire.GCRequest) (wire.GCResult, err
 	return res, c.doJSON(ctx, http.MethodPost, "/v1/gc", nil, req, &res)
 }
 
-// Fsck checks the Store's integrity.
+// Fsck checks the Store's integrity, its cache of contents included.
 func (c *Client) Fsck(ctx context.Context) (wire.FsckReport, error) {
+	return c.FsckWith(ctx, wire.FsckRequest{})
+}
+
+// FsckWith is Fsck with req: with req.Repair, the cache files found
+// damaged are evicted (made again from the packs on next use).
+func (c *Client) FsckWith(ctx context.Context, req wire.FsckRequest) (wire.FsckReport, error) {
 	var rep wire.FsckReport
-	return rep, c.doJSON(ctx, http.MethodPost, "/v1/fsck", nil, nil, &rep)
+	return rep, c.doJSON(ctx, http.MethodPost, "/v1/fsck", nil, req, &rep)
 }
 
 // Stats reports the Store's size and deduplication.

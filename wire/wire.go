@@ -544,6 +544,13 @@ type FsckProblem struct {
 	Problem string `json:"problem"`
 }
 
+// FsckRequest is the optional body of POST /v1/fsck.
+type FsckRequest struct {
+	// Repair evicts the cache files found damaged, so that their contents
+	// are made again from the packs on next use.
+	Repair bool `json:"repair,omitempty"`
+}
+
 // FsckReport answers POST /v1/fsck.
 type FsckReport struct {
 	OK       bool          `json:"ok"`
@@ -554,6 +561,12 @@ type FsckReport struct {
 	Chunks   int64         `json:"chunks"`
 	Bytes    int64         `json:"bytes"` // chunk payload read and verified
 	Packs    int           `json:"packs"`
+	// CacheFiles are the files of the Store's cache of contents checked
+	// against their contents' IDs, CacheBytes their bytes; a damaged one
+	// is a problem "cache: ...". Repaired counts those evicted (Repair).
+	CacheFiles int64 `json:"cache_files"`
+	CacheBytes int64 `json:"cache_bytes"`
+	Repaired   int64 `json:"repaired"`
 }
 
 // StoreStats answers GET /v1/stats.
@@ -571,6 +584,12 @@ type StoreStats struct {
 	// evicted.
 	CacheFiles int64 `json:"cache_files"`
 	CacheLimit int64 `json:"cache_limit"`
+	// CacheVerified counts the contents of the cache the daemon has
+	// checked against their IDs (or written from checked bytes) since it
+	// started, which the kernel reads directly; CacheUnverified the
+	// others, checked on their first use (docs/security.md).
+	CacheVerified   int64 `json:"cache_verified"`
+	CacheUnverified int64 `json:"cache_unverified"`
 	// ObjectBytes are the encoded bytes by kind (chunks: payload bytes).
 	ObjectBytes map[string]int64 `json:"object_bytes"`
 	Projects    int64            `json:"projects"`

@@ -41,32 +41,44 @@ func gcCmd(a *app) *cobra.Command {
 }
 
 func fsckCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var req wire.FsckRequest
+	c := &cobra.Command{
 		Use:   "fsck",
-		Short: "Check SQLite integrity, every reference, every object hash and every pack range",
-		Args:  args(cobra.NoArgs),
+		Short: "Check SQLite integrity, every reference, object hash and pack range, and the cache of contents",
+		Long: `Checks SQLite's integrity, that every reference resolves, that every object
+and chunk hashes to its ID, that every chunk lies within its pack, and that
+every file of the cache of contents holds its content (it reads the cache
+whole, as it reads the packs). With --repair, the cache files found damaged
+are evicted: they are made again from the packs on next use.`,
+		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withStore(cmd, func(c *client.Client) error {
-				rep, err := c.Fsck(cmd.Context())
+				rep, err := c.FsckWith(cmd.Context(), req)
 				if err != nil {
 					return err
 				}
 				rep.Problems = nonNil(rep.Problems)
 				if err := a.emit(rep, func(w io.Writer) {
-					fmt.Fprintf(w, "refs\t%d\nobjects\t%d\nchunks\t%d\nbytes verified\t%s\npacks\t%d\nproblems\t%d\n", rep.Refs, rep.Objects, rep.Chunks, showBytes(rep.Bytes), rep.Packs, len(rep.Problems))
+					fmt.Fprintf(w, "refs\t%d\nobjects\t%d\nchunks\t%d\nbytes verified\t%s\npacks\t%d\n", rep.Refs, rep.Objects, rep.Chunks, showBytes(rep.Bytes), rep.Packs)
+					fmt.Fprintf(w, "cache files verified\t%d (%s)\nproblems\t%d\n", rep.CacheFiles, showBytes(rep.CacheBytes), len(rep.Problems))
 					for _, p := range rep.Problems {
 						fmt.Fprintf(w, "  %s %s: %s\n", p.Where, p.Object, p.Problem)
+					}
+					if req.Repair {
+						fmt.Fprintf(w, "repaired\t%d damaged cache files evicted\n", rep.Repaired)
 					}
 				}); err != nil {
 					return err
 				}
-				if !rep.OK {
+				if !rep.OK && int64(len(rep.Problems)) > rep.Repaired {
 					return fmt.Errorf("%w: fsck: %d problems, the first: %s %s: %s", errclass.Corrupt, len(rep.Problems), rep.Problems[0].Where, rep.Problems[0].Object, rep.Problems[0].Problem)
 				}
 				return nil
 			})
 		},
 	}
+	c.Flags().BoolVar(&req.Repair, "repair", false, "evict the cache files found damaged (made again from the packs on next use)")
+	return c
 }
 
 func statsCmd(a *app) *cobra.Command {
@@ -93,6 +105,7 @@ func statsCmd(a *app) *cobra.Command {
 						limit = "bound " + showBytes(st.CacheLimit)
 					}
 					fmt.Fprintf(w, "cache\t%s, %d contents (%s)\n", showBytes(st.CacheBytes), st.CacheFiles, limit)
+					fmt.Fprintf(w, "cache verified\t%d (by this daemon since it started; %d unverified, checked on first use)\n", st.CacheVerified, st.CacheUnverified)
 				})
 			})
 		},

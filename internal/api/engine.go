@@ -169,8 +169,10 @@ type Maintenance interface {
 	// GC removes what no branch, layer or workspace reaches (counts it
 	// only, with req.DryRun).
 	GC(ctx context.Context, req wire.GCRequest) (wire.GCResult, error)
-	// Fsck checks the Store and reports every problem it finds.
-	Fsck(ctx context.Context) (wire.FsckReport, error)
+	// Fsck checks the Store and reports every problem it finds; with
+	// req.Repair it evicts the cache files it found damaged, and counts
+	// them in Repaired.
+	Fsck(ctx context.Context, req wire.FsckRequest) (wire.FsckReport, error)
 	Stats(ctx context.Context) (wire.StoreStats, error)
 }
 

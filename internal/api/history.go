@@ -333,7 +333,11 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) fsck(w http.ResponseWriter, r *http.Request) error {
-	rep, err := s.maintenance.Fsck(ctxOf(r))
+	var req wire.FsckRequest
+	if err := decodeOptional(w, r, &req); err != nil {
+		return err
+	}
+	rep, err := s.maintenance.Fsck(ctxOf(r), req)
 	if err != nil {
 		return err
 	}

@@ -312,7 +312,7 @@ func testRemountKeepsChanges(t *testing.T, path string) {
 	if strings.Join(got, ",") != "added d,added k,added l" {
 		t.Fatalf("diff after remount commit: %v", got)
 	}
-	if rep, err := e2.Fsck(ctx); err != nil || !rep.OK {
+	if rep, err := e2.Fsck(ctx, wire.FsckRequest{}); err != nil || !rep.OK {
 		t.Fatalf("fsck: %+v %v", rep, err)
 	}
 	require.NoError(t, e2.EndWorkspace(ctx, ws.ID, false))

@@ -357,14 +357,23 @@ func (e *Engine) GC(ctx context.Context, req wire.GCRequest) (wire.GCResult, err
 	}, nil
 }
 
-// Fsck checks the whole Store.
-func (e *Engine) Fsck(ctx context.Context) (wire.FsckReport, error) {
+// Fsck checks the whole Store, its cache of contents included; with
+// req.Repair it evicts the cache files it found damaged.
+func (e *Engine) Fsck(ctx context.Context, req wire.FsckRequest) (wire.FsckReport, error) {
 	r, err := e.db.Fsck(ctx, nil)
 	if err != nil {
 		return wire.FsckReport{}, classify(err)
 	}
 	out := wire.FsckReport{OK: r.OK(), Checked: r.Objects + r.Chunks, Problems: []wire.FsckProblem{},
-		Refs: r.Refs, Objects: r.Objects, Chunks: r.Chunks, Bytes: r.Bytes, Packs: r.Packs}
+		Refs: r.Refs, Objects: r.Objects, Chunks: r.Chunks, Bytes: r.Bytes, Packs: r.Packs,
+		CacheFiles: r.CacheFiles, CacheBytes: r.CacheBytes}
+	if req.Repair {
+		n, err := e.db.RepairCache(r)
+		out.Repaired = int64(n)
+		if err != nil {
+			return out, classify(fmt.Errorf("fsck: repair the cache: %w", err))
+		}
+	}
 	for _, p := range r.Problems {
 		out.Problems = append(out.Problems, wire.FsckProblem{Object: idString(p.Object), Where: p.Where, Problem: p.Kind + ": " + p.Detail})
 	}
@@ -382,15 +391,17 @@ func (e *Engine) Stats(ctx context.Context) (wire.StoreStats, error) {
 			"chunk": s.Chunks.Count, "manifest": s.Manifests.Count,
 			"tree": s.Trees.Count, "commit": s.Commits.Count,
 		},
-		LogicalBytes: s.LogicalBytes,
-		StoredBytes:  s.StoredBytes,
-		DedupRatio:   s.DedupRatio,
-		DBBytes:      s.DBBytes,
-		PackBytes:    s.PackBytes,
-		PackFiles:    int64(s.PackFiles),
-		CacheBytes:   s.CacheBytes,
-		CacheFiles:   s.CacheFiles,
-		CacheLimit:   s.CacheLimit,
+		LogicalBytes:    s.LogicalBytes,
+		StoredBytes:     s.StoredBytes,
+		DedupRatio:      s.DedupRatio,
+		DBBytes:         s.DBBytes,
+		PackBytes:       s.PackBytes,
+		PackFiles:       int64(s.PackFiles),
+		CacheBytes:      s.CacheBytes,
+		CacheFiles:      s.CacheFiles,
+		CacheLimit:      s.CacheLimit,
+		CacheVerified:   s.CacheTrusted,
+		CacheUnverified: s.CacheFiles - s.CacheTrusted,
 		ObjectBytes: map[string]int64{
 			"chunk": s.Chunks.Bytes, "manifest": s.Manifests.Bytes,
 			"tree": s.Trees.Bytes, "commit": s.Commits.Bytes,

@@ -50,9 +50,11 @@ func (e *Engine) readyOpen(ctx context.Context, root store.ID) error {
 
 // prefetchLeft prefetches the contents of root, a commit just captured,
 // unless the capture's fill placed them all (none dropped since dropped).
+// They are not trusted yet: that is for the first workspace of the commit
+// (readyRoot), so that a file damaged in between is found.
 func (e *Engine) prefetchLeft(root store.ID, dropped int64) {
 	if !e.db.FillsCache() || e.db.FillDropped() != dropped {
-		e.prefetch(root)
+		e.queuePrefetch(root, false)
 	}
 }
 
@@ -60,34 +62,48 @@ func (e *Engine) prefetchLeft(root store.ID, dropped int64) {
 // in the cache is not looked at again.
 const prefetchFresh = time.Minute
 
-// prefetcher fetches, in the background, the contents a workspace's
-// commit needs that the Store's cache lacks (store.DB.Prefetch: in bulk,
-// in pack order, at the lowest priority, the workspace's own reads
-// first): a host of a fleet opening a commit it never saw, or a commit
-// whose contents were evicted. One commit is fetched at a time, in the
-// order asked; Shutdown cancels what runs.
+// prefetcher readies, in the background, the contents a workspace's
+// commit needs: those in the Store's cache are checked against their IDs
+// and trusted (the kernel then reads them with no daemon in the way),
+// those it lacks fetched (store.DB.Ready, store.DB.Prefetch: in bulk, in
+// pack order, at the lowest priority, the workspace's own reads first): a
+// host of a fleet opening a commit it never saw, or a commit whose
+// contents were evicted. One commit is readied at a time, in the order
+// asked; Shutdown cancels what runs.
 type prefetcher struct {
 	mu      sync.Mutex
-	queue   []store.ID // roots to fetch
+	queue   []prefetchJob // roots to ready
 	running bool
-	fresh   map[store.ID]time.Time // roots found complete, and when
+	fresh   map[store.ID]time.Time // roots found complete and trusted, and when
 	cancel  context.CancelFunc     // of the fetch running
 	stopped bool
 }
 
-// prefetch queues the contents of root, the tree of a workspace just
-// mounted, unless prefetching is off or root was found complete lately.
-func (e *Engine) prefetch(root store.ID) {
+// prefetchJob is a root to fetch the contents of, and trust them if
+// trust (for a workspace mounted on it).
+type prefetchJob struct {
+	root  store.ID
+	trust bool
+}
+
+// prefetch readies the contents of root, the tree of a workspace just
+// mounted, unless prefetching is off or root was readied lately.
+func (e *Engine) prefetch(root store.ID) { e.queuePrefetch(root, true) }
+
+// queuePrefetch queues root's contents to be fetched, and trusted if
+// trust.
+func (e *Engine) queuePrefetch(root store.ID, trust bool) {
 	if e.noPrefetch || root.IsZero() {
 		return
 	}
 	p := &e.prefetcher
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if t, ok := p.fresh[root]; p.stopped || ok && time.Since(t) < prefetchFresh || slices.Contains(p.queue, root) {
+	j := prefetchJob{root, trust}
+	if t, ok := p.fresh[root]; p.stopped || ok && time.Since(t) < prefetchFresh || slices.Contains(p.queue, j) {
 		return
 	}
-	p.queue = append(p.queue, root)
+	p.queue = append(p.queue, j)
 	if p.running {
 		return
 	}
@@ -105,41 +121,49 @@ func (e *Engine) prefetchLoop() {
 			p.mu.Unlock()
 			return
 		}
-		root := p.queue[0]
+		j := p.queue[0]
 		p.queue = p.queue[1:]
 		ctx, cancel := context.WithCancel(context.Background())
 		p.cancel = cancel
 		p.mu.Unlock()
 
-		complete := e.prefetchRoot(ctx, root)
+		complete := e.prefetchRoot(ctx, j)
 		cancel()
 		p.mu.Lock()
 		p.cancel = nil
-		if complete {
+		if complete && j.trust {
 			if p.fresh == nil {
 				p.fresh = map[store.ID]time.Time{}
 			}
-			p.fresh[root] = time.Now()
+			p.fresh[j.root] = time.Now()
 		}
 		p.mu.Unlock()
 	}
 }
 
-// prefetchRoot fetches root's missing contents and reports whether the
-// cache holds them all now.
-func (e *Engine) prefetchRoot(ctx context.Context, root store.ID) bool {
+// prefetchRoot fetches the missing contents of j's root, and trusts its
+// contents if j says so; it reports whether the cache holds them all
+// now (and trusts them, if asked).
+func (e *Engine) prefetchRoot(ctx context.Context, j prefetchJob) bool {
+	root := j.root
 	contents, err := kerneloverlay.Contents(ctx, e.db, e.db.CacheDir(), root)
 	if err != nil {
 		e.log.Warn("prefetch: list the commit's contents", "root", root.Short(), "err", err)
 		return false
 	}
-	st, err := e.db.Prefetch(ctx, contents)
+	var st store.ReadyStats
+	if j.trust {
+		st, err = e.db.Ready(ctx, contents)
+	} else {
+		st.PrefetchStats, err = e.db.Prefetch(ctx, contents)
+	}
 	if err != nil && ctx.Err() == nil {
 		e.log.Warn("prefetch the commit's contents", "root", root.Short(), "err", err)
 	}
-	if st.Missing > 0 {
+	if st.Missing > 0 || st.Damaged > 0 {
 		e.log.Info("prefetched a commit's contents", "root", root.Short(), "contents", st.Contents, "missing", st.Missing,
-			"placed", st.Placed, "bytes", st.Bytes, "reads", st.Reads, "read_bytes", st.ReadBytes, "ms", st.Took.Milliseconds())
+			"damaged", st.Damaged, "placed", st.Placed, "bytes", st.Bytes, "reads", st.Reads, "read_bytes", st.ReadBytes,
+			"ms", st.Took.Milliseconds())
 	}
 	return err == nil && st.Placed == st.Missing
 }

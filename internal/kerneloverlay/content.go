@@ -24,15 +24,18 @@ import (
 // materialized content (store.DB.CachePath). The overlay has two
 // data-only layers that answer such a path:
 //
-//  1. the Store's cache directory, on a local file system: a content
-//     materialized once (by any workspace of any commit) is read by the
-//     kernel with no daemon in the way, copied by copy_file_range
-//     within one file system (cp of a committed file is a splice, or a
-//     reflink on XFS and btrfs), and copied up from there;
+//  1. the Store's trusted layer (store.DB.CacheLayer): hard links to the
+//     contents of its cache this process has checked against their IDs,
+//     on a local file system. A content materialized once (by any
+//     workspace of any commit) and trusted is read by the kernel with no
+//     daemon in the way, copied by copy_file_range within one file system
+//     (cp of a committed file is a splice, or a reflink on XFS and
+//     btrfs), and copied up from there;
 //  2. the daemon's FUSE view of the same paths, for a content not
-//     materialized yet: its open materializes it (lazy from the Store) and
-//     passes the cache file through. Its directories come from the
-//     commit's contents list, which MetaImage writes beside the image.
+//     materialized or not trusted yet: its open materializes or checks
+//     it (store.DB.Materialize) and passes the cache file through. Its
+//     directories come from the commit's contents list, which MetaImage
+//     writes beside the image.
 //
 // Redirects the kernel writes into the upper (a renamed metacopy) name the
 // file's path in the lower, never its data's, so commit reads the upper as

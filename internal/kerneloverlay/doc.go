@@ -1,8 +1,9 @@
 // Package kerneloverlay serves a workspace on the overlay data path: the
 // workspace mount is kernel overlayfs; its lower an EROFS image of the
 // committed tree's metadata (see meta.go), whose files redirect to their
-// contents in two data-only layers below it (see content.go): the Store's
-// cache directory, then the daemon's read-only FUSE view of the commit's
+// contents in two data-only layers below it (see content.go): the contents
+// of the Store's cache this process trusts (checked against their IDs),
+// then the daemon's read-only FUSE view of the commit's
 // contents (package fusefs over an overlay with an empty upper: lazy from the
 // Store, passthrough for file data, per-request telemetry); its upper and
 // work directories the workspace's own, on a local file system.

@@ -43,7 +43,7 @@ type Config struct {
 	IDMap *IDMap
 	// MetaCache is the Store's cache directory (store.DB.CacheDir): the
 	// metadata images are kept there, built once per commit (see
-	// MetaImage), and the overlay reads the contents materialized there
+	// MetaImage), and the overlay reads the contents Lower trusts there
 	// directly (see content.go). "" keeps the image in Dir, and reads
 	// every content through the view.
 	MetaCache string
@@ -192,7 +192,7 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache := cfg.MetaCache
+	cache := dataLayer(cfg)
 	err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cache, cfg.IDMap, cfg.Volatile)
 	if err != nil && meta >= 0 && cache != "" {
 		// The cache on a stacked file system can be a level too deep:
@@ -230,6 +230,19 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 	}
 	return &Mount{cfg: cfg, view: srv, base: base, committed: cfg.Committed, idmap: cfg.IDMap, whyNoMeta: whyNoMeta,
 		cached: whyNoMeta == "" && cache != "", hostStopped: hostStopped}, nil
+}
+
+// dataLayer is the directory the overlay reads contents from with no
+// daemon in the way: the Store's trusted layer (store.DB.CacheLayer), of
+// the contents this process checked against their IDs; "" (every content
+// through the view) without a Store's cache or when Lower has no such
+// layer.
+func dataLayer(cfg Config) string {
+	l, ok := cfg.Lower.(interface{ CacheLayer() string })
+	if cfg.MetaCache == "" || !ok {
+		return ""
+	}
+	return l.CacheLayer()
 }
 
 // mountView mounts the daemon's read-only FUSE view at the workspace's

@@ -19,7 +19,8 @@ import (
 // Problem is one thing Fsck found wrong.
 type Problem struct {
 	// Kind is "integrity", "foreign-key", "missing", "hash", "decode",
-	// "size", "range" or "pack".
+	// "size", "range", "pack" or "cache" (a damaged file of the cache of
+	// contents, which RepairCache evicts).
 	Kind   string `json:"kind"`
 	Object ID     `json:"object"` // the object concerned, zero for store-wide problems
 	Where  string `json:"where"`  // the table, ref or pack file
@@ -35,12 +36,16 @@ func (p Problem) String() string {
 
 // FsckReport is the result of Fsck.
 type FsckReport struct {
-	Refs     int64     `json:"refs"`
-	Objects  int64     `json:"objects"`
-	Chunks   int64     `json:"chunks"`
-	Bytes    int64     `json:"bytes"` // chunk payload bytes read and verified
-	Packs    int       `json:"packs"`
-	Problems []Problem `json:"problems"`
+	Refs    int64 `json:"refs"`
+	Objects int64 `json:"objects"`
+	Chunks  int64 `json:"chunks"`
+	Bytes   int64 `json:"bytes"` // chunk payload bytes read and verified
+	Packs   int   `json:"packs"`
+	// CacheFiles and CacheBytes are the cache's files checked against
+	// their contents' IDs, and their bytes.
+	CacheFiles int64     `json:"cache_files"`
+	CacheBytes int64     `json:"cache_bytes"`
+	Problems   []Problem `json:"problems"`
 }
 
 // OK reports whether no problem was found.
@@ -73,20 +78,26 @@ func (r *FsckReport) add(kind string, id ID, where, format string, args ...any) 
 // Fsck checks the whole store: SQLite's integrity_check and foreign keys,
 // that every reference resolves (branch, layer and workspace -> commit ->
 // parent and tree -> trees, manifests and chunks, with sizes that agree),
-// that every object and chunk hashes to its id and that every chunk's range
-// and record header lie within its pack. It reports each problem with the
-// object and where it is; the error is for failures to run the check, not
-// for what it found (see FsckReport.Err). progress, if not nil, is called
-// with the objects and chunks checked so far and their total. Fsck reads
-// one consistent snapshot and may run while other processes write.
+// that every object and chunk hashes to its id, that every chunk's range
+// and record header lie within its pack, and that every file of the cache
+// of contents holds its content (fsckcache.go). It reports each problem
+// with the object and where it is; the error is for failures to run the
+// check, not for what it found (see FsckReport.Err). progress, if not
+// nil, is called with the objects and chunks checked so far and their
+// total. Fsck reads one consistent snapshot and may run while other
+// processes write.
 func (db *DB) Fsck(ctx context.Context, progress func(done, total int)) (FsckReport, error) {
 	var rep FsckReport
+	c := &checker{ctx: ctx, db: db, rep: &rep, progress: progress}
 	db.gcMu.RLock()
-	defer db.gcMu.RUnlock()
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		c := &checker{ctx: ctx, db: db, tx: tx, rep: &rep, progress: progress}
+		c.tx = tx
 		return c.run()
 	})
+	db.gcMu.RUnlock()
+	if err == nil {
+		err = c.cacheFiles()
+	}
 	if err != nil {
 		return rep, fmt.Errorf("fsck: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/account"
+	"layerfs.dev/layerfs/internal/store/cache"
 	"layerfs.dev/layerfs/internal/writeruns"
 )
 
@@ -21,8 +22,10 @@ import (
 // then linked into place (synced with others later: see package cache).
 // A file in place never changes (a racing writer's link fails and its copy
 // is dropped), so it can back FUSE passthrough opens and be cloned for
-// copy-up. Concurrent callers for one content in this process share one
-// materialization.
+// copy-up. The file returned is trusted (trust.go): a file in place that
+// this process has not trusted yet is checked first, and a damaged one
+// evicted and made again. Concurrent callers for one content in this
+// process share one materialization.
 func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	if e.Type != TypeFile {
 		return "", fmt.Errorf("materialize %q: a %s has no content", e.Name, e.Type)
@@ -31,7 +34,8 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 		return "", err
 	}
 	path := db.CachePath(e.Object)
-	if _, err := os.Lstat(path); err == nil {
+	_, statErr := os.Lstat(path)
+	if statErr == nil && db.cache.Trusted(e.Object) {
 		return path, nil
 	}
 	if p, ok := db.cache.InMemory(e.Object); ok {
@@ -39,20 +43,26 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	}
 	db.fg.begin()
 	defer db.fg.end()
-	// From what a capture's fill or a prefetch holds, if they hold it.
-	if db.fills.serve(e.Object) || db.prefetches.serve(e.Object) {
-		return path, nil
-	}
 	p, err := db.mat.do(e.Object.String(), func() (string, error) {
-		if _, err := os.Lstat(path); err == nil {
+		err := db.trust(ctx, contentOf(e))
+		if err == nil {
 			return path, nil
 		}
-		err := db.materialize(ctx, e, path)
-		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
-			// A full disk must not stop reads of committed data.
-			return db.cache.PutInMemory(e.Object, e.Size, func(f *os.File) error { return db.fill(ctx, e, f) }, err)
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrDamaged) {
+			return "", err
 		}
-		return path, err
+		// From what a capture's fill or a prefetch holds, if they hold it.
+		if !db.fills.serve(e.Object) && !db.prefetches.serve(e.Object) {
+			err = db.materialize(ctx, e, path)
+			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+				// A full disk must not stop reads of committed data.
+				return db.cache.PutInMemory(e.Object, e.Size, func(f *os.File) error { return db.fill(ctx, e, f) }, err)
+			}
+			if err != nil {
+				return "", err
+			}
+		}
+		return path, db.trust(ctx, contentOf(e))
 	})
 	if err != nil {
 		return "", fmt.Errorf("materialize %q (%s): %w", e.Name, e.Object.Short(), err)
@@ -178,7 +188,8 @@ func (db *DB) writeManifest(ctx context.Context, f *os.File, m *Manifest) error 
 	return w.Flush()
 }
 
-// diskUsage returns the bytes the files under root take on disk.
+// diskUsage returns the bytes the files under root take on disk. The
+// cache's trusted layers are hard links to its files, not counted twice.
 func diskUsage(root string) (int64, error) {
 	var total int64
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -187,6 +198,9 @@ func diskUsage(root string) (int64, error) {
 				return nil
 			}
 			return err
+		}
+		if d.IsDir() && d.Name() == cache.TrustedDir {
+			return filepath.SkipDir
 		}
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {

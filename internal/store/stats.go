@@ -38,6 +38,10 @@ type Stats struct {
 	CacheBytes   int64   `json:"cache_bytes"` // materialized files and metadata images, on disk
 	CacheFiles   int64   `json:"cache_files"` // contents in the cache
 	CacheLimit   int64   `json:"cache_limit"` // the bound of its contents' bytes (0: none)
+	// CacheTrusted counts the contents in the cache this process has
+	// checked against their IDs (or placed from checked bytes) and may
+	// give to the kernel; the others are checked on first use.
+	CacheTrusted int64 `json:"cache_trusted"`
 }
 
 // Stats counts objects by kind and measures the store on disk. It decodes
@@ -134,6 +138,7 @@ func (db *DB) cacheStats(st *Stats) error {
 		return err
 	}
 	st.CacheLimit = db.cache.Limit()
+	st.CacheTrusted = min(db.cache.TrustedCount(), st.CacheFiles)
 	return nil
 }
 

@@ -56,16 +56,18 @@ func checkGCKeepsWhatIsReached(f *fixture) {
 	assert.Equal(f.t, "kept by main", f.read(ws.ID, "kept.txt"), "the workspace's file, after GC")
 }
 
-// checkFsck: a Store used only through the engine has no problems.
+// checkFsck: a Store used only through the engine has no problems, and a
+// repair of it evicts nothing.
 func checkFsck(f *fixture) {
 	ws := f.workspace(f.project(), "main")
 	f.write(ws.ID, "f", "fsck me")
 	_, err := f.eng.CommitWorkspace(f.ctx, ws.ID, wire.CommitRequest{Message: "fsck"})
 	require.NoError(f.t, err)
-	rep, err := f.eng.Fsck(f.ctx)
+	rep, err := f.eng.Fsck(f.ctx, wire.FsckRequest{Repair: true})
 	require.NoError(f.t, err)
 	assert.True(f.t, rep.OK, "fsck: %+v", rep.Problems)
 	assert.Empty(f.t, rep.Problems)
+	assert.Zero(f.t, rep.Repaired, "a repair of a clean Store evicted cache files")
 }
 
 // checkMetrics: the metrics are Prometheus' text format, each sample of a

@@ -24,6 +24,7 @@ type Dir struct {
 	wb     writeback
 	bound  bound
 	mem    memFiles
+	trust  trust
 	placed atomic.Int64 // bytes placed, ever
 }
 
@@ -37,6 +38,9 @@ func Open(ctx context.Context, root string, limit int64, log *slog.Logger) (*Dir
 	d.wb = writeback{dir: root, log: log}
 	d.bound = bound{d: d, max: boundOf(root, limit)}
 	if err := recoverCache(ctx, root, log); err != nil {
+		return nil, err
+	}
+	if err := d.openTrust(); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -67,15 +71,17 @@ func (d *Dir) Close() {
 	d.wb.close()
 	d.dirs.closeAll()
 	d.mem.close()
+	d.closeTrust()
 }
 
 // Sweep removes the contents keep refuses, anything else in the cache's
 // content directories that is not a content, and temporary files a
 // crashed writer left more than an hour ago; it returns how many files it
-// removed (temporary files not counted). The write-back markers stay.
+// removed (temporary files not counted). The write-back markers and the
+// trusted layers stay, but for the links to what was removed.
 func (d *Dir) Sweep(keep func(object.ID) bool) (int, error) {
 	removed := 0
-	err := eachEntry(d.root, func(dir string) bool { return dir != UnsyncedDir }, func(sub string, e os.DirEntry) error {
+	err := eachEntry(d.root, func(dir string) bool { return dir != UnsyncedDir && dir != TrustedDir }, func(sub string, e os.DirEntry) error {
 		name := e.Name()
 		p := filepath.Join(sub, name)
 		if strings.HasPrefix(name, ".tmp-") {
@@ -90,10 +96,16 @@ func (d *Dir) Sweep(keep func(object.ID) bool) (int, error) {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
+		if id, err := object.ParseID(name); err == nil {
+			d.forget(id)
+		}
 		removed++
 		return nil
 	})
-	return removed, err
+	if err != nil {
+		return removed, err
+	}
+	return removed, d.sweepLayer()
 }
 
 // eachEntry calls fn for every entry of the directories of root whose

@@ -132,6 +132,9 @@ func (b *bound) pass() (EvictStats, error) {
 		if err := os.Remove(f.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return st, err
 		}
+		if id, err := object.ParseID(filepath.Base(f.path)); err == nil {
+			b.d.forget(id)
+		}
 		left -= f.bytes
 		st.Evicted++
 		st.EvictedBytes += f.bytes

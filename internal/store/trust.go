@@ -1,0 +1,219 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"layerfs.dev/layerfs/internal/store/cache"
+)
+
+// Trusting the cache of contents.
+//
+// The kernel reads the cache's files with no check (package cache: the
+// overlay's data layer, FUSE passthrough), so a file is handed to it only
+// once this process has checked it against its content's ID: its size,
+// and its bytes hashed as the ID was made (a content of one chunk: the
+// chunk's hash; a chunked one: each extent against its chunk's ID, holes
+// read as zeros). Materialize checks the file it returns; Ready checks a
+// commit's contents ahead of a workspace's reads. A damaged file is
+// evicted, logged with its content and path, and made again from the
+// packs. See package cache for what is trusted without a second read.
+
+// ErrDamaged is a cache file whose bytes are not its content's.
+var ErrDamaged = cache.ErrDamaged
+
+// CacheLayer is the directory of the contents this process trusts, laid
+// out as the cache (<xx>/<id>): the directory the kernel may read
+// contents from with no check (the overlay's data layer).
+func (db *DB) CacheLayer() string { return db.cache.Layer() }
+
+// trust makes the cache file of c one the kernel may be given (see
+// above). A damaged file is evicted and the error wraps ErrDamaged; a
+// missing one wraps fs.ErrNotExist.
+func (db *DB) trust(ctx context.Context, c Content) error {
+	err := db.cache.Trust(c.ID, func(f *os.File) error { return db.checkCacheFile(ctx, c, f) })
+	if errors.Is(err, ErrDamaged) {
+		db.log.Warn("damaged cache file evicted: it will be made again from the packs",
+			"content", c.ID.String(), "path", db.CachePath(c.ID), "err", err)
+	}
+	return err
+}
+
+// checkCacheFile checks that the open file f holds the content c; a
+// mismatch wraps ErrDamaged.
+func (db *DB) checkCacheFile(ctx context.Context, c Content, f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	damaged := func(format string, args ...any) error {
+		return fmt.Errorf("%w: content %s: %s", ErrDamaged, c.ID, fmt.Sprintf(format, args...))
+	}
+	if fi.Size() != c.Size {
+		return damaged("the file has %d bytes, the content %d", fi.Size(), c.Size)
+	}
+	switch {
+	case c.ID.IsZero() && c.Size == 0:
+		return nil // the empty content
+	case c.Kind == KindChunk:
+		data := make([]byte, c.Size)
+		if _, err := io.ReadFull(f, data); err != nil {
+			return err
+		}
+		if got := Hash(KindChunk, data); got != c.ID {
+			return damaged("the file hashes to %s", got)
+		}
+		return nil
+	case c.Kind == KindManifest:
+		m, err := db.Manifest(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		if m.Size != c.Size {
+			return fmt.Errorf("manifest %s has %d bytes, the tree says %d: %w", c.ID, m.Size, c.Size, ErrCorrupt)
+		}
+		var buf []byte
+		var off int64
+		for i, x := range m.Extents {
+			if err := checkContext(ctx); err != nil {
+				return err
+			}
+			if int64(cap(buf)) < x.Length {
+				buf = make([]byte, x.Length)
+			}
+			b := buf[:x.Length]
+			if _, err := f.ReadAt(b, off); err != nil {
+				return err
+			}
+			if x.Chunk.IsZero() {
+				if !isZeros(b) {
+					return damaged("extent %d at offset %d is a hole but holds data", i, off)
+				}
+			} else if got := Hash(KindChunk, b); got != x.Chunk {
+				return damaged("extent %d at offset %d hashes to %s, its chunk is %s", i, off, got, x.Chunk)
+			}
+			off += x.Length
+		}
+		return nil
+	}
+	return fmt.Errorf("content %s: object kind %s: %w", c.ID, c.Kind, ErrCorrupt)
+}
+
+var zeroBlock [64 << 10]byte
+
+func isZeros(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroBlock))
+		if !bytes.Equal(b[:n], zeroBlock[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// contentOf is the content a file entry names.
+func contentOf(e *Entry) Content { return Content{ID: e.Object, Kind: e.ObjectKind, Size: e.Size} }
+
+// ReadyStats tell what Ready did.
+type ReadyStats struct {
+	PrefetchStats
+	Trusted int `json:"trusted"` // contents in the cache checked and trusted
+	Damaged int `json:"damaged"` // of them, damaged: evicted, and fetched again
+}
+
+// trustWorkers check a commit's contents in parallel: the reads of a new
+// workspace wait for what they reach first.
+const trustWorkers = 2
+
+// Ready readies the contents a workspace's commit needs ahead of its
+// reads: those in the cache are checked and trusted (see above), the
+// others, damaged ones included, fetched from the packs (Prefetch) and
+// trusted as they are placed. It returns once every content is trusted
+// or given up on (left to Materialize, which a read then reaches).
+func (db *DB) Ready(ctx context.Context, contents []Content) (ReadyStats, error) {
+	t0 := time.Now()
+	var st ReadyStats
+	st.Contents = len(contents)
+	if err := db.check(); err != nil {
+		return st, err
+	}
+	// What captures are writing into the cache is not missing.
+	if err := db.WaitFill(ctx); err != nil {
+		return st, fmt.Errorf("ready: %w", err)
+	}
+	var todo []Content
+	seen := make(map[ID]bool, len(contents))
+	for _, c := range contents {
+		if c.Size == 0 || c.ID.IsZero() || seen[c.ID] || db.cache.Trusted(c.ID) {
+			continue
+		}
+		seen[c.ID] = true
+		todo = append(todo, c)
+	}
+	var trusted, damaged atomic.Int64
+	var next atomic.Int64
+	var mu sync.Mutex
+	var missing []Content
+	var errs []error
+	var wg sync.WaitGroup
+	for range min(trustWorkers, len(todo)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(todo) || ctx.Err() != nil {
+					return
+				}
+				c := todo[i]
+				err := db.trust(ctx, c)
+				switch {
+				case err == nil:
+					trusted.Add(1)
+					continue
+				case errors.Is(err, ErrDamaged):
+					damaged.Add(1)
+				case !errors.Is(err, fs.ErrNotExist):
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					continue
+				}
+				mu.Lock()
+				missing = append(missing, c)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	st.Trusted, st.Damaged = int(trusted.Load()), int(damaged.Load())
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
+	if len(missing) > 0 {
+		var err error
+		st.PrefetchStats, err = db.Prefetch(ctx, missing)
+		st.Contents = len(contents)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		// What the prefetch placed was written from checked chunks.
+		for _, c := range missing {
+			if err := db.trust(ctx, c); err == nil {
+				st.Trusted++
+			}
+		}
+	}
+	st.Took = time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		return st, fmt.Errorf("ready: %w", err)
+	}
+	return st, nil
+}
