@@ -120,11 +120,11 @@ var storeParts = map[string][]string{
 	"internal/store/schema":     nil,
 	"internal/store/pack":       {"internal/store/object", "internal/account", "wire/errclass"},
 	"internal/store/bucketpack": {"internal/store/object", "internal/store/pack", "internal/account", "internal/s3bucket", "wire/errclass"},
-	"internal/store/cache":      {"internal/store/object", "internal/flock", "wire/errclass"},
+	"internal/store/cache":      {"internal/store/object", "internal/flock", "internal/fsverity", "wire/errclass"},
 }
 
 // leaves are packages that import nothing of the module.
-var leaves = []string{"internal/flock", "internal/account"}
+var leaves = []string{"internal/flock", "internal/account", "internal/fsverity"}
 
 // TestStoreParts: each part of the Store imports only what its rule
 // lists, no package but the store and its parts imports a part, and every
