@@ -590,6 +590,10 @@ type StoreStats struct {
 	// others, checked on their first use (docs/security.md).
 	CacheVerified   int64 `json:"cache_verified"`
 	CacheUnverified int64 `json:"cache_unverified"`
+	// CacheVerity is "on" when the cache's files are sealed with
+	// fs-verity (the kernel checks every page read from them), else
+	// "off: " and why.
+	CacheVerity string `json:"cache_verity"`
 	// ObjectBytes are the encoded bytes by kind (chunks: payload bytes).
 	ObjectBytes map[string]int64 `json:"object_bytes"`
 	Projects    int64            `json:"projects"`

@@ -33,7 +33,10 @@ join them. Later commands and layerfsd open the directory as usual.`,
 				Schema int    `json:"schema"`
 				Shared bool   `json:"shared"`
 				Node   string `json:"node,omitempty"`
-			}{a.dir(), store.SchemaVersion(), db.Shared(), db.Node()}
+				// CacheVerity: "on" when the cache's files are sealed
+				// with fs-verity, else "off: " and why.
+				CacheVerity string `json:"cache_verity"`
+			}{a.dir(), store.SchemaVersion(), db.Shared(), db.Node(), db.CacheVerity()}
 			if out.Shared {
 				out.Schema = store.PostgresSchemaVersion()
 			}
@@ -46,6 +49,7 @@ join them. Later commands and layerfsd open the directory as usual.`,
 					return
 				}
 				fmt.Fprintf(w, "initialized store %s (schema %d)\n", out.Store, out.Schema)
+				fmt.Fprintf(w, "cache fs-verity %s\n", out.CacheVerity)
 			})
 		},
 	}

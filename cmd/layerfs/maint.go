@@ -106,6 +106,7 @@ func statsCmd(a *app) *cobra.Command {
 					}
 					fmt.Fprintf(w, "cache\t%s, %d contents (%s)\n", showBytes(st.CacheBytes), st.CacheFiles, limit)
 					fmt.Fprintf(w, "cache verified\t%d (by this daemon since it started; %d unverified, checked on first use)\n", st.CacheVerified, st.CacheUnverified)
+					fmt.Fprintf(w, "cache fs-verity\t%s\n", st.CacheVerity)
 				})
 			})
 		},

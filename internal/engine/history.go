@@ -402,6 +402,7 @@ func (e *Engine) Stats(ctx context.Context) (wire.StoreStats, error) {
 		CacheLimit:      s.CacheLimit,
 		CacheVerified:   s.CacheTrusted,
 		CacheUnverified: s.CacheFiles - s.CacheTrusted,
+		CacheVerity:     s.CacheVerity,
 		ObjectBytes: map[string]int64{
 			"chunk": s.Chunks.Bytes, "manifest": s.Manifests.Bytes,
 			"tree": s.Trees.Bytes, "commit": s.Commits.Bytes,

@@ -1,6 +1,8 @@
 package fsverity
 
 import (
+	"bufio"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -70,7 +72,8 @@ func Measure(fd int) ([DigestSize]byte, error) {
 }
 
 // Supported reports why files in dir cannot be sealed, or nil: it seals
-// a small file there (then removes it).
+// a small file there (then removes it). The error says whether the
+// kernel or the file system lacks fs-verity, and wraps ErrUnsupported.
 func Supported(dir string) error {
 	f, err := os.CreateTemp(dir, ".verity-probe-")
 	if err != nil {
@@ -90,9 +93,36 @@ func Supported(dir string) error {
 	}
 	defer r.Close()
 	if err := Enable(int(r.Fd())); err != nil {
+		if errors.Is(err, ErrUnsupported) {
+			if kernelLacksVerity() {
+				return fmt.Errorf("%w: the kernel is built without it (CONFIG_FS_VERITY is not set)", ErrUnsupported)
+			}
+			return fmt.Errorf("%w: the file system of %s does not have it (ext4: tune2fs -O verity on the unmounted device; XFS and btrfs: recent kernels)", ErrUnsupported, dir)
+		}
 		return fmt.Errorf("seal a file in %s: %w", dir, err)
 	}
 	return nil
+}
+
+// kernelLacksVerity reports whether the kernel's configuration, where it
+// shows it (/proc/config.gz), says it has no fs-verity.
+func kernelLacksVerity() bool {
+	f, err := os.Open("/proc/config.gz")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		return false
+	}
+	sc := bufio.NewScanner(z)
+	for sc.Scan() {
+		if sc.Text() == "# CONFIG_FS_VERITY is not set" {
+			return true
+		}
+	}
+	return false
 }
 
 // Digest is the fs-verity digest of the size bytes r yields, as the kernel

@@ -18,7 +18,20 @@ type EvictStats = cache.EvictStats
 // left unsynced in it.
 func (db *DB) openCache(ctx context.Context) (err error) {
 	db.cache, err = cache.Open(ctx, db.CacheDir(), db.opts.CacheBytes, db.log)
+	if err == nil {
+		db.log.Debug("the Store's cache", "fs_verity", db.CacheVerity())
+	}
 	return err
+}
+
+// CacheVerity says whether the cache's files are sealed with fs-verity
+// (the kernel then checks every page read from them): "on", or "off: "
+// and why (see package cache).
+func (db *DB) CacheVerity() string {
+	if err := db.cache.Verity(); err != nil {
+		return "off: " + err.Error()
+	}
+	return "on"
 }
 
 // CachePath is where Materialize puts the content named by id (ZeroID for

@@ -42,6 +42,9 @@ type Stats struct {
 	// checked against their IDs (or placed from checked bytes) and may
 	// give to the kernel; the others are checked on first use.
 	CacheTrusted int64 `json:"cache_trusted"`
+	// CacheVerity is "on" when the cache's files are sealed with
+	// fs-verity, else "off: " and why.
+	CacheVerity string `json:"cache_verity"`
 }
 
 // Stats counts objects by kind and measures the store on disk. It decodes
@@ -139,6 +142,7 @@ func (db *DB) cacheStats(st *Stats) error {
 	}
 	st.CacheLimit = db.cache.Limit()
 	st.CacheTrusted = min(db.cache.TrustedCount(), st.CacheFiles)
+	st.CacheVerity = db.CacheVerity()
 	return nil
 }
 

@@ -131,12 +131,14 @@ type ReadyStats struct {
 }
 
 // trustWorkers check a commit's contents in parallel: the reads of a new
-// workspace wait for what they reach first.
-const trustWorkers = 2
+// workspace wait for what they reach first, and the checks of small
+// files wait on the disk more than on the CPU.
+const trustWorkers = 4
 
 // Ready readies the contents a workspace's commit needs ahead of its
-// reads: those in the cache are checked and trusted (see above), the
-// others, damaged ones included, fetched from the packs (Prefetch) and
+// reads: those in the cache are checked and trusted (see above), then
+// those the fill behind a capture was still writing, then the others,
+// damaged ones included, are fetched from the packs (Prefetch) and
 // trusted as they are placed. It returns once every content is trusted
 // or given up on (left to Materialize, which a read then reaches).
 func (db *DB) Ready(ctx context.Context, contents []Content) (ReadyStats, error) {
@@ -145,10 +147,6 @@ func (db *DB) Ready(ctx context.Context, contents []Content) (ReadyStats, error)
 	st.Contents = len(contents)
 	if err := db.check(); err != nil {
 		return st, err
-	}
-	// What captures are writing into the cache is not missing.
-	if err := db.WaitFill(ctx); err != nil {
-		return st, fmt.Errorf("ready: %w", err)
 	}
 	var todo []Content
 	seen := make(map[ID]bool, len(contents))
@@ -159,11 +157,54 @@ func (db *DB) Ready(ctx context.Context, contents []Content) (ReadyStats, error)
 		seen[c.ID] = true
 		todo = append(todo, c)
 	}
-	var trusted, damaged atomic.Int64
+	r := &readying{db: db}
+	missing := r.trustAll(ctx, todo)
+	if len(missing) > 0 {
+		// What captures are writing into the cache is not missing.
+		if err := db.WaitFill(ctx); err != nil {
+			return st, fmt.Errorf("ready: %w", err)
+		}
+		missing = r.trustAll(ctx, missing)
+	}
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
+	if len(missing) > 0 {
+		var err error
+		st.PrefetchStats, err = db.Prefetch(ctx, missing)
+		st.Contents = len(contents)
+		if err != nil {
+			r.errs = append(r.errs, err)
+		}
+		// What the prefetch placed was written from checked chunks.
+		for _, c := range missing {
+			if err := db.trust(ctx, c); err == nil {
+				r.trusted.Add(1)
+			}
+		}
+	}
+	st.Trusted, st.Damaged = int(r.trusted.Load()), int(r.damaged.Load())
+	st.Took = time.Since(t0)
+	if err := errors.Join(r.errs...); err != nil {
+		return st, fmt.Errorf("ready: %w", err)
+	}
+	return st, nil
+}
+
+// readying is one run of Ready.
+type readying struct {
+	db               *DB
+	trusted, damaged atomic.Int64
+	mu               sync.Mutex
+	errs             []error
+}
+
+// trustAll trusts the contents of todo in the cache, trustWorkers at a
+// time, and returns those it did not find there (a damaged one is
+// evicted, so not there either).
+func (r *readying) trustAll(ctx context.Context, todo []Content) []Content {
 	var next atomic.Int64
-	var mu sync.Mutex
 	var missing []Content
-	var errs []error
 	var wg sync.WaitGroup
 	for range min(trustWorkers, len(todo)) {
 		wg.Go(func() {
@@ -173,47 +214,25 @@ func (db *DB) Ready(ctx context.Context, contents []Content) (ReadyStats, error)
 					return
 				}
 				c := todo[i]
-				err := db.trust(ctx, c)
+				err := r.db.trust(ctx, c)
 				switch {
 				case err == nil:
-					trusted.Add(1)
+					r.trusted.Add(1)
 					continue
 				case errors.Is(err, ErrDamaged):
-					damaged.Add(1)
+					r.damaged.Add(1)
 				case !errors.Is(err, fs.ErrNotExist):
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
+					r.mu.Lock()
+					r.errs = append(r.errs, err)
+					r.mu.Unlock()
 					continue
 				}
-				mu.Lock()
+				r.mu.Lock()
 				missing = append(missing, c)
-				mu.Unlock()
+				r.mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	st.Trusted, st.Damaged = int(trusted.Load()), int(damaged.Load())
-	if err := ctx.Err(); err != nil {
-		return st, err
-	}
-	if len(missing) > 0 {
-		var err error
-		st.PrefetchStats, err = db.Prefetch(ctx, missing)
-		st.Contents = len(contents)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		// What the prefetch placed was written from checked chunks.
-		for _, c := range missing {
-			if err := db.trust(ctx, c); err == nil {
-				st.Trusted++
-			}
-		}
-	}
-	st.Took = time.Since(t0)
-	if err := errors.Join(errs...); err != nil {
-		return st, fmt.Errorf("ready: %w", err)
-	}
-	return st, nil
+	return missing
 }

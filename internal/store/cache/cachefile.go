@@ -92,8 +92,20 @@ func (c *File) Place(size int64) (placed bool, err error) {
 		return false, fmt.Errorf("place cache file %s: %w", c.path, err)
 	}
 	// Its bytes were checked by the writer: trusted while unchanged.
+	// Sealed, where the file system can, once no writer holds it.
 	var st unix.Stat_t
-	if id, err := object.ParseID(filepath.Base(c.path)); err == nil && unix.Fstat(int(c.f.Fd()), &st) == nil {
+	id, idErr := object.ParseID(filepath.Base(c.path))
+	statErr := unix.Fstat(int(c.f.Fd()), &st)
+	if c.d.verityErr == nil {
+		name := c.f.Name()
+		c.f.Close()
+		c.f = nil
+		if c.named {
+			os.Remove(name)
+		}
+		c.d.seal(c.path, &st)
+	}
+	if idErr == nil && statErr == nil {
 		c.d.written(id, &st)
 	}
 	c.d.placed.Add(size)

@@ -26,6 +26,9 @@ type Dir struct {
 	mem    memFiles
 	trust  trust
 	placed atomic.Int64 // bytes placed, ever
+	// verityErr is why the cache's files are not sealed with fs-verity;
+	// nil: they are (seal.go).
+	verityErr error
 }
 
 // Open opens the cache in root, which must exist, bounded by limit bytes
@@ -43,6 +46,7 @@ func Open(ctx context.Context, root string, limit int64, log *slog.Logger) (*Dir
 	if err := d.openTrust(); err != nil {
 		return nil, err
 	}
+	d.probeVerity()
 	return d, nil
 }
 

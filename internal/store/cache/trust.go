@@ -218,6 +218,8 @@ func (d *Dir) Trust(id object.ID, check func(f *os.File) error) error {
 			}
 			return err
 		}
+		d.seal(path, &st) // placed by a process that did not seal it
+
 	}
 	return d.link(id, f)
 }
