@@ -16,7 +16,7 @@ import (
 // of lower and of dir (whose upper/ and work/ are the upper and work
 // directories), as a workspace without a metadata layer is mounted.
 func MountIDMapped(lower, dir, target string, m *IDMap) error {
-	return mountOverlay(lower, dir, target, -1, "", m, false)
+	return mountOverlay(lower, dir, target, -1, "", m, false, false)
 }
 
 // mountOverlay mounts kernel overlayfs at target over the FUSE view at
@@ -34,7 +34,7 @@ func MountIDMapped(lower, dir, target string, m *IDMap) error {
 // system is then created with file system uid and gid m.Root, keeping the
 // daemon's capabilities. With volatile, the overlay never syncs its upper
 // (see volatile.go).
-func mountOverlay(lower, dir, target string, meta int, cache string, m *IDMap, volatile bool) error {
+func mountOverlay(lower, dir, target string, meta int, cache string, m *IDMap, volatile, verity bool) error {
 	fail := func(what string, err error) error {
 		return fmt.Errorf("mount overlay at %s: %s: %w", target, what, err)
 	}
@@ -104,6 +104,11 @@ func mountOverlay(lower, dir, target string, meta int, cache string, m *IDMap, v
 		if volatile {
 			if err := unix.FsconfigSetFlag(fsfd, "volatile"); err != nil {
 				return -1, fmt.Errorf("volatile: %w", err)
+			}
+		}
+		if verity {
+			if err := unix.FsconfigSetString(fsfd, "verity", "on"); err != nil {
+				return -1, fmt.Errorf("verity=on: %w", err)
 			}
 		}
 		if err := unix.FsconfigCreate(fsfd); err != nil {

@@ -41,8 +41,13 @@ import (
 const metaImageDir = "meta"
 
 // metaImageSuffix ends an image's name. It names the image's format too:
-// images whose redirects named commit paths ended in ".erofs".
-const metaImageSuffix = ".content.erofs"
+// images whose redirects named commit paths ended in ".erofs". An image
+// whose metacopy xattrs record each content's fs-verity digest (a Store
+// whose cache is sealed: see verity.go) ends in verityImageSuffix.
+const (
+	metaImageSuffix   = ".content.erofs"
+	verityImageSuffix = ".verity.erofs"
+)
 
 // MetaImage returns the path of the EROFS image of root's metadata under
 // cacheDir (a Store's cache directory), writing it first if it is not
@@ -55,7 +60,12 @@ func MetaImage(ctx context.Context, lower interface {
 	if err := thisBoot(dir); err != nil {
 		return "", fmt.Errorf("metadata image: %w", err)
 	}
-	path := filepath.Join(dir, root.String()+metaImageSuffix)
+	digests := sealedLower(lower)
+	suffix := metaImageSuffix
+	if digests != nil {
+		suffix = verityImageSuffix
+	}
+	path := filepath.Join(dir, root.String()+suffix)
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
@@ -70,7 +80,7 @@ func MetaImage(ctx context.Context, lower interface {
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	tree, contents, err := metaTree(ctx, lower, root)
+	tree, contents, err := metaTree(ctx, lower, root, digests)
 	if err != nil {
 		return "", fmt.Errorf("metadata image of %s: %w", root.Short(), err)
 	}
@@ -164,10 +174,11 @@ func thisBoot(dir string) error {
 }
 
 // metaTree converts the committed tree root into the image's inodes, and
-// lists the contents the image's files redirect to, each once.
+// lists the contents the image's files redirect to, each once. With
+// digests, each file's metacopy records its content's fs-verity digest.
 func metaTree(ctx context.Context, lower interface {
 	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
-}, root store.ID) (*erofs.Inode, []store.Content, error) {
+}, root store.ID, digests verityLower) (*erofs.Inode, []store.Content, error) {
 	links := map[uint64]*erofs.Inode{}
 	var contents contentList
 	var dir func(id store.ID, path string, in *erofs.Inode) error
@@ -195,6 +206,11 @@ func metaTree(ctx context.Context, lower interface {
 			child, err := metaInode(e, p)
 			if err != nil {
 				return err
+			}
+			if digests != nil && hasContent(e) {
+				if err := recordDigest(ctx, digests, e, child); err != nil {
+					return fmt.Errorf("%s: %w", p, err)
+				}
 			}
 			if e.Link != 0 {
 				links[e.Link] = child

@@ -193,7 +193,14 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 		return nil, err
 	}
 	cache := dataLayer(cfg)
-	err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cache, cfg.IDMap, cfg.Volatile)
+	verity := false
+	if meta >= 0 {
+		if verity, err = readyVerity(ctx, cfg); err != nil && cfg.Logger != nil {
+			// The seals and the trusted layer still guard the data.
+			cfg.Logger.Warn("overlay without verity=on", "dir", cfg.Dir, "err", err)
+		}
+	}
+	err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cache, cfg.IDMap, cfg.Volatile, verity)
 	if err != nil && meta >= 0 && cache != "" {
 		// The cache on a stacked file system can be a level too deep:
 		// the view serves every content then.
@@ -201,7 +208,7 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 			cfg.Logger.Warn("overlay refused the Store's cache as a data layer", "dir", cfg.Dir, "err", err)
 		}
 		cache = ""
-		err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cache, cfg.IDMap, cfg.Volatile)
+		err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, meta, cache, cfg.IDMap, cfg.Volatile, false)
 	}
 	if err != nil && meta >= 0 {
 		// (An image on a stacked file system can be one level too deep
@@ -217,7 +224,7 @@ func New(ctx context.Context, cfg Config) (*Mount, error) {
 			if srv, err = mountView(ctx, cfg, false); err != nil {
 				return nil, err
 			}
-			err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, -1, "", cfg.IDMap, cfg.Volatile)
+			err = mountOverlay(lowerDir(cfg.Dir), cfg.Dir, cfg.Target, -1, "", cfg.IDMap, cfg.Volatile, false)
 		}
 	}
 	if err != nil {

@@ -3,6 +3,7 @@ package kerneloverlay
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 
 	"layerfs.dev/layerfs/internal/erofs"
 	"layerfs.dev/layerfs/internal/fsverity"
+	"layerfs.dev/layerfs/internal/overlay/overlaytest"
+	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/internal/testenv"
 )
 
@@ -168,4 +171,73 @@ func (k kmsg) waitFor(t *testing.T, what, name string) {
 		}
 	}
 	t.Fatalf("no kernel log record with %q and %q; overlayfs said: %q", what, name, seen)
+}
+
+// sealedStore is the test Store as a Lower whose cache seals its files:
+// the digest the kernel would measure of a sealed cache file is
+// fsverity.Digest of the content's bytes (TestSupported holds the two
+// equal where files can be sealed).
+type sealedStore struct {
+	*store.DB
+	asked int
+}
+
+func (s *sealedStore) Sealed() bool { return true }
+
+func (s *sealedStore) ContentDigest(ctx context.Context, c store.Content) ([fsverity.DigestSize]byte, error) {
+	s.asked++
+	p, err := s.Materialize(ctx, &store.Entry{Name: "c", Type: store.TypeFile, Size: c.Size, Object: c.ID, ObjectKind: c.Kind})
+	if err != nil {
+		return [fsverity.DigestSize]byte{}, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return [fsverity.DigestSize]byte{}, err
+	}
+	defer f.Close()
+	return fsverity.Digest(f, c.Size)
+}
+
+// TestVerityImage: the image of a commit of a Store whose cache is sealed
+// records in each file's metacopy xattr its content's digest
+// (fsverity.Metacopy), under a name of its own; an empty file has no
+// content and no digest.
+func TestVerityImage(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := t.Context()
+	files := map[string]string{"small": "small\n", "a/big": strings.Repeat("0123456789", 100_000), "empty": ""}
+	s := overlaytest.NewStore(t, ctx, func(t testing.TB, dir string) {
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "a"), 0o755))
+		for name, data := range files {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644))
+		}
+	})
+	sealed := &sealedStore{DB: s.DB}
+	cache := t.TempDir()
+	plain, err := MetaImage(ctx, s.DB, cache, s.Root)
+	require.NoError(t, err)
+	image, err := MetaImage(ctx, sealed, cache, s.Root)
+	require.NoError(t, err)
+	require.NotEqual(t, plain, image, "an image with digests has a name of its own")
+	require.True(t, strings.HasSuffix(image, verityImageSuffix), image)
+	require.Equal(t, 2, sealed.asked, "digests asked for")
+
+	meta, err := mountMeta(image)
+	require.NoError(t, err)
+	defer unix.Close(meta)
+	target := t.TempDir()
+	require.NoError(t, unix.MoveMount(meta, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH))
+	defer unix.Unmount(target, unix.MNT_DETACH)
+	for name, data := range files {
+		buf := make([]byte, 64)
+		n, err := unix.Lgetxattr(filepath.Join(target, name), xattrOverlayPrefix+"metacopy", buf)
+		if data == "" {
+			require.ErrorIs(t, err, unix.ENODATA, "%s: an empty file's metacopy", name)
+			continue
+		}
+		require.NoError(t, err, name)
+		d, err := fsverity.Digest(strings.NewReader(data), int64(len(data)))
+		require.NoError(t, err)
+		require.Equal(t, fsverity.Metacopy(d), buf[:n], name)
+	}
 }

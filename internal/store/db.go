@@ -143,6 +143,7 @@ type DB struct {
 	fills       fillQueue    // the cache fills behind captures (fill.go)
 	fillDropped atomic.Int64 // contents fills left out (fill.go)
 	prefetches  prefetches   // running (prefetch.go), whose reads Materialize may use
+	digests     sync.Map     // content ID -> its fs-verity digest, once measured (trust.go)
 	runBufs     sync.Pool    // *[]byte buffers of CacheFill's jobs (fill.go)
 	contentBufs [len(contentClasses)]sync.Pool
 

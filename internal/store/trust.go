@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"layerfs.dev/layerfs/internal/fsverity"
 	"layerfs.dev/layerfs/internal/store/cache"
 )
 
@@ -235,4 +236,37 @@ func (r *readying) trustAll(ctx context.Context, todo []Content) []Content {
 	}
 	wg.Wait()
 	return missing
+}
+
+// Sealed reports whether the cache seals its files with fs-verity (see
+// package cache): the overlay can then check each content's digest.
+func (db *DB) Sealed() bool { return db.cache.Verity() == nil }
+
+// ContentDigest returns the fs-verity digest of content c, as the kernel
+// measures its sealed cache file: it materializes c first (so the file
+// is in the cache, checked against c's ID, trusted and sealed). A
+// content's digest is a function of its bytes, remembered once known.
+func (db *DB) ContentDigest(ctx context.Context, c Content) ([fsverity.DigestSize]byte, error) {
+	if d, ok := db.digests.Load(c.ID); ok {
+		return d.([fsverity.DigestSize]byte), nil
+	}
+	var d [fsverity.DigestSize]byte
+	if err := db.cache.Verity(); err != nil {
+		return d, fmt.Errorf("content digest: %w", err)
+	}
+	e := Entry{Name: c.ID.String(), Type: TypeFile, Mode: 0o444, Size: c.Size, Object: c.ID, ObjectKind: c.Kind}
+	p, err := db.Materialize(ctx, &e)
+	if err != nil {
+		return d, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return d, err
+	}
+	defer f.Close()
+	if d, err = fsverity.Measure(int(f.Fd())); err != nil {
+		return d, fmt.Errorf("content digest of %s: %w", c.ID.Short(), err)
+	}
+	db.digests.Store(c.ID, d)
+	return d, nil
 }

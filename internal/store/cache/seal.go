@@ -2,10 +2,12 @@ package cache
 
 import (
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/fsverity"
+	"layerfs.dev/layerfs/internal/store/object"
 )
 
 // Cache files are sealed with fs-verity where the cache's file system
@@ -17,6 +19,12 @@ import (
 // by a process that could not seal it, once trusted (Trust). Where the
 // file system has no fs-verity, nothing is sealed and trust alone
 // guards what the kernel reads.
+//
+// An overlay that checks its contents' digests (package kerneloverlay,
+// verity=on) cannot read one through the daemon's FUSE view, which
+// fs-verity does not cover; so a sealed cache does not evict what this
+// process trusts, which its workspaces may still open: its bound holds
+// for the rest.
 
 // probeVerity finds whether the cache's files can be sealed.
 func (d *Dir) probeVerity() {
@@ -46,4 +54,11 @@ func (d *Dir) seal(path string, st *unix.Stat_t) {
 		return
 	}
 	unix.Fstat(int(f.Fd()), st)
+}
+
+// trustedPath reports whether the content file at path is one this
+// process trusts.
+func (d *Dir) trustedPath(path string) bool {
+	id, err := object.ParseID(filepath.Base(path))
+	return err == nil && d.Trusted(id)
 }
