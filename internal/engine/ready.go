@@ -53,8 +53,8 @@ func (e *Engine) readyOpen(ctx context.Context, root store.ID) error {
 // They are not trusted yet: that is for the first workspace of the commit
 // (readyRoot), so that a file damaged in between is found.
 func (e *Engine) prefetchLeft(root store.ID, dropped int64) {
-	if !e.db.FillsCache() || e.db.FillDropped() != dropped {
-		e.queuePrefetch(root, false)
+	if !e.noPrefetch && (!e.db.FillsCache() || e.db.FillDropped() != dropped) {
+		e.queuePrefetch(prefetchJob{root: root, fetch: true})
 	}
 }
 
@@ -79,27 +79,30 @@ type prefetcher struct {
 	stopped bool
 }
 
-// prefetchJob is a root to fetch the contents of, and trust them if
-// trust (for a workspace mounted on it).
+// prefetchJob is a root whose contents the cache lacks are to be fetched
+// (fetch), and whose contents in the cache are to be trusted (trust: for
+// a workspace mounted on it).
 type prefetchJob struct {
-	root  store.ID
-	trust bool
+	root         store.ID
+	trust, fetch bool
 }
 
 // prefetch readies the contents of root, the tree of a workspace just
-// mounted, unless prefetching is off or root was readied lately.
-func (e *Engine) prefetch(root store.ID) { e.queuePrefetch(root, true) }
+// mounted: trusts those in the cache and, unless prefetching is off,
+// fetches the others; unless root was readied lately.
+func (e *Engine) prefetch(root store.ID) {
+	e.queuePrefetch(prefetchJob{root: root, trust: true, fetch: !e.noPrefetch})
+}
 
-// queuePrefetch queues root's contents to be fetched, and trusted if
-// trust.
-func (e *Engine) queuePrefetch(root store.ID, trust bool) {
-	if e.noPrefetch || root.IsZero() {
+// queuePrefetch queues j.
+func (e *Engine) queuePrefetch(j prefetchJob) {
+	root := j.root
+	if root.IsZero() {
 		return
 	}
 	p := &e.prefetcher
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	j := prefetchJob{root, trust}
 	if t, ok := p.fresh[root]; p.stopped || ok && time.Since(t) < prefetchFresh || slices.Contains(p.queue, j) {
 		return
 	}
@@ -146,15 +149,27 @@ func (e *Engine) prefetchLoop() {
 // now (and trusts them, if asked).
 func (e *Engine) prefetchRoot(ctx context.Context, j prefetchJob) bool {
 	root := j.root
-	contents, err := kerneloverlay.Contents(ctx, e.db, e.db.CacheDir(), root)
+	list := kerneloverlay.Contents
+	if j.trust {
+		// In the order the workspace's reads are likely to come.
+		list = func(ctx context.Context, l interface {
+			Tree(ctx context.Context, id store.ID) (*store.Tree, error)
+		}, _ string, root store.ID) ([]store.Content, error) {
+			return kerneloverlay.TreeContents(ctx, l, root)
+		}
+	}
+	contents, err := list(ctx, e.db, e.db.CacheDir(), root)
 	if err != nil {
 		e.log.Warn("prefetch: list the commit's contents", "root", root.Short(), "err", err)
 		return false
 	}
 	var st store.ReadyStats
-	if j.trust {
+	switch {
+	case j.trust && j.fetch:
 		st, err = e.db.Ready(ctx, contents)
-	} else {
+	case j.trust:
+		st, err = e.db.Trust(ctx, contents)
+	default:
 		st.PrefetchStats, err = e.db.Prefetch(ctx, contents)
 	}
 	if err != nil && ctx.Err() == nil {
@@ -165,7 +180,7 @@ func (e *Engine) prefetchRoot(ctx context.Context, j prefetchJob) bool {
 			"damaged", st.Damaged, "placed", st.Placed, "bytes", st.Bytes, "reads", st.Reads, "read_bytes", st.ReadBytes,
 			"ms", st.Took.Milliseconds())
 	}
-	return err == nil && st.Placed == st.Missing
+	return err == nil && st.Placed == st.Missing && (j.fetch || st.Missing == 0)
 }
 
 // stopPrefetch cancels the fetch running and drops the queue.

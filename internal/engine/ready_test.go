@@ -20,9 +20,10 @@ import (
 )
 
 // TestFirstRead: the first workspace opened on an import reads every file
-// with no request to the daemon's view, whether the import's fill of the
-// Store's cache (once written) or the workspace's prefetch put its
-// contents there; with neither, the reads go through the view. The
+// with no request to the daemon's view once its contents are trusted,
+// whether the import's fill of the Store's cache or the workspace's
+// prefetch put them there (the workspace's readying trusts them, with
+// prefetching off too); with neither, the reads go through the view. The
 // import's metadata image is there before the first open.
 func TestFirstRead(t *testing.T) {
 	src := t.TempDir()
@@ -67,15 +68,13 @@ func TestFirstRead(t *testing.T) {
 
 			ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main"})
 			require.NoError(t, err)
-			if tc.fill {
-				// The import's fill of the cache runs behind it.
-				require.NoError(t, db.WaitFill(ctx))
-			}
-			if tc.prefetch {
+			if tc.fill || tc.prefetch {
+				// The import's fill, the prefetch and the trust of the
+				// contents run behind the import and the open.
 				require.Eventually(t, func() bool {
 					st, err := db.Stats(ctx)
-					return err == nil && st.CacheFiles == files
-				}, 30*time.Second, 20*time.Millisecond, "the prefetch did not fill the cache")
+					return err == nil && st.CacheTrusted == files
+				}, 30*time.Second, 20*time.Millisecond, "the contents were not put in the cache and trusted")
 			}
 			out, res := run(t, e, ws.ID, "find . -type f -print0 | xargs -0 cat | wc -c")
 			assert.Equal(t, fmt.Sprintln(total), out, "bytes read")

@@ -272,6 +272,21 @@ func contentRecord(r []byte) store.Entry {
 	return contentEntry(store.ID(r[:32]), store.Kind(r[32]), int64(binary.BigEndian.Uint64(r[33:41])))
 }
 
+// TreeContents lists the file contents of the commit root, each once, in
+// the order of a walk of its tree (depth first, names in order): the
+// order in which a reader that walks the
+// tree (find, grep -r, a build) meets them, which store.DB.Ready checks
+// them in.
+func TreeContents(ctx context.Context, lower interface {
+	Tree(ctx context.Context, id store.ID) (*store.Tree, error)
+}, root store.ID) ([]store.Content, error) {
+	contents, err := walkContents(ctx, lower, root)
+	if err != nil {
+		return nil, fmt.Errorf("contents of %s: %w", root.Short(), err)
+	}
+	return contents, nil
+}
+
 // Contents lists the file contents of the commit root, each once (for the
 // Store's Prefetch): from the contents list MetaImage wrote beside the
 // image under cacheDir (a Store's cache directory), or, where there is

@@ -136,6 +136,11 @@ type ReadyStats struct {
 // files wait on the disk more than on the CPU.
 const trustWorkers = 4
 
+// readyFillPoll is how soon Ready first looks again for contents the fill
+// behind a capture placed meanwhile, while it runs (then less and less
+// often).
+const readyFillPoll = 50 * time.Millisecond
+
 // Ready readies the contents a workspace's commit needs ahead of its
 // reads: those in the cache are checked and trusted (see above), then
 // those the fill behind a capture was still writing, then the others,
@@ -143,6 +148,16 @@ const trustWorkers = 4
 // trusted as they are placed. It returns once every content is trusted
 // or given up on (left to Materialize, which a read then reaches).
 func (db *DB) Ready(ctx context.Context, contents []Content) (ReadyStats, error) {
+	return db.ready(ctx, contents, true)
+}
+
+// Trust is Ready without the fetch: the contents the cache lacks are left
+// to Materialize (counted in Missing).
+func (db *DB) Trust(ctx context.Context, contents []Content) (ReadyStats, error) {
+	return db.ready(ctx, contents, false)
+}
+
+func (db *DB) ready(ctx context.Context, contents []Content, fetch bool) (ReadyStats, error) {
 	t0 := time.Now()
 	var st ReadyStats
 	st.Contents = len(contents)
@@ -160,17 +175,23 @@ func (db *DB) Ready(ctx context.Context, contents []Content) (ReadyStats, error)
 	}
 	r := &readying{db: db}
 	missing := r.trustAll(ctx, todo)
-	if len(missing) > 0 {
-		// What captures are writing into the cache is not missing.
-		if err := db.WaitFill(ctx); err != nil {
-			return st, fmt.Errorf("ready: %w", err)
+	// What captures are writing into the cache is not missing: trusted as
+	// the fill places it, until the fill is done.
+	for done, poll := false, readyFillPoll; len(missing) > 0 && !done; poll = min(2*poll, 16*readyFillPoll) {
+		wait, cancel := context.WithTimeout(ctx, poll)
+		err := db.WaitFill(wait)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return st, err
 		}
+		done = err == nil
 		missing = r.trustAll(ctx, missing)
 	}
 	if err := ctx.Err(); err != nil {
 		return st, err
 	}
-	if len(missing) > 0 {
+	st.Missing = len(missing)
+	if len(missing) > 0 && fetch {
 		var err error
 		st.PrefetchStats, err = db.Prefetch(ctx, missing)
 		st.Contents = len(contents)
