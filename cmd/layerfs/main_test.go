@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -380,5 +381,50 @@ func TestParseOwner(t *testing.T) {
 		if _, err := parseOwner(in); err == nil {
 			t.Errorf("parseOwner(%q) accepted", in)
 		}
+	}
+}
+
+// TestCLIFsckCache: fsck reads the cache of contents too: a byte flipped
+// in a content's cache file is a problem naming the file (exit 9,
+// corrupt), and fsck --repair evicts it (exit 0, repaired 1), after
+// which fsck is clean; stats says whether the cache is sealed with
+// fs-verity and counts what the daemon verified.
+func TestCLIFsckCache(t *testing.T) {
+	c := newCLI(t)
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "f"), strings.Repeat("committed content\n", 1000))
+	c.ok("project", "create", "p", "--from", src)
+	var path string
+	require.Eventually(t, func() bool {
+		m, _ := filepath.Glob(filepath.Join(c.store, "cache", "??", "*"))
+		for _, p := range m {
+			if fi, err := os.Stat(p); err == nil && fi.Size() == 18000 {
+				path = p
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 20*time.Millisecond, "the content's cache file")
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("C"), 100)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	c.fail(9, path, "fsck")
+	var rep wire.FsckReport
+	c.json(&rep, "fsck", "--repair")
+	if rep.Repaired != 1 || len(rep.Problems) != 1 || rep.Problems[0].Where != path {
+		t.Errorf("fsck --repair: %+v", rep)
+	}
+	require.NoFileExists(t, path)
+	c.json(&rep, "fsck")
+	if !rep.OK || rep.CacheFiles != 0 {
+		t.Errorf("fsck after the repair: %+v", rep)
+	}
+	var st wire.StoreStats
+	c.json(&st, "stats")
+	if st.CacheVerity == "" || st.CacheVerified+st.CacheUnverified != st.CacheFiles {
+		t.Errorf("stats: cache_verity %q, verified %d + unverified %d != %d contents", st.CacheVerity, st.CacheVerified, st.CacheUnverified, st.CacheFiles)
 	}
 }
