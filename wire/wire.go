@@ -549,6 +549,9 @@ type FsckRequest struct {
 	// Repair evicts the cache files found damaged, so that their contents
 	// are made again from the packs on next use.
 	Repair bool `json:"repair,omitempty"`
+	// SkipCache leaves the cache of contents unchecked (it is read whole
+	// otherwise, as the packs are).
+	SkipCache bool `json:"skip_cache,omitempty"`
 }
 
 // FsckReport answers POST /v1/fsck.

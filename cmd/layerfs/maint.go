@@ -48,8 +48,9 @@ func fsckCmd(a *app) *cobra.Command {
 		Long: `Checks SQLite's integrity, that every reference resolves, that every object
 and chunk hashes to its ID, that every chunk lies within its pack, and that
 every file of the cache of contents holds its content (it reads the cache
-whole, as it reads the packs). With --repair, the cache files found damaged
-are evicted: they are made again from the packs on next use.`,
+whole, as it reads the packs; --skip-cache leaves it out). With --repair,
+the cache files found damaged are evicted: they are made again from the
+packs on next use.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withStore(cmd, func(c *client.Client) error {
@@ -78,6 +79,7 @@ are evicted: they are made again from the packs on next use.`,
 		},
 	}
 	c.Flags().BoolVar(&req.Repair, "repair", false, "evict the cache files found damaged (made again from the packs on next use)")
+	c.Flags().BoolVar(&req.SkipCache, "skip-cache", false, "leave the cache of contents unchecked (faster: the cache is read whole otherwise)")
 	return c
 }
 

@@ -360,7 +360,7 @@ func (e *Engine) GC(ctx context.Context, req wire.GCRequest) (wire.GCResult, err
 // Fsck checks the whole Store, its cache of contents included; with
 // req.Repair it evicts the cache files it found damaged.
 func (e *Engine) Fsck(ctx context.Context, req wire.FsckRequest) (wire.FsckReport, error) {
-	r, err := e.db.Fsck(ctx, nil)
+	r, err := e.db.FsckWith(ctx, store.FsckOptions{SkipCache: req.SkipCache})
 	if err != nil {
 		return wire.FsckReport{}, classify(err)
 	}

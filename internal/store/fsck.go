@@ -87,15 +87,29 @@ func (r *FsckReport) add(kind string, id ID, where, format string, args ...any) 
 // total. Fsck reads one consistent snapshot and may run while other
 // processes write.
 func (db *DB) Fsck(ctx context.Context, progress func(done, total int)) (FsckReport, error) {
+	return db.FsckWith(ctx, FsckOptions{Progress: progress})
+}
+
+// FsckOptions tune FsckWith.
+type FsckOptions struct {
+	// Progress, if not nil, is called with the objects and chunks
+	// checked so far and their total.
+	Progress func(done, total int)
+	// SkipCache leaves the cache of contents unchecked.
+	SkipCache bool
+}
+
+// FsckWith is Fsck with opts.
+func (db *DB) FsckWith(ctx context.Context, opts FsckOptions) (FsckReport, error) {
 	var rep FsckReport
-	c := &checker{ctx: ctx, db: db, rep: &rep, progress: progress}
+	c := &checker{ctx: ctx, db: db, rep: &rep, progress: opts.Progress}
 	db.gcMu.RLock()
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		c.tx = tx
 		return c.run()
 	})
 	db.gcMu.RUnlock()
-	if err == nil {
+	if err == nil && !opts.SkipCache {
 		err = c.cacheFiles()
 	}
 	if err != nil {

@@ -4,42 +4,76 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"sync"
 
 	"layerfs.dev/layerfs/internal/store/object"
 )
+
+// fsckCacheWorkers check the cache's files in parallel: most are small,
+// and an open and a read cost more waiting than hashing.
+const fsckCacheWorkers = 4
 
 // cacheFiles checks every file of the cache of contents against its
 // content's ID, as a workspace's first use does (trust.go), whether this
 // process trusts it or not: a file damaged since it was trusted is found
 // here. A file that is no content of the index is left to the gc.
 func (c *checker) cacheFiles() error {
-	return c.db.cache.Each(func(id object.ID, path string) error {
+	type file struct {
+		ct   Content
+		path string
+	}
+	files := make(chan file)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range fsckCacheWorkers {
+		wg.Go(func() {
+			for f := range files {
+				detail, checked := c.cacheFile(f.ct, f.path)
+				mu.Lock()
+				if checked {
+					c.rep.CacheFiles++
+					c.rep.CacheBytes += f.ct.Size
+				}
+				if detail != "" {
+					c.rep.add("cache", f.ct.ID, f.path, "%s", detail)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	err := c.db.cache.Each(func(id object.ID, path string) error {
 		if err := checkContext(c.ctx); err != nil {
 			return err
 		}
-		ct, ok := c.content(id)
-		if !ok {
-			return nil
-		}
-		f, err := os.Open(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil // evicted meanwhile
-		}
-		if err != nil {
-			c.rep.add("cache", id, path, "open: %v", err)
-			return nil
-		}
-		defer f.Close()
-		c.rep.CacheFiles++
-		c.rep.CacheBytes += ct.Size
-		if err := c.db.checkCacheFile(c.ctx, ct, f); err != nil {
-			if cerr := checkContext(c.ctx); cerr != nil {
-				return cerr
-			}
-			c.rep.add("cache", id, path, "%v", err)
+		if ct, ok := c.content(id); ok {
+			files <- file{ct, path}
 		}
 		return nil
 	})
+	close(files)
+	wg.Wait()
+	if err == nil {
+		err = checkContext(c.ctx)
+	}
+	return err
+}
+
+// cacheFile checks the cache file at path of the content ct: it reports
+// what is wrong with it ("" if nothing) and whether it was there to
+// check.
+func (c *checker) cacheFile(ct Content, path string) (string, bool) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false // evicted meanwhile
+	}
+	if err != nil {
+		return "open: " + err.Error(), false
+	}
+	defer f.Close()
+	if err := c.db.checkCacheFile(c.ctx, ct, f); err != nil && c.ctx.Err() == nil {
+		return err.Error(), true
+	}
+	return "", true
 }
 
 // content is the content named id, as the index has it.
