@@ -27,8 +27,10 @@ func benchFirstReadCmd(a *app) *cobra.Command {
 		Long: `Imports a tree (--tree, e.g. "$(go env GOROOT)/src", or a written one of
 --files files) into a fresh Store and reads every file of it in the first
 workspace opened on it (find . -type f -print0 | xargs -0 cat), right after
-the import and, on another fresh Store, with the page cache dropped; then
-in a second workspace; then commits --changes changed files and reads them
+the import and, on another fresh Store, with the page cache dropped (and
+again after the daemon is restarted on that Store, when no content of its
+cache is trusted yet and each is read and checked first); then in a second
+workspace; then commits --changes changed files and reads them
 in a new workspace with the page cache dropped. The native arm reads a
 checkout of the same trees through the same sandbox, with the page cache
 dropped and warm. Each sample runs every mode: ready (the daemon's own:

@@ -99,7 +99,11 @@ func StartScopedFleetDaemon(ctx context.Context, dir, url string, plats []platfo
 }
 
 func startDaemon(ctx context.Context, dir string, opts store.Options, cfg engine.Config, plats []platforms.Platform, log *slog.Logger) (*Daemon, error) {
-	db, err := store.Init(ctx, dir, opts)
+	open := store.Init
+	if opts.URL == "" && store.Exists(dir) {
+		open = store.Open // a daemon started again on its Store
+	}
+	db, err := open(ctx, dir, opts)
 	if err != nil {
 		return nil, err
 	}
