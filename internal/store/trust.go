@@ -175,6 +175,14 @@ func (db *DB) ready(ctx context.Context, contents []Content, fetch bool) (ReadyS
 	}
 	r := &readying{db: db}
 	missing := r.trustAll(ctx, todo)
+	if len(missing) > 0 {
+		// Trusted as soon as placed (by the fill, the prefetch below).
+		ids := make([]ID, len(missing))
+		for i, c := range missing {
+			ids[i] = c.ID
+		}
+		defer db.cache.Want(ids)()
+	}
 	// What captures are writing into the cache is not missing: trusted as
 	// the fill places it, until the fill is done.
 	for done, poll := false, readyFillPoll; len(missing) > 0 && !done; poll = min(2*poll, 16*readyFillPoll) {

@@ -57,6 +57,7 @@ type trust struct {
 	made    [256]bool
 	trusted map[object.ID]struct{}
 	written map[object.ID]fingerprint // placed by this process, checked bytes
+	wanted  map[object.ID]int         // contents a workspace's readying waits for (Want)
 }
 
 // fingerprint tells a file apart from what it was: its inode, size and
@@ -95,7 +96,8 @@ func (d *Dir) openTrust() error {
 		lock.Close()
 		return fmt.Errorf("trusted layer: %w", err)
 	}
-	d.trust = trust{dir: dir, lock: lock, trusted: map[object.ID]struct{}{}, written: map[object.ID]fingerprint{}}
+	d.trust = trust{dir: dir, lock: lock, trusted: map[object.ID]struct{}{}, written: map[object.ID]fingerprint{},
+		wanted: map[object.ID]int{}}
 	return nil
 }
 
@@ -178,13 +180,47 @@ func (d *Dir) TrustedCount() int64 {
 }
 
 // written records that this process placed the content id, from checked
-// bytes, as the file st describes (taken once in place).
+// bytes, as the file st describes (taken once in place). A content a
+// workspace's readying waits for (Want) is trusted at once: it is being
+// given to the kernel now, as it was written.
 func (d *Dir) written(id object.ID, st *unix.Stat_t) {
 	t := &d.trust
 	t.mu.Lock()
+	if t.written == nil {
+		t.mu.Unlock()
+		return
+	}
+	t.written[id] = fingerprintOf(st)
+	wanted := t.wanted[id] > 0
+	t.mu.Unlock()
+	if wanted {
+		d.Trust(id, func(*os.File) error { return errChanged })
+	}
+}
+
+// errChanged is a content this process wrote that changed before it was
+// trusted: the Store checks it when next asked.
+var errChanged = errors.New("cache file changed since it was written")
+
+// Want marks the contents ids as awaited by a workspace's readying until
+// release is called: one this process places meanwhile (a capture's fill,
+// a prefetch) is trusted as soon as it is in place, rather than when the
+// readying next looks.
+func (d *Dir) Want(ids []object.ID) (release func()) {
+	t := &d.trust
+	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.written != nil {
-		t.written[id] = fingerprintOf(st)
+	for _, id := range ids {
+		t.wanted[id]++
+	}
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for _, id := range ids {
+			if t.wanted[id]--; t.wanted[id] <= 0 {
+				delete(t.wanted, id)
+			}
+		}
 	}
 }
 

@@ -129,3 +129,21 @@ func TestTrustedSweepAndEvict(t *testing.T) {
 	require.NoError(t, unix.Stat(d.Path(ids["one"]), &st))
 	require.EqualValues(t, 2, st.Nlink)
 }
+
+// TestWant: a content a readying waits for is trusted as soon as this
+// process places it; others only when asked.
+func TestWant(t *testing.T) {
+	d, err := Open(t.Context(), t.TempDir(), -1, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer d.Close()
+	a, b, c := object.Hash(object.KindChunk, []byte("a")), object.Hash(object.KindChunk, []byte("b")), object.Hash(object.KindChunk, []byte("c"))
+	release := d.Want([]object.ID{a})
+	require.True(t, place(t, d, a, "a"))
+	require.True(t, place(t, d, b, "b"))
+	require.True(t, d.Trusted(a), "a content waited for was not trusted once placed")
+	require.FileExists(t, filepath.Join(d.Layer(), a.String()[:2], a.String()))
+	require.False(t, d.Trusted(b), "a content nobody waits for was trusted unasked")
+	release()
+	require.True(t, place(t, d, c, "c"))
+	require.False(t, d.Trusted(c))
+}
