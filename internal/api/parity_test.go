@@ -42,7 +42,7 @@ func init() {
 		wire.DirPage{}, wire.Checkout{}, wire.CheckoutResult{}, wire.WorkspaceSpec{}, wire.Owner{}, wire.Workspace{},
 		wire.WorkspaceStatus{}, wire.ExecRequest{}, wire.TerminalSize{}, wire.ExecResult{}, wire.ExecEvent{}, wire.OpStats{},
 		wire.FUSEStats{}, wire.SQLStats{}, wire.UpperStats{}, wire.Receipt{}, wire.GCRequest{}, wire.GCResult{},
-		wire.FsckProblem{}, wire.FsckReport{}, wire.StoreStats{},
+		wire.FsckRequest{}, wire.FsckProblem{}, wire.FsckReport{}, wire.StoreStats{},
 	} {
 		t := reflect.TypeOf(v)
 		wireTypes[t.Name()] = t
