@@ -48,7 +48,10 @@
 //
 // Reads. Trees are cached decoded; Materialize places a file's whole
 // content in the cache once, and a content in place never changes, so it
-// can back FUSE passthrough opens (package cache).
+// can back FUSE passthrough opens (package cache). A cache file is given
+// to the kernel only once this process has checked it against its
+// content's ID (trust.go): a damaged one is evicted, logged and made
+// again, never served.
 //
 // Maintenance. GC deletes only what no root reaches: branch heads, layers
 // and the bases and heads of workspaces (on a shared Store, of hosts with

@@ -20,6 +20,13 @@
 //   - Removing a content is always safe: a reader that has it open keeps
 //     the inode, and the Store makes it again on the next read. Eviction
 //     and Sweep rely on that.
+//   - The kernel is given only what this process trusts: a content is
+//     linked into the process's trusted layer (Layer, the overlay's data
+//     layer) once Trust has checked it, with the check the Store gives,
+//     or once this process placed it from checked bytes and it has not
+//     changed since (trust.go). Where the file system has fs-verity, the
+//     files are also sealed, and the kernel checks every page read
+//     (seal.go).
 //
 // The package knows nothing of the index or of packs: it stores bytes it
 // is given under the IDs it is told.
