@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/account"
+	"layerfs.dev/layerfs/internal/fsverity"
 	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/store"
 )
@@ -164,4 +165,20 @@ func (l accountedLower) Materialize(ctx context.Context, e *store.Entry) (string
 // those who look for it (a metadata image's build).
 func (l accountedLower) LoadTrees(ctx context.Context, ids []store.ID) error {
 	return l.db.LoadTrees(l.use.context(ctx), ids)
+}
+
+// CacheLayer keeps the Store's trusted layer (store.DB.CacheLayer), which
+// the overlay reads contents from directly.
+func (l accountedLower) CacheLayer() string { return l.db.CacheLayer() }
+
+// Sealed, ContentDigest and Ready keep what the overlay needs of a Store
+// whose cache is sealed with fs-verity (kerneloverlay's verity.go).
+func (l accountedLower) Sealed() bool { return l.db.Sealed() }
+
+func (l accountedLower) ContentDigest(ctx context.Context, c store.Content) ([fsverity.DigestSize]byte, error) {
+	return l.db.ContentDigest(l.use.context(ctx), c)
+}
+
+func (l accountedLower) Ready(ctx context.Context, contents []store.Content) (store.ReadyStats, error) {
+	return l.db.Ready(l.use.context(ctx), contents)
 }
