@@ -296,15 +296,18 @@ type root struct {
 	via string
 }
 
-// refRoots lists every commit a ref names: branch heads, layers, and the
-// base and head of each workspace of the table (or subquery) workspaces.
+// refRoots lists every commit a ref names: branch heads, layers, images,
+// and the base, head and root image of each workspace of the table (or
+// subquery) workspaces.
 func refRoots(ctx context.Context, tx *tx, workspaces string) ([]root, error) {
 	var out []root
 	r, err := tx.query(ctx, `
 		SELECT head, 'branch ' || project || '/' || name FROM branches
 		UNION ALL SELECT commit_id, 'layer ' || project || ':' || idx FROM layers
+		UNION ALL SELECT commit_id, 'image ' || name FROM images
 		UNION ALL SELECT base, 'workspace ' || id || ' base' FROM `+workspaces+` AS w
-		UNION ALL SELECT head, 'workspace ' || id || ' head' FROM `+workspaces+` AS w`)
+		UNION ALL SELECT head, 'workspace ' || id || ' head' FROM `+workspaces+` AS w
+		UNION ALL SELECT image, 'workspace ' || id || ' image' FROM `+workspaces+` AS w WHERE image IS NOT NULL`)
 	if err != nil {
 		return nil, err
 	}
@@ -391,8 +394,15 @@ func (db *DB) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool
 			}
 			s.close()
 		}
-		return nil
+		return dropDeadDerivations(ctx, tx)
 	})
+}
+
+// dropDeadDerivations forgets the derivations whose commit a sweep
+// deleted: they are a memo, not a root.
+func dropDeadDerivations(ctx context.Context, tx *tx) error {
+	_, err := tx.exec(ctx, `DELETE FROM derivations WHERE commit_id NOT IN (SELECT id FROM objects)`)
+	return err
 }
 
 // packLive is one pack's live chunks as the index has them.

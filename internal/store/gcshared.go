@@ -55,7 +55,7 @@ const probeRefresh = DefaultGCGrace / 4
 const deleteGroup = 1000
 
 // liveWorkspaces is every workspace record of a host with a live lease.
-const liveWorkspaces = `(SELECT r.id, r.base, r.head FROM workspace_records r
+const liveWorkspaces = `(SELECT r.id, r.base, r.head, r.image FROM workspace_records r
 	JOIN leases l ON l.node = r.node WHERE l.expires > ` + schema.NowNs + `)`
 
 func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GCStats, error) {
@@ -180,7 +180,7 @@ func sweepShared(ctx context.Context, tx *tx, live *liveSet, cutoff int64, st *G
 		st.DeadChunks += n
 		st.DeadChunkBytes += bytes
 	}
-	return nil
+	return dropDeadDerivations(ctx, tx)
 }
 
 // deleteDeadPacks deletes the pack objects no chunk row names, then their

@@ -18,6 +18,9 @@ type Project struct {
 	Created  time.Time `json:"created"`
 	Layers   int       `json:"layers"`
 	Branches int       `json:"branches"`
+	// Image is the image a workspace of the project gets as its root when
+	// it names none ("": the platform's runtime).
+	Image string `json:"image,omitempty"`
 }
 
 // Layer is an immutable, published snapshot: the Index-th entry (from 1)
@@ -121,7 +124,7 @@ func (db *DB) CreateProject(ctx context.Context, name string, first ID) (Project
 	return Project{Name: name, Created: fromNs(now), Layers: 1, Branches: 1}, nil
 }
 
-const projectSelect = `SELECT p.name, p.created,
+const projectSelect = `SELECT p.name, p.created, p.image,
 	(SELECT count(*) FROM layers l WHERE l.project = p.name),
 	(SELECT count(*) FROM branches b WHERE b.project = p.name)
 	FROM projects p`
@@ -129,7 +132,7 @@ const projectSelect = `SELECT p.name, p.created,
 func scanProject(s scanner) (Project, error) {
 	var p Project
 	var created int64
-	err := s.Scan(&p.Name, &created, &p.Layers, &p.Branches)
+	err := s.Scan(&p.Name, &created, &p.Image, &p.Layers, &p.Branches)
 	p.Created = fromNs(created)
 	return p, err
 }

@@ -22,13 +22,18 @@ type Workspace struct {
 	Created   time.Time `json:"created"`
 	Updated   time.Time `json:"updated"`
 	Options   []byte    `json:"options,omitempty"` // JSON owned by the engine
+	// Image is the commit the workspace's root file system lies over (an
+	// image's), ZeroID for none; the store keeps it from GC as it keeps
+	// Base and Head. It never changes.
+	Image ID `json:"image,omitempty"`
 	// Node is the host that serves the workspace in a shared Store (this
 	// host's, except in FleetWorkspaces); "" in an embedded Store.
 	Node string `json:"node,omitempty"`
 }
 
 // CreateWorkspace records a new workspace. ID must be a valid name; the
-// project must exist; Base and Head, when not zero, must be stored commits.
+// project must exist; Base, Head and Image, when not zero, must be stored
+// commits.
 // Created and Updated are set by the store.
 func (db *DB) CreateWorkspace(ctx context.Context, w Workspace) (Workspace, error) {
 	if err := ValidName(w.ID); err != nil {
@@ -39,12 +44,12 @@ func (db *DB) CreateWorkspace(ctx context.Context, w Workspace) (Workspace, erro
 		if err := requireProject(ctx, tx, w.Project); err != nil {
 			return err
 		}
-		if err := requireCommits(ctx, tx, w.Base, w.Head); err != nil {
+		if err := requireCommits(ctx, tx, w.Base, w.Head, w.Image); err != nil {
 			return err
 		}
-		return tx.execOne(ctx, ErrExists, `INSERT INTO workspaces(id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-			w.ID, w.Project, w.Branch, w.Base[:], w.Head[:], w.MountPath, w.UpperDir, w.State, now, now, w.Options)
+		return tx.execOne(ctx, ErrExists, `INSERT INTO workspaces(id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options, image)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			w.ID, w.Project, w.Branch, w.Base[:], w.Head[:], w.MountPath, w.UpperDir, w.State, now, now, w.Options, nullID(w.Image))
 	})
 	if err != nil {
 		return Workspace{}, fmt.Errorf("create workspace %q: %w", w.ID, err)
@@ -66,7 +71,7 @@ func requireCommits(ctx context.Context, tx *tx, ids ...ID) error {
 }
 
 const (
-	workspaceColumns = `id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options`
+	workspaceColumns = `id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options, image`
 	workspaceSelect  = `SELECT ` + workspaceColumns + ` FROM workspaces`
 )
 
@@ -75,11 +80,12 @@ func scanWorkspace(s scanner) (Workspace, error) { return scanWorkspaceAnd(s) }
 // scanWorkspaceAnd scans workspaceSelect's columns, then those of extra.
 func scanWorkspaceAnd(s scanner, extra ...any) (Workspace, error) {
 	var w Workspace
-	var base, head []byte
+	var base, head, image []byte
 	var created, updated int64
-	err := s.Scan(append([]any{&w.ID, &w.Project, &w.Branch, &base, &head, &w.MountPath, &w.UpperDir, &w.State, &created, &updated, &w.Options}, extra...)...)
+	err := s.Scan(append([]any{&w.ID, &w.Project, &w.Branch, &base, &head, &w.MountPath, &w.UpperDir, &w.State, &created, &updated, &w.Options, &image}, extra...)...)
 	copy(w.Base[:], base)
 	copy(w.Head[:], head)
+	copy(w.Image[:], image)
 	w.Created, w.Updated = fromNs(created), fromNs(updated)
 	return w, err
 }
@@ -145,4 +151,12 @@ func (db *DB) DeleteWorkspace(ctx context.Context, id string) error {
 		return fmt.Errorf("delete workspace %q: %w", id, err)
 	}
 	return nil
+}
+
+// nullID is id as a column value: NULL for ZeroID.
+func nullID(id ID) any {
+	if id.IsZero() {
+		return nil
+	}
+	return id[:]
 }

@@ -68,6 +68,30 @@ CREATE TABLE workspaces (
 	options    BLOB
 ) STRICT;
 `,
+	// 3: images (named trees with their OCI config), derivations (what a
+	// step applied to a commit gave, so an import or a build does it once),
+	// the image commit a workspace's root stands on, a project's default
+	// image.
+	`
+CREATE TABLE images (
+	name      TEXT PRIMARY KEY,
+	digest    TEXT NOT NULL,
+	commit_id BLOB NOT NULL REFERENCES objects(id),
+	record    BLOB NOT NULL,
+	created   INTEGER NOT NULL
+) STRICT;
+CREATE INDEX images_commit ON images(commit_id);
+CREATE INDEX images_digest ON images(digest);
+
+CREATE TABLE derivations (
+	key       TEXT PRIMARY KEY,
+	commit_id BLOB NOT NULL,
+	created   INTEGER NOT NULL
+) STRICT;
+
+ALTER TABLE workspaces ADD COLUMN image BLOB;
+ALTER TABLE projects ADD COLUMN image TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // Postgres is a shared Store's migrations, versioned on their own. The
@@ -181,6 +205,33 @@ CREATE TABLE nodes (
 	seen    BIGINT NOT NULL,
 	up      BOOLEAN NOT NULL
 );
+`,
+	// Images, derivations, a workspace's root image and a project's
+	// default image, as the embedded Store's migration 3.
+	`
+CREATE TABLE images (
+	name      TEXT PRIMARY KEY,
+	digest    TEXT NOT NULL,
+	commit_id BYTEA NOT NULL REFERENCES objects(id),
+	record    BYTEA NOT NULL,
+	created   BIGINT NOT NULL
+);
+CREATE INDEX images_commit ON images(commit_id);
+CREATE INDEX images_digest ON images(digest);
+
+CREATE TABLE derivations (
+	key       TEXT PRIMARY KEY,
+	commit_id BYTEA NOT NULL,
+	created   BIGINT NOT NULL
+);
+
+ALTER TABLE workspace_records ADD COLUMN image BYTEA;
+ALTER TABLE projects ADD COLUMN image TEXT NOT NULL DEFAULT '';
+DROP VIEW workspaces;
+CREATE VIEW workspaces AS
+	SELECT id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options, image
+	FROM workspace_records WHERE node = current_setting('layerfs.node')
+	WITH CASCADED CHECK OPTION;
 `,
 }
 
