@@ -102,12 +102,14 @@ func (p problems) err() error {
 // The rules: a non-empty argv[0]; no NUL byte in argv, Env or Dir; each
 // Env entry NAME=VALUE with NAME of [A-Za-z_][A-Za-z0-9_]*; Dir a clean
 // path relative to /workspace with no ".." (it cannot name a directory
-// outside the workspace); no negative limit and none past its Max bound;
+// outside the workspace); RootWorkdir, when set, absolute and clean, with
+// no NUL and Dir empty; no negative limit and none past its Max bound;
 // a Hostname that is a valid host name.
 func (s ExecSpec) Normalize() (ExecSpec, error) {
 	var bad problems
 	s.checkCommand(&bad)
 	s.checkDir(&bad)
+	s.checkRootWorkdir(&bad)
 	s.checkLimits(&bad)
 	if err := bad.err(); err != nil {
 		return s, err
@@ -182,6 +184,30 @@ func (s ExecSpec) checkDir(bad *problems) {
 	case hasDotDot(d):
 		bad.add("dir", "%q has a \"..\" component: the working directory must be inside %s", d, WorkspaceDir)
 	}
+}
+
+func (s ExecSpec) checkRootWorkdir(bad *problems) {
+	d := s.RootWorkdir
+	switch {
+	case d == "":
+	case len(d) > MaxDirBytes:
+		bad.add("root_workdir", "is %d bytes, more than %d", len(d), MaxDirBytes)
+	case strings.ContainsRune(d, 0):
+		bad.add("root_workdir", "contains a NUL byte")
+	case !strings.HasPrefix(d, "/") || path.Clean(d) != d:
+		bad.add("root_workdir", "%q: want an absolute, clean path", d)
+	case s.Dir != "" && s.Dir != ".":
+		bad.add("root_workdir", "set with dir %q: give one", s.Dir)
+	}
+}
+
+// Workdir is where the command starts, inside the sandbox: RootWorkdir,
+// else /workspace/Dir.
+func (s ExecSpec) Workdir() string {
+	if s.RootWorkdir != "" {
+		return s.RootWorkdir
+	}
+	return path.Join(WorkspaceDir, s.Dir)
 }
 
 func hasDotDot(p string) bool {

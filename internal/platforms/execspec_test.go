@@ -2,6 +2,7 @@ package platforms_test
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"slices"
 	"testing"
@@ -99,4 +100,22 @@ func equal(a, b platforms.ExecSpec) bool {
 	return slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) && a.Dir == b.Dir && a.Timeout == b.Timeout &&
 		a.OutputLimit == b.OutputLimit && a.UID == b.UID && a.GID == b.GID && a.MemoryBytes == b.MemoryBytes &&
 		a.Pids == b.Pids && a.MilliCPUs == b.MilliCPUs && a.OpenFiles == b.OpenFiles && a.Hostname == b.Hostname
+}
+
+// TestRootWorkdir: an image's WorkingDir outside /workspace is the
+// command's directory, absolute and clean, never with a Dir beside it.
+func TestRootWorkdir(t *testing.T) {
+	s, err := platforms.ExecSpec{Argv: []string{"pwd"}, RootWorkdir: "/srv/app"}.Normalize()
+	if err != nil || s.Workdir() != "/srv/app" {
+		t.Fatalf("got %q, %v", s.Workdir(), err)
+	}
+	for _, bad := range []platforms.ExecSpec{
+		{Argv: []string{"pwd"}, RootWorkdir: "srv"},
+		{Argv: []string{"pwd"}, RootWorkdir: "/srv/../etc"},
+		{Argv: []string{"pwd"}, RootWorkdir: "/srv", Dir: "a"},
+	} {
+		if _, err := bad.Normalize(); !errors.Is(err, platforms.ErrBadSpec) {
+			t.Errorf("%+v: %v, want ErrBadSpec", bad, err)
+		}
+	}
 }

@@ -118,6 +118,11 @@ type Workspace struct {
 	// RootDir, when set, is an image directory to use as the sandbox's root
 	// file system instead of the platform's default runtime.
 	RootDir string
+	// RootWritable: RootDir is the workspace's own copy-on-write root (an
+	// image's tree under an upper layer of its own), which sandboxes may
+	// write; what they write stays for the workspace's next execs.
+	// Otherwise the root is read-only.
+	RootWritable bool
 	// IDMapped: the workspace's mount was made over layers id-mapped with
 	// the platform's IDMapper namespace, so it shows the host ids of the
 	// sandboxes' user namespace already.
@@ -165,9 +170,14 @@ type ExecSpec struct {
 	Argv []string
 	Env  []string // NAME=VALUE; Normalize adds PATH, HOME and TERM when absent
 	// Dir is the working directory relative to /workspace ("" for /workspace).
-	Dir     string
-	Stdin   io.Reader // nil for /dev/null
-	Timeout time.Duration
+	Dir string
+	// RootWorkdir, when set, is the working directory instead of Dir: an
+	// absolute, clean directory of the sandbox's root, resolved inside the
+	// sandbox (an image's WorkingDir outside /workspace). Dir must then be
+	// empty.
+	RootWorkdir string
+	Stdin       io.Reader // nil for /dev/null
+	Timeout     time.Duration
 	// OutputLimit caps stdout and stderr each; bytes past it are discarded
 	// and ExecResult.OutputTruncated is set. 0 means DefaultOutputLimit.
 	OutputLimit int64

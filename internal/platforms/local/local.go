@@ -351,7 +351,7 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 	res, err := s.session.Run(ctx, sandbox.Config{
-		Workspace: s.w.HostPath, RootDir: s.w.RootDir, Network: s.w.Network, IDMapped: s.w.IDMapped, Spec: spec,
+		Workspace: s.w.HostPath, RootDir: s.w.RootDir, RootWritable: s.w.RootWritable, Network: s.w.Network, IDMapped: s.w.IDMapped, Spec: spec,
 	}, stdout, stderr)
 	if err != nil {
 		if s.ctx.Err() != nil {

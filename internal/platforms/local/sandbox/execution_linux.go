@@ -89,7 +89,7 @@ func (l *Launcher) newExecution(ctx context.Context, s *Session, cfg Config, std
 	}
 	ic.Last = s == nil
 	x.ic = ic
-	x.kind = sandboxKind{network: cfg.Network, image: ic.RootDir, inNS: l.userNS != nil}
+	x.kind = sandboxKind{network: cfg.Network, image: ic.RootDir, writable: cfg.RootWritable && ic.RootDir != "", inNS: l.userNS != nil}
 
 	x.outW, x.errW = outputcap.Pair(stdout, stderr, spec.OutputLimit)
 	if spec.Terminal == nil {

@@ -23,6 +23,9 @@ import (
 type sandboxKind struct {
 	network bool
 	image   string // the root's image directory, "" for the host's runtime
+	// writable: the image directory is the workspace's own copy-on-write
+	// root, cloned read-write (Config.RootWritable).
+	writable bool
 	inNS    bool   // in the launcher's user namespace
 }
 
@@ -290,7 +293,7 @@ func (l *Launcher) spawn(kind sandboxKind, cg *execCgroup, env ...string) (*init
 	if kind.inNS {
 		idmap = int(l.userNS.Fd())
 	}
-	entries, err := rootEntries(kind.image, idmap)
+	entries, err := rootEntries(kind.image, kind.writable, idmap)
 	if err != nil {
 		closeEntries(entries)
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)

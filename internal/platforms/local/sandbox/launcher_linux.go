@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -298,7 +297,7 @@ func (l *Launcher) initConfig(cfg Config) (initConfigX, error) {
 	}
 	ic := initConfigX{initConfig: initConfig{
 		Workspace: ws, RootDir: root, Network: cfg.Network,
-		Argv: s.Argv, Env: s.Env, Dir: path.Join(platforms.WorkspaceDir, s.Dir), Timeout: s.Timeout,
+		Argv: s.Argv, Env: s.Env, Dir: s.Workdir(), Timeout: s.Timeout,
 		UID: s.UID, GID: s.GID, Hostname: host, Seccomp: len(l.SyscallFilter) > 0,
 	}, pids: s.Pids}
 	if t := s.Terminal; t != nil {

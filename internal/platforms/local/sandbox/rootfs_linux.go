@@ -440,12 +440,13 @@ func removeMessageQueues(mqueue int) error {
 }
 
 // rootEntries clones the trees that make up the new root: the host runtime
-// when image is empty, else every top-level entry of the image directory.
-func rootEntries(image string, idmap int) ([]rootEntry, error) {
+// when image is empty, else every top-level entry of the image directory,
+// read-write when writable (a workspace's own copy-on-write root).
+func rootEntries(image string, writable bool, idmap int) ([]rootEntry, error) {
 	if image == "" {
 		var out []rootEntry
 		for _, name := range hostRuntime {
-			e, err := entryAt(unix.AT_FDCWD, "/"+name, name, idmap)
+			e, err := entryAt(unix.AT_FDCWD, "/"+name, name, false, idmap)
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
@@ -470,7 +471,7 @@ func rootEntries(image string, idmap int) ([]rootEntry, error) {
 		if reserved[name] {
 			continue
 		}
-		e, err := entryAt(int(dir.Fd()), name, name, idmap)
+		e, err := entryAt(int(dir.Fd()), name, name, writable, idmap)
 		if err != nil {
 			return out, err
 		}
@@ -483,10 +484,12 @@ func rootEntries(image string, idmap int) ([]rootEntry, error) {
 }
 
 // entryAt describes path (relative to dirfd) as a root entry, cloning it
-// read-only unless it is a symlink, and id-mapped with the user namespace
-// idmap when that is >= 0 and the file system allows it. Symlinks are never
-// followed.
-func entryAt(dirfd int, path, name string, idmap int) (rootEntry, error) {
+// (read-only unless writable) unless it is a symlink, and id-mapped with
+// the user namespace idmap when that is >= 0 and the file system allows
+// it (a clone of an overlay over id-mapped layers shows the mapped ids
+// already). Symlinks are never followed. Setuid bits stay inert: the
+// clones are nosuid and every command runs with no_new_privs.
+func entryAt(dirfd int, path, name string, writable bool, idmap int) (rootEntry, error) {
 	e := rootEntry{name: name, tree: -1}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirfd, path, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -502,7 +505,11 @@ func entryAt(dirfd int, path, name string, idmap int) (rootEntry, error) {
 		e.link = string(buf[:n])
 		return e, nil
 	case unix.S_IFDIR, unix.S_IFREG:
-		fd, err := cloneTree(dirfd, path, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0)
+		attrs := uint64(unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+		if writable {
+			attrs &^= unix.MOUNT_ATTR_RDONLY
+		}
+		fd, err := cloneTree(dirfd, path, attrs, 0)
 		if err != nil {
 			return e, fmt.Errorf("clone %s: %w", path, err)
 		}

@@ -433,6 +433,17 @@ func TestRootDir(t *testing.T) {
 	}
 	check(t, &l)
 	t.Run("user namespace", func(t *testing.T) { check(t, userNSLauncher(t, 0)) })
+	// A workspace's own copy-on-write root: writable below its top level,
+	// and an absolute Dir is a directory of it.
+	t.Run("writable", func(t *testing.T) {
+		cfg := shell(t.TempDir(), "pwd; echo new > /usr/written; cat /usr/written; { echo x > /top; } 2>/dev/null || echo refused")
+		cfg.RootDir, cfg.RootWritable, cfg.Spec.RootWorkdir = image, true, "/usr"
+		o := run(t, &l, cfg)
+		require.Equal(t, "/usr\nnew\nrefused\n", o.stdout, "stderr %q", o.stderr)
+		b, err := os.ReadFile(filepath.Join(image, "usr/written"))
+		require.NoError(t, err)
+		require.Equal(t, "new\n", string(b))
+	})
 }
 
 func copyFile(t *testing.T, src, dst string) {
