@@ -26,7 +26,7 @@ type sandboxKind struct {
 	// writable: the image directory is the workspace's own copy-on-write
 	// root, cloned read-write (Config.RootWritable).
 	writable bool
-	inNS    bool   // in the launcher's user namespace
+	inNS     bool // in the launcher's user namespace
 }
 
 // initProc is one started init: its process, the launcher's end of its
