@@ -96,6 +96,8 @@ type Project struct {
 	Created  time.Time `json:"created"`
 	Layers   int       `json:"layers"`
 	Branches int       `json:"branches"`
+	// Image is the image its workspaces get when they name none.
+	Image string `json:"image,omitempty"`
 }
 
 // CreateProject is POST /v1/projects. FromPath, when set, is a directory on
@@ -259,6 +261,12 @@ type WorkspaceSpec struct {
 	// (docs/security.md, "The mount path"). Default: the caller (the peer
 	// of the daemon's unix socket), else the daemon's user.
 	Owner *Owner `json:"owner,omitempty"`
+	// Image names the image whose tree is every exec's root, NAME or
+	// NAME@DIGEST (pinned: the image must still have that digest, under
+	// that name or another); its Env, WorkingDir and User are the execs'
+	// defaults and the root is the workspace's own copy-on-write.
+	// Default: the project's default image, else the platform's runtime.
+	Image string `json:"image,omitempty"`
 }
 
 // Owner is a host user: a uid and a gid.
@@ -319,6 +327,9 @@ type Workspace struct {
 	// listing of every host's workspaces.
 	Node        string `json:"node,omitempty"`
 	NodeAddress string `json:"node_address,omitempty"`
+	// Image is the image the workspace's root lies over, NAME@DIGEST
+	// ("" for the platform's runtime).
+	Image string `json:"image,omitempty"`
 	// DataPath says how the workspace is served, then how file data
 	// reaches the kernel: "overlay: metadata erofs, data cached or lower
 	// passthrough",

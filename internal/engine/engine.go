@@ -268,6 +268,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 			// Kept for the next daemon, maybe after a reboot.
 			errs = append(errs, kerneloverlay.Settle(e.workspaceDir(w.rec.ID)))
 		}
+		if w.opts.volatile() && w.opts.Image != nil {
+			errs = append(errs, kerneloverlay.Settle(e.rootDir(w.rec.ID)))
+		}
 		w.mu.Unlock()
 		e.mu.Lock()
 		delete(e.live, w.rec.ID)

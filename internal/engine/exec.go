@@ -50,7 +50,7 @@ func (e *Engine) Exec(ctx context.Context, id string, req wire.ExecRequest, stdo
 	if err != nil {
 		return wire.ExecResult{}, err
 	}
-	return e.run(ctx, id, spec, stdout, stderr)
+	return e.run(ctx, id, req, spec, stdout, stderr)
 }
 
 // Attach runs one command as Exec does, with its input streamed from
@@ -68,12 +68,12 @@ func (e *Engine) Attach(ctx context.Context, id string, req wire.ExecRequest, st
 	if spec.Terminal != nil {
 		spec.Terminal.Resize = resize
 	}
-	return e.run(ctx, id, spec, stdout, stderr)
+	return e.run(ctx, id, req, spec, stdout, stderr)
 }
 
-// run runs a normalized spec in the workspace's sandbox and adds the
-// receipt.
-func (e *Engine) run(ctx context.Context, id string, spec platforms.ExecSpec, stdout, stderr io.Writer) (wire.ExecResult, error) {
+// run runs a normalized spec (of req) in the workspace's sandbox and adds
+// the receipt.
+func (e *Engine) run(ctx context.Context, id string, req wire.ExecRequest, spec platforms.ExecSpec, stdout, stderr io.Writer) (wire.ExecResult, error) {
 	ctx, acct := account.Open(ctx) // the receipt: what this exec did
 	w, err := e.get(ctx, id)
 	if err != nil {
@@ -92,6 +92,7 @@ func (e *Engine) run(ctx context.Context, id string, spec platforms.ExecSpec, st
 	if w.sb == nil {
 		return wire.ExecResult{}, fmt.Errorf("%w: workspace %s ended", errclass.NotFound, id)
 	}
+	imageDefaults(w.opts.Image, &spec, req.Dir != "", req.UID != nil, req.GID != nil)
 	t0 := time.Now()
 	use := w.use.enter(acct)
 	r, err := w.sb.Exec(ctx, spec, stdout, stderr)
@@ -115,6 +116,7 @@ func (e *Engine) run(ctx context.Context, id string, spec platforms.ExecSpec, st
 	res.Receipt.CommandNs = r.Command.Nanoseconds()
 	res.Receipt.LaunchNs = (wall - r.Command).Nanoseconds()
 	res.Receipt.Platform, res.Receipt.UserNamespace = w.opts.Platform, r.UserNamespace
+	res.Receipt.Image = w.opts.Image.ref()
 	res.Receipt.Quota = e.quotaUsage(w)
 	res.Receipt.SharedMount = shared
 	if w.mnt != nil {

@@ -35,7 +35,7 @@ func idString(id store.ID) string {
 }
 
 func wireProject(p store.Project) wire.Project {
-	return wire.Project{Name: p.Name, Created: p.Created, Layers: p.Layers, Branches: p.Branches}
+	return wire.Project{Name: p.Name, Created: p.Created, Layers: p.Layers, Branches: p.Branches, Image: p.Image}
 }
 
 func wireLayer(l store.Layer) wire.Layer {

@@ -67,6 +67,9 @@ type wsOptions struct {
 	// Owner is the host user of the mount path's view (nil in records
 	// older than it: root).
 	Owner *wire.Owner `json:"owner,omitempty"`
+	// Image is the image the workspace's root lies over (imageroot.go);
+	// nil: the platform's runtime.
+	Image *rootImage `json:"image,omitempty"`
 }
 
 // volatile reports whether w's writes reach the disk only with its commits.
@@ -95,6 +98,8 @@ type workspace struct {
 	// a view for the host's user (view), a directory of the workspace's.
 	data string
 	view *hostview.Server
+	// root is the workspace's own root, over its image (nil: none).
+	root *kerneloverlay.Mount
 	sb   platforms.Sandbox
 	// upper is what the upper layer held after the last exec or commit;
 	// the next exec's receipt is the difference. Guarded by upperMu (execs
@@ -113,7 +118,7 @@ func (w *workspace) info() wire.Workspace {
 		Base: idString(w.rec.Base), Head: idString(w.rec.Head),
 		MountPath: w.rec.MountPath, Platform: w.opts.Platform, Network: w.opts.Network,
 		Native: w.opts.Native, State: w.rec.State, Created: w.rec.Created,
-		Node: w.rec.Node, Durability: w.opts.Durability,
+		Node: w.rec.Node, Durability: w.opts.Durability, Image: w.opts.Image.ref(),
 	}
 	if w.view != nil {
 		o := w.opts.owner()
@@ -163,9 +168,15 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 	if err != nil {
 		return wire.Workspace{}, err
 	}
+	if opts.Image, err = e.resolveImage(ctx, spec.Project, spec.Image); err != nil {
+		return wire.Workspace{}, err
+	}
 	id := newID()
 	dir := e.workspaceDir(id)
 	rec := store.Workspace{ID: id, Project: spec.Project, Branch: spec.Branch, Created: e.now().UTC(), State: wire.StateMounted}
+	if opts.Image != nil {
+		rec.Image = opts.Image.Commit
+	}
 	if !opts.Native {
 		b, err := e.db.Branch(ctx, spec.Project, spec.Branch)
 		if err != nil {
@@ -370,9 +381,17 @@ func (e *Engine) serve(ctx context.Context, w *workspace, fresh bool) error {
 		e.trackUpper(ctx, w)
 		e.prefetch(w.opts.Root)
 	}
+	if w.opts.Image != nil {
+		if err := e.mountRoot(ctx, w, fresh); err != nil {
+			e.unserve(context.WithoutCancel(ctx), w)
+			return err
+		}
+	}
 	host := e.plats[w.opts.Platform].(platforms.SandboxHost)
-	sb, err := host.Attach(ctx, platforms.Workspace{ID: w.rec.ID, HostPath: w.data,
-		Network: w.opts.Network == wire.NetworkHost, IDMapped: w.idmap() != nil})
+	pw := platforms.Workspace{ID: w.rec.ID, HostPath: w.data,
+		Network: w.opts.Network == wire.NetworkHost, IDMapped: w.idmap() != nil}
+	e.rootAttach(w, &pw)
+	sb, err := host.Attach(ctx, pw)
 	if err != nil {
 		e.unserve(context.WithoutCancel(ctx), w)
 		return fmt.Errorf("attach workspace %s to %s: %w", w.rec.ID, w.opts.Platform, err)
@@ -557,7 +576,8 @@ func (e *Engine) cleanStale(rec store.Workspace) error {
 	if err := fusefs.CleanStale(rec.MountPath); err != nil {
 		return err
 	}
-	return kerneloverlay.Detach(e.dataDir(rec.ID), e.workspaceDir(rec.ID))
+	return errors.Join(kerneloverlay.Detach(e.dataDir(rec.ID), e.workspaceDir(rec.ID)),
+		kerneloverlay.Detach(e.rootTarget(rec.ID), e.rootDir(rec.ID)))
 }
 
 // unserve detaches and unmounts w, keeping its upper layer and record:
@@ -576,6 +596,7 @@ func (e *Engine) unserve(ctx context.Context, w *workspace) error {
 		errs = append(errs, w.mnt.Unmount(ctx))
 		w.mnt = nil
 	}
+	errs = append(errs, w.unmountRoot(ctx))
 	if w.tracker != nil {
 		w.tracker.Close()
 		w.tracker = nil

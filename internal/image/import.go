@@ -17,6 +17,9 @@ import (
 	"layerfs.dev/layerfs/internal/store"
 )
 
+// layerMessage starts the message of a layer's commit; its diff ID follows.
+const layerMessage = "image layer "
+
 // Author signs the commits of image layers. Layer commits carry no time,
 // so that one layer on one base is one commit whatever imported it.
 const Author = "layerfs image"
@@ -28,8 +31,8 @@ type Stats struct {
 	Bytes       int64 `json:"bytes"`        // uncompressed layer bytes read
 	NewChunks   int64 `json:"new_chunks"`   // chunks the Store did not have
 	NewBytes    int64 `json:"new_bytes"`    // their payload bytes
-	WallNs      int64 `json:"wall_ns"`      // time of the whole import
 	StoreGrowth int64 `json:"store_growth"` // payload and object bytes the Store took on
+	WallNs      int64 `json:"wall_ns"`      // time of the whole import
 }
 
 // DB is what an import needs of the Store.
@@ -159,7 +162,7 @@ func (im *importer) layer(ctx context.Context, l *Layer, open func() (io.ReadClo
 	}
 	l.Size = counted.n
 	im.stats.Bytes += counted.n
-	id, err := im.commitChanges(ctx, a.base, a.buildChanges(), "image layer "+l.DiffID)
+	id, err := im.commitChanges(ctx, a.base, a.buildChanges(), layerMessage+l.DiffID)
 	if err != nil {
 		return fmt.Errorf("layer %s: %w", short(l.DiffID), err)
 	}
@@ -282,11 +285,16 @@ func ImportDir(ctx context.Context, db DB, name, dir string) (store.Image, Stats
 	if err != nil {
 		return store.Image{}, Stats{}, fmt.Errorf("%w: directory %s: %w", ErrBadImage, dir, err)
 	}
-	diffID, size, err := DiffID(ctx, im.ps, store.ZeroID, root)
+	// The layer's tar reads the contents back: they must be stored. (The
+	// batch goes on for the commit, and the name comes last, as always.)
+	if err := im.batch.Flush(ctx); err != nil {
+		return store.Image{}, Stats{}, err
+	}
+	diffID, size, err := DiffID(ctx, db, store.ZeroID, root)
 	if err != nil {
 		return store.Image{}, Stats{}, err
 	}
-	id, err := im.putCommit(root, st, "image layer "+diffID)
+	id, err := im.putCommit(root, st, layerMessage+diffID)
 	if err != nil {
 		return store.Image{}, Stats{}, err
 	}

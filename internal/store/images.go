@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -154,7 +155,7 @@ func (db *DB) DeleteImage(ctx context.Context, name string) error {
 		if err := tx.execOne(ctx, ErrNotFound, `DELETE FROM images WHERE name = ?`, name); err != nil {
 			return err
 		}
-		_, err := tx.exec(ctx, `UPDATE projects SET image = '' WHERE image = ?`, name)
+		_, err := tx.exec(ctx, `UPDATE projects SET image = '' WHERE image = ? OR image LIKE ?`, name, name+"@%")
 		return err
 	})
 	if err != nil {
@@ -188,16 +189,17 @@ func (db *DB) Derivation(ctx context.Context, key string) (ID, bool, error) {
 	return id, found, nil
 }
 
-// SetProjectImage makes image the default image of the project's
-// workspaces ("" for none). The image must exist.
+// SetProjectImage makes image (NAME or NAME@DIGEST) the default image of
+// the project's workspaces ("" for none). The name must exist.
 func (db *DB) SetProjectImage(ctx context.Context, project, image string) error {
 	err := db.withTx(ctx, txWrite, func(tx *tx) error {
 		if err := requireProject(ctx, tx, project); err != nil {
 			return err
 		}
 		if image != "" {
+			name, _, _ := strings.Cut(image, "@")
 			var n int
-			if err := tx.row(ctx, `SELECT count(*) FROM images WHERE name = ?`, image).Scan(&n); err != nil {
+			if err := tx.row(ctx, `SELECT count(*) FROM images WHERE name = ?`, name).Scan(&n); err != nil {
 				return err
 			}
 			if n == 0 {

@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"layerfs.dev/layerfs/internal/image"
+	"layerfs.dev/layerfs/internal/kerneloverlay"
+	"layerfs.dev/layerfs/internal/overlay"
+	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/store"
+	"layerfs.dev/layerfs/wire/errclass"
+)
+
+// rootImage is the image a workspace's root lies over, kept in its
+// record's options: the root is served like a workspace (kernel
+// overlayfs over the metadata image of the image's tree, data from the
+// Store's cache) with an upper layer of the workspace's own, so what its
+// execs install there stays for its life.
+type rootImage struct {
+	Name   string   `json:"name"`
+	Digest string   `json:"digest"`
+	Commit store.ID `json:"commit"`
+	Root   store.ID `json:"root"` // the commit's tree
+	// Env, Dir, UID, GID and Home are the execs' defaults: the image
+	// config's Env, WorkingDir and User (resolved in its /etc/passwd).
+	Env  []string `json:"env,omitempty"`
+	Dir  string   `json:"dir,omitempty"`
+	UID  int      `json:"uid"`
+	GID  int      `json:"gid"`
+	Home string   `json:"home,omitempty"`
+}
+
+// ref is the image as a workspace names it: NAME@DIGEST.
+func (r *rootImage) ref() string {
+	if r == nil {
+		return ""
+	}
+	return r.Name + "@" + r.Digest
+}
+
+// rootDir and rootTarget are where a workspace's root is kept and served:
+// the overlay's own directories (upper/, work/, lower/, view/), and its
+// mount.
+func (e *Engine) rootDir(id string) string    { return filepath.Join(e.workspaceDir(id), "rootfs") }
+func (e *Engine) rootTarget(id string) string { return filepath.Join(e.workspaceDir(id), "root") }
+
+// findImage resolves NAME[@DIGEST] to a stored image: the name's, which
+// must have the pinned digest; else, when pinned, any image of that
+// digest (the name moved on since).
+func (e *Engine) findImage(ctx context.Context, ref string) (store.Image, error) {
+	r, err := image.ParseRef(ref)
+	if err != nil {
+		return store.Image{}, fmt.Errorf("%w: image: %w", errclass.Invalid, err)
+	}
+	img, err := e.db.Image(ctx, r.Name)
+	switch {
+	case err == nil && (r.Digest == "" || img.Digest == r.Digest):
+		return img, nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return store.Image{}, err
+	case r.Digest == "":
+		return store.Image{}, fmt.Errorf("%w: image %q is not in the Store (import, pull or build it first)", errclass.NotFound, r.Name)
+	}
+	same, err := e.db.ImagesByDigest(ctx, r.Digest)
+	if err != nil {
+		return store.Image{}, err
+	}
+	if len(same) == 0 {
+		return store.Image{}, fmt.Errorf("%w: image %s: no stored image has digest %s", errclass.NotFound, r.Name, r.Digest)
+	}
+	return same[0], nil
+}
+
+// resolveImage makes the rootImage of ref (a workspace's request), or of
+// the project's default image when ref is "" (nil: neither).
+func (e *Engine) resolveImage(ctx context.Context, project, ref string) (*rootImage, error) {
+	if ref == "" && project != "" {
+		p, err := e.db.Project(ctx, project)
+		if err != nil {
+			return nil, classify(err)
+		}
+		ref = p.Image
+	}
+	if ref == "" {
+		return nil, nil
+	}
+	img, err := e.findImage(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return e.imageRoot(ctx, img)
+}
+
+// imageRoot reads a stored image's tree and defaults.
+func (e *Engine) imageRoot(ctx context.Context, img store.Image) (*rootImage, error) {
+	rec, err := image.DecodeRecord(img)
+	if err != nil {
+		return nil, err
+	}
+	d, err := rec.Defaults()
+	if err != nil {
+		return nil, err
+	}
+	c, err := e.db.Commit(ctx, img.Commit)
+	if err != nil {
+		return nil, err
+	}
+	u, err := image.ResolveUser(ctx, e.db, c.Root, d.User)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", img.Name, err)
+	}
+	return &rootImage{Name: img.Name, Digest: img.Digest, Commit: img.Commit, Root: c.Root,
+		Env: d.Env, Dir: d.WorkingDir, UID: u.UID, GID: u.GID, Home: u.Home}, nil
+}
+
+// mountRoot serves w's root: kernel overlayfs over the image's tree with
+// the workspace's upper, id-mapped like the workspace for its platform's
+// user namespace. A root needs the overlay data path; there is no
+// fallback (a root served through the daemon would make every exec's
+// every file access a FUSE request).
+func (e *Engine) mountRoot(ctx context.Context, w *workspace, fresh bool) error {
+	if err := e.overlayCheck(); err != nil {
+		return fmt.Errorf("%w: an image root needs kernel overlayfs: %w", errclass.Unavailable, err)
+	}
+	var committed *overlay.UpperState
+	if fresh {
+		committed = overlay.EmptyUpper()
+	}
+	target := e.rootTarget(w.rec.ID)
+	if err := mkdirs(target); err != nil {
+		return err
+	}
+	m, err := kerneloverlay.New(ctx, kerneloverlay.Config{
+		Lower: e.db, Root: w.opts.Image.Root, Dir: e.rootDir(w.rec.ID), Target: target, Committed: committed,
+		Logger: e.log, Source: e.source, IDMap: e.layerIDMap(w), MetaCache: e.db.CacheDir(), Volatile: w.opts.volatile(),
+	})
+	if err != nil {
+		return fmt.Errorf("mount the root of %s (image %s): %w", w.rec.ID, w.opts.Image.ref(), err)
+	}
+	w.root = m
+	e.prefetch(w.opts.Image.Root)
+	return nil
+}
+
+// rootAttach is what w's sandboxes need to know of its root.
+func (e *Engine) rootAttach(w *workspace, pw *platforms.Workspace) {
+	if w.root != nil {
+		pw.RootDir, pw.RootWritable = e.rootTarget(w.rec.ID), true
+	}
+}
+
+// unmountRoot takes w's root down (its upper stays).
+func (w *workspace) unmountRoot(ctx context.Context) error {
+	if w.root == nil {
+		return nil
+	}
+	err := w.root.Unmount(ctx)
+	w.root = nil
+	return err
+}
+
+// imageDefaults gives spec what the image's config says and the request
+// did not: its Env (the request's entries win, key by key), HOME from its
+// user's passwd entry, its WorkingDir (absolute in the root, unless it is
+// in /workspace) and its User.
+func imageDefaults(img *rootImage, spec *platforms.ExecSpec, dirSet, uidSet, gidSet bool) {
+	if img == nil {
+		return
+	}
+	env := mergeEnv(img.Env, spec.Env)
+	if img.Home != "" && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
+		env = append(env, "HOME="+img.Home)
+	}
+	spec.Env = env
+	if !dirSet && img.Dir != "" {
+		d := path.Clean(img.Dir)
+		switch {
+		case d == "/workspace":
+			spec.Dir = ""
+		case strings.HasPrefix(d, "/workspace/"):
+			spec.Dir = strings.TrimPrefix(d, "/workspace/")
+		default:
+			spec.Dir = d
+		}
+	}
+	if !uidSet {
+		spec.UID = img.UID
+	}
+	if !gidSet {
+		spec.GID = img.GID
+	}
+}
+
+// mergeEnv is base with over's entries on top, key by key, in base's
+// order then over's new keys.
+func mergeEnv(base, over []string) []string {
+	out := slices.Clone(base)
+	idx := map[string]int{}
+	for i, kv := range out {
+		k, _, _ := strings.Cut(kv, "=")
+		idx[k] = i
+	}
+	for _, kv := range over {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// mkdirs makes dir and its parents.
+func mkdirs(dir string) error { return os.MkdirAll(dir, 0o755) }
