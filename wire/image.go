@@ -68,9 +68,10 @@ type ImageImport struct {
 	Insecure bool `json:"insecure,omitempty"`
 }
 
-// ImagePush is POST /v1/images/{name}/push: send the image to a registry
-// as Ref.
+// ImagePush is POST /v1/images/push: send the image Name (NAME or
+// NAME@DIGEST) to a registry as Ref.
 type ImagePush struct {
+	Name     string `json:"name"`
 	Ref      string `json:"ref"`
 	Insecure bool   `json:"insecure,omitempty"`
 }

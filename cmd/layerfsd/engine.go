@@ -38,6 +38,7 @@ var (
 	_ api.Files            = (*engine.Engine)(nil)
 	_ api.Watcher          = (*engine.Engine)(nil)
 	_ api.Maintenance      = (*engine.Engine)(nil)
+	_ api.ImageManager     = (*engine.Engine)(nil)
 	_ api.MetricsWriter    = (*engine.Engine)(nil)
 	_ daemonEngine         = (*engine.Engine)(nil)
 )

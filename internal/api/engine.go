@@ -164,6 +164,33 @@ type Watcher interface {
 	WatchWorkspace(ctx context.Context, id, prefix string, emit func([]wire.FileEvent) error) error
 }
 
+// ImageManager keeps the Store's images: trees whose layers are commits,
+// which a workspace's root can be (WorkspaceSpec.Image). Image names are
+// references without a digest ("team/env:3.12"); NAME@DIGEST pins one.
+type ImageManager interface {
+	// Images lists every image in name order.
+	Images(ctx context.Context) ([]wire.Image, error)
+	// Image describes NAME or NAME@DIGEST; errclass.NotFound when no
+	// stored image answers it.
+	Image(ctx context.Context, ref string) (wire.Image, error)
+	// ImportImage stores the image at req.Source (of req.Kind) as
+	// req.Name, reading only the layers the Store lacks; a bad layer is
+	// refused whole (errclass.Invalid) and names nothing.
+	ImportImage(ctx context.Context, req wire.ImageImport) (wire.ImageResult, error)
+	// RemoveImage removes a name (errclass.NotFound if none); what nothing
+	// else reaches goes at the next GC, and workspaces on it keep their
+	// root.
+	RemoveImage(ctx context.Context, name string) error
+	// PushImage writes an image to a registry from the Store.
+	PushImage(ctx context.Context, req wire.ImagePush) (wire.ImageResult, error)
+	// CommitImage makes a workspace root's changes a layer on its image,
+	// named req.Name; errclass.Invalid for a workspace with no image.
+	CommitImage(ctx context.Context, id string, req wire.ImageCommit) (wire.ImageResult, error)
+	// SetProjectImage names the image a project's workspaces get when
+	// they name none ("" for none); errclass.NotFound for an unknown one.
+	SetProjectImage(ctx context.Context, project string, req wire.ProjectImage) (wire.Project, error)
+}
+
 // Maintenance looks after the Store.
 type Maintenance interface {
 	// GC removes what no branch, layer or workspace reaches (counts it
@@ -192,6 +219,7 @@ type Engine interface {
 	Executor
 	Files
 	Watcher
+	ImageManager
 	Maintenance
 	MetricsWriter
 }

@@ -57,6 +57,14 @@ func (s *Server) routes() {
 	s.handle("GET /v1/workspaces/{id}/list", read, s.listDir)
 	s.handle("GET /v1/workspaces/{id}/events", read, s.events)
 
+	s.handle("GET /v1/images", read, s.listImages)
+	s.handle("POST /v1/images", work, s.importImage)
+	s.handle("POST /v1/images/push", work, s.pushImage)
+	s.handle("GET /v1/images/{name...}", read, s.getImage)
+	s.handle("DELETE /v1/images/{name...}", work, s.removeImage)
+	s.handle("POST /v1/workspaces/{id}/image", work, s.commitImage)
+	s.handle("PUT /v1/projects/{p}/image", work, s.setProjectImage)
+
 	s.handle("POST /v1/gc", work, s.gc)
 	s.handle("POST /v1/fsck", read, s.fsck)
 	s.handle("GET /v1/stats", read, s.stats)

@@ -63,6 +63,7 @@ type Server struct {
 	executor      Executor
 	files         Files
 	watcher       Watcher
+	images        ImageManager
 	maintenance   Maintenance
 	engineMetrics MetricsWriter
 
@@ -123,6 +124,7 @@ func NewServer(eng Engine, opts Options) *Server {
 		executor:      eng,
 		files:         eng,
 		watcher:       eng,
+		images:        eng,
 		maintenance:   eng,
 		engineMetrics: eng,
 		opts:          opts,

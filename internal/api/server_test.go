@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/google/go-containerregistry/pkg/registry"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -406,6 +408,8 @@ func TestRoutes(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(hostOut, "host.txt")); err != nil || string(b) != "from the host" || co.Commit != cr.Commit {
 		t.Errorf("checkout = %+v: host.txt %q, %v", co, b, err)
 	}
+
+	testImageRoutes(t, h, base, hostSrc)
 
 	var gc wire.GCResult
 	h.json("POST", "/v1/gc", nil, 200, &gc)
@@ -886,4 +890,42 @@ func TestContractElsewhere(t *testing.T) {
 		e.Serve("ws-e15e3e4e7e00", host)
 		return "ws-e15e3e4e7e00", host
 	}})
+}
+
+// testImageRoutes walks the image routes: import from a host directory,
+// list, inspect (by name and pinned), a project's default, push to a
+// registry, commit of a workspace without an image (refused), remove.
+func testImageRoutes(t *testing.T, h *harness, ws, hostDir string) {
+	var res wire.ImageResult
+	h.json("POST", "/v1/images", wire.ImageImport{Name: "team/env:1", Kind: wire.ImageFromDir, Source: hostDir}, 201, &res)
+	if res.Image.Name != "team/env:1" || len(res.Image.Layers) != 1 || res.Stats.LayersRead != 1 {
+		t.Fatalf("import = %+v", res)
+	}
+	var imgs []wire.Image
+	h.json("GET", "/v1/images", nil, 200, &imgs)
+	var img wire.Image
+	h.json("GET", "/v1/images/team/env:1@"+res.Image.Digest, nil, 200, &img)
+	if len(imgs) != 1 || img.Digest != res.Image.Digest {
+		t.Errorf("images = %+v, image = %+v", imgs, img)
+	}
+	h.json("GET", "/v1/images/team/none:1", nil, 404, nil)
+	h.json("GET", "/v1/images/Bad", nil, 400, nil)
+	h.json("POST", "/v1/images", wire.ImageImport{Name: "x", Kind: "floppy", Source: hostDir}, 400, nil)
+	var p wire.Project
+	h.json("PUT", "/v1/projects/p/image", wire.ProjectImage{Image: "team/env:1"}, 200, &p)
+	if p.Image != "team/env:1" {
+		t.Errorf("project = %+v", p)
+	}
+	h.json("PUT", "/v1/projects/p/image", wire.ProjectImage{}, 200, &p)
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	h.json("POST", "/v1/images/push", wire.ImagePush{Name: "team/env:1", Ref: strings.TrimPrefix(srv.URL, "http://") + "/team/env:1"}, 200, &res)
+	if !strings.Contains(res.Pushed, "@sha256:") {
+		t.Errorf("push = %+v", res)
+	}
+	h.json("POST", ws+"/image", wire.ImageCommit{Name: "team/env:2"}, 400, nil)
+	if r := h.do("DELETE", "/v1/images/team/env:1", nil); r.status != 204 {
+		t.Errorf("remove image: %d %s", r.status, r.body)
+	}
+	h.json("DELETE", "/v1/images/team/env:1", nil, 404, nil)
 }

@@ -128,6 +128,11 @@ func checkSpec(spec *wire.WorkspaceSpec) error {
 	if err := hostPath("mount_path", spec.MountPath, false); err != nil {
 		return err
 	}
+	if spec.Image != "" {
+		if err := checkImage("image", spec.Image, true); err != nil {
+			return err
+		}
+	}
 	if spec.Platform != "" && !platformRE.MatchString(spec.Platform) {
 		return invalid("platform %q is not a valid platform name", spec.Platform)
 	}

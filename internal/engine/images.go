@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"layerfs.dev/layerfs/internal/image"
 	"layerfs.dev/layerfs/internal/store"
@@ -201,4 +202,28 @@ func (e *Engine) SetProjectImage(ctx context.Context, project string, req wire.P
 		return wire.Project{}, classify(err)
 	}
 	return e.Project(ctx, project)
+}
+
+// PushImage sends an image to a registry as req.Ref, its layers written
+// from the Store.
+func (e *Engine) PushImage(ctx context.Context, req wire.ImagePush) (wire.ImageResult, error) {
+	if req.Ref == "" {
+		return wire.ImageResult{}, fmt.Errorf("%w: ref: a registry reference is needed", errclass.Invalid)
+	}
+	img, err := e.findImage(ctx, req.Name)
+	if err != nil {
+		return wire.ImageResult{}, err
+	}
+	t0 := time.Now()
+	pushed, err := image.Push(ctx, e.db, img, req.Ref, image.OpenOptions{Insecure: req.Insecure})
+	if err != nil {
+		return wire.ImageResult{}, classify(err)
+	}
+	res, err := e.imageResult(ctx, img, image.Stats{WallNs: time.Since(t0).Nanoseconds()})
+	if err != nil {
+		return res, err
+	}
+	res.Stats.Layers, res.Pushed = len(res.Image.Layers), pushed
+	e.log.Info("image pushed", "name", img.Name, "ref", pushed)
+	return res, nil
 }

@@ -258,3 +258,30 @@ func TestLayerTarRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, mustDiffID(t, diff), d1, "a layer's tar is a function of its trees")
 }
+
+// TestPushPull: an image pushed from the Store to a registry and pulled
+// back under another name has the same trees.
+func TestPushPull(t *testing.T) {
+	ctx := t.Context()
+	db := newDB(t)
+	b1, b2, app := baseLayers(t)
+	img, _, err := Import(ctx, db, "app", imageOf(t, layerOf(t, b1), layerOf(t, b2), layerOf(t, app)), "test")
+	require.NoError(t, err)
+	srv := httptest.NewServer(registry.New())
+	t.Cleanup(srv.Close)
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/team/app:1"
+	pushed, err := Push(ctx, db, img, ref, OpenOptions{})
+	require.NoError(t, err)
+	require.Contains(t, pushed, "@sha256:")
+
+	other := newDB(t)
+	o, err := Open(ctx, FromRegistry, pushed, OpenOptions{})
+	require.NoError(t, err)
+	back, _, err := Import(ctx, other, "back", o.Image, o.Source)
+	require.NoError(t, err)
+	c1, err := db.Commit(ctx, img.Commit)
+	require.NoError(t, err)
+	c2, err := other.Commit(ctx, back.Commit)
+	require.NoError(t, err)
+	require.Equal(t, c1.Root, c2.Root, "the same tree, pulled back")
+}

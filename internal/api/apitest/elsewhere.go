@@ -182,3 +182,11 @@ func (e *Elsewhere) WatchWorkspace(ctx context.Context, id, prefix string, emit 
 	}
 	return e.Engine.WatchWorkspace(ctx, id, prefix, emit)
 }
+
+// CommitImage implements api.ImageManager.
+func (e *Elsewhere) CommitImage(ctx context.Context, id string, req wire.ImageCommit) (wire.ImageResult, error) {
+	if err := e.misdirected(id); err != nil {
+		return wire.ImageResult{}, err
+	}
+	return e.Engine.CommitImage(ctx, id, req)
+}
