@@ -3,16 +3,13 @@ package engine_test
 import (
 	"bytes"
 	"context"
-	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/engine"
+	"layerfs.dev/layerfs/internal/enginetest"
 	"layerfs.dev/layerfs/internal/image"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/local"
@@ -21,61 +18,12 @@ import (
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
-// minimalRoot makes a directory holding a small Debian-like root: bash and
-// a few coreutils with their libraries (merged /usr), an /etc/passwd with
-// root and app (1000), /srv and /home/app.
-func minimalRoot(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	copyTo := func(src, dst string) {
-		b, err := os.ReadFile(src)
-		require.NoError(t, err)
-		st, err := os.Stat(src)
-		require.NoError(t, err)
-		require.NoError(t, os.MkdirAll(filepath.Dir(dst), 0o755))
-		require.NoError(t, os.WriteFile(dst, b, st.Mode().Perm()))
-	}
-	for _, name := range []string{"bash", "cat", "id", "ls", "mkdir", "touch", "stat", "pwd", "env"} {
-		bin, err := exec.LookPath(name)
-		require.NoError(t, err)
-		bin, err = filepath.EvalSymlinks(bin)
-		require.NoError(t, err)
-		copyTo(bin, filepath.Join(dir, "usr/bin", name))
-		out, err := exec.Command("ldd", bin).Output()
-		require.NoError(t, err)
-		for _, f := range strings.Fields(string(out)) {
-			if strings.HasPrefix(f, "/") {
-				real, err := filepath.EvalSymlinks(f)
-				require.NoError(t, err)
-				copyTo(real, filepath.Join(dir, f))
-			}
-		}
-	}
-	for _, d := range []string{"lib", "lib64"} {
-		if err := os.Rename(filepath.Join(dir, d), filepath.Join(dir, "usr", d)); !errors.Is(err, os.ErrNotExist) {
-			require.NoError(t, err)
-		}
-		require.NoError(t, os.Symlink("usr/"+d, filepath.Join(dir, d)))
-	}
-	require.NoError(t, os.Symlink("usr/bin", filepath.Join(dir, "bin")))
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "etc"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "etc/passwd"),
-		[]byte("root:x:0:0:root:/root:/bin/bash\napp:x:1000:1000::/home/app:/bin/bash\n"), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "etc/group"), []byte("root:x:0:\napp:x:1000:\n"), 0o644))
-	for _, d := range []string{"srv", "root", "home/app", "var/lib"} {
-		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
-	}
-	require.NoError(t, os.Chown(filepath.Join(dir, "home/app"), 1000, 1000))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "etc/os-release"), []byte("ID=minimal\n"), 0o644))
-	return dir
-}
-
 // importMinimal imports minimalRoot as "base" and makes "app" of it with
 // a config that names WorkingDir /srv, User app and an Env.
 func importMinimal(t *testing.T, e *engine.Engine, db *store.DB) wire.Image {
 	t.Helper()
 	ctx := t.Context()
-	_, err := e.ImportImage(ctx, wire.ImageImport{Name: "base", Kind: wire.ImageFromDir, Source: minimalRoot(t)})
+	_, err := e.ImportImage(ctx, wire.ImageImport{Name: "base", Kind: wire.ImageFromDir, Source: enginetest.MinimalRoot(t)})
 	require.NoError(t, err)
 	base, err := db.Image(ctx, "base")
 	require.NoError(t, err)
