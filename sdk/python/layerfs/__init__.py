@@ -17,23 +17,24 @@ subclasses of :class:`LayerFSError`, one per API error code.
 
 from ._attach import Attached
 from .aio import AsyncAttached, AsyncClient, AsyncEventStream, AsyncWorkspace
-from .client import Branches, Client, EventStream, Files, Projects, Workspace, Workspaces
+from .client import Branches, Client, EventStream, Files, Images, Projects, Workspace, Workspaces
 from .errors import (AlreadyExists, Busy, Conflict, DaemonLost, DaemonUnreachable, HeadMoved, InternalError,
                      InvalidArgument, LayerFSError, Misdirected, NoSpace, NotFound, TooLarge, Unauthorized, Unavailable,
                      UncommittedChanges)
 from .types import (Branch, Change, Commit, CommitResult, CommitStats, ConflictSide, ExecResult, FileEvent, FileInfo,
-                    MergeInfo, MergeResult, Node, Owner, Project, Receipt, UpdateResult, Version, WorkspaceInfo,
-                    WorkspaceStatus)
+                    Image, ImageConfig, ImageLayer, ImageResult, MergeInfo, MergeResult, Node, Owner, Project, Receipt,
+                    UpdateResult, Version, WorkspaceInfo, WorkspaceStatus)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "AsyncClient", "Workspace", "AsyncWorkspace", "Files", "Projects", "Workspaces", "Branches",
+    "Client", "AsyncClient", "Workspace", "AsyncWorkspace", "Files", "Projects", "Workspaces", "Branches", "Images",
     "EventStream", "AsyncEventStream", "FileEvent", "Attached", "AsyncAttached",
     "LayerFSError", "InvalidArgument", "Unauthorized", "NotFound", "AlreadyExists", "HeadMoved",
     "UncommittedChanges", "Busy", "TooLarge", "Unavailable", "InternalError", "NoSpace", "Misdirected",
     "Conflict", "DaemonUnreachable", "DaemonLost",
     "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ConflictSide", "ExecResult", "FileInfo",
+    "Image", "ImageConfig", "ImageLayer", "ImageResult",
     "MergeInfo", "MergeResult", "Node", "Owner", "Project", "Receipt", "UpdateResult", "Version", "WorkspaceInfo",
     "WorkspaceStatus",
 ]

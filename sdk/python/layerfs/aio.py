@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 from . import client as _sync
 from ._attach import Attached
-from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, MergeResult, Project,
-                    UpdateResult, Version, WorkspaceInfo, WorkspaceStatus)
+from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, Image, ImageResult,
+                    MergeResult, Project, UpdateResult, Version, WorkspaceInfo, WorkspaceStatus)
 
 __all__ = ["AsyncClient", "AsyncWorkspace", "AsyncEventStream"]
 
@@ -35,6 +35,7 @@ class AsyncClient:
         self.projects = _AsyncProjects(c.projects)
         self.workspaces = _AsyncWorkspaces(c.workspaces)
         self.branches = _AsyncBranches(c.branches)
+        self.images = _AsyncImages(c.images)
 
     @classmethod
     async def connect(cls, address: str | None = None, **kw: Any) -> "AsyncClient":
@@ -79,6 +80,34 @@ class _AsyncProjects:
 
     async def get(self, name: str) -> Project:
         return await _run(self._p.get, name)
+
+    async def set_image(self, name: str, image: str | None) -> Project:
+        return await _run(self._p.set_image, name, image)
+
+
+class _AsyncImages:
+    """As :class:`layerfs.client.Images`."""
+
+    def __init__(self, i: _sync.Images):
+        self._i = i
+
+    async def list(self) -> list[Image]:
+        return await _run(self._i.list)
+
+    async def get(self, ref: str) -> Image:
+        return await _run(self._i.get, ref)
+
+    async def import_(self, name: str, kind: str, source: str, **kw: Any) -> ImageResult:
+        return await _run(self._i.import_, name, kind, source, **kw)
+
+    async def pull(self, ref: str, name: str | None = None, **kw: Any) -> ImageResult:
+        return await _run(self._i.pull, ref, name, **kw)
+
+    async def push(self, name: str, ref: str, **kw: Any) -> ImageResult:
+        return await _run(self._i.push, name, ref, **kw)
+
+    async def remove(self, name: str) -> None:
+        await _run(self._i.remove, name)
 
 
 class _AsyncBranches:
@@ -161,6 +190,9 @@ class AsyncWorkspace:
     async def watch(self, prefix: str | None = None, **kw: Any) -> "AsyncEventStream":
         """As :meth:`layerfs.Workspace.watch`: ``async for ev in stream``."""
         return AsyncEventStream(await _run(self._ws.watch, prefix, **kw))
+
+    async def commit_image(self, name: str) -> ImageResult:
+        return await _run(self._ws.commit_image, name)
 
     async def commit(self, message: str = "", **kw: Any) -> CommitResult:
         return await _run(self._ws.commit, message, **kw)

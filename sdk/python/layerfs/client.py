@@ -27,10 +27,11 @@ from ._attach import PROTOCOL as ATTACH_PROTOCOL
 from ._attach import Attached, BytesCallback
 from ._transport import API_VERSION, Transport, default_address, default_store, start_daemon
 from .errors import DaemonLost, DaemonUnreachable, InvalidArgument, LayerFSError, Misdirected, error_for
-from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, MergeResult, Project,
-                    UpdateResult, Version, WorkspaceInfo, WorkspaceStatus, from_json)
+from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, Image, ImageResult,
+                    MergeResult, Project, UpdateResult, Version, WorkspaceInfo, WorkspaceStatus, from_json)
 
-__all__ = ["Client", "Workspace", "Files", "Projects", "Workspaces", "Branches", "EventStream", "OutputCallback", "Attached"]
+__all__ = ["Client", "Workspace", "Files", "Projects", "Workspaces", "Branches", "Images", "EventStream", "OutputCallback",
+           "Attached"]
 
 #: Receives a command's output as it comes, as text (each stream decoded
 #: incrementally, so a character split between chunks arrives whole).
@@ -89,6 +90,7 @@ class Client:
         self.projects = Projects(self)
         self.workspaces = Workspaces(self)
         self.branches = Branches(self)
+        self.images = Images(self)
 
     def _hello(self) -> Version:
         v = from_json(Version, self._t.request("GET", "/v1/version").json())
@@ -193,6 +195,58 @@ class Projects:
     def get(self, name: str) -> Project:
         return from_json(Project, self._c._json("GET", f"/v1/projects/{_seg(name)}"))
 
+    def set_image(self, name: str, image: str | None) -> Project:
+        """Name the image (NAME or NAME@DIGEST) the project's workspaces
+        get when they name none; None or "" for none."""
+        return from_json(Project, self._c._json("PUT", f"/v1/projects/{_seg(name)}/image", body={"image": image or ""}))
+
+
+def _image_path(ref: str) -> str:
+    return "/v1/images/" + "/".join(urllib.parse.quote(s, safe=":@") for s in ref.split("/"))
+
+
+class Images:
+    """``client.images``: container images kept in the Store, each layer a
+    commit, any of which can be a workspace's root
+    (``workspaces.create(..., image=...)``)."""
+
+    def __init__(self, c: Client):
+        self._c = c
+
+    def list(self) -> list[Image]:
+        return [from_json(Image, i) for i in self._c._json("GET", "/v1/images") or []]
+
+    def get(self, ref: str) -> Image:
+        """Inspect NAME or NAME@DIGEST."""
+        return from_json(Image, self._c._json("GET", _image_path(ref)))
+
+    def import_(self, name: str, kind: str, source: str, *, insecure: bool = False) -> ImageResult:
+        """Store the image at ``source`` as ``name``. ``kind``: "oci-layout"
+        or "archive" (a path on the daemon's host), "docker" (an image of
+        its Docker engine), "registry" (a reference), "dir" (a directory on
+        its host, as one layer). Only layers the Store lacks are read; a bad
+        layer is refused whole (:class:`layerfs.InvalidArgument`)."""
+        body: dict[str, Any] = {"name": name, "kind": kind, "source": source}
+        if insecure:
+            body["insecure"] = True
+        return from_json(ImageResult, self._c._json("POST", "/v1/images", body=body))
+
+    def pull(self, ref: str, name: str | None = None, *, insecure: bool = False) -> ImageResult:
+        """Import a registry's image ``ref`` as ``name`` (default ``ref``)."""
+        return self.import_(name or ref, "registry", ref, insecure=insecure)
+
+    def push(self, name: str, ref: str, *, insecure: bool = False) -> ImageResult:
+        """Write the image ``name`` to a registry as ``ref``."""
+        body: dict[str, Any] = {"name": name, "ref": ref}
+        if insecure:
+            body["insecure"] = True
+        return from_json(ImageResult, self._c._json("POST", "/v1/images/push", body=body))
+
+    def remove(self, name: str) -> None:
+        """Remove a name; GC collects what nothing else reaches, and
+        workspaces on the image keep their root."""
+        self._c._t.request("DELETE", _image_path(name)).read()
+
 
 class Branches:
     """``client.branches``: writable lines of a project."""
@@ -225,7 +279,8 @@ class Workspaces:
     def create(self, project: str, branch: str = "main", *, at: str | None = None,
                platform: str | None = None, network: str | None = None,
                data_path: str | None = None, durability: str | None = None,
-               mount_path: str | None = None, owner: tuple[int, int] | None = None) -> "Workspace":
+               mount_path: str | None = None, owner: tuple[int, int] | None = None,
+               image: str | None = None) -> "Workspace":
         """Open a workspace on ``branch``'s head (or on the commit ``at``
         names; commits still go to ``branch``). ``data_path`` is "overlay"
         or "fuse"; ``durability`` "commit" (writes reach the disk with
@@ -233,10 +288,13 @@ class Workspaces:
         daemon's. ``owner`` (uid, gid) is the host user its mount path
         (``mount_path``, default under the Store) is for: where sandboxes
         run in a user namespace, the sandbox's root is that user there;
-        default, the caller."""
+        default, the caller. ``image`` (NAME or NAME@DIGEST; default the
+        project's default image) is every exec's root, the workspace's own
+        copy-on-write, its Env, WorkingDir and User the execs' defaults."""
         spec: dict[str, Any] = {"project": project, "branch": branch}
         for k, v in (("at", at), ("platform", platform), ("network", network),
-                     ("data_path", data_path), ("durability", durability), ("mount_path", mount_path)):
+                     ("data_path", data_path), ("durability", durability), ("mount_path", mount_path),
+                     ("image", image)):
             if v:
                 spec[k] = v
         if owner is not None:
@@ -402,6 +460,11 @@ class Workspace:
             stream.close()
             raise DaemonLost(f"watch {self.id}: the stream did not begin with ready")
         return stream
+
+    def commit_image(self, name: str) -> ImageResult:
+        """Make the changes this workspace's execs made to its root (it must
+        stand on an image) a new layer on that image, named ``name``."""
+        return from_json(ImageResult, self._json("POST", self._path("/image"), body={"name": name}))
 
     def commit(self, message: str = "", *, author: str | None = None, merge: bool = False) -> CommitResult:
         """Record the workspace's changes on its branch (compare-and-swap on

@@ -75,6 +75,7 @@ class Project:
     created: datetime | None = _j(conv=_time)
     layers: int = 0
     branches: int = 0
+    image: str = ""  # the image its workspaces get when they name none
 
 
 @dataclass
@@ -202,7 +203,7 @@ class Receipt:
     new_bytes: int = 0
     reused_bytes: int = 0
     platform: str = ""
-    image: str = ""
+    image: str = ""  # NAME@DIGEST of the workspace's image, if it has one
     user_namespace: str = ""  # the command's uid_map, or "none: " and why
     quota: QuotaUsage | None = _j(conv=lambda v: from_json(QuotaUsage, v) if v else None)
     shared_mount: bool = False
@@ -293,6 +294,7 @@ class WorkspaceInfo:
     durability: str = ""  # "commit" or "fsync"; "" for a native workspace
     owner: Owner | None = _j(conv=lambda d: _owner(d))  # the mount path's host user, where it is a view
     host_view: str = ""  # how the view serves file data: "passthrough" or "daemon: why"
+    image: str = ""  # NAME@DIGEST of the image its root lies over; "" for the platform's runtime
     receipt: Receipt | None = _j(conv=_receipt)  # on a create or a remount: what mounting cost
 
 
@@ -446,3 +448,57 @@ class FileEvent:
     size: int = 0
     count: int = 0
     time: datetime | None = _j(conv=_time)
+
+
+@dataclass
+class ImageLayer:
+    """One layer of an image, the lowest first: a commit of the image's
+    tree after it."""
+
+    diff_id: str = ""
+    digest: str = ""
+    size: int = 0
+    commit: str = ""
+
+
+@dataclass
+class ImageConfig:
+    """What of an image's config a workspace's execs use."""
+
+    env: list[str] = field(default_factory=list)
+    working_dir: str = ""
+    user: str = ""
+    entrypoint: list[str] = field(default_factory=list)
+    cmd: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Image:
+    """A container image kept in the Store; ``digest`` is its OCI config's
+    (Docker's image ID)."""
+
+    name: str = ""
+    digest: str = ""
+    commit: str = ""
+    created: datetime | None = _j(conv=_time)
+    source: str = ""
+    manifest_digest: str = ""
+    layers: list[ImageLayer] = _j(conv=lambda v: [from_json(ImageLayer, x) for x in v or []], factory=list)
+    config: ImageConfig = _j(conv=lambda v: from_json(ImageConfig, v), factory=ImageConfig)
+    files: int = 0
+    bytes: int = 0
+
+    @property
+    def ref(self) -> str:
+        """NAME@DIGEST: this image, pinned."""
+        return f"{self.name}@{self.digest}"
+
+
+@dataclass
+class ImageResult:
+    """What an import, a pull, a push or an image commit made, and what it
+    cost (``stats``: layers read, bytes, Store growth, wall time)."""
+
+    image: Image = _j(conv=lambda v: from_json(Image, v), factory=Image)
+    stats: dict[str, Any] = field(default_factory=dict)
+    pushed: str = ""
