@@ -3,6 +3,11 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"io"
+	"layerfs.dev/layerfs/internal/enginetest"
+	"layerfs.dev/layerfs/wire"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -23,7 +28,7 @@ import (
 // allTools is every tool the server offers, in the order docs/mcp.md lists them.
 var allTools = []string{"project_create", "project_list", "workspace_create", "workspace_list", "checkout",
 	"exec", "read_file", "write_file", "list_dir", "stat", "diff", "commit", "update", "resolve", "merge",
-	"fork", "fork_workspace", "log", "workspace_end", "watch"}
+	"fork", "fork_workspace", "log", "workspace_end", "image_list", "image_pull", "image_commit", "watch"}
 
 func newServer(t *testing.T, d *daemontest.Daemon) *mcpserver.Server {
 	t.Helper()
@@ -460,4 +465,48 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.next.RoundTrip(r)
+}
+
+// TestImageTools: through the real MCP client, an image pulled from a
+// registry (go-containerregistry's, in process) is listed, a workspace
+// opened on it runs its commands in its root, and image_commit saves the
+// root's changes as a new image.
+func TestImageTools(t *testing.T) {
+	d := daemontest.Start(t)
+	s := session{t, connect(t, newServer(t, d))}
+	ctx := t.Context()
+	c, err := client.Dial(ctx, d.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.ImportImage(ctx, wire.ImageImport{Name: "mcp/base:1", Kind: wire.ImageFromDir, Source: enginetest.MinimalRoot(t)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/mcp/base:1"
+	_, err = c.PushImage(ctx, wire.ImagePush{Name: "mcp/base:1", Ref: ref})
+	require.NoError(t, err)
+
+	var pulled struct{ Name, Digest string }
+	s.ok(&pulled, "image_pull", map[string]any{"ref": ref, "name": "mcp/pulled:1"})
+	require.Equal(t, "mcp/pulled:1", pulled.Name)
+	var list struct{ Images []struct{ Name string } }
+	s.ok(&list, "image_list", map[string]any{})
+	require.Len(t, list.Images, 2)
+	var proj struct{ Name string }
+	s.ok(&proj, "project_create", map[string]any{"name": "img"})
+	var ws struct{ ID, Image string }
+	s.ok(&ws, "workspace_create", map[string]any{"project": "img", "image": "mcp/pulled:1"})
+	require.Equal(t, "mcp/pulled:1@"+pulled.Digest, ws.Image)
+	var ex struct {
+		Stdout string `json:"stdout"`
+	}
+	s.ok(&ex, "exec", map[string]any{"workspace": ws.ID, "command": "cat /etc/os-release; echo x > /etc/added"})
+	require.Equal(t, "ID=minimal\n", ex.Stdout)
+	var saved struct {
+		Name   string
+		Layers int
+	}
+	s.ok(&saved, "image_commit", map[string]any{"workspace": ws.ID, "name": "mcp/saved:1"})
+	require.Equal(t, 2, saved.Layers)
+	s.refused("required", "image_commit", map[string]any{"workspace": ws.ID})
 }

@@ -110,6 +110,15 @@ func (s *Server) addTools() error {
 	addTool(s, &mcp.Tool{Name: "workspace_end", Annotations: mutating("End a workspace", true, false),
 		Description: "End a workspace: unmount it and drop its private copy. Refuses (uncommitted_changes) when it holds changes not committed yet, unless discard is true. Committed work stays in the project's history."},
 		s.workspaceEnd)
+	addTool(s, &mcp.Tool{Name: "image_list", Annotations: readOnly("List images"),
+		Description: "List the container images kept in the Store: name, digest, layers, and the Env, WorkingDir and User their workspaces' commands get. Pass a name (or name@digest) as `image` to workspace_create to make it every command's root: tools and libraries the host lacks are there, and the root is the workspace's own copy, so `apt-get install` or `pip install --break-system-packages` in exec (given network host) stays for the workspace's life."},
+		s.imageList)
+	addTool(s, &mcp.Tool{Name: "image_pull", Annotations: &mcp.ToolAnnotations{Title: "Pull an image", DestructiveHint: new(false), OpenWorldHint: new(true)},
+		Description: "Store a registry's image (`ref`, such as registry.example.com/team/python:3.12) under `name` (default: ref). Only layers the Store lacks are fetched. Credentials are the daemon's (its Docker config and credential helpers). Then open workspaces on it with workspace_create's `image`."},
+		s.imagePull)
+	addTool(s, &mcp.Tool{Name: "image_commit", Annotations: mutating("Save a workspace's root as an image", false, false),
+		Description: "Save what commands changed in a workspace's root (packages installed with apt-get or pip, files outside /workspace) as a new image `name`: its image with one more layer, as docker commit does. Workspaces opened on it start with those changes. The workspace must have been opened with an image; /workspace is not part of the image (commit it with commit)."},
+		s.imageCommit)
 	s.addWatchTool()
 	return nil
 }
@@ -137,6 +146,7 @@ type workspaceCreateIn struct {
 	At       string `json:"at,omitempty" jsonschema:"a ref to open instead of the branch head (commits still go to branch)"`
 	Platform string `json:"platform,omitempty" jsonschema:"the sandbox platform, such as local or docker (default: the daemon's default)"`
 	Network  string `json:"network,omitempty" jsonschema:"none (default: no network in the sandbox) or host"`
+	Image    string `json:"image,omitempty" jsonschema:"an image (name or name@digest, see image_list) whose tree is every command's root, the workspace's own copy (default: the project's default image, else the host's runtime)"`
 }
 
 type workspaceOut struct {
@@ -148,6 +158,7 @@ type workspaceOut struct {
 	Platform  string `json:"platform"`
 	State     string `json:"state"`
 	MountPath string `json:"mount_path" jsonschema:"where it is mounted on the daemon's host"`
+	Image     string `json:"image,omitempty" jsonschema:"name@digest of the image its root is"`
 }
 
 type workspaceListOut struct {
@@ -374,14 +385,14 @@ func (s *Server) projectList(ctx context.Context, _ *mcp.CallToolRequest, c *cli
 
 func showWorkspace(w wire.Workspace) workspaceOut {
 	return workspaceOut{ID: w.ID, Project: w.Project, Branch: w.Branch, Base: w.Base, Head: w.Head,
-		Platform: w.Platform, State: w.State, MountPath: w.MountPath}
+		Platform: w.Platform, State: w.State, MountPath: w.MountPath, Image: w.Image}
 }
 
 func (s *Server) workspaceCreate(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in workspaceCreateIn) (workspaceOut, error) {
 	if in.Branch == "" {
 		in.Branch = "main"
 	}
-	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: in.Project, Branch: in.Branch, At: in.At, Platform: in.Platform, Network: in.Network})
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: in.Project, Branch: in.Branch, At: in.At, Platform: in.Platform, Network: in.Network, Image: in.Image})
 	if err != nil {
 		return workspaceOut{}, err
 	}
@@ -710,3 +721,68 @@ func bounded(name string, v, def, max int) (int, error) {
 }
 
 func ms(ns int64) float64 { return float64(ns) / 1e6 }
+
+type imageOut struct {
+	Name       string   `json:"name"`
+	Digest     string   `json:"digest" jsonschema:"the digest of its config: name@digest pins it"`
+	Layers     int      `json:"layers"`
+	Files      int64    `json:"files"`
+	Bytes      int64    `json:"bytes"`
+	Env        []string `json:"env,omitempty" jsonschema:"the environment its commands get"`
+	WorkingDir string   `json:"working_dir,omitempty" jsonschema:"the working directory its commands get (default /workspace)"`
+	User       string   `json:"user,omitempty" jsonschema:"the user its commands run as"`
+}
+
+func showImage(img wire.Image) imageOut {
+	return imageOut{Name: img.Name, Digest: img.Digest, Layers: len(img.Layers), Files: img.Files, Bytes: img.Bytes,
+		Env: img.Config.Env, WorkingDir: img.Config.WorkingDir, User: img.Config.User}
+}
+
+type imageListOut struct {
+	Images []imageOut `json:"images"`
+}
+
+func (s *Server) imageList(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, _ struct{}) (imageListOut, error) {
+	imgs, err := c.Images(ctx)
+	out := imageListOut{Images: []imageOut{}}
+	for _, img := range imgs {
+		out.Images = append(out.Images, showImage(img))
+	}
+	return out, err
+}
+
+type imagePullIn struct {
+	Ref  string `json:"ref" jsonschema:"the registry reference, such as registry.example.com/team/python:3.12"`
+	Name string `json:"name,omitempty" jsonschema:"the name to store it as (default: ref)"`
+}
+
+func (s *Server) imagePull(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in imagePullIn) (imageOut, error) {
+	if in.Ref == "" {
+		return imageOut{}, badInput("ref is required")
+	}
+	res, err := c.PullImage(ctx, in.Ref, in.Name)
+	if err != nil {
+		return imageOut{}, err
+	}
+	return showImage(res.Image), nil
+}
+
+type imageCommitIn struct {
+	Workspace string `json:"workspace" jsonschema:"the workspace id (opened with an image)"`
+	Name      string `json:"name" jsonschema:"the new image's name, such as team/env:2"`
+}
+
+func (s *Server) imageCommit(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in imageCommitIn) (imageOut, error) {
+	if in.Name == "" {
+		return imageOut{}, badInput("name is required")
+	}
+	ws, err := handle(ctx, c, in.Workspace)
+	if err != nil {
+		return imageOut{}, err
+	}
+	res, err := ws.CommitImage(ctx, in.Name)
+	if err != nil {
+		return imageOut{}, err
+	}
+	return showImage(res.Image), nil
+}
