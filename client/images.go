@@ -72,3 +72,11 @@ func (ws *Workspace) CommitImage(ctx context.Context, name string) (wire.ImageRe
 	var out wire.ImageResult
 	return out, ws.doJSON(ctx, http.MethodPost, ws.path("/image"), nil, wire.ImageCommit{Name: name}, &out)
 }
+
+// BuildImage builds req.File (a Dockerfile's text) with the directory
+// req.Context of the daemon's host into the image req.Name; each RUN runs
+// in a sandbox on the image so far, and steps are cached by their inputs.
+func (c *Client) BuildImage(ctx context.Context, req wire.ImageBuild) (wire.ImageResult, error) {
+	var out wire.ImageResult
+	return out, c.doJSON(ctx, http.MethodPost, "/v1/images/build", nil, req, &out)
+}

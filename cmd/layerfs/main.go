@@ -49,6 +49,7 @@ func commands(a *app) {
 		benchCmd(a),
 		daemonCmd(a),
 		wsCmd(a),
+		imageCmd(a),
 		cellsCmd(a),
 		mcpCmd(a),
 	)

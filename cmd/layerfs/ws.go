@@ -91,6 +91,7 @@ root) creates there is the sandbox root's. Give another user a workspace with
 	f.StringVar(&spec.DataPath, "data-path", "", "overlay (kernel overlayfs over the daemon's FUSE view of the commit) or fuse (default: the daemon's)")
 	f.StringVar(&spec.Durability, "durability", "", "commit (writes reach the disk with commits: a host crash can lose what is uncommitted, fsync returns at once) or fsync (as a local disk) (default: the daemon's, commit)")
 	f.StringVar(&owner, "owner", "", "the host user the mount path is for: USER, UID or UID:GID (default: you)")
+	f.StringVar(&spec.Image, "image", "", "NAME or NAME@DIGEST: the image whose tree is every exec's root, the workspace's own copy-on-write (default: the project's default image, else the platform's runtime)")
 	return cmd
 }
 
@@ -200,6 +201,9 @@ func wsStatusCmd(a *app) *cobra.Command {
 						fmt.Fprintf(w, "owner\t%d:%d (a view of the sandboxes' files, data %s)\n", st.Owner.UID, st.Owner.GID, st.HostView)
 					}
 					fmt.Fprintf(w, "platform\t%s, network %s\n", st.Platform, st.Network)
+					if st.Image != "" {
+						fmt.Fprintf(w, "image\t%s\n", st.Image)
+					}
 					if st.DataPath != "" {
 						fmt.Fprintf(w, "data path\t%s\n", st.DataPath)
 						fmt.Fprintf(w, "durability\t%s\n", st.Durability)

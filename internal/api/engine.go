@@ -183,6 +183,12 @@ type ImageManager interface {
 	RemoveImage(ctx context.Context, name string) error
 	// PushImage writes an image to a registry from the Store.
 	PushImage(ctx context.Context, req wire.ImagePush) (wire.ImageResult, error)
+	// BuildImage builds req.File (a Dockerfile's text) with the host
+	// directory req.Context, each RUN in a sandbox on the image so far,
+	// each step cached by its inputs; an instruction it does not build is
+	// refused (errclass.Invalid) naming it and its line, and a failing
+	// step fails the build (its steps so far in the result).
+	BuildImage(ctx context.Context, req wire.ImageBuild) (wire.ImageResult, error)
 	// CommitImage makes a workspace root's changes a layer on its image,
 	// named req.Name; errclass.Invalid for a workspace with no image.
 	CommitImage(ctx context.Context, id string, req wire.ImageCommit) (wire.ImageResult, error)

@@ -154,3 +154,28 @@ func (s *Server) setProjectImage(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, proj)
 	return nil
 }
+
+func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) error {
+	var req wire.ImageBuild
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if err := checkImage("name", req.Name, false); err != nil {
+		return err
+	}
+	if req.File == "" {
+		return invalid("file is required: the build file's text")
+	}
+	if err := hostPath("context", req.Context, false); err != nil {
+		return err
+	}
+	if req.Platform != "" && !platformRE.MatchString(req.Platform) {
+		return invalid("platform %q is not a valid platform name", req.Platform)
+	}
+	res, err := s.images.BuildImage(ctxOf(r), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, res)
+	return nil
+}

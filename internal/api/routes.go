@@ -60,6 +60,7 @@ func (s *Server) routes() {
 	s.handle("GET /v1/images", read, s.listImages)
 	s.handle("POST /v1/images", work, s.importImage)
 	s.handle("POST /v1/images/push", work, s.pushImage)
+	s.handle("POST /v1/images/build", work, s.buildImage)
 	s.handle("GET /v1/images/{name...}", read, s.getImage)
 	s.handle("DELETE /v1/images/{name...}", work, s.removeImage)
 	s.handle("POST /v1/workspaces/{id}/image", work, s.commitImage)

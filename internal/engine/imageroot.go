@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/image"
 	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/overlay"
@@ -221,3 +222,17 @@ func mergeEnv(base, over []string) []string {
 
 // mkdirs makes dir and its parents.
 func mkdirs(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+// sandboxMounts are the top-level directories a sandbox mounts over in a
+// workspace's root, made there when the image lacks them: they are the
+// sandbox's, not changes of the root.
+var sandboxMounts = []string{"workspace", "tmp", "proc", "sys", "dev"}
+
+// rootChanges are the changes of a root's upper that are the image's:
+// without the sandbox's mount points.
+func rootChanges(cs []commit.Change) []commit.Change {
+	return slices.DeleteFunc(slices.Clone(cs), func(c commit.Change) bool {
+		top, _, _ := strings.Cut(c.Path, "/")
+		return !c.Delete && slices.Contains(sandboxMounts, top)
+	})
+}

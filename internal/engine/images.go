@@ -166,7 +166,7 @@ func (e *Engine) CommitImage(ctx context.Context, id string, req wire.ImageCommi
 	if err != nil {
 		return wire.ImageResult{}, err
 	}
-	st, err := b.AddLayer(ctx, "", "layerfs image commit "+id, cs.Changes)
+	st, err := b.AddLayer(ctx, "", "layerfs image commit "+id, rootChanges(cs.Changes))
 	if err != nil {
 		return wire.ImageResult{}, classify(err)
 	}

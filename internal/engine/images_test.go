@@ -3,6 +3,8 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -132,4 +134,64 @@ func TestWorkspaceOnImage(t *testing.T) {
 	imgs, err := e2.Images(ctx)
 	require.NoError(t, err)
 	require.Len(t, imgs, 2, "base and team/app:1")
+}
+
+// TestBuildImage: a build file's steps make an image a workspace runs on;
+// a rebuild runs nothing again, and one after an edit of the last step
+// runs only it; what the build does not support, a failing RUN and a COPY
+// out of the context are refused with their reason.
+func TestBuildImage(t *testing.T) {
+	e, db := newEngine(t)
+	ctx := t.Context()
+	importMinimal(t, e, db)
+	bctx := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(bctx, "src/lib"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bctx, "src/main.sh"), []byte("echo main\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bctx, "src/lib/util.sh"), []byte("echo util\n"), 0o644))
+	file := func(last string) string {
+		return "FROM base\nARG GREETING=hi\nENV APP=/srv/app\nWORKDIR $APP\nCOPY --chown=1000:1000 src/ ./\n" +
+			"RUN echo \"$GREETING\" > greeting && mkdir -p /opt/tool && echo built > /opt/tool/v\nUSER app\n" + last + "\n"
+	}
+	res, err := e.BuildImage(ctx, wire.ImageBuild{Name: "team/built:1", File: file("RUN echo one > /home/app/last"), Context: bctx})
+	require.NoError(t, err)
+	require.Equal(t, "/srv/app", res.Image.Config.WorkingDir)
+	require.Equal(t, "app", res.Image.Config.User)
+	for _, s := range res.Steps {
+		require.False(t, s.Cached, "a first build runs %s", s.Instruction)
+	}
+	_, err = e.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	require.NoError(t, err)
+	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", Image: "team/built:1"})
+	require.NoError(t, err)
+	out, _ := run(t, e, ws.ID, "pwd; cat greeting /opt/tool/v /home/app/last; stat -c %u lib/util.sh; bash main.sh; echo $APP")
+	require.Equal(t, "/srv/app\nhi\nbuilt\none\n1000\nmain\n/srv/app\n", out)
+
+	again, err := e.BuildImage(ctx, wire.ImageBuild{Name: "team/built:1", File: file("RUN echo one > /home/app/last"), Context: bctx})
+	require.NoError(t, err)
+	require.Equal(t, res.Image.Digest, again.Image.Digest, "a rebuild of the same file and context is the same image")
+	for _, s := range again.Steps {
+		if strings.HasPrefix(s.Instruction, "RUN") || strings.HasPrefix(s.Instruction, "COPY") {
+			require.True(t, s.Cached, "a rebuild reuses %s", s.Instruction)
+		}
+	}
+	edited, err := e.BuildImage(ctx, wire.ImageBuild{Name: "team/built:2", File: file("RUN echo two > /home/app/last"), Context: bctx})
+	require.NoError(t, err)
+	var ran []string
+	for _, s := range edited.Steps {
+		if !s.Cached && (strings.HasPrefix(s.Instruction, "RUN") || strings.HasPrefix(s.Instruction, "COPY")) {
+			ran = append(ran, s.Instruction)
+		}
+	}
+	require.Equal(t, []string{"RUN echo two > /home/app/last"}, ran, "only the edited step runs")
+
+	_, err = e.BuildImage(ctx, wire.ImageBuild{Name: "x", File: "FROM base\nHEALTHCHECK CMD true\n"})
+	require.ErrorIs(t, err, errclass.Invalid)
+	require.ErrorContains(t, err, "line 2: HEALTHCHECK")
+	_, err = e.BuildImage(ctx, wire.ImageBuild{Name: "x", File: "FROM base\nRUN echo oops >&2; exit 3\n"})
+	require.ErrorIs(t, err, engine.ErrBuildStep)
+	require.ErrorContains(t, err, "exit code 3: oops")
+	_, err = e.BuildImage(ctx, wire.ImageBuild{Name: "x", File: "FROM base\nCOPY ../../etc/passwd /x\n", Context: bctx})
+	require.ErrorIs(t, err, errclass.Invalid)
+	_, err = e.BuildImage(ctx, wire.ImageBuild{Name: "x", File: "FROM missing\n"})
+	require.ErrorIs(t, err, errclass.NotFound)
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// MinimalRoot makes a directory holding a small Debian-like root: bash and
-// a few coreutils with their libraries (merged /usr), an /etc/passwd with
-// root and app (1000), /srv and /home/app.
+// MinimalRoot makes a directory holding a small Debian-like root: bash
+// (also as sh) and a few coreutils with their libraries (merged /usr), an
+// /etc/passwd with root and app (1000), /srv and /home/app.
 func MinimalRoot(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -48,6 +48,7 @@ func MinimalRoot(t testing.TB) string {
 		require.NoError(t, os.Symlink("usr/"+d, filepath.Join(dir, d)))
 	}
 	require.NoError(t, os.Symlink("usr/bin", filepath.Join(dir, "bin")))
+	require.NoError(t, os.Symlink("bash", filepath.Join(dir, "usr/bin/sh")))
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "etc"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "etc/passwd"),
 		[]byte("root:x:0:0:root:/root:/bin/bash\napp:x:1000:1000::/home/app:/bin/bash\n"), 0o644))
@@ -59,4 +60,3 @@ func MinimalRoot(t testing.TB) string {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "etc/os-release"), []byte("ID=minimal\n"), 0o644))
 	return dir
 }
-

@@ -122,3 +122,39 @@ func readFile(ctx context.Context, r commit.Reader, root store.ID, rel string) (
 	}
 	return buf.Bytes(), nil
 }
+
+// MissingDirs lists the changes that make the directory rel (and its
+// missing parents) in the tree root, each new one 0755 and owned by
+// uid:gid; none when it is there. A file or a symlink on the way fails.
+func MissingDirs(ctx context.Context, r commit.Reader, root store.ID, rel string, uid, gid uint32) ([]commit.Change, error) {
+	var out []commit.Change
+	id, missing, p := root, false, ""
+	for name := range strings.SplitSeq(rel, "/") {
+		if name == "" {
+			continue
+		}
+		p = strings.TrimPrefix(p+"/"+name, "/")
+		if !missing {
+			var e *store.Entry
+			if !id.IsZero() {
+				t, err := r.Tree(ctx, id)
+				if err != nil {
+					return nil, err
+				}
+				e, _ = t.Find(name)
+			}
+			switch {
+			case e == nil:
+				missing = true
+			case e.Type != store.TypeDir:
+				return nil, fmt.Errorf("%w: /%s is a %s, not a directory", errclass.Invalid, p, e.Type)
+			default:
+				id = e.Object
+				continue
+			}
+		}
+		out = append(out, commit.Change{Path: p, Entry: &store.Entry{Name: name, Type: store.TypeDir, Mode: 0o755,
+			UID: uid, GID: gid, ObjectKind: store.KindTree}})
+	}
+	return out, nil
+}

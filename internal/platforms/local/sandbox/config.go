@@ -37,11 +37,12 @@ type Config struct {
 	// RootDir, when set, is an image directory whose top-level entries
 	// become the sandbox's read-only root instead of the host's runtime.
 	RootDir string
-	// RootWritable clones RootDir's entries read-write: the directory is
-	// the workspace's own copy-on-write root (an image's tree under an
-	// upper layer of the workspace's), so what an exec installs there
-	// stays for the workspace's next execs. The root's top level itself
-	// stays read-only.
+	// RootWritable makes RootDir itself the sandbox's root, writable: the
+	// directory is the workspace's own copy-on-write root (an image's tree
+	// under an upper layer of the workspace's), so what an exec installs
+	// there stays for the workspace's next execs. The sandbox's mount
+	// points (/workspace, /tmp, /proc, /sys, /dev) are made in it where it
+	// lacks them.
 	RootWritable bool
 	// Network gives the sandbox the host's network namespace; otherwise it
 	// gets a fresh one holding only lo.

@@ -166,7 +166,15 @@ func buildRoot(entries []rootEntry, m *marks) (ns int, err error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return -1, fmt.Errorf("make mounts private: %w", err)
 	}
-	if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+	whole := len(entries) == 1 && entries[0].name == wholeRoot
+	if whole {
+		// A workspace's own copy-on-write root: the root itself, writable.
+		if err := unix.MoveMount(entries[0].tree, "", unix.AT_FDCWD, stagingDir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return -1, fmt.Errorf("mount the root: %w", err)
+		}
+		unix.Close(entries[0].tree)
+		entries[0].tree = -1
+	} else if err := unix.Mount("tmpfs", stagingDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
 		return -1, fmt.Errorf("mount root tmpfs: %w", err)
 	}
 	root, err := unix.Open(stagingDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -176,6 +184,9 @@ func buildRoot(entries []rootEntry, m *marks) (ns int, err error) {
 	defer unix.Close(root)
 
 	for i := range entries {
+		if whole {
+			break
+		}
 		e := &entries[i]
 		switch {
 		case e.link != "":
@@ -205,7 +216,8 @@ func buildRoot(entries []rootEntry, m *marks) (ns int, err error) {
 		name string
 		mode uint32
 	}{{"workspace", 0o755}, {"tmp", 0o1777}, {"proc", 0o555}, {"sys", 0o555}, {"dev", 0o755}} {
-		if err := unix.Mkdirat(root, d.name, d.mode); err != nil {
+		// A whole root may have them (an image's /tmp): they are mounted over.
+		if err := unix.Mkdirat(root, d.name, d.mode); err != nil && !(whole && errors.Is(err, unix.EEXIST)) {
 			return -1, fmt.Errorf("mkdir /%s: %w", d.name, err)
 		}
 	}
@@ -227,7 +239,7 @@ func buildRoot(entries []rootEntry, m *marks) (ns int, err error) {
 		return -1, err
 	}
 	m.add("dev")
-	if err := pivot(stagingDir); err != nil {
+	if err := pivot(stagingDir, !whole); err != nil {
 		return -1, err
 	}
 	m.add("pivot")
@@ -439,14 +451,31 @@ func removeMessageQueues(mqueue int) error {
 	return nil
 }
 
+// wholeRoot names the one entry of a root that is a directory whole: a
+// workspace's own copy-on-write root, which becomes the sandbox's root
+// itself, writable (its top level too), the sandbox's mount points made in
+// it where it lacks them.
+const wholeRoot = "/"
+
 // rootEntries clones the trees that make up the new root: the host runtime
 // when image is empty, else every top-level entry of the image directory,
-// read-write when writable (a workspace's own copy-on-write root).
+// or, when writable (a workspace's own copy-on-write root), the image
+// directory whole (wholeRoot).
 func rootEntries(image string, writable bool, idmap int) ([]rootEntry, error) {
+	if image != "" && writable {
+		fd, err := cloneTree(unix.AT_FDCWD, image, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0)
+		if err != nil {
+			return nil, fmt.Errorf("clone root %s: %w", image, err)
+		}
+		if idmap >= 0 {
+			_ = userns.IDMap(fd, idmap) // an overlay over id-mapped layers shows the mapped ids already
+		}
+		return []rootEntry{{name: wholeRoot, tree: fd}}, nil
+	}
 	if image == "" {
 		var out []rootEntry
 		for _, name := range hostRuntime {
-			e, err := entryAt(unix.AT_FDCWD, "/"+name, name, false, idmap)
+			e, err := entryAt(unix.AT_FDCWD, "/"+name, name, idmap)
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
@@ -471,7 +500,7 @@ func rootEntries(image string, writable bool, idmap int) ([]rootEntry, error) {
 		if reserved[name] {
 			continue
 		}
-		e, err := entryAt(int(dir.Fd()), name, name, writable, idmap)
+		e, err := entryAt(int(dir.Fd()), name, name, idmap)
 		if err != nil {
 			return out, err
 		}
@@ -484,12 +513,10 @@ func rootEntries(image string, writable bool, idmap int) ([]rootEntry, error) {
 }
 
 // entryAt describes path (relative to dirfd) as a root entry, cloning it
-// (read-only unless writable) unless it is a symlink, and id-mapped with
-// the user namespace idmap when that is >= 0 and the file system allows
-// it (a clone of an overlay over id-mapped layers shows the mapped ids
-// already). Symlinks are never followed. Setuid bits stay inert: the
-// clones are nosuid and every command runs with no_new_privs.
-func entryAt(dirfd int, path, name string, writable bool, idmap int) (rootEntry, error) {
+// read-only unless it is a symlink, and id-mapped with the user namespace
+// idmap when that is >= 0 and the file system allows it. Symlinks are never
+// followed.
+func entryAt(dirfd int, path, name string, idmap int) (rootEntry, error) {
 	e := rootEntry{name: name, tree: -1}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirfd, path, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -505,11 +532,7 @@ func entryAt(dirfd int, path, name string, writable bool, idmap int) (rootEntry,
 		e.link = string(buf[:n])
 		return e, nil
 	case unix.S_IFDIR, unix.S_IFREG:
-		attrs := uint64(unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
-		if writable {
-			attrs &^= unix.MOUNT_ATTR_RDONLY
-		}
-		fd, err := cloneTree(dirfd, path, attrs, 0)
+		fd, err := cloneTree(dirfd, path, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0)
 		if err != nil {
 			return e, fmt.Errorf("clone %s: %w", path, err)
 		}
@@ -666,8 +689,9 @@ func bindHostDev(dev int, name string) error {
 }
 
 // pivot makes dir the root, detaches the old root (the whole host tree this
-// namespace was copied from) and makes the new root itself read-only.
-func pivot(dir string) error {
+// namespace was copied from) and makes the new root itself read-only
+// (unless not readOnly: a workspace's own root).
+func pivot(dir string, readOnly bool) error {
 	if err := unix.Chdir(dir); err != nil {
 		return fmt.Errorf("chdir new root: %w", err)
 	}
@@ -681,6 +705,9 @@ func pivot(dir string) error {
 	}
 	if err := unix.Chdir("/"); err != nil {
 		return fmt.Errorf("chdir /: %w", err)
+	}
+	if !readOnly {
+		return nil
 	}
 	if err := unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
 		return fmt.Errorf("make root read-only: %w", err)

@@ -433,16 +433,25 @@ func TestRootDir(t *testing.T) {
 	}
 	check(t, &l)
 	t.Run("user namespace", func(t *testing.T) { check(t, userNSLauncher(t, 0)) })
-	// A workspace's own copy-on-write root: writable below its top level,
-	// and an absolute Dir is a directory of it.
+	// A workspace's own copy-on-write root: the root itself, writable (its
+	// top level too), and RootWorkdir is a directory of it.
 	t.Run("writable", func(t *testing.T) {
-		cfg := shell(t.TempDir(), "pwd; echo new > /usr/written; cat /usr/written; { echo x > /top; } 2>/dev/null || echo refused")
-		cfg.RootDir, cfg.RootWritable, cfg.Spec.RootWorkdir = image, true, "/usr"
+		root := t.TempDir()
+		require.NoError(t, os.CopyFS(root, os.DirFS(image)))
+		for _, d := range []string{"lib", "lib64"} {
+			if err := os.Remove(filepath.Join(root, d)); err == nil {
+				require.NoError(t, os.Symlink("usr/"+d, filepath.Join(root, d)))
+			}
+		}
+		cfg := shell(t.TempDir(), "pwd; echo new > /usr/written; cat /usr/written; echo top > /top; echo /*")
+		cfg.RootDir, cfg.RootWritable, cfg.Spec.RootWorkdir = root, true, "/usr"
 		o := run(t, &l, cfg)
-		require.Equal(t, "/usr\nnew\nrefused\n", o.stdout, "stderr %q", o.stderr)
-		b, err := os.ReadFile(filepath.Join(image, "usr/written"))
-		require.NoError(t, err)
-		require.Equal(t, "new\n", string(b))
+		require.Equal(t, "/usr\nnew\n/dev /lib /lib64 /marker /proc /sys /tmp /top /usr /workspace\n", o.stdout, "stderr %q", o.stderr)
+		for f, want := range map[string]string{"usr/written": "new\n", "top": "top\n"} {
+			b, err := os.ReadFile(filepath.Join(root, f))
+			require.NoError(t, err)
+			require.Equal(t, want, string(b))
+		}
 	})
 }
 

@@ -548,7 +548,7 @@ func buildSmallRoot() (int, error) {
 			return -1, err
 		}
 	}
-	if err := pivot(stagingDir); err != nil {
+	if err := pivot(stagingDir, true); err != nil {
 		return -1, err
 	}
 	return unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
