@@ -109,6 +109,9 @@ class _AsyncImages:
     async def remove(self, name: str) -> None:
         await _run(self._i.remove, name)
 
+    async def build(self, name: str, file: str, **kw: Any) -> ImageResult:
+        return await _run(self._i.build, name, file, **kw)
+
 
 class _AsyncBranches:
     def __init__(self, b: _sync.Branches):

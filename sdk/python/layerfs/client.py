@@ -247,6 +247,25 @@ class Images:
         workspaces on the image keep their root."""
         self._c._t.request("DELETE", _image_path(name)).read()
 
+    def build(self, name: str, file: str, *, context: str | None = None, args: Mapping[str, str] | None = None,
+              platform: str | None = None, network: str | None = None, no_cache: bool = False) -> ImageResult:
+        """Build ``file`` (a Dockerfile's text) with the directory ``context``
+        of the daemon's host into the image ``name``: each RUN in a sandbox
+        on the image so far, each step cached by its inputs (``steps`` of
+        the result say which ran). An instruction it does not build, or a
+        failing RUN, raises :class:`layerfs.InvalidArgument`."""
+        body: dict[str, Any] = {"name": name, "file": file}
+        if context:
+            body["context"] = context
+        if args:
+            body["args"] = [f"{k}={v}" for k, v in args.items()]
+        for k, v in (("platform", platform), ("network", network)):
+            if v:
+                body[k] = v
+        if no_cache:
+            body["no_cache"] = True
+        return from_json(ImageResult, self._c._json("POST", "/v1/images/build", body=body))
+
 
 class Branches:
     """``client.branches``: writable lines of a project."""

@@ -501,4 +501,5 @@ class ImageResult:
 
     image: Image = _j(conv=lambda v: from_json(Image, v), factory=Image)
     stats: dict[str, Any] = field(default_factory=dict)
+    steps: list[dict[str, Any]] = field(default_factory=list)  # a build's: instruction, cached, wall_ns
     pushed: str = ""

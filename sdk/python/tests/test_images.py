@@ -39,6 +39,7 @@ def image_dir(tmp_path_factory) -> Path:
             shutil.rmtree(root / d)
         (root / d).symlink_to("usr/" + d)
     (root / "bin").symlink_to("usr/bin")
+    (root / "usr" / "bin" / "sh").symlink_to("bash")
     (root / "etc").mkdir(exist_ok=True)
     (root / "etc" / "os-release").write_text("ID=pytest\n")
     (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
@@ -64,6 +65,14 @@ def test_images(client, project, image_dir):
     with client.workspaces.create(project) as ws2:
         assert ws2.exec("cat /usr/tool").stdout == "tool\n"
     client.projects.set_image(project, None)
+
+    built = client.images.build(f"py/{project}:3", f"FROM py/{project}:2\nARG WHO\nRUN echo $WHO > /usr/who\n",
+                                args={"WHO": "python"})
+    assert [s["cached"] if "cached" in s else False for s in built.steps] == [False, False, False]
+    with client.workspaces.create(project, image=built.image.ref) as ws3:
+        assert ws3.exec("cat /usr/who /usr/tool").stdout == "python\ntool\n"
+    with pytest.raises(layerfs.InvalidArgument):
+        client.images.build(f"py/{project}:4", f"FROM py/{project}:2\nVOLUME /x\n")
 
     assert any(i.name == name for i in client.images.list())
     client.images.remove(name)
