@@ -224,15 +224,19 @@ func mergeEnv(base, over []string) []string {
 func mkdirs(dir string) error { return os.MkdirAll(dir, 0o755) }
 
 // sandboxMounts are the top-level directories a sandbox mounts over in a
-// workspace's root, made there when the image lacks them: they are the
+// workspace's root, made there when the image lacks them, and the files
+// of /etc a container runtime binds its own over (Docker's): they are the
 // sandbox's, not changes of the root.
-var sandboxMounts = []string{"workspace", "tmp", "proc", "sys", "dev"}
+var (
+	sandboxMounts = []string{"workspace", "tmp", "proc", "sys", "dev"}
+	runtimeBinds  = []string{"etc/resolv.conf", "etc/hosts", "etc/hostname"}
+)
 
 // rootChanges are the changes of a root's upper that are the image's:
 // without the sandbox's mount points.
 func rootChanges(cs []commit.Change) []commit.Change {
 	return slices.DeleteFunc(slices.Clone(cs), func(c commit.Change) bool {
 		top, _, _ := strings.Cut(c.Path, "/")
-		return !c.Delete && slices.Contains(sandboxMounts, top)
+		return !c.Delete && (slices.Contains(sandboxMounts, top) || slices.Contains(runtimeBinds, c.Path))
 	})
 }

@@ -14,8 +14,10 @@ import (
 	"layerfs.dev/layerfs/internal/enginetest"
 	"layerfs.dev/layerfs/internal/image"
 	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/platforms/docker"
 	"layerfs.dev/layerfs/internal/platforms/local"
 	"layerfs.dev/layerfs/internal/store"
+	"layerfs.dev/layerfs/internal/testenv"
 	"layerfs.dev/layerfs/wire"
 	"layerfs.dev/layerfs/wire/errclass"
 )
@@ -194,4 +196,35 @@ func TestBuildImage(t *testing.T) {
 	require.ErrorIs(t, err, errclass.Invalid)
 	_, err = e.BuildImage(ctx, wire.ImageBuild{Name: "x", File: "FROM missing\n"})
 	require.ErrorIs(t, err, errclass.NotFound)
+}
+
+// TestWorkspaceOnImageDocker: on docker, the container's root is the
+// workspace's own root over the image, from the Store (no registry, no
+// copy of the image into Docker): the image's files and defaults, writes
+// kept in the workspace's root and committed as a new image.
+func TestWorkspaceOnImageDocker(t *testing.T) {
+	testenv.RequireDocker(t)
+	e, db := newEngineWith(t, "", docker.New(docker.Options{}))
+	ctx := t.Context()
+	importMinimal(t, e, db)
+	_, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	require.NoError(t, err)
+	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", Image: "team/app:1"})
+	require.NoError(t, err)
+	out, res := run(t, e, ws.ID, "cat /etc/os-release; pwd; id -u; echo $GREETING")
+	require.Equal(t, "ID=minimal\n/srv\n1000\nhello\n", out)
+	require.Equal(t, ws.Image, res.Receipt.Image)
+	zero := 0
+	var o, eb bytes.Buffer
+	r, err := e.Exec(ctx, ws.ID, wire.ExecRequest{Body: "mkdir -p /usr/local/tool && echo d > /usr/local/tool/v", UID: &zero, GID: &zero}, &o, &eb)
+	require.NoError(t, err)
+	require.Zero(t, r.ExitCode, "stderr %q", eb.String())
+	out, _ = run(t, e, ws.ID, "cat /usr/local/tool/v")
+	require.Equal(t, "d\n", out, "the root's changes last")
+	img, err := e.CommitImage(ctx, ws.ID, wire.ImageCommit{Name: "team/app:docker"})
+	require.NoError(t, err)
+	ws2, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", Image: img.Image.Name})
+	require.NoError(t, err)
+	out, _ = run(t, e, ws2.ID, "cat /usr/local/tool/v")
+	require.Equal(t, "d\n", out)
 }

@@ -137,6 +137,43 @@ func rootDirFS(dir string) (*rootFS, error) {
 	return r, nil
 }
 
+// rootShapeFS is the top-level shape of the root directory dir: its
+// symlinks as they are, its directories empty and its files empty (the
+// mount points of binds), what the sandbox mounts itself, and the
+// supervisor's place. binds are the names bound over it.
+func rootShapeFS(dir string) (*rootFS, []string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	ents, err := os.ReadDir(abs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("root dir %s: %w", dir, err)
+	}
+	r := newRootFS(abs)
+	var binds []string
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case name == "tmp" || name == "workspace" || name == "proc" || name == "sys" || name == "dev" || "/"+name == supervisorDir:
+			continue // the container's own
+		case e.Type()&os.ModeSymlink != 0:
+			r.files["/"+name] = true
+		case e.IsDir():
+			r.dirs["/"+name] = true
+			binds = append(binds, name)
+		case e.Type().IsRegular():
+			r.inline["/"+name] = nil
+			binds = append(binds, name)
+		}
+	}
+	for _, d := range []string{"/tmp", "/workspace", "/proc", "/sys", "/dev", supervisorDir} {
+		r.dirs[d] = true
+	}
+	r.inline[supervisorPath] = nil
+	return r, binds, nil
+}
+
 // contentHash is the BLAKE3 hash of the root file system's tar stream, and
 // the stream's size.
 func contentHash(r *rootFS) (string, int64, error) {

@@ -24,6 +24,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/fsids"
 	"layerfs.dev/layerfs/internal/outputcap"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/docker/supervise"
@@ -85,7 +86,12 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	}
 	s := &Sandbox{cli: cli, ws: w, cg: p.cg, log: p.log}
 	img := st.image.ID
-	if w.RootDir != "" {
+	var rootMounts []mount.Mount
+	if w.RootDir != "" && w.RootWritable {
+		if img, rootMounts, err = p.ownRoot(ctx, cli, st, w.RootDir); err != nil {
+			return nil, fmt.Errorf("docker: attach %s: %w", w.ID, err)
+		}
+	} else if w.RootDir != "" {
 		if img, err = p.rootDirImage(ctx, cli, st, w.RootDir); err != nil {
 			return nil, fmt.Errorf("docker: attach %s: %w", w.ID, err)
 		}
@@ -136,6 +142,7 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 			PidsLimit:  &pids,
 		},
 	}
+	hc.Mounts = append(hc.Mounts, rootMounts...)
 	if ids != nil {
 		// The supervisor (the container's root, the host's uid 0) forks
 		// each command into a user namespace with ids' mapping: writing a
@@ -180,15 +187,8 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 // rootDirImage imports a Workspace.RootDir as an image, after checking that
 // the supervisor can run on it.
 func (p *Platform) rootDirImage(ctx context.Context, cli *client.Client, st upState, dir string) (string, error) {
-	_, interp, _, err := elfNeeds(st.supervisor)
-	if err != nil {
-		return "", fmt.Errorf("supervisor %s: %w", st.supervisor, err)
-	}
-	if interp != "" {
-		if _, err := os.Stat(filepath.Join(dir, interp)); err != nil {
-			return "", fmt.Errorf("%w: root dir %s lacks %s, which the dynamically linked supervisor %s needs "+
-				"(build it with CGO_ENABLED=0)", platforms.ErrBadSpec, dir, interp, st.supervisor)
-		}
+	if err := supervisorRunsIn(st, dir); err != nil {
+		return "", err
 	}
 	r, err := rootDirFS(dir)
 	if err != nil {
@@ -199,6 +199,85 @@ func (p *Platform) rootDirImage(ctx context.Context, cli *client.Client, st upSt
 		return "", err
 	}
 	return b.ID, nil
+}
+
+// supervisorRunsIn checks that the supervisor can run in the root
+// directory dir: a dynamically linked one needs its interpreter there.
+func supervisorRunsIn(st upState, dir string) error {
+	_, interp, _, err := elfNeeds(st.supervisor)
+	if err != nil {
+		return fmt.Errorf("supervisor %s: %w", st.supervisor, err)
+	}
+	if interp != "" {
+		if _, err := os.Stat(filepath.Join(dir, interp)); err != nil {
+			return fmt.Errorf("%w: root dir %s lacks %s, which the dynamically linked supervisor %s needs "+
+				"(build it with CGO_ENABLED=0)", platforms.ErrBadSpec, dir, interp, st.supervisor)
+		}
+	}
+	return nil
+}
+
+// ownRoot gives a container the workspace's own copy-on-write root (a
+// writable RootDir, kernel overlayfs over an image's tree on this host):
+// the container's image holds only the root's top-level shape (its
+// symlinks, such as /bin -> usr/bin, and empty directories and files, a
+// few hundred bytes, built once per shape), and every top-level directory
+// and file of the root is bound over it read-write, so what an exec
+// installs lands in the workspace's root, and opening costs no copy of
+// the image. The container's own top level stays read-only: a new
+// top-level name fails there, as on a read-only root.
+func (p *Platform) ownRoot(ctx context.Context, cli *client.Client, st upState, dir string) (string, []mount.Mount, error) {
+	if err := supervisorRunsIn(st, dir); err != nil {
+		return "", nil, err
+	}
+	r, binds, err := rootShapeFS(dir)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %w", platforms.ErrBadSpec, err)
+	}
+	if err := runtimeFiles(dir, st); err != nil {
+		return "", nil, err
+	}
+	b, err := ensureImage(ctx, cli, rootDirRepo, "rootshape", r)
+	if err != nil {
+		return "", nil, err
+	}
+	var mounts []mount.Mount
+	for _, name := range binds {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(dir, name), Target: "/" + name,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
+	}
+	return b.ID, mounts, nil
+}
+
+// runtimeFiles are the files Docker binds its own over in a container's
+// /etc: they must be there for it to bind them (it cannot create one in a
+// root whose layers are id-mapped for the sandboxes' user namespace).
+var dockerBindFiles = []string{"etc/resolv.conf", "etc/hosts", "etc/hostname"}
+
+// runtimeFiles makes the empty files Docker binds over in the root dir
+// where its /etc lacks them, as the sandboxes' root (their owner inside,
+// 0, is the id the root's layers map).
+func runtimeFiles(dir string, st upState) error {
+	if _, err := os.Stat(filepath.Join(dir, "etc")); err != nil {
+		return nil // no /etc: Docker makes its own
+	}
+	mk := func() error {
+		for _, f := range dockerBindFiles {
+			if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+				continue // opened for writing, it would be copied up
+			}
+			fd, err := unix.Open(filepath.Join(dir, f), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+			if err != nil {
+				return fmt.Errorf("root dir %s: make %s for Docker to bind over: %w", dir, f, err)
+			}
+			unix.Close(fd)
+		}
+		return nil
+	}
+	if st.userNS.ns != nil {
+		return fsids.Do(st.userNS.ids.Host, mk)
+	}
+	return mk()
 }
 
 // Close removes the container (and a root-dir image no one else uses).
@@ -443,7 +522,7 @@ func (s *Sandbox) execOptions(spec platforms.ExecSpec) (container.ExecOptions, e
 		AttachStdout: true,
 		AttachStderr: true,
 		Env:          spec.Env,
-		WorkingDir:   path.Join(workspaceDir, spec.Dir),
+		WorkingDir:   spec.Workdir(),
 		Cmd:          append([]string{supervisorPath, "exec", strconv.FormatInt(int64(spec.Timeout), 10), "--"}, spec.Argv...),
 	}
 	if spec.OpenFiles > 0 {
