@@ -34,7 +34,8 @@ const imagePath = platforms.DefaultPath
 
 // sandboxRoot assembles the default sandbox root file system from this
 // host's packages. supervisor is the executable that will be bind-mounted
-// at supervisorPath: the shared libraries it needs go into the image too.
+// at supervisorPath: the shared libraries it needs go into the image too
+// ("": none).
 func sandboxRoot(packages []string, supervisor string) (*rootFS, error) {
 	r := newRootFS("")
 	r.addTopLinks()
@@ -46,8 +47,10 @@ func sandboxRoot(packages []string, supervisor string) (*rootFS, error) {
 			return nil, err
 		}
 	}
-	if err := r.addExecutableDeps(supervisor); err != nil {
-		return nil, fmt.Errorf("supervisor %s: %w", supervisor, err)
+	if supervisor != "" {
+		if err := r.addExecutableDeps(supervisor); err != nil {
+			return nil, fmt.Errorf("supervisor %s: %w", supervisor, err)
+		}
 	}
 	if err := r.addELFDeps(); err != nil {
 		return nil, err
@@ -66,6 +69,29 @@ func sandboxRoot(packages []string, supervisor string) (*rootFS, error) {
 		r.inline[p] = nil
 	}
 	return r, nil
+}
+
+// PackageRoot writes to w, as a tar, a root file system made as the
+// sandbox image is: the files of these Debian packages of this host (but
+// documentation and locales), the shared libraries their executables
+// need, the top-level links of merged /usr and a minimal /etc. The image
+// bench builds its images with it (no registry is reachable).
+func PackageRoot(w io.Writer, packages []string) error {
+	r, err := sandboxRoot(packages, "")
+	if err != nil {
+		return err
+	}
+	return r.writeTar(w)
+}
+
+// PackageFiles writes to w, as a tar, the files of these Debian packages
+// of this host alone (a layer that adds them to a PackageRoot).
+func PackageFiles(w io.Writer, packages []string) error {
+	r := newRootFS("")
+	if err := r.addPackages(packages); err != nil {
+		return err
+	}
+	return r.writeTar(w)
 }
 
 // addExecutableDeps adds the interpreter and libraries of a host executable
