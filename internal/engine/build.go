@@ -304,7 +304,10 @@ func (bd *build) run(ctx context.Context, in dockerfile.Instruction, step *wire.
 	if u.Home != "" && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
 		env = append(env, "HOME="+u.Home)
 	}
-	spec := platforms.ExecSpec{Argv: argv, Env: env, Dir: bd.dir(), UID: u.UID, GID: u.GID, Timeout: platforms.DefaultTimeout}
+	spec, err := platforms.ExecSpec{Argv: argv, Env: env, RootWorkdir: bd.dir(), UID: u.UID, GID: u.GID}.Normalize()
+	if err != nil {
+		return false, err
+	}
 	err = bd.e.runInRoot(ctx, bd.req, bd.b.Root(), spec, step, func(changes []commit.Change) error {
 		st, err := bd.b.AddLayer(ctx, key, in.Original, changes)
 		bd.addStats(st)

@@ -92,7 +92,11 @@ func (e *Engine) run(ctx context.Context, id string, req wire.ExecRequest, spec 
 	if w.sb == nil {
 		return wire.ExecResult{}, fmt.Errorf("%w: workspace %s ended", errclass.NotFound, id)
 	}
-	imageDefaults(w.opts.Image, &spec, req.Dir != "", req.UID != nil, req.GID != nil)
+	if w.opts.Image != nil {
+		if spec, err = imageSpec(w.opts.Image, req); err != nil {
+			return wire.ExecResult{}, err
+		}
+	}
 	t0 := time.Now()
 	use := w.use.enter(acct)
 	r, err := w.sb.Exec(ctx, spec, stdout, stderr)

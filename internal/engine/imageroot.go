@@ -16,6 +16,7 @@ import (
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/store"
+	"layerfs.dev/layerfs/wire"
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
@@ -167,36 +168,33 @@ func (w *workspace) unmountRoot(ctx context.Context) error {
 	return err
 }
 
-// imageDefaults gives spec what the image's config says and the request
-// did not: its Env (the request's entries win, key by key), HOME from its
-// user's passwd entry, its WorkingDir (absolute in the root, unless it is
-// in /workspace) and its User.
-func imageDefaults(img *rootImage, spec *platforms.ExecSpec, dirSet, uidSet, gidSet bool) {
-	if img == nil {
-		return
+// imageSpec is req's spec on a workspace whose root is img: the request
+// with the image config's defaults where it names none: its Env (the
+// request's entries win, key by key), HOME from its user's passwd entry,
+// its WorkingDir (RootWorkdir, unless it is in /workspace) and its User.
+func imageSpec(img *rootImage, req wire.ExecRequest) (platforms.ExecSpec, error) {
+	env := img.Env
+	if img.Home != "" && !slices.ContainsFunc(append(env, req.Env...), func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
+		env = append(slices.Clone(env), "HOME="+img.Home)
 	}
-	env := mergeEnv(img.Env, spec.Env)
-	if img.Home != "" && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
-		env = append(env, "HOME="+img.Home)
-	}
-	spec.Env = env
-	if !dirSet && img.Dir != "" {
+	req.Env = mergeEnv(env, req.Env)
+	rootDir := ""
+	if req.Dir == "" && img.Dir != "" {
 		d := path.Clean(img.Dir)
 		switch {
-		case d == "/workspace":
-			spec.Dir = ""
-		case strings.HasPrefix(d, "/workspace/"):
-			spec.Dir = strings.TrimPrefix(d, "/workspace/")
+		case d == platforms.WorkspaceDir:
+		case strings.HasPrefix(d, platforms.WorkspaceDir+"/"):
+			req.Dir = strings.TrimPrefix(d, platforms.WorkspaceDir+"/")
 		default:
-			spec.Dir = d
+			rootDir = d
 		}
 	}
-	if !uidSet {
-		spec.UID = img.UID
+	spec, err := platforms.FromRequest(req, img.UID, img.GID)
+	if err != nil || rootDir == "" {
+		return spec, err
 	}
-	if !gidSet {
-		spec.GID = img.GID
-	}
+	spec.RootWorkdir = rootDir
+	return spec.Normalize()
 }
 
 // mergeEnv is base with over's entries on top, key by key, in base's
