@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,8 +75,13 @@ func Import(ctx context.Context, db DB, name string, img v1.Image, from string) 
 		return store.Image{}, Stats{}, fmt.Errorf("%w: %d layers, the config lists %d diff ids", ErrBadImage, len(layers), len(cf.RootFS.DiffIDs))
 	}
 	rec := &Record{Config: json.RawMessage(cfg), Source: from}
-	if d, err := img.Digest(); err == nil {
-		rec.ManifestDigest = d.String()
+	// An archive's layers are uncompressed: their blob digests and the
+	// manifest's would cost a gzip of every layer, so they are left out.
+	blobs := !isArchive(from)
+	if blobs {
+		if d, err := img.Digest(); err == nil {
+			rec.ManifestDigest = d.String()
+		}
 	}
 	im, err := newImporter(ctx, db)
 	if err != nil {
@@ -85,8 +91,10 @@ func Import(ctx context.Context, db DB, name string, img v1.Image, from string) 
 	for i, l := range layers {
 		diffID := cf.RootFS.DiffIDs[i].String()
 		layer := Layer{DiffID: diffID}
-		if d, err := l.Digest(); err == nil {
-			layer.Digest = d.String()
+		if blobs {
+			if d, err := l.Digest(); err == nil {
+				layer.Digest = d.String()
+			}
 		}
 		if err := im.layer(ctx, &layer, func() (io.ReadCloser, error) { return l.Uncompressed() }); err != nil {
 			return store.Image{}, im.stats, err
@@ -308,4 +316,10 @@ func ImportDir(ctx context.Context, db DB, name, dir string) (store.Image, Stats
 	im.stats.NewChunks, im.stats.NewBytes = st.NewChunks, st.NewBytes
 	im.stats.WallNs = time.Since(t0).Nanoseconds()
 	return out, im.stats, err
+}
+
+// isArchive reports whether from (Record.Source) is a docker save or OCI
+// archive, or a Docker engine's image (saved as one).
+func isArchive(from string) bool {
+	return strings.HasPrefix(from, FromArchive+":") || strings.HasPrefix(from, FromDocker+":")
 }
