@@ -86,6 +86,10 @@ type Engine struct {
 		running bool
 	}
 
+	// rootLowers are the shared lowers of image roots (imageroot.go).
+	rootsMu    sync.Mutex
+	rootLowers map[store.ID]*rootLower
+
 	noPrefetch   bool
 	noImageAhead bool
 	prefetcher   prefetcher

@@ -139,16 +139,74 @@ func (e *Engine) mountRoot(ctx context.Context, w *workspace, fresh bool) error 
 	if err := mkdirs(target); err != nil {
 		return err
 	}
-	m, err := kerneloverlay.New(ctx, kerneloverlay.Config{
-		Lower: e.db, Root: w.opts.Image.Root, Dir: e.rootDir(w.rec.ID), Target: target, Committed: committed,
-		Logger: e.log, Source: e.source, IDMap: e.layerIDMap(w), MetaCache: e.db.CacheDir(), Volatile: w.opts.volatile(),
-	})
-	if err != nil {
-		return fmt.Errorf("mount the root of %s (image %s): %w", w.rec.ID, w.opts.Image.ref(), err)
+	idmap := e.layerIDMap(w)
+	root := w.opts.Image.Root
+	lower, err := e.acquireLower(ctx, root)
+	if err == nil {
+		w.root, err = lower.Over(ctx, e.rootDir(w.rec.ID), target, committed, idmap, w.opts.volatile())
+		if err != nil {
+			e.releaseLower(context.WithoutCancel(ctx), root)
+		}
 	}
-	w.root = m
-	e.prefetch(w.opts.Image.Root)
+	if err != nil {
+		// A lower of its own, as a workspace's.
+		e.log.Warn("shared lower of an image root refused; the root gets its own", "id", w.rec.ID, "err", err)
+		w.root, err = kerneloverlay.New(ctx, kerneloverlay.Config{
+			Lower: e.db, Root: root, Dir: e.rootDir(w.rec.ID), Target: target, Committed: committed,
+			Logger: e.log, Source: e.source, IDMap: idmap, MetaCache: e.db.CacheDir(), Volatile: w.opts.volatile(),
+		})
+		if err != nil {
+			return fmt.Errorf("mount the root of %s (image %s): %w", w.rec.ID, w.opts.Image.ref(), err)
+		}
+	} else {
+		w.rootShared = true
+	}
+	e.prefetch(root)
 	return nil
+}
+
+// rootLower is the shared lower of the image trees workspaces' roots
+// stand on, with the number of roots over it.
+type rootLower struct {
+	l    *kerneloverlay.SharedLower
+	refs int
+}
+
+// acquireLower returns the shared lower of the tree root, mounting it
+// for its first root.
+func (e *Engine) acquireLower(ctx context.Context, root store.ID) (*kerneloverlay.SharedLower, error) {
+	e.rootsMu.Lock()
+	defer e.rootsMu.Unlock()
+	if rl := e.rootLowers[root]; rl != nil {
+		rl.refs++
+		return rl.l, nil
+	}
+	l, err := kerneloverlay.NewSharedLower(ctx, kerneloverlay.Config{Lower: e.db, Root: root,
+		Dir: filepath.Join(e.db.WorkspacesDir(), ".roots", root.String()), Source: e.source, MetaCache: e.db.CacheDir(), Logger: e.log})
+	if err != nil {
+		return nil, err
+	}
+	if e.rootLowers == nil {
+		e.rootLowers = map[store.ID]*rootLower{}
+	}
+	e.rootLowers[root] = &rootLower{l: l, refs: 1}
+	return l, nil
+}
+
+// releaseLower drops a root's hold on the shared lower of root, which is
+// unmounted with its last root.
+func (e *Engine) releaseLower(ctx context.Context, root store.ID) error {
+	e.rootsMu.Lock()
+	defer e.rootsMu.Unlock()
+	rl := e.rootLowers[root]
+	if rl == nil {
+		return nil
+	}
+	if rl.refs--; rl.refs > 0 {
+		return nil
+	}
+	delete(e.rootLowers, root)
+	return rl.l.Close(ctx)
 }
 
 // rootAttach is what w's sandboxes need to know of its root.
@@ -158,13 +216,17 @@ func (e *Engine) rootAttach(w *workspace, pw *platforms.Workspace) {
 	}
 }
 
-// unmountRoot takes w's root down (its upper stays).
-func (w *workspace) unmountRoot(ctx context.Context) error {
+// unmountRoot takes w's root down (its upper stays), and lets go of its
+// shared lower.
+func (e *Engine) unmountRoot(ctx context.Context, w *workspace) error {
 	if w.root == nil {
 		return nil
 	}
 	err := w.root.Unmount(ctx)
-	w.root = nil
+	if w.rootShared {
+		err = errors.Join(err, e.releaseLower(ctx, w.opts.Image.Root))
+	}
+	w.root, w.rootShared = nil, false
 	return err
 }
 

@@ -13,6 +13,7 @@ import (
 	"layerfs.dev/layerfs/internal/engine"
 	"layerfs.dev/layerfs/internal/enginetest"
 	"layerfs.dev/layerfs/internal/image"
+	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/docker"
 	"layerfs.dev/layerfs/internal/platforms/local"
@@ -90,6 +91,16 @@ func TestWorkspaceOnImage(t *testing.T) {
 	require.NoError(t, err)
 	out, _ = run(t, e, ws2.ID, "[ -e /usr/local/tool ] && echo yes || echo no")
 	require.Equal(t, "no\n", out)
+	// The two roots lie on one shared lower: one FUSE view of the image.
+	ms, err := mountinfo.Read(mountinfo.Self)
+	require.NoError(t, err)
+	views := 0
+	for _, m := range ms {
+		if strings.Contains(m.Dir, "/.roots/") {
+			views++
+		}
+	}
+	require.Equal(t, 1, views, "views of the image's tree")
 
 	// A remount (a daemon restart) keeps the root's changes.
 	require.NoError(t, e.Shutdown(ctx))

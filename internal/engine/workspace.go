@@ -98,8 +98,10 @@ type workspace struct {
 	// a view for the host's user (view), a directory of the workspace's.
 	data string
 	view *hostview.Server
-	// root is the workspace's own root, over its image (nil: none).
-	root *kerneloverlay.Mount
+	// root is the workspace's own root, over its image (nil: none);
+	// rootShared says it lies on the image tree's shared lower.
+	root       *kerneloverlay.Mount
+	rootShared bool
 	sb   platforms.Sandbox
 	// upper is what the upper layer held after the last exec or commit;
 	// the next exec's receipt is the difference. Guarded by upperMu (execs
@@ -596,7 +598,7 @@ func (e *Engine) unserve(ctx context.Context, w *workspace) error {
 		errs = append(errs, w.mnt.Unmount(ctx))
 		w.mnt = nil
 	}
-	errs = append(errs, w.unmountRoot(ctx))
+	errs = append(errs, e.unmountRoot(ctx, w))
 	if w.tracker != nil {
 		w.tracker.Close()
 		w.tracker = nil

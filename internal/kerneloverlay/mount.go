@@ -84,6 +84,8 @@ type IDMap struct {
 type Mount struct {
 	cfg  Config
 	view *fusefs.Server
+	// shared: view is a SharedLower's, which Unmount leaves mounted.
+	shared bool
 
 	mu        sync.Mutex // serializes Changes and MarkCommitted
 	base      store.ID
@@ -355,7 +357,8 @@ func (m *Mount) DataPath() string {
 	return s
 }
 
-// Unmount takes the overlay down, then the FUSE view under it.
+// Unmount takes the overlay down, then the FUSE view under it (unless
+// the view is a SharedLower's).
 func (m *Mount) Unmount(ctx context.Context) error {
 	m.unmountOnce.Do(func() {
 		err := unix.Unmount(m.cfg.Target, 0)
@@ -363,7 +366,10 @@ func (m *Mount) Unmount(ctx context.Context) error {
 			// Busy: detach, so the mountpoint is usable at once.
 			err = unix.Unmount(m.cfg.Target, unix.MNT_DETACH)
 		}
-		m.unmountErr = errors.Join(err, m.view.Unmount(ctx))
+		if !m.shared {
+			err = errors.Join(err, m.view.Unmount(ctx))
+		}
+		m.unmountErr = err
 	})
 	return m.unmountErr
 }
