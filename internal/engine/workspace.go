@@ -102,7 +102,7 @@ type workspace struct {
 	// rootShared says it lies on the image tree's shared lower.
 	root       *kerneloverlay.Mount
 	rootShared bool
-	sb   platforms.Sandbox
+	sb         platforms.Sandbox
 	// upper is what the upper layer held after the last exec or commit;
 	// the next exec's receipt is the difference. Guarded by upperMu (execs
 	// run concurrently under mu held shared).
