@@ -113,7 +113,9 @@ func (e *Engine) forkOne(ctx context.Context, w *workspace, tree, base store.ID)
 	id := newID()
 	dir := e.workspaceDir(id)
 	f := &workspace{rec: store.Workspace{ID: id, Project: w.rec.Project, Branch: w.rec.Branch, Base: base, Head: w.rec.Head,
-		MountPath: filepath.Join(dir, "mnt"), UpperDir: filepath.Join(dir, "upper"), State: wire.StateMounted, Created: e.now().UTC()}}
+		MountPath: filepath.Join(dir, "mnt"), UpperDir: filepath.Join(dir, "upper"), State: wire.StateMounted, Created: e.now().UTC(),
+		// The same image; its root starts from the image, not from w's root.
+		Image: w.rec.Image}}
 	f.opts = w.opts
 	f.opts.Root, f.opts.Pending = w.opts.HeadRoot, nil
 	if tree != f.opts.HeadRoot {
