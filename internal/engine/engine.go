@@ -280,6 +280,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		delete(e.live, w.rec.ID)
 		e.mu.Unlock()
 	}
+	errs = append(errs, e.closeLowers(ctx))
 	if e.trackers != nil {
 		errs = append(errs, e.trackers.Close())
 	}

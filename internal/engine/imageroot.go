@@ -193,20 +193,32 @@ func (e *Engine) acquireLower(ctx context.Context, root store.ID) (*kerneloverla
 	return l, nil
 }
 
-// releaseLower drops a root's hold on the shared lower of root, which is
-// unmounted with its last root.
-func (e *Engine) releaseLower(ctx context.Context, root store.ID) error {
+// releaseLower drops a root's hold on the shared lower of root. A lower
+// no root holds stays mounted, for the next workspace on the image to
+// open at an overlay's cost, until the engine shuts down (closeLowers).
+func (e *Engine) releaseLower(_ context.Context, root store.ID) error {
 	e.rootsMu.Lock()
 	defer e.rootsMu.Unlock()
-	rl := e.rootLowers[root]
-	if rl == nil {
-		return nil
+	if rl := e.rootLowers[root]; rl != nil {
+		rl.refs--
 	}
-	if rl.refs--; rl.refs > 0 {
-		return nil
+	return nil
+}
+
+// closeLowers unmounts every shared lower; their roots must be gone.
+func (e *Engine) closeLowers(ctx context.Context) error {
+	e.rootsMu.Lock()
+	defer e.rootsMu.Unlock()
+	var errs []error
+	for root, rl := range e.rootLowers {
+		if rl.refs > 0 {
+			errs = append(errs, fmt.Errorf("shared lower of %s: %d roots still on it", root.Short(), rl.refs))
+			continue
+		}
+		errs = append(errs, rl.l.Close(ctx))
+		delete(e.rootLowers, root)
 	}
-	delete(e.rootLowers, root)
-	return rl.l.Close(ctx)
+	return errors.Join(errs...)
 }
 
 // rootAttach is what w's sandboxes need to know of its root.
