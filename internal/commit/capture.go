@@ -426,6 +426,23 @@ func allZero(data []byte) bool {
 	return true
 }
 
+// isHole reports whether a cut chunk (found all zeros by the chunker when
+// zero) is stored as a hole: at least a page of zeros.
+func isHole(chunk []byte, zero bool) bool {
+	return len(chunk) >= minZeroRun && (zero || allZero(chunk))
+}
+
+// addHole appends a hole of k bytes to m, merged into the hole before it
+// when that is its last extent (*lastHole: the index of the last hole).
+func addHole(m *store.Manifest, lastHole *int, k int) {
+	if n := len(m.Extents); n > 0 && n-1 == *lastHole {
+		m.Extents[n-1].Length += int64(k)
+		return
+	}
+	*lastHole = len(m.Extents)
+	m.Extents = append(m.Extents, store.Extent{Length: int64(k)})
+}
+
 // chunkRange cuts the bytes [off, end) of fd into chunks and appends their
 // extents to m. It runs as a three-stage pipeline over read blocks, so a
 // large file keeps both cores busy: this goroutine reads and cuts, a second
@@ -498,15 +515,10 @@ func (c *contents) chunkRange(fd int, path string, off, end int64, m *store.Mani
 				break
 			}
 			k, zero := c.ch.cut(data)
-			if k >= minZeroRun && (zero || allZero(data[:k])) {
+			if isHole(data[:k], zero) {
 				// Chunk ids are filled in later, so a hole is told from a
 				// chunk by where it was added, not by its id.
-				if n := len(m.Extents); n > 0 && n-1 == lastHole {
-					m.Extents[n-1].Length += int64(k)
-				} else {
-					lastHole = n
-					m.Extents = append(m.Extents, store.Extent{Length: int64(k)})
-				}
+				addHole(m, &lastHole, k)
 				fw.Skip(int64(k))
 			} else {
 				fw.Write(data[:k])

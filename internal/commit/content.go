@@ -73,13 +73,8 @@ func storeBytes(w Writer, ch *Chunker, data []byte) (store.ID, store.Kind, error
 	lastHole := -1
 	for rest := data; len(rest) > 0; {
 		k, zero := ch.cut(rest)
-		if k >= minZeroRun && (zero || allZero(rest[:k])) {
-			if n := len(m.Extents); n > 0 && n-1 == lastHole {
-				m.Extents[n-1].Length += int64(k)
-			} else {
-				lastHole = n
-				m.Extents = append(m.Extents, store.Extent{Length: int64(k)})
-			}
+		if isHole(rest[:k], zero) {
+			addHole(m, &lastHole, k)
 		} else {
 			id := store.Hash(store.KindChunk, rest[:k])
 			if _, err := w.PutChunk(id, rest[:k]); err != nil {

@@ -105,13 +105,8 @@ func (c *ContentWriter) chunked(ctx context.Context, r io.Reader, size int64, fw
 				break
 			}
 			k, zero := c.ch.cut(data)
-			if k >= minZeroRun && (zero || allZero(data[:k])) {
-				if i := len(m.Extents); i > 0 && i-1 == lastHole {
-					m.Extents[i-1].Length += int64(k)
-				} else {
-					lastHole = i
-					m.Extents = append(m.Extents, store.Extent{Length: int64(k)})
-				}
+			if isHole(data[:k], zero) {
+				addHole(m, &lastHole, k)
 				fw.Skip(int64(k))
 			} else {
 				fw.Write(data[:k])
