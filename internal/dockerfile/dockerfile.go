@@ -149,7 +149,7 @@ func (in Instruction) check() error {
 		return need(1)
 	case "ENV", "LABEL":
 		if len(in.Args) == 0 || len(in.Args)%2 != 0 {
-			return fmt.Errorf("%w: line %d: %s KEY=VALUE ...", ErrSyntax, in.Line, in.Cmd)
+			return fmt.Errorf("%w: line %d: %s wants KEY=VALUE pairs", ErrSyntax, in.Line, in.Cmd)
 		}
 	}
 	return nil
