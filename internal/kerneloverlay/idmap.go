@@ -35,47 +35,83 @@ func MountIDMapped(lower, dir, target string, m *IDMap) error {
 // daemon's capabilities. With volatile, the overlay never syncs its upper
 // (see volatile.go).
 func mountOverlay(lower, dir, target string, meta int, cache string, m *IDMap, volatile, verity bool) error {
+	lf, err := openLowers(lower, meta, cache, m)
+	if err != nil {
+		return fmt.Errorf("mount overlay at %s: %w", target, err)
+	}
+	defer lf.close()
+	return createOverlay(target, lf, dir, m, volatile, verity)
+}
+
+// lowers are an overlay's lower layers as descriptors, in fsconfig's
+// order, each with its key: the metadata image's mount (id-mapped with
+// the overlay's mapping), the Store's cache and the view as data-only
+// layers; or the view alone as the lower. One set may serve any number
+// of overlays (overlayfs takes its own private clone of each layer).
+type lowers struct {
+	layers []layerFd
+	owned  []int // descriptors close closes (not a caller's meta)
+}
+
+type layerFd struct {
+	key string
+	fd  int
+}
+
+func (l lowers) close() {
+	for _, fd := range l.owned {
+		unix.Close(fd)
+	}
+}
+
+// openLowers opens (with m, as id-mapped clones) the lower layers of an
+// overlay: see mountOverlay. meta stays the caller's.
+func openLowers(lower string, meta int, cache string, m *IDMap) (lowers, error) {
+	var l lowers
+	lo, err := layer(lower, m)
+	if err != nil {
+		return l, fmt.Errorf("lower: %w", err)
+	}
+	l.owned = append(l.owned, lo)
+	if meta < 0 {
+		l.layers = append(l.layers, layerFd{"lowerdir+", lo})
+		return l, nil
+	}
+	if m != nil {
+		// A mount fsmount made, never attached, may take an id-mapping.
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(m.UserNS.Fd())}
+		if err := unix.MountSetattr(meta, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			l.close()
+			return lowers{}, fmt.Errorf("id-map the metadata layer: %w", err)
+		}
+	}
+	l.layers = append(l.layers, layerFd{"lowerdir+", meta})
+	if cache != "" {
+		c, err := layer(cache, m)
+		if err != nil {
+			l.close()
+			return lowers{}, fmt.Errorf("the Store's cache: %w", err)
+		}
+		l.owned = append(l.owned, c)
+		l.layers = append(l.layers, layerFd{"datadir+", c})
+	}
+	l.layers = append(l.layers, layerFd{"datadir+", lo})
+	return l, nil
+}
+
+// createOverlay mounts kernel overlayfs at target over the lower layers
+// lf with dir's upper/ and work/ as its upper and work directories, with
+// verity=on when verity.
+func createOverlay(target string, lf lowers, dir string, m *IDMap, volatile, verity bool) error {
 	fail := func(what string, err error) error {
 		return fmt.Errorf("mount overlay at %s: %s: %w", target, what, err)
 	}
-	lo, err := layer(lower, m)
-	if err != nil {
-		return fail("lower", err)
-	}
-	defer unix.Close(lo)
 	ws, err := layer(dir, m)
 	if err != nil {
 		return fail("workspace directory", err)
 	}
 	defer unix.Close(ws)
-	if meta >= 0 && m != nil {
-		// A mount fsmount made, never attached, may take an id-mapping.
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(m.UserNS.Fd())}
-		if err := unix.MountSetattr(meta, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-			return fail("id-map the metadata layer", err)
-		}
-	}
-	// The layers in order (fsconfig takes the lower ones so), each a
-	// key and a descriptor.
-	type layerFd struct {
-		key string
-		fd  int
-	}
-	var layers []layerFd
-	if meta >= 0 {
-		layers = append(layers, layerFd{"lowerdir+", meta})
-		if cache != "" {
-			c, err := layer(cache, m)
-			if err != nil {
-				return fail("the Store's cache", err)
-			}
-			defer unix.Close(c)
-			layers = append(layers, layerFd{"datadir+", c})
-		}
-		layers = append(layers, layerFd{"datadir+", lo})
-	} else {
-		layers = append(layers, layerFd{"lowerdir+", lo})
-	}
+	layers := append([]layerFd(nil), lf.layers...)
 	for _, name := range []string{"upper", "work"} {
 		fd, err := unix.Openat(ws, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -23,6 +24,20 @@ type SharedLower struct {
 	cfg      Config
 	view     *fusefs.Server
 	metaPath string
+	cache    string // the data layer of materialized contents (dataLayer)
+	verity   bool   // the overlays check the contents' digests (readyVerity)
+
+	mu sync.Mutex
+	// opened are the lower layers opened for the overlays, per mapping
+	// (the host id of its root; -1 for none): the metadata image's mount
+	// and the clones of the cache and the view, made for the first
+	// overlay of the mapping and kept for the others.
+	opened map[int64]*openedLowers
+}
+
+type openedLowers struct {
+	meta int
+	l    lowers
 }
 
 // NewSharedLower mounts the view of cfg.Root's contents in cfg.Dir and
@@ -42,11 +57,16 @@ func NewSharedLower(ctx context.Context, cfg Config) (*SharedLower, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shared lower: %w", err)
 	}
+	verity, err := readyVerity(ctx, cfg)
+	if err != nil && cfg.Logger != nil {
+		// The seals and the trusted layer still guard the data.
+		cfg.Logger.Warn("shared lower without verity=on", "dir", cfg.Dir, "err", err)
+	}
 	srv, err := mountView(ctx, cfg, true)
 	if err != nil {
 		return nil, err
 	}
-	return &SharedLower{cfg: cfg, view: srv, metaPath: path}, nil
+	return &SharedLower{cfg: cfg, view: srv, metaPath: path, cache: dataLayer(cfg), verity: verity}, nil
 }
 
 // Over mounts an overlay at target whose upper and work directories are
@@ -66,12 +86,11 @@ func (l *SharedLower) Over(ctx context.Context, dir, target string, committed *o
 	if err != nil {
 		return nil, fmt.Errorf("overlay mount: %w", err)
 	}
-	meta, err := mountMeta(l.metaPath)
+	lf, err := l.lowers(idmap)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("mount overlay at %s: %w", target, err)
 	}
-	defer unix.Close(meta)
-	if err := mountOverlay(lowerDir(l.cfg.Dir), dir, target, meta, l.cfg.MetaCache, idmap, volatile); err != nil {
+	if err := createOverlay(target, lf, dir, idmap, volatile, l.verity); err != nil {
 		return nil, err
 	}
 	cfg := l.cfg
@@ -80,5 +99,43 @@ func (l *SharedLower) Over(ctx context.Context, dir, target string, committed *o
 		cached: true, hostStopped: hostStopped}, nil
 }
 
-// Close unmounts the lower's view; the overlays over it must be gone.
-func (l *SharedLower) Close(ctx context.Context) error { return l.view.Unmount(ctx) }
+// lowers returns the lower layers for overlays of the mapping m,
+// opening them for its first.
+func (l *SharedLower) lowers(m *IDMap) (lowers, error) {
+	key := int64(-1)
+	if m != nil {
+		key = int64(m.Root)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if o := l.opened[key]; o != nil {
+		return o.l, nil
+	}
+	meta, err := mountMeta(l.metaPath)
+	if err != nil {
+		return lowers{}, err
+	}
+	lf, err := openLowers(lowerDir(l.cfg.Dir), meta, l.cache, m)
+	if err != nil {
+		unix.Close(meta)
+		return lowers{}, err
+	}
+	if l.opened == nil {
+		l.opened = map[int64]*openedLowers{}
+	}
+	l.opened[key] = &openedLowers{meta: meta, l: lf}
+	return lf, nil
+}
+
+// Close unmounts the lower's view and closes its layers; the overlays
+// over it must be gone.
+func (l *SharedLower) Close(ctx context.Context) error {
+	l.mu.Lock()
+	for k, o := range l.opened {
+		o.l.close()
+		unix.Close(o.meta)
+		delete(l.opened, k)
+	}
+	l.mu.Unlock()
+	return l.view.Unmount(ctx)
+}
