@@ -43,12 +43,15 @@ func init() {
 		wire.WorkspaceStatus{}, wire.ExecRequest{}, wire.TerminalSize{}, wire.ExecResult{}, wire.ExecEvent{}, wire.OpStats{},
 		wire.FUSEStats{}, wire.SQLStats{}, wire.UpperStats{}, wire.Receipt{}, wire.GCRequest{}, wire.GCResult{},
 		wire.FsckRequest{}, wire.FsckProblem{}, wire.FsckReport{}, wire.StoreStats{},
+		wire.Image{}, wire.ImageImport{}, wire.ImagePush{}, wire.ImageCommit{}, wire.ImageBuild{}, wire.ImageResult{},
+		wire.ProjectImage{},
 	} {
 		t := reflect.TypeOf(v)
 		wireTypes[t.Name()] = t
 		allWire[t.Name()] = t
 	}
-	for _, v := range []any{wire.Error{}, wire.MergeInfo{}, wire.QuotaUsage{}, wire.IsolationLimits{}} {
+	for _, v := range []any{wire.Error{}, wire.MergeInfo{}, wire.QuotaUsage{}, wire.IsolationLimits{},
+		wire.ImageLayer{}, wire.ImageConfig{}, wire.ImageStats{}, wire.BuildStep{}} {
 		t := reflect.TypeOf(v)
 		allWire[t.Name()] = t
 	}
@@ -64,6 +67,10 @@ var notComponents = map[string]string{
 	"MergeInfo":       "CommitResult's merge property",
 	"QuotaUsage":      "Receipt's quota property",
 	"IsolationLimits": "Isolation's limits property",
+	"ImageLayer":      "Image's layers property",
+	"ImageConfig":     "Image's config property",
+	"ImageStats":      "ImageResult's stats property",
+	"BuildStep":       "ImageResult's steps property",
 }
 
 // pythonNames maps the Python SDK's classes to wire's types where the names

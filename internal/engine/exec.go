@@ -93,9 +93,13 @@ func (e *Engine) run(ctx context.Context, id string, req wire.ExecRequest, spec 
 		return wire.ExecResult{}, fmt.Errorf("%w: workspace %s ended", errclass.NotFound, id)
 	}
 	if w.opts.Image != nil {
+		// The image's defaults where the request named none; what an
+		// attach streams stays.
+		stdin, term := spec.Stdin, spec.Terminal
 		if spec, err = imageSpec(w.opts.Image, req); err != nil {
 			return wire.ExecResult{}, err
 		}
+		spec.Stdin, spec.Terminal = stdin, term
 	}
 	t0 := time.Now()
 	use := w.use.enter(acct)

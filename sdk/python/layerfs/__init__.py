@@ -22,7 +22,8 @@ from .errors import (AlreadyExists, Busy, Conflict, DaemonLost, DaemonUnreachabl
                      InvalidArgument, LayerFSError, Misdirected, NoSpace, NotFound, TooLarge, Unauthorized, Unavailable,
                      UncommittedChanges)
 from .types import (Branch, Change, Commit, CommitResult, CommitStats, ConflictSide, ExecResult, FileEvent, FileInfo,
-                    Image, ImageConfig, ImageLayer, ImageResult, MergeInfo, MergeResult, Node, Owner, Project, Receipt,
+                    Image, ImageConfig, ImageLayer, ImageResult, ImageStats, BuildStep, MergeInfo, MergeResult, Node, Owner,
+                    Project, Receipt,
                     UpdateResult, Version, WorkspaceInfo, WorkspaceStatus)
 
 __version__ = "0.1.0"
@@ -34,7 +35,7 @@ __all__ = [
     "UncommittedChanges", "Busy", "TooLarge", "Unavailable", "InternalError", "NoSpace", "Misdirected",
     "Conflict", "DaemonUnreachable", "DaemonLost",
     "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ConflictSide", "ExecResult", "FileInfo",
-    "Image", "ImageConfig", "ImageLayer", "ImageResult",
+    "Image", "ImageConfig", "ImageLayer", "ImageResult", "ImageStats", "BuildStep",
     "MergeInfo", "MergeResult", "Node", "Owner", "Project", "Receipt", "UpdateResult", "Version", "WorkspaceInfo",
     "WorkspaceStatus",
 ]

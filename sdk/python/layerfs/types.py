@@ -495,11 +495,37 @@ class Image:
 
 
 @dataclass
+class ImageStats:
+    """What an image operation cost: layers (read: not stored before),
+    uncompressed bytes read, new chunks and bytes, the Store's growth."""
+
+    layers: int = 0
+    layers_read: int = 0
+    bytes: int = 0
+    new_chunks: int = 0
+    new_bytes: int = 0
+    store_growth: int = 0
+    wall_ns: int = 0
+
+
+@dataclass
+class BuildStep:
+    """One instruction of a build: cached or run, and a RUN's exit code and
+    output's tail."""
+
+    instruction: str = ""
+    cached: bool = False
+    wall_ns: int = 0
+    exit_code: int = 0
+    output: str = ""
+
+
+@dataclass
 class ImageResult:
-    """What an import, a pull, a push or an image commit made, and what it
-    cost (``stats``: layers read, bytes, Store growth, wall time)."""
+    """What an import, a pull, a push, a build or an image commit made, and
+    what it cost."""
 
     image: Image = _j(conv=lambda v: from_json(Image, v), factory=Image)
-    stats: dict[str, Any] = field(default_factory=dict)
-    steps: list[dict[str, Any]] = field(default_factory=list)  # a build's: instruction, cached, wall_ns
+    stats: ImageStats = _j(conv=lambda v: from_json(ImageStats, v), factory=ImageStats)
+    steps: list[BuildStep] = _j(conv=lambda v: [from_json(BuildStep, x) for x in v or []], factory=list)
     pushed: str = ""

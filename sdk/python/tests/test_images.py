@@ -49,7 +49,7 @@ def image_dir(tmp_path_factory) -> Path:
 def test_images(client, project, image_dir):
     name = f"py/{project}:1"
     res = client.images.import_(name, "dir", str(image_dir))
-    assert res.image.name == name and len(res.image.layers) == 1 and res.stats["layers_read"] == 1
+    assert res.image.name == name and len(res.image.layers) == 1 and res.stats.layers_read == 1
     assert client.images.get(res.image.ref).digest == res.image.digest
 
     ws = client.workspaces.create(project, image=name)
@@ -68,7 +68,7 @@ def test_images(client, project, image_dir):
 
     built = client.images.build(f"py/{project}:3", f"FROM py/{project}:2\nARG WHO\nRUN echo $WHO > /usr/who\n",
                                 args={"WHO": "python"})
-    assert [s["cached"] if "cached" in s else False for s in built.steps] == [False, False, False]
+    assert [s.cached for s in built.steps] == [False, False, False]
     with client.workspaces.create(project, image=built.image.ref) as ws3:
         assert ws3.exec("cat /usr/who /usr/tool").stdout == "python\ntool\n"
     with pytest.raises(layerfs.InvalidArgument):
