@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -27,7 +28,9 @@ build-essential's compilers; scripts/bench-image-setup installs what the
 host lacks) and a second that adds one package (perl-modules-5.36) as one
 layer. Imports both into a fresh Store (time, and the Store's growth for the
 second against its layer's bytes), then measures, --rounds times each, side
-by side: a workspace opened on the image against one on the host runtime;
+by side: a workspace opened on the image against one on the host runtime
+(--settle after a first workspace on the image, whose contents the daemon
+prefetches in the background);
 the first python3 -c 'import numpy' in a new workspace on the image against
 docker run --rm of the same image, the page cache dropped before each (sync,
 then echo 3 > /proc/sys/vm/drop_caches); a rebuild of a five-step build file
@@ -74,6 +77,7 @@ after an edit of its last step, layerfs image build against docker build
 		},
 	}
 	c.Flags().IntVar(&cfg.Rounds, "rounds", 5, "samples of each timed figure")
+	c.Flags().DurationVar(&cfg.Settle, "settle", 30*time.Second, "before the opens, how long to let the daemon's background work on the new image (its contents' prefetch) end")
 	c.Flags().StringVar(&dir, "dir", "", "directory for the Store and the build context (default: a temporary one, removed after)")
 	return c
 }

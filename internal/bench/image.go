@@ -36,8 +36,12 @@ var ImageExtraPackage = []string{"perl-modules-5.36"}
 
 // ImageConfig says how to run the image bench.
 type ImageConfig struct {
-	WorkDir  string // the Store and the build context
-	Rounds   int    // samples of each timed figure
+	WorkDir string // the Store and the build context
+	Rounds  int    // samples of each timed figure
+	// Settle is how long the opens wait, after a first workspace on the
+	// image, for the daemon's background work of a new image (the
+	// prefetch of the contents the import's cache fill left out) to end.
+	Settle   time.Duration
 	Platform platforms.Platform
 	Log      *slog.Logger
 	Progress func(string)
@@ -56,6 +60,7 @@ type ImageReport struct {
 	RebuildDocker          []time.Duration
 	DockerBase, DockerNext string
 	Rounds                 int
+	Settle                 time.Duration
 }
 
 // Image tags of the bench's Docker images.
@@ -105,7 +110,8 @@ func RunImage(ctx context.Context, cfg ImageConfig) (*ImageReport, error) {
 		return nil, err
 	}
 	progress("opening workspaces")
-	if err := rep.opens(ctx, c, cfg.Rounds); err != nil {
+	rep.Settle = cfg.Settle
+	if err := rep.opens(ctx, c, cfg.Rounds, cfg.Settle); err != nil {
 		return nil, err
 	}
 	progress("first import numpy, page cache dropped")
@@ -166,7 +172,19 @@ func dockerBuild(ctx context.Context, dir, tag string) (time.Duration, error) {
 
 // opens times CreateWorkspace on the image and on the host runtime, in
 // alternation.
-func (rep *ImageReport) opens(ctx context.Context, c *client.Client, rounds int) error {
+func (rep *ImageReport) opens(ctx context.Context, c *client.Client, rounds int, settle time.Duration) error {
+	first, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: "bench", Branch: "main", Image: "bench/base:1"})
+	if err != nil {
+		return err
+	}
+	if err := first.End(ctx, client.EndOptions{Discard: true}); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(settle):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	for i := range 2 * rounds {
 		image := "bench/base:1"
 		if i%2 == 1 {
@@ -295,7 +313,8 @@ func (rep *ImageReport) WriteTable(w io.Writer) error {
 		rep.DockerNext, n.Layers, n.LayersRead, mb(n.Bytes), rep.SecondWall.Seconds(), float64(n.WallNs)/1e9, mb(n.StoreGrowth), mb(rep.SecondLayerBytes),
 		float64(n.StoreGrowth)/float64(max(rep.SecondLayerBytes, 1)))
 	oi, oh := ms(rep.OpenImage), ms(rep.OpenHost)
-	fmt.Fprintf(w, "workspace open, p50 of %d: on the image %.2f ms, on the host runtime %.2f ms: +%.2f ms (target <= +1 ms)\n", rep.Rounds, oi, oh, oi-oh)
+	fmt.Fprintf(w, "workspace open, p50 of %d, %v after a first workspace on the image: on the image %.2f ms, on the host runtime %.2f ms: +%.2f ms (target <= +1 ms)\n",
+		rep.Rounds, rep.Settle, oi, oh, oi-oh)
 	nl, nd := ms(rep.NumpyLayerFS), ms(rep.NumpyDocker)
 	fmt.Fprintf(w, "first python3 -c 'import numpy', page cache dropped (sync; echo 3 > /proc/sys/vm/drop_caches) before each, p50 of %d:\n", rep.Rounds)
 	fmt.Fprintf(w, "  new workspace on the image + exec %.0f ms (the exec %.0f ms), docker run --rm %.0f ms: ratio %.2f (target <= 1.2)\n",
