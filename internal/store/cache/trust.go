@@ -229,12 +229,18 @@ func (d *Dir) Want(ids []object.ID) (release func()) {
 // since) with check, which reads the open file and says whether it holds
 // the content, then links it into Layer. A file that fails check is
 // removed from the cache, and the error wraps ErrDamaged; a missing one
-// wraps fs.ErrNotExist. Trusting a content already trusted does nothing.
+// wraps fs.ErrNotExist. Trusting a content already trusted does nothing
+// while its file is in the cache.
 func (d *Dir) Trust(id object.ID, check func(f *os.File) error) error {
-	if d.Trusted(id) {
-		return nil
-	}
 	path := d.Path(id)
+	if d.Trusted(id) {
+		if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		// Removed from the cache by another process: the layer's link
+		// goes too, and the content is placed and checked again.
+		d.forget(id)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return err
