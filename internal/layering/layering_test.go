@@ -19,10 +19,10 @@ import (
 
 const module = "layerfs.dev/layerfs/"
 
-// The mechanism, lowest layer first: store <- commit <- image <- overlay <- fusefs <-
-// kerneloverlay <- engine. A layer may import those before it, never those
-// after it.
-var layers = []string{"internal/store", "internal/commit", "internal/image", "internal/overlay", "internal/fusefs", "internal/kerneloverlay", "internal/engine"}
+// The mechanism, lowest layer first: store <- commit <- image <- checkpoint
+// <- overlay <- fusefs <- kerneloverlay <- engine. A layer may import those
+// before it, never those after it.
+var layers = []string{"internal/store", "internal/commit", "internal/image", "internal/checkpoint", "internal/overlay", "internal/fusefs", "internal/kerneloverlay", "internal/engine"}
 
 // pkg is what go list says of one package of the module.
 type pkg struct {

@@ -53,10 +53,11 @@
 // content's ID (trust.go): a damaged one is evicted, logged and made
 // again, never served.
 //
-// Maintenance. GC deletes only what no root reaches: branch heads, layers
-// and the bases and heads of workspaces (on a shared Store, of hosts with
-// a live lease, and every row younger than the grace period). On an
-// embedded Store it runs only with the Store to itself (else ErrBusy);
+// Maintenance. GC deletes only what no root reaches: branch heads,
+// layers, checkpoints (checkpoint.go) and the bases and heads of
+// workspaces (on a shared Store, of hosts with a live lease, and every
+// row younger than the grace period). On an embedded Store it runs only
+// with the Store to itself (else ErrBusy);
 // every step is crash safe. Fsck checks every reference, object, chunk
 // and pack range and reports what it finds.
 //

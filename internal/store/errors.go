@@ -18,9 +18,12 @@ var (
 	ErrBusy        = errclass.Busy
 	ErrInvalidName = errclass.New(errclass.Invalid, "invalid name")
 	ErrAmbiguous   = errclass.New(errclass.Invalid, "ambiguous reference")
-	ErrNoStore     = errclass.New(errclass.NotFound, "no store")
-	ErrNewerSchema = errclass.New(errclass.Unavailable, "store schema is newer than this program")
-	ErrClosed      = errclass.New(errclass.Unavailable, "store closed")
+	// ErrInvalidCheckpoint is a checkpoint record whose commits do not
+	// fit together (CreateCheckpoint).
+	ErrInvalidCheckpoint = errclass.New(errclass.Invalid, "invalid checkpoint")
+	ErrNoStore           = errclass.New(errclass.NotFound, "no store")
+	ErrNewerSchema       = errclass.New(errclass.Unavailable, "store schema is newer than this program")
+	ErrClosed            = errclass.New(errclass.Unavailable, "store closed")
 	// ErrUnsupported is an operation a shared Store does not have yet.
 	ErrUnsupported = errclass.New(errclass.Unavailable, "not supported on a shared store yet (docs/fleet.md)")
 )

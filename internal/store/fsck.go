@@ -233,8 +233,8 @@ func (c *checker) index() error {
 	return r.Close()
 }
 
-// refs checks that every branch head, layer and workspace names a stored
-// commit.
+// refs checks that every branch head, layer, checkpoint and workspace
+// names a stored commit.
 func (c *checker) refs() error {
 	roots, err := refRoots(c.ctx, c.tx, "workspaces")
 	if err != nil {

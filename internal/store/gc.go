@@ -297,14 +297,15 @@ type root struct {
 }
 
 // refRoots lists every commit a ref names: branch heads, layers, images,
-// and the base, head and root image of each workspace of the table (or
-// subquery) workspaces.
+// checkpoints, and the base, head and root image of each workspace of the
+// table (or subquery) workspaces.
 func refRoots(ctx context.Context, tx *tx, workspaces string) ([]root, error) {
 	var out []root
 	r, err := tx.query(ctx, `
 		SELECT head, 'branch ' || project || '/' || name FROM branches
 		UNION ALL SELECT commit_id, 'layer ' || project || ':' || idx FROM layers
 		UNION ALL SELECT commit_id, 'image ' || name FROM images
+		UNION ALL SELECT commit_id, 'checkpoint ' || id FROM checkpoints
 		UNION ALL SELECT base, 'workspace ' || id || ' base' FROM `+workspaces+` AS w
 		UNION ALL SELECT head, 'workspace ' || id || ' head' FROM `+workspaces+` AS w
 		UNION ALL SELECT image, 'workspace ' || id || ' image' FROM `+workspaces+` AS w WHERE image IS NOT NULL`)

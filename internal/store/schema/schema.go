@@ -92,6 +92,20 @@ CREATE TABLE derivations (
 ALTER TABLE workspaces ADD COLUMN image BLOB;
 ALTER TABLE projects ADD COLUMN image TEXT NOT NULL DEFAULT '';
 `,
+	// 4: checkpoint records (package store's checkpoint.go).
+	`
+CREATE TABLE checkpoints (
+	id        TEXT PRIMARY KEY,
+	project   TEXT NOT NULL REFERENCES projects(name),
+	workspace TEXT NOT NULL,
+	commit_id BLOB NOT NULL,
+	files     BLOB NOT NULL,
+	message   TEXT NOT NULL,
+	meta      BLOB,
+	created   INTEGER NOT NULL
+) STRICT;
+CREATE INDEX checkpoints_project ON checkpoints(project, created);
+`,
 }
 
 // Postgres is a shared Store's migrations, versioned on their own. The
@@ -232,6 +246,21 @@ CREATE VIEW workspaces AS
 	SELECT id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options, image
 	FROM workspace_records WHERE node = current_setting('layerfs.node')
 	WITH CASCADED CHECK OPTION;
+`,
+	// Checkpoint records (package store's checkpoint.go), every host's:
+	// a checkpoint is restored on any host of the fleet.
+	`
+CREATE TABLE checkpoints (
+	id        TEXT PRIMARY KEY,
+	project   TEXT NOT NULL REFERENCES projects(name),
+	workspace TEXT NOT NULL,
+	commit_id BYTEA NOT NULL,
+	files     BYTEA NOT NULL,
+	message   TEXT NOT NULL,
+	meta      BYTEA,
+	created   BIGINT NOT NULL
+);
+CREATE INDEX checkpoints_project ON checkpoints(project, created);
 `,
 }
 
