@@ -164,6 +164,15 @@ func TestWsVerbs(t *testing.T) {
 		t.Fatalf("ws create: %+v", ws)
 	}
 	assert.Contains(t, p.ok("ws", "list"), ws.ID, "ws list lacks %s", ws.ID)
+	// ws path is the directory its owner (this test's user) writes in as
+	// their own; the sandbox sees what they wrote.
+	mnt := strings.TrimSuffix(p.ok("ws", "path", ws.ID), "\n")
+	require.Equal(t, ws.MountPath, mnt)
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "from-host.txt"), []byte("host"), 0o644))
+	if out := p.ok("ws", "exec", ws.ID, "--", "cat", "from-host.txt"); out != "host" {
+		t.Errorf("the sandbox reads %q of a file written at ws path", out)
+	}
+	require.NoError(t, os.Remove(filepath.Join(mnt, "from-host.txt")))
 
 	// argv exactly as given: the quotes and the semicolon reach sh intact.
 	r := p.run("ws", "exec", ws.ID, "--", "sh", "-c", "echo 'a b'; echo err >&2; exit 3")

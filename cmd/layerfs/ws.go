@@ -29,7 +29,7 @@ func wsCmd(a *app) *cobra.Command {
 		Use:   "ws",
 		Short: "Workspaces: create, exec, cp, commit, update, fork, end (through the daemon)",
 	}
-	cmd.AddCommand(wsCreateCmd(a), wsListCmd(a), wsStatusCmd(a), wsExecCmd(a), wsCpCmd(a),
+	cmd.AddCommand(wsCreateCmd(a), wsListCmd(a), wsStatusCmd(a), wsPathCmd(a), wsExecCmd(a), wsCpCmd(a),
 		wsCommitCmd(a), wsUpdateCmd(a), wsResolveCmd(a), wsForkCmd(a), wsEndCmd(a), wsMountCmd(a), wsWatchCmd(a), wsShellCmd(a))
 	return cmd
 }
@@ -178,6 +178,22 @@ func short(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// wsPathCmd prints a workspace's mount path alone, for a shell
+// (cd "$(layerfs ws path WS)") or an editor: the owner's directory.
+func wsPathCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "path WS",
+		Short: "Print a workspace's mount path: a directory its owner reads and writes as their own",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			return a.withWorkspace(cmd, argv[0], func(ws *client.Workspace) error {
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), ws.MountPath())
+				return err
+			})
+		},
+	}
 }
 
 func wsStatusCmd(a *app) *cobra.Command {
