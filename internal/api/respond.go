@@ -49,6 +49,11 @@ func classify(err error) (status int, e wire.Error, internal bool) {
 			Message: "a file system of the Store or of a workspace is full (" + noSpaceErrno(err).Error() + "): nothing was published; free space (remove files, end workspaces, run gc) and retry"}, false
 	}
 	msg := err.Error()
+	if we := (*wire.Error)(nil); errors.As(err, &we) && we.Code == c.Code() {
+		// A typed error's text leads with its code, which the answer
+		// carries apart: the message names the class once.
+		msg = strings.Replace(msg, we.Error(), we.Message, 1)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		msg = "request canceled: " + msg
 	}
