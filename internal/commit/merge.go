@@ -146,6 +146,11 @@ type MergeResult struct {
 //     attribute merge on their own and conflict when both changed them
 //     differently; the modification time is the changing side's, the
 //     later one when both changed;
+//   - time alone is not a modification: a side whose entry differs from
+//     the base's in its modification time only (a touch, a formatter that
+//     wrote the same bytes, a checkout) takes the other side's change, a
+//     delete or a new content or type, with the later time (git, which
+//     keeps no times, sees no change there either);
 //   - add/add with different content, modify/delete, a file where the
 //     other side keeps a directory, different new types, symlink targets
 //     changed differently: typed conflicts (ConflictKind);

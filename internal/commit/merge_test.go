@@ -333,3 +333,31 @@ func TestMergeVisitsOnlyWhatChanged(t *testing.T) {
 	require.Equal(t, "theirs", e.content(got["d300/f2"]))
 	require.Len(t, got, 4400)
 }
+
+// TestMergeTimeOnly: a side that changed only an entry's time (a touch)
+// takes the other side's change, a delete, a new content or a new type,
+// with the later time: never a conflict.
+func TestMergeTimeOnly(t *testing.T) {
+	e := newMergeEnv(t)
+	base := map[string]ent{"rm": {data: "x\n", mtime: 10}, "edit": {data: "1\n2\n", mtime: 10}, "retype": {data: "f\n", mtime: 10},
+		"late": {data: "1\n", mtime: 10}, "both": {data: "b\n", mtime: 10}, "d/f": {data: "in d\n", mtime: 10}}
+	touched := map[string]ent{"rm": {data: "x\n", mtime: 30}, "edit": {data: "1\n2\n", mtime: 30}, "retype": {data: "f\n", mtime: 30},
+		"late": {data: "1\n", mtime: 10}, "both": {data: "b\n", mtime: 30}, "d/f": {data: "in d\n", mtime: 30}}
+	changed := map[string]ent{"edit": {data: "1\ntwo\n", mtime: 20}, "retype": {data: "->f", mtime: 20},
+		"late": {data: "one\n", mtime: 20}, "both": {data: "b\n", mtime: 40}}
+	for _, sides := range [][2]map[string]ent{{touched, changed}, {changed, touched}} {
+		res, got := e.merge(base, sides[0], sides[1], nil)
+		require.True(t, res.Clean, "%+v", res.Conflicts)
+		for _, p := range []string{"rm", "d/f", "d"} {
+			_, ok := got[p]
+			require.False(t, ok, "%s: deleted on one side, touched on the other", p)
+		}
+		require.Equal(t, "1\ntwo\n", e.content(got["edit"]))
+		require.EqualValues(t, 30, got["edit"].MtimeNs, "the later time")
+		require.Equal(t, store.TypeSymlink, got["retype"].Type)
+		require.EqualValues(t, 30, got["retype"].MtimeNs)
+		require.Equal(t, "one\n", e.content(got["late"]))
+		require.EqualValues(t, 20, got["late"].MtimeNs)
+		require.EqualValues(t, 40, got["both"].MtimeNs, "both touched: the later time")
+	}
+}

@@ -239,3 +239,28 @@ func TestMergeBaseCrissCross(t *testing.T) {
 	require.Equal(t, MergeMerged, out.Result, "%+v", out.Conflicts)
 	require.ElementsMatch(t, bases, out.Bases)
 }
+
+// TestMergeIntoRemoveAgainstTouch is the smallest real case of time taken
+// for content: branch A removes a.txt, branch B only touches it; merging
+// B into A deletes it cleanly, as git does.
+func TestMergeIntoRemoveAgainstTouch(t *testing.T) {
+	ctx := t.Context()
+	db := newDB(t)
+	base := map[string]ent{"a.txt": {data: "a\n", mtime: 1e18}, "keep": {data: "k\n"}}
+	root := commitOf(t, db, "root", base)
+	_, err := db.CreateProject(ctx, "p", root)
+	require.NoError(t, err)
+	a := commitOf(t, db, "rm a.txt", map[string]ent{"keep": base["keep"]}, root)
+	_, err = db.SetBranchHead(ctx, "p", "main", root, a)
+	require.NoError(t, err)
+	b := commitOf(t, db, "touch a.txt", map[string]ent{"a.txt": {data: "a\n", mtime: 2e18}, "keep": base["keep"]}, root)
+	out, err := MergeInto(ctx, db, MergeRequest{Project: "p", Branch: "main", Source: b, SourceName: "B"})
+	require.NoError(t, err)
+	require.Equal(t, MergeMerged, out.Result, "%+v", out.Conflicts)
+	c, err := db.Commit(ctx, out.Commit)
+	require.NoError(t, err)
+	got := flat(t, db, c.Root)
+	_, ok := got["a.txt"]
+	require.False(t, ok, "a.txt removed on A and touched on B stays removed")
+	require.Contains(t, got, "keep")
+}

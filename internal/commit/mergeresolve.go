@@ -20,6 +20,17 @@ func sameEntry(a, b *store.Entry) bool {
 	return sameMeta(a, b) && a.Object == b.Object && a.Size == b.Size
 }
 
+// timeOnly reports whether e differs from b in its modification time
+// alone: a touch, a tool that rewrote the same bytes, a checkout.
+func timeOnly(b, e *store.Entry) bool {
+	if b == nil || e == nil || b.MtimeNs == e.MtimeNs {
+		return false
+	}
+	x := *e
+	x.MtimeNs = b.MtimeNs
+	return sameEntry(b, &x)
+}
+
 func dirPart(e *store.Entry) *store.Entry {
 	if e != nil && e.Type == store.TypeDir {
 		return e
@@ -123,6 +134,20 @@ func (m *merger) resolveLeaf(ctx context.Context, n *mnode, b, o, t *store.Entry
 		return t, nil
 	case sameEntry(b, t):
 		return o, nil
+	case timeOnly(b, o) != timeOnly(b, t):
+		// Time alone is not a modification: the other side's change (a
+		// delete, a new content, a new type) is taken, with the later
+		// time when it keeps an entry.
+		side, other := o, t
+		if timeOnly(b, t) {
+			side, other = t, o
+		}
+		if other == nil {
+			return nil, nil
+		}
+		out := *other
+		out.MtimeNs = max(out.MtimeNs, side.MtimeNs)
+		return &out, nil
 	case o == nil || t == nil:
 		// One side deleted what the other changed; with markers the
 		// changed entry stays.
