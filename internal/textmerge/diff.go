@@ -50,6 +50,8 @@ func diff(a, b []int) []hunk {
 	n := len(a) + len(b) + 5
 	d.vf, d.vb = make([]int, n), make([]int, n)
 	d.compare(0, len(a), 0, len(b))
+	compact(a, d.ca, d.cb)
+	compact(b, d.cb, d.ca)
 	var out []hunk
 	i, j := 0, 0
 	for i < len(a) || j < len(b) {
@@ -168,4 +170,122 @@ func (d *differ) middleSnake(alo, ahi, blo, bhi int) (x, y, u, v int) {
 	}
 	// Unreachable: a path of at most n+m edits always exists.
 	return alo, blo, ahi, bhi
+}
+
+// compact slides each run of changed lines of x (changed, over the lines
+// x) as far down as equal lines allow, then back up to end where a change
+// of the other file (other) ends, if one was met on the way: the place
+// git's diff (xdiff's change compaction) gives a change that could be in
+// several. Both sides' diffs of a merge then put an identical change at
+// the same place, whatever lines surround it. Runs that meet while
+// sliding become one.
+func compact(x []int, changed, other []bool) {
+	g := newGroup(changed)
+	o := newGroup(other)
+	for {
+		if g.end > g.start {
+			var size, earliestEnd int
+			endMatching := -1
+			for {
+				size = g.end - g.start
+				endMatching = -1
+				for g.slideUp(x) {
+					o.previous()
+				}
+				earliestEnd = g.end
+				if o.end > o.start {
+					endMatching = g.end
+				}
+				for g.slideDown(x) {
+					o.next()
+					if o.end > o.start {
+						endMatching = g.end
+					}
+				}
+				if size == g.end-g.start {
+					break
+				}
+			}
+			if g.end != earliestEnd && endMatching >= 0 {
+				for o.end == o.start {
+					g.slideUp(x)
+					o.previous()
+				}
+			}
+		}
+		if !g.next() {
+			return
+		}
+		o.next()
+	}
+}
+
+// group is a run of changed lines [start, end) of a file, empty between
+// two unchanged lines; the groups of the two files of a diff pair up in
+// order.
+type group struct {
+	changed    []bool
+	start, end int
+}
+
+func newGroup(changed []bool) *group {
+	g := &group{changed: changed}
+	for g.end < len(changed) && changed[g.end] {
+		g.end++
+	}
+	return g
+}
+
+func (g *group) at(i int) bool { return i >= 0 && i < len(g.changed) && g.changed[i] }
+
+func (g *group) next() bool {
+	if g.end == len(g.changed) {
+		return false
+	}
+	g.start = g.end + 1
+	g.end = g.start
+	for g.at(g.end) {
+		g.end++
+	}
+	return true
+}
+
+func (g *group) previous() bool {
+	if g.start == 0 {
+		return false
+	}
+	g.end = g.start - 1
+	g.start = g.end
+	for g.at(g.start - 1) {
+		g.start--
+	}
+	return true
+}
+
+// slideDown moves the group one line down when the line after it equals
+// its first, joining a group it then meets.
+func (g *group) slideDown(x []int) bool {
+	if g.end >= len(x) || x[g.start] != x[g.end] {
+		return false
+	}
+	g.changed[g.start], g.changed[g.end] = false, true
+	g.start, g.end = g.start+1, g.end+1
+	for g.at(g.end) {
+		g.end++
+	}
+	return true
+}
+
+// slideUp moves the group one line up when the line before it equals its
+// last, joining a group it then meets.
+func (g *group) slideUp(x []int) bool {
+	if g.start == 0 || x[g.start-1] != x[g.end-1] {
+		return false
+	}
+	g.start, g.end = g.start-1, g.end-1
+	g.changed[g.start], g.changed[g.end] = true, false
+	for g.at(g.start - 1) {
+		g.start--
+	}
+	return true
 }

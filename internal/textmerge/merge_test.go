@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -217,4 +218,150 @@ func (g *lineGen) edit(base []byte) []byte {
 		out = append(out, g.line()...)
 	}
 	return out
+}
+
+// TestMergeMatchesGitMergeFileCode is TestMergeMatchesGitMergeFile on
+// texts like code, where lines repeat ("}", blank lines, "return err") and
+// where real histories differ from random edits: both sides apply the same
+// patch (a cherry-pick) beside edits of their own, and edits meet at both
+// ends of a hunk. Such changes can sit at several places; Merge must
+// place them where git does and merge what git merges.
+func TestMergeMatchesGitMergeFileCode(t *testing.T) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		testenv.Skip(t, "no git to compare with")
+	}
+	seed := rand.Uint64()
+	if s := os.Getenv("LAYERFS_MERGE_SEED"); s != "" {
+		fmt.Sscan(s, &seed)
+	}
+	t.Logf("seed %d (LAYERFS_MERGE_SEED repeats it)", seed)
+	r := rand.New(rand.NewPCG(seed, 9))
+	dir := t.TempDir()
+	cases := 600
+	if testing.Short() {
+		cases = 100
+	}
+	var clean, conflicted, differ int
+	for i := range cases {
+		g := &codeGen{lineGen{r: r}}
+		base, ours, theirs := g.sides()
+		paths := [3]string{}
+		for j, b := range [][]byte{ours, base, theirs} {
+			paths[j] = filepath.Join(dir, fmt.Sprint(j))
+			require.NoError(t, os.WriteFile(paths[j], b, 0o644))
+		}
+		out, err := exec.Command(git, "merge-file", "-p", "-L", "ours", "-L", "base", "-L", "theirs", paths[0], paths[1], paths[2]).Output()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("git merge-file: %v", err)
+		}
+		got := Merge(base, ours, theirs, Options{})
+		gitConflicts := 0
+		if exit != nil {
+			gitConflicts = exit.ExitCode()
+		}
+		if gitConflicts == 0 {
+			clean++
+		} else {
+			conflicted++
+		}
+		if string(got.Text) == string(out) && got.Conflicts == gitConflicts {
+			continue
+		}
+		differ++
+		msg := fmt.Sprintf("case %d (seed %d): conflicts %d, git %d\nbase:\n%s\nours:\n%s\ntheirs:\n%s\ngot:\n%s\ngit:\n%s",
+			i, seed, got.Conflicts, gitConflicts, base, ours, theirs, got.Text, out)
+		if got.Conflicts == 0 && gitConflicts == 0 {
+			// Two clean merges that differ: never.
+			t.Error(msg)
+		} else {
+			t.Log(msg)
+		}
+	}
+	t.Logf("%d cases: %d clean, %d conflicted by git; %d differ", cases, clean, conflicted, differ)
+	// git's Myers diff prepares the lines (those found once, or in many
+	// places) before it searches, and so picks another of the shortest
+	// scripts now and then, where lines repeat: the two then place a
+	// change apart, and one of them finds a conflict the other does not.
+	if differ > cases/50 {
+		t.Errorf("%d of %d cases differ from git merge-file (more than 2%%)", differ, cases)
+	}
+}
+
+// codeGen makes texts like code and the edits of TestMergeMatchesGitMergeFileCode.
+type codeGen struct{ lineGen }
+
+var commonLines = []string{"}\n", "\n", "\treturn err\n", "\t}\n", "\treturn nil\n"}
+
+func (g *codeGen) line() string {
+	if g.r.IntN(10) < 3 {
+		return commonLines[g.r.IntN(len(commonLines))]
+	}
+	return g.lineGen.line()
+}
+
+func (g *codeGen) block(n int) []string {
+	var out []string
+	for range n {
+		out = append(out, g.line())
+	}
+	return out
+}
+
+// sides makes a base and two sides: a patch both apply (a cherry-pick)
+// beside edits of each; or edits at both ends of a region on one side
+// against one inside or beside it on the other.
+func (g *codeGen) sides() (base, ours, theirs []byte) {
+	b := g.block(5 + g.r.IntN(30))
+	o, t := slices.Clone(b), slices.Clone(b)
+	switch g.r.IntN(2) {
+	case 0:
+		at := g.r.IntN(len(b))
+		del := g.r.IntN(3)
+		patch := g.block(1 + g.r.IntN(6))
+		o, t = splice(o, at, del, patch), splice(t, at, del, patch)
+		o, t = g.edits(o), g.edits(t)
+	default:
+		at := g.r.IntN(len(b))
+		n := min(2+g.r.IntN(5), len(b)-at)
+		o = splice(o, at+n-1, 1, g.block(1))
+		o = splice(o, at, 1, g.block(1))
+		switch x := at + g.r.IntN(n+2) - 1; {
+		case x >= 0 && x < len(t):
+			t = splice(t, x, 1, g.block(g.r.IntN(3)))
+		default:
+			t = splice(t, len(t), 0, g.block(1))
+		}
+	}
+	join := func(ls []string) []byte { return []byte(strings.Join(ls, "")) }
+	return join(b), join(o), join(t)
+}
+
+// edits changes a line or two of ls at random places.
+func (g *codeGen) edits(ls []string) []string {
+	for range g.r.IntN(3) {
+		at := g.r.IntN(len(ls) + 1)
+		ls = splice(ls, at, min(g.r.IntN(2), len(ls)-at), g.block(g.r.IntN(3)))
+	}
+	return ls
+}
+
+// splice replaces del lines of ls at at by ins.
+func splice(ls []string, at, del int, ins []string) []string {
+	del = min(del, len(ls)-at)
+	return slices.Concat(ls[:at], ins, ls[at+del:])
+}
+
+// TestMergeSamePatchSlides: both sides add one function; its lines ("}",
+// a blank line) let each side's diff place it at several places. Placed
+// alike (as git's diff does), it is one change, taken once, beside
+// theirs' edit.
+func TestMergeSamePatchSlides(t *testing.T) {
+	base := text("f {", "}", "", "g {", "}")
+	ours := text("f {", "}", "", "h {", "}", "", "g {", "}")
+	theirs := text("f {", "}", "", "h {", "}", "", "g {", "\tx", "}")
+	got := Merge(base, ours, theirs, Options{})
+	require.Equal(t, 0, got.Conflicts, "%s", got.Text)
+	require.Equal(t, string(theirs), string(got.Text))
 }
