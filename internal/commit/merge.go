@@ -105,6 +105,12 @@ type MergeOptions struct {
 	TextLimit int64
 	// Chunking cuts merged contents (zero value: DefaultParams).
 	Chunking Params
+	// RenameThreshold is the similarity, in percent, from which a file a
+	// side removed and one it added are a rename (0: DefaultRenameThreshold,
+	// git's; 100: exact renames only). NoRenames finds none, as git's
+	// --no-renames: a renamed file is a delete and an add.
+	RenameThreshold int
+	NoRenames       bool
 }
 
 // MergeStats tell what a merge visited and wrote.
@@ -112,7 +118,7 @@ type MergeStats struct {
 	// Paths is the number of paths either side changed (with their
 	// ancestors): what the merge visited.
 	Paths      int64 `json:"paths"`
-	Renames    int64 `json:"renames"`     // exact renames followed
+	Renames    int64 `json:"renames"`     // renames followed
 	TextMerges int64 `json:"text_merges"` // files merged line by line
 	// Build is the build of the merged tree on ours.
 	Build Stats `json:"build"`
@@ -156,11 +162,16 @@ type MergeResult struct {
 //     changed differently: typed conflicts (ConflictKind);
 //   - a directory one side deleted stays when the other side's changes
 //     under it survive; an empty directory neither side deleted stays;
-//   - exact renames (a regular file's content removed at one path and
-//     added at another by one side, matched by content, same base names
-//     first) are followed: the other side's edit of the old path lands at
-//     the new one; a file renamed to two different paths conflicts, and
-//     so does a rename of a file the other side deleted;
+//   - renames are followed: a regular file one side removed at one path
+//     and added at another, with the same content (exact renames, same
+//     base names first) or, as git finds them, a similar one (at least
+//     RenameThreshold percent of its bytes in common by lines, best
+//     scores first); the file is merged at the new path, so the other
+//     side's edit of the old path lands there, beside the renaming
+//     side's own edit. A file renamed to two different paths conflicts,
+//     and so does a rename of a file the other side deleted. Renamed
+//     directories are not detected (git's directory renames): a file the
+//     other side added in the old directory stays there;
 //   - hard links: files merged from hard-linked sides get one new Link per
 //     group, derived from the merged content and the group's first path.
 //
@@ -340,7 +351,12 @@ func (m *merger) collect(ctx context.Context, base, ours, theirs store.ID) error
 	}
 	m.paths = int64(len(m.byPath))
 	m.rootOurs = ours
-	m.renO, m.renT = exactRenames(dO), exactRenames(dT)
+	if m.renO, err = m.findRenames(ctx, dO); err != nil {
+		return fmt.Errorf("renames of ours: %w", err)
+	}
+	if m.renT, err = m.findRenames(ctx, dT); err != nil {
+		return fmt.Errorf("renames of theirs: %w", err)
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -43,8 +44,12 @@ func TestMergeMatchesGit(t *testing.T) {
 	if out, err := exec.Command(git, "merge-tree", "-h").CombinedOutput(); !bytes.Contains(out, []byte("--write-tree")) {
 		testenv.Skip(t, fmt.Sprintf("git merge-tree has no --write-tree (git 2.38 or later needed): %v", err))
 	}
-	seed := rand.Uint64()
-	if s := os.Getenv("LAYERFS_MERGE_SEED"); s != "" {
+	seed := uint64(38)
+	switch s := os.Getenv("LAYERFS_MERGE_SEED"); s {
+	case "random":
+		seed = rand.Uint64()
+	case "":
+	default:
 		fmt.Sscan(s, &seed)
 	}
 	cases := 3000
@@ -54,7 +59,7 @@ func TestMergeMatchesGit(t *testing.T) {
 	if testing.Short() {
 		cases = 300
 	}
-	t.Logf("seed %d, %d cases (LAYERFS_MERGE_SEED and LAYERFS_MERGE_CASES repeat it)", seed, cases)
+	t.Logf("seed %d, %d cases (LAYERFS_MERGE_SEED, a number or random, and LAYERFS_MERGE_CASES repeat it)", seed, cases)
 	r := rand.New(rand.NewPCG(seed, 11))
 	var all []*mergeCase
 	for i := range cases {
@@ -86,7 +91,11 @@ func TestMergeMatchesGit(t *testing.T) {
 	}
 	gitOut := parseMergeTree(t, run(lines.Bytes(), "-c", "merge.directoryRenames=false", "merge-tree", "--write-tree", "--stdin", "-z"))
 	require.Len(t, gitOut, len(all), "merge-tree results")
-	similar := similarRenames(t, run, all)
+	gitRen := gitRenames(t, run, all)
+	gitRenCount := 0
+	for _, sides := range gitRen {
+		gitRenCount += len(sides[0]) + len(sides[1])
+	}
 
 	// LayerFS.
 	ctx := t.Context()
@@ -108,7 +117,7 @@ func TestMergeMatchesGit(t *testing.T) {
 		require.NoError(t, err, "case %d (seed %d)", i, seed)
 		g := gitOut[i]
 		renames += int(res.Stats.Renames)
-		if similar[i] {
+		if !sameRenames(t, p, trees, gitRen[i]) {
 			bySimilarity++
 			continue
 		}
@@ -143,19 +152,18 @@ func TestMergeMatchesGit(t *testing.T) {
 			require.NoError(t, b.Flush(ctx))
 		}
 	}
-	t.Logf("%d cases: %d clean, %d conflicted, %d exact renames followed, %d where git drops a rename (see gitDropsRename), %d where git pairs a rename by similarity (see similarRenames); conflicts by kind %v",
-		len(all), clean, conflicted, renames, dropped, bySimilarity, kinds)
+	t.Logf("%d cases: %d clean, %d conflicted, %d renames followed (git finds %d), %d where git drops a rename (see gitDropsRename), %d where git pairs other renames (see gitRenames); conflicts by kind %v",
+		len(all), clean, conflicted, renames, gitRenCount, dropped, bySimilarity, kinds)
 }
 
-// similarRenames finds the cases git reads differently by design: where
-// git's rename detection pairs a removed file with an added one of
-// different content on either side. Unique contents do not rule that out:
-// git scores similarity by a hash of each line (of each 64 bytes of a
-// binary) into a small table, so two unrelated lines of a short file can
-// collide and reach its 50% threshold. Merge follows exact renames only,
-// so such a case is outside what the two can agree on. run runs git in
-// the repository of the cases.
-func similarRenames(t *testing.T, run func(stdin []byte, args ...string) []byte, all []*mergeCase) map[int]bool {
+// gitRenames are the renames git finds on each side of each case (diff-tree
+// -M, its 50% threshold): old path -> new. Unique contents do not rule out
+// that git pairs files Merge does not: git scores similarity by a hash of
+// each line (of each 64 bytes of a binary) into a small table, so two
+// unrelated lines of a short file can collide and reach the threshold.
+// Such a case is outside what the two can agree on (see sameRenames).
+// run runs git in the repository of the cases.
+func gitRenames(t *testing.T, run func(stdin []byte, args ...string) []byte, all []*mergeCase) [][2]map[string]string {
 	t.Helper()
 	trees := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(string(run(nil, "for-each-ref", "--format=%(refname:short) %(tree)", "refs/heads/"))), "\n") {
@@ -163,25 +171,46 @@ func similarRenames(t *testing.T, run func(stdin []byte, args ...string) []byte,
 		trees[ref] = tree
 	}
 	var pairs bytes.Buffer
-	header := map[string]int{}
-	for _, c := range all {
-		for _, side := range []string{"ours", "theirs"} {
-			line := trees[fmt.Sprintf("c%d-base", c.n)] + " " + trees[fmt.Sprintf("c%d-%s", c.n, side)]
-			header[line] = c.n
+	type at struct{ n, side int }
+	header := map[string][]at{}
+	out := make([][2]map[string]string, len(all))
+	for i, c := range all {
+		out[i] = [2]map[string]string{{}, {}}
+		for side, name := range []string{"ours", "theirs"} {
+			line := trees[fmt.Sprintf("c%d-base", c.n)] + " " + trees[fmt.Sprintf("c%d-%s", c.n, name)]
+			header[line] = append(header[line], at{i, side})
 			pairs.WriteString(line + "\n")
 		}
 	}
 	// diff-tree --stdin echoes each pair of trees, then their changes.
-	similar := map[int]bool{}
-	n := -1
+	var cur []at
 	for _, l := range strings.Split(string(run(pairs.Bytes(), "diff-tree", "--stdin", "-r", "-M", "--name-status")), "\n") {
-		if c, ok := header[l]; ok {
-			n = c
-		} else if strings.HasPrefix(l, "R") && !strings.HasPrefix(l, "R100") {
-			similar[n] = true
+		if h, ok := header[l]; ok {
+			cur = h[:1]
+			header[l] = h[1:]
+		} else if f := strings.Split(l, "\t"); strings.HasPrefix(l, "R") && len(f) == 3 && len(cur) == 1 {
+			out[cur[0].n][cur[0].side][f[1]] = f[2]
 		}
 	}
-	return similar
+	return out
+}
+
+// sameRenames reports whether Merge finds on each side of the trees (base,
+// ours, theirs) the renames git found (want).
+func sameRenames(t *testing.T, r Reader, trees [3]store.ID, want [2]map[string]string) bool {
+	m, err := newMerger(&MergeOptions{})
+	require.NoError(t, err)
+	m.r = r
+	for side := range 2 {
+		ds, _, err := Diff(t.Context(), r, trees[0], trees[side+1], "", 0)
+		require.NoError(t, err)
+		got, err := m.findRenames(t.Context(), ds)
+		require.NoError(t, err)
+		if !maps.Equal(got, want[side]) {
+			return false
+		}
+	}
+	return true
 }
 
 // gitDropsRename finds the one place the merges knowingly differ: one side
@@ -237,6 +266,7 @@ type fileSpec struct {
 	symlink bool
 	data    []byte
 	mode    uint32 // 0o644 or 0o755 for files
+	mtime   int64  // 0: the time every entry has; a touch sets another
 }
 
 // mergeCase is one random merge: a base and two sides, as paths.
@@ -297,6 +327,15 @@ func newMergeCase(r *rand.Rand, n int) *mergeCase {
 		}
 	}
 	c.ours, c.theirs = clone(c.base), clone(c.base)
+	if r.IntN(4) == 0 {
+		// A cherry-pick: the same patch on both sides, before their own
+		// edits (which may edit the same file beside it).
+		if p, ok := c.pick(c.base, isText); ok {
+			patched := c.editLines(c.base[p].data)
+			c.ours[p].data, c.theirs[p].data = patched, slices.Clone(patched)
+			c.edits[0], c.edits[1] = []string{"cherry-pick " + p}, []string{"cherry-pick " + p}
+		}
+	}
 	for side, fs := range []map[string]*fileSpec{c.ours, c.theirs} {
 		c.touched = map[string]bool{}
 		for range 1 + r.IntN(4) {
@@ -402,7 +441,7 @@ func dirsOf(fs map[string]*fileSpec) []string {
 // edit makes one random change to fs and says what it was.
 func (c *mergeCase) edit(fs map[string]*fileSpec) string {
 	r := c.r
-	switch r.IntN(11) {
+	switch r.IntN(14) {
 	case 0, 1, 2:
 		// A renamed file is never edited on the same side: git would
 		// pair it with its old path by similarity, Merge only by content.
@@ -469,6 +508,39 @@ func (c *mergeCase) edit(fs map[string]*fileSpec) string {
 		if p, ok := c.pick(fs, isText); ok {
 			fs[p] = c.content(false, false)
 			return "text to binary " + p
+		}
+	case 11:
+		// A rename with a small edit: one line of four or more, so that
+		// the file stays well above git's 50% similarity.
+		if p, ok := c.pick(fs, func(f *fileSpec) bool {
+			return isText(f) && !c.touchedFile(fs, f) && bytes.Count(f.data, []byte("\n")) >= 4
+		}); ok {
+			if q, ok := c.freePath(fs); ok {
+				ls := bytes.SplitAfter(fs[p].data, []byte("\n"))
+				ls[r.IntN(len(ls)-1)] = []byte(c.token() + "\n")
+				fs[q] = &fileSpec{data: bytes.Join(ls, nil), mode: fs[p].mode}
+				delete(fs, p)
+				c.touched[q] = true
+				return "rename with edit " + p + " " + q
+			}
+		}
+	case 12:
+		// Edits at both ends of a text: its first and last lines.
+		if p, ok := c.pick(fs, func(f *fileSpec) bool { return isText(f) && !c.touchedFile(fs, f) }); ok {
+			ls := bytes.SplitAfter(fs[p].data, []byte("\n"))
+			ls[0] = []byte(c.token() + "\n")
+			if n := len(ls) - 2; n > 0 {
+				ls[n] = []byte(c.token() + "\n")
+			}
+			c.touched[p] = true
+			fs[p].data = bytes.Join(ls, nil)
+			return "edit ends " + p
+		}
+	case 13:
+		// Time alone: git sees no change.
+		if p, ok := c.pick(fs, anyEntry); ok {
+			fs[p].mtime = 2e9 + int64(r.IntN(1000))
+			return "touch " + p
 		}
 	}
 	if p, ok := c.freePath(fs); ok {
@@ -551,6 +623,9 @@ func putFiles(t *testing.T, w Writer, ch *Chunker, fs map[string]*fileSpec, dir 
 		p := join(dir, name)
 		e := store.Entry{Name: name, MtimeNs: 1e9}
 		f, ok := fs[p]
+		if ok && f.mtime != 0 {
+			e.MtimeNs = f.mtime
+		}
 		switch {
 		case !ok:
 			e.Type, e.Mode, e.ObjectKind = store.TypeDir, 0o755, store.KindTree

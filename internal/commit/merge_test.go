@@ -361,3 +361,33 @@ func TestMergeTimeOnly(t *testing.T) {
 		require.EqualValues(t, 40, got["both"].MtimeNs, "both touched: the later time")
 	}
 }
+
+// TestMergeSimilarRename: theirs renames a file and edits a line of it,
+// ours edits another line at the old path; both edits land at the new
+// path, as git merges them. With renames off the rename is a delete and
+// an add, and ours' edit of what theirs deleted conflicts.
+func TestMergeSimilarRename(t *testing.T) {
+	e := newMergeEnv(t)
+	base := map[string]ent{"old.go": {data: "1\n2\n3\n4\n5\n6\n7\n8\n"}, "other": {data: "o\n"}}
+	ours := map[string]ent{"old.go": {data: "one\n2\n3\n4\n5\n6\n7\n8\n"}, "other": {data: "o\n"}}
+	theirs := map[string]ent{"new.go": {data: "1\n2\n3\n4\n5\n6\n7\neight\n"}, "other": {data: "o\n"}}
+	res, got := e.merge(base, ours, theirs, nil)
+	require.True(t, res.Clean, "%+v", res.Conflicts)
+	require.EqualValues(t, 1, res.Stats.Renames)
+	require.NotContains(t, got, "old.go")
+	require.Equal(t, "one\n2\n3\n4\n5\n6\n7\neight\n", e.content(got["new.go"]))
+
+	for _, opts := range []*MergeOptions{{NoRenames: true}, {RenameThreshold: 100}, {RenameThreshold: 90}} {
+		res, _ = e.merge(base, ours, theirs, opts)
+		require.False(t, res.Clean, "%+v", opts)
+		require.Equal(t, ConflictModifyDelete, res.Conflicts[0].Kind)
+		require.Equal(t, "old.go", res.Conflicts[0].Path)
+	}
+	// Exact renames go with NoRenames too.
+	theirs = map[string]ent{"new.go": base["old.go"], "other": {data: "o\n"}}
+	res, _ = e.merge(base, ours, theirs, &MergeOptions{NoRenames: true})
+	require.False(t, res.Clean)
+	res, got = e.merge(base, ours, theirs, &MergeOptions{RenameThreshold: 100})
+	require.True(t, res.Clean)
+	require.Equal(t, "one\n2\n3\n4\n5\n6\n7\n8\n", e.content(got["new.go"]))
+}
