@@ -18,6 +18,13 @@ type MergeRequest struct {
 	// Prefer ("ours" or "theirs") settles every conflict by that side:
 	// the merge is then clean.
 	Prefer string `json:"prefer,omitempty"`
+	// RenameThreshold is the similarity, in percent (1 to 100), from which
+	// a file a side removed and one it added are a rename, as git's
+	// --find-renames=N (0: git's 50; 100: exact renames only).
+	RenameThreshold int `json:"rename_threshold,omitempty"`
+	// NoRenames finds no renames, as git's --no-renames: a renamed file is
+	// a delete and an add.
+	NoRenames bool `json:"no_renames,omitempty"`
 }
 
 // MergeResult answers a merge: Result is FastForward, Merged or UpToDate

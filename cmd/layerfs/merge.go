@@ -25,7 +25,9 @@ BRANCH has no commits of its own, a merge commit whose parents are BRANCH's
 head and SOURCE, or up-to-date. Paths both changed in ways a merge cannot
 decide are conflicts: nothing is published, they are listed (path, kind,
 the three sides' objects) and the exit code is 11. --prefer settles every
-conflict by one side (ours: BRANCH's). --dry-run says what would happen.`,
+conflict by one side (ours: BRANCH's). --dry-run says what would happen.
+Renamed files are found as git finds them, by similarity (50% by default,
+--find-renames=N another, --no-renames none), and merged at their new path.`,
 		Args: args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			req.Source = argv[1]
@@ -53,6 +55,8 @@ conflict by one side (ours: BRANCH's). --dry-run says what would happen.`,
 	c.Flags().StringVar(&req.Author, "author", "", "the merge commit's author (default: the daemon's)")
 	c.Flags().BoolVar(&req.DryRun, "dry-run", false, "say what the merge would do, publish nothing")
 	c.Flags().StringVar(&req.Prefer, "prefer", "", "settle every conflict by one side: ours (BRANCH's) or theirs (SOURCE's)")
+	c.Flags().IntVar(&req.RenameThreshold, "find-renames", 0, "N: a removed and an added file with N% of their content in common are a rename (default 50, git's; 100: exact renames only)")
+	c.Flags().BoolVar(&req.NoRenames, "no-renames", false, "find no renames: a renamed file is a delete and an add")
 	return c
 }
 

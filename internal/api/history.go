@@ -383,6 +383,12 @@ func (s *Server) mergeBranch(w http.ResponseWriter, r *http.Request) error {
 	if err := checkPrefer(req.Prefer); err != nil {
 		return err
 	}
+	if req.RenameThreshold < 0 || req.RenameThreshold > 100 {
+		return invalid("rename_threshold %d: want a percentage, 1 to 100 (0: git's 50)", req.RenameThreshold)
+	}
+	if req.NoRenames && req.RenameThreshold != 0 {
+		return invalid("rename_threshold %d with no_renames: one or the other", req.RenameThreshold)
+	}
 	if err := checkCommitText(req.Message, req.Author); err != nil {
 		return err
 	}

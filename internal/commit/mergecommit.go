@@ -53,8 +53,10 @@ type MergeRequest struct {
 	// Expect, when not zero, is the head the merge must start from; it
 	// has moved (by Tries 1 the merge is refused with errclass.HeadMoved).
 	Expect store.ID
-	// TextLimit: see MergeOptions.
-	TextLimit int64
+	// TextLimit, RenameThreshold and NoRenames: see MergeOptions.
+	TextLimit       int64
+	RenameThreshold int
+	NoRenames       bool
 }
 
 // MergeOutcome is what MergeInto did.
@@ -175,7 +177,8 @@ func mergeOnce(ctx context.Context, db *store.DB, req MergeRequest, name string,
 		return false, err
 	}
 	defer batch.Abort()
-	res, err := MergeTrees(ctx, batch, db, bases, hc.Root, sc.Root, &MergeOptions{Prefer: req.Prefer, OursLabel: req.Branch, TheirsLabel: name, TextLimit: req.TextLimit})
+	res, err := MergeTrees(ctx, batch, db, bases, hc.Root, sc.Root, &MergeOptions{Prefer: req.Prefer, OursLabel: req.Branch, TheirsLabel: name, TextLimit: req.TextLimit,
+		RenameThreshold: req.RenameThreshold, NoRenames: req.NoRenames})
 	if err != nil {
 		return false, fmt.Errorf("merge: %w", err)
 	}

@@ -31,6 +31,18 @@ func prefer(p string) (textmerge.Prefer, error) {
 	return 0, fmt.Errorf("%w: prefer %q: want %q or %q", errclass.Invalid, p, wire.PreferOurs, wire.PreferTheirs)
 }
 
+// checkRenames checks a merge's rename options: a threshold is a
+// percentage, and asks for renames that NoRenames turns off.
+func checkRenames(threshold int, none bool) error {
+	switch {
+	case threshold < 0 || threshold > 100:
+		return fmt.Errorf("%w: rename_threshold %d: want a percentage, 1 to 100 (0: %d)", errclass.Invalid, threshold, commit.DefaultRenameThreshold)
+	case none && threshold != 0:
+		return fmt.Errorf("%w: rename_threshold %d with no_renames: one or the other", errclass.Invalid, threshold)
+	}
+	return nil
+}
+
 func ids(in []store.ID) []string {
 	out := make([]string, 0, len(in))
 	for _, id := range in {
@@ -89,6 +101,9 @@ func (e *Engine) MergeBranch(ctx context.Context, project string, req wire.Merge
 	if req.Source == "" || req.Into == "" {
 		return wire.MergeResult{}, fmt.Errorf("%w: a merge needs a source and a branch to merge into", errclass.Invalid)
 	}
+	if err := checkRenames(req.RenameThreshold, req.NoRenames); err != nil {
+		return wire.MergeResult{}, err
+	}
 	if _, err := e.db.Branch(ctx, project, req.Into); err != nil {
 		return wire.MergeResult{}, classify(err)
 	}
@@ -98,7 +113,8 @@ func (e *Engine) MergeBranch(ctx context.Context, project string, req wire.Merge
 	}
 	t0 := time.Now()
 	out, err := commit.MergeInto(ctx, e.db, commit.MergeRequest{Project: project, Branch: req.Into, Source: src, SourceName: req.Source,
-		Meta: e.meta(req.Message, req.Author), Prefer: pref, DryRun: req.DryRun})
+		Meta: e.meta(req.Message, req.Author), Prefer: pref, DryRun: req.DryRun,
+		RenameThreshold: req.RenameThreshold, NoRenames: req.NoRenames})
 	if err != nil {
 		return wire.MergeResult{}, classify(err)
 	}

@@ -399,13 +399,16 @@ func TestMergeBranchBadInput(t *testing.T) {
 		req   wire.MergeRequest
 		class *errclass.Class
 	}{
-		"unknown source":      {wire.MergeRequest{Source: "nope", Into: "main"}, errclass.NotFound},
-		"unknown branch":      {wire.MergeRequest{Source: "topic", Into: "nope"}, errclass.NotFound},
-		"no source":           {wire.MergeRequest{Into: "main"}, errclass.Invalid},
-		"bad prefer":          {wire.MergeRequest{Source: "topic", Into: "main", Prefer: "mine"}, errclass.Invalid},
-		"another project":     {wire.MergeRequest{Source: otherHead.Head, Into: "main"}, errclass.Invalid},
-		"binary conflict":     {wire.MergeRequest{Source: "topic", Into: "main"}, errclass.Conflict},
-		"binary conflict dry": {wire.MergeRequest{Source: "topic", Into: "main", DryRun: true}, errclass.Conflict},
+		"unknown source":       {wire.MergeRequest{Source: "nope", Into: "main"}, errclass.NotFound},
+		"unknown branch":       {wire.MergeRequest{Source: "topic", Into: "nope"}, errclass.NotFound},
+		"no source":            {wire.MergeRequest{Into: "main"}, errclass.Invalid},
+		"bad prefer":           {wire.MergeRequest{Source: "topic", Into: "main", Prefer: "mine"}, errclass.Invalid},
+		"bad threshold":        {wire.MergeRequest{Source: "topic", Into: "main", RenameThreshold: 101}, errclass.Invalid},
+		"renames and none":     {wire.MergeRequest{Source: "topic", Into: "main", RenameThreshold: 60, NoRenames: true}, errclass.Invalid},
+		"conflict, no renames": {wire.MergeRequest{Source: "topic", Into: "main", NoRenames: true}, errclass.Conflict},
+		"another project":      {wire.MergeRequest{Source: otherHead.Head, Into: "main"}, errclass.Invalid},
+		"binary conflict":      {wire.MergeRequest{Source: "topic", Into: "main"}, errclass.Conflict},
+		"binary conflict dry":  {wire.MergeRequest{Source: "topic", Into: "main", DryRun: true}, errclass.Conflict},
 	} {
 		_, err := e.MergeBranch(ctx, "p", tc.req)
 		require.ErrorIs(t, err, tc.class, name)
@@ -649,4 +652,31 @@ func setImmutable(t *testing.T, dir string, on bool) {
 		flags &^= fsImmutable
 	}
 	require.NoError(t, unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, flags))
+}
+
+// TestMergeBranchRemoveAgainstTouch is issue 38's smallest case on real
+// workspaces: main removes shared.txt, topic only touches it; merging
+// topic into main removes it, cleanly, as git does.
+func TestMergeBranchRemoveAgainstTouch(t *testing.T) {
+	e, _ := newEngine(t)
+	ctx := t.Context()
+	projectWith(t, e)
+	_, err := e.ForkBranch(ctx, "p", wire.ForkBranch{Name: "topic", From: "main"})
+	require.NoError(t, err)
+	a := openWS(t, e)
+	run(t, e, a, "rm shared.txt")
+	_, err = e.CommitWorkspace(ctx, a, wire.CommitRequest{})
+	require.NoError(t, err)
+	tw, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "topic"})
+	require.NoError(t, err)
+	run(t, e, tw.ID, "touch -d 2030-01-01 shared.txt")
+	cr, err := e.CommitWorkspace(ctx, tw.ID, wire.CommitRequest{})
+	require.NoError(t, err)
+	require.Equal(t, wire.Created, cr.Result, "a touch is a change to commit")
+	mr, err := e.MergeBranch(ctx, "p", wire.MergeRequest{Source: "topic", Into: "main"})
+	require.NoError(t, err)
+	require.Equal(t, wire.Merged, mr.Result)
+	files := headFiles(t, e, "main")
+	require.NotContains(t, files, "shared.txt")
+	require.Contains(t, files, "bin")
 }

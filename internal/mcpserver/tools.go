@@ -305,6 +305,9 @@ type mergeIn struct {
 	Message string `json:"message,omitempty"`
 	DryRun  bool   `json:"dry_run,omitempty" jsonschema:"say what would happen, publish nothing"`
 	Prefer  string `json:"prefer,omitempty" jsonschema:"settle every conflict by one side: ours (into's) or theirs (source's)"`
+	// Renames as git finds them: by similarity, 50% by default.
+	RenameThreshold int  `json:"rename_threshold,omitempty" jsonschema:"similarity in percent from which a removed and an added file are a rename (default 50, git's; 100: exact renames only)"`
+	NoRenames       bool `json:"no_renames,omitempty" jsonschema:"find no renames: a renamed file is a delete and an add"`
 }
 
 type mergeOut struct {
@@ -647,7 +650,8 @@ func (s *Server) merge(ctx context.Context, _ *mcp.CallToolRequest, c *client.Cl
 	if in.Into == "" {
 		in.Into = "main"
 	}
-	res, err := c.Merge(ctx, in.Project, wire.MergeRequest{Source: in.Source, Into: in.Into, Message: in.Message, DryRun: in.DryRun, Prefer: in.Prefer})
+	res, err := c.Merge(ctx, in.Project, wire.MergeRequest{Source: in.Source, Into: in.Into, Message: in.Message, DryRun: in.DryRun, Prefer: in.Prefer,
+		RenameThreshold: in.RenameThreshold, NoRenames: in.NoRenames})
 	if err != nil {
 		if client.IsConflict(err) {
 			return mergeOut{}, fmt.Errorf("%w\n%s\nNothing was published. To settle it, open a workspace on %s, call update with ref %q (the conflicts land in its files with markers), fix them, and commit; or merge again with prefer ours or theirs", err, conflictLines(client.Conflicts(err)), in.Into, in.Source)

@@ -142,18 +142,25 @@ class Client:
         return [from_json(Commit, c) for c in got or []]
 
     def merge(self, project: str, source: str, *, into: str = "main", message: str | None = None,
-              author: str | None = None, dry_run: bool = False, prefer: str | None = None) -> MergeResult:
+              author: str | None = None, dry_run: bool = False, prefer: str | None = None,
+              rename_threshold: int = 0, no_renames: bool = False) -> MergeResult:
         """Merge the ref ``source`` into the branch ``into``: fast-forward,
         merged (a commit whose parents are the head and the source) or
         up-to-date, published by compare-and-swap. Conflicts publish
         nothing and raise :class:`layerfs.Conflict`; ``prefer`` ("ours":
-        ``into``'s, or "theirs") settles every conflict by that side."""
+        ``into``'s, or "theirs") settles every conflict by that side.
+        Renames are found by similarity, git's 50% by default:
+        ``rename_threshold`` (percent; 100: exact only) sets another,
+        ``no_renames`` finds none."""
         body: dict[str, Any] = {"source": source, "into": into}
-        for k, v in (("message", message), ("author", author), ("prefer", prefer)):
+        for k, v in (("message", message), ("author", author), ("prefer", prefer),
+                     ("rename_threshold", rename_threshold)):
             if v:
                 body[k] = v
         if dry_run:
             body["dry_run"] = True
+        if no_renames:
+            body["no_renames"] = True
         return from_json(MergeResult, self._json("POST", f"/v1/projects/{_seg(project)}/merges", body=body))
 
     def diff(self, project: str, from_ref: str, to_ref: str) -> list[Change]:

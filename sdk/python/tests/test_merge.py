@@ -56,6 +56,11 @@ def test_commit_merge_update_fork(client, project):
     a.commit("t", merge=True)
     m = client.merge(project, "main", into="topic", dry_run=True)
     assert m.result == "fast-forward" and m.dry_run
+    m = client.merge(project, "main", into="topic", dry_run=True, no_renames=True)
+    assert m.result == "fast-forward"
+    assert client.merge(project, "main", into="topic", dry_run=True, rename_threshold=80).dry_run
+    with pytest.raises(layerfs.InvalidArgument):
+        client.merge(project, "main", into="topic", rename_threshold=101)
     assert client.merge(project, "main", into="topic").result == "fast-forward"
     with pytest.raises(layerfs.NotFound):
         client.merge(project, "nope", into="topic")
