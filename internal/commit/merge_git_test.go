@@ -275,6 +275,7 @@ type mergeCase struct {
 	base, ours, theirs map[string]*fileSpec
 	edits              [2][]string
 	touched            map[string]bool // paths whose content the side being edited changed, or renamed to
+	code               bool            // texts repeat lines, as code does (see line)
 	r                  *rand.Rand
 	uniq               int
 }
@@ -320,7 +321,7 @@ func sortedPaths(fs map[string]*fileSpec) []string {
 }
 
 func newMergeCase(r *rand.Rand, n int) *mergeCase {
-	c := &mergeCase{n: n, r: r, base: map[string]*fileSpec{}}
+	c := &mergeCase{n: n, r: r, base: map[string]*fileSpec{}, code: r.IntN(2) == 0}
 	for range 3 + r.IntN(10) {
 		if p, ok := c.freePath(c.base); ok {
 			c.base[p] = c.content(r.IntN(10) < 7, r.IntN(10) == 0)
@@ -354,6 +355,21 @@ func clone(fs map[string]*fileSpec) map[string]*fileSpec {
 	return out
 }
 
+// codeLines are lines code repeats: a case with code set draws a quarter
+// of its text lines from them, so that changes can sit at several places
+// and the line diffs' choices count (git merge-tree's is the histogram
+// diff).
+var codeLines = []string{"}\n", "\n", "\treturn err\n", "\t}\n", "\treturn nil\n"}
+
+// line is a line of text: unique, or in a case like code, now and then one
+// of codeLines.
+func (c *mergeCase) line() string {
+	if c.code && c.r.IntN(4) == 0 {
+		return codeLines[c.r.IntN(len(codeLines))]
+	}
+	return c.token() + "\n"
+}
+
 // token is unique in the whole run.
 func (c *mergeCase) token() string {
 	c.uniq++
@@ -368,7 +384,7 @@ func (c *mergeCase) content(text, symlink bool) *fileSpec {
 	case text:
 		var b []byte
 		for range 1 + c.r.IntN(8) {
-			b = append(b, c.token()+"\n"...)
+			b = append(b, c.line()...)
 		}
 		return &fileSpec{data: b, mode: 0o644}
 	}
@@ -560,18 +576,18 @@ func (c *mergeCase) editLines(data []byte) []byte {
 			continue
 		}
 		if c.r.IntN(5) == 0 {
-			out = append(out, c.token()+"\n"...)
+			out = append(out, c.line()...)
 		}
 		switch c.r.IntN(6) {
 		case 0:
 		case 1:
-			out = append(out, c.token()+"\n"...)
+			out = append(out, c.line()...)
 		default:
 			out = append(out, l...)
 		}
 	}
 	if c.r.IntN(4) == 0 || len(out) == 0 || bytes.Equal(out, data) {
-		out = append(out, c.token()+"\n"...)
+		out = append(out, c.line()...)
 	}
 	return out
 }

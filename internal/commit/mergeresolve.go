@@ -244,7 +244,8 @@ func (m *merger) mergeContent(ctx context.Context, n *mnode, b, o, t *store.Entr
 		return true, m.binaryConflict(n, b, o, t, out)
 	}
 	m.textMerges++
-	res := textmerge.Merge(bc, oc, tc, textmerge.Options{OursLabel: m.labels[0], TheirsLabel: m.labels[1], Prefer: m.opts.Prefer})
+	res := textmerge.Merge(bc, oc, tc, textmerge.Options{OursLabel: m.labels[0], TheirsLabel: m.labels[1], Prefer: m.opts.Prefer,
+		Diff: textmerge.Histogram})
 	if res.Conflicts > 0 {
 		m.conflict(n, kind, m.opts.Markers)
 		if !m.opts.Markers {

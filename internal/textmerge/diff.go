@@ -43,13 +43,32 @@ func (in interner) ids(ls [][]byte) []int {
 	return out
 }
 
+// Algorithm is the line diff a merge compares each side with the base by.
+type Algorithm int
+
+// The diffs.
+const (
+	// Myers: a shortest edit script (Myers' O(ND) algorithm), as git
+	// merge-file's default.
+	Myers Algorithm = iota
+	// Histogram: git's histogram diff, the one git merge (merge-ort) and
+	// git merge-tree use.
+	Histogram
+)
+
 // diff returns the hunks that turn a into b, along a longest common
-// subsequence.
-func diff(a, b []int) []hunk {
+// subsequence (Myers) or the histogram diff's common runs.
+func diff(a, b []int) []hunk { return diffBy(Myers, a, b) }
+
+func diffBy(alg Algorithm, a, b []int) []hunk {
 	d := &differ{a: a, b: b, ca: make([]bool, len(a)), cb: make([]bool, len(b))}
 	n := len(a) + len(b) + 5
 	d.vf, d.vb = make([]int, n), make([]int, n)
-	d.compare(0, len(a), 0, len(b))
+	if alg == Histogram {
+		d.histogram(0, len(a), 0, len(b))
+	} else {
+		d.compare(0, len(a), 0, len(b))
+	}
 	compact(a, d.ca, d.cb)
 	compact(b, d.cb, d.ca)
 	var out []hunk

@@ -21,6 +21,9 @@ type Options struct {
 	// OursLabel and TheirsLabel follow the "<<<<<<<" and ">>>>>>>" markers.
 	OursLabel, TheirsLabel string
 	Prefer                 Prefer
+	// Diff is the line diff of each side from the base, and of a
+	// conflict's two sides (zero value: Myers, as git merge-file).
+	Diff Algorithm
 }
 
 // Result is a merged text.
@@ -45,14 +48,14 @@ func Merge(base, ours, theirs []byte, opts Options) Result {
 	in := interner{}
 	bl, ol, tl := lines(base), lines(ours), lines(theirs)
 	bi, oi, ti := in.ids(bl), in.ids(ol), in.ids(tl)
-	h1, h2 := diff(bi, oi), diff(bi, ti)
+	h1, h2 := diffBy(opts.Diff, bi, oi), diffBy(opts.Diff, bi, ti)
 	switch {
 	case len(h1) == 0:
 		return Result{Text: slices.Clone(theirs)}
 	case len(h2) == 0:
 		return Result{Text: slices.Clone(ours)}
 	}
-	m := &merger{ours: ol, theirs: tl, oi: oi, ti: ti, nbase: len(bi)}
+	m := &merger{ours: ol, theirs: tl, oi: oi, ti: ti, nbase: len(bi), alg: opts.Diff}
 	m.combine(h1, h2)
 	m.refine()
 	m.joinClose()
@@ -85,6 +88,7 @@ type merger struct {
 	oi, ti       []int
 	nbase        int // lines of the base
 	chunks       []chunk
+	alg          Algorithm
 }
 
 // add appends a chunk, joining it to the last one when they touch in
@@ -169,7 +173,7 @@ func (m *merger) refine() {
 			out = append(out, c)
 			continue
 		}
-		hs := diff(m.oi[c.o:c.o+c.no], m.ti[c.t:c.t+c.nt])
+		hs := diffBy(m.alg, m.oi[c.o:c.o+c.no], m.ti[c.t:c.t+c.nt])
 		if len(hs) == 0 {
 			c.mode = modeSame
 			out = append(out, c)

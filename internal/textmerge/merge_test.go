@@ -94,20 +94,24 @@ func TestDiffIsMinimal(t *testing.T) {
 		for j := range b {
 			b[j] = r.IntN(4)
 		}
-		hs := diff(a, b)
-		edits := 0
-		// Apply the hunks to a: it must give b.
-		var got []int
-		ai := 0
-		for _, h := range hs {
-			got = append(got, a[ai:h.A]...)
-			got = append(got, b[h.B:h.B+h.NB]...)
-			ai = h.A + h.NA
-			edits += h.NA + h.NB
+		for _, alg := range []Algorithm{Myers, Histogram} {
+			hs := diffBy(alg, a, b)
+			edits := 0
+			// Apply the hunks to a: it must give b.
+			var got []int
+			ai := 0
+			for _, h := range hs {
+				got = append(got, a[ai:h.A]...)
+				got = append(got, b[h.B:h.B+h.NB]...)
+				ai = h.A + h.NA
+				edits += h.NA + h.NB
+			}
+			got = append(got, a[ai:]...)
+			require.Equal(t, fmt.Sprint(b), fmt.Sprint(got), "case %d, diff %d", i, alg)
+			if alg == Myers {
+				require.Equal(t, len(a)+len(b)-2*lcs(a, b), edits, "case %d: not a shortest edit script", i)
+			}
 		}
-		got = append(got, a[ai:]...)
-		require.Equal(t, fmt.Sprint(b), fmt.Sprint(got), "case %d", i)
-		require.Equal(t, len(a)+len(b)-2*lcs(a, b), edits, "case %d: not a shortest edit script", i)
 	}
 }
 
