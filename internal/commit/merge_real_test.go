@@ -58,10 +58,18 @@ func TestMergeRealHistory(t *testing.T) {
 		return out
 	}
 	git := func(args ...string) string { return strings.TrimSpace(string(gitIn(nil, args...))) }
+	// mergeBases are the merge bases of two commits; none for unrelated
+	// histories (git merge-base fails).
+	mergeBases := func(a, b string) []string {
+		cmd := exec.Command("git", "merge-base", "--all", a, b)
+		cmd.Dir = repo
+		out, _ := cmd.Output()
+		return strings.Fields(string(out))
+	}
 	out, err := exec.Command("git", "clone", "-q", "--mirror", src, repo).CombinedOutput()
 	require.NoError(t, err, "clone %s: %s", src, out)
 
-	cands := realCandidates(t, git)
+	cands := realCandidates(git, mergeBases)
 	var lines bytes.Buffer
 	for _, c := range cands {
 		fmt.Fprintf(&lines, "%s %s\n", c.ours, c.theirs)
@@ -164,7 +172,7 @@ type realCase struct {
 // realCandidates are the merges of the repository's history with one
 // merge base, and pairs of concurrent pull requests (see
 // TestMergeRealHistory), ordered by a hash of their names.
-func realCandidates(t *testing.T, git func(args ...string) string) []realCase {
+func realCandidates(git func(args ...string) string, mergeBases func(a, b string) []string) []realCase {
 	var out []realCase
 	seen := map[string]bool{}
 	add := func(name, ours, theirs string) {
@@ -172,7 +180,7 @@ func realCandidates(t *testing.T, git func(args ...string) string) []realCase {
 			return
 		}
 		seen[ours+theirs] = true
-		bases := strings.Fields(git("merge-base", "--all", ours, theirs))
+		bases := mergeBases(ours, theirs)
 		if len(bases) != 1 || bases[0] == ours || bases[0] == theirs {
 			return // a criss-cross, or a fast-forward
 		}
@@ -199,7 +207,11 @@ func realCandidates(t *testing.T, git func(args ...string) string) []realCase {
 		if !ok {
 			continue
 		}
-		fork := git("merge-base", head, master)
+		forks := mergeBases(head, master)
+		if len(forks) != 1 {
+			continue
+		}
+		fork := forks[0]
 		if _, on := first[fork]; !on || fork == head {
 			continue
 		}
