@@ -369,3 +369,106 @@ func TestMergeSamePatchSlides(t *testing.T) {
 	require.Equal(t, 0, got.Conflicts, "%s", got.Text)
 	require.Equal(t, string(theirs), string(got.Text))
 }
+
+// TestMergeMatchesGitMergeTree merges texts like code (as
+// TestMergeMatchesGitMergeFileCode makes them) with the histogram diff and
+// with git merge-tree --write-tree, whose merge (merge-ort) diffs by the
+// histogram: a one-file tree per side, one fast-import and one merge-tree
+// for all cases. The merged file must hold the same bytes, its conflicts
+// marked alike (merge-tree labels them with the branches' names).
+func TestMergeMatchesGitMergeTree(t *testing.T) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		testenv.Skip(t, "no git to compare with")
+	}
+	seed := uint64(38)
+	if s := os.Getenv("LAYERFS_MERGE_SEED"); s != "" {
+		fmt.Sscan(s, &seed)
+	}
+	r := rand.New(rand.NewPCG(seed, 13))
+	cases := 1000
+	if testing.Short() {
+		cases = 200
+	}
+	t.Logf("seed %d, %d cases (LAYERFS_MERGE_SEED repeats it)", seed, cases)
+	repo := t.TempDir()
+	run := func(stdin []byte, args ...string) []byte {
+		cmd := exec.Command(git, args...)
+		cmd.Dir = repo
+		cmd.Stdin = bytes.NewReader(stdin)
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+repo)
+		out, err := cmd.Output()
+		require.NoError(t, err, "git %v", args)
+		return out
+	}
+	run(nil, "init", "-q", "-b", "main")
+	type side3 struct{ base, ours, theirs []byte }
+	all := make([]side3, cases)
+	var stream, pairs bytes.Buffer
+	for i := range all {
+		g := &codeGen{lineGen{r: r}}
+		b, o, th := g.sides()
+		all[i] = side3{b, o, th}
+		for j, data := range [][]byte{b, o, th} {
+			fmt.Fprintf(&stream, "commit refs/heads/%c%d\nmark :%d\ncommitter t <t@t> 1 +0000\ndata 0\n", "bot"[j], i, 3*i+j+1)
+			if j > 0 {
+				fmt.Fprintf(&stream, "from :%d\n", 3*i+1)
+			}
+			fmt.Fprintf(&stream, "deleteall\nM 100644 inline f\ndata %d\n%s\n\n", len(data), data)
+		}
+		fmt.Fprintf(&pairs, "o%d t%d\n", i, i)
+	}
+	run(stream.Bytes(), "fast-import", "--quiet")
+	f := strings.Split(string(run(pairs.Bytes(), "merge-tree", "--write-tree", "--stdin", "-z")), "\x00")
+	var trees []string
+	var clean []bool
+	for k := 0; k < len(f) && f[k] != ""; {
+		ok, tree := f[k] == "1", f[k+1]
+		k += 2
+		for f[k] != "" { // conflicted entries
+			k++
+		}
+		k++
+		if !ok {
+			for f[k] != "" { // messages: a count of paths, the paths, a type, the text
+				var n int
+				fmt.Sscan(f[k], &n)
+				k += n + 3
+			}
+			k++
+		}
+		trees, clean = append(trees, tree), append(clean, ok)
+	}
+	require.Len(t, trees, cases)
+	var objs bytes.Buffer
+	for _, tree := range trees {
+		objs.WriteString(tree + ":f\n")
+	}
+	out := run(objs.Bytes(), "cat-file", "--batch")
+	var differ, conflicted int
+	for i, c := range all {
+		hdr, rest, _ := bytes.Cut(out, []byte("\n"))
+		var size int
+		if fs := strings.Fields(string(hdr)); len(fs) == 3 {
+			fmt.Sscan(fs[2], &size)
+		} else {
+			size = -1 // missing: an empty merge
+		}
+		var want []byte
+		if size >= 0 {
+			want, out = rest[:size], rest[size+1:]
+		} else {
+			want, out = []byte{}, rest
+		}
+		got := Merge(c.base, c.ours, c.theirs, Options{Diff: Histogram, OursLabel: fmt.Sprintf("o%d", i), TheirsLabel: fmt.Sprintf("t%d", i)})
+		if !clean[i] {
+			conflicted++
+		}
+		if string(got.Text) != string(want) || (got.Conflicts == 0) != clean[i] {
+			differ++
+			t.Errorf("case %d (seed %d): conflicts %d, git clean %v\nbase:\n%s\nours:\n%s\ntheirs:\n%s\ngot:\n%s\ngit:\n%s",
+				i, seed, got.Conflicts, clean[i], c.base, c.ours, c.theirs, got.Text, want)
+		}
+	}
+	t.Logf("%d cases: %d conflicted by git; %d differ", cases, conflicted, differ)
+}
