@@ -87,4 +87,6 @@ type FileEvent struct {
 	Size    int64     `json:"size,omitempty"`     // when delivered
 	Count   int64     `json:"count,omitempty"`    // dropped: how many
 	Time    time.Time `json:"time,omitzero"`      // when the daemon saw the change
+	// Net is the decision of an EventNet.
+	Net *NetEvent `json:"net,omitempty"`
 }

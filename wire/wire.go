@@ -220,9 +220,14 @@ type DiffPage struct {
 	Next    string   `json:"next,omitempty"` // cursor of the next page; "" at the end
 }
 
-// Network modes of a workspace's sandboxes.
+// Network modes of a workspace's sandboxes (docs/concepts.md#networks).
 const (
+	// NetworkNone: a network namespace of the sandbox's own with only lo.
 	NetworkNone = "none"
+	// NetworkEgress: a routed interface to the daemon's egress, which lets
+	// through only what the workspace's Egress rules allow.
+	NetworkEgress = "egress"
+	// NetworkHost: the host's network namespace, all of it.
 	NetworkHost = "host"
 )
 
@@ -235,7 +240,11 @@ type WorkspaceSpec struct {
 	// MountPath is where to mount; default under the Store's workspaces/.
 	MountPath string `json:"mount_path,omitempty"`
 	Platform  string `json:"platform,omitempty"` // default: the daemon's default platform
-	Network   string `json:"network,omitempty"`  // NetworkNone (default) or NetworkHost
+	Network   string `json:"network,omitempty"`  // NetworkNone (default), NetworkEgress or NetworkHost
+	// Egress is what a workspace with NetworkEgress may reach; nothing
+	// else answers. Empty: only names and addresses no rule allows, so
+	// nothing.
+	Egress []NetworkRule `json:"egress,omitempty"`
 	// Native makes a plain directory instead of a FUSE workspace: no history,
 	// no commit. The bench's native arm uses it on every platform.
 	Native bool `json:"native,omitempty"`
@@ -314,14 +323,16 @@ type Workspace struct {
 	// the commits it came from (stored, on no branch), or, for a fork, a
 	// commit of what the source held. Head is the commit its next commit
 	// follows: its last commit, the head it was updated to, or Base.
-	Base      string    `json:"base"`
-	Head      string    `json:"head"`
-	MountPath string    `json:"mount_path"`
-	Platform  string    `json:"platform"`
-	Network   string    `json:"network"`
-	Native    bool      `json:"native,omitempty"`
-	State     string    `json:"state"`
-	Created   time.Time `json:"created"`
+	Base      string `json:"base"`
+	Head      string `json:"head"`
+	MountPath string `json:"mount_path"`
+	Platform  string `json:"platform"`
+	Network   string `json:"network"`
+	// Egress are the rules of a workspace with network NetworkEgress.
+	Egress  []NetworkRule `json:"egress,omitempty"`
+	Native  bool          `json:"native,omitempty"`
+	State   string        `json:"state"`
+	Created time.Time     `json:"created"`
 	// Node is the host that serves the workspace, on a shared Store ("" on
 	// an embedded one); NodeAddress its daemon's advertised address, in a
 	// listing of every host's workspaces.
@@ -512,6 +523,10 @@ type Receipt struct {
 	// Store work those caused, could not be told apart and are on neither
 	// receipt (they are in the daemon's totals, GET /metrics).
 	SharedMount bool `json:"shared_mount,omitempty"`
+	// Network is an exec's network: its mode and, with egress, what its
+	// connections and names were allowed and denied and the bytes they
+	// carried.
+	Network *NetUsage `json:"network,omitempty"`
 }
 
 // QuotaUsage is a workspace quota's file system: its size and use in bytes
@@ -638,6 +653,9 @@ type DaemonStatus struct {
 	// order. Every exec's receipt is held to it: an exec that ran with
 	// less fails.
 	Isolation []Isolation `json:"isolation,omitempty"`
+	// HostNetwork lists the workspaces granted the host's network
+	// (NetworkHost), which their sandboxes share with the daemon.
+	HostNetwork []string `json:"host_network,omitempty"`
 }
 
 // Isolation says what keeps one platform's sandboxes from the host and
@@ -659,6 +677,9 @@ type Isolation struct {
 	// Network is a sandbox's network: "none" (a namespace of its own with
 	// only lo) unless the workspace is granted the host's.
 	Network string `json:"network"`
+	// Egress says how the platform gives NetworkEgress ("nftables ..."),
+	// or "unavailable: " and why: such a platform refuses the mode.
+	Egress string `json:"egress,omitempty"`
 	// Boundary names what else separates a sandbox from the host: "the
 	// host's kernel", or a VM ("a Lima VM (QEMU)").
 	Boundary string `json:"boundary"`

@@ -115,6 +115,12 @@ type WorkspaceManager interface {
 	// ForkWorkspace opens req.Count workspaces holding everything the
 	// workspace holds now, committed or not.
 	ForkWorkspace(ctx context.Context, id string, req wire.ForkRequest) (wire.ForkResult, error)
+	// SetNetwork makes change the network of a live workspace, at once:
+	// its next execs get the mode, and running egress sandboxes the new
+	// rules, their connections the rules deny cut. A bad change
+	// (errclass.Invalid) or one the platform cannot make (Unavailable)
+	// leaves the network as it was. It answers the workspace.
+	SetNetwork(ctx context.Context, id string, change wire.NetworkChange) (wire.Workspace, error)
 }
 
 // Executor runs commands in workspaces.

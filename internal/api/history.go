@@ -20,6 +20,11 @@ func (s *Server) getDaemon(w http.ResponseWriter, r *http.Request) error {
 	st.Started = s.started
 	st.Workspaces = len(wss)
 	st.Execs = s.RunningExecs()
+	for _, ws := range wss {
+		if ws.Network == wire.NetworkHost {
+			st.HostNetwork = append(st.HostNetwork, ws.ID)
+		}
+	}
 	writeJSON(w, http.StatusOK, st)
 	return nil
 }

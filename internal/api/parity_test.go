@@ -44,7 +44,7 @@ func init() {
 		wire.FUSEStats{}, wire.SQLStats{}, wire.UpperStats{}, wire.Receipt{}, wire.GCRequest{}, wire.GCResult{},
 		wire.FsckRequest{}, wire.FsckProblem{}, wire.FsckReport{}, wire.StoreStats{},
 		wire.Image{}, wire.ImageImport{}, wire.ImagePush{}, wire.ImageCommit{}, wire.ImageBuild{}, wire.ImageResult{},
-		wire.ProjectImage{},
+		wire.ProjectImage{}, wire.NetworkRule{}, wire.NetworkChange{}, wire.NetEvent{}, wire.NetUsage{},
 	} {
 		t := reflect.TypeOf(v)
 		wireTypes[t.Name()] = t

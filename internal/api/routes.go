@@ -47,6 +47,7 @@ func (s *Server) routes() {
 	s.handle("POST /v1/workspaces/{id}/update", work, s.updateWorkspace)
 	s.handle("POST /v1/workspaces/{id}/resolve", work, s.resolveConflicts)
 	s.handle("POST /v1/workspaces/{id}/fork", work, s.forkWorkspace)
+	s.handle("PUT /v1/workspaces/{id}/network", work, s.setNetwork)
 	s.handle("POST /v1/workspaces/{id}/execs", execWork, s.exec)
 	s.handle("POST /v1/workspaces/{id}/attach", execWork, s.attach)
 	s.handle("PUT /v1/workspaces/{id}/files/{path...}", work, s.putFile)

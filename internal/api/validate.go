@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"layerfs.dev/layerfs/internal/netpolicy"
 	"layerfs.dev/layerfs/wire"
 )
 
@@ -136,12 +137,7 @@ func checkSpec(spec *wire.WorkspaceSpec) error {
 	if spec.Platform != "" && !platformRE.MatchString(spec.Platform) {
 		return invalid("platform %q is not a valid platform name", spec.Platform)
 	}
-	switch spec.Network {
-	case "", wire.NetworkNone, wire.NetworkHost:
-	default:
-		return invalid("network %q: want %q or %q", spec.Network, wire.NetworkNone, wire.NetworkHost)
-	}
-	return nil
+	return netpolicy.Check(spec.Network, spec.Egress)
 }
 
 // query checks that r has no query parameters but allowed ones, each given

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 
+	"layerfs.dev/layerfs/internal/netpolicy"
 	"layerfs.dev/layerfs/wire"
 )
 
@@ -189,5 +190,28 @@ func (s *Server) forkWorkspace(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusCreated, res)
+	return nil
+}
+
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) error {
+	id, err := idParam(r)
+	if err != nil {
+		return err
+	}
+	var req wire.NetworkChange
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if req.Mode == "" {
+		return invalid("mode: required (%q, %q or %q)", wire.NetworkNone, wire.NetworkEgress, wire.NetworkHost)
+	}
+	if err := netpolicy.Check(req.Mode, req.Egress); err != nil {
+		return err
+	}
+	ws, err := s.workspaces.SetNetwork(ctxOf(r), id, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, ws)
 	return nil
 }

@@ -11,6 +11,32 @@ import (
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
+// batch is one fswatch.Watcher.Next.
+type batch struct {
+	events []fswatch.Event
+	err    error
+}
+
+// nextBatches calls fw.Next until it fails or ctx ends, handing each
+// answer on.
+func nextBatches(ctx context.Context, fw *fswatch.Watcher) <-chan batch {
+	out := make(chan batch)
+	go func() {
+		for {
+			evs, err := fw.Next(ctx)
+			select {
+			case out <- batch{evs, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return out
+}
+
 // WatchWorkspace reports the changes below the directory prefix of a
 // workspace ("" or "." for all) to emit, a batch at a time: first one
 // EventReady, then changes as any process makes them, until ctx ends or
@@ -41,11 +67,26 @@ func (e *Engine) WatchWorkspace(ctx context.Context, id, prefix string, emit fun
 		return err
 	}
 	defer fw.Close()
+	netc, unsubscribe := w.net.subscribe()
+	defer unsubscribe()
 	if err := emit([]wire.FileEvent{{Kind: wire.EventReady}}); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := nextBatches(ctx, fw)
 	for {
-		batch, err := fw.Next(ctx)
+		var batch []fswatch.Event
+		var err error
+		select {
+		case ev := <-netc:
+			if err := emit([]wire.FileEvent{{Kind: wire.EventNet, Net: &ev, Time: ev.Time}}); err != nil {
+				return err
+			}
+			continue
+		case b := <-batches:
+			batch, err = b.events, b.err
+		}
 		if errors.Is(err, fswatch.ErrEnded) {
 			return emit([]wire.FileEvent{{Kind: wire.EventEnded}})
 		}

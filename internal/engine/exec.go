@@ -127,6 +127,13 @@ func (e *Engine) run(ctx context.Context, id string, req wire.ExecRequest, spec 
 	res.Receipt.Image = w.opts.Image.ref()
 	res.Receipt.Quota = e.quotaUsage(w)
 	res.Receipt.SharedMount = shared
+	res.Receipt.Network = r.Network
+	if r.Network == nil {
+		mode, _ := w.net.now()
+		res.Receipt.Network = &wire.NetUsage{Mode: mode}
+	}
+	e.metrics.net.bytesOut.Add(res.Receipt.Network.BytesOut)
+	e.metrics.net.bytesIn.Add(res.Receipt.Network.BytesIn)
 	if w.mnt != nil {
 		res.Receipt.FUSE = fuseStats(fusefs.Stats{RequestStats: acct.FUSE()})
 		res.Receipt.Upper = upper

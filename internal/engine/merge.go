@@ -142,6 +142,7 @@ type catchUpStep struct {
 
 // save writes w's record with its options. w.mu is held.
 func (e *Engine) save(ctx context.Context, w *workspace) error {
+	w.syncNetwork()
 	var err error
 	if w.rec.Options, err = json.Marshal(w.opts); err != nil {
 		return err

@@ -24,6 +24,8 @@ type metrics struct {
 	upperFiles   atomic.Int64
 	upperBytes   atomic.Int64
 	upperCopyUps atomic.Int64
+	// Egress decisions and the bytes of egress execs.
+	net netMetrics
 }
 
 func (m *metrics) observeUpper(u wire.UpperStats) {
@@ -69,6 +71,12 @@ func (e *Engine) WriteMetrics(w io.Writer) error {
 	pw.metric("layerfs_upper_files_written_total", "counter", "Files execs added to upper layers.", float64(m.upperFiles.Load()))
 	pw.metric("layerfs_upper_bytes_written_total", "counter", "Bytes execs added to upper layers.", float64(m.upperBytes.Load()))
 	pw.metric("layerfs_upper_copy_ups_total", "counter", "Committed files execs copied up (data or metadata only).", float64(m.upperCopyUps.Load()))
+	pw.metric("layerfs_egress_names_allowed_total", "counter", "Names the egress resolver answered for sandboxes.", float64(m.net.namesAllowed.Load()))
+	pw.metric("layerfs_egress_names_denied_total", "counter", "Names the egress resolver refused (NXDOMAIN), or addresses it left out.", float64(m.net.namesDenied.Load()))
+	pw.metric("layerfs_egress_connections_allowed_total", "counter", "Connections the egress carried.", float64(m.net.connsAllowed.Load()))
+	pw.metric("layerfs_egress_connections_denied_total", "counter", "Connections and packets the egress refused.", float64(m.net.connsDenied.Load()))
+	pw.metric("layerfs_egress_bytes_out_total", "counter", "Bytes egress execs sent, counted at their end.", float64(m.net.bytesOut.Load()))
+	pw.metric("layerfs_egress_bytes_in_total", "counter", "Bytes egress execs received, counted at their end.", float64(m.net.bytesIn.Load()))
 	paths := map[string]int{}
 	for _, w := range e.liveWorkspaces() {
 		w.mu.RLock()

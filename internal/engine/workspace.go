@@ -27,6 +27,7 @@ import (
 	"layerfs.dev/layerfs/internal/hostview"
 	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/mountinfo"
+	"layerfs.dev/layerfs/internal/netpolicy"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/store"
@@ -39,7 +40,9 @@ import (
 type wsOptions struct {
 	Platform string `json:"platform"`
 	Network  string `json:"network"`
-	Native   bool   `json:"native,omitempty"`
+	// Egress are the rules of network egress.
+	Egress []wire.NetworkRule `json:"egress,omitempty"`
+	Native bool               `json:"native,omitempty"`
 	// QuotaBytes and QuotaInodes size the workspace's own file system
 	// (quota.go); 0 bytes: none.
 	QuotaBytes  int64 `json:"quota_bytes,omitempty"`
@@ -103,6 +106,8 @@ type workspace struct {
 	root       *kerneloverlay.Mount
 	rootShared bool
 	sb         platforms.Sandbox
+	// net is its network now (network.go); opts has it as recorded.
+	net netState
 	// upper is what the upper layer held after the last exec or commit;
 	// the next exec's receipt is the difference. Guarded by upperMu (execs
 	// run concurrently under mu held shared).
@@ -118,9 +123,12 @@ func (w *workspace) info() wire.Workspace {
 	out := wire.Workspace{
 		ID: w.rec.ID, Project: w.rec.Project, Branch: w.rec.Branch,
 		Base: idString(w.rec.Base), Head: idString(w.rec.Head),
-		MountPath: w.rec.MountPath, Platform: w.opts.Platform, Network: w.opts.Network,
+		MountPath: w.rec.MountPath, Platform: w.opts.Platform, Network: w.opts.Network, Egress: w.opts.Egress,
 		Native: w.opts.Native, State: w.rec.State, Created: w.rec.Created,
 		Node: w.rec.Node, Durability: w.opts.Durability, Image: w.opts.Image.ref(),
+	}
+	if mode, rules := w.net.now(); mode != "" {
+		out.Network, out.Egress = mode, rules
 	}
 	if w.view != nil {
 		o := w.opts.owner()
@@ -248,7 +256,7 @@ func (e *Engine) CreateWorkspace(ctx context.Context, spec wire.WorkspaceSpec) (
 }
 
 func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
-	o := wsOptions{Platform: spec.Platform, Network: spec.Network, Native: spec.Native,
+	o := wsOptions{Platform: spec.Platform, Network: spec.Network, Egress: spec.Egress, Native: spec.Native,
 		QuotaBytes: spec.QuotaBytes, QuotaInodes: spec.QuotaInodes}
 	if o.QuotaBytes < 0 || o.QuotaInodes < 0 || (o.QuotaInodes > 0 && o.QuotaBytes == 0) {
 		return o, fmt.Errorf("%w: quota: bytes and inodes must not be negative, and inodes need bytes", errclass.Invalid)
@@ -290,12 +298,14 @@ func (e *Engine) workspaceOptions(spec wire.WorkspaceSpec) (wsOptions, error) {
 			return o, err
 		}
 	}
-	switch o.Network {
-	case "":
+	if o.Network == "" {
 		o.Network = wire.NetworkNone
-	case wire.NetworkNone, wire.NetworkHost:
-	default:
-		return o, fmt.Errorf("%w: network %q: want %q or %q", errclass.Invalid, o.Network, wire.NetworkNone, wire.NetworkHost)
+	}
+	if err := e.checkNetwork(o.Platform, o.Network, o.Egress); err != nil {
+		return o, err
+	}
+	if pol, _ := netpolicy.Parse(o.Egress); o.Network == wire.NetworkEgress {
+		o.Egress = pol.Rules()
 	}
 	if !o.Native {
 		if err := store.ValidName(spec.Project); err != nil {
@@ -390,8 +400,15 @@ func (e *Engine) serve(ctx context.Context, w *workspace, fresh bool) error {
 		}
 	}
 	host := e.plats[w.opts.Platform].(platforms.SandboxHost)
+	w.net.mu.Lock()
+	if w.net.mode == "" {
+		w.net.mode, w.net.rules, w.net.saved = w.opts.Network, w.opts.Egress, true
+	}
+	mode, rules := w.net.mode, w.net.rules
+	w.net.mu.Unlock()
 	pw := platforms.Workspace{ID: w.rec.ID, HostPath: w.data,
-		Network: w.opts.Network == wire.NetworkHost, IDMapped: w.idmap() != nil}
+		Network: mode == wire.NetworkHost, EgressOn: mode == wire.NetworkEgress, Egress: rules,
+		NetEvents: e.netEvents(w), IDMapped: w.idmap() != nil}
 	e.rootAttach(w, &pw)
 	sb, err := host.Attach(ctx, pw)
 	if err != nil {

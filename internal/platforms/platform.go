@@ -65,10 +65,14 @@ type Platform interface {
 type Features struct {
 	HostMounts   bool // implements SandboxHost: sandboxes see host paths
 	RemoteDaemon bool // implements Remote: layerfsd runs inside the guest
-	Network      bool // can grant a sandbox the network when asked
-	MemoryLimit  bool // enforces ExecSpec.MemoryBytes
-	PidsLimit    bool // enforces ExecSpec.Pids
-	CPULimit     bool // enforces ExecSpec.MilliCPUs
+	Network      bool // can grant a sandbox the host's network when asked
+	// Egress: gives a Workspace's Egress (a routed interface that lets
+	// through what its rules allow) and implements NetworkChanger; a
+	// platform without refuses the mode (Isolation.Egress says why).
+	Egress      bool
+	MemoryLimit bool // enforces ExecSpec.MemoryBytes
+	PidsLimit   bool // enforces ExecSpec.Pids
+	CPULimit    bool // enforces ExecSpec.MilliCPUs
 	// OpenFilesLimit: enforces ExecSpec.OpenFiles.
 	OpenFilesLimit bool
 	// Terminal: runs an ExecSpec with a Terminal; others refuse it with
@@ -100,6 +104,10 @@ type Isolator interface {
 // network namespace of their own unless granted the host's.
 const NetworkIsolation = "none (a network namespace with only lo) unless the workspace is granted the host's"
 
+// NetworkEgressIsolation is Isolation.Network for platforms that also give
+// egress by policy.
+const NetworkEgressIsolation = "none (a network namespace with only lo) by default; egress: a link to the daemon's egress that lets through what the workspace's rules allow; host: the host's network namespace, when granted by name"
+
 // SandboxHost is implemented by platforms whose sandboxes see directories of
 // this host (Features.HostMounts).
 type SandboxHost interface {
@@ -114,7 +122,14 @@ type SandboxHost interface {
 type Workspace struct {
 	ID       string // stable id, safe in names: [a-z0-9-]
 	HostPath string // absolute path on this host
-	Network  bool   // sandboxes get the host's network (else none)
+	Network  bool   // sandboxes get the host's network (else none, or Egress)
+	// Egress, when set, gives the sandboxes a link to the platform's
+	// egress with these rules (Features.Egress); Network must be false.
+	Egress   []wire.NetworkRule
+	EgressOn bool
+	// NetEvents, when set, is called with each decision of the
+	// workspace's egress; it must not block.
+	NetEvents func(wire.NetEvent)
 	// RootDir, when set, is an image directory to use as the sandbox's root
 	// file system instead of the platform's default runtime.
 	RootDir string
@@ -127,6 +142,28 @@ type Workspace struct {
 	// the platform's IDMapper namespace, so it shows the host ids of the
 	// sandboxes' user namespace already.
 	IDMapped bool
+}
+
+// NetworkChanger is implemented by the Sandboxes of platforms that can
+// change a live workspace's network (Features.Egress). SetNetwork makes
+// mode (a wire.Network* mode) and rules the network of the workspace's
+// next execs, and of its running ones as far as a running sandbox can
+// change: an egress sandbox's connections that the new network denies
+// are cut before it returns. On error the network is as it was, or none.
+type NetworkChanger interface {
+	SetNetwork(ctx context.Context, mode string, rules []wire.NetworkRule) error
+}
+
+// Mode is the workspace's network mode: wire.NetworkHost, NetworkEgress
+// or NetworkNone.
+func (w Workspace) Mode() string {
+	switch {
+	case w.Network:
+		return wire.NetworkHost
+	case w.EgressOn:
+		return wire.NetworkEgress
+	}
+	return wire.NetworkNone
 }
 
 // IDMapper is implemented by SandboxHost platforms whose sandboxes run in a
@@ -234,4 +271,7 @@ type ExecResult struct {
 	// 2000000000 on the host), or "none: " and why it ran in the host's.
 	// Empty when the platform does not say.
 	UserNamespace string `json:"user_namespace,omitempty"`
+	// Network is the exec's network mode and, with egress, what it
+	// reached and was refused; nil when the platform does not say.
+	Network *wire.NetUsage `json:"network,omitempty"`
 }

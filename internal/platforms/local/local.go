@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"layerfs.dev/layerfs/internal/egress"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
@@ -54,7 +55,12 @@ type Options struct {
 	// ends: 0 means sandbox.DefaultKeepIdle, a negative value that every
 	// exec gets a sandbox of its own.
 	KeepIdle time.Duration
-	Logger   *slog.Logger
+	// Egress configures the egress of workspaces with network "egress"
+	// (package egress): its Upstream resolver, its nft command, its Tag.
+	// A platform whose egress cannot start (no nftables) is up without it:
+	// Isolation says why, and the mode is refused.
+	Egress egress.Config
+	Logger *slog.Logger
 }
 
 // Platform runs sandboxes on this host. Its lifecycle is the one of
@@ -72,6 +78,8 @@ type Platform struct {
 	up        bool
 	down      bool // the launcher was closed by Down
 	sandboxes map[*Sandbox]struct{}
+	egress    *egress.Manager // nil: egressErr says why
+	egressErr error
 }
 
 func (p *Platform) current() *sandbox.Launcher {
@@ -134,7 +142,10 @@ func (p *Platform) Name() string { return "local" }
 func (p *Platform) Features() platforms.Features {
 	l := p.current()
 	mem, pids := l.Limits()
-	return platforms.Features{HostMounts: true, Network: true, MemoryLimit: mem, PidsLimit: pids,
+	p.mu.Lock()
+	eg := p.egress != nil
+	p.mu.Unlock()
+	return platforms.Features{HostMounts: true, Network: true, Egress: eg, MemoryLimit: mem, PidsLimit: pids,
 		CPULimit: l.CPULimit(), OpenFilesLimit: true, Terminal: true}
 }
 
@@ -184,8 +195,51 @@ func (p *Platform) Up(ctx context.Context) error {
 		return fmt.Errorf("local: %w: trial sandbox: %w", platforms.ErrUnavailable, err)
 	}
 	p.up = true
+	p.startEgress(ctx)
 	p.log.Debug("local platform up", "launch", res.Launch)
 	return nil
+}
+
+// startEgress starts the platform's egress, or records why it cannot.
+// p.mu is held.
+func (p *Platform) startEgress(ctx context.Context) {
+	cfg := p.opts.Egress
+	if cfg.Logger == nil {
+		cfg.Logger = p.log
+	}
+	m, err := egress.New(cfg)
+	if err == nil {
+		err = m.Start(ctx)
+	}
+	if err != nil {
+		p.egress, p.egressErr = nil, fmt.Errorf("local: %w", err)
+		p.log.Warn("egress unavailable: workspaces with network egress are refused", "err", err)
+		return
+	}
+	p.egress, p.egressErr = m, nil
+}
+
+// egressManager is the platform's egress, or why there is none.
+func (p *Platform) egressManager() (*egress.Manager, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.egress == nil {
+		if p.egressErr == nil {
+			return nil, fmt.Errorf("local: egress: %w", platforms.ErrNotUp)
+		}
+		return nil, p.egressErr
+	}
+	return p.egress, nil
+}
+
+// EgressStats are the platform's egress decisions and bytes, for
+// /metrics; ok is false without egress.
+func (p *Platform) EgressStats() (s egress.Stats, ok bool) {
+	m, err := p.egressManager()
+	if err != nil {
+		return s, false
+	}
+	return m.Stats(), true
 }
 
 // Down cancels every running exec, waits for them and detaches every
@@ -194,6 +248,8 @@ func (p *Platform) Down(ctx context.Context) error {
 	p.mu.Lock()
 	p.up, p.down = false, true
 	l := p.launcher
+	eg := p.egress
+	p.egress, p.egressErr = nil, nil
 	open := make([]*Sandbox, 0, len(p.sandboxes))
 	for s := range p.sandboxes {
 		open = append(open, s)
@@ -204,6 +260,9 @@ func (p *Platform) Down(ctx context.Context) error {
 		errs = append(errs, s.Close(ctx))
 	}
 	errs = append(errs, l.Close(ctx))
+	if eg != nil {
+		errs = append(errs, eg.Close(ctx))
+	}
 	return errors.Join(errs...)
 }
 
@@ -257,7 +316,7 @@ func (p *Platform) noUserNS(err error) string {
 func (p *Platform) Isolation(context.Context) (wire.Isolation, error) {
 	l := p.current()
 	iso := wire.Isolation{Platform: p.Name(), Seccomp: p.filterName(), Limits: l.Enforcement(),
-		Network:  platforms.NetworkIsolation,
+		Network:  platforms.NetworkEgressIsolation,
 		Boundary: "the host's kernel: fresh namespaces, a read-only runtime, no capabilities over the host"}
 	r, err := l.UserNS()
 	switch {
@@ -267,6 +326,11 @@ func (p *Platform) Isolation(context.Context) (wire.Isolation, error) {
 		return wire.Isolation{}, fmt.Errorf("local: %w", err)
 	default:
 		iso.UserNamespace = r.String()
+	}
+	if m, err := p.egressManager(); err != nil {
+		iso.Egress = "unavailable: " + err.Error()
+	} else {
+		iso.Egress = m.Describe()
 	}
 	return iso, nil
 }
@@ -312,7 +376,16 @@ func (p *Platform) Attach(_ context.Context, w platforms.Workspace) (platforms.S
 		cancel()
 		return nil, fmt.Errorf("local: attach %s: %w", w.ID, platforms.ErrNotUp)
 	}
-	s := &Sandbox{p: p, launcher: p.launcher, session: p.launcher.NewSession(), w: w, ctx: ctx, cancel: cancel}
+	s := &Sandbox{p: p, launcher: p.launcher, session: p.launcher.NewSession(), w: w, ctx: ctx, cancel: cancel,
+		mode: wire.NetworkNone, events: w.NetEvents}
+	p.mu.Unlock()
+	err := s.SetNetwork(ctx, w.Mode(), w.Egress)
+	p.mu.Lock()
+	if err != nil {
+		cancel()
+		_ = s.session.Close(context.Background())
+		return nil, fmt.Errorf("local: attach %s: %w", w.ID, err)
+	}
 	p.sandboxes[s] = struct{}{}
 	return s, nil
 }
@@ -333,6 +406,14 @@ type Sandbox struct {
 	mu      sync.Mutex
 	closed  bool
 	running sync.WaitGroup
+
+	// The workspace's network now: its mode, its egress (made at the
+	// first change to egress, kept until Close) and who sees its
+	// decisions.
+	netMu  sync.Mutex
+	mode   string
+	enet   *egress.Net
+	events func(wire.NetEvent)
 }
 
 // Exec runs spec in a fresh sandbox on the workspace.
@@ -350,9 +431,12 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
-	res, err := s.session.Run(ctx, sandbox.Config{
-		Workspace: s.w.HostPath, RootDir: s.w.RootDir, RootWritable: s.w.RootWritable, Network: s.w.Network, IDMapped: s.w.IDMapped, Spec: spec,
-	}, stdout, stderr)
+	cfg := sandbox.Config{Workspace: s.w.HostPath, RootDir: s.w.RootDir, RootWritable: s.w.RootWritable, IDMapped: s.w.IDMapped, Spec: spec}
+	mode := s.network(&cfg)
+	res, err := s.session.Run(ctx, cfg, stdout, stderr)
+	if err == nil && res.Network == nil {
+		res.Network = &wire.NetUsage{Mode: mode}
+	}
 	if err != nil {
 		if s.ctx.Err() != nil {
 			err = fmt.Errorf("%w: %w", platforms.ErrClosed, err)
@@ -382,6 +466,15 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	// The inits' namespaces hold the workspace until they are reaped.
 	if err := s.session.Close(ctx); err != nil {
 		return fmt.Errorf("local: close %s: %w", s.w.ID, err)
+	}
+	s.netMu.Lock()
+	enet := s.enet
+	s.enet = nil
+	s.netMu.Unlock()
+	if enet != nil {
+		if err := enet.Close(); err != nil {
+			return fmt.Errorf("local: close %s: %w", s.w.ID, err)
+		}
 	}
 	s.p.mu.Lock()
 	delete(s.p.sandboxes, s)

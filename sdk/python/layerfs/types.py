@@ -178,6 +178,59 @@ class QuotaUsage:
 
 
 @dataclass
+class NetworkRule:
+    """One thing a workspace with network ``egress`` may reach: exactly one
+    of ``domain`` (a name, or ``*.suffix`` for its subdomains) and ``cidr``
+    (an IPv4 prefix, which also admits the ranges no name does), on
+    ``ports`` ("443", "8000-8100"; none: every port)."""
+
+    domain: str = ""
+    cidr: str = ""
+    ports: list[str] = _j(factory=list)
+
+
+def _rules(v: Any) -> list[NetworkRule]:
+    return [r if isinstance(r, NetworkRule) else from_json(NetworkRule, r) for r in (v or [])]
+
+
+@dataclass
+class NetworkChange:
+    """The body of ``ws.set_network()``: the new mode and, for egress, its
+    rules."""
+
+    mode: str = ""
+    egress: list[NetworkRule] = _j(conv=_rules, factory=list)
+
+
+@dataclass
+class NetEvent:
+    """One decision of a workspace's egress: a name asked (``proto``
+    "dns") or a connection, ``verdict`` "allowed" or "denied" and why."""
+
+    proto: str = ""
+    name: str = ""
+    address: str = ""
+    port: int = 0
+    verdict: str = ""
+    reason: str = ""
+    time: datetime | None = _j(conv=_time)
+
+
+@dataclass
+class NetUsage:
+    """An exec's network on its receipt: the mode and, with egress, its
+    connections and names allowed and denied and the bytes they carried."""
+
+    mode: str = ""
+    connections_allowed: int = 0
+    connections_denied: int = 0
+    names_allowed: int = 0
+    names_denied: int = 0
+    bytes_out: int = 0
+    bytes_in: int = 0
+
+
+@dataclass
 class Receipt:
     """What an exec or a commit cost, as the daemon measured it, counted on
     the request's own account: work other requests did meanwhile is not on
@@ -207,6 +260,7 @@ class Receipt:
     user_namespace: str = ""  # the command's uid_map, or "none: " and why
     quota: QuotaUsage | None = _j(conv=lambda v: from_json(QuotaUsage, v) if v else None)
     shared_mount: bool = False
+    network: NetUsage | None = _j(conv=lambda v: from_json(NetUsage, v) if v else None)
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -284,7 +338,8 @@ class WorkspaceInfo:
     head: str = ""
     mount_path: str = ""
     platform: str = ""
-    network: str = ""
+    network: str = ""  # none, egress or host
+    egress: list[NetworkRule] = _j(conv=_rules, factory=list)  # with network egress: its rules
     state: str = ""
     native: bool = False
     created: datetime | None = _j(conv=_time)
@@ -448,6 +503,7 @@ class FileEvent:
     size: int = 0
     count: int = 0
     time: datetime | None = _j(conv=_time)
+    net: NetEvent | None = _j(conv=lambda v: from_json(NetEvent, v) if v else None)  # kind "net": an egress decision
 
 
 @dataclass

@@ -8,6 +8,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/userns"
+	"layerfs.dev/layerfs/wire"
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
@@ -47,6 +48,11 @@ type Config struct {
 	// Network gives the sandbox the host's network namespace; otherwise it
 	// gets a fresh one holding only lo.
 	Network bool
+	// Egress, when set (and Network false), gives the fresh namespace a
+	// link to an egress before the exec is sent to its init: an init
+	// whose link cannot be made is discarded and the exec fails, with no
+	// network.
+	Egress NetAttacher
 	// IDMapped says that the workspace's file system shows its files with
 	// the host ids of the launcher's user namespace already (kernel
 	// overlayfs over layers id-mapped with Launcher.IDMap's namespace, see
@@ -55,6 +61,23 @@ type Config struct {
 	// workspace's clone itself, where its file system allows.
 	IDMapped bool
 	Spec     platforms.ExecSpec
+}
+
+// NetAttacher gives a sandbox's network namespace its egress link.
+type NetAttacher interface {
+	// Key names the egress: an init attached to it serves only execs of
+	// the same key.
+	Key() string
+	// Attach adds the link to the network namespace of process pid.
+	Attach(pid int) (NetLink, error)
+}
+
+// NetLink is one sandbox's egress link.
+type NetLink interface {
+	// Usage is what the link carried and decided so far.
+	Usage() wire.NetUsage
+	// Close removes the link; it can be called more than once.
+	Close()
 }
 
 // normalized checks a Config before anything is started and returns it

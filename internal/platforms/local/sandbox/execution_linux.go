@@ -15,6 +15,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/outputcap"
 	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/wire"
 )
 
 // execution is one exec from Run's call to its result: what was asked,
@@ -37,7 +38,8 @@ type execution struct {
 	ws         int      // the workspace's clone; -1 once closed
 	ends       *execEnds
 	ip         *initProc
-	sendErr    error // the exec could not be sent to its init
+	sendErr    error         // the exec could not be sent to its init
+	net0       wire.NetUsage // the init's link's usage when the exec was sent
 
 	killed   atomic.Bool
 	stopCtx  func() bool
@@ -90,6 +92,9 @@ func (l *Launcher) newExecution(ctx context.Context, s *Session, cfg Config, std
 	ic.Last = s == nil
 	x.ic = ic
 	x.kind = sandboxKind{network: cfg.Network, image: ic.RootDir, writable: cfg.RootWritable && ic.RootDir != "", inNS: l.userNS != nil}
+	if cfg.Egress != nil && !cfg.Network {
+		x.kind.egress = cfg.Egress.Key()
+	}
 
 	x.outW, x.errW = outputcap.Pair(stdout, stderr, spec.OutputLimit)
 	if spec.Terminal == nil {
@@ -135,6 +140,9 @@ func (x *execution) start(ctx context.Context) error {
 		x.marks.add("warm")
 	}
 	x.marks.add("sent")
+	if x.ip.link != nil {
+		x.net0 = x.ip.link.Usage()
+	}
 	x.l.track(x.ip.pid, true)
 	x.stopCtx = context.AfterFunc(ctx, x.kill)
 	x.backstop = time.AfterFunc(x.ic.Timeout+killGrace, x.kill)
@@ -188,6 +196,15 @@ func (x *execution) fresh() (*initProc, error) {
 			_ = cg.remove()
 		}
 		return nil, err
+	}
+	if x.kind.egress != "" {
+		// Fails closed: without its link the init is discarded, and its
+		// namespace, which has only lo, with it.
+		if ip.link, err = x.cfg.Egress.Attach(ip.pid); err != nil {
+			ip.discard()
+			return nil, fmt.Errorf("sandbox network: %w", err)
+		}
+		x.marks.add("link")
 	}
 	ip.listen(nil)
 	return ip, nil
@@ -331,6 +348,9 @@ func (x *execution) reap() {
 	x.ip.dropSpare()
 	x.stopHooks()
 	x.ip.p.closeParent()
+	if x.ip.link != nil {
+		x.ip.link.Close()
+	}
 	if x.ip.cg != nil {
 		if err := x.ip.cg.remove(); err != nil {
 			x.l.logger().Warn("sandbox cgroup left behind", "err", err)
@@ -400,6 +420,14 @@ func (x *execution) trace(cpu time.Duration) {
 	}
 }
 
+// usageSince is what a link did between two readings of its usage.
+func usageSince(now, then wire.NetUsage) *wire.NetUsage {
+	return &wire.NetUsage{Mode: now.Mode,
+		ConnectionsAllowed: now.ConnectionsAllowed - then.ConnectionsAllowed, ConnectionsDenied: now.ConnectionsDenied - then.ConnectionsDenied,
+		NamesAllowed: now.NamesAllowed - then.NamesAllowed, NamesDenied: now.NamesDenied - then.NamesDenied,
+		BytesOut: now.BytesOut - then.BytesOut, BytesIn: now.BytesIn - then.BytesIn}
+}
+
 // result is what Run returns once the exec is done.
 func (x *execution) result(ctx context.Context) (platforms.ExecResult, error) {
 	var res platforms.ExecResult
@@ -417,6 +445,9 @@ func (x *execution) result(ctx context.Context) (platforms.ExecResult, error) {
 		res.UserNamespace = "none: not configured"
 		if x.kind.inNS {
 			res.UserNamespace = x.l.UserNamespace.String()
+		}
+		if x.ip.link != nil {
+			res.Network = usageSince(x.ip.link.Usage(), x.net0)
 		}
 	default:
 		// The init died without a report: killed by the backstop, or by

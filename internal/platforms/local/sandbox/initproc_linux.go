@@ -27,6 +27,9 @@ type sandboxKind struct {
 	// root, cloned read-write (Config.RootWritable).
 	writable bool
 	inNS     bool // in the launcher's user namespace
+	// egress is the key of the egress its namespace is linked to ("" for
+	// none).
+	egress string
 }
 
 // initProc is one started init: its process, the launcher's end of its
@@ -39,9 +42,10 @@ type initProc struct {
 	p      *initConn
 	cg     *execCgroup
 	kind   sandboxKind
-	pooled bool   // started ahead, by the warm pool
-	sent   uint64 // execs sent to it
-	kept   bool   // taken from a Session: it has served an exec before
+	pooled bool    // started ahead, by the warm pool
+	sent   uint64  // execs sent to it
+	kept   bool    // taken from a Session: it has served an exec before
+	link   NetLink // its egress link, or nil
 
 	// A warm init's priority: it warms up at warmNice and gets the
 	// launcher's back once it is ready, or when an exec takes it first.
@@ -425,6 +429,9 @@ func (ip *initProc) discard() {
 		ip.p.closeParent()
 		if ip.cg != nil {
 			_ = ip.cg.remove()
+		}
+		if ip.link != nil {
+			ip.link.Close()
 		}
 	})
 }
