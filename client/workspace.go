@@ -234,6 +234,20 @@ func (ws *Workspace) Fork(ctx context.Context, count int) ([]*Workspace, error) 
 	return out, nil
 }
 
+// SetNetwork changes the workspace's network at once: its next execs get
+// change.Mode (wire.NetworkNone, NetworkEgress or NetworkHost), and its
+// running egress sandboxes the new rules, their connections the rules
+// deny cut. A bad change (errclass.Invalid) or one the platform cannot
+// make (errclass.Unavailable) leaves the network as it was.
+func (ws *Workspace) SetNetwork(ctx context.Context, change wire.NetworkChange) (wire.Workspace, error) {
+	var res wire.Workspace
+	if err := ws.doJSON(ctx, http.MethodPut, ws.path("/network"), nil, change, &res); err != nil {
+		return res, err
+	}
+	ws.info.Network, ws.info.Egress = res.Network, res.Egress
+	return res, nil
+}
+
 // EndOptions configure End.
 type EndOptions struct {
 	// Discard drops uncommitted changes; without it End fails with

@@ -68,6 +68,9 @@ func daemonTable(w io.Writer, st wire.DaemonStatus) {
 	for _, iso := range st.Isolation {
 		isolationRows(row, iso)
 	}
+	if len(st.HostNetwork) > 0 {
+		row("host network", strings.Join(st.HostNetwork, ", ")+" (granted the host's network namespace)")
+	}
 	idle := st.IdleExit
 	if idle == "" {
 		idle = "never"
@@ -87,6 +90,9 @@ func isolationRows(row func(k, v string), iso wire.Isolation) {
 	l := iso.Limits
 	row(p+"limits", fmt.Sprintf("memory %s; pids %s; cpu %s; open files %s", l.Memory, l.Pids, l.CPU, l.OpenFiles))
 	row(p+"network", iso.Network)
+	if iso.Egress != "" {
+		row(p+"egress", iso.Egress)
+	}
 	row(p+"boundary", iso.Boundary)
 }
 

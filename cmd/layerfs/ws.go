@@ -30,7 +30,8 @@ func wsCmd(a *app) *cobra.Command {
 		Short: "Workspaces: create, exec, cp, commit, update, fork, end (through the daemon)",
 	}
 	cmd.AddCommand(wsCreateCmd(a), wsListCmd(a), wsStatusCmd(a), wsPathCmd(a), wsExecCmd(a), wsCpCmd(a),
-		wsCommitCmd(a), wsUpdateCmd(a), wsResolveCmd(a), wsForkCmd(a), wsEndCmd(a), wsMountCmd(a), wsWatchCmd(a), wsShellCmd(a))
+		wsCommitCmd(a), wsUpdateCmd(a), wsResolveCmd(a), wsForkCmd(a), wsEndCmd(a), wsMountCmd(a), wsWatchCmd(a), wsShellCmd(a),
+		wsNetworkCmd(a))
 	return cmd
 }
 
@@ -49,6 +50,7 @@ func (a *app) withWorkspace(cmd *cobra.Command, id string, fn func(ws *client.Wo
 func wsCreateCmd(a *app) *cobra.Command {
 	var spec wire.WorkspaceSpec
 	var owner string
+	var allow []string
 	cmd := &cobra.Command{
 		Use:   "create PROJECT BRANCH",
 		Short: "Create and mount a workspace on a branch head (prints its id and mount path)",
@@ -68,6 +70,10 @@ root) creates there is the sandbox root's. Give another user a workspace with
 				}
 				spec.Owner = &o
 			}
+			var err error
+			if spec.Egress, err = parseRules(allow); err != nil {
+				return err
+			}
 			return a.withDaemon(cmd, func(c *client.Client) error {
 				ws, err := c.CreateWorkspace(cmd.Context(), spec)
 				if err != nil {
@@ -84,7 +90,8 @@ root) creates there is the sandbox root's. Give another user a workspace with
 	f := cmd.Flags()
 	f.StringVar(&spec.At, "at", "", "mount this ref instead of the branch head (commits still go to the branch)")
 	f.StringVar(&spec.MountPath, "path", "", "mount here (absolute path on the daemon's host; default under the store)")
-	f.StringVar(&spec.Network, "network", "", "sandbox network: none (default) or host")
+	f.StringVar(&spec.Network, "network", "", "sandbox network: none (default), egress (what --allow allows) or host (the host's, all of it)")
+	f.StringArrayVar(&allow, "allow", nil, "with --network egress: DOMAIN, *.DOMAIN or CIDR, each with :PORTS (443 or 8000-8100, comma-separated) or every port; repeat")
 	f.StringVar(&spec.Platform, "platform", "", "sandbox platform (default: the daemon's first)")
 	f.Int64Var(&spec.QuotaBytes, "quota-bytes", 0, "bound what execs can write to this many bytes (a file system of the workspace's own)")
 	f.Int64Var(&spec.QuotaInodes, "quota-inodes", 0, "bound the files execs can create (needs --quota-bytes)")
@@ -217,6 +224,9 @@ func wsStatusCmd(a *app) *cobra.Command {
 						fmt.Fprintf(w, "owner\t%d:%d (a view of the sandboxes' files, data %s)\n", st.Owner.UID, st.Owner.GID, st.HostView)
 					}
 					fmt.Fprintf(w, "platform\t%s, network %s\n", st.Platform, st.Network)
+					for _, r := range st.Egress {
+						fmt.Fprintf(w, "allow\t%s\n", ruleString(r))
+					}
 					if st.Image != "" {
 						fmt.Fprintf(w, "image\t%s\n", st.Image)
 					}

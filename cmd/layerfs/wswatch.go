@@ -67,6 +67,14 @@ func showEvent(ev wire.FileEvent) string {
 		return fmt.Sprintf("renamed\t%s <- %s\t%s", showPath(ev.Path), showPath(ev.OldPath), ev.Type)
 	case "removed":
 		return fmt.Sprintf("removed\t%s", showPath(ev.Path))
+	case wire.EventNet:
+		if n := ev.Net; n != nil {
+			at := n.Address
+			if n.Port != 0 {
+				at = fmt.Sprintf("%s:%d", n.Address, n.Port)
+			}
+			return fmt.Sprintf("net %s\t%s %s %s\t%s", n.Verdict, n.Proto, n.Name, at, n.Reason)
+		}
 	}
 	return fmt.Sprintf("%s\t%s\t%s\t%d", ev.Kind, showPath(ev.Path), ev.Type, ev.Size)
 }

@@ -236,7 +236,7 @@ table inet %[1]s {
 		iifname %[2]q ip daddr %[3]s meta l4proto { tcp, udp } th dport %[4]d accept
 		iifname %[2]q ip daddr %[3]s tcp dport %[5]d accept
 		iifname %[2]q drop
-		ip daddr %[3]s drop
+		ip daddr %[3]s meta l4proto { tcp, udp } th dport { %[4]d, %[5]d } drop
 	}
 }
 `, m.table, p, gw, dnsPort, proxyPort, m.group)

@@ -20,6 +20,7 @@ const (
 	nfulnlMsgConfig    = 1
 	nfulaCfgCmd        = 1
 	nfulaCfgMode       = 2
+	nfulaCfgQthresh    = 4
 	nfulnlCfgCmdBind   = 1
 	nfulnlCfgCmdUnbind = 2
 	nfulnlCopyPacket   = 2
@@ -61,6 +62,12 @@ func openNflog(group uint16) (*nflogReader, error) {
 	if err := r.config(nfulaCfgMode, mode); err != nil {
 		r.close()
 		return nil, fmt.Errorf("copy mode: %w", err)
+	}
+	// One packet a message, sent at once: the kernel otherwise holds
+	// them for up to a second.
+	if err := r.config(nfulaCfgQthresh, []byte{0, 0, 0, 1}); err != nil {
+		r.close()
+		return nil, fmt.Errorf("queue threshold: %w", err)
 	}
 	return r, nil
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"layerfs.dev/layerfs/internal/egress"
+	"layerfs.dev/layerfs/internal/egress/egresstest"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/escapetest"
 	"layerfs.dev/layerfs/internal/platforms/local"
@@ -107,4 +109,10 @@ func TestUserNamespace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEgress: the escape suite's egress cases on this host's sandboxes.
+func TestEgress(t *testing.T) {
+	egresstest.Require(t)
+	escapetest.Egress(t, func(cfg egress.Config) platforms.Platform { return local.New(local.Options{Egress: cfg}) })
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -53,6 +54,9 @@ var cases = map[string]attempt{
 	"sysctl-hostname": func([]string) error { return unix.Sethostname([]byte("x")) },
 	"write-workspace": tryWriteWorkspace, // allowed: a control
 	"host-root":       tryHostRoot,
+	"connect-data":    tryConnectData,
+	"dns":             tryDNS,
+	"raw-syn":         tryRawSYN,
 }
 
 // tryHostRoot reads the sandbox's uid_map: uid 0 inside being the host's
@@ -346,4 +350,146 @@ func tryConnect(network string, args []string) error {
 
 func tryWriteWorkspace([]string) error {
 	return os.WriteFile("/workspace/.probe-write", []byte("ok"), 0o644)
+}
+
+// tryConnectData connects to a TCP address and reads an HTTP answer: a
+// connection a proxy took and then reset is refused too.
+func tryConnectData(args []string) error {
+	if len(args) != 1 {
+		return usageError{errors.New("connect-data ADDRESS")}
+	}
+	c, err := net.DialTimeout("tcp", args[0], 3*time.Second)
+	if err != nil {
+		return sysErr(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.WriteString(c, "GET / HTTP/1.0\r\n\r\n"); err != nil {
+		return sysErr(err)
+	}
+	b := make([]byte, 64)
+	n, err := c.Read(b)
+	if n > 0 {
+		return nil
+	}
+	if err == io.EOF {
+		return errors.New("closed without an answer")
+	}
+	return sysErr(err)
+}
+
+func sysErr(err error) error {
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return errors.New("timed out")
+	}
+	return err
+}
+
+// tryDNS asks SERVER (host:port) for NAME's A record over UDP: an answer
+// with an address is allowed.
+func tryDNS(args []string) error {
+	if len(args) != 2 {
+		return usageError{errors.New("dns NAME SERVER")}
+	}
+	c, err := net.Dial("udp", args[1])
+	if err != nil {
+		return sysErr(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	q := []byte{0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0}
+	for _, l := range strings.Split(strings.TrimSuffix(args[0], "."), ".") {
+		q = append(q, byte(len(l)))
+		q = append(q, l...)
+	}
+	q = append(q, 0, 0, 1, 0, 1)
+	if _, err := c.Write(q); err != nil {
+		return sysErr(err)
+	}
+	b := make([]byte, 512)
+	n, err := c.Read(b)
+	if err != nil {
+		return sysErr(err)
+	}
+	if n < 12 {
+		return errors.New("short answer")
+	}
+	if rcode := b[3] & 0xf; rcode != 0 {
+		return fmt.Errorf("rcode %d", rcode)
+	}
+	if answers := int(b[6])<<8 | int(b[7]); answers == 0 {
+		return errors.New("no address")
+	}
+	return nil
+}
+
+// tryRawSYN sends a hand-made TCP SYN to ADDRESS:PORT from a raw socket
+// and waits a second for a SYN-ACK from it: a reset, or nothing, is
+// refused.
+func tryRawSYN(args []string) error {
+	if len(args) != 2 {
+		return usageError{errors.New("raw-syn ADDRESS PORT")}
+	}
+	dst := net.ParseIP(args[0]).To4()
+	port, _ := strconv.Atoi(args[1])
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_TCP)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	// The kernel picks the source address; the checksum needs it.
+	u, err := net.Dial("udp4", net.JoinHostPort(args[0], args[1]))
+	if err != nil {
+		return sysErr(err)
+	}
+	src := u.LocalAddr().(*net.UDPAddr).IP.To4()
+	u.Close()
+	seg := make([]byte, 20)
+	seg[0], seg[1] = 0xa1, 0x7e // source port 41342
+	seg[2], seg[3] = byte(port>>8), byte(port)
+	seg[4], seg[7] = 0x01, 0x01
+	seg[12] = 5 << 4
+	seg[13] = 0x02 // SYN
+	seg[14], seg[15] = 0xff, 0xff
+	sum := uint32(0)
+	pseudo := append(append(append([]byte{}, src...), dst...), 0, unix.IPPROTO_TCP, 0, 20)
+	for _, b := range [][]byte{pseudo, seg} {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	cs := ^uint16(sum)
+	seg[16], seg[17] = byte(cs>>8), byte(cs)
+	if err := unix.Sendto(fd, seg, 0, &unix.SockaddrInet4{Addr: [4]byte(dst)}); err != nil {
+		return err
+	}
+	tv := unix.Timeval{Sec: 1}
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	buf := make([]byte, 1500)
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return errors.New("no answer")
+		}
+		ihl := int(buf[0]&0xf) * 4
+		if n < ihl+14 || !net.IP(buf[12:16]).Equal(dst) {
+			continue
+		}
+		flags := buf[ihl+13]
+		if flags&0x12 == 0x12 {
+			return nil // SYN-ACK: the packet got through
+		}
+		if flags&0x04 != 0 {
+			return errors.New("reset")
+		}
+	}
+	return errors.New("no answer")
 }
