@@ -446,6 +446,7 @@ func (p *Platform) Isolation(context.Context) (wire.Isolation, error) {
 	iso := wire.Isolation{Platform: p.Name(), Seccomp: seccomp.Name + " (the supervisor's Docker profile; each command under the BPF filter)",
 		Limits:   wire.IsolationLimits{Memory: perExec, Pids: perExec, CPU: "cgroup v1 of the exec's own", OpenFiles: "rlimit (RLIMIT_NOFILE)"},
 		Network:  platforms.NetworkIsolation,
+		Egress:   "unavailable: docker containers get no network or the host's; network egress is refused on docker",
 		Boundary: "the host's kernel: a container with all capabilities dropped, a read-only root, no-new-privileges"}
 	if p.cg == nil || p.cg.cpu.Dir == "" {
 		iso.Limits.CPU = "none: an exec that asks for a CPU limit is refused"

@@ -72,6 +72,7 @@ func (d Daemon) Isolation(ctx context.Context, platform, vm string) (wire.Isolat
 	}
 	iso := st.Isolation[0]
 	iso.Platform, iso.Boundary = platform, vm+", and in it "+iso.Boundary
+	iso.Egress = "unavailable: " + platform + " does not drive its guest daemon's egress yet (network egress is refused)"
 	if iso.UserNamespace == "" {
 		iso.NoUserNamespace += "; the guest's start script turns it off on a kernel before 6.12, which cannot id-map a FUSE workspace (UserNSFlag)"
 	}
