@@ -28,7 +28,7 @@ import (
 // allTools is every tool the server offers, in the order docs/mcp.md lists them.
 var allTools = []string{"project_create", "project_list", "workspace_create", "workspace_list", "checkout",
 	"exec", "read_file", "write_file", "list_dir", "stat", "diff", "commit", "update", "resolve", "merge",
-	"fork", "fork_workspace", "log", "workspace_end", "image_list", "image_pull", "image_commit", "watch"}
+	"fork", "fork_workspace", "log", "workspace_end", "image_list", "image_pull", "image_commit", "workspace_network", "watch"}
 
 func newServer(t *testing.T, d *daemontest.Daemon) *mcpserver.Server {
 	t.Helper()
@@ -387,6 +387,30 @@ func TestWatchTool(t *testing.T) {
 		}
 	}
 	s.refused("not_found", "watch", map[string]any{"watch_id": w.WatchID})
+}
+
+// TestNetworkTool: a workspace opened with egress rules, its network
+// changed by workspace_network, a bad change refused with the network kept.
+func TestNetworkTool(t *testing.T) {
+	d := daemontest.Start(t)
+	s := session{t, connect(t, newServer(t, d))}
+	var proj, ws struct{ ID string }
+	s.ok(&proj, "project_create", map[string]any{"name": "n"})
+	s.ok(&ws, "workspace_create", map[string]any{"project": "n", "network": "egress", "allow": []string{"pypi.org:443", "*.pythonhosted.org:443"}})
+	var net struct {
+		Network string
+		Allow   []string
+	}
+	s.refused("invalid", "workspace_network", map[string]any{"workspace": ws.ID, "mode": "egress", "allow": []string{"0.0.0.0/0"}})
+	s.ok(&net, "workspace_network", map[string]any{"workspace": ws.ID, "mode": "egress", "allow": []string{"203.0.113.0/24:8000-8100"}})
+	if net.Network != "egress" || len(net.Allow) != 1 || net.Allow[0] != "203.0.113.0/24:8000-8100" {
+		t.Errorf("network = %+v", net)
+	}
+	net.Allow = nil
+	s.ok(&net, "workspace_network", map[string]any{"workspace": ws.ID, "mode": "none"})
+	if net.Network != "none" || len(net.Allow) != 0 {
+		t.Errorf("network = %+v", net)
+	}
 }
 
 // snapshot is what bad input must not change: branches' heads, logs,

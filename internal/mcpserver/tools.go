@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -119,6 +120,9 @@ func (s *Server) addTools() error {
 	addTool(s, &mcp.Tool{Name: "image_commit", Annotations: mutating("Save a workspace's root as an image", false, false),
 		Description: "Save what commands changed in a workspace's root (packages installed with apt-get or pip, files outside /workspace) as a new image `name`: its image with one more layer, as docker commit does. Workspaces opened on it start with those changes. The workspace must have been opened with an image; /workspace is not part of the image (commit it with commit)."},
 		s.imageCommit)
+	addTool(s, &mcp.Tool{Name: "workspace_network", Annotations: mutating("Change a workspace's network", false, true),
+		Description: "Change a workspace's network, at once: `mode` none (no network), egress (commands reach only what `allow` lists: DOMAIN, *.DOMAIN or CIDR, each with :PORTS or every port; other names do not resolve and other addresses refuse at once) or host (the host's whole network). Running commands get the new rules too: their connections the rules deny are cut. Every decision is a `net` event of watch. Returns the workspace's network."},
+		s.workspaceNetwork)
 	s.addWatchTool()
 	return nil
 }
@@ -141,12 +145,13 @@ type projectListOut struct {
 }
 
 type workspaceCreateIn struct {
-	Project  string `json:"project" jsonschema:"the project to open"`
-	Branch   string `json:"branch,omitempty" jsonschema:"the branch to open and commit to (default main)"`
-	At       string `json:"at,omitempty" jsonschema:"a ref to open instead of the branch head (commits still go to branch)"`
-	Platform string `json:"platform,omitempty" jsonschema:"the sandbox platform, such as local or docker (default: the daemon's default)"`
-	Network  string `json:"network,omitempty" jsonschema:"none (default: no network in the sandbox) or host"`
-	Image    string `json:"image,omitempty" jsonschema:"an image (name or name@digest, see image_list) whose tree is every command's root, the workspace's own copy (default: the project's default image, else the host's runtime)"`
+	Project  string   `json:"project" jsonschema:"the project to open"`
+	Branch   string   `json:"branch,omitempty" jsonschema:"the branch to open and commit to (default main)"`
+	At       string   `json:"at,omitempty" jsonschema:"a ref to open instead of the branch head (commits still go to branch)"`
+	Platform string   `json:"platform,omitempty" jsonschema:"the sandbox platform, such as local or docker (default: the daemon's default)"`
+	Network  string   `json:"network,omitempty" jsonschema:"none (default: no network in the sandbox), egress (only what allow allows) or host (the host's whole network)"`
+	Allow    []string `json:"allow,omitempty" jsonschema:"with network egress: what commands may reach, each DOMAIN (pypi.org), *.DOMAIN (its subdomains) or CIDR (203.0.113.0/24), with :PORTS (443, or 8000-8100) or every port"`
+	Image    string   `json:"image,omitempty" jsonschema:"an image (name or name@digest, see image_list) whose tree is every command's root, the workspace's own copy (default: the project's default image, else the host's runtime)"`
 }
 
 type workspaceOut struct {
@@ -395,7 +400,12 @@ func (s *Server) workspaceCreate(ctx context.Context, _ *mcp.CallToolRequest, c 
 	if in.Branch == "" {
 		in.Branch = "main"
 	}
-	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: in.Project, Branch: in.Branch, At: in.At, Platform: in.Platform, Network: in.Network, Image: in.Image})
+	rules, err := allowRules(in.Allow)
+	if err != nil {
+		return workspaceOut{}, err
+	}
+	ws, err := c.CreateWorkspace(ctx, client.WorkspaceSpec{Project: in.Project, Branch: in.Branch, At: in.At, Platform: in.Platform,
+		Network: in.Network, Egress: rules, Image: in.Image})
 	if err != nil {
 		return workspaceOut{}, err
 	}
@@ -789,4 +799,61 @@ func (s *Server) imageCommit(ctx context.Context, _ *mcp.CallToolRequest, c *cli
 		return imageOut{}, err
 	}
 	return showImage(res.Image), nil
+}
+
+type networkIn struct {
+	Workspace string   `json:"workspace" jsonschema:"the workspace id"`
+	Mode      string   `json:"mode" jsonschema:"none, egress or host"`
+	Allow     []string `json:"allow,omitempty" jsonschema:"with mode egress: DOMAIN, *.DOMAIN or CIDR, each with :PORTS (443, or 8000-8100) or every port"`
+}
+
+type networkOut struct {
+	Workspace string   `json:"workspace"`
+	Network   string   `json:"network" jsonschema:"none, egress or host"`
+	Allow     []string `json:"allow,omitempty" jsonschema:"what egress allows"`
+}
+
+func (s *Server) workspaceNetwork(ctx context.Context, _ *mcp.CallToolRequest, c *client.Client, in networkIn) (networkOut, error) {
+	rules, err := allowRules(in.Allow)
+	if err != nil {
+		return networkOut{}, err
+	}
+	ws, err := handle(ctx, c, in.Workspace)
+	if err != nil {
+		return networkOut{}, err
+	}
+	info, err := ws.SetNetwork(ctx, wire.NetworkChange{Mode: in.Mode, Egress: rules})
+	if err != nil {
+		return networkOut{}, err
+	}
+	out := networkOut{Workspace: info.ID, Network: info.Network}
+	for _, r := range info.Egress {
+		s := r.Domain + r.CIDR
+		if len(r.Ports) > 0 {
+			s += ":" + strings.Join(r.Ports, ",")
+		}
+		out.Allow = append(out.Allow, s)
+	}
+	return out, nil
+}
+
+// allowRules reads allow entries, TARGET[:PORTS]: a CIDR or address is a
+// cidr rule, anything else a domain (the daemon checks both).
+func allowRules(in []string) ([]wire.NetworkRule, error) {
+	var out []wire.NetworkRule
+	for _, a := range in {
+		target, ports, _ := strings.Cut(a, ":")
+		if target == "" {
+			return nil, badInput("allow %q: want DOMAIN[:PORTS] or CIDR[:PORTS]", a)
+		}
+		r := wire.NetworkRule{Domain: target}
+		if strings.Contains(target, "/") || net.ParseIP(target) != nil {
+			r = wire.NetworkRule{CIDR: target}
+		}
+		if ports != "" {
+			r.Ports = strings.Split(ports, ",")
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }

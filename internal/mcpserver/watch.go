@@ -34,6 +34,8 @@ type eventOut struct {
 	Kind    string `json:"kind" jsonschema:"created, modified, removed or renamed"`
 	Path    string `json:"path"`
 	OldPath string `json:"old_path,omitempty" jsonschema:"renamed: the path before"`
+	// Net is a decision of the workspace's egress (kind net).
+	Net *wire.NetEvent `json:"net,omitempty" jsonschema:"kind net: a decision of the workspace's egress (proto dns or tcp, name, address, port, verdict allowed or denied, reason)"`
 	Type    string `json:"type,omitempty"`
 	Size    int64  `json:"size,omitempty"`
 }
@@ -162,7 +164,7 @@ func (s *Server) pollWatch(ctx context.Context, w *watch, wait time.Duration) wa
 			out.Ended = true
 			return
 		}
-		out.Events = append(out.Events, eventOut{Kind: ev.Kind, Path: ev.Path, OldPath: ev.OldPath, Type: ev.Type, Size: ev.Size})
+		out.Events = append(out.Events, eventOut{Kind: ev.Kind, Path: ev.Path, OldPath: ev.OldPath, Type: ev.Type, Size: ev.Size, Net: ev.Net})
 	}
 	select {
 	case ev, ok := <-w.events:

@@ -23,7 +23,7 @@ from .errors import (AlreadyExists, Busy, Conflict, DaemonLost, DaemonUnreachabl
                      UncommittedChanges)
 from .types import (Branch, Change, Commit, CommitResult, CommitStats, ConflictSide, ExecResult, FileEvent, FileInfo,
                     Image, ImageConfig, ImageLayer, ImageResult, ImageStats, BuildStep, MergeInfo, MergeResult, Node, Owner,
-                    Project, Receipt,
+                    NetEvent, NetUsage, NetworkChange, NetworkRule, Project, Receipt,
                     UpdateResult, Version, WorkspaceInfo, WorkspaceStatus)
 
 __version__ = "0.1.0"
@@ -37,5 +37,5 @@ __all__ = [
     "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ConflictSide", "ExecResult", "FileInfo",
     "Image", "ImageConfig", "ImageLayer", "ImageResult", "ImageStats", "BuildStep",
     "MergeInfo", "MergeResult", "Node", "Owner", "Project", "Receipt", "UpdateResult", "Version", "WorkspaceInfo",
-    "WorkspaceStatus",
+    "WorkspaceStatus", "NetworkRule", "NetworkChange", "NetEvent", "NetUsage",
 ]

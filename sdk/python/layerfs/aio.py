@@ -207,6 +207,10 @@ class AsyncWorkspace:
     async def resolve(self, *paths: str) -> list[Conflict]:
         return await _run(self._ws.resolve, *paths)
 
+    async def set_network(self, mode: str, egress: Any = None) -> WorkspaceInfo:
+        """As :meth:`layerfs.Workspace.set_network`."""
+        return await _run(self._ws.set_network, mode, egress)
+
     async def fork(self, count: int = 1) -> list["AsyncWorkspace"]:
         """As :meth:`layerfs.Workspace.fork`."""
         return [AsyncWorkspace(w) for w in await _run(self._ws.fork, count)]

@@ -28,7 +28,7 @@ from ._attach import Attached, BytesCallback
 from ._transport import API_VERSION, Transport, default_address, default_store, start_daemon
 from .errors import DaemonLost, DaemonUnreachable, InvalidArgument, LayerFSError, Misdirected, error_for
 from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, Image, ImageResult,
-                    MergeResult, Project, UpdateResult, Version, WorkspaceInfo, WorkspaceStatus, from_json)
+                    MergeResult, NetworkRule, Project, UpdateResult, Version, WorkspaceInfo, WorkspaceStatus, from_json)
 
 __all__ = ["Client", "Workspace", "Files", "Projects", "Workspaces", "Branches", "Images", "EventStream", "OutputCallback",
            "Attached"]
@@ -306,7 +306,7 @@ class Workspaces:
                platform: str | None = None, network: str | None = None,
                data_path: str | None = None, durability: str | None = None,
                mount_path: str | None = None, owner: tuple[int, int] | None = None,
-               image: str | None = None) -> "Workspace":
+               image: str | None = None, egress: Sequence[NetworkRule | Mapping[str, Any]] | None = None) -> "Workspace":
         """Open a workspace on ``branch``'s head (or on the commit ``at``
         names; commits still go to ``branch``). ``data_path`` is "overlay"
         or "fuse"; ``durability`` "commit" (writes reach the disk with
@@ -316,8 +316,13 @@ class Workspaces:
         run in a user namespace, the sandbox's root is that user there;
         default, the caller. ``image`` (NAME or NAME@DIGEST; default the
         project's default image) is every exec's root, the workspace's own
-        copy-on-write, its Env, WorkingDir and User the execs' defaults."""
+        copy-on-write, its Env, WorkingDir and User the execs' defaults.
+        ``network`` is "none" (the default), "egress" (only what the
+        ``egress`` rules allow: :class:`NetworkRule` or dicts with
+        ``domain`` or ``cidr`` and ``ports``) or "host"."""
         spec: dict[str, Any] = {"project": project, "branch": branch}
+        if egress:
+            spec["egress"] = _rule_dicts(egress)
         for k, v in (("at", at), ("platform", platform), ("network", network),
                      ("data_path", data_path), ("durability", durability), ("mount_path", mount_path),
                      ("image", image)):
@@ -336,6 +341,14 @@ class Workspaces:
         ws = Workspace(self._c, WorkspaceInfo(id=id), located=False)
         ws.status()
         return ws
+
+
+def _rule_dicts(rules: Sequence[NetworkRule | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for r in rules:
+        d = {"domain": r.domain, "cidr": r.cidr, "ports": list(r.ports)} if isinstance(r, NetworkRule) else dict(r)
+        out.append({k: v for k, v in d.items() if v})
+    return out
 
 
 class Workspace:
@@ -534,6 +547,20 @@ class Workspace:
         paths: all); returns those left."""
         got = self._json("POST", self._path("/resolve"), body={"paths": list(paths)} if paths else {})
         return [from_json(Conflict, c) for c in got.get("conflicts") or []]
+
+    def set_network(self, mode: str, egress: Sequence[NetworkRule | Mapping[str, Any]] | None = None) -> WorkspaceInfo:
+        """Change the workspace's network at once: its next execs get
+        ``mode`` ("none", "egress" or "host"), and its running egress
+        sandboxes the new ``egress`` rules, their connections the rules
+        deny cut. A bad change raises ``InvalidArgument`` and leaves the
+        network as it was. Returns the workspace as the daemon describes
+        it."""
+        body: dict[str, Any] = {"mode": mode}
+        if egress:
+            body["egress"] = _rule_dicts(egress)
+        info = from_json(WorkspaceInfo, self._json("PUT", self._path("/network"), body=body))
+        self.info.network, self.info.egress = info.network, info.egress
+        return info
 
     def fork(self, count: int = 1) -> list["Workspace"]:
         """Open ``count`` new workspaces holding everything this one holds
