@@ -35,9 +35,9 @@ type eventOut struct {
 	Path    string `json:"path"`
 	OldPath string `json:"old_path,omitempty" jsonschema:"renamed: the path before"`
 	// Net is a decision of the workspace's egress (kind net).
-	Net *wire.NetEvent `json:"net,omitempty" jsonschema:"kind net: a decision of the workspace's egress (proto dns or tcp, name, address, port, verdict allowed or denied, reason)"`
-	Type    string `json:"type,omitempty"`
-	Size    int64  `json:"size,omitempty"`
+	Net  *wire.NetEvent `json:"net,omitempty" jsonschema:"kind net: a decision of the workspace's egress (proto dns or tcp, name, address, port, verdict allowed or denied, reason)"`
+	Type string         `json:"type,omitempty"`
+	Size int64          `json:"size,omitempty"`
 }
 
 type watchOut struct {
