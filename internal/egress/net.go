@@ -203,7 +203,18 @@ func (n *Net) admit(name string, addrs []netip.Addr, ttl time.Duration) error {
 		n.mu.Unlock()
 		return fmt.Errorf("%w: the workspace's egress is closed", errclass.Unavailable)
 	}
-	exp := time.Now().Add(ttl)
+	now := time.Now()
+	exp := now.Add(ttl)
+	fresh := true // every address is admitted for name for over half of ttl
+	for _, a := range addrs {
+		if n.admitted[a][name].Before(now.Add(ttl / 2)) {
+			fresh = false
+		}
+	}
+	if fresh {
+		n.mu.Unlock()
+		return nil
+	}
 	ports := n.pol.NamePorts(name)
 	var timed, bare []string
 	for _, a := range addrs {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/egress"
+	"layerfs.dev/layerfs/internal/netpolicy"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
@@ -412,6 +413,7 @@ type Sandbox struct {
 	// decisions.
 	netMu  sync.Mutex
 	mode   string
+	pol    *netpolicy.Policy // egress's rules (made into enet's policy)
 	enet   *egress.Net
 	events func(wire.NetEvent)
 }
@@ -432,7 +434,10 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 	cfg := sandbox.Config{Workspace: s.w.HostPath, RootDir: s.w.RootDir, RootWritable: s.w.RootWritable, IDMapped: s.w.IDMapped, Spec: spec}
-	mode := s.network(&cfg)
+	mode, err := s.network(&cfg)
+	if err != nil {
+		return platforms.ExecResult{}, err
+	}
 	res, err := s.session.Run(ctx, cfg, stdout, stderr)
 	if err == nil && res.Network == nil {
 		res.Network = &wire.NetUsage{Mode: mode}

@@ -41,29 +41,38 @@ func (s *Sandbox) SetNetwork(_ context.Context, mode string, rules []wire.Networ
 			return fmt.Errorf("local: network of %s: %w", s.w.ID, err)
 		}
 	case mode == wire.NetworkEgress:
-		m, err := s.p.egressManager()
-		if err != nil {
+		// The workspace's egress is made by its first exec; the mode is
+		// refused now if there is none to be had.
+		if _, err := s.p.egressManager(); err != nil {
 			return err
 		}
-		if s.enet, err = m.NewNet(pol, s.events); err != nil {
-			return fmt.Errorf("local: network of %s: %w", s.w.ID, err)
-		}
 	}
-	s.mode = mode
+	s.mode, s.pol = mode, pol
 	return nil
 }
 
-// network sets cfg's network to the workspace's now and returns its mode.
-func (s *Sandbox) network(cfg *sandbox.Config) string {
+// network sets cfg's network to the workspace's now, making its egress
+// at the first egress exec, and returns its mode. An egress that cannot
+// be made fails the exec.
+func (s *Sandbox) network(cfg *sandbox.Config) (string, error) {
 	s.netMu.Lock()
 	defer s.netMu.Unlock()
 	switch s.mode {
 	case wire.NetworkHost:
 		cfg.Network = true
 	case wire.NetworkEgress:
+		if s.enet == nil {
+			m, err := s.p.egressManager()
+			if err != nil {
+				return s.mode, err
+			}
+			if s.enet, err = m.NewNet(s.pol, s.events); err != nil {
+				return s.mode, fmt.Errorf("local: network of %s: %w", s.w.ID, err)
+			}
+		}
 		cfg.Egress = attacher{s.enet}
 	}
-	return s.mode
+	return s.mode, nil
 }
 
 // attacher links sandboxes to a workspace's egress.
