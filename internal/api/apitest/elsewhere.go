@@ -87,6 +87,14 @@ func (e *Elsewhere) ForkWorkspace(ctx context.Context, id string, req wire.ForkR
 	return e.Engine.ForkWorkspace(ctx, id, req)
 }
 
+// SetNetwork implements api.WorkspaceManager.
+func (e *Elsewhere) SetNetwork(ctx context.Context, id string, change wire.NetworkChange) (wire.Workspace, error) {
+	if err := e.misdirected(id); err != nil {
+		return wire.Workspace{}, err
+	}
+	return e.Engine.SetNetwork(ctx, id, change)
+}
+
 // MountWorkspace implements api.WorkspaceManager.
 func (e *Elsewhere) MountWorkspace(ctx context.Context, id string) (wire.Workspace, error) {
 	if err := e.misdirected(id); err != nil {

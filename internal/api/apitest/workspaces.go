@@ -20,6 +20,7 @@ import (
 // workspaceChecks are those of WorkspaceManager.
 var workspaceChecks = []check{
 	{"WorkspaceLifecycle", checkWorkspaceLifecycle},
+	{"Network", checkNetwork},
 	{"WorkspaceAtRef", checkWorkspaceAtRef},
 	{"HeadMoved", checkHeadMoved},
 	{"UnknownWorkspace", checkUnknownWorkspace},
@@ -42,6 +43,30 @@ func ids(wss []wire.Workspace) []string {
 		out = append(out, ws.ID)
 	}
 	return out
+}
+
+// checkNetwork: a live workspace's network changes and is listed as
+// changed; a bad change is refused as invalid and leaves it as it was; a
+// workspace that does not exist is not found.
+func checkNetwork(f *fixture) {
+	p := f.project()
+	ws := f.workspace(p, "main")
+	got, err := f.eng.SetNetwork(f.ctx, ws.ID, wire.NetworkChange{Mode: wire.NetworkHost})
+	require.NoError(f.t, err)
+	assert.Equal(f.t, wire.NetworkHost, got.Network)
+	for _, bad := range []wire.NetworkChange{{Mode: "bridge"}, {Mode: wire.NetworkEgress, Egress: []wire.NetworkRule{{CIDR: "0.0.0.0/0"}}},
+		{Mode: wire.NetworkNone, Egress: []wire.NetworkRule{{Domain: "example.com"}}}, {}} {
+		_, err := f.eng.SetNetwork(f.ctx, ws.ID, bad)
+		assert.ErrorIs(f.t, err, errclass.Invalid, "%+v", bad)
+	}
+	st, err := f.eng.WorkspaceStatus(f.ctx, ws.ID)
+	require.NoError(f.t, err)
+	assert.Equal(f.t, wire.NetworkHost, st.Network, "the network after refused changes")
+	got, err = f.eng.SetNetwork(f.ctx, ws.ID, wire.NetworkChange{Mode: wire.NetworkNone})
+	require.NoError(f.t, err)
+	assert.Equal(f.t, wire.NetworkNone, got.Network)
+	_, err = f.eng.SetNetwork(f.ctx, "ws-000000000000", wire.NetworkChange{Mode: wire.NetworkNone})
+	assert.Error(f.t, err, "a workspace that does not exist")
 }
 
 // checkWorkspaceLifecycle: a workspace is mounted on its branch's head,
