@@ -40,7 +40,10 @@
 // dropped, no-new-privileges, a private IPC namespace, memory and pids
 // limits for the container as a whole, no log driver, and network mode
 // "none", or "host" when the workspace is granted the network (the engine
-// may run without a bridge: scripts/ensure-docker starts it so). The bind
+// may run without a bridge: scripts/ensure-docker starts it so); a
+// workspace with network egress gets its link to the platform's egress
+// (package egress) in the container's network namespace, found by the
+// container's pid, once the container runs and before Attach returns. The bind
 // holds a FUSE workspace's connection until the container is removed, so a
 // workspace's Sandbox must be closed before its FUSE mount is unmounted.
 //

@@ -23,6 +23,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
+	"layerfs.dev/layerfs/internal/egress"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 	"layerfs.dev/layerfs/internal/seccomp"
@@ -74,6 +75,11 @@ type Options struct {
 	// without capabilities), as containers of an engine without
 	// userns-remap run.
 	NoUserNamespace bool
+	// Egress configures the egress of workspaces with network "egress"
+	// (package egress), as platforms/local's: a container's network
+	// namespace gets the link. Without nftables the platform is up
+	// without it and refuses the mode.
+	Egress egress.Config
 	// Logger receives lifecycle events; nil is silent.
 	Logger *slog.Logger
 }
@@ -98,6 +104,8 @@ type Platform struct {
 	state      upState
 	containers map[string]bool // ids of every container Attach created, for Leaks
 	rootImages map[string]bool // ids of every root-dir image Attach made, for Leaks
+	egress     *egress.Manager // nil: egressErr says why
+	egressErr  error
 }
 
 // upState is what Up learned; read-only once Up returns.
@@ -174,7 +182,10 @@ func (p *Platform) Name() string { return "docker" }
 // and the host has cgroup v1 (see cgroup.go); elsewhere only the
 // container's limits (Options), shared by a workspace's execs, apply.
 func (p *Platform) Features() platforms.Features {
-	return platforms.Features{HostMounts: true, Network: true, MemoryLimit: p.cg != nil, PidsLimit: p.cg != nil,
+	p.mu.Lock()
+	eg := p.egress != nil
+	p.mu.Unlock()
+	return platforms.Features{HostMounts: true, Network: true, Egress: eg, MemoryLimit: p.cg != nil, PidsLimit: p.cg != nil,
 		CPULimit: p.cg != nil && p.cg.cpu.Dir != "", OpenFilesLimit: true}
 }
 
@@ -195,6 +206,7 @@ func (p *Platform) Up(ctx context.Context) error {
 		return err
 	}
 	p.cli, p.state = cli, st
+	p.startEgress(ctx)
 	return nil
 }
 
@@ -292,7 +304,10 @@ func (p *Platform) Down(ctx context.Context) error {
 	if p.state.userNS.ns != nil {
 		p.state.userNS.ns.Close()
 	}
-	p.cli, p.state = nil, upState{}
+	if p.egress != nil {
+		err = errors.Join(err, p.egress.Close(ctx))
+	}
+	p.cli, p.state, p.egress, p.egressErr = nil, upState{}, nil, nil
 	return err
 }
 
@@ -445,8 +460,8 @@ func (p *Platform) Isolation(context.Context) (wire.Isolation, error) {
 	}
 	iso := wire.Isolation{Platform: p.Name(), Seccomp: seccomp.Name + " (the supervisor's Docker profile; each command under the BPF filter)",
 		Limits:   wire.IsolationLimits{Memory: perExec, Pids: perExec, CPU: "cgroup v1 of the exec's own", OpenFiles: "rlimit (RLIMIT_NOFILE)"},
-		Network:  platforms.NetworkIsolation,
-		Egress:   "unavailable: docker containers get no network or the host's; network egress is refused on docker",
+		Network:  platforms.NetworkEgressIsolation,
+		Egress:   p.egressDescription(),
 		Boundary: "the host's kernel: a container with all capabilities dropped, a read-only root, no-new-privileges"}
 	if p.cg == nil || p.cg.cpu.Dir == "" {
 		iso.Limits.CPU = "none: an exec that asks for a CPU limit is refused"

@@ -21,6 +21,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"layerfs.dev/layerfs/internal/egress"
+	"layerfs.dev/layerfs/internal/egress/egresstest"
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/escapetest"
 	"layerfs.dev/layerfs/internal/platforms/internal/userns"
@@ -602,4 +604,11 @@ func TestUserNamespace(t *testing.T) {
 	res, out, _ = run(t, attach(t, off, platforms.Workspace{}), sh("awk '{print $1, $2}' /proc/self/uid_map"))
 	assert.Equal(t, "0 0\n", out)
 	assert.True(t, strings.HasPrefix(res.UserNamespace, "none: "), "receipt %q", res.UserNamespace)
+}
+
+// TestEgress: the escape suite's egress cases in Docker containers.
+func TestEgress(t *testing.T) {
+	testenv.RequireDocker(t)
+	egresstest.Require(t)
+	escapetest.Egress(t, func(cfg egress.Config) platforms.Platform { return New(Options{Egress: cfg}) })
 }

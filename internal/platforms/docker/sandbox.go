@@ -68,6 +68,8 @@ type Sandbox struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	net netState
 }
 
 var _ platforms.Sandbox = (*Sandbox)(nil)
@@ -180,6 +182,11 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 		return nil, errors.Join(fmt.Errorf("docker: attach %s: inspect container: %w", w.ID, err), cerr)
 	}
 	s.hostname = ins.Config.Hostname
+	s.net = netState{p: p, pid: ins.State.Pid, mode: w.Mode(), events: w.NetEvents}
+	if err := s.SetNetwork(ctx, w.Mode(), w.Egress); err != nil {
+		cerr := s.Close(context.WithoutCancel(ctx))
+		return nil, errors.Join(fmt.Errorf("docker: attach %s: %w", w.ID, err), cerr)
+	}
 	p.log.Debug("docker attach", "workspace", w.ID, "container", s.id[:12], "host_path", w.HostPath)
 	return s, nil
 }
@@ -302,7 +309,7 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	}
 	s.removeRootImage(ctx)
 	s.dropClone()
-	return err
+	return errors.Join(err, s.net.close())
 }
 
 // dropClone unmounts the workspace's id-mapped clone, if it has one.
@@ -324,6 +331,14 @@ func (s *Sandbox) removeRootImage(ctx context.Context) {
 
 // Exec runs spec.Argv in the workspace's container through the supervisor.
 func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, stderr io.Writer) (platforms.ExecResult, error) {
+	usage := s.net.usage()
+	res, err := s.exec(ctx, spec, stdout, stderr)
+	res.Network = usage()
+	return res, err
+}
+
+// exec is Exec without its network usage.
+func (s *Sandbox) exec(ctx context.Context, spec platforms.ExecSpec, stdout, stderr io.Writer) (platforms.ExecResult, error) {
 	start := time.Now()
 	var res platforms.ExecResult
 	s.mu.Lock()

@@ -135,7 +135,7 @@ func cutDownload(t *testing.T, ctx context.Context, sb platforms.Sandbox) {
 	done := make(chan result, 1)
 	var out bytes.Buffer
 	go func() {
-		res, err := sb.Exec(ctx, platforms.ExecSpec{Argv: platforms.ShellArgv("curl -sS -o /dev/null --max-time 15 http://web.test/stream"), Timeout: time.Minute}, &out, &out)
+		res, err := sb.Exec(ctx, platforms.ExecSpec{Argv: []string{"/workspace/.probe", "stream", "web.test:80", "/stream"}, Timeout: time.Minute}, &out, &out)
 		done <- result{res, err, time.Now()}
 	}()
 	time.Sleep(time.Second) // the download is under way
@@ -146,8 +146,8 @@ func cutDownload(t *testing.T, ctx context.Context, sb platforms.Sandbox) {
 	applied := time.Since(t0)
 	r := <-done
 	t.Logf("rules changed in %v; the download ended %v after the change: exit %d, %s", applied, r.at.Sub(t0), r.res.ExitCode, strings.TrimSpace(out.String()))
-	if r.err != nil || r.res.ExitCode == 0 || r.at.Sub(t0) > 3*time.Second {
-		t.Errorf("download after the change: %v, exit %d after %v; want cut at once", r.err, r.res.ExitCode, r.at.Sub(t0))
+	if r.err != nil || r.res.ExitCode != 0 || !strings.HasPrefix(out.String(), "refused") || r.at.Sub(t0) > 3*time.Second {
+		t.Errorf("download after the change: %v, exit %d %q after %v; want cut at once", r.err, r.res.ExitCode, out.String(), r.at.Sub(t0))
 	}
 	if err := nc.SetNetwork(ctx, wire.NetworkEgress, []wire.NetworkRule{{Domain: "web.test", Ports: []string{"80"}}}); err != nil {
 		t.Fatal(err)

@@ -57,6 +57,7 @@ var cases = map[string]attempt{
 	"connect-data":    tryConnectData,
 	"dns":             tryDNS,
 	"raw-syn":         tryRawSYN,
+	"stream":          tryStream,
 }
 
 // tryHostRoot reads the sandbox's uid_map: uid 0 inside being the host's
@@ -388,6 +389,27 @@ func sysErr(err error) error {
 		return errors.New("timed out")
 	}
 	return err
+}
+
+// tryStream fetches http://ADDRESS/PATH to its end: a download that ends
+// cleanly is allowed, one cut (a reset) refused.
+func tryStream(args []string) error {
+	if len(args) != 2 {
+		return usageError{errors.New("stream ADDRESS PATH")}
+	}
+	c, err := net.DialTimeout("tcp", args[0], 3*time.Second)
+	if err != nil {
+		return sysErr(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.0\r\n\r\n", args[1]); err != nil {
+		return sysErr(err)
+	}
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		return sysErr(err)
+	}
+	return nil
 }
 
 // tryDNS asks SERVER (host:port) for NAME's A record over UDP: an answer
