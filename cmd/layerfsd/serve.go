@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +50,7 @@ type serveFlags struct {
 	durability string
 	cacheBytes int64 // --cache-bytes
 	noUserNS   bool
+	upstream   string
 	logLevel   string
 	maxUpload  int64
 	supervise  bool
@@ -83,6 +86,7 @@ func serveCmd() *cobra.Command {
 	fl.DurationVar(&f.idleExit, "idle-exit", 0, "exit after this long without requests and without workspaces (0: never)")
 	fl.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM, how long running execs may take before they are killed")
 	fl.StringSliceVar(&f.platforms, "platform", []string{"local"}, "sandbox platforms to bring up; the first is the default")
+	fl.StringVar(&f.upstream, "egress-upstream", "", "the resolver (HOST:PORT) that answers the names egress workspaces may reach (default: the host's, from /etc/resolv.conf)")
 	fl.BoolVar(&f.noUserNS, "no-user-namespace", false, "run local sandboxes in the host's user namespace (uid 0 without capabilities) instead of one of their own; host processes can then create files in local overlay workspaces' mounts under their own ids")
 	fl.StringVar(&f.durability, "durability", "commit", "durability of workspaces that name none: commit (writes reach the disk with commits; a daemon crash loses nothing, a host crash what is uncommitted; fsync returns at once) or fsync (fsync and the overlay's copy-ups reach the disk)")
 	fl.StringVar(&f.dataPath, "data-path", "overlay", "data path of workspaces that name none: overlay (kernel overlayfs over a FUSE view of the commit; fuse, saying why, where the host cannot or the base has hard links), or fuse")
@@ -159,7 +163,8 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) (err error) {
 		}
 	}()
 
-	eng, down, err := newEngine(ctx, db, f.platforms, engineDefaults{dataPath: f.dataPath, durability: f.durability}, host.Options{Logger: log, NoUserNamespace: f.noUserNS})
+	eng, down, err := newEngine(ctx, db, f.platforms, engineDefaults{dataPath: f.dataPath, durability: f.durability}, host.Options{Logger: log, NoUserNamespace: f.noUserNS,
+		EgressTag: egressTag(f.store), EgressUpstream: f.upstream})
 	defer func() {
 		// Platforms go down last, after every workspace is unmounted.
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -554,4 +559,12 @@ func openStore(ctx context.Context, dir, urlFile string, opts store.Options) (*s
 		db, err = store.Init(ctx, dir, opts)
 	}
 	return db, err
+}
+
+// egressTag names the egress tables of the daemon of store: the same for
+// a daemon started again on it, so that it removes what a crashed one
+// left (5 hex digits of the store's path).
+func egressTag(store string) string {
+	h := sha256.Sum256([]byte(store))
+	return hex.EncodeToString(h[:3])[:5]
 }
