@@ -86,6 +86,8 @@ func (e *Engine) WatchWorkspace(ctx context.Context, id, prefix string, emit fun
 			continue
 		case b := <-batches:
 			batch, err = b.events, b.err
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 		if errors.Is(err, fswatch.ErrEnded) {
 			return emit([]wire.FileEvent{{Kind: wire.EventEnded}})

@@ -117,6 +117,9 @@ func (e *Engine) forkOne(ctx context.Context, w *workspace, tree, base store.ID)
 		// The same image; its root starts from the image, not from w's root.
 		Image: w.rec.Image}}
 	f.opts = w.opts
+	if mode, rules := w.net.now(); mode != "" {
+		f.opts.Network, f.opts.Egress = mode, rules // the source's network now, recorded or not
+	}
 	f.opts.Root, f.opts.Pending = w.opts.HeadRoot, nil
 	if tree != f.opts.HeadRoot {
 		// Recorded with the record: a daemon that dies before the fork

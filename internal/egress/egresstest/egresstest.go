@@ -10,9 +10,16 @@ package egresstest
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -37,6 +44,9 @@ type World struct {
 	Other    netip.Addr        // the neighbour: HTTP on 80, DNS on 53
 	Upstream string            // the resolver the daemon's egress asks, host:port
 	Names    map[string]string // name -> address that Upstream answers
+	// CA is the PEM certificate of the authority that signed Web's HTTPS
+	// certificate (port 443, for web.test), which a sandbox must trust.
+	CA []byte
 	// OtherDNSQueries counts the questions the neighbour's DNS server got
 	// (a sandbox must never reach it).
 	OtherDNSQueries atomic.Int64
@@ -60,33 +70,16 @@ func Require(t testing.TB) {
 func New(t testing.TB) *World {
 	t.Helper()
 	Require(t)
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	tag := fmt.Sprintf("%x", b)
-	third := 1 + int(b[0])%250
-	w := &World{NS: "lfenet-" + tag,
-		Web:   netip.AddrFrom4([4]byte{198, 19, byte(third), 2}),
-		Other: netip.AddrFrom4([4]byte{198, 19, byte(third), 3})}
-	host := "lfeu" + tag
-	pfx := fmt.Sprintf("198.19.%d", third)
-	t.Cleanup(func() {
-		_ = exec.Command("ip", "netns", "del", w.NS).Run()
-		_ = exec.Command("ip", "link", "del", host).Run()
-	})
-	for _, args := range [][]string{
-		{"netns", "add", w.NS},
-		{"link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", w.NS},
-		{"addr", "add", pfx + ".1/24", "dev", host},
-		{"link", "set", host, "up"},
-		{"-n", w.NS, "addr", "add", w.Web.String() + "/24", "dev", "eth0"},
-		{"-n", w.NS, "addr", "add", w.Other.String() + "/24", "dev", "eth0"},
-		{"-n", w.NS, "link", "set", "eth0", "up"},
-		{"-n", w.NS, "link", "set", "lo", "up"},
-		{"-n", w.NS, "route", "add", "default", "via", pfx + ".1"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	var w *World
+	var err error
+	// Another test's world may hold the subnet drawn: draw again.
+	for range 8 {
+		if w, err = newWorld(t); err == nil {
+			break
 		}
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) { fmt.Fprintf(rw, "hello from %s\n", r.Host) })
@@ -112,6 +105,15 @@ func New(t testing.TB) *World {
 		go srv.Serve(ln.(net.Listener))
 		t.Cleanup(func() { srv.Close() })
 	}
+	ca, cert, err := selfSigned("web.test", w.Web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.CA = ca
+	tlsLn := tls.NewListener(w.Listen(t, "tcp4", w.Web.String()+":443").(net.Listener), &tls.Config{Certificates: []tls.Certificate{cert}})
+	tlsSrv := &http.Server{Handler: mux}
+	go tlsSrv.Serve(tlsLn)
+	t.Cleanup(func() { tlsSrv.Close() })
 	// The neighbour's DNS server answers everything: a sandbox that
 	// reached it would resolve what the egress denies.
 	pc := w.Listen(t, "udp4", w.Other.String()+":53").(net.PacketConn)
@@ -136,6 +138,45 @@ func New(t testing.TB) *World {
 	go upstream.ActivateAndServe()
 	t.Cleanup(func() { upstream.Shutdown() })
 	return w
+}
+
+// newWorld makes the namespace and its link on a subnet drawn at random,
+// removed at the end of t.
+func newWorld(t testing.TB) (*World, error) {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	tag := fmt.Sprintf("%x", b)
+	second, third := 18+int(b[1]&1), int(b[0])
+	w := &World{NS: "lfenet-" + tag,
+		Web:   netip.AddrFrom4([4]byte{198, byte(second), byte(third), 2}),
+		Other: netip.AddrFrom4([4]byte{198, byte(second), byte(third), 3})}
+	host := "lfeu" + tag
+	pfx := fmt.Sprintf("198.%d.%d", second, third)
+	cleanup := func() {
+		_ = exec.Command("ip", "netns", "del", w.NS).Run()
+		_ = exec.Command("ip", "link", "del", host).Run()
+	}
+	if out, err := exec.Command("ip", "-4", "route", "show", pfx+".0/24").CombinedOutput(); err != nil || len(out) > 0 {
+		return nil, fmt.Errorf("subnet %s.0/24 taken: %s %v", pfx, out, err)
+	}
+	t.Cleanup(cleanup)
+	for _, args := range [][]string{
+		{"netns", "add", w.NS},
+		{"link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", w.NS},
+		{"addr", "add", pfx + ".1/24", "dev", host},
+		{"link", "set", host, "up"},
+		{"-n", w.NS, "addr", "add", w.Web.String() + "/24", "dev", "eth0"},
+		{"-n", w.NS, "addr", "add", w.Other.String() + "/24", "dev", "eth0"},
+		{"-n", w.NS, "link", "set", "eth0", "up"},
+		{"-n", w.NS, "link", "set", "lo", "up"},
+		{"-n", w.NS, "route", "add", "default", "via", pfx + ".1"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return w, nil
 }
 
 // answer is the upstream resolver: the World's names, each with a TTL of
@@ -270,6 +311,36 @@ func Get(ctx context.Context, pid int, addr, host, path string) (string, error) 
 	}
 	_, body, _ := strings.Cut(string(b), "\r\n\r\n")
 	return body, nil
+}
+
+// selfSigned makes a certificate authority and a certificate it signed
+// for name and addr; it returns the authority's PEM and the certificate.
+func selfSigned(name string, addr netip.Addr) ([]byte, tls.Certificate, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "egresstest CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		IPAddresses: []net.IP{net.IP(addr.AsSlice())}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
 type zeros struct{}

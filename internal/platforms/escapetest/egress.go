@@ -53,8 +53,11 @@ func Egress(t *testing.T, newPlatform func(cfg egress.Config) platforms.Platform
 		t.Fatal(err)
 	}
 	copyFile(t, buildProbe(t), filepath.Join(ws, ".probe"), 0o755)
+	if err := os.WriteFile(filepath.Join(ws, ".ca.pem"), w.CA, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var events eventLog
-	rules := []wire.NetworkRule{{Domain: "web.test", Ports: []string{"80"}}, {Domain: "meta.test"}, {Domain: "private.test"}}
+	rules := []wire.NetworkRule{{Domain: "web.test", Ports: []string{"80", "443"}}, {Domain: "meta.test"}, {Domain: "private.test"}}
 	sb, err := p.(platforms.SandboxHost).Attach(ctx, platforms.Workspace{ID: "egress-" + randomHex(), HostPath: ws,
 		EgressOn: true, Egress: rules, NetEvents: events.add})
 	if err != nil {
@@ -70,6 +73,7 @@ func Egress(t *testing.T, newPlatform func(cfg egress.Config) platforms.Platform
 	for _, c := range []Case{
 		{Name: "control: the allowed name, resolved and fetched", Probe: []string{"connect-data", "web.test:80"}, Control: true},
 		{Name: "control: the allowed name through any resolver", Probe: []string{"dns", "web.test", other + ":53"}, Control: true},
+		{Name: "control: HTTPS to the allowed name (its CA trusted)", Probe: []string{"tls", "web.test:443", "web.test", "/workspace/.ca.pem"}, Control: true},
 		{Name: "the host's loopback (127.0.0.1)", Probe: []string{"connect-data", "127.0.0.1:" + host.port}, Mechanism: "network namespace: its own lo"},
 		{Name: "the host's own address", Probe: []string{"connect-data", host.addr}, Mechanism: "egress: never the host's addresses"},
 		{Name: "the egress gateway's other ports", Probe: []string{"connect-data", egress.DefaultGateway.String() + ":22"}, Mechanism: "egress: nft input chain"},

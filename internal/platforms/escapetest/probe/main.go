@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +60,7 @@ var cases = map[string]attempt{
 	"dns":             tryDNS,
 	"raw-syn":         tryRawSYN,
 	"stream":          tryStream,
+	"tls":             tryTLS,
 }
 
 // tryHostRoot reads the sandbox's uid_map: uid 0 inside being the host's
@@ -410,6 +413,37 @@ func tryStream(args []string) error {
 		return sysErr(err)
 	}
 	return nil
+}
+
+// tryTLS fetches https://NAME/ from ADDRESS, trusting only the
+// certificates of the PEM file CA: an answer is allowed.
+func tryTLS(args []string) error {
+	if len(args) != 3 {
+		return usageError{errors.New("tls ADDRESS NAME CAFILE")}
+	}
+	b, err := os.ReadFile(args[2])
+	if err != nil {
+		return usageError{err}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return usageError{errors.New("no certificate in " + args[2])}
+	}
+	d := &net.Dialer{Timeout: 3 * time.Second}
+	c, err := tls.DialWithDialer(d, "tcp", args[0], &tls.Config{RootCAs: pool, ServerName: args[1]})
+	if err != nil {
+		return sysErr(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", args[1]); err != nil {
+		return sysErr(err)
+	}
+	n, err := c.Read(make([]byte, 64))
+	if n > 0 {
+		return nil
+	}
+	return sysErr(err)
 }
 
 // tryDNS asks SERVER (host:port) for NAME's A record over UDP: an answer
