@@ -47,5 +47,8 @@
 // own with only lo; the Link is added to it before the exec is sent, and a
 // Link that cannot be made fails the exec: its network is then none. A
 // Manager that cannot have nft, its table, its listeners or its log group
-// fails Start, and the platform refuses the mode.
+// fails Start, and the platform refuses the mode. The host's end of every
+// link forwards nothing, whatever the host's ip_forward. A Manager checks
+// every few seconds that its table is there; when it is gone, every link
+// is removed and no new one made.
 package egress

@@ -251,3 +251,50 @@ func TestFailsClosed(t *testing.T) {
 		t.Errorf("NewNet on a manager that did not start: %v", err)
 	}
 }
+
+// TestTableLost: when the Manager's table is removed by hand, its links
+// go (the sandbox has no interface left but lo) and no new one is made.
+func TestTableLost(t *testing.T) {
+	w := egresstest.New(t)
+	m, err := egress.New(egress.Config{Upstream: w.Upstream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := m.Close(context.Background()); err != nil {
+			t.Errorf("close after the table went: %v", err)
+		}
+	}()
+	n, err := m.NewNet(policy(t, wire.NetworkRule{CIDR: w.Web.String()}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := egresstest.Sandbox(t)
+	l, err := n.Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("nft", "delete", "table", "inet", m.Table()).CombinedOutput(); err != nil {
+		t.Fatalf("nft delete table: %v %s", err, out)
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := net.InterfaceByName(l.Name()); err != nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the link outlived its table")
+		}
+	}
+	if _, err := egresstest.Dial(pid, w.Web.String()+":80", time.Second); err == nil {
+		t.Error("the sandbox still reaches the web server")
+	}
+	if _, err := n.Attach(egresstest.Sandbox(t)); !errors.Is(err, errclass.Unavailable) {
+		t.Errorf("Attach after the table went: %v, want unavailable", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Errorf("close the net after the table went: %v", err)
+	}
+}

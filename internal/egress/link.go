@@ -65,6 +65,11 @@ func (n *Net) Attach(pid int) (*Link, error) {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("%w: the manager is closed", ErrUnavailable)
 	}
+	if m.lost != nil {
+		err := m.lost
+		m.mu.Unlock()
+		return nil, err
+	}
 	m.nextLink++
 	name := fmt.Sprintf("%s%x", m.prefix, m.nextLink)
 	m.mu.Unlock()
@@ -97,6 +102,12 @@ func (n *Net) attach(pid int, name string) (*Link, error) {
 	// No IPv6 on the host's end: nothing of the sandbox's arrives as v6.
 	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", []byte("1"), 0); err != nil && !os.IsNotExist(err) {
 		return nil, fmt.Errorf("disable ipv6: %w", err)
+	}
+	// Nothing that arrives on it is forwarded, whatever the host's
+	// ip_forward (Docker turns it on): without the table a sandbox's
+	// packets still go nowhere but the host.
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+name+"/forwarding", []byte("0"), 0); err != nil {
+		return nil, fmt.Errorf("no forwarding: %w", err)
 	}
 	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: hostNet(gw)}); err != nil {
 		return nil, fmt.Errorf("gateway address: %w", err)
@@ -214,6 +225,12 @@ func (l *Link) Close() {
 			_ = netlink.LinkDel(hl)
 		}
 		m := l.net.m
+		m.mu.Lock()
+		lost := m.lost != nil
+		m.mu.Unlock()
+		if lost {
+			return
+		}
 		err := m.run(fmt.Sprintf("delete element inet %[1]s links { %[2]q }\ndelete element inet %[1]s addrs { %[2]q . %[3]s }\n", m.table, l.name, l.addr))
 		if err != nil {
 			m.log.Warn("egress: link elements", "link", l.name, "err", err)

@@ -97,6 +97,7 @@ type Manager struct {
 	nextLink int
 	nextAddr uint32
 	closed   bool
+	lost     error // the table went; no link is made again
 
 	stats struct {
 		connsAllowed, connsDenied, namesAllowed, namesDenied, bytesOut, bytesIn atomic.Int64
@@ -300,7 +301,10 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.nflog.close()
 	}
 	close(m.stopOwn)
-	if m.nft != "" {
+	m.mu.Lock()
+	lost := m.lost
+	m.mu.Unlock()
+	if m.nft != "" && lost == nil {
 		errs = append(errs, m.run(fmt.Sprintf("table inet %[1]s\ndelete table inet %[1]s\n", m.table)))
 	}
 	done := make(chan struct{})
@@ -336,8 +340,12 @@ func (m *Manager) refreshOwn() {
 	m.ownAddrs.Store(&own)
 }
 
+// watchInterval is how often the Manager refreshes the host's addresses
+// and checks that its table is still there.
+const watchInterval = 3 * time.Second
+
 func (m *Manager) watchOwn() {
-	t := time.NewTicker(5 * time.Second)
+	t := time.NewTicker(watchInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -345,7 +353,32 @@ func (m *Manager) watchOwn() {
 			return
 		case <-t.C:
 			m.refreshOwn()
+			m.checkTable()
 		}
+	}
+}
+
+// checkTable fails closed when the Manager's table is gone (removed by
+// hand, a flush of the ruleset): every link is removed, so that no
+// sandbox keeps an unfiltered interface, and no new one is made.
+func (m *Manager) checkTable() {
+	if m.run(fmt.Sprintf("list table inet %s\n", m.table)) == nil {
+		return
+	}
+	m.mu.Lock()
+	if m.closed || m.lost != nil {
+		m.mu.Unlock()
+		return
+	}
+	m.lost = fmt.Errorf("%w: the nftables table %s is gone: every sandbox link was removed", ErrUnavailable, m.table)
+	links := make([]*Link, 0, len(m.links))
+	for _, l := range m.links {
+		links = append(links, l)
+	}
+	m.mu.Unlock()
+	m.log.Error("egress: table lost; sandbox links removed", "table", m.table, "links", len(links))
+	for _, l := range links {
+		l.Close()
 	}
 }
 

@@ -274,6 +274,10 @@ func (n *Net) close() error {
 	}
 	n.m.mu.Lock()
 	delete(n.m.nets, n.id)
+	lost := n.m.lost
 	n.m.mu.Unlock()
+	if lost != nil {
+		return nil // its chain and sets went with the table
+	}
 	return n.m.run(fmt.Sprintf("table inet %[1]s\ndelete chain inet %[1]s %[2]s\ndelete set inet %[1]s %[2]s_nets\ndelete set inet %[1]s %[2]s_dyn\n", n.m.table, n.chain))
 }
