@@ -88,6 +88,13 @@ func TestMergeVerbs(t *testing.T) {
 	p.json(&mr, "merge", "demo", "topic", "--into", "main", "--dry-run", "--prefer", "theirs")
 	assert.Equal(t, wire.Merged, mr.Result)
 	assert.True(t, mr.DryRun)
+	p.json(&mr, "merge", "demo", "topic", "--into", "main", "--dry-run", "--prefer", "theirs", "--no-renames")
+	assert.Equal(t, wire.Merged, mr.Result)
+	p.json(&mr, "merge", "demo", "topic", "--into", "main", "--dry-run", "--prefer", "theirs", "--find-renames", "90")
+	assert.Equal(t, wire.Merged, mr.Result)
+	if r := p.run("merge", "demo", "topic", "--into", "main", "--find-renames", "101"); r.code != 2 || !strings.Contains(r.stderr, "rename_threshold") {
+		t.Errorf("merge --find-renames 101: %+v", r)
+	}
 	r = p.run("merge", "demo", "topic", "--into", "main")
 	require.Equal(t, 11, r.code, "%+v", r)
 	assert.Contains(t, r.stdout, "add/add")
