@@ -68,17 +68,7 @@ func TestMergeMatchesGit(t *testing.T) {
 
 	// git: one fast-import of every case, one merge-tree of them all.
 	repo := t.TempDir()
-	run := func(stdin []byte, args ...string) []byte {
-		cmd := exec.Command(git, args...)
-		cmd.Dir = repo
-		cmd.Stdin = bytes.NewReader(stdin)
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+repo)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		require.NoError(t, err, "git %v: %s", args, stderr.Bytes())
-		return out
-	}
+	run := gitIn(t, git, repo)
 	run(nil, "init", "-q", "-b", "main")
 	var stream bytes.Buffer
 	for _, c := range all {
@@ -154,6 +144,22 @@ func TestMergeMatchesGit(t *testing.T) {
 	}
 	t.Logf("%d cases: %d clean, %d conflicted, %d renames followed (git finds %d), %d where git drops a rename (see gitDropsRename), %d where git pairs other renames (see gitRenames); conflicts by kind %v",
 		len(all), clean, conflicted, renames, gitRenCount, dropped, bySimilarity, kinds)
+}
+
+// gitIn runs git in repo, with stdin, and returns its output; git's own
+// configuration and the user's are left out.
+func gitIn(t *testing.T, git, repo string) func(stdin []byte, args ...string) []byte {
+	return func(stdin []byte, args ...string) []byte {
+		cmd := exec.Command(git, args...)
+		cmd.Dir = repo
+		cmd.Stdin = bytes.NewReader(stdin)
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+repo)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "git %v: %s", args, stderr.Bytes())
+		return out
+	}
 }
 
 // gitRenames are the renames git finds on each side of each case (diff-tree

@@ -46,18 +46,8 @@ func TestMergeRealHistory(t *testing.T) {
 		t.Skip("a check by hand: LAYERFS_MERGE_REAL_REPO names the git repository of its cases")
 	}
 	repo := t.TempDir()
-	gitIn := func(stdin []byte, args ...string) []byte {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = repo
-		cmd.Stdin = bytes.NewReader(stdin)
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+repo)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		require.NoError(t, err, "git %v: %s", args, stderr.Bytes())
-		return out
-	}
-	git := func(args ...string) string { return strings.TrimSpace(string(gitIn(nil, args...))) }
+	run := gitIn(t, "git", repo)
+	git := func(args ...string) string { return strings.TrimSpace(string(run(nil, args...))) }
 	// mergeBases are the merge bases of two commits; none for unrelated
 	// histories (git merge-base fails).
 	mergeBases := func(a, b string) []string {
@@ -74,8 +64,8 @@ func TestMergeRealHistory(t *testing.T) {
 	for _, c := range cands {
 		fmt.Fprintf(&lines, "%s %s\n", c.ours, c.theirs)
 	}
-	gitOut := parseMergeTree(t, gitIn(lines.Bytes(), "-c", "merge.directoryRenames=false", "merge-tree", "--write-tree", "--stdin", "-z"))
-	gitDirs := parseMergeTree(t, gitIn(lines.Bytes(), "merge-tree", "--write-tree", "--stdin", "-z"))
+	gitOut := parseMergeTree(t, run(lines.Bytes(), "-c", "merge.directoryRenames=false", "merge-tree", "--write-tree", "--stdin", "-z"))
+	gitDirs := parseMergeTree(t, run(lines.Bytes(), "merge-tree", "--write-tree", "--stdin", "-z"))
 	require.Len(t, gitOut, len(cands))
 	wantClean, wantConflicted := 47, 13
 	if s := os.Getenv("LAYERFS_MERGE_REAL_CASES"); s == "all" {
