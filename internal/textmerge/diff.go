@@ -56,10 +56,8 @@ const (
 	Histogram
 )
 
-// diff returns the hunks that turn a into b, along a longest common
+// diffBy returns the hunks that turn a into b, along a longest common
 // subsequence (Myers) or the histogram diff's common runs.
-func diff(a, b []int) []hunk { return diffBy(Myers, a, b) }
-
 func diffBy(alg Algorithm, a, b []int) []hunk {
 	d := &differ{a: a, b: b, ca: make([]bool, len(a)), cb: make([]bool, len(b))}
 	n := len(a) + len(b) + 5
