@@ -140,11 +140,8 @@ func TestMergeMatchesGitMergeFile(t *testing.T) {
 	if err != nil {
 		testenv.Skip(t, "no git to compare with")
 	}
-	seed := rand.Uint64()
-	if s := os.Getenv("LAYERFS_MERGE_SEED"); s != "" {
-		fmt.Sscan(s, &seed)
-	}
-	t.Logf("seed %d (LAYERFS_MERGE_SEED repeats it)", seed)
+	seed := mergeSeed()
+	t.Logf("seed %d (LAYERFS_MERGE_SEED, a number or random, sets it)", seed)
 	r := rand.New(rand.NewPCG(seed, 7))
 	dir := t.TempDir()
 	cases := 300
@@ -235,11 +232,8 @@ func TestMergeMatchesGitMergeFileCode(t *testing.T) {
 	if err != nil {
 		testenv.Skip(t, "no git to compare with")
 	}
-	seed := rand.Uint64()
-	if s := os.Getenv("LAYERFS_MERGE_SEED"); s != "" {
-		fmt.Sscan(s, &seed)
-	}
-	t.Logf("seed %d (LAYERFS_MERGE_SEED repeats it)", seed)
+	seed := mergeSeed()
+	t.Logf("seed %d (LAYERFS_MERGE_SEED, a number or random, sets it)", seed)
 	r := rand.New(rand.NewPCG(seed, 9))
 	dir := t.TempDir()
 	cases := 600
@@ -381,16 +375,13 @@ func TestMergeMatchesGitMergeTree(t *testing.T) {
 	if err != nil {
 		testenv.Skip(t, "no git to compare with")
 	}
-	seed := uint64(38)
-	if s := os.Getenv("LAYERFS_MERGE_SEED"); s != "" {
-		fmt.Sscan(s, &seed)
-	}
+	seed := mergeSeed()
 	r := rand.New(rand.NewPCG(seed, 13))
 	cases := 1000
 	if testing.Short() {
 		cases = 200
 	}
-	t.Logf("seed %d, %d cases (LAYERFS_MERGE_SEED repeats it)", seed, cases)
+	t.Logf("seed %d, %d cases (LAYERFS_MERGE_SEED, a number or random, sets it)", seed, cases)
 	repo := t.TempDir()
 	run := func(stdin []byte, args ...string) []byte {
 		cmd := exec.Command(git, args...)
@@ -471,4 +462,18 @@ func TestMergeMatchesGitMergeTree(t *testing.T) {
 		}
 	}
 	t.Logf("%d cases: %d conflicted by git; %d differ", cases, conflicted, differ)
+}
+
+// mergeSeed is the seed of a differential test: fixed, so that CI runs the
+// same cases, unless LAYERFS_MERGE_SEED sets one or asks for a random one.
+func mergeSeed() uint64 {
+	seed := uint64(38)
+	switch s := os.Getenv("LAYERFS_MERGE_SEED"); s {
+	case "":
+	case "random":
+		seed = rand.Uint64()
+	default:
+		fmt.Sscan(s, &seed)
+	}
+	return seed
 }
