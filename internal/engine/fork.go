@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,7 +26,9 @@ import (
 // head, like a new workspace (the head's metadata image is the source's
 // or built ahead at its commit), and the source's changes are made in it,
 // so that its status and its next commit are the source's uncommitted
-// changes. Forks stand on the source's branch with its platform, network,
+// changes. A source on an image gives its forks its root too: the root's
+// changes are stored as a tree (and a commit on the image's) that each
+// fork's root stands on, with an upper of its own. Forks stand on the source's branch with its platform, network,
 // data path and quota, and with its conflicts, if an update left any. The
 // source is not changed. The forks are mounted in parallel.
 func (e *Engine) ForkWorkspace(ctx context.Context, id string, req wire.ForkRequest) (wire.ForkResult, error) {
@@ -54,11 +57,16 @@ func (e *Engine) ForkWorkspace(ctx context.Context, id string, req wire.ForkRequ
 	if err != nil {
 		return wire.ForkResult{}, fmt.Errorf("fork %s: %w", id, err)
 	}
+	root, rst, err := e.rootSnapshot(ctx, w)
+	if err != nil {
+		return wire.ForkResult{}, fmt.Errorf("fork %s: root: %w", id, err)
+	}
+	st.Chunks, st.NewChunks, st.Bytes, st.NewBytes = st.Chunks+rst.Chunks, st.NewChunks+rst.NewChunks, st.Bytes+rst.Bytes, st.NewBytes+rst.NewBytes
 	forks := make([]*workspace, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range forks {
-		wg.Go(func() { forks[i], errs[i] = e.forkOne(ctx, w, tree, base) })
+		wg.Go(func() { forks[i], errs[i] = e.forkOne(ctx, w, tree, base, root) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -106,19 +114,69 @@ func (e *Engine) snapshot(ctx context.Context, w *workspace) (tree, c store.ID, 
 	return tree, c, st, err
 }
 
+// rootSnapshot stores the tree of w's root (w.mu held) as it stands with
+// its changes, and a commit of it on the commit the root stands on: the
+// rootImage of w's forks (w's own when its root has no changes; nil when
+// w has no image).
+func (e *Engine) rootSnapshot(ctx context.Context, w *workspace) (*rootImage, commit.Stats, error) {
+	var st commit.Stats
+	if w.opts.Image == nil || w.root == nil {
+		return w.opts.Image, st, nil
+	}
+	cs, err := w.root.Changes(ctx)
+	if err != nil {
+		return nil, st, fmt.Errorf("list changes: %w", err)
+	}
+	changes := rootChanges(cs.Changes)
+	if len(changes) == 0 {
+		return w.opts.Image, st, nil
+	}
+	on, err := e.db.Commit(ctx, w.opts.Image.base())
+	if err != nil {
+		return nil, st, err
+	}
+	b, err := e.db.NewBatch(ctx)
+	if err != nil {
+		return nil, st, err
+	}
+	defer b.Abort()
+	tree, st, err := commit.Build(ctx, b, e.db, on.Root, changes, nil)
+	if err != nil {
+		return nil, st, classify(err)
+	}
+	if err := b.Flush(ctx); err != nil {
+		return nil, st, err
+	}
+	c := &store.Commit{Root: tree, Parents: []store.ID{w.opts.Image.base()}, Author: on.Author,
+		Message: "root of workspace " + w.rec.ID + " as it was forked", Stats: store.CommitStats{
+			Files: on.Stats.Files + st.Delta.Files, Dirs: on.Stats.Dirs + st.Delta.Dirs,
+			Bytes: on.Stats.Bytes + st.Delta.Bytes, Changed: st.Changes}}
+	id, err := commit.StoreCommit(ctx, e.db, c)
+	if err != nil {
+		return nil, st, err
+	}
+	r := *w.opts.Image
+	r.Env = slices.Clone(r.Env)
+	r.On, r.OnRoot = id, tree
+	return &r, st, nil
+}
+
 // forkOne makes, records and serves one fork of w (held): a workspace on
 // w's head that then takes in w's changes (tree, stored as the commit
-// base).
-func (e *Engine) forkOne(ctx context.Context, w *workspace, tree, base store.ID) (*workspace, error) {
+// base), its root standing on root (rootSnapshot).
+func (e *Engine) forkOne(ctx context.Context, w *workspace, tree, base store.ID, root *rootImage) (*workspace, error) {
 	id := newID()
 	dir := e.workspaceDir(id)
 	f := &workspace{rec: store.Workspace{ID: id, Project: w.rec.Project, Branch: w.rec.Branch, Base: base, Head: w.rec.Head,
 		MountPath: filepath.Join(dir, "mnt"), UpperDir: filepath.Join(dir, "upper"), State: wire.StateMounted, Created: e.now().UTC(),
-		// The same image; its root starts from the image, not from w's root.
+		// The same image; its root stands on w's root as it is now.
 		Image: w.rec.Image}}
 	f.opts = w.opts
 	if mode, rules := w.net.now(); mode != "" {
 		f.opts.Network, f.opts.Egress = mode, rules // the source's network now, recorded or not
+	}
+	if root != nil {
+		f.opts.Image, f.rec.Image = root, root.base()
 	}
 	f.opts.Root, f.opts.Pending = w.opts.HeadRoot, nil
 	if tree != f.opts.HeadRoot {

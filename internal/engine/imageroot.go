@@ -30,6 +30,12 @@ type rootImage struct {
 	Digest string   `json:"digest"`
 	Commit store.ID `json:"commit"`
 	Root   store.ID `json:"root"` // the commit's tree
+	// On and OnRoot are the commit and tree the root stands on when they
+	// are not the image's: a fork's root stands on its source's root as
+	// it was forked, a commit on the image's (or on the source's On).
+	// ZeroID: Commit and Root.
+	On     store.ID `json:"on,omitempty"`
+	OnRoot store.ID `json:"on_root,omitempty"`
 	// Env, Dir, UID, GID and Home are the execs' defaults: the image
 	// config's Env, WorkingDir and User (resolved in its /etc/passwd).
 	Env  []string `json:"env,omitempty"`
@@ -45,6 +51,22 @@ func (r *rootImage) ref() string {
 		return ""
 	}
 	return r.Name + "@" + r.Digest
+}
+
+// lower is the tree the root's upper lies over.
+func (r *rootImage) lower() store.ID {
+	if !r.OnRoot.IsZero() {
+		return r.OnRoot
+	}
+	return r.Root
+}
+
+// base is the commit of lower.
+func (r *rootImage) base() store.ID {
+	if !r.On.IsZero() {
+		return r.On
+	}
+	return r.Commit
 }
 
 // rootDir and rootTarget are where a workspace's root is kept and served:
@@ -122,8 +144,8 @@ func (e *Engine) imageRoot(ctx context.Context, img store.Image) (*rootImage, er
 		Env: d.Env, Dir: d.WorkingDir, UID: u.UID, GID: u.GID, Home: u.Home}, nil
 }
 
-// mountRoot serves w's root: kernel overlayfs over the image's tree with
-// the workspace's upper, id-mapped like the workspace for its platform's
+// mountRoot serves w's root: kernel overlayfs over the tree it stands on
+// (the image's, or a fork's inherited one) with the workspace's upper, id-mapped like the workspace for its platform's
 // user namespace. A root needs the overlay data path; there is no
 // fallback (a root served through the daemon would make every exec's
 // every file access a FUSE request).
@@ -140,7 +162,7 @@ func (e *Engine) mountRoot(ctx context.Context, w *workspace, fresh bool) error 
 		return err
 	}
 	idmap := e.layerIDMap(w)
-	root := w.opts.Image.Root
+	root := w.opts.Image.lower()
 	lower, err := e.acquireLower(ctx, root)
 	if err == nil {
 		w.root, err = lower.Over(ctx, e.rootDir(w.rec.ID), target, committed, idmap, w.opts.volatile())
@@ -236,7 +258,7 @@ func (e *Engine) unmountRoot(ctx context.Context, w *workspace) error {
 	}
 	err := w.root.Unmount(ctx)
 	if w.rootShared {
-		err = errors.Join(err, e.releaseLower(ctx, w.opts.Image.Root))
+		err = errors.Join(err, e.releaseLower(ctx, w.opts.Image.lower()))
 	}
 	w.root, w.rootShared = nil, false
 	return err

@@ -136,7 +136,7 @@ func (e *Engine) imageResult(ctx context.Context, img store.Image, st image.Stat
 }
 
 // CommitImage makes the changes of a workspace's root (since it was made
-// on its image) a new layer on that image, named req.Name, as docker
+// on its image, those a fork inherited included) a new layer on that image, named req.Name, as docker
 // commit does. The workspace goes on as it was.
 func (e *Engine) CommitImage(ctx context.Context, id string, req wire.ImageCommit) (wire.ImageResult, error) {
 	if err := e.checkOpen(); err != nil {
@@ -166,7 +166,13 @@ func (e *Engine) CommitImage(ctx context.Context, id string, req wire.ImageCommi
 	if err != nil {
 		return wire.ImageResult{}, err
 	}
-	st, err := b.AddLayer(ctx, "", "layerfs image commit "+id, rootChanges(cs.Changes))
+	// A fork's root stands on its source's root: the layer holds what
+	// that added to the image too.
+	on, err := e.db.Commit(ctx, w.opts.Image.base())
+	if err != nil {
+		return wire.ImageResult{}, err
+	}
+	st, err := b.AddLayerOn(ctx, "", "layerfs image commit "+id, *on, rootChanges(cs.Changes))
 	if err != nil {
 		return wire.ImageResult{}, classify(err)
 	}

@@ -149,6 +149,78 @@ func TestWorkspaceOnImage(t *testing.T) {
 	require.Len(t, imgs, 2, "base and team/app:1")
 }
 
+// TestForkOnImage: a fork's root holds what its source's root held when
+// it was forked (a deletion of an image's file included), apart from the
+// source's later writes, across a daemon restart and a GC; the fork's
+// image commit holds what it inherited and what it wrote.
+func TestForkOnImage(t *testing.T) {
+	e, db := newEngine(t)
+	ctx := t.Context()
+	importMinimal(t, e, db)
+	_, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"})
+	require.NoError(t, err)
+	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", Image: "team/app:1"})
+	require.NoError(t, err)
+	zero := 0
+	asRoot := func(e *engine.Engine, id, body string) {
+		t.Helper()
+		var o, eb bytes.Buffer
+		r, err := e.Exec(ctx, id, wire.ExecRequest{Body: body, UID: &zero, GID: &zero}, &o, &eb)
+		require.NoError(t, err)
+		require.Zero(t, r.ExitCode, "%s: stderr %q", body, eb.String())
+	}
+	asRoot(e, ws.ID, "mkdir -p /usr/local/tool && echo v1 > /usr/local/tool/v && rm /etc/group")
+
+	fr, err := e.ForkWorkspace(ctx, ws.ID, wire.ForkRequest{})
+	require.NoError(t, err)
+	fork := fr.Workspaces[0]
+	require.Equal(t, ws.Image, fork.Image, "the fork names its source's image")
+	const probe = "cat /usr/local/tool/v; [ -e /etc/group ] && echo group || echo no-group; cat /usr/local/later 2>/dev/null || echo no-later"
+	out, _ := run(t, e, fork.ID, probe)
+	require.Equal(t, "v1\nno-group\nno-later\n", out, "the fork's root is its source's")
+
+	asRoot(e, ws.ID, "echo v2 > /usr/local/tool/v && echo later > /usr/local/later")
+	out, _ = run(t, e, fork.ID, probe)
+	require.Equal(t, "v1\nno-group\nno-later\n", out, "the source's later writes stay the source's")
+	asRoot(e, fork.ID, "echo f > /usr/local/fork")
+	out, _ = run(t, e, ws.ID, "cat /usr/local/tool/v; cat /usr/local/fork 2>/dev/null || echo no-fork")
+	require.Equal(t, "v2\nno-fork\n", out, "the fork's writes stay the fork's")
+
+	// The source gone, a GC run and the daemon restarted, the fork's
+	// root stands.
+	require.NoError(t, e.EndWorkspace(ctx, ws.ID, true))
+	_, err = e.GC(ctx, wire.GCRequest{})
+	require.NoError(t, err)
+	require.NoError(t, e.Shutdown(ctx))
+	plat := local.New(local.Options{})
+	require.NoError(t, plat.Up(ctx))
+	t.Cleanup(func() { plat.Down(context.Background()) })
+	e2, err := engine.New(ctx, engine.Config{Store: db, Platforms: []platforms.Platform{plat}})
+	require.NoError(t, err)
+	require.NoError(t, e2.Recover(ctx))
+	t.Cleanup(func() { e2.Shutdown(context.Background()) })
+	out, _ = run(t, e2, fork.ID, probe+"; cat /usr/local/fork")
+	require.Equal(t, "v1\nno-group\nno-later\nf\n", out)
+
+	// A fork of the fork stands on both.
+	fr2, err := e2.ForkWorkspace(ctx, fork.ID, wire.ForkRequest{})
+	require.NoError(t, err)
+	out, _ = run(t, e2, fr2.Workspaces[0].ID, probe+"; cat /usr/local/fork")
+	require.Equal(t, "v1\nno-group\nno-later\nf\n", out)
+
+	// The fork's image holds what it inherited and what it wrote.
+	res, err := e2.CommitImage(ctx, fork.ID, wire.ImageCommit{Name: "team/app:fork"})
+	require.NoError(t, err)
+	ws3, err := e2.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", Image: res.Image.Name})
+	require.NoError(t, err)
+	out, _ = run(t, e2, ws3.ID, probe+"; cat /usr/local/fork")
+	require.Equal(t, "v1\nno-group\nno-later\nf\n", out)
+	base, err := e2.Image(ctx, "team/app:1")
+	require.NoError(t, err)
+	require.Len(t, res.Image.Layers, len(base.Layers)+1, "one layer on the image")
+	require.Equal(t, base.Files+1, res.Image.Files, "+tool/v +fork -group")
+}
+
 // TestBuildImage: a build file's steps make an image a workspace runs on;
 // a rebuild runs nothing again, and one after an edit of the last step
 // runs only it; what the build does not support, a failing RUN and a COPY

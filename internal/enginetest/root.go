@@ -25,7 +25,7 @@ func MinimalRoot(t testing.TB) string {
 		require.NoError(t, os.MkdirAll(filepath.Dir(dst), 0o755))
 		require.NoError(t, os.WriteFile(dst, b, st.Mode().Perm()))
 	}
-	for _, name := range []string{"bash", "cat", "id", "ls", "mkdir", "touch", "stat", "pwd", "env"} {
+	for _, name := range []string{"bash", "cat", "id", "ls", "mkdir", "rm", "touch", "stat", "pwd", "env"} {
 		bin, err := exec.LookPath(name)
 		require.NoError(t, err)
 		bin, err = filepath.EvalSymlinks(bin)

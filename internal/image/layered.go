@@ -79,12 +79,21 @@ func (b *Builder) Reuse(ctx context.Context, key, createdBy string) (bool, error
 // AddLayer applies changes to the image's tree and makes the result its
 // next layer, derived under key ("": none recorded).
 func (b *Builder) AddLayer(ctx context.Context, key, createdBy string, changes []commit.Change) (Stats, error) {
+	return b.AddLayerOn(ctx, key, createdBy, b.commit, changes)
+}
+
+// AddLayerOn applies changes to on's tree and makes the result the
+// image's next layer: what it holds beyond the image's tree, the changes
+// that made on (a stored commit descending from the image's, such as a
+// forked workspace's root) and changes alike. on's Stats must be its
+// tree's totals.
+func (b *Builder) AddLayerOn(ctx context.Context, key, createdBy string, on store.Commit, changes []commit.Change) (Stats, error) {
 	batch, err := b.db.NewBatch(ctx)
 	if err != nil {
 		return Stats{}, err
 	}
 	defer batch.Abort()
-	root, st, err := commit.Build(ctx, batch, b.db, b.commit.Root, changes, nil)
+	root, st, err := commit.Build(ctx, batch, b.db, on.Root, changes, nil)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -96,8 +105,8 @@ func (b *Builder) AddLayer(ctx context.Context, key, createdBy string, changes [
 		return Stats{}, err
 	}
 	c := store.Commit{Root: root, Message: layerMessage + diffID, Author: Author, Generation: 1, Stats: store.CommitStats{
-		Files: b.commit.Stats.Files + st.Delta.Files, Dirs: b.commit.Stats.Dirs + st.Delta.Dirs,
-		Bytes: b.commit.Stats.Bytes + st.Delta.Bytes, Changed: st.Changes}}
+		Files: on.Stats.Files + st.Delta.Files, Dirs: on.Stats.Dirs + st.Delta.Dirs,
+		Bytes: on.Stats.Bytes + st.Delta.Bytes, Changed: st.Changes}}
 	if !b.Commit.IsZero() {
 		c.Parents, c.Generation = []store.ID{b.Commit}, b.commit.Generation+1
 	}
