@@ -318,11 +318,12 @@ func mergeEnv(base, over []string) []string {
 func mkdirs(dir string) error { return os.MkdirAll(dir, 0o755) }
 
 // sandboxMounts are the top-level directories a sandbox mounts over in a
-// workspace's root, made there when the image lacks them, and the files
+// workspace's root (on docker, /.layerfs holds the supervisor), made there
+// when the image lacks them, and the files
 // of /etc a container runtime binds its own over (Docker's): they are the
 // sandbox's, not changes of the root.
 var (
-	sandboxMounts = []string{"workspace", "tmp", "proc", "sys", "dev"}
+	sandboxMounts = []string{"workspace", "tmp", "proc", "sys", "dev", ".layerfs"}
 	runtimeBinds  = []string{"etc/resolv.conf", "etc/hosts", "etc/hostname"}
 )
 

@@ -290,6 +290,7 @@ func TestWorkspaceOnImageDocker(t *testing.T) {
 	e, db := newEngineWith(t, "", docker.New(docker.Options{}))
 	ctx := t.Context()
 	importMinimal(t, e, db)
+	// minimalRoot has no /opt: a new top-level directory.
 	_, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"})
 	require.NoError(t, err)
 	ws, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", Image: "team/app:1"})
@@ -299,15 +300,33 @@ func TestWorkspaceOnImageDocker(t *testing.T) {
 	require.Equal(t, ws.Image, res.Receipt.Image)
 	zero := 0
 	var o, eb bytes.Buffer
-	r, err := e.Exec(ctx, ws.ID, wire.ExecRequest{Body: "mkdir -p /usr/local/tool && echo d > /usr/local/tool/v", UID: &zero, GID: &zero}, &o, &eb)
+	r, err := e.Exec(ctx, ws.ID, wire.ExecRequest{Body: "mkdir -p /usr/local/tool /opt/top && echo d > /usr/local/tool/v && echo t > /opt/top/v && echo w > /workspace/f",
+		UID: &zero, GID: &zero}, &o, &eb)
 	require.NoError(t, err)
 	require.Zero(t, r.ExitCode, "stderr %q", eb.String())
-	out, _ = run(t, e, ws.ID, "cat /usr/local/tool/v")
-	require.Equal(t, "d\n", out, "the root's changes last")
+	out, _ = run(t, e, ws.ID, "cat /usr/local/tool/v /opt/top/v /workspace/f; ls /proc/self/fd >/dev/null && echo proc")
+	require.Equal(t, "d\nt\nw\nproc\n", out, "the root's changes last, a new top-level directory too; the sandbox's mounts are there")
+	st, err := e.WorkspaceStatus(ctx, ws.ID)
+	require.NoError(t, err)
+	require.Len(t, st.Changes, 1, "/workspace is the project's: %+v", st.Changes)
 	img, err := e.CommitImage(ctx, ws.ID, wire.ImageCommit{Name: "team/app:docker"})
 	require.NoError(t, err)
+	cid, err := store.ParseID(img.Image.Commit)
+	require.NoError(t, err)
+	c, err := db.Commit(ctx, cid)
+	require.NoError(t, err)
+	top, err := db.Tree(ctx, c.Root)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range top.Entries {
+		names = append(names, e.Name)
+	}
+	require.Contains(t, names, "opt")
+	for _, own := range []string{".layerfs", "workspace", "tmp", "proc"} {
+		require.NotContains(t, names, own, "the sandbox's mount points are not the image's")
+	}
 	ws2, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", Image: img.Image.Name})
 	require.NoError(t, err)
-	out, _ = run(t, e, ws2.ID, "cat /usr/local/tool/v")
-	require.Equal(t, "d\n", out)
+	out, _ = run(t, e, ws2.ID, "cat /usr/local/tool/v /opt/top/v")
+	require.Equal(t, "d\nt\n", out)
 }

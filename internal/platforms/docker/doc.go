@@ -122,5 +122,8 @@
 //
 // A Workspace.RootDir is imported as its own image (layerfs-rootdir:<hash>,
 // removed on Close and Down); a dynamically linked supervisor needs its
-// interpreter there, which Attach checks.
+// interpreter there, which Attach checks. A writable one (the workspace's
+// own root) is bound instead, and Attach makes it the container's root
+// from the host once the container runs (nsenter into its namespaces and
+// the supervisor's pivot, see ownRoot and pivotRoot).
 package docker

@@ -193,7 +193,7 @@ func rootShapeFS(dir string) (*rootFS, []string, error) {
 			binds = append(binds, name)
 		}
 	}
-	for _, d := range []string{"/tmp", "/workspace", "/proc", "/sys", "/dev", supervisorDir} {
+	for _, d := range []string{"/tmp", "/workspace", "/proc", "/sys", "/dev", supervisorDir, rootBind} {
 		r.dirs[d] = true
 	}
 	r.inline[supervisorPath] = nil

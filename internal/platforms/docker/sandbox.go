@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -182,6 +183,17 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 		return nil, errors.Join(fmt.Errorf("docker: attach %s: inspect container: %w", w.ID, err), cerr)
 	}
 	s.hostname = ins.Config.Hostname
+	if w.RootDir != "" && w.RootWritable {
+		if ins.State == nil || ins.State.Pid <= 0 {
+			err = errors.New("no pid")
+		} else {
+			err = pivotRoot(ctx, ins.State.Pid)
+		}
+		if err != nil {
+			cerr := s.Close(context.WithoutCancel(ctx))
+			return nil, errors.Join(fmt.Errorf("docker: attach %s: %w", w.ID, err), cerr)
+		}
+	}
 	s.net = netState{p: p, pid: ins.State.Pid, mode: w.Mode(), events: w.NetEvents}
 	if err := s.SetNetwork(ctx, w.Mode(), w.Egress); err != nil {
 		cerr := s.Close(context.WithoutCancel(ctx))
@@ -228,11 +240,11 @@ func supervisorRunsIn(st upState, dir string) error {
 // writable RootDir, kernel overlayfs over an image's tree on this host):
 // the container's image holds only the root's top-level shape (its
 // symlinks, such as /bin -> usr/bin, and empty directories and files, a
-// few hundred bytes, built once per shape), and every top-level directory
-// and file of the root is bound over it read-write, so what an exec
-// installs lands in the workspace's root, and opening costs no copy of
-// the image. The container's own top level stays read-only: a new
-// top-level name fails there, as on a read-only root.
+// few hundred bytes, built once per shape), every top-level directory
+// and file of the root is bound over it read-write, and the whole root at
+// rootBind, which Attach then makes the container's root (pivotRoot), so
+// what an exec installs, a new top-level directory included, lands in the
+// workspace's root, and opening costs no copy of the image.
 func (p *Platform) ownRoot(ctx context.Context, cli *client.Client, st upState, dir string) (string, []mount.Mount, error) {
 	if err := supervisorRunsIn(st, dir); err != nil {
 		return "", nil, err
@@ -244,6 +256,9 @@ func (p *Platform) ownRoot(ctx context.Context, cli *client.Client, st upState, 
 	if err := runtimeFiles(dir, st); err != nil {
 		return "", nil, err
 	}
+	if err := pivotPoints(dir, st); err != nil {
+		return "", nil, err
+	}
 	b, err := ensureImage(ctx, cli, rootDirRepo, "rootshape", r)
 	if err != nil {
 		return "", nil, err
@@ -253,7 +268,82 @@ func (p *Platform) ownRoot(ctx context.Context, cli *client.Client, st upState, 
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(dir, name), Target: "/" + name,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
 	}
+	mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: dir, Target: rootBind,
+		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
 	return b.ID, mounts, nil
+}
+
+// rootBind is where a container binds its workspace's whole root, to make
+// it its root (pivotRoot).
+const rootBind = supervisorDir + "/root"
+
+// pivotMounts are the container's own mounts that pivotRoot moves into
+// the workspace's root: those Docker makes (with what is mounted below
+// them), the workspace and the supervisor.
+var pivotMounts = []string{"/proc", "/dev", "/sys", "/tmp", workspaceDir,
+	"/etc/resolv.conf", "/etc/hostname", "/etc/hosts", supervisorPath}
+
+// pivotPoints makes in the root dir the mount points pivotRoot moves the
+// container's mounts to, where it lacks them, as the sandboxes' root (see
+// runtimeFiles; the /etc files are runtimeFiles's).
+func pivotPoints(dir string, st upState) error {
+	mk := func() error {
+		for _, m := range pivotMounts {
+			if strings.HasPrefix(m, "/etc/") {
+				continue
+			}
+			p := filepath.Join(dir, m)
+			fi, err := os.Lstat(p)
+			switch {
+			case err == nil && m == supervisorPath && fi.Mode().IsRegular(), err == nil && m != supervisorPath && fi.IsDir():
+				continue
+			case err == nil:
+				return fmt.Errorf("%w: root dir %s: %s is a %s, where the sandbox mounts its own", platforms.ErrBadSpec, dir, m, fi.Mode().Type())
+			case !errors.Is(err, os.ErrNotExist):
+				return fmt.Errorf("root dir %s: %w", dir, err)
+			}
+			if m != supervisorPath {
+				if err := os.Mkdir(p, 0o755); err != nil {
+					return fmt.Errorf("root dir %s: make %s to mount over: %w", dir, m, err)
+				}
+				continue
+			}
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return fmt.Errorf("root dir %s: %w", dir, err)
+			}
+			fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o755)
+			if err != nil {
+				return fmt.Errorf("root dir %s: make %s to mount over: %w", dir, m, err)
+			}
+			unix.Close(fd)
+		}
+		return nil
+	}
+	if st.userNS.ns != nil {
+		return fsids.Do(st.userNS.ids.Host, mk)
+	}
+	return mk()
+}
+
+// pivotRoot makes the workspace's root bound at rootBind the root of the
+// container whose first process is pid, from the host (nsenter into its
+// mount and pid namespaces, as this host's root: the container has no capability
+// to mount), with the container's own mounts moved into it; see
+// supervise's pivot. Execs then see the workspace's root as theirs, new
+// top-level names included.
+func pivotRoot(ctx context.Context, pid int) error {
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		return fmt.Errorf("%w: a workspace's own root on docker needs nsenter (util-linux) on the daemon's host: %w", platforms.ErrUnavailable, err)
+	}
+	// In its pid namespace too, so that its /proc is the pivot's own.
+	args := append([]string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", pid), fmt.Sprintf("--pid=/proc/%d/ns/pid", pid), "--",
+		supervisorPath, "pivot", rootBind}, pivotMounts...)
+	out, err := exec.CommandContext(ctx, nsenter, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("make the workspace's root the container's: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // runtimeFiles are the files Docker binds its own over in a container's

@@ -89,6 +89,8 @@ func Main(args []string) int {
 			return 0
 		case "enter":
 			return enter(args[1:])
+		case "pivot":
+			return pivot(args[1:])
 		}
 	}
 	usage := func() int {

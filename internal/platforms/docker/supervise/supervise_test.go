@@ -196,3 +196,34 @@ func TestUserNamespaceExec(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 }
+
+// TestPivot: pivot makes a bound directory the root of a mount namespace
+// of its own with /proc moved into it, and refuses a mount point that is
+// a symlink in the new root.
+func TestPivot(t *testing.T) {
+	testenv.RequireRoot(t)
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	// The test binary under the supervisor's name (TestMain).
+	named := filepath.Join(t.TempDir(), Name)
+	require.NoError(t, os.Symlink(exe, named))
+	pivotIn := func(dir string) (string, error) {
+		// A mount namespace of its own, private first: nothing reaches
+		// this host's.
+		cmd := exec.Command("/bin/sh", "-c", `mount --make-rprivate / && mount --bind "$1" "$1" && exec "$2" pivot "$1" /proc /no-such-mount`,
+			"sh", dir, named)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	good := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(good, "proc"), 0o755))
+	out, err := pivotIn(good)
+	require.NoError(t, err, "%s", out)
+
+	bad := t.TempDir()
+	require.NoError(t, os.Symlink("/", filepath.Join(bad, "proc")))
+	out, err = pivotIn(bad)
+	require.Error(t, err)
+	require.Contains(t, out, "is a symlink")
+}
