@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ func benchImageCmd(a *app) *cobra.Command {
 	var cfg bench.ImageConfig
 	var dir string
 	c := &cobra.Command{
-		Use:   "image [--rounds N] [--dir D]",
+		Use:   "image [--rounds N] [--arms A,B] [--dir D]",
 		Short: "Measure images: import and Store growth, open on an image, first import numpy against docker run, rebuild against docker build",
 		Long: `Builds two images with the Docker engine from this host's Debian packages
 (no registry is reachable): a base of about 300 MB (python3 with numpy, git,
@@ -35,12 +36,18 @@ the first python3 -c 'import numpy' in a new workspace on the image against
 docker run --rm of the same image, the page cache dropped before each (sync,
 then echo 3 > /proc/sys/vm/drop_caches); a rebuild of a five-step build file
 after an edit of its last step, layerfs image build against docker build
-(cached). Needs root and a Docker engine.`,
+(cached); --arms picks some of them (open, numpy, rebuild). Needs root and a
+Docker engine.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if cfg.Rounds < 1 {
 				return usageError{fmt.Errorf("--rounds must be at least 1")}
+			}
+			for _, a := range cfg.Arms {
+				if !slices.Contains(bench.ImageArms, a) {
+					return usageError{fmt.Errorf("--arms: %q is not one of %q", a, bench.ImageArms)}
+				}
 			}
 			if dir == "" {
 				d, err := os.MkdirTemp("", "layerfs-bench-image-")
@@ -78,6 +85,7 @@ after an edit of its last step, layerfs image build against docker build
 	}
 	c.Flags().IntVar(&cfg.Rounds, "rounds", 5, "samples of each timed figure")
 	c.Flags().DurationVar(&cfg.Settle, "settle", 30*time.Second, "before the opens, how long to let the daemon's background work on the new image (its contents' prefetch) end")
+	c.Flags().StringSliceVar(&cfg.Arms, "arms", nil, "the timed figures to measure after the imports: open, numpy, rebuild (default: all)")
 	c.Flags().StringVar(&dir, "dir", "", "directory for the Store and the build context (default: a temporary one, removed after)")
 	return c
 }
