@@ -89,6 +89,11 @@ type Engine struct {
 	// rootLowers are the shared lowers of image roots (imageroot.go).
 	rootsMu    sync.Mutex
 	rootLowers map[store.ID]*rootLower
+	// roots are image roots made ahead (rootpool.go).
+	roots rootPool
+	// rootImages are images' roots as imageRoot read them, by the
+	// image's commit and digest (which fix all of it), under rootsMu.
+	rootImages map[imageKey]rootImage
 
 	noPrefetch   bool
 	noImageAhead bool
@@ -152,6 +157,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		if e.defaultPlat == "" {
 			e.defaultPlat = p.Name()
 		}
+	}
+	if err := e.cleanRootPool(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
 	}
 	if e.trackers, err = overlay.NewUpperTrackers(); err != nil {
 		e.log.Warn("upper layers not tracked: each exec's receipt scans its workspace's upper", "err", err)
@@ -280,6 +288,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		delete(e.live, w.rec.ID)
 		e.mu.Unlock()
 	}
+	e.closeRootPool()
 	errs = append(errs, e.closeLowers(ctx))
 	if e.trackers != nil {
 		errs = append(errs, e.trackers.Close())

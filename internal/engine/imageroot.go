@@ -71,9 +71,10 @@ func (r *rootImage) base() store.ID {
 
 // rootDir and rootTarget are where a workspace's root is kept and served:
 // the overlay's own directories (upper/, work/, lower/, view/), and its
-// mount.
+// mount, inside them (so a root made ahead moves in with one rename, see
+// rootPool).
 func (e *Engine) rootDir(id string) string    { return filepath.Join(e.workspaceDir(id), "rootfs") }
-func (e *Engine) rootTarget(id string) string { return filepath.Join(e.workspaceDir(id), "root") }
+func (e *Engine) rootTarget(id string) string { return kerneloverlay.MountDir(e.rootDir(id)) }
 
 // findImage resolves NAME[@DIGEST] to a stored image: the name's, which
 // must have the pinned digest; else, when pinned, any image of that
@@ -122,8 +123,44 @@ func (e *Engine) resolveImage(ctx context.Context, project, ref string) (*rootIm
 	return e.imageRoot(ctx, img)
 }
 
-// imageRoot reads a stored image's tree and defaults.
+// imageKey names what an image's rootImage is read from.
+type imageKey struct {
+	commit store.ID
+	digest string
+}
+
+// maxRootImages bounds the engine's rootImages.
+const maxRootImages = 64
+
+// imageRoot is a stored image's tree and defaults (readImageRoot), read
+// once per image: opening a workspace on it then costs no read of its
+// record, its commit or its /etc/passwd.
 func (e *Engine) imageRoot(ctx context.Context, img store.Image) (*rootImage, error) {
+	k := imageKey{img.Commit, img.Digest}
+	e.rootsMu.Lock()
+	r, ok := e.rootImages[k]
+	e.rootsMu.Unlock()
+	if ok {
+		r.Name, r.Env = img.Name, slices.Clone(r.Env)
+		return &r, nil
+	}
+	rp, err := e.readImageRoot(ctx, img)
+	if err != nil {
+		return nil, err
+	}
+	e.rootsMu.Lock()
+	if e.rootImages == nil || len(e.rootImages) >= maxRootImages {
+		e.rootImages = map[imageKey]rootImage{}
+	}
+	kept := *rp
+	kept.Env = slices.Clone(rp.Env)
+	e.rootImages[k] = kept
+	e.rootsMu.Unlock()
+	return rp, nil
+}
+
+// readImageRoot reads a stored image's tree and defaults.
+func (e *Engine) readImageRoot(ctx context.Context, img store.Image) (*rootImage, error) {
 	rec, err := image.DecodeRecord(img)
 	if err != nil {
 		return nil, err
@@ -146,7 +183,8 @@ func (e *Engine) imageRoot(ctx context.Context, img store.Image) (*rootImage, er
 
 // mountRoot serves w's root: kernel overlayfs over the tree it stands on
 // (the image's, or a fork's inherited one) with the workspace's upper, id-mapped like the workspace for its platform's
-// user namespace. A root needs the overlay data path; there is no
+// user namespace; a fresh root is taken from the pool when it has one
+// (rootPool). A root needs the overlay data path; there is no
 // fallback (a root served through the daemon would make every exec's
 // every file access a FUSE request).
 func (e *Engine) mountRoot(ctx context.Context, w *workspace, fresh bool) error {
@@ -156,6 +194,10 @@ func (e *Engine) mountRoot(ctx context.Context, w *workspace, fresh bool) error 
 	var committed *overlay.UpperState
 	if fresh {
 		committed = overlay.EmptyUpper()
+		if w.opts.QuotaBytes == 0 && e.takeRoot(w) {
+			e.prefetch(w.opts.Image.lower())
+			return nil
+		}
 	}
 	target := e.rootTarget(w.rec.ID)
 	if err := mkdirs(target); err != nil {

@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/engine"
 	"layerfs.dev/layerfs/internal/enginetest"
@@ -96,14 +98,33 @@ func TestWorkspaceOnImage(t *testing.T) {
 	require.NoError(t, err)
 	views := 0
 	for _, m := range ms {
-		if strings.Contains(m.Dir, "/.roots/") {
+		if strings.Contains(m.Dir, "/.roots/") && strings.HasPrefix(m.FSType, "fuse") {
 			views++
 		}
 	}
 	require.Equal(t, 1, views, "views of the image's tree")
+	// Roots are made ahead for the next workspaces on the image.
+	pooled := func() int {
+		ms, err := mountinfo.Read(mountinfo.Self)
+		require.NoError(t, err)
+		n := 0
+		for _, m := range ms {
+			if strings.Contains(m.Dir, "/.roots/pool/") {
+				n++
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return pooled() == 2 }, 10*time.Second, 10*time.Millisecond, "roots made ahead")
 
-	// A remount (a daemon restart) keeps the root's changes.
+	// A remount (a daemon restart) keeps the root's changes; the pool's
+	// roots go with the daemon, and what a dead one left of them goes
+	// when the next starts.
 	require.NoError(t, e.Shutdown(ctx))
+	require.Zero(t, pooled(), "roots made ahead after shutdown")
+	stale := filepath.Join(db.WorkspacesDir(), ".roots", "pool", "root-stale", "mnt")
+	require.NoError(t, os.MkdirAll(stale, 0o755))
+	require.NoError(t, unix.Mount("tmpfs", stale, "tmpfs", 0, "size=1m"))
 	plat := local.New(local.Options{})
 	require.NoError(t, plat.Up(ctx))
 	t.Cleanup(func() { plat.Down(context.Background()) })
@@ -111,6 +132,8 @@ func TestWorkspaceOnImage(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, e2.Recover(ctx))
 	t.Cleanup(func() { e2.Shutdown(context.Background()) })
+	_, err = os.Stat(filepath.Dir(stale))
+	require.ErrorIs(t, err, os.ErrNotExist, "a dead daemon's pool is cleaned")
 	out, _ = run(t, e2, ws.ID, "cat /usr/local/tool/v")
 	require.Equal(t, "v1\n", out)
 

@@ -533,8 +533,11 @@ func (e *Engine) mount(ctx context.Context, w *workspace, fresh bool, idm *kerne
 // workspace's overlay layers take it, so that the one overlay mount
 // serves the sandboxes and the daemon alike (see kerneloverlay.IDMap), and
 // its mount path is then a view of its data mount for its owner.
-func (e *Engine) layerIDMap(w *workspace) *kerneloverlay.IDMap {
-	m, ok := e.plats[w.opts.Platform].(platforms.IDMapper)
+func (e *Engine) layerIDMap(w *workspace) *kerneloverlay.IDMap { return e.platIDMap(w.opts.Platform) }
+
+// platIDMap is the mapping of the layers of workspaces on platform.
+func (e *Engine) platIDMap(platform string) *kerneloverlay.IDMap {
+	m, ok := e.plats[platform].(platforms.IDMapper)
 	if !ok {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -74,7 +75,15 @@ func NewSharedLower(ctx context.Context, cfg Config) (*SharedLower, error) {
 // committed, idmap and volatile as in Config. Unmounting it leaves the
 // lower mounted.
 func (l *SharedLower) Over(ctx context.Context, dir, target string, committed *overlay.UpperState, idmap *IDMap, volatile bool) (*Mount, error) {
-	if err := Detach(target, dir); err != nil {
+	// A stale view is possible only where one was mounted: a directory
+	// served before by a Mount of its own (New).
+	_, err := os.Lstat(lowerDir(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		err = fusefs.CleanStale(target)
+	} else {
+		err = Detach(target, dir)
+	}
+	if err != nil {
 		return nil, err
 	}
 	for _, d := range []string{upperDir(dir), workDir(dir)} {
@@ -98,6 +107,28 @@ func (l *SharedLower) Over(ctx context.Context, dir, target string, committed *o
 	return &Mount{cfg: cfg, view: l.view, shared: true, base: cfg.Root, committed: committed, idmap: idmap,
 		cached: true, hostStopped: hostStopped}, nil
 }
+
+// MountDir is where an overlay whose directory is dir is mounted when it
+// is to be moved with it (Move): inside it, beside upper/ and work/.
+func MountDir(dir string) string { return filepath.Join(dir, "mnt") }
+
+// Move renames the directory of an overlay made by Over at MountDir of
+// it to dir (which must not exist, on the same file system): the overlay
+// moves with it, mounted at MountDir(dir). The kernel holds the upper and
+// work directories themselves, not their paths.
+func (m *Mount) Move(dir string) error {
+	if m.cfg.Target != MountDir(m.cfg.Dir) {
+		return fmt.Errorf("move overlay %s: not mounted in its directory", m.cfg.Target)
+	}
+	if err := os.Rename(m.cfg.Dir, dir); err != nil {
+		return fmt.Errorf("move overlay: %w", err)
+	}
+	m.cfg.Dir, m.cfg.Target = dir, MountDir(dir)
+	return nil
+}
+
+// Dir is the overlay's directory (its upper and work directories').
+func (m *Mount) Dir() string { return m.cfg.Dir }
 
 // lowers returns the lower layers for overlays of the mapping m,
 // opening them for its first.
