@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/kerneloverlay"
@@ -22,6 +23,10 @@ const (
 	rootPoolTrees = 4
 )
 
+// rootRefillDelay is how long a refill waits before it makes a root: the
+// open that took one is done by then, and does not share the CPU with it.
+const rootRefillDelay = 20 * time.Millisecond
+
 // rootPool holds image roots made ahead of the workspaces that will take
 // them: for each tree a workspace's root was lately served over (with its
 // platform's mapping and durability), a few empty overlays over the
@@ -32,7 +37,8 @@ const (
 // directory into the workspace's, and no mount on the open's path, where
 // making the overlay (its directories, its work directory's checks, the
 // id-mapped clone) is most of what a root costs. A taken root is made
-// again in the background. The pool's roots hold their lower (acquireLower).
+// again in the background, after the open. The pool's roots hold their
+// lower (acquireLower).
 type rootPool struct {
 	mu     sync.Mutex
 	ready  map[rootKey][]*kerneloverlay.Mount
@@ -107,6 +113,7 @@ func (e *Engine) refillRoots(k rootKey) {
 	}
 	p.making[k] = true
 	p.wg.Go(func() {
+		time.Sleep(rootRefillDelay)
 		for {
 			m, err := e.makePooled(k)
 			p.mu.Lock()
