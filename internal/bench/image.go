@@ -329,7 +329,7 @@ func (rep *ImageReport) WriteTable(w io.Writer) error {
 		float64(n.StoreGrowth)/float64(max(rep.SecondLayerBytes, 1)))
 	if len(rep.OpenImage) > 0 {
 		oi, oh := ms(rep.OpenImage), ms(rep.OpenHost)
-		fmt.Fprintf(w, "workspace open, p50 of %d, %v after a first workspace on the image: on the image %.2f ms, on the host runtime %.2f ms: +%.2f ms (target <= +1 ms)\n",
+		fmt.Fprintf(w, "workspace open, p50 of %d, %v after a first workspace on the image: on the image %.2f ms, on the host runtime %.2f ms: %+.2f ms (target <= +1 ms)\n",
 			rep.Rounds, rep.Settle, oi, oh, oi-oh)
 	}
 	if len(rep.NumpyLayerFS) > 0 {
