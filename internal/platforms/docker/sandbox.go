@@ -184,12 +184,7 @@ func (p *Platform) Attach(ctx context.Context, w platforms.Workspace) (platforms
 	}
 	s.hostname = ins.Config.Hostname
 	if w.RootDir != "" && w.RootWritable {
-		if ins.State == nil || ins.State.Pid <= 0 {
-			err = errors.New("no pid")
-		} else {
-			err = pivotRoot(ctx, ins.State.Pid)
-		}
-		if err != nil {
+		if err := pivotRoot(ctx, ins.State); err != nil {
 			cerr := s.Close(context.WithoutCancel(ctx))
 			return nil, errors.Join(fmt.Errorf("docker: attach %s: %w", w.ID, err), cerr)
 		}
@@ -326,12 +321,16 @@ func pivotPoints(dir string, st upState) error {
 }
 
 // pivotRoot makes the workspace's root bound at rootBind the root of the
-// container whose first process is pid, from the host (nsenter into its
+// container whose state is st (its first process), from the host (nsenter into its
 // mount and pid namespaces, as this host's root: the container has no capability
 // to mount), with the container's own mounts moved into it; see
 // supervise's pivot. Execs then see the workspace's root as theirs, new
 // top-level names included.
-func pivotRoot(ctx context.Context, pid int) error {
+func pivotRoot(ctx context.Context, st *container.State) error {
+	if st == nil || st.Pid <= 0 {
+		return errors.New("make the workspace's root the container's: the container has no process")
+	}
+	pid := st.Pid
 	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
 		return fmt.Errorf("%w: a workspace's own root on docker needs nsenter (util-linux) on the daemon's host: %w", platforms.ErrUnavailable, err)
