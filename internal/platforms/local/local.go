@@ -454,6 +454,29 @@ func (s *Sandbox) Exec(ctx context.Context, spec platforms.ExecSpec, stdout, std
 	return res, nil
 }
 
+var _ platforms.ServiceHost = (*Sandbox)(nil)
+
+// StartService starts spec as a service in the workspace's sandbox
+// (sandbox.Session.Start): the sandbox its execs run in from then on,
+// while any service runs.
+func (s *Sandbox) StartService(ctx context.Context, spec platforms.ExecSpec, stdout, stderr io.Writer) (platforms.Service, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("local: start a service in %s: %w", s.w.ID, platforms.ErrClosed)
+	}
+	s.running.Add(1)
+	s.mu.Unlock()
+	defer s.running.Done()
+	sv, err := s.session.Start(ctx, sandbox.Config{
+		Workspace: s.w.HostPath, RootDir: s.w.RootDir, RootWritable: s.w.RootWritable, Network: s.w.Network, IDMapped: s.w.IDMapped, Spec: spec,
+	}, stdout, stderr)
+	if err != nil {
+		return nil, fmt.Errorf("local: start a service in %s: %w", s.w.ID, err)
+	}
+	return sv, nil
+}
+
 // Close cancels the workspace's running execs and waits until their
 // processes are gone (or ctx ends). It can be called more than once.
 func (s *Sandbox) Close(ctx context.Context) error {

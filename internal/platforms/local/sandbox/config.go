@@ -125,6 +125,15 @@ type initConfig struct {
 	// Last: the launcher will not reuse the init, which exits after its
 	// report instead of making its sandbox ready for another exec.
 	Last bool `json:"last,omitempty"`
+	// Job, when set, makes the exec a job of a resident init (see
+	// resident_linux.go): the init keeps its sandbox as it is for the
+	// jobs that follow, runs them side by side and names each report by
+	// its job. The first job makes an init resident; it never serves an
+	// exec of its own again.
+	Job uint64 `json:"job,omitempty"`
+	// Service: the job's command keeps running; the init reports its
+	// start (its pid) at once and its end when it comes.
+	Service bool `json:"service,omitempty"`
 }
 
 // ttySize is a terminal's size in characters.
@@ -154,6 +163,17 @@ type initReport struct {
 	// Marks are CLOCK_MONOTONIC readings (ns) of the init's phases, shared
 	// with the launcher's clock (there is no time namespace).
 	Marks []mark `json:"marks,omitempty"`
+	// Job names the job of a resident init the report is about; 0 for an
+	// exec of a plain init.
+	Job uint64 `json:"job,omitempty"`
+	// Pid is a service's pid in the sandbox's PID namespace, in the
+	// report of its start.
+	Pid int `json:"pid,omitempty"`
+	// Ended: the job's command has ended (every job's last report).
+	Ended bool `json:"ended,omitempty"`
+	// NotStarted says why a job's command could not be started (it was
+	// not found, or is not executable); ExitCode is then 127 or 126.
+	NotStarted string `json:"not_started,omitempty"`
 }
 
 // mark is one named CLOCK_MONOTONIC reading.

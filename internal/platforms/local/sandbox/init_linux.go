@@ -102,6 +102,7 @@ type sandboxInit struct {
 	served   int        // execs served
 	ready    bool       // the sandbox is ready for an exec
 	sched    schedState // the main thread's, when the exec came
+	res      *resident  // the init's jobs once it is resident (resident_linux.go)
 }
 
 // main prepares the sandbox, then serves execs until one retires the init
@@ -124,6 +125,9 @@ func (in *sandboxInit) main() int {
 			return 1
 		}
 		r := in.serve(x)
+		if in.res != nil {
+			return in.res.loop()
+		}
 		if err := in.send(r); err != nil {
 			return 3
 		}
@@ -310,6 +314,11 @@ func (in *sandboxInit) runExec(x *execFDs) initReport {
 	}
 	if err != nil {
 		return initReport{Error: err.Error(), Retire: true}
+	}
+	if cfg.Job != 0 {
+		// The workspace stays mounted for this job and every later one.
+		in.becomeResident(&cfg, x)
+		return initReport{}
 	}
 	in.marks.add("entered")
 	r := in.run(&cfg, x)

@@ -141,10 +141,13 @@ type initConn struct {
 	reports chan initReport // the reports, in order
 	// ptys are the terminal masters of execs with one (ptyMessage), each
 	// received before its exec's report.
-	ptys    chan *os.File
-	done    chan struct{} // closed once the socket has ended
-	theirs  *os.File      // the init's end, until it is started
-	first   func()        // called at the first ready message
+	ptys chan *os.File
+	done chan struct{} // closed once the socket has ended
+	// jobs are the report channels of a resident init's jobs, by job.
+	jobsMu  sync.Mutex
+	jobs    map[uint64]chan initReport
+	theirs  *os.File // the init's end, until it is started
+	first   func()   // called at the first ready message
 	closing sync.Once
 }
 
@@ -219,6 +222,18 @@ func (c *initConn) read() {
 		if json.Unmarshal(buf[:n], &r) != nil {
 			return
 		}
+		if r.Job != 0 {
+			c.jobsMu.Lock()
+			ch := c.jobs[r.Job]
+			c.jobsMu.Unlock()
+			if ch != nil {
+				select {
+				case ch <- r:
+				default: // more than a job's two reports: the init's error
+				}
+			}
+			continue
+		}
 		c.reports <- r
 	}
 }
@@ -252,6 +267,26 @@ func (c *initConn) takePty(msg, oob []byte) bool {
 		return false
 	}
 	return true
+}
+
+// job registers a resident init's job: its reports come on the channel
+// returned.
+func (c *initConn) job(id uint64) <-chan initReport {
+	ch := make(chan initReport, 2)
+	c.jobsMu.Lock()
+	if c.jobs == nil {
+		c.jobs = map[uint64]chan initReport{}
+	}
+	c.jobs[id] = ch
+	c.jobsMu.Unlock()
+	return ch
+}
+
+// dropJob forgets a job.
+func (c *initConn) dropJob(id uint64) {
+	c.jobsMu.Lock()
+	delete(c.jobs, id)
+	c.jobsMu.Unlock()
 }
 
 // awaitReady returns once the init has said ready for its next exec (it

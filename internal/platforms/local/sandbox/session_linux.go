@@ -31,6 +31,10 @@ type Session struct {
 	// reaping holds, for each of the Session's execs that returned, a
 	// channel closed once its init is reaped (see Launcher.reaping).
 	reaping map[chan struct{}]bool
+	// res is the init kept for the Session's services, while any runs
+	// (service_linux.go); startMu makes one service's start at a time.
+	res     *residentInit
+	startMu sync.Mutex
 }
 
 // NewSession returns a Session of the launcher.
@@ -45,8 +49,13 @@ func (l *Launcher) NewSession() *Session {
 
 // Run is Launcher.Run on an init the Session keeps, when it keeps one for
 // cfg's sandbox (its network, its root); the exec's init is kept for the
-// next one if it ends cleanly.
+// next one if it ends cleanly. While the Session runs services of cfg's
+// sandbox, the exec runs beside them, in their sandbox.
 func (s *Session) Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (platforms.ExecResult, error) {
+	if r := s.resident(cfg); r != nil {
+		defer r.release()
+		return r.run(ctx, cfg, stdout, stderr)
+	}
 	return s.l.run(ctx, s, cfg, stdout, stderr)
 }
 
@@ -158,6 +167,12 @@ func (s *Session) expire(ip *initProc) {
 // for it); one still resetting may hold the workspace, and drop waits for
 // its end.
 func (s *Session) drop() {
+	s.mu.Lock()
+	res := s.res
+	s.mu.Unlock()
+	if res != nil {
+		res.close()
+	}
 	s.mu.Lock()
 	ip := s.kept
 	s.kept = nil
