@@ -117,6 +117,9 @@ type workspace struct {
 	execs   atomic.Int32          // execs running or waiting to run in it
 	// use tells whose work the requests of its mount are (attribution.go).
 	use mountUse
+	// svcs are its services (services.go), made at first use.
+	svcOnce sync.Once
+	svcs    *services
 }
 
 func (w *workspace) info() wire.Workspace {
@@ -607,6 +610,8 @@ func (e *Engine) cleanStale(rec store.Workspace) error {
 func (e *Engine) unserve(ctx context.Context, w *workspace) error {
 	var errs []error
 	if w.sb != nil {
+		// Its services end before their sandbox does.
+		e.stopServices(ctx, w)
 		errs = append(errs, w.sb.Close(ctx))
 		w.sb = nil
 	}
@@ -1032,6 +1037,9 @@ func (e *Engine) Recover(ctx context.Context) error {
 		if _, err := e.MountWorkspace(ctx, r.ID); err != nil {
 			e.log.Error("recover workspace", "id", r.ID, "err", err)
 			continue
+		}
+		if w, err := e.get(ctx, r.ID); err == nil {
+			e.recoverServices(w)
 		}
 		e.log.Info("workspace recovered", "id", r.ID, "mount", r.MountPath)
 	}
