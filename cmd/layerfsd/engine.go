@@ -35,6 +35,7 @@ var (
 	_ api.History          = (*engine.Engine)(nil)
 	_ api.WorkspaceManager = (*engine.Engine)(nil)
 	_ api.Executor         = (*engine.Engine)(nil)
+	_ api.Services         = (*engine.Engine)(nil)
 	_ api.Files            = (*engine.Engine)(nil)
 	_ api.Watcher          = (*engine.Engine)(nil)
 	_ api.Maintenance      = (*engine.Engine)(nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"time"
 
 	"layerfs.dev/layerfs/wire"
 )
@@ -150,6 +151,27 @@ type Executor interface {
 // checks the whole archive before it writes anything (absolute or ".."
 // names, links leaving the tree, devices) and extracts into dir, creating
 // it when missing.
+// Services runs a workspace's services: commands kept running in its
+// sandbox beside its execs.
+type Services interface {
+	// StartService starts one and answers once its command runs:
+	// errclass.Exists when a running service has the name,
+	// errclass.Invalid for a bad request or a command that cannot start
+	// (the reason in the error), errclass.Unavailable on a platform that
+	// runs no services.
+	StartService(ctx context.Context, id string, req wire.ServiceRequest) (wire.Service, error)
+	// Services lists them, running or ended, in name order.
+	Services(ctx context.Context, id string) ([]wire.Service, error)
+	// ServiceLogs writes what its log holds to out and, with follow, what
+	// comes until it ends for good or ctx ends; flush after each write.
+	ServiceLogs(ctx context.Context, id, name string, follow bool, out io.Writer, flush func()) error
+	// StopService ends it for good: SIGTERM, then SIGKILL after grace (0:
+	// wire.DefaultStopGrace); it answers once its end is recorded.
+	StopService(ctx context.Context, id, name string, grace time.Duration) (wire.Service, error)
+	// WaitService answers once it has ended for good.
+	WaitService(ctx context.Context, id, name string) (wire.Service, error)
+}
+
 type Files interface {
 	WriteFile(ctx context.Context, id, path string, mode fs.FileMode, r io.Reader) error
 	ReadFile(ctx context.Context, id, path string, w io.Writer) (size int64, err error)
@@ -229,6 +251,7 @@ type Engine interface {
 	History
 	WorkspaceManager
 	Executor
+	Services
 	Files
 	Watcher
 	ImageManager

@@ -57,6 +57,11 @@ func (s *Server) routes() {
 	s.handle("GET /v1/workspaces/{id}/stat", read, s.statPath)
 	s.handle("GET /v1/workspaces/{id}/list", read, s.listDir)
 	s.handle("GET /v1/workspaces/{id}/events", read, s.events)
+	s.handle("POST /v1/workspaces/{id}/services", work, s.startService)
+	s.handle("GET /v1/workspaces/{id}/services", read, s.listServices)
+	s.handle("POST /v1/workspaces/{id}/services/{name}/stop", work, s.stopService)
+	s.handle("POST /v1/workspaces/{id}/services/{name}/wait", read, s.waitService)
+	s.handle("GET /v1/workspaces/{id}/services/{name}/logs", read, s.serviceLogs)
 
 	s.handle("GET /v1/images", read, s.listImages)
 	s.handle("POST /v1/images", work, s.importImage)

@@ -61,6 +61,7 @@ type Server struct {
 	history       History
 	workspaces    WorkspaceManager
 	executor      Executor
+	services      Services
 	files         Files
 	watcher       Watcher
 	images        ImageManager
@@ -122,6 +123,7 @@ func NewServer(eng Engine, opts Options) *Server {
 		history:       eng,
 		workspaces:    eng,
 		executor:      eng,
+		services:      eng,
 		files:         eng,
 		watcher:       eng,
 		images:        eng,

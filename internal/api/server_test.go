@@ -329,6 +329,25 @@ func TestRoutes(t *testing.T) {
 	if res.ExitCode != 3 {
 		t.Errorf("exec exit 3 = %+v", res)
 	}
+	var sv wire.Service
+	h.json("POST", base+"/services", wire.ServiceRequest{Name: "svc", Body: "echo up; exec sleep 1000"}, 201, &sv)
+	if sv.Name != "svc" || sv.State != wire.ServiceRunning || sv.Pid <= 1 {
+		t.Errorf("start service = %+v", sv)
+	}
+	var svl wire.ServiceList
+	h.json("GET", base+"/services", nil, 200, &svl)
+	if len(svl.Services) != 1 || svl.Services[0].Name != "svc" {
+		t.Errorf("services = %+v", svl)
+	}
+	h.json("POST", base+"/services/svc/stop", wire.ServiceStopRequest{GraceMs: 2000}, 200, &sv)
+	if sv.State != wire.ServiceEnded || sv.Reason != wire.ServiceStopped {
+		t.Errorf("stop service = %+v", sv)
+	}
+	h.json("POST", base+"/services/svc/wait", nil, 200, &sv)
+	if logs := h.do("GET", base+"/services/svc/logs?follow=true", nil); logs.status != 200 || string(logs.body) != "up\n" ||
+		logs.header.Get("Content-Type") != "text/plain; charset=utf-8" {
+		t.Errorf("service logs: %d %q %v", logs.status, logs.body, logs.header)
+	}
 	out, ev := h.attach(base+"/attach", wire.ExecRequest{Body: "read a; echo got-$a; exit 4"}, "hi\n")
 	if ev.Result == nil || ev.Result.ExitCode != 4 || out != "got-hi\n" {
 		t.Errorf("attach = %q, %+v", out, ev)
@@ -531,6 +550,14 @@ func TestBadInput(t *testing.T) {
 		{"unknown route", "GET", "/v1/nope", ``, nil, 404, wire.CodeNotFound, "no such route"},
 		{"wrong method", "PATCH", "/v1/projects", ``, nil, 405, wire.CodeMethodNotAllowed, "not allowed"},
 		{"exists", "POST", "/v1/projects", `{"name": "` + h.project + `"}`, nil, 409, wire.CodeExists, ""},
+		{"service without command", "POST", base + "/services", `{"name": "a"}`, nil, 400, wire.CodeInvalid, "one of argv and body"},
+		{"service bad name", "POST", base + "/services", `{"name": "A B", "body": "true"}`, nil, 400, wire.CodeInvalid, "name"},
+		{"service bad restart", "POST", base + "/services", `{"body": "true", "restart": "always"}`, nil, 400, wire.CodeInvalid, "restart"},
+		{"service not started", "POST", base + "/services", `{"argv": ["no-such-command"]}`, nil, 400, wire.CodeInvalid, "no-such-command"},
+		{"unknown service logs", "GET", base + "/services/nope/logs", ``, nil, 404, wire.CodeNotFound, "nope"},
+		{"unknown service stop", "POST", base + "/services/nope/stop", ``, nil, 404, wire.CodeNotFound, "nope"},
+		{"service bad grace", "POST", base + "/services/nope/stop", `{"grace_ms": -1}`, nil, 400, wire.CodeInvalid, "grace_ms"},
+		{"service logs bad follow", "GET", base + "/services/nope/logs?follow=maybe", ``, nil, 400, wire.CodeInvalid, "follow"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -585,3 +585,31 @@ class ImageResult:
     stats: ImageStats = _j(conv=lambda v: from_json(ImageStats, v), factory=ImageStats)
     steps: list[BuildStep] = _j(conv=lambda v: [from_json(BuildStep, x) for x in v or []], factory=list)
     pushed: str = ""
+
+
+@dataclass
+class Service:
+    """A service of a workspace: a command kept running in its sandbox
+    beside its execs. ``state`` is ``running``, ``restarting`` or
+    ``ended``; once it has ended, ``exit_code``, ``signal`` and ``reason``
+    (``exited``, ``signaled``, ``oom``, ``stopped``, ``sandbox_ended``,
+    ``daemon_restart``, ``start_failed``) say how."""
+
+    name: str = ""
+    argv: list[str] = _j(factory=list)
+    restart: str = ""
+    state: str = ""
+    pid: int = 0
+    started: datetime | None = _j(conv=_time)
+    restarts: int = 0
+    ended: datetime | None = _j(conv=_time)
+    exit_code: int | None = None
+    signal: str = ""
+    reason: str = ""
+
+
+@dataclass
+class ServiceList:
+    """The services of a workspace."""
+
+    services: list[Service] = _j(conv=lambda v: [from_json(Service, x) for x in v or []], factory=list)
