@@ -29,9 +29,12 @@ func wsCmd(a *app) *cobra.Command {
 		Use:   "ws",
 		Short: "Workspaces: create, exec, cp, commit, update, fork, end (through the daemon)",
 	}
-	cmd.AddCommand(wsCreateCmd(a), wsListCmd(a), wsStatusCmd(a), wsPathCmd(a), wsExecCmd(a), wsCpCmd(a),
+	cmd.AddCommand(
+		wsCreateCmd(a), wsListCmd(a), wsStatusCmd(a), wsPathCmd(a), wsExecCmd(a), wsCpCmd(a),
 		wsCommitCmd(a), wsUpdateCmd(a), wsResolveCmd(a), wsForkCmd(a), wsEndCmd(a), wsMountCmd(a), wsWatchCmd(a), wsShellCmd(a),
-		wsNetworkCmd(a))
+		wsNetworkCmd(a),
+		wsRunCmd(a), wsServicesCmd(a), wsLogsCmd(a), wsStopCmd(a), wsWaitCmd(a),
+	)
 	return cmd
 }
 
