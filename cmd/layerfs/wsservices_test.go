@@ -23,7 +23,7 @@ func TestWsServices(t *testing.T) {
 	p.json(&sv, "ws", "run", ws.ID, "--name", "ticker", "-c", "echo tick; exec sleep 1000")
 	assert.Equal(t, "ticker", sv.Name)
 	assert.Greater(t, sv.Pid, 1)
-	out := p.ok("ws", "exec", ws.ID, "--", "pgrep", "-c", "sleep")
+	out := p.ok("ws", "exec", ws.ID, "--", "pgrep", "-cf", "sleep 1000")
 	assert.Equal(t, "1\n", out, "an exec sees the service")
 
 	out = p.ok("ws", "services", ws.ID)

@@ -23,7 +23,7 @@ from .errors import (AlreadyExists, Busy, Conflict, DaemonLost, DaemonUnreachabl
                      UncommittedChanges)
 from .types import (Branch, Change, Commit, CommitResult, CommitStats, ConflictSide, ExecResult, FileEvent, FileInfo,
                     Image, ImageConfig, ImageLayer, ImageResult, ImageStats, BuildStep, MergeInfo, MergeResult, Node, Owner,
-                    NetEvent, NetUsage, NetworkChange, NetworkRule, Project, Receipt,
+                    NetEvent, NetUsage, NetworkChange, NetworkRule, Project, Receipt, Service, ServiceList,
                     UpdateResult, Version, WorkspaceInfo, WorkspaceStatus)
 
 __version__ = "0.1.0"
@@ -36,6 +36,6 @@ __all__ = [
     "Conflict", "DaemonUnreachable", "DaemonLost",
     "Branch", "Change", "Commit", "CommitResult", "CommitStats", "ConflictSide", "ExecResult", "FileInfo",
     "Image", "ImageConfig", "ImageLayer", "ImageResult", "ImageStats", "BuildStep",
-    "MergeInfo", "MergeResult", "Node", "Owner", "Project", "Receipt", "UpdateResult", "Version", "WorkspaceInfo",
-    "WorkspaceStatus", "NetworkRule", "NetworkChange", "NetEvent", "NetUsage",
+    "MergeInfo", "MergeResult", "Node", "Owner", "Project", "Receipt", "Service", "ServiceList", "UpdateResult", "Version",
+    "WorkspaceInfo", "WorkspaceStatus", "NetworkRule", "NetworkChange", "NetEvent", "NetUsage",
 ]

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from . import client as _sync
 from ._attach import Attached
 from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, Image, ImageResult,
-                    MergeResult, Project, UpdateResult, Version, WorkspaceInfo, WorkspaceStatus)
+                    MergeResult, Project, Service, UpdateResult, Version, WorkspaceInfo, WorkspaceStatus)
 
 __all__ = ["AsyncClient", "AsyncWorkspace", "AsyncEventStream"]
 
@@ -193,6 +193,24 @@ class AsyncWorkspace:
     async def watch(self, prefix: str | None = None, **kw: Any) -> "AsyncEventStream":
         """As :meth:`layerfs.Workspace.watch`: ``async for ev in stream``."""
         return AsyncEventStream(await _run(self._ws.watch, prefix, **kw))
+
+    async def run(self, command: str | Sequence[str], **kw: Any) -> Service:
+        """As :meth:`layerfs.Workspace.run`: start a service."""
+        return await _run(self._ws.run, command, **kw)
+
+    async def services(self) -> list[Service]:
+        return await _run(self._ws.services)
+
+    async def service_logs(self, name: str, **kw: Any) -> str:
+        """As :meth:`layerfs.Workspace.service_logs` (``on_output`` runs on
+        the daemon's thread)."""
+        return await _run(self._ws.service_logs, name, **kw)
+
+    async def stop(self, name: str, **kw: Any) -> Service:
+        return await _run(self._ws.stop, name, **kw)
+
+    async def wait(self, name: str) -> Service:
+        return await _run(self._ws.wait, name)
 
     async def commit_image(self, name: str) -> ImageResult:
         return await _run(self._ws.commit_image, name)

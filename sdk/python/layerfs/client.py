@@ -28,7 +28,8 @@ from ._attach import Attached, BytesCallback
 from ._transport import API_VERSION, Transport, default_address, default_store, start_daemon
 from .errors import DaemonLost, DaemonUnreachable, InvalidArgument, LayerFSError, Misdirected, error_for
 from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, Image, ImageResult,
-                    MergeResult, NetworkRule, Project, UpdateResult, Version, WorkspaceInfo, WorkspaceStatus, from_json)
+                    MergeResult, NetworkRule, Project, Service, ServiceList, UpdateResult, Version, WorkspaceInfo,
+                    WorkspaceStatus, from_json)
 
 __all__ = ["Client", "Workspace", "Files", "Projects", "Workspaces", "Branches", "Images", "EventStream", "OutputCallback",
            "Attached"]
@@ -499,6 +500,62 @@ class Workspace:
             stream.close()
             raise DaemonLost(f"watch {self.id}: the stream did not begin with ready")
         return stream
+
+    def run(self, command: str | Sequence[str], *, name: str | None = None, restart: str | None = None,
+            env: Mapping[str, str] | None = None, cwd: str | None = None, memory_bytes: int | None = None,
+            pids: int | None = None, cpus: float | None = None) -> Service:
+        """Start ``command`` (a string runs with bash, a sequence as argv) as
+        a service: it keeps running in the workspace's sandbox after this
+        returns, beside its execs, which see it (ps), reach it (localhost)
+        and may signal it. ``name`` defaults to the command's base name;
+        ``restart="on-failure"`` starts it again after a failure, with a
+        backoff. A command that cannot start raises InvalidArgument with the
+        reason; a name a running service has raises AlreadyExists."""
+        req: dict[str, Any] = {"body": command} if isinstance(command, str) else {"argv": list(command)}
+        if name:
+            req["name"] = name
+        if restart:
+            req["restart"] = restart
+        if env:
+            req["env"] = [f"{k}={v}" for k, v in env.items()]
+        if cwd:
+            req["dir"] = cwd
+        for key, v in (("memory_bytes", memory_bytes), ("pids", pids)):
+            if v is not None:
+                req[key] = v
+        if cpus is not None:
+            req["milli_cpus"] = round(cpus * 1000)
+        return from_json(Service, self._json("POST", self._path("/services"), body=req))
+
+    def services(self) -> list[Service]:
+        """The workspace's services, running or ended."""
+        return from_json(ServiceList, self._json("GET", self._path("/services"))).services
+
+    def service_logs(self, name: str, *, follow: bool = False, on_output: OutputCallback | None = None) -> str:
+        """A service's output (its last MiB). With ``follow``, also what
+        comes, until the service ends for good, passed to ``on_output`` as
+        it comes; returns all of it."""
+        resp = self._request("GET", self._path(f"/services/{_seg(name)}/logs"), query={"follow": follow or None},
+                             timeout=None)
+        out = []
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        for chunk in resp.lines():
+            text = dec.decode(chunk)
+            out.append(text)
+            if on_output:
+                on_output(text)
+        return "".join(out)
+
+    def stop(self, name: str, *, grace: float | None = None) -> Service:
+        """Stop a service: SIGTERM, then SIGKILL after ``grace`` seconds
+        (10 when None); returns once it has ended."""
+        body = {"grace_ms": math.ceil(grace * 1000)} if grace else {}
+        return from_json(Service, self._request("POST", self._path(f"/services/{_seg(name)}/stop"), json_body=body,
+                                                timeout=None).json())
+
+    def wait(self, name: str) -> Service:
+        """Wait until a service has ended for good (no restart to come)."""
+        return from_json(Service, self._request("POST", self._path(f"/services/{_seg(name)}/wait"), timeout=None).json())
 
     def commit_image(self, name: str) -> ImageResult:
         """Make the changes this workspace's execs made to its root (it must

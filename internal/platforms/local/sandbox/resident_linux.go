@@ -181,6 +181,10 @@ func (r *resident) startJob(cfg *initConfig, x *execFDs) {
 			_ = unix.Kill(-pid, unix.SIGKILL)
 		})
 	}
+	if j.service {
+		// Before the reaper can report its end: it waits for r.mu.
+		r.send(initReport{Job: j.id, Pid: pid, Started: true})
+	}
 	r.mu.Unlock()
 	for _, i := range []int{msgStdin, msgStdout, msgStderr} {
 		unix.Close(x.take(i))
@@ -189,9 +193,6 @@ func (r *resident) startJob(cfg *initConfig, x *execFDs) {
 	select {
 	case r.forked <- struct{}{}:
 	default:
-	}
-	if j.service {
-		r.send(initReport{Job: j.id, Pid: pid, Started: true})
 	}
 }
 
