@@ -28,7 +28,8 @@ import (
 // allTools is every tool the server offers, in the order docs/mcp.md lists them.
 var allTools = []string{"project_create", "project_list", "workspace_create", "workspace_list", "checkout",
 	"exec", "read_file", "write_file", "list_dir", "stat", "diff", "commit", "update", "resolve", "merge",
-	"fork", "fork_workspace", "log", "workspace_end", "image_list", "image_pull", "image_commit", "workspace_network", "watch"}
+	"fork", "fork_workspace", "log", "workspace_end", "image_list", "image_pull", "image_commit", "workspace_network", "watch",
+	"service_start", "service_list", "service_logs", "service_stop", "service_wait"}
 
 func newServer(t *testing.T, d *daemontest.Daemon) *mcpserver.Server {
 	t.Helper()

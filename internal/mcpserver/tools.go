@@ -124,6 +124,7 @@ func (s *Server) addTools() error {
 		Description: "Change a workspace's network, at once: `mode` none (no network), egress (commands reach only what `allow` lists: DOMAIN, *.DOMAIN or CIDR, each with :PORTS or every port; other names do not resolve and other addresses refuse at once) or host (the host's whole network). Running commands get the new rules too: their connections the rules deny are cut. Every decision is a `net` event of watch. Returns the workspace's network."},
 		s.workspaceNetwork)
 	s.addWatchTool()
+	s.addServiceTools()
 	return nil
 }
 
