@@ -74,3 +74,48 @@ func benchSessionCmd(a *app) *cobra.Command {
 	c.Flags().StringVar(&dir, "dir", "", "directory for the Store (default: a temporary one, removed after)")
 	return c
 }
+
+// benchServicesCmd measures an exec of true beside two running services
+// against one in a workspace without services.
+func benchServicesCmd(a *app) *cobra.Command {
+	var calls int
+	c := &cobra.Command{
+		Use:   "services [--calls N]",
+		Short: "Measure an exec of true with two services running in the workspace, beside one without",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if calls < 1 {
+				return usageError{fmt.Errorf("--calls must be at least 1")}
+			}
+			dir, err := os.MkdirTemp("", "layerfs-services-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			cfg := bench.SessionConfig{
+				Calls:   calls,
+				WorkDir: dir,
+				NewPlatform: func(name string) (platforms.Platform, error) {
+					return catalog.New(name, catalog.Options{Project: "session"})
+				},
+				Progress: func(what string) {
+					if !a.json {
+						fmt.Fprintln(a.stderr, what)
+					}
+				},
+			}
+			figs, err := bench.RunServicesExec(cmd.Context(), cfg)
+			res := report.Results{Session: figs, Machine: machine(dir), Command: "layerfs " + strings.Join(os.Args[1:], " ")}
+			if a.json {
+				if jerr := report.WriteSessionJSON(a.stdout, figs); jerr != nil {
+					return jerr
+				}
+			} else if terr := res.WriteSessionText(a.stdout); terr != nil {
+				return terr
+			}
+			return err
+		},
+	}
+	c.Flags().IntVar(&calls, "calls", 30, "samples per figure")
+	return c
+}
