@@ -137,6 +137,18 @@
 // Go program and dies of SIGTERM); the result then reports that signal.
 // It cannot reach anything outside its sandbox.
 //
+// # Resident inits: services
+//
+// Session.Start starts a service: a command that keeps running after the
+// call. The Session's first service makes an init resident (see
+// resident_linux.go and service_linux.go): it mounts the workspace for
+// good, never resets its sandbox again, runs each later command of the
+// Session (services and execs, Session.Run) as a job beside the others, in
+// its namespaces and cgroup, and reports each job by its id on the
+// control socket. Its cgroup's limits are the first service's, for every
+// job together. It ends once neither a service nor an exec runs in it, or
+// with the Session.
+//
 // # The binary that is re-executed
 //
 // Go runs every linked package's init functions before main, so
