@@ -75,6 +75,10 @@ const (
 	// EventEnded is the last line when the workspace (or the prefix
 	// directory) went away.
 	EventEnded = "ended"
+	// EventService: a service of the workspace started, ended or was
+	// started again (Service says which, as the service is now); only
+	// on a stream of the whole workspace (no prefix).
+	EventService = "service"
 )
 
 // FileEvent is one line of GET /v1/workspaces/{id}/events?prefix= (NDJSON):
@@ -88,5 +92,6 @@ type FileEvent struct {
 	Count   int64     `json:"count,omitempty"`    // dropped: how many
 	Time    time.Time `json:"time,omitzero"`      // when the daemon saw the change
 	// Net is the decision of an EventNet.
-	Net *NetEvent `json:"net,omitempty"`
+	Net     *NetEvent `json:"net,omitempty"`
+	Service *Service  `json:"service,omitempty"` // EventService: the service
 }

@@ -63,6 +63,11 @@ func showEvent(ev wire.FileEvent) string {
 		return fmt.Sprintf("dropped\t%d changes (the reader was behind)", ev.Count)
 	case wire.EventOverflow, wire.EventEnded:
 		return ev.Kind
+	case wire.EventService:
+		if sv := ev.Service; sv != nil {
+			return fmt.Sprintf("service\t%s\t%s\t%s", sv.Name, sv.State, showExit(*sv))
+		}
+		return ev.Kind
 	case "renamed":
 		return fmt.Sprintf("renamed\t%s <- %s\t%s", showPath(ev.Path), showPath(ev.OldPath), ev.Type)
 	case "removed":

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"layerfs.dev/layerfs/internal/fswatch"
 	"layerfs.dev/layerfs/wire"
@@ -69,6 +70,13 @@ func (e *Engine) WatchWorkspace(ctx context.Context, id, prefix string, emit fun
 	defer fw.Close()
 	netc, unsubscribe := w.net.subscribe()
 	defer unsubscribe()
+	// A stream of the whole workspace carries its services' events too.
+	var svcs <-chan wire.Service
+	if rel == "" {
+		ch, stop := w.serviceSet().subscribe()
+		defer stop()
+		svcs = ch
+	}
 	if err := emit([]wire.FileEvent{{Kind: wire.EventReady}}); err != nil {
 		return err
 	}
@@ -81,6 +89,11 @@ func (e *Engine) WatchWorkspace(ctx context.Context, id, prefix string, emit fun
 		select {
 		case ev := <-netc:
 			if err := emit([]wire.FileEvent{{Kind: wire.EventNet, Net: &ev, Time: ev.Time}}); err != nil {
+				return err
+			}
+			continue
+		case sv := <-svcs:
+			if err := emit([]wire.FileEvent{{Kind: wire.EventService, Service: &sv, Time: time.Now()}}); err != nil {
 				return err
 			}
 			continue

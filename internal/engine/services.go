@@ -46,10 +46,45 @@ const (
 
 var serviceName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
-// services is a workspace's services, by name.
+// services is a workspace's services, by name, and the event streams
+// that follow them.
 type services struct {
 	mu     sync.Mutex
 	byName map[string]*service
+	subs   map[chan wire.Service]bool
+}
+
+// subscribe returns a channel of the workspace's service events (each a
+// service as it is after a start or an end) and the function that ends it.
+// A reader that falls more than its buffer behind misses events.
+func (set *services) subscribe() (<-chan wire.Service, func()) {
+	ch := make(chan wire.Service, 64)
+	set.mu.Lock()
+	if set.subs == nil {
+		set.subs = map[chan wire.Service]bool{}
+	}
+	set.subs[ch] = true
+	set.mu.Unlock()
+	return ch, func() {
+		set.mu.Lock()
+		delete(set.subs, ch)
+		set.mu.Unlock()
+	}
+}
+
+// notify sends sv's state to every subscriber, never waiting.
+func (set *services) notify(sv *service) {
+	sv.mu.Lock()
+	info := sv.snapshot()
+	sv.mu.Unlock()
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	for ch := range set.subs {
+		select {
+		case ch <- info:
+		default:
+		}
+	}
 }
 
 // service is one named service: its current run and its history.
@@ -126,6 +161,7 @@ func (e *Engine) StartService(ctx context.Context, id string, req wire.ServiceRe
 	sv.mu.Unlock()
 	set.mu.Unlock()
 	e.saveServices(w)
+	set.notify(sv)
 	e.log.Info("service started", "id", id, "service", name, "pid", out.Pid)
 	go e.supervise(w, sv, run)
 	return out, nil
@@ -189,6 +225,7 @@ func (e *Engine) supervise(w *workspace, sv *service, run platforms.Service) {
 		if !again {
 			break
 		}
+		w.serviceSet().notify(sv)
 		if ex.Ended.Sub(run.Started()) >= serviceSteady {
 			backoff = serviceBackoff
 		}
@@ -221,6 +258,7 @@ func (e *Engine) supervise(w *workspace, sv *service, run platforms.Service) {
 		sv.info.Ended, sv.info.ExitCode, sv.info.Signal, sv.info.Reason = nil, nil, "", ""
 		sv.mu.Unlock()
 		e.saveServices(w)
+		w.serviceSet().notify(sv)
 		run = next
 	}
 	sv.mu.Lock()
@@ -228,6 +266,7 @@ func (e *Engine) supervise(w *workspace, sv *service, run platforms.Service) {
 	sv.mu.Unlock()
 	sv.log.Close()
 	e.saveServices(w)
+	w.serviceSet().notify(sv)
 	close(sv.done) // after the end is recorded
 }
 

@@ -132,6 +132,33 @@ func TestServices(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	t.Run("events", func(t *testing.T) {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		got := make(chan wire.FileEvent, 100)
+		go e.WatchWorkspace(wctx, ws.ID, "", func(evs []wire.FileEvent) error {
+			for _, ev := range evs {
+				got <- ev
+			}
+			return nil
+		})
+		require.Equal(t, wire.EventReady, (<-got).Kind)
+		_, err := e.StartService(ctx, ws.ID, wire.ServiceRequest{Name: "evt", Body: "exit 2"})
+		require.NoError(t, err)
+		var states []string
+		for len(states) < 2 {
+			select {
+			case ev := <-got:
+				if ev.Kind == wire.EventService && ev.Service.Name == "evt" {
+					states = append(states, ev.Service.State+" "+ev.Service.Reason)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("service events: %q", states)
+			}
+		}
+		assert.Equal(t, []string{"running ", "ended exited"}, states)
+	})
+
 	// Ending the workspace stops every service, then unmounts: nothing
 	// is left on the host.
 	require.NoError(t, e.EndWorkspace(ctx, ws.ID, true))

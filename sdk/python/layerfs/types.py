@@ -504,6 +504,7 @@ class FileEvent:
     count: int = 0
     time: datetime | None = _j(conv=_time)
     net: NetEvent | None = _j(conv=lambda v: from_json(NetEvent, v) if v else None)  # kind "net": an egress decision
+    service: Service | None = _j(conv=lambda v: from_json(Service, v) if v else None)
 
 
 @dataclass
