@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -146,8 +148,9 @@ type initConn struct {
 	// jobs are the report channels of a resident init's jobs, by job.
 	jobsMu  sync.Mutex
 	jobs    map[uint64]chan initReport
-	theirs  *os.File // the init's end, until it is started
-	first   func()   // called at the first ready message
+	jobPtys map[uint64]chan *os.File // the terminal masters of jobs with one
+	theirs  *os.File                 // the init's end, until it is started
+	first   func()                   // called at the first ready message
 	closing sync.Once
 }
 
@@ -249,7 +252,8 @@ func (c *initConn) takePty(msg, oob []byte) bool {
 			}
 		}
 	}
-	if string(msg) != ptyMessage || len(fds) != 1 {
+	name, job, isJob := strings.Cut(string(msg), ":")
+	if name != ptyMessage || len(fds) != 1 {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
@@ -260,8 +264,19 @@ func (c *initConn) takePty(msg, oob []byte) bool {
 		unix.Close(fds[0])
 		return false
 	}
+	ptys := c.ptys
+	if isJob {
+		id, _ := strconv.ParseUint(job, 10, 64)
+		c.jobsMu.Lock()
+		ptys = c.jobPtys[id]
+		c.jobsMu.Unlock()
+		if ptys == nil { // no such job waits for one: the init's error
+			unix.Close(fds[0])
+			return false
+		}
+	}
 	select {
-	case c.ptys <- os.NewFile(uintptr(fds[0]), "pty"):
+	case ptys <- os.NewFile(uintptr(fds[0]), "pty"):
 	default: // one per exec: a second is the init's error
 		unix.Close(fds[0])
 		return false
@@ -282,11 +297,34 @@ func (c *initConn) job(id uint64) <-chan initReport {
 	return ch
 }
 
-// dropJob forgets a job.
+// jobPty registers a resident init's job with a terminal: its master
+// comes on the channel returned.
+func (c *initConn) jobPty(id uint64) <-chan *os.File {
+	ch := make(chan *os.File, 1)
+	c.jobsMu.Lock()
+	if c.jobPtys == nil {
+		c.jobPtys = map[uint64]chan *os.File{}
+	}
+	c.jobPtys[id] = ch
+	c.jobsMu.Unlock()
+	return ch
+}
+
+// dropJob forgets a job; a terminal master that came for it and was not
+// taken is closed.
 func (c *initConn) dropJob(id uint64) {
 	c.jobsMu.Lock()
 	delete(c.jobs, id)
+	ptys := c.jobPtys[id]
+	delete(c.jobPtys, id)
 	c.jobsMu.Unlock()
+	if ptys != nil {
+		select {
+		case m := <-ptys:
+			m.Close()
+		default:
+		}
+	}
 }
 
 // awaitReady returns once the init has said ready for its next exec (it

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -37,6 +38,9 @@ import (
 // does in its container. The launcher signals a job's group with a control
 // message (residentSignal); closing the control socket ends the init and
 // with it the PID namespace, so every process in it.
+//
+// A job with a terminal gets a pseudo-terminal as a plain exec does; its
+// master goes to the launcher in a message naming the job ("pty:ID").
 //
 // What a resident init does not do for an exec: reset /tmp, /dev/shm and
 // IPC (see above); unmount the workspace; retire after a command that
@@ -143,8 +147,8 @@ func (r *resident) startJob(cfg *initConfig, x *execFDs) {
 		rep.Job, rep.Ended = cfg.Job, true
 		r.send(rep)
 	}
-	if cfg.RlimitAS != 0 || cfg.RlimitNproc != 0 || cfg.RlimitNofile != 0 || cfg.TTY != nil {
-		fail(initReport{Error: "a job of a resident init takes no rlimits and no terminal"})
+	if cfg.RlimitAS != 0 || cfg.RlimitNproc != 0 || cfg.RlimitNofile != 0 {
+		fail(initReport{Error: "a job of a resident init takes no rlimits"})
 		return
 	}
 	bin, err := lookPath(cfg.Argv[0], cfg.Env)
@@ -165,6 +169,17 @@ func (r *resident) startJob(cfg *initConfig, x *execFDs) {
 			Setpgid:    true,
 		},
 	}
+	var term *terminal
+	if cfg.TTY != nil {
+		if term, err = openTerminal(cfg); err != nil {
+			fail(initReport{Error: err.Error()})
+			return
+		}
+		defer term.close()
+		// A session of its own with the terminal as its controlling one.
+		attr.Files = []uintptr{uintptr(term.slave), uintptr(term.slave), uintptr(term.slave)}
+		attr.Sys.Setpgid, attr.Sys.Setsid, attr.Sys.Setctty, attr.Sys.Ctty = false, true, true, 0
+	}
 	r.mu.Lock()
 	start := time.Now()
 	pid, err := syscall.ForkExec(bin, cfg.Argv, attr)
@@ -172,6 +187,16 @@ func (r *resident) startJob(cfg *initConfig, x *execFDs) {
 		r.mu.Unlock()
 		fail(notStartedJob(x.fd[msgStderr], cfg.Argv[0], err))
 		return
+	}
+	if term != nil {
+		// Before the reaper can report the job's end. Only the launcher
+		// holds the master from here on: closing it hangs the terminal up.
+		r.sendMu.Lock()
+		if err := unix.Sendmsg(ctlFD, []byte(ptyMessage+":"+strconv.FormatUint(cfg.Job, 10)), unix.UnixRights(term.master), nil, 0); err != nil {
+			_ = unix.Kill(-pid, unix.SIGKILL)
+		}
+		r.sendMu.Unlock()
+		term.close()
 	}
 	j := &job{id: cfg.Job, pid: pid, service: cfg.Service, start: start}
 	r.byPid[pid], r.byID[j.id] = j, j

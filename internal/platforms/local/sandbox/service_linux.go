@@ -203,8 +203,6 @@ func (l *Launcher) jobConfig(cfg Config) (Config, initConfigX, error) {
 	}
 	spec := cfg.Spec
 	switch {
-	case spec.Terminal != nil:
-		return cfg, ic, fmt.Errorf("%w: a terminal beside running services is not supported yet; stop them first", ErrResidentJob)
 	case spec.OpenFiles > 0:
 		return cfg, ic, fmt.Errorf("%w: an open files limit (an rlimit of the sandbox's init) cannot be set beside running services", ErrResidentJob)
 	case spec.MemoryBytes > 0 && !l.cg.hasMemory():
@@ -456,18 +454,31 @@ func (r *residentInit) run(ctx context.Context, cfg Config, stdout, stderr io.Wr
 	ic.Job = r.seq.Add(1)
 	spec := cfg.Spec
 	outW, errW := outputcap.Pair(stdout, stderr, spec.OutputLimit)
-	stdin, _ := spec.Stdin.(*os.File)
+	var stdin *os.File // a file the command reads itself
+	if spec.Terminal == nil {
+		stdin, _ = spec.Stdin.(*os.File)
+	}
 	ends, err := newExecEnds(stdin)
 	if err != nil {
 		return res, err
 	}
 	defer ends.closeOurs()
 	ch := r.ip.p.job(ic.Job)
+	var ptys <-chan *os.File
+	if spec.Terminal != nil {
+		ptys = r.ip.p.jobPty(ic.Job)
+	}
 	defer r.ip.p.dropJob(ic.Job)
 	if err := r.send(ic, false, ends, stdin); err != nil {
 		return res, err
 	}
 	outDone := []<-chan struct{}{drain(ends.outR, outW), drain(ends.errR, errW)}
+	reported := make(chan struct{})
+	if spec.Terminal != nil {
+		ends.inW.Close() // the command reads its terminal
+		ends.inW = nil
+		outDone = append(outDone, r.relayTerminal(spec, ptys, reported, outW))
+	}
 	if ends.inW != nil {
 		if spec.Stdin == nil {
 			ends.inW.Close()
@@ -487,6 +498,7 @@ func (r *residentInit) run(ctx context.Context, cfg Config, stdout, stderr io.Wr
 	backstop := time.AfterFunc(spec.Timeout+killGrace, kill)
 	defer backstop.Stop()
 	rep, err := r.jobReport(context.Background(), ch)
+	close(reported)
 	t := time.NewTimer(outputGrace)
 	for _, d := range outDone {
 		select {
@@ -581,4 +593,41 @@ func sendSignal(f *os.File, msg []byte) error {
 		return err
 	}
 	return serr
+}
+
+// relayTerminal relays a job's terminal as execution.relayTerminal does
+// an exec's, once its master has come (or not at all, when the job was
+// reported without one).
+func (r *residentInit) relayTerminal(spec platforms.ExecSpec, ptys <-chan *os.File, reported <-chan struct{}, out io.Writer) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var m *os.File
+		select {
+		case m = <-ptys:
+		case <-reported:
+		case <-r.ip.p.done:
+		}
+		if m == nil {
+			select { // handed over just before the report or the end
+			case m = <-ptys:
+			default:
+				return
+			}
+		}
+		stop := make(chan struct{})
+		defer close(stop)
+		if t := spec.Terminal; t.Resize != nil {
+			go resizeTerminal(m, t.Resize, stop)
+		}
+		if in := spec.Stdin; in != nil {
+			go func() {
+				_, _ = io.Copy(m, in)
+				m.Close() // hang up
+			}()
+		}
+		_, _ = io.Copy(out, m)
+		m.Close()
+	}()
+	return done
 }

@@ -121,7 +121,7 @@ func TestServiceStartErrors(t *testing.T) {
 	require.ErrorIs(t, err, platforms.ErrNotStarted)
 	assert.Len(t, s.Services(), 1)
 
-	// A terminal or an open files limit beside services is refused.
+	// An open files limit beside services is refused.
 	c := shellConfig(ws, "true")
 	c.Spec.OpenFiles = 64
 	_, err = s.Run(t.Context(), c, &out, &out)
@@ -190,4 +190,25 @@ func TestServiceSessionClose(t *testing.T) {
 	leaks, err := l.Leaks(t.Context())
 	require.NoError(t, err)
 	assert.Empty(t, leaks)
+}
+
+// TestServiceTerminalBeside: an exec on a terminal runs beside a service,
+// in its sandbox, with its own pseudo-terminal, size and exit code.
+func TestServiceTerminalBeside(t *testing.T) {
+	l := sessionLauncher(t, &keptTracer{})
+	s := l.NewSession()
+	defer s.Close(context.Background())
+	ws := t.TempDir()
+	startService(t, s, ws, "exec sleep 1000")
+	for i := range 2 {
+		var out syncBuffer
+		c := shellConfig(ws, "for i in $(seq 100); do pgrep -x sleep >/dev/null && break; sleep 0.02; done; tty; stty size; pgrep -cx sleep; exit 3")
+		c.Spec.Terminal = &platforms.Terminal{Rows: 30, Cols: 100}
+		res, err := s.Run(t.Context(), c, &out, &out)
+		require.NoError(t, err)
+		assert.Equal(t, 3, res.ExitCode, "run %d: %q", i, out.String())
+		got := strings.ReplaceAll(out.String(), "\r", "")
+		assert.Regexp(t, `^/dev/pts/\d+\n30 100\n1\n$`, got, "run %d", i)
+	}
+	assert.Len(t, s.Services(), 1)
 }
