@@ -201,7 +201,7 @@ type workspaceCall struct {
 // workspaceCalls are a call of every method that takes a workspace id.
 func workspaceCalls(f *fixture, id string) []workspaceCall {
 	ctx := f.ctx
-	return []workspaceCall{
+	return append([]workspaceCall{
 		{"WorkspaceStatus", func() error { _, err := f.eng.WorkspaceStatus(ctx, id); return err }},
 		{"MountWorkspace", func() error { _, err := f.eng.MountWorkspace(ctx, id); return err }},
 		{"CommitWorkspace", func() error { _, err := f.eng.CommitWorkspace(ctx, id, wire.CommitRequest{}); return err }},
@@ -222,7 +222,7 @@ func workspaceCalls(f *fixture, id string) []workspaceCall {
 		{"WatchWorkspace", func() error {
 			return f.eng.WatchWorkspace(ctx, id, ".", func([]wire.FileEvent) error { return errors.New("emitted") })
 		}},
-	}
+	}, serviceCalls(f, id)...)
 }
 
 // checkExecOutput: stdout and stderr apart, the exit code a result, the
