@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -143,29 +144,62 @@ func TestServiceLimitsAndOOM(t *testing.T) {
 	ws := t.TempDir()
 	c := shellConfig(ws, `python3 -c '
 import time
-b = bytearray(40 << 20)
+b = bytearray(48 << 20)
 for i in range(0, len(b), 4096): b[i] = 1
 print("holding", flush=True)
 time.sleep(1000)'`)
-	c.Spec.MemoryBytes = 64 << 20
+	c.Spec.MemoryBytes = 80 << 20
 	out := &syncBuffer{}
 	holder, err := s.Start(t.Context(), c, out, out)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "holding") }, 10*time.Second, 20*time.Millisecond)
 
-	// 40 MiB more in an exec goes past the sandbox's 64 MiB: the OOM
-	// killer takes the largest, one of the two.
-	res, _, _ := sessionRun(t, s, shellConfig(ws, `python3 -c '
+	// 32 MiB more in an exec goes past the sandbox's 80 MiB, which the
+	// service and the exec share: the OOM killer takes the largest, the
+	// service, and the exec goes on.
+	res, o, e := sessionRun(t, s, shellConfig(ws, `python3 -c '
 import time
-b = bytearray(40 << 20)
+b = bytearray(32 << 20)
 for i in range(0, len(b), 4096): b[i] = 1
-time.sleep(2)'`))
+time.sleep(1)
+print("done")'`))
 	select {
 	case <-holder.Done():
-		assert.Equal(t, platforms.ReasonOOM, holder.Exit().Reason)
-	case <-time.After(3 * time.Second):
-		assert.Equal(t, "SIGKILL", res.Signal, "neither the service nor the exec was killed: the limit does not hold for both")
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the service was not killed: the limit does not hold for the service and the exec together (exec %+v %q %q)", res, o, e)
 	}
+	assert.Equal(t, platforms.ReasonOOM, holder.Exit().Reason, "%+v", holder.Exit())
+	assert.Equal(t, "SIGKILL", holder.Exit().Signal)
+	assert.Equal(t, 0, res.ExitCode, "the exec: %q %q", o, e)
+}
+
+// TestServiceExecTimeout: an exec beside a service that overstays its
+// timeout is killed (its group), and the service runs on.
+func TestServiceExecTimeout(t *testing.T) {
+	l := sessionLauncher(t, &keptTracer{})
+	s := l.NewSession()
+	defer s.Close(context.Background())
+	ws := t.TempDir()
+	sv, _ := startService(t, s, ws, "exec sleep 1000")
+	c := shellConfig(ws, "sleep 30")
+	c.Spec.Timeout = 300 * time.Millisecond
+	t0 := time.Now()
+	res, err := s.Run(t.Context(), c, io.Discard, io.Discard)
+	require.NoError(t, err)
+	assert.True(t, res.TimedOut, "%+v", res)
+	assert.Less(t, time.Since(t0), 10*time.Second)
+	// A canceled exec is killed too.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = s.Run(ctx, shellConfig(ws, "sleep 30"), io.Discard, io.Discard)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	select {
+	case <-sv.Done():
+		t.Fatalf("the service ended: %+v", sv.Exit())
+	default:
+	}
+	_, o, _ := sessionRun(t, s, shellConfig(ws, "pgrep -cx sleep"))
+	assert.Equal(t, "1\n", o, "only the service's sleep is left")
 }
 
 // TestServiceSessionClose: closing the Session ends every service (their
