@@ -49,8 +49,22 @@ func TestServiceTools(t *testing.T) {
 	s.refused("max_bytes", "service_logs", map[string]any{"workspace": ws.ID, "name": "web", "max_bytes": -1})
 	s.refused("grace_seconds", "service_stop", map[string]any{"workspace": ws.ID, "name": "web", "grace_seconds": -1})
 
+	var w struct {
+		WatchID string `json:"watch_id"`
+		Events  []struct {
+			Kind    string
+			Service *service
+		}
+	}
+	s.ok(&w, "watch", map[string]any{"workspace": ws.ID})
 	s.ok(&sv, "service_stop", map[string]any{"workspace": ws.ID, "name": "web", "grace_seconds": 1})
 	assert.Equal(t, "stopped", sv.Reason)
+	s.ok(&w, "watch", map[string]any{"watch_id": w.WatchID, "timeout_seconds": 30})
+	require.NotEmpty(t, w.Events)
+	ev := w.Events[len(w.Events)-1]
+	require.Equal(t, "service", ev.Kind, "%+v", w.Events)
+	require.NotNil(t, ev.Service)
+	assert.Equal(t, "web ended stopped", ev.Service.Name+" "+ev.Service.State+" "+ev.Service.Reason)
 	s.ok(&sv, "service_start", map[string]any{"workspace": ws.ID, "name": "job", "command": "exit 5"})
 	s.ok(&sv, "service_wait", map[string]any{"workspace": ws.ID, "name": "job", "timeout_seconds": 30})
 	assert.Equal(t, "ended", sv.State)

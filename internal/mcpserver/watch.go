@@ -31,13 +31,14 @@ type watchIn struct {
 }
 
 type eventOut struct {
-	Kind    string `json:"kind" jsonschema:"created, modified, removed or renamed"`
+	Kind    string `json:"kind" jsonschema:"created, modified, removed or renamed; net: an egress decision; service: a service started or ended (service says which)"`
 	Path    string `json:"path"`
 	OldPath string `json:"old_path,omitempty" jsonschema:"renamed: the path before"`
 	// Net is a decision of the workspace's egress (kind net).
-	Net  *wire.NetEvent `json:"net,omitempty" jsonschema:"kind net: a decision of the workspace's egress (proto dns or tcp, name, address, port, verdict allowed or denied, reason)"`
-	Type string         `json:"type,omitempty"`
-	Size int64          `json:"size,omitempty"`
+	Net     *wire.NetEvent `json:"net,omitempty" jsonschema:"kind net: a decision of the workspace's egress (proto dns or tcp, name, address, port, verdict allowed or denied, reason)"`
+	Type    string         `json:"type,omitempty"`
+	Size    int64          `json:"size,omitempty"`
+	Service *serviceOut    `json:"service,omitempty" jsonschema:"kind service: the service as it is now"`
 }
 
 type watchOut struct {
@@ -164,7 +165,12 @@ func (s *Server) pollWatch(ctx context.Context, w *watch, wait time.Duration) wa
 			out.Ended = true
 			return
 		}
-		out.Events = append(out.Events, eventOut{Kind: ev.Kind, Path: ev.Path, OldPath: ev.OldPath, Type: ev.Type, Size: ev.Size, Net: ev.Net})
+		eo := eventOut{Kind: ev.Kind, Path: ev.Path, OldPath: ev.OldPath, Type: ev.Type, Size: ev.Size, Net: ev.Net}
+		if ev.Service != nil {
+			sv := serviceOf(*ev.Service)
+			eo.Service = &sv
+		}
+		out.Events = append(out.Events, eo)
 	}
 	select {
 	case ev, ok := <-w.events:
