@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -29,7 +30,10 @@ func TestWsServices(t *testing.T) {
 	out = p.ok("ws", "services", ws.ID)
 	assert.Contains(t, out, "ticker")
 	assert.Contains(t, out, "running")
-	assert.Equal(t, "tick\n", p.ok("ws", "logs", ws.ID, "ticker"))
+	for i := 0; p.ok("ws", "logs", ws.ID, "ticker") != "tick\n"; i++ {
+		require.Less(t, i, 100, "the service's log never showed its output")
+		time.Sleep(20 * time.Millisecond)
+	}
 
 	// Errors: a taken name (exists: 4), a command that cannot start
 	// (invalid: 2), an unknown service (not found: 3), bad usage (2).

@@ -339,6 +339,12 @@ func TestRoutes(t *testing.T) {
 	if len(svl.Services) != 1 || svl.Services[0].Name != "svc" {
 		t.Errorf("services = %+v", svl)
 	}
+	for i := 0; string(h.do("GET", base+"/services/svc/logs", nil).body) != "up\n"; i++ {
+		if i == 500 {
+			t.Fatal("the service's log never showed its output")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	h.json("POST", base+"/services/svc/stop", wire.ServiceStopRequest{GraceMs: 2000}, 200, &sv)
 	if sv.State != wire.ServiceEnded || sv.Reason != wire.ServiceStopped {
 		t.Errorf("stop service = %+v", sv)

@@ -234,6 +234,13 @@ func (e *Engine) supervise(w *workspace, sv *service, run platforms.Service) {
 		case <-wake:
 		}
 		backoff = min(2*backoff, serviceMaxBackoff)
+		sv.mu.Lock()
+		if sv.stopping { // stopped while it waited: not started again
+			sv.info.Reason = wire.ServiceStopped
+			sv.mu.Unlock()
+			break
+		}
+		sv.mu.Unlock()
 		next, err := sv.host.StartService(context.Background(), sv.spec, sv.log, sv.log)
 		sv.mu.Lock()
 		if err != nil || sv.stopping {

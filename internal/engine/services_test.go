@@ -114,6 +114,24 @@ func TestServices(t *testing.T) {
 		assert.Equal(t, "run 0\nrun 1\nrun 2\n", b.String())
 	})
 
+	t.Run("stop while restarting", func(t *testing.T) {
+		_, err := e.StartService(ctx, ws.ID, wire.ServiceRequest{Name: "crashy", Restart: wire.RestartOnFailure, Body: "exit 1"})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			list, _ := e.Services(ctx, ws.ID)
+			for _, sv := range list {
+				if sv.Name == "crashy" && sv.Restarts >= 1 {
+					return true
+				}
+			}
+			return false
+		}, 20*time.Second, 20*time.Millisecond)
+		sv, err := e.StopService(ctx, ws.ID, "crashy", time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, wire.ServiceEnded, sv.State)
+		assert.Equal(t, wire.ServiceStopped, sv.Reason)
+	})
+
 	t.Run("stop", func(t *testing.T) {
 		_, err := e.StartService(ctx, ws.ID, wire.ServiceRequest{Name: "stubborn", Body: "trap '' TERM; echo ready; while :; do sleep 0.1; done"})
 		require.NoError(t, err)

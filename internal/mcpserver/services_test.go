@@ -2,6 +2,7 @@ package mcpserver_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -39,8 +40,11 @@ func TestServiceTools(t *testing.T) {
 	s.ok(&list, "service_list", map[string]any{"workspace": ws.ID})
 	require.Len(t, list.Services, 1)
 	var logs struct{ Output string }
-	s.ok(&logs, "service_logs", map[string]any{"workspace": ws.ID, "name": "web"})
-	assert.Equal(t, "hello\n", logs.Output)
+	for i := 0; logs.Output != "hello\n"; i++ {
+		require.Less(t, i, 200, "the service's log: %q", logs.Output)
+		s.ok(&logs, "service_logs", map[string]any{"workspace": ws.ID, "name": "web"})
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	s.refused("already", "service_start", map[string]any{"workspace": ws.ID, "name": "web", "command": "true"})
 	s.refused("no-such-command", "service_start", map[string]any{"workspace": ws.ID, "argv": []string{"no-such-command"}})

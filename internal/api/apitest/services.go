@@ -36,6 +36,10 @@ func checkServices(f *fixture) {
 	_, err = f.eng.Exec(ctx, ws.ID, wire.ExecRequest{Argv: []string{"pgrep", "-cf", "sleep 1000"}}, &out, io.Discard)
 	require.NoError(f.t, err)
 	assert.Equal(f.t, "1\n", out.String(), "an exec sees the service")
+	require.Eventually(f.t, func() bool {
+		var b bytes.Buffer
+		return f.eng.ServiceLogs(ctx, ws.ID, "svc", false, &b, nil) == nil && b.String() == "hello\n"
+	}, 10*time.Second, 10*time.Millisecond, "the service's log")
 	stopped, err := f.eng.StopService(ctx, ws.ID, "svc", time.Second)
 	require.NoError(f.t, err)
 	assert.Equal(f.t, wire.ServiceEnded, stopped.State)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import layerfs
 
@@ -14,6 +15,10 @@ def test_services(client, project):
         assert (sv.name, sv.state) == ("sleeper", "running") and sv.pid > 1
         assert ws.exec(["pgrep", "-cf", "sleep 1000"]).stdout == "1\n"
         assert [s.name for s in ws.services()] == ["sleeper"]
+        for _ in range(200):
+            if ws.service_logs("sleeper") == "up\n":
+                break
+            time.sleep(0.02)
         assert ws.service_logs("sleeper") == "up\n"
 
         for call, err in ((lambda: ws.run("sleep 1", name="sleeper"), layerfs.AlreadyExists),
