@@ -45,7 +45,7 @@ func init() {
 		wire.FsckRequest{}, wire.FsckProblem{}, wire.FsckReport{}, wire.StoreStats{},
 		wire.Image{}, wire.ImageImport{}, wire.ImagePush{}, wire.ImageCommit{}, wire.ImageBuild{}, wire.ImageResult{},
 		wire.ProjectImage{}, wire.NetworkRule{}, wire.NetworkChange{}, wire.NetEvent{}, wire.NetUsage{},
-		wire.ProjectImage{}, wire.ServiceRequest{}, wire.Service{}, wire.ServiceList{}, wire.ServiceStopRequest{},
+		wire.ServiceRequest{}, wire.Service{}, wire.ServiceList{}, wire.ServiceStopRequest{},
 	} {
 		t := reflect.TypeOf(v)
 		wireTypes[t.Name()] = t

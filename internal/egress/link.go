@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -25,7 +26,10 @@ type Link struct {
 	idx  int // the host end's ifindex
 
 	connsAllowed, connsDenied, namesAllowed, namesDenied, bytesOut, bytesIn atomic.Int64
-	closeOnce                                                               sync.Once
+	// open counts the link's proxied connections whose bytes are not all
+	// counted yet: the proxy counts a copy's bytes when it returns.
+	open      atomic.Int64
+	closeOnce sync.Once
 }
 
 // Addr is the sandbox's address.
@@ -53,6 +57,16 @@ func (l *Link) Usage() wire.NetUsage {
 		ConnectionsAllowed: l.connsAllowed.Load(), ConnectionsDenied: l.connsDenied.Load(),
 		NamesAllowed: l.namesAllowed.Load(), NamesDenied: l.namesDenied.Load(),
 		BytesOut: l.bytesOut.Load(), BytesIn: l.bytesIn.Load()}
+}
+
+// Settled is Usage once the link's proxied connections have ended, or
+// after wait if some stay open (a service's): when an exec's command ends,
+// its connections' last bytes are counted a moment after.
+func (l *Link) Settled(wait time.Duration) wire.NetUsage {
+	for deadline := time.Now().Add(wait); l.open.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	return l.Usage()
 }
 
 // Attach gives the network namespace of process pid (a sandbox's init,

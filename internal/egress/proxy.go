@@ -105,6 +105,8 @@ func (m *Manager) carry(in *net.TCPConn) {
 		return
 	}
 	defer n.untrack(c)
+	l.open.Add(1)
+	defer l.open.Add(-1)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); m.pipe(out, in, &l.bytesOut, true) }()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"layerfs.dev/layerfs/internal/egress"
 	"layerfs.dev/layerfs/internal/netpolicy"
@@ -130,7 +131,7 @@ func (n *netState) usage() func() *wire.NetUsage {
 	}
 	u0 := link.Usage()
 	return func() *wire.NetUsage {
-		u := link.Usage()
+		u := link.Settled(50 * time.Millisecond) // its connections' last bytes counted
 		return &wire.NetUsage{Mode: mode, ConnectionsAllowed: u.ConnectionsAllowed - u0.ConnectionsAllowed,
 			ConnectionsDenied: u.ConnectionsDenied - u0.ConnectionsDenied, NamesAllowed: u.NamesAllowed - u0.NamesAllowed,
 			NamesDenied: u.NamesDenied - u0.NamesDenied, BytesOut: u.BytesOut - u0.BytesOut, BytesIn: u.BytesIn - u0.BytesIn}

@@ -76,6 +76,9 @@ type NetAttacher interface {
 type NetLink interface {
 	// Usage is what the link carried and decided so far.
 	Usage() wire.NetUsage
+	// Settled is Usage once the link's connections have ended and their
+	// bytes are counted, or after wait.
+	Settled(wait time.Duration) wire.NetUsage
 	// Close removes the link; it can be called more than once.
 	Close()
 }

@@ -420,6 +420,10 @@ func (x *execution) trace(cpu time.Duration) {
 	}
 }
 
+// linkSettle bounds the wait at an exec's end for its connections' last
+// bytes to be counted (longer only when a service keeps one open).
+const linkSettle = 50 * time.Millisecond
+
 // usageSince is what a link did between two readings of its usage.
 func usageSince(now, then wire.NetUsage) *wire.NetUsage {
 	return &wire.NetUsage{Mode: now.Mode,
@@ -447,7 +451,7 @@ func (x *execution) result(ctx context.Context) (platforms.ExecResult, error) {
 			res.UserNamespace = x.l.UserNamespace.String()
 		}
 		if x.ip.link != nil {
-			res.Network = usageSince(x.ip.link.Usage(), x.net0)
+			res.Network = usageSince(x.ip.link.Settled(linkSettle), x.net0)
 		}
 	default:
 		// The init died without a report: killed by the backstop, or by
