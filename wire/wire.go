@@ -41,6 +41,10 @@ const (
 	// CodeConflict (409) answers a merge that found paths it cannot decide:
 	// Error.Conflicts lists them; nothing was published.
 	CodeConflict = errclass.CodeConflict
+	// CodeUnreachable (502) answers a request the daemon was to pass on to
+	// a workspace's port when nothing listens on it; the message names
+	// the port.
+	CodeUnreachable = errclass.CodeUnreachable
 	// CodeDaemonLost is never sent: the SDK reports it when the connection
 	// to the daemon broke before a response was whole (the daemon crashed
 	// or was killed mid-request). The request's outcome is unknown; a

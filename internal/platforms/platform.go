@@ -3,6 +3,7 @@ package platforms
 import (
 	"context"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -31,6 +32,12 @@ var (
 	// ErrNoTerminal: an exec asked for a terminal on a platform without
 	// (Features.Terminal).
 	ErrNoTerminal = errclass.New(errclass.Unavailable, "the platform runs no terminals")
+	// ErrNoPorts: a port of a sandbox was asked of a platform that cannot
+	// reach them (Features.Ports).
+	ErrNoPorts = errclass.New(errclass.Unavailable, "the platform forwards no ports")
+	// ErrHostNetwork: a port was asked of a workspace granted the host's
+	// network, whose ports are the host's own.
+	ErrHostNetwork = errclass.New(errclass.Invalid, "the workspace has the host's network: its ports are the host's own, reach them on the host")
 	// ErrCommand: a command of a VM platform's tool (limactl, container,
 	// msb) failed.
 	ErrCommand = errclass.New(errclass.Unavailable, "platform command failed")
@@ -78,6 +85,9 @@ type Features struct {
 	// Terminal: runs an ExecSpec with a Terminal; others refuse it with
 	// ErrNoTerminal.
 	Terminal bool
+	// Ports: its sandboxes implement PortDialer; others' ports are
+	// refused with ErrNoPorts.
+	Ports bool
 }
 
 // Identity pins what a result was measured on.
@@ -187,6 +197,21 @@ type Sandbox interface {
 	Exec(ctx context.Context, spec ExecSpec, stdout, stderr io.Writer) (ExecResult, error)
 	// Close detaches the workspace and removes what Attach created.
 	Close(ctx context.Context) error
+}
+
+// PortDialer is implemented by the sandboxes of platforms with
+// Features.Ports: the daemon connects to a port inside the workspace's
+// sandbox, in its network namespace, which stays its own (nothing of the
+// host's network is opened to it, nor its ports to the host's).
+type PortDialer interface {
+	// DialPort connects to port on the loopback of the workspace's
+	// sandbox network namespace (127.0.0.1, else ::1). It fails with an
+	// error of class errclass.Unreachable, naming the port, when nothing
+	// listens there (a sandbox that runs nothing listens on nothing);
+	// errclass.Invalid for a port outside 1-65535; ErrHostNetwork for a
+	// workspace with the host's network; ErrClosed once the sandbox is
+	// closed.
+	DialPort(ctx context.Context, port int) (net.Conn, error)
 }
 
 // Remote is implemented by platforms whose layerfsd runs in a guest

@@ -45,12 +45,13 @@ const (
 	CodeDaemonLost       = "daemon_lost"
 	CodeMisdirected      = "misdirected"
 	CodeConflict         = "conflict"
+	CodeUnreachable      = "unreachable"
 )
 
 // The classes. Exit codes: 0 success, 1 internal (or unclassified), 2
 // invalid (usage), 3 not found, 4 exists, 5 conflict (busy, head moved,
 // uncommitted), 6 unavailable (daemon lost too), 7 unauthorized, 8 no
-// space, 9 corrupt, 10 misdirected, 11 merge conflict.
+// space, 9 corrupt, 10 misdirected, 11 merge conflict, 12 unreachable.
 var (
 	// Invalid: the request is malformed or names something badly (400).
 	Invalid = &Class{"invalid argument", CodeInvalid, 400, 2}
@@ -89,6 +90,9 @@ var (
 	// Conflict: a merge found paths it cannot decide (the error lists
 	// them); nothing was published (409).
 	Conflict = &Class{"merge conflict", CodeConflict, 409, 11}
+	// Unreachable: what the daemon was to pass the request on to did not
+	// answer: nothing listens on a workspace's port (502 Bad Gateway).
+	Unreachable = &Class{"unreachable", CodeUnreachable, 502, 12}
 	// DaemonLost is never sent: the SDK reports it when the connection to
 	// the daemon broke before an answer was whole; the outcome is unknown.
 	DaemonLost = &Class{"daemon lost", CodeDaemonLost, 0, 6}
@@ -97,7 +101,7 @@ var (
 // all lists the classes; for a status several share, the first is the one
 // FromStatus answers.
 var all = []*Class{Invalid, Unauthorized, NotFound, MethodNotAllowed, Busy, Exists, HeadMoved,
-	Uncommitted, TooLarge, Internal, Corrupt, Unavailable, NoSpace, Misdirected, DaemonLost, Conflict}
+	Uncommitted, TooLarge, Internal, Corrupt, Unavailable, NoSpace, Misdirected, DaemonLost, Conflict, Unreachable}
 
 // FromCode is the class of a wire code, nil for a code it does not know.
 func FromCode(code string) *Class {

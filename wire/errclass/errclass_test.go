@@ -23,6 +23,7 @@ func TestClassesThroughWrapping(t *testing.T) {
 		{"wrapped sentinel", fmt.Errorf("project %q: %w", "p", sentinel), NotFound, 3},
 		{"class itself", fmt.Errorf("x: %w", Busy), Busy, 5},
 		{"merge conflict", fmt.Errorf("merge: %w", Conflict), Conflict, 11},
+		{"unreachable", fmt.Errorf("port: %w", Unreachable), Unreachable, 12},
 		{"Errorf", Errorf(Invalid, "field %q: bad", "name"), Invalid, 2},
 		{"Errorf over another class", Errorf(Invalid, "path: %w", sentinel), Invalid, 2},
 		{"ENOSPC", &fs.PathError{Op: "write", Path: "f", Err: syscall.ENOSPC}, NoSpace, 8},

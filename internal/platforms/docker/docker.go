@@ -186,7 +186,7 @@ func (p *Platform) Features() platforms.Features {
 	eg := p.egress != nil
 	p.mu.Unlock()
 	return platforms.Features{HostMounts: true, Network: true, Egress: eg, MemoryLimit: p.cg != nil, PidsLimit: p.cg != nil,
-		CPULimit: p.cg != nil && p.cg.cpu.Dir != "", OpenFilesLimit: true}
+		CPULimit: p.cg != nil && p.cg.cpu.Dir != "", OpenFilesLimit: true, Ports: true}
 }
 
 // Up connects to the engine, checks it, and ensures the sandbox image.

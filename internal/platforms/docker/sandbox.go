@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -30,6 +31,7 @@ import (
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/docker/supervise"
 	"layerfs.dev/layerfs/internal/platforms/internal/userns"
+	"layerfs.dev/layerfs/internal/portfwd"
 )
 
 // Errors of Exec; a workspace or spec that breaks the contract is
@@ -70,10 +72,14 @@ type Sandbox struct {
 	mu     sync.Mutex
 	closed bool
 
-	net netState
+	net   netState
+	netns *os.File // the container's network namespace, once a port was asked
 }
 
-var _ platforms.Sandbox = (*Sandbox)(nil)
+var (
+	_ platforms.Sandbox    = (*Sandbox)(nil)
+	_ platforms.PortDialer = (*Sandbox)(nil)
+)
 
 // Attach creates and starts the workspace's container. Close the Sandbox
 // before unmounting a FUSE workspace: the container's bind mount holds the
@@ -385,6 +391,10 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
+	if s.netns != nil {
+		s.netns.Close()
+		s.netns = nil
+	}
 	s.mu.Unlock()
 	var err error
 	if s.id != "" {
@@ -399,6 +409,66 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	s.removeRootImage(ctx)
 	s.dropClone()
 	return errors.Join(err, s.net.close())
+}
+
+// DialPort connects to port in the container's network namespace
+// (platforms.PortDialer), where every exec of the workspace runs: the
+// namespace of the container's first process, which the engine runs on
+// this host, entered by the daemon (see internal/portfwd).
+func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if err := portfwd.CheckPort(port); err != nil {
+		return nil, err
+	}
+	if s.ws.Network {
+		return nil, fmt.Errorf("docker: port %d of %s: %w", port, s.ws.ID, platforms.ErrHostNetwork)
+	}
+	ns, err := s.containerNetNS(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("docker: port %d of %s: %w", port, s.ws.ID, err)
+	}
+	c, err := portfwd.Dial(ctx, ns, port)
+	if err != nil {
+		return nil, fmt.Errorf("docker: port %d of workspace %s: %w", port, s.ws.ID, err)
+	}
+	return c, nil
+}
+
+// containerNetNS opens the container's network namespace, once: by the
+// pid of its first process, which is the container's while the container
+// runs (checked again once it is open).
+func (s *Sandbox) containerNetNS(ctx context.Context) (*os.File, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, platforms.ErrClosed
+	}
+	if s.netns != nil {
+		return s.netns, nil
+	}
+	pid := func() (int, error) {
+		ins, err := s.cli.ContainerInspect(ctx, s.id)
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("%w: inspect container: %w", platforms.ErrClosed, err)
+		case ins.State == nil || !ins.State.Running || ins.State.Pid <= 0:
+			return 0, fmt.Errorf("%w: container %s is not running", platforms.ErrClosed, s.id[:12])
+		}
+		return ins.State.Pid, nil
+	}
+	before, err := pid()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := os.Open("/proc/" + strconv.Itoa(before) + "/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("%w: the container's network namespace (is the Docker engine on this host?): %w", platforms.ErrNoPorts, err)
+	}
+	if after, err := pid(); err != nil || after != before {
+		ns.Close()
+		return nil, fmt.Errorf("%w: container %s changed while its namespace was opened", platforms.ErrClosed, s.id[:12])
+	}
+	s.netns = ns
+	return ns, nil
 }
 
 // dropClone unmounts the workspace's id-mapped clone, if it has one.

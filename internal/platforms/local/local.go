@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"layerfs.dev/layerfs/internal/platforms"
 	"layerfs.dev/layerfs/internal/platforms/internal/userns"
 	"layerfs.dev/layerfs/internal/platforms/local/sandbox"
+	"layerfs.dev/layerfs/internal/portfwd"
 	"layerfs.dev/layerfs/internal/seccomp"
 	"layerfs.dev/layerfs/wire"
 )
@@ -94,6 +96,7 @@ var (
 	_ platforms.SandboxHost = (*Platform)(nil)
 	_ platforms.IDMapper    = (*Platform)(nil)
 	_ platforms.Isolator    = (*Platform)(nil)
+	_ platforms.PortDialer  = (*Sandbox)(nil)
 )
 
 // New returns a platform that is not up yet.
@@ -147,7 +150,7 @@ func (p *Platform) Features() platforms.Features {
 	eg := p.egress != nil
 	p.mu.Unlock()
 	return platforms.Features{HostMounts: true, Network: true, Egress: eg, MemoryLimit: mem, PidsLimit: pids,
-		CPULimit: l.CPULimit(), OpenFilesLimit: true, Terminal: true}
+		CPULimit: l.CPULimit(), OpenFilesLimit: true, Terminal: true, Ports: true}
 }
 
 // Up checks that this host can run sandboxes by running `true` in one.
@@ -475,6 +478,47 @@ func (s *Sandbox) StartService(ctx context.Context, spec platforms.ExecSpec, std
 		return nil, fmt.Errorf("local: start a service in %s: %w", s.w.ID, err)
 	}
 	return sv, nil
+}
+
+// DialPort connects to port in the network namespace of the workspace's
+// sandbox (platforms.PortDialer): that of each init that runs one of its
+// execs now, the newest first, until one answers. Nothing listens while
+// no exec runs: an exec's processes all end with it.
+func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if err := portfwd.CheckPort(port); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return nil, fmt.Errorf("local: port %d of %s: %w", port, s.w.ID, platforms.ErrClosed)
+	case s.w.Network:
+		return nil, fmt.Errorf("local: port %d of %s: %w", port, s.w.ID, platforms.ErrHostNetwork)
+	}
+	nss, err := s.session.NetNamespaces()
+	if err != nil {
+		return nil, fmt.Errorf("local: port %d of %s: %w", port, s.w.ID, err)
+	}
+	defer func() {
+		for _, ns := range nss {
+			ns.Close()
+		}
+	}()
+	if len(nss) == 0 {
+		return nil, fmt.Errorf("%w: port %d of workspace %s: nothing runs in its sandbox", portfwd.ErrRefused, port, s.w.ID)
+	}
+	for _, ns := range nss {
+		c, err := portfwd.Dial(ctx, ns, port)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, portfwd.ErrRefused) {
+			return nil, fmt.Errorf("local: port %d of %s: %w", port, s.w.ID, err)
+		}
+	}
+	return nil, fmt.Errorf("%w: port %d of workspace %s", portfwd.ErrRefused, port, s.w.ID)
 }
 
 // Close cancels the workspace's running execs and waits until their

@@ -218,6 +218,7 @@ func runHostMounts(t *testing.T, p platforms.Platform, newWorkspace func(t *test
 	t.Run("Workspace", func(t *testing.T) { testWorkspace(t, e) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, e) })
 	t.Run("Network", func(t *testing.T) { testNetwork(t, e) })
+	t.Run("Ports", func(t *testing.T) { testPorts(t, e) })
 	t.Run("Limits", func(t *testing.T) { testLimits(t, e) })
 	t.Run("CPUAndOpenFiles", func(t *testing.T) { testCPUAndOpenFiles(t, e) })
 	t.Run("Isolation", func(t *testing.T) {

@@ -144,6 +144,9 @@ func (x *execution) start(ctx context.Context) error {
 		x.net0 = x.ip.link.Usage()
 	}
 	x.l.track(x.ip.pid, true)
+	if x.session != nil && x.sendErr == nil {
+		x.session.runs(x.ip, true)
+	}
 	x.stopCtx = context.AfterFunc(ctx, x.kill)
 	x.backstop = time.AfterFunc(x.ic.Timeout+killGrace, x.kill)
 	x.copyOutput()
@@ -276,6 +279,9 @@ func (x *execution) await(ctx context.Context) {
 		x.rep, x.reported = x.ip.report()
 	} else {
 		x.kill()
+	}
+	if x.session != nil {
+		x.session.runs(x.ip, false)
 	}
 	close(x.gotReport)
 	x.marks.add("got")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"layerfs.dev/layerfs/internal/platforms"
@@ -54,3 +55,6 @@ func IsInit() bool { return false }
 
 // InitMain returns false: there are no sandbox inits here.
 func InitMain() bool { return false }
+
+// NetNamespaces opens nothing: there are no sandboxes here.
+func (s *Session) NetNamespaces() ([]*os.File, error) { return nil, nil }

@@ -2,8 +2,11 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,6 +38,10 @@ type Session struct {
 	// (service_linux.go); startMu makes one service's start at a time.
 	res     *residentInit
 	startMu sync.Mutex
+	// running are the inits that run the Session's execs now, oldest
+	// first: an init is in it from the exec's start until its report,
+	// never once it may be reaped.
+	running []*initProc
 }
 
 // NewSession returns a Session of the launcher.
@@ -93,6 +100,65 @@ func (s *Session) Close(ctx context.Context) error {
 	delete(s.l.sessions, s)
 	s.l.mu.Unlock()
 	return nil
+}
+
+// runs registers ip as running one of the Session's execs (on), or as done
+// with it, before it is kept or reaped.
+func (s *Session) runs(ip *initProc, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range s.running {
+		if r == ip {
+			s.running = append(s.running[:i], s.running[i+1:]...)
+			break
+		}
+	}
+	if on {
+		s.running = append(s.running, ip)
+	}
+}
+
+// NetNamespaces opens the network namespace of each sandbox that runs one
+// of the Session's execs now, the newest exec's first: where what those
+// execs started listens. The caller closes them. An init whose exec has
+// ended is not among them (its processes are gone, and it may be reaped),
+// nor is one of an exec with the host's network.
+func (s *Session) NetNamespaces() ([]*os.File, error) {
+	var out []*os.File
+	var errs []error
+	// The resident init first: it holds the Session's services.
+	s.mu.Lock()
+	r := s.res
+	s.mu.Unlock()
+	if r != nil && !r.cfg.Network && r.acquire() {
+		f, err := os.Open("/proc/" + strconv.Itoa(r.ip.pid) + "/ns/net")
+		r.release()
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			out = append(out, f)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.running) - 1; i >= 0; i-- {
+		ip := s.running[i]
+		if ip.kind.network {
+			continue
+		}
+		// The init is not reaped while it is in running, so its pid is
+		// still its own.
+		f, err := os.Open("/proc/" + strconv.Itoa(ip.pid) + "/ns/net")
+		if err != nil {
+			errs = append(errs, err) // it died: its namespace went with it
+			continue
+		}
+		out = append(out, f)
+	}
+	if len(out) == 0 && len(errs) > 0 {
+		return nil, fmt.Errorf("sandbox network namespace: %w", errors.Join(errs...))
+	}
+	return out, nil
 }
 
 // reaped registers settled, closed once an exec's init is reaped, and
