@@ -34,6 +34,9 @@ type Client struct {
 	version wire.Version
 	gzip    bool     // WithCompressedDownloads
 	opts    []Option // as dialled, for the fleet's other hosts
+	// dialRaw opens a connection of its own to the daemon, for a port
+	// forward, which takes it over whole (ports.go).
+	dialRaw func(ctx context.Context) (net.Conn, error)
 
 	mu    sync.Mutex
 	peers map[string]*Client // other hosts' daemons, by advertised address
@@ -84,6 +87,10 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		}
 		c.hc = &http.Client{Transport: tr}
 		c.base = "http://layerfsd"
+		c.dialRaw = func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}
 	case strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://"):
 		u, err := url.Parse(addr)
 		if err != nil {
@@ -96,6 +103,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 			c.hc = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, DisableCompression: true}}
 		}
 		c.base = u.Scheme + "://" + u.Host
+		c.dialRaw = rawDialer(u)
 	default:
 		return nil, fmt.Errorf("dial %q: want unix:///path/to/socket, tcp://host:port or http://host:port", addr)
 	}

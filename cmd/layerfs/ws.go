@@ -34,6 +34,7 @@ func wsCmd(a *app) *cobra.Command {
 		wsCommitCmd(a), wsUpdateCmd(a), wsResolveCmd(a), wsForkCmd(a), wsEndCmd(a), wsMountCmd(a), wsWatchCmd(a), wsShellCmd(a),
 		wsNetworkCmd(a),
 		wsRunCmd(a), wsServicesCmd(a), wsLogsCmd(a), wsStopCmd(a), wsWaitCmd(a),
+		wsPortCmd(a), wsShareCmd(a), wsSharesCmd(a), wsUnshareCmd(a),
 	)
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"net"
 	"time"
 
 	"layerfs.dev/layerfs/wire"
@@ -144,6 +145,30 @@ type Executor interface {
 	Attach(ctx context.Context, id string, req wire.ExecRequest, stdin io.Reader, stdout, stderr io.Writer, resize <-chan wire.TerminalSize) (wire.ExecResult, error)
 }
 
+// Ports reaches the ports inside workspaces' sandboxes, and shares them.
+type Ports interface {
+	// DialPort connects to port inside the workspace's sandbox, in its
+	// network namespace: errclass.Unreachable, naming the port, when
+	// nothing listens on it; errclass.Invalid for a port outside 1-65535
+	// (or of a workspace with the host's network); errclass.NotFound for
+	// a workspace that ended; errclass.Unavailable on a platform that
+	// forwards no ports.
+	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
+	// SharePort makes a share of a live workspace's port (req.Public: its
+	// token is the workspace's id and the port), or returns the one the
+	// port has; errclass.Exists when that one differs in Public.
+	SharePort(ctx context.Context, id string, req wire.ShareRequest) (wire.PortShare, error)
+	// PortShares lists a workspace's shares by port.
+	PortShares(ctx context.Context, id string) ([]wire.PortShare, error)
+	// UnsharePort revokes the share of a workspace's port for good;
+	// errclass.NotFound when it has none.
+	UnsharePort(ctx context.Context, id string, port int) error
+	// SharedPort is the workspace and port a share's token reaches;
+	// errclass.NotFound for a token that reaches none (revoked, or never
+	// made, or its workspace ended).
+	SharedPort(ctx context.Context, token string) (id string, port int, err error)
+}
+
 // Files reads and writes the files of a workspace.
 //
 // GetTar names every entry below the path's base name ("." for the root): a
@@ -252,6 +277,7 @@ type Engine interface {
 	WorkspaceManager
 	Executor
 	Services
+	Ports
 	Files
 	Watcher
 	ImageManager

@@ -40,7 +40,7 @@ func init() {
 		wire.UpdateRequest{}, wire.UpdateResult{}, wire.ResolveRequest{}, wire.ResolveResult{},
 		wire.ForkRequest{}, wire.ForkResult{}, wire.Change{}, wire.DiffPage{}, wire.FileInfo{}, wire.FileEvent{},
 		wire.DirPage{}, wire.Checkout{}, wire.CheckoutResult{}, wire.WorkspaceSpec{}, wire.Owner{}, wire.Workspace{},
-		wire.WorkspaceStatus{}, wire.ExecRequest{}, wire.TerminalSize{}, wire.ExecResult{}, wire.ExecEvent{}, wire.OpStats{},
+		wire.WorkspaceStatus{}, wire.ExecRequest{}, wire.TerminalSize{}, wire.ExecResult{}, wire.ExecEvent{}, wire.OpStats{}, wire.ShareRequest{}, wire.PortShare{},
 		wire.FUSEStats{}, wire.SQLStats{}, wire.UpperStats{}, wire.Receipt{}, wire.GCRequest{}, wire.GCResult{},
 		wire.FsckRequest{}, wire.FsckProblem{}, wire.FsckReport{}, wire.StoreStats{},
 		wire.Image{}, wire.ImageImport{}, wire.ImagePush{}, wire.ImageCommit{}, wire.ImageBuild{}, wire.ImageResult{},

@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"net/http"
+
+	"layerfs.dev/layerfs/wire"
 )
 
 // handlerFunc is a handler that returns its error; the wrapper answers it.
@@ -62,6 +64,12 @@ func (s *Server) routes() {
 	s.handle("POST /v1/workspaces/{id}/services/{name}/stop", work, s.stopService)
 	s.handle("POST /v1/workspaces/{id}/services/{name}/wait", read, s.waitService)
 	s.handle("GET /v1/workspaces/{id}/services/{name}/logs", read, s.serviceLogs)
+	s.handle("POST /v1/workspaces/{id}/ports/{port}/connect", read, s.connectPort)
+	s.handle("/v1/workspaces/{id}/ports/{port}/{path...}", read, s.previewPort)
+	s.handle("POST /v1/workspaces/{id}/shares", work, s.sharePort)
+	s.handle("GET /v1/workspaces/{id}/shares", read, s.listShares)
+	s.handle("DELETE /v1/workspaces/{id}/shares/{port}", work, s.unsharePort)
+	s.handle(wire.SharePrefix+"{token}/{path...}", read, s.sharedPort)
 
 	s.handle("GET /v1/images", read, s.listImages)
 	s.handle("POST /v1/images", work, s.importImage)

@@ -62,6 +62,7 @@ type Server struct {
 	workspaces    WorkspaceManager
 	executor      Executor
 	services      Services
+	ports         Ports
 	files         Files
 	watcher       Watcher
 	images        ImageManager
@@ -74,6 +75,9 @@ type Server struct {
 	metrics *metrics
 	started time.Time
 	reqID   atomic.Uint64
+
+	// portTransport carries previews' requests to workspaces' ports.
+	portTransport *http.Transport
 
 	abortCtx context.Context
 	abort    context.CancelFunc
@@ -124,6 +128,7 @@ func NewServer(eng Engine, opts Options) *Server {
 		workspaces:    eng,
 		executor:      eng,
 		services:      eng,
+		ports:         eng,
 		files:         eng,
 		watcher:       eng,
 		images:        eng,
@@ -137,6 +142,7 @@ func NewServer(eng Engine, opts Options) *Server {
 		changed:       make(chan struct{}),
 	}
 	s.lastActive = s.started
+	s.portTransport = s.newPortTransport()
 	s.abortCtx, s.abort = context.WithCancel(context.Background())
 	s.drainCtx, s.drainStop = context.WithCancel(context.Background())
 	s.routes()
@@ -240,6 +246,11 @@ func (s *Server) beginWork(ctx context.Context, exec bool) (context.Context, fun
 func (s *Server) requireToken(token string, next http.Handler) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, wire.SharePrefix) {
+			// A share's own token is its authority (ports.go).
+			next.ServeHTTP(w, r)
+			return
+		}
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="layerfsd"`)

@@ -17,6 +17,7 @@ type metrics struct {
 	execs             atomic.Int64
 	execFailures      atomic.Int64 // commands that exited non-zero
 	execErrors        atomic.Int64 // execs that could not run
+	portDials         atomic.Int64 // connections made to workspaces' ports
 	execWallNs        atomic.Int64
 	commits           atomic.Int64
 	workspacesCreated atomic.Int64
@@ -66,6 +67,7 @@ func (e *Engine) WriteMetrics(w io.Writer) error {
 	pw.metric("layerfs_execs_total", "counter", "Execs that ran.", float64(m.execs.Load()))
 	pw.metric("layerfs_exec_failures_total", "counter", "Execs whose command exited non-zero.", float64(m.execFailures.Load()))
 	pw.metric("layerfs_exec_errors_total", "counter", "Execs that could not run.", float64(m.execErrors.Load()))
+	pw.metric("layerfs_port_connections_total", "counter", "Connections made to ports inside workspaces' sandboxes.", float64(m.portDials.Load()))
 	pw.metric("layerfs_exec_wall_seconds_total", "counter", "Wall time of execs.", float64(m.execWallNs.Load())/1e9)
 	pw.metric("layerfs_commits_total", "counter", "Workspace commits.", float64(m.commits.Load()))
 	pw.metric("layerfs_upper_files_written_total", "counter", "Files execs added to upper layers.", float64(m.upperFiles.Load()))

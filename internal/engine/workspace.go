@@ -967,6 +967,11 @@ func (e *Engine) remove(ctx context.Context, rec store.Workspace) error {
 	if rec.Project == "" { // native: never recorded
 		return nil
 	}
+	// Its ports' share tokens are revoked with it, before its record
+	// goes: a token never outlives its workspace.
+	if _, err := e.db.DeletePortShares(ctx, rec.ID, 0); err != nil {
+		return fmt.Errorf("remove workspace %s: %w", rec.ID, err)
+	}
 	return classify(e.db.DeleteWorkspace(ctx, rec.ID))
 }
 

@@ -43,18 +43,25 @@ func Dial(ctx context.Context, ns *os.File, port int) (net.Conn, error) {
 		return nil, err
 	}
 	c, err := dialIn(ctx, ns, unix.AF_INET, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
-	if !errors.Is(err, unix.ECONNREFUSED) && !errors.Is(err, unix.EADDRNOTAVAIL) {
+	if !nobody(err) {
 		return c, err
 	}
 	c, err6 := dialIn(ctx, ns, unix.AF_INET6, &unix.SockaddrInet6{Port: port, Addr: [16]byte{15: 1}})
 	switch {
 	case err6 == nil:
 		return c, nil
-	case errors.Is(err6, unix.ECONNREFUSED), errors.Is(err6, unix.EADDRNOTAVAIL), errors.Is(err6, unix.EAFNOSUPPORT):
+	case nobody(err6) || errors.Is(err6, unix.EAFNOSUPPORT):
 		return nil, fmt.Errorf("%w: port %d: %w", ErrRefused, port, err)
 	default:
 		return nil, err6
 	}
+}
+
+// nobody reports whether a connect's error means that nothing listens:
+// refused, or no loopback yet (a sandbox whose lo is not up yet runs
+// nothing).
+func nobody(err error) bool {
+	return errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.ENETUNREACH)
 }
 
 // dialIn makes a socket of family in ns and connects it to sa.

@@ -94,7 +94,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	db.Close()
 	raw, err := sql.Open("sqlite", filepath.Join(dir, dbFile))
 	require.NoError(t, err)
-	_, err = raw.Exec(`DROP TABLE workspaces; DROP TABLE images; DROP TABLE derivations; DROP TABLE checkpoints;
+	_, err = raw.Exec(`DROP TABLE workspaces; DROP TABLE images; DROP TABLE derivations; DROP TABLE checkpoints; DROP TABLE port_shares;
 		ALTER TABLE projects DROP COLUMN image; UPDATE meta SET value = 1 WHERE key = 'schema_version'`)
 	require.NoError(t, err)
 	raw.Close()

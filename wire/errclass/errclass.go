@@ -45,7 +45,7 @@ const (
 	CodeDaemonLost       = "daemon_lost"
 	CodeMisdirected      = "misdirected"
 	CodeConflict         = "conflict"
-	CodeUnreachable      = "unreachable"
+	CodeUnreachable      = "port_unreachable"
 )
 
 // The classes. Exit codes: 0 success, 1 internal (or unclassified), 2

@@ -106,6 +106,18 @@ CREATE TABLE checkpoints (
 ) STRICT;
 CREATE INDEX checkpoints_project ON checkpoints(project, created);
 `,
+	// 5: the share tokens of workspaces' ports (package store's
+	// portshare.go).
+	`
+CREATE TABLE port_shares (
+	token     TEXT PRIMARY KEY,
+	workspace TEXT NOT NULL,
+	port      INTEGER NOT NULL,
+	public    INTEGER NOT NULL,
+	created   INTEGER NOT NULL,
+	UNIQUE (workspace, port)
+) STRICT;
+`,
 }
 
 // Postgres is a shared Store's migrations, versioned on their own. The
@@ -261,6 +273,19 @@ CREATE TABLE checkpoints (
 	created   BIGINT NOT NULL
 );
 CREATE INDEX checkpoints_project ON checkpoints(project, created);
+`,
+	// The share tokens of workspaces' ports, as the embedded Store's
+	// migration 5; every host's (a token names its workspace, and a
+	// request with it is answered by the host that serves that).
+	`
+CREATE TABLE port_shares (
+	token     TEXT PRIMARY KEY,
+	workspace TEXT NOT NULL,
+	port      INTEGER NOT NULL,
+	public    BOOLEAN NOT NULL,
+	created   BIGINT NOT NULL,
+	UNIQUE (workspace, port)
+);
 `,
 }
 

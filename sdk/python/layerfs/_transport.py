@@ -166,15 +166,16 @@ class Transport:
 
 
     def upgrade(self, path: str, json_body: Any, protocol: str) -> tuple[socket.socket, BinaryIO]:
-        """POST json_body asking to switch the connection to ``protocol``; on
+        """POST json_body (None: no body) asking to switch the connection to ``protocol``; on
         101 return the socket (to write to) and a buffered reader of what
         follows, else raise the typed error the answer carries. The
         connection is the caller's, never pooled."""
-        body = json.dumps(json_body).encode()
+        body = b"" if json_body is None else json.dumps(json_body).encode()
         host = "layerfsd" if self._host is None else f"{self._host[0]}:{self._host[1]}"
         head = [f"POST {path} HTTP/1.1", f"Host: {host}", "User-Agent: layerfs-python/" + API_VERSION,
-                "Content-Type: application/json", f"Content-Length: {len(body)}",
-                "Connection: Upgrade", f"Upgrade: {protocol}"]
+                f"Content-Length: {len(body)}", "Connection: Upgrade", f"Upgrade: {protocol}"]
+        if json_body is not None:
+            head.append("Content-Type: application/json")
         if self.token:
             head.append("Authorization: Bearer " + self.token)
         try:

@@ -17,6 +17,7 @@ import codecs
 import json
 import math
 import os
+import socket
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -25,11 +26,13 @@ from typing import Any
 from . import _archive
 from ._attach import PROTOCOL as ATTACH_PROTOCOL
 from ._attach import Attached, BytesCallback
+from ._ports import PROTOCOL as PORT_PROTOCOL
+from ._ports import PortConnection, PortForward
 from ._transport import API_VERSION, Transport, default_address, default_store, start_daemon
 from .errors import DaemonLost, DaemonUnreachable, InvalidArgument, LayerFSError, Misdirected, error_for
 from .types import (Branch, Change, Commit, CommitResult, Conflict, ExecResult, FileEvent, FileInfo, Image, ImageResult,
-                    MergeResult, NetworkRule, Project, Service, ServiceList, UpdateResult, Version, WorkspaceInfo,
-                    WorkspaceStatus, from_json)
+                    MergeResult, NetworkRule, PortShare, Project, Service, ServiceList, UpdateResult, Version,
+                    WorkspaceInfo, WorkspaceStatus, from_json)
 
 __all__ = ["Client", "Workspace", "Files", "Projects", "Workspaces", "Branches", "Images", "EventStream", "OutputCallback",
            "Attached"]
@@ -483,6 +486,44 @@ class Workspace:
         sequences and all), ``resize`` it, ``close`` it when the user
         leaves. The other arguments are :meth:`attach`'s."""
         return self.attach(["bash"] if command is None else command, tty=(rows, cols), on_stdout=on_output, **kw)
+
+    def dial_port(self, port: int) -> PortConnection:
+        """Connect to ``port`` inside the workspace's sandbox, through the
+        daemon (which enters the sandbox's network namespace: the sandbox's
+        network stays its own). Nothing listening raises
+        :class:`PortUnreachable` naming the port."""
+        path = self._path(f"/ports/{int(port)}/connect")
+        try:
+            sock, r = self._t.upgrade(path, None, PORT_PROTOCOL)
+        except Misdirected as e:
+            n = e.node
+            if n is None or not n.address or not n.live:
+                raise
+            self._t = self._c._peer(n.address)
+            sock, r = self._t.upgrade(path, None, PORT_PROTOCOL)
+        self._located = True
+        return PortConnection(sock, r)
+
+    def forward_port(self, port: int, listen: tuple[str, int] = ("127.0.0.1", 0)) -> PortForward:
+        """Listen on ``listen`` (a free port of 127.0.0.1 by default) and
+        forward every connection to ``port`` inside the workspace's
+        sandbox; the returned forward's ``address`` is where it listens."""
+        ln = socket.create_server(listen)
+        return PortForward(lambda: self.dial_port(port), ln)
+
+    def share_port(self, port: int, *, public: bool = False) -> PortShare:
+        """A share of ``port``: its ``url`` on the daemon's TCP listener
+        reaches it with a token of its own (the same share when asked
+        again). ``public``: a token anyone can guess."""
+        return from_json(PortShare, self._json("POST", self._path("/shares"), body={"port": port, "public": public}))
+
+    def port_shares(self) -> list[PortShare]:
+        """The shares of the workspace's ports."""
+        return [from_json(PortShare, d) for d in self._json("GET", self._path("/shares"))]
+
+    def unshare_port(self, port: int) -> None:
+        """Revoke the share of ``port``: its URL reaches nothing from then on."""
+        self._request("DELETE", self._path(f"/shares/{int(port)}"))
 
     def watch(self, prefix: str | None = None, *, timeout: float | None = None) -> "EventStream":
         """Open the stream of changes below the directory ``prefix`` (all of

@@ -152,6 +152,13 @@ class DaemonLost(LayerFSError):
     code = "daemon_lost"
 
 
+class PortUnreachable(LayerFSError):
+    """Nothing listens on the workspace's port (502): the message names
+    it."""
+
+    code = "port_unreachable"
+
+
 class DaemonUnreachable(LayerFSError):
     """No daemon answers at the address (not started, or gone)."""
 
@@ -161,11 +168,12 @@ class DaemonUnreachable(LayerFSError):
 _BY_CODE = {
     cls.code: cls
     for cls in (InvalidArgument, Unauthorized, NotFound, AlreadyExists, HeadMoved,
-                UncommittedChanges, Busy, TooLarge, Unavailable, InternalError, NoSpace, Misdirected, Conflict)
+                UncommittedChanges, Busy, TooLarge, Unavailable, InternalError, NoSpace, Misdirected, Conflict,
+                PortUnreachable)
 }
 
 _BY_STATUS = {400: InvalidArgument, 401: Unauthorized, 404: NotFound, 409: Busy,
-              413: TooLarge, 421: Misdirected, 503: Unavailable, 507: NoSpace}
+              413: TooLarge, 421: Misdirected, 502: PortUnreachable, 503: Unavailable, 507: NoSpace}
 
 
 def error_for(code: str | None, message: str, status: int | None = None,

@@ -316,6 +316,30 @@ class Node:
 
 
 @dataclass
+class ShareRequest:
+    """A request for a share of a workspace's port (``public``: a token
+    anyone can guess, the workspace's id and the port)."""
+
+    port: int = 0
+    public: bool = False
+
+
+@dataclass
+class PortShare:
+    """A share of a workspace's port: ``url`` (on the daemon's TCP listener)
+    reaches the port with ``token`` as its authority, until it is revoked
+    or the workspace ends."""
+
+    workspace: str = ""
+    port: int = 0
+    token: str = ""
+    path: str = ""  # /share/TOKEN/
+    url: str = ""  # "" when the daemon has no TCP listener
+    public: bool = False
+    created: datetime | None = _j(conv=_time)
+
+
+@dataclass
 class Owner:
     """A host user: the one a workspace's mount path is for."""
 
