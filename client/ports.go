@@ -116,6 +116,11 @@ func (c *Client) upgradePort(conn net.Conn, id string, port int) (net.Conn, erro
 		}
 		return nil, responseError(resp)
 	}
+	if br.Buffered() == 0 {
+		// The connection itself, so that copies to and from it can splice
+		// in the kernel.
+		return conn, nil
+	}
 	return &portConn{Conn: conn, r: br}, nil
 }
 
@@ -176,7 +181,7 @@ func (ws *Workspace) ForwardPort(ctx context.Context, l net.Listener, port int, 
 func splice(a, b net.Conn) {
 	var wg sync.WaitGroup
 	half := func(dst, src net.Conn) {
-		_, err := io.Copy(dst, src)
+		_, err := io.CopyBuffer(dst, src, make([]byte, 256<<10))
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == nil && cw.CloseWrite() == nil {
 			return
 		}

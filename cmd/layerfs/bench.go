@@ -54,6 +54,7 @@ func benchCmd(a *app) *cobra.Command {
 	store.Flags().IntVar(&cfg.Forks, "forks", 200, "samples per fork figure")
 	store.Flags().IntVar(&cfg.Merges, "merges", 50, "samples per merge figure")
 	store.Flags().StringVar(&chunking, "chunking", "", "chunk sizes MIN/AVG/MAX in bytes to try (default: the built-in ones)")
-	c.AddCommand(store, benchSessionCmd(a), benchServicesCmd(a), benchSpawnCmd(a), benchFSCmd(a), benchCrashCmd(a), benchFleetCmd(a), benchFirstReadCmd(a), benchImageCmd(a))
+	c.AddCommand(store, benchSessionCmd(a), benchServicesCmd(a), benchSpawnCmd(a), benchFSCmd(a), benchCrashCmd(a), benchFleetCmd(a), benchFirstReadCmd(a), benchImageCmd(a),
+		benchPortsCmd(a))
 	return c
 }

@@ -86,7 +86,12 @@ func (s *Server) connectPort(w http.ResponseWriter, r *http.Request) error {
 		s.log.Debug("port forward: upgrade failed", "workspace", id, "port", port, "err", err)
 		return nil
 	}
-	client := &bufferedConn{Conn: conn, r: brw.Reader}
+	// The connection itself when nothing waits in the server's reader, so
+	// that the copies can splice in the kernel.
+	client := conn
+	if brw.Reader.Buffered() > 0 {
+		client = &bufferedConn{Conn: conn, r: brw.Reader}
+	}
 	// A daemon that drains or aborts ends its forwards.
 	stop := context.AfterFunc(s.drainCtx, func() { client.Close(); up.Close() })
 	defer stop()

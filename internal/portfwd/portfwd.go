@@ -79,6 +79,10 @@ func dialIn(ctx context.Context, ns *os.File, family int, sa unix.Sockaddr) (net
 	if err != nil {
 		return nil, fmt.Errorf("port connection: %w", err)
 	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		// As net.Dial's connections: what is written goes out at once.
+		_ = tc.SetNoDelay(true)
+	}
 	return c, nil
 }
 
@@ -192,9 +196,16 @@ func Splice(a, b net.Conn) (aToB, bToA int64, err error) {
 
 type closeWriter interface{ CloseWrite() error }
 
-// pipe copies src to dst, then ends dst's writing side.
+// copyBuffers hold what pipe copies where the kernel cannot splice.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+// pipe copies src to dst, then ends dst's writing side. Between two of
+// the runtime's own connections (TCP, unix) io.Copy splices in the
+// kernel; otherwise it copies through a large buffer.
 func pipe(dst, src net.Conn) (int64, error) {
-	n, err := io.Copy(dst, src)
+	buf := copyBuffers.Get().(*[]byte)
+	n, err := io.CopyBuffer(dst, src, *buf)
+	copyBuffers.Put(buf)
 	if cw, ok := dst.(closeWriter); ok && err == nil {
 		if cw.CloseWrite() == nil {
 			return n, nil
