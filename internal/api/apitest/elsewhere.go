@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"net"
 	"sync"
 
 	"layerfs.dev/layerfs/internal/api"
@@ -197,4 +198,36 @@ func (e *Elsewhere) CommitImage(ctx context.Context, id string, req wire.ImageCo
 		return wire.ImageResult{}, err
 	}
 	return e.Engine.CommitImage(ctx, id, req)
+}
+
+// DialPort implements api.Ports.
+func (e *Elsewhere) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	if err := e.misdirected(id); err != nil {
+		return nil, err
+	}
+	return e.Engine.DialPort(ctx, id, port)
+}
+
+// SharePort implements api.Ports.
+func (e *Elsewhere) SharePort(ctx context.Context, id string, req wire.ShareRequest) (wire.PortShare, error) {
+	if err := e.misdirected(id); err != nil {
+		return wire.PortShare{}, err
+	}
+	return e.Engine.SharePort(ctx, id, req)
+}
+
+// PortShares implements api.Ports.
+func (e *Elsewhere) PortShares(ctx context.Context, id string) ([]wire.PortShare, error) {
+	if err := e.misdirected(id); err != nil {
+		return nil, err
+	}
+	return e.Engine.PortShares(ctx, id)
+}
+
+// UnsharePort implements api.Ports.
+func (e *Elsewhere) UnsharePort(ctx context.Context, id string, port int) error {
+	if err := e.misdirected(id); err != nil {
+		return err
+	}
+	return e.Engine.UnsharePort(ctx, id, port)
 }

@@ -37,7 +37,7 @@ type check struct {
 // Run runs every check of the suite against tg, each as a subtest.
 func Run(t *testing.T, tg Target) {
 	var checks []check
-	for _, group := range [][]check{historyChecks, workspaceChecks, mergeChecks, execChecks, serviceChecks, fileChecks, watchChecks, storeChecks} {
+	for _, group := range [][]check{historyChecks, workspaceChecks, mergeChecks, execChecks, serviceChecks, portChecks, fileChecks, watchChecks, storeChecks} {
 		checks = append(checks, group...)
 	}
 	for _, c := range checks {
