@@ -232,3 +232,35 @@ func TestPortShare(t *testing.T) {
 	code, _ = get(t, http.DefaultClient, pub.URL)
 	assert.Equal(t, http.StatusNotFound, code, "an ended workspace's share")
 }
+
+// TestPortOfAService: a service's port is reachable through a forward and a
+// preview while no exec runs, and unreachable once the service stops.
+func TestPortOfAService(t *testing.T) {
+	ws := attachWorkspace(t)
+	src, err := os.ReadFile("testdata/portserver.py")
+	require.NoError(t, err)
+	require.NoError(t, ws.WriteFile(t.Context(), "portserver.py", src, 0o644))
+	_, err = ws.StartService(t.Context(), []string{"python3", "portserver.py", "8000"}, client.ServiceOptions{Name: "web"})
+	require.NoError(t, err)
+	var c net.Conn
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if c, err = ws.DialPort(t.Context(), 8000); err == nil || !errors.Is(err, errclass.Unreachable) || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.NoError(t, err, "the service's port never answered")
+	_, err = io.WriteString(c, "GET /svc HTTP/1.0\r\n\r\n")
+	require.NoError(t, err)
+	b, err := io.ReadAll(c)
+	require.NoError(t, err)
+	c.Close()
+	assert.Contains(t, string(b), "200 OK")
+
+	code, body := get(t, daemonHTTP(), "http://layerfs/v1/workspaces/"+ws.ID()+"/ports/8000/preview")
+	assert.Equal(t, 200, code, body)
+
+	_, err = ws.StopService(t.Context(), "web", time.Second)
+	require.NoError(t, err)
+	_, err = ws.DialPort(t.Context(), 8000)
+	assert.ErrorIs(t, err, errclass.Unreachable)
+}
