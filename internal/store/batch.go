@@ -9,6 +9,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/store/pack"
+	"layerfs.dev/layerfs/internal/store/sqltx"
 )
 
 // BatchStats count what a batch stored since it was created.
@@ -387,11 +388,11 @@ const rowsPerInsert = 128
 // insertRows inserts n rows with multi-row INSERT statements, prepared once
 // per statement size; row appends row i's values to args.
 func insertRows(ctx context.Context, tx *tx, head, tuple string, n int, row func(i int, args []any) []any) error {
-	var s *stmt
+	var s *sqltx.Stmt
 	size := 0
 	defer func() {
 		if s != nil {
-			s.close()
+			s.Close()
 		}
 	}()
 	args := make([]any, 0, rowsPerInsert*4)
@@ -399,10 +400,10 @@ func insertRows(ctx context.Context, tx *tx, head, tuple string, n int, row func
 		k := min(rowsPerInsert, n-i)
 		if k != size {
 			if s != nil {
-				s.close()
+				s.Close()
 			}
 			var err error
-			s, err = tx.prepare(ctx, head+strings.Repeat(tuple+", ", k-1)+tuple)
+			s, err = tx.Prepare(ctx, head+strings.Repeat(tuple+", ", k-1)+tuple)
 			if err != nil {
 				return err
 			}
@@ -412,7 +413,7 @@ func insertRows(ctx context.Context, tx *tx, head, tuple string, n int, row func
 		for j := i; j < i+k; j++ {
 			args = row(j, args)
 		}
-		if _, err := s.exec(ctx, args...); err != nil {
+		if _, err := s.Exec(ctx, args...); err != nil {
 			return err
 		}
 	}

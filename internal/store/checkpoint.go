@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"layerfs.dev/layerfs/internal/store/sqltx"
 )
 
 // Checkpoint is the durable record of a checkpoint of a workspace's
@@ -52,7 +54,7 @@ func (db *DB) CreateCheckpoint(ctx context.Context, c Checkpoint) (Checkpoint, e
 		if err := requireCommits(ctx, tx, c.Commit, c.Files); err != nil {
 			return err
 		}
-		return tx.execOne(ctx, ErrExists, `INSERT INTO checkpoints(id, project, workspace, commit_id, files, message, meta, created)
+		return tx.ExecOne(ctx, ErrExists, `INSERT INTO checkpoints(id, project, workspace, commit_id, files, message, meta, created)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
 			c.ID, c.Project, c.Workspace, c.Commit[:], c.Files[:], c.Message, c.Meta, now)
 	})
@@ -92,9 +94,9 @@ func (db *DB) Checkpoints(ctx context.Context, project string) ([]Checkpoint, er
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
 		if project == "" {
-			out, err = scanAll(ctx, tx, scanCheckpoint, checkpointSelect+` ORDER BY created, id`)
+			out, err = sqltx.ScanAll(ctx, tx, scanCheckpoint, checkpointSelect+` ORDER BY created, id`)
 		} else {
-			out, err = scanAll(ctx, tx, scanCheckpoint, checkpointSelect+` WHERE project = ? ORDER BY created, id`, project)
+			out, err = sqltx.ScanAll(ctx, tx, scanCheckpoint, checkpointSelect+` WHERE project = ? ORDER BY created, id`, project)
 		}
 		return err
 	})
@@ -108,7 +110,7 @@ func (db *DB) Checkpoints(ctx context.Context, project string) ([]Checkpoint, er
 // something else keeps them) are then collectable.
 func (db *DB) DeleteCheckpoint(ctx context.Context, id string) error {
 	err := db.withTx(ctx, txWrite, func(tx *tx) error {
-		return tx.execOne(ctx, ErrNotFound, `DELETE FROM checkpoints WHERE id = ?`, id)
+		return tx.ExecOne(ctx, ErrNotFound, `DELETE FROM checkpoints WHERE id = ?`, id)
 	})
 	if err != nil {
 		return fmt.Errorf("delete checkpoint %q: %w", id, err)

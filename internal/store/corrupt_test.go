@@ -14,7 +14,7 @@ func flipPackByte(t *testing.T, db *DB, id ID, at int64) string {
 	t.Helper()
 	var pack, off int64
 	require.NoError(t, db.withTx(t.Context(), txRead, func(tx *tx) error {
-		return tx.row(t.Context(), `SELECT pack, off FROM chunks WHERE id = ?`, id[:]).Scan(&pack, &off)
+		return tx.Row(t.Context(), `SELECT pack, off FROM chunks WHERE id = ?`, id[:]).Scan(&pack, &off)
 	}))
 	path := db.packs.Path(pack)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -100,7 +100,7 @@ func TestCorruptRowsAreCaught(t *testing.T) {
 	defer db.Close()
 	flipRow := func(id ID) {
 		require.NoError(t, db.withTx(ctx, txWrite, func(tx *tx) error {
-			_, err := tx.exec(ctx, `UPDATE objects SET data = CAST(substr(data, 1, length(data) - 1) || x'7f' AS BLOB) WHERE id = ?`, id[:])
+			_, err := tx.Exec(ctx, `UPDATE objects SET data = CAST(substr(data, 1, length(data) - 1) || x'7f' AS BLOB) WHERE id = ?`, id[:])
 			return err
 		}))
 	}
@@ -139,7 +139,7 @@ func TestFsckFindsDanglingAndRangeProblems(t *testing.T) {
 	mustFsck(t, db)
 	// Point the chunk past the end of its pack.
 	require.NoError(t, db.withTx(ctx, txWrite, func(tx *tx) error {
-		_, err := tx.exec(ctx, `UPDATE chunks SET off = off + 1000000 WHERE id = ?`, chunk[:])
+		_, err := tx.Exec(ctx, `UPDATE chunks SET off = off + 1000000 WHERE id = ?`, chunk[:])
 		return err
 	}))
 	rep, err := db.Fsck(ctx, nil)
@@ -163,10 +163,10 @@ func TestFsckFindsMissingObjects(t *testing.T) {
 		m, _ := db.Manifest(ctx, tr.Entries[0].Object)
 		gone := m.Extents[2].Chunk
 		require.NoError(t, db.withTx(ctx, txWrite, func(tx *tx) error {
-			if _, err := tx.exec(ctx, `DELETE FROM chunks WHERE id = ?`, gone[:]); err != nil {
+			if _, err := tx.Exec(ctx, `DELETE FROM chunks WHERE id = ?`, gone[:]); err != nil {
 				return err
 			}
-			_, err := tx.exec(ctx, `DELETE FROM objects WHERE id = ?`, root[:])
+			_, err := tx.Exec(ctx, `DELETE FROM objects WHERE id = ?`, root[:])
 			return err
 		}))
 		rep, err := db.Fsck(ctx, nil)

@@ -105,7 +105,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	var v int
 	require.NoError(t, db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
-		v, err = schemaVersion(ctx, tx.tx)
+		v, err = schemaVersion(ctx, tx.Raw())
 		return err
 	}))
 	require.Equal(t, SchemaVersion(), v, "version after migration")

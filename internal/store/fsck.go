@@ -162,7 +162,7 @@ func (c *checker) tick() {
 // itself).
 func (c *checker) engine() error {
 	for _, q := range sqliteChecks(c.db.d.Postgres) {
-		r, err := c.tx.query(c.ctx, q.sql)
+		r, err := c.tx.Query(c.ctx, q.sql)
 		if err != nil {
 			return err
 		}
@@ -196,10 +196,10 @@ func (c *checker) engine() error {
 // places of the chunks.
 func (c *checker) index() error {
 	c.kinds, c.chunks = map[ID]Kind{}, map[ID]chunkRow{}
-	if err := c.tx.row(c.ctx, `SELECT (SELECT count(*) FROM objects) + (SELECT count(*) FROM chunks)`).Scan(&c.total); err != nil {
+	if err := c.tx.Row(c.ctx, `SELECT (SELECT count(*) FROM objects) + (SELECT count(*) FROM chunks)`).Scan(&c.total); err != nil {
 		return err
 	}
-	r, err := c.tx.query(c.ctx, `SELECT id, kind FROM objects`)
+	r, err := c.tx.Query(c.ctx, `SELECT id, kind FROM objects`)
 	if err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func (c *checker) index() error {
 	if err := r.Close(); err != nil {
 		return err
 	}
-	r, err = c.tx.query(c.ctx, `SELECT id, pack, off, len FROM chunks ORDER BY pack, off`)
+	r, err = c.tx.Query(c.ctx, `SELECT id, pack, off, len FROM chunks ORDER BY pack, off`)
 	if err != nil {
 		return err
 	}
@@ -255,7 +255,7 @@ func (c *checker) refs() error {
 // every commit is read.
 func (c *checker) objects() error {
 	c.manifestSize, c.graph = map[ID]int64{}, commitGraph{}
-	r, err := c.tx.query(c.ctx, `SELECT id, kind, data FROM objects ORDER BY kind`)
+	r, err := c.tx.Query(c.ctx, `SELECT id, kind, data FROM objects ORDER BY kind`)
 	if err != nil {
 		return err
 	}

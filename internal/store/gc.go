@@ -194,15 +194,15 @@ func (db *DB) mark(ctx context.Context, st *GCStats) (*liveSet, error) {
 
 // markFrom adds to live everything roots reach, in tx.
 func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCStats) error {
-	get, err := tx.prepare(ctx, `SELECT kind, data FROM objects WHERE id = ?`)
+	get, err := tx.Prepare(ctx, `SELECT kind, data FROM objects WHERE id = ?`)
 	if err != nil {
 		return err
 	}
-	defer get.close()
+	defer get.Close()
 	load := func(k Kind, id ID, via string) ([]byte, error) {
 		var kind int64
 		var data []byte
-		err := get.row(ctx, id[:]).Scan(&kind, &data)
+		err := get.Row(ctx, id[:]).Scan(&kind, &data)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && Kind(kind) != k) {
 			return nil, fmt.Errorf("%s %s (reached from %s) is missing; run fsck: %w", k, id, via, ErrNotFound)
 		}
@@ -301,7 +301,7 @@ type root struct {
 // table (or subquery) workspaces.
 func refRoots(ctx context.Context, tx *tx, workspaces string) ([]root, error) {
 	var out []root
-	r, err := tx.query(ctx, `
+	r, err := tx.Query(ctx, `
 		SELECT head, 'branch ' || project || '/' || name FROM branches
 		UNION ALL SELECT commit_id, 'layer ' || project || ':' || idx FROM layers
 		UNION ALL SELECT commit_id, 'image ' || name FROM images
@@ -332,7 +332,7 @@ func refRoots(ctx context.Context, tx *tx, workspaces string) ([]root, error) {
 func (db *DB) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool) error {
 	return db.withTx(ctx, txWrite, func(tx *tx) error {
 		var deadObjs, deadChunks []ID
-		r, err := tx.query(ctx, `SELECT id FROM objects`)
+		r, err := tx.Query(ctx, `SELECT id FROM objects`)
 		if err != nil {
 			return err
 		}
@@ -351,7 +351,7 @@ func (db *DB) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool
 		if err := r.Close(); err != nil {
 			return err
 		}
-		r, err = tx.query(ctx, `SELECT id, len FROM chunks`)
+		r, err = tx.Query(ctx, `SELECT id, len FROM chunks`)
 		if err != nil {
 			return err
 		}
@@ -383,17 +383,17 @@ func (db *DB) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool
 			if len(del.ids) == 0 {
 				continue
 			}
-			s, err := tx.prepare(ctx, del.q)
+			s, err := tx.Prepare(ctx, del.q)
 			if err != nil {
 				return err
 			}
 			for _, id := range del.ids {
-				if _, err := s.exec(ctx, id[:]); err != nil {
-					s.close()
+				if _, err := s.Exec(ctx, id[:]); err != nil {
+					s.Close()
 					return fmt.Errorf("delete %s: %w", id, err)
 				}
 			}
-			s.close()
+			s.Close()
 		}
 		return dropDeadDerivations(ctx, tx)
 	})
@@ -402,7 +402,7 @@ func (db *DB) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool
 // dropDeadDerivations forgets the derivations whose commit a sweep
 // deleted: they are a memo, not a root.
 func dropDeadDerivations(ctx context.Context, tx *tx) error {
-	_, err := tx.exec(ctx, `DELETE FROM derivations WHERE commit_id NOT IN (SELECT id FROM objects)`)
+	_, err := tx.Exec(ctx, `DELETE FROM derivations WHERE commit_id NOT IN (SELECT id FROM objects)`)
 	return err
 }
 
@@ -417,7 +417,7 @@ type packLive struct {
 func (db *DB) livePacks(ctx context.Context) (map[int64]*packLive, error) {
 	out := map[int64]*packLive{}
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		r, err := tx.query(ctx, `SELECT id, pack, off, len FROM chunks ORDER BY pack, off`)
+		r, err := tx.Query(ctx, `SELECT id, pack, off, len FROM chunks ORDER BY pack, off`)
 		if err != nil {
 			return err
 		}
@@ -515,13 +515,13 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 		}
 		db.count(ctx, account.PackSyncs, 1)
 		err = db.withTx(ctx, txWrite, func(tx *tx) error {
-			s, err := tx.prepare(ctx, `UPDATE chunks SET pack = ?, off = ? WHERE id = ? AND pack = ?`)
+			s, err := tx.Prepare(ctx, `UPDATE chunks SET pack = ?, off = ? WHERE id = ? AND pack = ?`)
 			if err != nil {
 				return err
 			}
-			defer s.close()
+			defer s.Close()
 			for _, c := range moved {
-				if _, err := s.exec(ctx, c.pack, c.off, c.id[:], num); err != nil {
+				if _, err := s.Exec(ctx, c.pack, c.off, c.id[:], num); err != nil {
 					return err
 				}
 			}

@@ -10,6 +10,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/store/bucketpack"
 	"layerfs.dev/layerfs/internal/store/schema"
+	"layerfs.dev/layerfs/internal/store/sqltx"
 )
 
 // GC on a shared Store (docs/fleet.md) runs while every host keeps working;
@@ -72,7 +73,7 @@ func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GC
 	live := newLiveSet()
 	err = db.withTx(ctx, txWrite, func(tx *tx) error {
 		var cutoff int64
-		if err := tx.row(ctx, `SELECT `+schema.NowNs+` - ?`, grace.Nanoseconds()).Scan(&cutoff); err != nil {
+		if err := tx.Row(ctx, `SELECT `+schema.NowNs+` - ?`, grace.Nanoseconds()).Scan(&cutoff); err != nil {
 			return err
 		}
 		roots, err := refRoots(ctx, tx, liveWorkspaces)
@@ -117,7 +118,7 @@ func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GC
 
 // youngRoots lists the objects stored (or found by a probe) since cutoff.
 func youngRoots(ctx context.Context, tx *tx, cutoff int64) ([]root, error) {
-	return scanAll(ctx, tx, func(s scanner) (root, error) {
+	return sqltx.ScanAll(ctx, tx, func(s scanner) (root, error) {
 		var b []byte
 		var k int64
 		err := s.Scan(&b, &k)
@@ -131,7 +132,7 @@ func youngRoots(ctx context.Context, tx *tx, cutoff int64) ([]root, error) {
 // each DELETE checking the age again on the row's latest version.
 func sweepShared(ctx context.Context, tx *tx, live *liveSet, cutoff int64, st *GCStats, dryRun bool) error {
 	ids := func(q string, keep func(ID) bool) ([][]byte, error) {
-		all, err := scanAll(ctx, tx, func(s scanner) ([]byte, error) {
+		all, err := sqltx.ScanAll(ctx, tx, func(s scanner) ([]byte, error) {
 			var b []byte
 			return b, s.Scan(&b)
 		}, q, cutoff)
@@ -162,7 +163,7 @@ func sweepShared(ctx context.Context, tx *tx, live *liveSet, cutoff int64, st *G
 	}
 	for i := 0; i < len(deadObjs); i += deleteGroup {
 		group := deadObjs[i:min(i+deleteGroup, len(deadObjs))]
-		res, err := tx.exec(ctx, `DELETE FROM objects WHERE id = ANY(?) AND created < ?`, group, cutoff)
+		res, err := tx.Exec(ctx, `DELETE FROM objects WHERE id = ANY(?) AND created < ?`, group, cutoff)
 		if err != nil {
 			return fmt.Errorf("delete objects: %w", err)
 		}
@@ -172,7 +173,7 @@ func sweepShared(ctx context.Context, tx *tx, live *liveSet, cutoff int64, st *G
 	for i := 0; i < len(deadChunks); i += deleteGroup {
 		group := deadChunks[i:min(i+deleteGroup, len(deadChunks))]
 		var n, bytes int64
-		err := tx.row(ctx, `WITH d AS (DELETE FROM chunks WHERE id = ANY(?) AND created < ? RETURNING len)
+		err := tx.Row(ctx, `WITH d AS (DELETE FROM chunks WHERE id = ANY(?) AND created < ? RETURNING len)
 			SELECT count(*), COALESCE(sum(len), 0) FROM d`, group, cutoff).Scan(&n, &bytes)
 		if err != nil {
 			return fmt.Errorf("delete chunks: %w", err)
@@ -194,7 +195,7 @@ func (db *DB) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 	var dead []pack
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
-		dead, err = scanAll(ctx, tx, func(s scanner) (pack, error) {
+		dead, err = sqltx.ScanAll(ctx, tx, func(s scanner) (pack, error) {
 			var p pack
 			return p, s.Scan(&p.num, &p.key)
 		}, `SELECT num, key FROM packs p WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.pack = p.num) ORDER BY num`)
@@ -211,7 +212,7 @@ func (db *DB) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 			return fmt.Errorf("delete pack %d: %w", p.num, err)
 		}
 		err := db.withTx(ctx, txInsert, func(tx *tx) error {
-			_, err := tx.exec(ctx, `DELETE FROM packs WHERE num = ?`, p.num)
+			_, err := tx.Exec(ctx, `DELETE FROM packs WHERE num = ?`, p.num)
 			return err
 		})
 		if err != nil {
@@ -235,7 +236,7 @@ func (db *DB) deleteOrphanPacks(ctx context.Context, grace time.Duration, st *GC
 	}
 	named := map[string]bool{}
 	err = db.withTx(ctx, txRead, func(tx *tx) error {
-		keys, err := scanAll(ctx, tx, func(s scanner) (string, error) {
+		keys, err := sqltx.ScanAll(ctx, tx, func(s scanner) (string, error) {
 			var k string
 			return k, s.Scan(&k)
 		}, `SELECT key FROM packs`)

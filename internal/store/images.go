@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"layerfs.dev/layerfs/internal/store/sqltx"
 )
 
 // Image is a named tree a workspace's root can be: the commit of its last
@@ -58,12 +60,12 @@ func (db *DB) PutImage(ctx context.Context, img Image, derivations map[string]ID
 			return err
 		}
 		for key, id := range derivations {
-			if _, err := tx.exec(ctx, `INSERT INTO derivations(key, commit_id, created) VALUES (?, ?, ?)
+			if _, err := tx.Exec(ctx, `INSERT INTO derivations(key, commit_id, created) VALUES (?, ?, ?)
 				ON CONFLICT (key) DO UPDATE SET commit_id = excluded.commit_id, created = excluded.created`, key, id[:], now); err != nil {
 				return err
 			}
 		}
-		_, err := tx.exec(ctx, `INSERT INTO images(name, digest, commit_id, record, created) VALUES (?, ?, ?, ?, ?)
+		_, err := tx.Exec(ctx, `INSERT INTO images(name, digest, commit_id, record, created) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET digest = excluded.digest, commit_id = excluded.commit_id,
 			record = excluded.record, created = excluded.created`, img.Name, img.Digest, img.Commit[:], img.Record, now)
 		return err
@@ -84,7 +86,7 @@ func (db *DB) PutDerivations(ctx context.Context, derivations map[string]ID) err
 			if err := requireCommit(ctx, tx, id); err != nil {
 				return err
 			}
-			if _, err := tx.exec(ctx, `INSERT INTO derivations(key, commit_id, created) VALUES (?, ?, ?)
+			if _, err := tx.Exec(ctx, `INSERT INTO derivations(key, commit_id, created) VALUES (?, ?, ?)
 				ON CONFLICT (key) DO UPDATE SET commit_id = excluded.commit_id, created = excluded.created`, key, id[:], now); err != nil {
 				return err
 			}
@@ -123,7 +125,7 @@ func (db *DB) ImagesByDigest(ctx context.Context, digest string) ([]Image, error
 	var out []Image
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
-		out, err = scanAll(ctx, tx, scanImage, imageSelect+` WHERE digest = ? ORDER BY name`, digest)
+		out, err = sqltx.ScanAll(ctx, tx, scanImage, imageSelect+` WHERE digest = ? ORDER BY name`, digest)
 		return err
 	})
 	if err != nil {
@@ -137,7 +139,7 @@ func (db *DB) Images(ctx context.Context) ([]Image, error) {
 	var out []Image
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
-		out, err = scanAll(ctx, tx, scanImage, imageSelect+` ORDER BY name`)
+		out, err = sqltx.ScanAll(ctx, tx, scanImage, imageSelect+` ORDER BY name`)
 		return err
 	})
 	if err != nil {
@@ -152,10 +154,10 @@ func (db *DB) Images(ctx context.Context) ([]Image, error) {
 // default it was has none.
 func (db *DB) DeleteImage(ctx context.Context, name string) error {
 	err := db.withTx(ctx, txWrite, func(tx *tx) error {
-		if err := tx.execOne(ctx, ErrNotFound, `DELETE FROM images WHERE name = ?`, name); err != nil {
+		if err := tx.ExecOne(ctx, ErrNotFound, `DELETE FROM images WHERE name = ?`, name); err != nil {
 			return err
 		}
-		_, err := tx.exec(ctx, `UPDATE projects SET image = '' WHERE image = ? OR image LIKE ?`, name, name+"@%")
+		_, err := tx.Exec(ctx, `UPDATE projects SET image = '' WHERE image = ? OR image LIKE ?`, name, name+"@%")
 		return err
 	})
 	if err != nil {
@@ -172,7 +174,7 @@ func (db *DB) Derivation(ctx context.Context, key string) (ID, bool, error) {
 	found := false
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var b []byte
-		err := tx.row(ctx, `SELECT d.commit_id FROM derivations d JOIN objects o ON o.id = d.commit_id WHERE d.key = ?`, key).Scan(&b)
+		err := tx.Row(ctx, `SELECT d.commit_id FROM derivations d JOIN objects o ON o.id = d.commit_id WHERE d.key = ?`, key).Scan(&b)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -199,14 +201,14 @@ func (db *DB) SetProjectImage(ctx context.Context, project, image string) error 
 		if image != "" {
 			name, _, _ := strings.Cut(image, "@")
 			var n int
-			if err := tx.row(ctx, `SELECT count(*) FROM images WHERE name = ?`, name).Scan(&n); err != nil {
+			if err := tx.Row(ctx, `SELECT count(*) FROM images WHERE name = ?`, name).Scan(&n); err != nil {
 				return err
 			}
 			if n == 0 {
 				return fmt.Errorf("image %q: %w", image, ErrNotFound)
 			}
 		}
-		_, err := tx.exec(ctx, `UPDATE projects SET image = ? WHERE name = ?`, image, project)
+		_, err := tx.Exec(ctx, `UPDATE projects SET image = ? WHERE name = ?`, image, project)
 		return err
 	})
 	if err != nil {

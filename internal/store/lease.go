@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/internal/store/schema"
+	"layerfs.dev/layerfs/internal/store/sqltx"
 )
 
 // A host's lease on a shared Store: a row (node, expires) on the
@@ -36,7 +37,7 @@ func (db *DB) RenewLease(ctx context.Context) error {
 		return nil
 	}
 	err := db.withTx(ctx, txInsert, func(tx *tx) error {
-		_, err := tx.exec(ctx, `INSERT INTO leases(node, expires) VALUES (?, `+schema.NowNs+` + ?)
+		_, err := tx.Exec(ctx, `INSERT INTO leases(node, expires) VALUES (?, `+schema.NowNs+` + ?)
 			ON CONFLICT (node) DO UPDATE SET expires = excluded.expires`, db.node, db.opts.LeaseTTL.Nanoseconds())
 		return err
 	})
@@ -101,7 +102,7 @@ func (db *DB) Leases(ctx context.Context) ([]Lease, error) {
 	var out []Lease
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
-		out, err = scanAll(ctx, tx, func(s scanner) (Lease, error) {
+		out, err = sqltx.ScanAll(ctx, tx, func(s scanner) (Lease, error) {
 			var l Lease
 			var exp int64
 			err := s.Scan(&l.Node, &exp, &l.Live)

@@ -131,11 +131,11 @@ func (db *DB) writeManifest(ctx context.Context, f *os.File, m *Manifest) error 
 	db.gcMu.RLock()
 	defer db.gcMu.RUnlock()
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		s, err := tx.prepare(ctx, `SELECT pack, off, len FROM chunks WHERE id = ?`)
+		s, err := tx.Prepare(ctx, `SELECT pack, off, len FROM chunks WHERE id = ?`)
 		if err != nil {
 			return err
 		}
-		defer s.close()
+		defer s.Close()
 		for _, x := range m.Extents {
 			if x.Chunk.IsZero() {
 				continue
@@ -144,7 +144,7 @@ func (db *DB) writeManifest(ctx context.Context, f *os.File, m *Manifest) error 
 				continue
 			}
 			var l loc
-			err := s.row(ctx, x.Chunk[:]).Scan(&l.pack, &l.off, &l.len)
+			err := s.Row(ctx, x.Chunk[:]).Scan(&l.pack, &l.off, &l.len)
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("chunk %s: %w", x.Chunk, ErrNotFound)
 			}

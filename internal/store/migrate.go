@@ -85,7 +85,7 @@ func (db *DB) migrations() []string {
 func (db *DB) migrate(ctx context.Context, target int, create bool) error {
 	migrations := db.migrations()
 	return db.withTx(ctx, txWrite, func(tx *tx) error {
-		v, err := db.schemaVersion(ctx, tx.tx)
+		v, err := db.schemaVersion(ctx, tx.Raw())
 		if err != nil {
 			return err
 		}
@@ -96,10 +96,10 @@ func (db *DB) migrate(ctx context.Context, target int, create bool) error {
 			return fmt.Errorf("schema version %d, this program knows %d: %w", v, len(migrations), ErrNewerSchema)
 		}
 		for ; v < target; v++ {
-			if _, err := tx.exec(ctx, migrations[v]); err != nil {
+			if _, err := tx.Exec(ctx, migrations[v]); err != nil {
 				return fmt.Errorf("migrate schema to version %d: %w", v+1, err)
 			}
-			if _, err := tx.exec(ctx, `INSERT INTO meta(key, value) VALUES ('schema_version', ?)
+			if _, err := tx.Exec(ctx, `INSERT INTO meta(key, value) VALUES ('schema_version', ?)
 				ON CONFLICT(key) DO UPDATE SET value = excluded.value`, v+1); err != nil {
 				return fmt.Errorf("migrate schema to version %d: %w", v+1, err)
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/internal/store/schema"
+	"layerfs.dev/layerfs/internal/store/sqltx"
 	"layerfs.dev/layerfs/wire/errclass"
 )
 
@@ -55,7 +56,7 @@ func (db *DB) Heartbeat(ctx context.Context, address string) error {
 		return fmt.Errorf("heartbeat: %w", ErrNotShared)
 	}
 	err := db.withTx(ctx, txInsert, func(tx *tx) error {
-		_, err := tx.exec(ctx, `INSERT INTO nodes(name, address, seen, up) VALUES (?, ?, `+schema.NowNs+`, true)
+		_, err := tx.Exec(ctx, `INSERT INTO nodes(name, address, seen, up) VALUES (?, ?, `+schema.NowNs+`, true)
 			ON CONFLICT (name) DO UPDATE SET address = excluded.address, seen = excluded.seen, up = true`, db.node, address)
 		return err
 	})
@@ -72,7 +73,7 @@ func (db *DB) Retire(ctx context.Context) error {
 		return fmt.Errorf("retire: %w", ErrNotShared)
 	}
 	err := db.withTx(ctx, txInsert, func(tx *tx) error {
-		_, err := tx.exec(ctx, `UPDATE nodes SET up = false, seen = `+schema.NowNs+` WHERE name = ?`, db.node)
+		_, err := tx.Exec(ctx, `UPDATE nodes SET up = false, seen = `+schema.NowNs+` WHERE name = ?`, db.node)
 		return err
 	})
 	if err != nil {
@@ -90,7 +91,7 @@ func (db *DB) Nodes(ctx context.Context) ([]Node, error) {
 	var out []Node
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
-		out, err = scanAll(ctx, tx, scanNode, `SELECT `+nodeColumns+` FROM nodes n ORDER BY n.name`, NodeExpiry.Nanoseconds())
+		out, err = sqltx.ScanAll(ctx, tx, scanNode, `SELECT `+nodeColumns+` FROM nodes n ORDER BY n.name`, NodeExpiry.Nanoseconds())
 		return err
 	})
 	if err != nil {
@@ -128,7 +129,7 @@ func (db *DB) FleetWorkspaces(ctx context.Context) ([]Workspace, error) {
 	var out []Workspace
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
-		out, err = scanAll(ctx, tx, func(s scanner) (Workspace, error) {
+		out, err = sqltx.ScanAll(ctx, tx, func(s scanner) (Workspace, error) {
 			var node string
 			w, err := scanWorkspaceAnd(s, &node)
 			w.Node = node

@@ -47,7 +47,7 @@ func (db *DB) recordPacks(ctx context.Context, tx *tx, used []packUse) error {
 			continue
 		}
 		seen[w] = true
-		if _, err := tx.exec(ctx, `INSERT OR IGNORE INTO packs(num, key, size, created) VALUES (?, ?, ?, ?)`,
+		if _, err := tx.Exec(ctx, `INSERT OR IGNORE INTO packs(num, key, size, created) VALUES (?, ?, ?, ?)`,
 			w.Number(), w.Key(), w.End(), nowNs()); err != nil {
 			return fmt.Errorf("index pack %d: %w", w.Number(), err)
 		}
@@ -64,7 +64,7 @@ type packIndex struct{ db *DB }
 func (ix packIndex) NextNumber(ctx context.Context) (int64, error) {
 	var num int64
 	err := ix.db.withTx(ctx, txInsert, func(tx *tx) error {
-		return tx.row(ctx, `SELECT nextval('pack_numbers')`).Scan(&num)
+		return tx.Row(ctx, `SELECT nextval('pack_numbers')`).Scan(&num)
 	})
 	return num, err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"layerfs.dev/layerfs/internal/store/sqltx"
 )
 
 // PortShare is the durable record of a share of a workspace's port: the
@@ -23,7 +25,7 @@ type PortShare struct {
 func (db *DB) CreatePortShare(ctx context.Context, s PortShare) (PortShare, error) {
 	now := nowNs()
 	err := db.withTx(ctx, txWrite, func(tx *tx) error {
-		return tx.execOne(ctx, ErrExists, `INSERT INTO port_shares(token, workspace, port, public, created)
+		return tx.ExecOne(ctx, ErrExists, `INSERT INTO port_shares(token, workspace, port, public, created)
 			VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, s.Token, s.Workspace, s.Port, s.Public, now)
 	})
 	if err != nil {
@@ -58,7 +60,7 @@ func (db *DB) PortShares(ctx context.Context, workspace string) ([]PortShare, er
 	var out []PortShare
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
-		out, err = scanAll(ctx, tx, scanPortShare, portShareSelect+` WHERE workspace = ? ORDER BY port`, workspace)
+		out, err = sqltx.ScanAll(ctx, tx, scanPortShare, portShareSelect+` WHERE workspace = ? ORDER BY port`, workspace)
 		return err
 	})
 	if err != nil {
@@ -76,7 +78,7 @@ func (db *DB) DeletePortShares(ctx context.Context, workspace string, port int) 
 		if port != 0 {
 			q, args = q+` AND port = ?`, append(args, port)
 		}
-		res, err := tx.exec(ctx, q, args...)
+		res, err := tx.Exec(ctx, q, args...)
 		if err != nil {
 			return err
 		}

@@ -275,7 +275,7 @@ func (db *DB) inBatches(ctx context.Context, ids []ID, q string, each func(scann
 	return db.withTx(ctx, txRead, func(tx *tx) error {
 		for i := 0; i < len(ids); i += size {
 			batch := ids[i:min(i+size, len(ids))]
-			r, err := tx.query(ctx, stmt, db.batchArgs(batch, size)...)
+			r, err := tx.Query(ctx, stmt, db.batchArgs(batch, size)...)
 			if err != nil {
 				return err
 			}

@@ -18,7 +18,7 @@ func (db *DB) Chunk(ctx context.Context, id ID) ([]byte, error) {
 	defer db.gcMu.RUnlock()
 	var pack, off, length int64
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		return tx.row(ctx, `SELECT pack, off, len FROM chunks WHERE id = ?`, id[:]).Scan(&pack, &off, &length)
+		return tx.Row(ctx, `SELECT pack, off, len FROM chunks WHERE id = ?`, id[:]).Scan(&pack, &off, &length)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("chunk %s: %w", id, ErrNotFound)
@@ -35,7 +35,7 @@ func (db *DB) object(ctx context.Context, k Kind, id ID) ([]byte, error) {
 	var data []byte
 	var kind int64
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		return tx.row(ctx, `SELECT kind, data FROM objects WHERE id = ?`, id[:]).Scan(&kind, &data)
+		return tx.Row(ctx, `SELECT kind, data FROM objects WHERE id = ?`, id[:]).Scan(&kind, &data)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%s %s: %w", k, id, ErrNotFound)
@@ -102,7 +102,7 @@ func (db *DB) Commit(ctx context.Context, id ID) (*Commit, error) {
 func (db *DB) HasCommit(ctx context.Context, id ID) (bool, error) {
 	var n int
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		return tx.row(ctx, `SELECT count(*) FROM objects WHERE id = ? AND kind = ?`, id[:], int64(KindCommit)).Scan(&n)
+		return tx.Row(ctx, `SELECT count(*) FROM objects WHERE id = ? AND kind = ?`, id[:], int64(KindCommit)).Scan(&n)
 	})
 	if err != nil {
 		return false, fmt.Errorf("has commit %s: %w", id, err)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"layerfs.dev/layerfs/internal/store/sqltx"
 )
 
 // Project is a named history: a linear stack of layers and any number of
@@ -75,7 +77,7 @@ func fromNs(ns int64) time.Time { return time.Unix(0, ns) }
 // requireCommit fails with ErrNotFound unless id is a stored commit.
 func requireCommit(ctx context.Context, tx *tx, id ID) error {
 	var n int
-	if err := tx.row(ctx, `SELECT count(*) FROM objects WHERE id = ? AND kind = ?`, id[:], int64(KindCommit)).Scan(&n); err != nil {
+	if err := tx.Row(ctx, `SELECT count(*) FROM objects WHERE id = ? AND kind = ?`, id[:], int64(KindCommit)).Scan(&n); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -86,7 +88,7 @@ func requireCommit(ctx context.Context, tx *tx, id ID) error {
 
 func requireProject(ctx context.Context, tx *tx, name string) error {
 	var n int
-	if err := tx.row(ctx, `SELECT count(*) FROM projects WHERE name = ?`, name).Scan(&n); err != nil {
+	if err := tx.Row(ctx, `SELECT count(*) FROM projects WHERE name = ?`, name).Scan(&n); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -108,13 +110,13 @@ func (db *DB) CreateProject(ctx context.Context, name string, first ID) (Project
 		if err := requireCommit(ctx, tx, first); err != nil {
 			return err
 		}
-		if err := tx.execOne(ctx, ErrExists, `INSERT INTO projects(name, created) VALUES (?, ?) ON CONFLICT DO NOTHING`, name, now); err != nil {
+		if err := tx.ExecOne(ctx, ErrExists, `INSERT INTO projects(name, created) VALUES (?, ?) ON CONFLICT DO NOTHING`, name, now); err != nil {
 			return err
 		}
-		if _, err := tx.exec(ctx, `INSERT INTO layers(project, idx, commit_id, created) VALUES (?, 1, ?, ?)`, name, first[:], now); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO layers(project, idx, commit_id, created) VALUES (?, 1, ?, ?)`, name, first[:], now); err != nil {
 			return err
 		}
-		_, err := tx.exec(ctx, `INSERT INTO branches(project, name, head, created, updated) VALUES (?, ?, ?, ?, ?)`,
+		_, err := tx.Exec(ctx, `INSERT INTO branches(project, name, head, created, updated) VALUES (?, ?, ?, ?, ?)`,
 			name, DefaultBranch, first[:], now, now)
 		return err
 	})
@@ -151,7 +153,7 @@ func (db *DB) Projects(ctx context.Context) ([]Project, error) {
 	var out []Project
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
-		out, err = scanAll(ctx, tx, scanProject, projectSelect+` ORDER BY p.name`)
+		out, err = sqltx.ScanAll(ctx, tx, scanProject, projectSelect+` ORDER BY p.name`)
 		return err
 	})
 	if err != nil {
@@ -171,10 +173,10 @@ func (db *DB) AddLayer(ctx context.Context, project string, commit ID) (Layer, e
 		if err := requireCommit(ctx, tx, commit); err != nil {
 			return err
 		}
-		if err := tx.row(ctx, `SELECT coalesce(max(idx), 0) + 1 FROM layers WHERE project = ?`, project).Scan(&l.Index); err != nil {
+		if err := tx.Row(ctx, `SELECT coalesce(max(idx), 0) + 1 FROM layers WHERE project = ?`, project).Scan(&l.Index); err != nil {
 			return err
 		}
-		_, err := tx.exec(ctx, `INSERT INTO layers(project, idx, commit_id, created) VALUES (?, ?, ?, ?)`, project, l.Index, commit[:], now)
+		_, err := tx.Exec(ctx, `INSERT INTO layers(project, idx, commit_id, created) VALUES (?, ?, ?, ?)`, project, l.Index, commit[:], now)
 		return err
 	})
 	if err != nil {
@@ -202,7 +204,7 @@ func (db *DB) Layers(ctx context.Context, project string) ([]Layer, error) {
 			return err
 		}
 		var err error
-		out, err = scanAll(ctx, tx, func(s scanner) (Layer, error) { return scanLayer(project, s) },
+		out, err = sqltx.ScanAll(ctx, tx, func(s scanner) (Layer, error) { return scanLayer(project, s) },
 			`SELECT idx, commit_id, created FROM layers WHERE project = ? ORDER BY idx`, project)
 		return err
 	})
@@ -226,7 +228,7 @@ func (db *DB) CreateBranch(ctx context.Context, project, name string, head ID) (
 		if err := requireCommit(ctx, tx, head); err != nil {
 			return err
 		}
-		return tx.execOne(ctx, ErrExists, `INSERT INTO branches(project, name, head, created, updated) VALUES (?, ?, ?, ?, ?)
+		return tx.ExecOne(ctx, ErrExists, `INSERT INTO branches(project, name, head, created, updated) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`, project, name, head[:], now, now)
 	})
 	if err != nil {
@@ -260,7 +262,7 @@ func (db *DB) Branch(ctx context.Context, project, name string) (Branch, error) 
 }
 
 func (db *DB) branch(ctx context.Context, tx *tx, project, name string) (Branch, error) {
-	b, err := scanBranch(project, tx.row(ctx, `SELECT name, head, created, updated FROM branches WHERE project = ? AND name = ?`, project, name))
+	b, err := scanBranch(project, tx.Row(ctx, `SELECT name, head, created, updated FROM branches WHERE project = ? AND name = ?`, project, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		if err := requireProject(ctx, tx, project); err != nil {
 			return b, err
@@ -278,7 +280,7 @@ func (db *DB) Branches(ctx context.Context, project string) ([]Branch, error) {
 			return err
 		}
 		var err error
-		out, err = scanAll(ctx, tx, func(s scanner) (Branch, error) { return scanBranch(project, s) },
+		out, err = sqltx.ScanAll(ctx, tx, func(s scanner) (Branch, error) { return scanBranch(project, s) },
 			`SELECT name, head, created, updated FROM branches WHERE project = ? ORDER BY name`, project)
 		return err
 	})
@@ -297,13 +299,13 @@ func (db *DB) DeleteBranch(ctx context.Context, project, name string) error {
 		// commit publishes there. The check and the delete are one
 		// transaction, so no workspace can be created in between.
 		var ws string
-		switch err := tx.row(ctx, `SELECT id FROM `+db.allWorkspaces()+` WHERE project = ? AND branch = ? ORDER BY created LIMIT 1`, project, name).Scan(&ws); {
+		switch err := tx.Row(ctx, `SELECT id FROM `+db.allWorkspaces()+` WHERE project = ? AND branch = ? ORDER BY created LIMIT 1`, project, name).Scan(&ws); {
 		case err == nil:
 			return fmt.Errorf("workspace %s stands on it (end it first): %w", ws, ErrBusy)
 		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}
-		err := tx.execOne(ctx, ErrNotFound, `DELETE FROM branches WHERE project = ? AND name = ?`, project, name)
+		err := tx.ExecOne(ctx, ErrNotFound, `DELETE FROM branches WHERE project = ? AND name = ?`, project, name)
 		if errors.Is(err, ErrNotFound) {
 			// No such branch: say so, unless there is no such project.
 			if perr := requireProject(ctx, tx, project); perr != nil {
@@ -344,7 +346,7 @@ func (db *DB) SetBranchHead(ctx context.Context, project, branch string, expect,
 		// The head is compared again as it is set: the transaction holds
 		// the store's write lock already, so this never fails on either
 		// engine; it keeps the swap atomic should that lock ever be finer.
-		if err := tx.execOne(ctx, errHeadMoved, `UPDATE branches SET head = ?, updated = ? WHERE project = ? AND name = ? AND head = ?`,
+		if err := tx.ExecOne(ctx, errHeadMoved, `UPDATE branches SET head = ?, updated = ? WHERE project = ? AND name = ? AND head = ?`,
 			head[:], nowNs(), project, branch, expect[:]); err != nil {
 			if errors.Is(err, errHeadMoved) {
 				out = PublishHeadMoved
@@ -378,7 +380,7 @@ func (db *DB) ResolveRef(ctx context.Context, project, ref string) (ID, error) {
 				return fmt.Errorf("layer %q: want a number from 1: %w", n, ErrNotFound)
 			}
 			var b []byte
-			err = tx.row(ctx, `SELECT commit_id FROM layers WHERE project = ? AND idx = ?`, project, idx).Scan(&b)
+			err = tx.Row(ctx, `SELECT commit_id FROM layers WHERE project = ? AND idx = ?`, project, idx).Scan(&b)
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("layer %d: %w", idx, ErrNotFound)
 			}
@@ -386,7 +388,7 @@ func (db *DB) ResolveRef(ctx context.Context, project, ref string) (ID, error) {
 			return err
 		}
 		var b []byte
-		err := tx.row(ctx, `SELECT head FROM branches WHERE project = ? AND name = ?`, project, ref).Scan(&b)
+		err := tx.Row(ctx, `SELECT head FROM branches WHERE project = ? AND name = ?`, project, ref).Scan(&b)
 		if err == nil {
 			copy(id[:], b)
 			return nil
@@ -398,7 +400,7 @@ func (db *DB) ResolveRef(ctx context.Context, project, ref string) (ID, error) {
 			return fmt.Errorf("no branch, layer or commit called %q: %w", ref, ErrNotFound)
 		}
 		lo, hi := prefixRange(strings.ToLower(ref))
-		r, err := tx.query(ctx, `SELECT id FROM objects WHERE kind = ? AND id >= ? AND id <= ? ORDER BY id LIMIT 6`,
+		r, err := tx.Query(ctx, `SELECT id FROM objects WHERE kind = ? AND id >= ? AND id <= ? ORDER BY id LIMIT 6`,
 			int64(KindCommit), lo, hi)
 		if err != nil {
 			return err

@@ -52,10 +52,10 @@ type Stats struct {
 func (db *DB) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		if err := tx.row(ctx, `SELECT count(*), coalesce(sum(len), 0) FROM chunks`).Scan(&st.Chunks.Count, &st.Chunks.Bytes); err != nil {
+		if err := tx.Row(ctx, `SELECT count(*), coalesce(sum(len), 0) FROM chunks`).Scan(&st.Chunks.Count, &st.Chunks.Bytes); err != nil {
 			return err
 		}
-		r, err := tx.query(ctx, `SELECT kind, count(*), sum(length(data)) FROM objects GROUP BY kind`)
+		r, err := tx.Query(ctx, `SELECT kind, count(*), sum(length(data)) FROM objects GROUP BY kind`)
 		if err != nil {
 			return err
 		}
@@ -78,11 +78,11 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 		if err := r.Close(); err != nil {
 			return err
 		}
-		if err := tx.row(ctx, `SELECT (SELECT count(*) FROM projects), (SELECT count(*) FROM branches),
+		if err := tx.Row(ctx, `SELECT (SELECT count(*) FROM projects), (SELECT count(*) FROM branches),
 			(SELECT count(*) FROM layers), (SELECT count(*) FROM workspaces)`).Scan(&st.Projects, &st.Branches, &st.Layers, &st.Workspaces); err != nil {
 			return err
 		}
-		r, err = tx.query(ctx, `SELECT id, data FROM objects WHERE kind = ?`, int64(KindCommit))
+		r, err = tx.Query(ctx, `SELECT id, data FROM objects WHERE kind = ?`, int64(KindCommit))
 		if err != nil {
 			return err
 		}
@@ -151,7 +151,7 @@ func (db *DB) cacheStats(st *Stats) error {
 func (db *DB) sharedStats(ctx context.Context, st Stats) (Stats, error) {
 	var packs int64
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
-		return tx.row(ctx, `SELECT pg_database_size(current_database()), count(*), coalesce(sum(size), 0) FROM packs`).
+		return tx.Row(ctx, `SELECT pg_database_size(current_database()), count(*), coalesce(sum(size), 0) FROM packs`).
 			Scan(&st.DBBytes, &packs, &st.PackBytes)
 	})
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/internal/account"
-	"layerfs.dev/layerfs/internal/store/schema"
+	"layerfs.dev/layerfs/internal/store/sqltx"
 )
 
 // Counters are the Store's figures: the work of every request and of
@@ -104,14 +104,12 @@ const (
 // layer number) see every earlier commit.
 const refLock = 0x4c61796572465321 // "LayerFS!"
 
-// tx is a transaction whose statements are counted. A tx is used by one
-// goroutine at a time, so its tally needs no atomics; it is added to the
-// totals and the request's account when the transaction ends.
-type tx struct {
-	tx    *sql.Tx
-	d     *schema.Dialect
-	tally account.Tally
-}
+// tx is a transaction whose statements are counted (package sqltx); it
+// is added to the totals and the request's account when it ends.
+type tx = sqltx.Tx
+
+// scanner is a row, or the current row of rows.
+type scanner = sqltx.Scanner
 
 // withTx runs fn in one transaction: a consistent read snapshot (txRead)
 // or a serialised write (txWrite). It commits when fn returns nil and rolls
@@ -137,14 +135,15 @@ func (db *DB) withTx(ctx context.Context, mode txMode, fn func(*tx) error) (err 
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &tx{tx: stx, d: &db.d}
+	t := sqltx.New(stx, &db.d)
 	defer func() {
-		t.tally[account.Transactions]++
-		t.tally[account.TxNs] += int64(time.Since(start))
-		db.countTally(account.From(ctx), &t.tally)
+		tally := t.Tally()
+		tally[account.Transactions]++
+		tally[account.TxNs] += int64(time.Since(start))
+		db.countTally(account.From(ctx), tally)
 	}()
 	if mode == txWrite && db.d.Postgres {
-		if _, err := t.exec(ctx, `SELECT pg_advisory_xact_lock(?)`, int64(refLock)); err != nil {
+		if _, err := t.Exec(ctx, `SELECT pg_advisory_xact_lock(?)`, int64(refLock)); err != nil {
 			stx.Rollback()
 			return fmt.Errorf("take the reference lock: %w", err)
 		}
@@ -161,84 +160,13 @@ func (db *DB) withTx(ctx context.Context, mode txMode, fn func(*tx) error) (err 
 	return nil
 }
 
-func (t *tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	t.tally[account.Statements]++
-	res, err := t.tx.ExecContext(ctx, t.d.SQL(q), args...)
-	if err == nil {
-		if n, err := res.RowsAffected(); err == nil {
-			t.tally[account.Rows] += n
-		}
-	}
-	return res, err
-}
-
-// execOne runs a statement that changes at most one row and returns none
-// when it changed nothing (a conflict, or no such row).
-func (t *tx) execOne(ctx context.Context, none error, q string, args ...any) error {
-	res, err := t.exec(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return none
-	}
-	return nil
-}
-
-// row runs a query expected to return at most one row.
-func (t *tx) row(ctx context.Context, q string, args ...any) *sql.Row {
-	t.tally[account.Statements]++
-	t.tally[account.Rows]++
-	return t.tx.QueryRowContext(ctx, t.d.SQL(q), args...)
-}
-
-// query runs a query; each call of next counts a row.
-func (t *tx) query(ctx context.Context, q string, args ...any) (*rows, error) {
-	t.tally[account.Statements]++
-	r, err := t.tx.QueryContext(ctx, t.d.SQL(q), args...)
-	if err != nil {
-		return nil, err
-	}
-	return &rows{Rows: r, t: t}, nil
-}
-
-// prepare makes a statement for repeated use inside this transaction.
-func (t *tx) prepare(ctx context.Context, q string) (*stmt, error) {
-	s, err := t.tx.PrepareContext(ctx, t.d.SQL(q))
-	if err != nil {
-		return nil, err
-	}
-	return &stmt{s: s, t: t}, nil
-}
-
-// scanner is a row, or the current row of rows.
-type scanner interface{ Scan(dest ...any) error }
-
-// scanAll runs a query and reads every row it returns with scan.
-func scanAll[T any](ctx context.Context, t *tx, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
-	r, err := t.query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	var out []T
-	for r.Next() {
-		v, err := scan(r)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, r.Err()
-}
-
 // readOne reads the one row a query returns with scan, in a read
 // transaction of its own; no row is ErrNotFound.
 func readOne[T any](ctx context.Context, db *DB, scan func(scanner) (T, error), q string, args ...any) (T, error) {
 	var v T
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
-		v, err = scan(tx.row(ctx, q, args...))
+		v, err = scan(tx.Row(ctx, q, args...))
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -246,40 +174,3 @@ func readOne[T any](ctx context.Context, db *DB, scan func(scanner) (T, error), 
 	}
 	return v, err
 }
-
-type rows struct {
-	*sql.Rows
-	t *tx
-}
-
-func (r *rows) Next() bool {
-	ok := r.Rows.Next()
-	if ok {
-		r.t.tally[account.Rows]++
-	}
-	return ok
-}
-
-type stmt struct {
-	s *sql.Stmt
-	t *tx
-}
-
-func (s *stmt) exec(ctx context.Context, args ...any) (sql.Result, error) {
-	s.t.tally[account.Statements]++
-	res, err := s.s.ExecContext(ctx, args...)
-	if err == nil {
-		if n, err := res.RowsAffected(); err == nil {
-			s.t.tally[account.Rows] += n
-		}
-	}
-	return res, err
-}
-
-func (s *stmt) row(ctx context.Context, args ...any) *sql.Row {
-	s.t.tally[account.Statements]++
-	s.t.tally[account.Rows]++
-	return s.s.QueryRowContext(ctx, args...)
-}
-
-func (s *stmt) close() error { return s.s.Close() }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"layerfs.dev/layerfs/internal/store/sqltx"
 )
 
 // Workspace is the durable record of a workspace, so that the engine can
@@ -47,7 +49,7 @@ func (db *DB) CreateWorkspace(ctx context.Context, w Workspace) (Workspace, erro
 		if err := requireCommits(ctx, tx, w.Base, w.Head, w.Image); err != nil {
 			return err
 		}
-		return tx.execOne(ctx, ErrExists, `INSERT INTO workspaces(id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options, image)
+		return tx.ExecOne(ctx, ErrExists, `INSERT INTO workspaces(id, project, branch, base, head, mount_path, upper_dir, state, created, updated, options, image)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
 			w.ID, w.Project, w.Branch, w.Base[:], w.Head[:], w.MountPath, w.UpperDir, w.State, now, now, w.Options, nullID(w.Image))
 	})
@@ -105,7 +107,7 @@ func (db *DB) Workspaces(ctx context.Context) ([]Workspace, error) {
 	var out []Workspace
 	err := db.withTx(ctx, txRead, func(tx *tx) error {
 		var err error
-		out, err = scanAll(ctx, tx, scanWorkspace, workspaceSelect+` ORDER BY created, id`)
+		out, err = sqltx.ScanAll(ctx, tx, scanWorkspace, workspaceSelect+` ORDER BY created, id`)
 		return err
 	})
 	if err != nil {
@@ -126,12 +128,12 @@ func (db *DB) UpdateWorkspace(ctx context.Context, w Workspace) (Workspace, erro
 		if err := requireCommits(ctx, tx, w.Base, w.Head); err != nil {
 			return err
 		}
-		if err := tx.execOne(ctx, ErrNotFound, `UPDATE workspaces SET branch = ?, base = ?, head = ?, mount_path = ?, upper_dir = ?, state = ?, options = ?, updated = ?
+		if err := tx.ExecOne(ctx, ErrNotFound, `UPDATE workspaces SET branch = ?, base = ?, head = ?, mount_path = ?, upper_dir = ?, state = ?, options = ?, updated = ?
 			WHERE id = ?`, w.Branch, w.Base[:], w.Head[:], w.MountPath, w.UpperDir, w.State, w.Options, nowNs(), w.ID); err != nil {
 			return err
 		}
 		var err error
-		out, err = scanWorkspace(tx.row(ctx, workspaceSelect+` WHERE id = ?`, w.ID))
+		out, err = scanWorkspace(tx.Row(ctx, workspaceSelect+` WHERE id = ?`, w.ID))
 		return err
 	})
 	if err != nil {
@@ -145,7 +147,7 @@ func (db *DB) UpdateWorkspace(ctx context.Context, w Workspace) (Workspace, erro
 // collectable. The upper directory is the engine's to remove.
 func (db *DB) DeleteWorkspace(ctx context.Context, id string) error {
 	err := db.withTx(ctx, txWrite, func(tx *tx) error {
-		return tx.execOne(ctx, ErrNotFound, `DELETE FROM workspaces WHERE id = ?`, id)
+		return tx.ExecOne(ctx, ErrNotFound, `DELETE FROM workspaces WHERE id = ?`, id)
 	})
 	if err != nil {
 		return fmt.Errorf("delete workspace %q: %w", id, err)
