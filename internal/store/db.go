@@ -21,6 +21,7 @@ import (
 	"layerfs.dev/layerfs/internal/flock"
 	"layerfs.dev/layerfs/internal/store/bucketpack"
 	"layerfs.dev/layerfs/internal/store/cache"
+	"layerfs.dev/layerfs/internal/store/fill"
 	"layerfs.dev/layerfs/internal/store/pack"
 	"layerfs.dev/layerfs/internal/store/schema"
 )
@@ -131,21 +132,16 @@ type DB struct {
 	gcMu    sync.RWMutex
 	batches atomic.Int64 // batches holding unflushed work
 
-	packs       *pack.Set       // the embedded Store's pack files; nil on a shared Store
-	bucket      *bucketpack.Set // a shared Store's pack objects; nil on the embedded one
-	content     packStore       // whichever of the two this DB has
-	node        string          // this host's name in a shared Store
-	lease       *leaseKeeper    // renews node's lease; nil on the embedded Store
-	trees       *treeCache
-	mat         flightGroup
-	cache       *cache.Dir   // the cache of contents
-	fg          foreground   // materializations reads wait for (prefetch.go)
-	fills       fillQueue    // the cache fills behind captures (fill.go)
-	fillDropped atomic.Int64 // contents fills left out (fill.go)
-	prefetches  prefetches   // running (prefetch.go), whose reads Materialize may use
-	digests     sync.Map     // content ID -> its fs-verity digest, once measured (trust.go)
-	runBufs     sync.Pool    // *[]byte buffers of CacheFill's jobs (fill.go)
-	contentBufs [len(contentClasses)]sync.Pool
+	packs   *pack.Set       // the embedded Store's pack files; nil on a shared Store
+	bucket  *bucketpack.Set // a shared Store's pack objects; nil on the embedded one
+	content packStore       // whichever of the two this DB has
+	node    string          // this host's name in a shared Store
+	lease   *leaseKeeper    // renews node's lease; nil on the embedded Store
+	trees   *treeCache
+	mat     flightGroup
+	cache   *cache.Dir  // the cache of contents
+	fc      *fill.Cache // the cache's fills, prefetches and trust (fill.go)
+	digests sync.Map    // content ID -> its fs-verity digest, once measured (trust.go)
 
 	total  account.Account // the totals: every request's work and that of none
 	closed atomic.Bool
@@ -309,6 +305,7 @@ func open(ctx context.Context, dir string, opts Options, create bool) (_ *DB, er
 	}
 	db.packs = pack.NewSet(db.PacksDir(), opts.MaxPackSize, !opts.BufferedPacks, &db.total)
 	db.content = db.packs
+	db.fc = db.newFill()
 	db.trees = newTreeCache(opts.TreeCacheBytes)
 	return db, nil
 }
@@ -338,7 +335,9 @@ func (db *DB) Close() error {
 func (db *DB) closeAll() error {
 	var errs []error
 	db.stopLease()
-	db.fills.wait(context.Background())
+	if db.fc != nil {
+		db.fc.Wait(context.Background())
+	}
 	if db.cache != nil {
 		db.cache.Close()
 	}
@@ -382,3 +381,5 @@ func checkContext(ctx context.Context) error {
 		return nil
 	}
 }
+
+func dbFiles() []string { return []string{dbFile, dbFile + "-wal", dbFile + "-shm"} }

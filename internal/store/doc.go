@@ -68,13 +68,10 @@
 // # The packages
 //
 // The store package is the facade: DB, Batch, the references and the SQL
-// that keeps them (it is the only package that runs SQL), GC and fsck,
+// that keeps them (with its sub-packages the only code that runs SQL),
 // and the producers of the cache (Materialize, the fills behind captures,
-// Prefetch). GC and fsck stay here because each runs inside the DB's
-// transactions and locks and walks the index, the packs and the cache
-// together; apart, they would need the DB's internals exported. The parts
-// with one purpose each are packages of their own, imported only by this
-// one:
+// Prefetch). The parts with one purpose each are packages of their own,
+// imported only by this one:
 //
 //   - object: the object model and its canonical encoding. This package
 //     re-exports its types as the Store's vocabulary (vocabulary.go:
@@ -84,6 +81,9 @@
 //   - pack: the pack format and an embedded Store's pack files.
 //   - bucketpack: a shared Store's pack objects and its chunk cache.
 //   - cache: the cache of contents, its durability and its bound.
+//   - sqltx: the counted transaction every statement runs in.
+//   - maintenance: GC and fsck, run inside the DB's transactions and
+//     locks through what the DB gives them (DB.GC, DB.Fsck).
 //
 // # How it is fast
 //

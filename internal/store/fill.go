@@ -2,772 +2,186 @@ package store
 
 import (
 	"context"
-	"errors"
-	"os"
-	"sync"
-	"sync/atomic"
+	"fmt"
+	"strings"
 
-	"golang.org/x/sys/unix"
-
-	"layerfs.dev/layerfs/internal/account"
-	"layerfs.dev/layerfs/internal/store/cache"
-	"layerfs.dev/layerfs/internal/writeruns"
+	"layerfs.dev/layerfs/internal/store/fill"
+	"layerfs.dev/layerfs/internal/store/object"
 )
 
-// CacheFill puts the contents a capture stores into the cache as well,
-// from the bytes the capture read, so that a workspace opened on the
-// commit reads them from the cache instead of through a first
-// materialization: a content of one chunk from a copy of the capture's
-// buffer, a larger one in runs as it is read, and, where the file system
-// shares blocks (a reflink: XFS, btrfs), a clone of the captured file.
-//
-// The cache's writes are made behind the capture, not in it: a capture
-// hands them to the DB's fill queue (at most fillQueueBytes of data held)
-// and goes on; a batch's fill holds them until the batch is flushed (its
-// syncs then carry none of them, and an aborted capture writes nothing),
-// and the queue's workers write them at the lowest CPU and I/O priority. Making a file per content costs about what capturing it
-// costs (an inode and a directory entry each), so a capture that waited
-// for them would take twice as long. A content the queue has no room for
-// is dropped and left to the Prefetch of the commit, which reads it back
-// from its pack; Prefetch waits for the queue first (WaitFill).
-//
-// Filling is best effort: a content that cannot be placed (a full disk,
-// an error) is left to Prefetch or Materialize, and nothing the fill does
-// fails the capture. Only bytes the capture hashed to the content's ID
-// are placed: a clone is kept only if the file is unchanged since it was
-// read. A CacheFill is safe for concurrent use.
-type CacheFill struct {
-	db      *DB
-	noClone atomic.Bool // a clone failed: this file system shares no blocks
-	// cloneProbed: a first clone was tried, under probe.
-	cloneProbed atomic.Bool
-	probe       sync.Mutex
-	full        atomic.Bool // the disk is full: place nothing more
-	queued      sync.Map    // IDs Put queued: ID -> struct{}
-	stats       fillCounters
-	// hold keeps the fill's jobs (held, under the queue's lock) until
-	// Release: a batch's, whose flush must not sync what they write.
-	hold bool
-	held []fillJob
-}
-
-type fillCounters struct {
-	placed, bytes, cloned, skipped, dropped atomic.Int64
-}
-
-// FillStats count what a CacheFill placed.
-type FillStats struct {
-	Placed  int64 `json:"placed"`  // contents placed in the cache
-	Bytes   int64 `json:"bytes"`   // their bytes
-	Cloned  int64 `json:"cloned"`  // of them, placed by a reflink
-	Skipped int64 `json:"skipped"` // contents the cache had already
-	Dropped int64 `json:"dropped"` // contents the fill queue had no room for
-}
-
-// The fill queue's bounds: the data its jobs hold, and the open files
-// its clones hold.
-const (
-	fillWorkers    = 2
-	fillQueueBytes = 128 << 20
-	fillQueueFiles = 256
+// The policy of the cache of contents, its fills behind captures and its
+// prefetches, is package fill's; these are its names in the Store's
+// vocabulary.
+type (
+	// CacheFill puts the contents a capture stores into the cache as well
+	// (see fill.CacheFill); a nil *CacheFill places nothing.
+	CacheFill = fill.CacheFill
+	// FillWriter writes one content into the cache as a capture reads it.
+	FillWriter = fill.FillWriter
+	FillStats  = fill.FillStats
+	// Content names a file content: its object (a chunk or a manifest),
+	// its kind and its size.
+	Content       = fill.Content
+	PrefetchStats = fill.PrefetchStats
+	ReadyStats    = fill.ReadyStats
 )
 
-// NewCacheFill returns a fill of db's cache, or nil when the Store fills
-// its cache on first read only (Options.NoCacheFill); a nil *CacheFill
-// places nothing.
-func (db *DB) NewCacheFill() *CacheFill {
-	if db.opts.NoCacheFill {
-		return nil
-	}
-	return &CacheFill{db: db}
+// newFill makes the policy of db's cache, once its packs are open.
+func (db *DB) newFill() *fill.Cache {
+	return fill.New(fill.Config{Dir: db.cache, Src: fillSource{db}, Total: &db.total, Log: db.log,
+		Bucket: db.bucket != nil, NoFill: db.opts.NoCacheFill})
 }
+
+// NewCacheFill returns a fill of db's cache for a capture, or nil when
+// the Store fills its cache on first read only (Options.NoCacheFill).
+func (db *DB) NewCacheFill() *CacheFill { return db.fc.NewCacheFill() }
 
 // newHeldFill is a batch's fill: its writes wait until the batch is
-// flushed (Release), so that the flush's syncs (the pack's, the index's)
-// carry none of them, and a capture's last bytes are not held up by
-// them.
-func (db *DB) newHeldFill() *CacheFill {
-	f := db.NewCacheFill()
-	if f != nil {
-		f.hold = true
-	}
-	return f
-}
-
-// Release hands what f held to the fill queue's workers.
-func (f *CacheFill) Release() {
-	if f != nil {
-		f.db.fills.release(f)
-	}
-}
-
-// Discard drops what f held: its contents are left to the prefetch.
-func (f *CacheFill) Discard() {
-	if f != nil {
-		f.db.fills.discard(f)
-	}
-}
+// flushed (CacheFill.Release).
+func (db *DB) newHeldFill() *CacheFill { return db.fc.NewHeldFill() }
 
 // FillsCache reports whether captures fill the cache (Options.NoCacheFill
 // unset).
-func (db *DB) FillsCache() bool { return !db.opts.NoCacheFill }
+func (db *DB) FillsCache() bool { return db.fc.Fills() }
 
 // FillDropped counts the contents captures' fills left out of the cache
 // (the fill queue had no room), ever: a caller that sees it unchanged
 // over a capture knows every content of it was placed, or is queued.
-func (db *DB) FillDropped() int64 { return db.fillDropped.Load() }
+func (db *DB) FillDropped() int64 { return db.fc.Dropped() }
 
 // WaitFill waits until the fill queue has written what captures gave it
 // so far, or ctx ends.
-func (db *DB) WaitFill(ctx context.Context) error { return db.fills.wait(ctx) }
+func (db *DB) WaitFill(ctx context.Context) error { return db.fc.Wait(ctx) }
 
-// Stats tells what f placed so far.
-func (f *CacheFill) Stats() FillStats {
-	if f == nil {
-		return FillStats{}
+// Prefetch puts those of contents the cache lacks in it, ahead of a
+// workspace's reads (see fill.Cache.Prefetch). It returns when every
+// content is placed or given up on (an error other than the context's is
+// reported, and the contents that failed are left to Materialize).
+func (db *DB) Prefetch(ctx context.Context, contents []Content) (PrefetchStats, error) {
+	if err := db.check(); err != nil {
+		return PrefetchStats{}, err
 	}
-	return FillStats{Placed: f.stats.placed.Load(), Bytes: f.stats.bytes.Load(),
-		Cloned: f.stats.cloned.Load(), Skipped: f.stats.skipped.Load(), Dropped: f.stats.dropped.Load()}
+	return db.fc.Prefetch(ctx, contents)
 }
 
-// Wait waits until every content f was given is placed or dropped.
-func (f *CacheFill) Wait() {
-	if f != nil {
-		f.db.fills.wait(context.Background())
+// Ready readies the contents a workspace's commit needs ahead of its
+// reads: those in the cache are checked and trusted, then those the fill
+// behind a capture was still writing, then the others are fetched from
+// the packs (Prefetch) and trusted as they are placed. It returns once
+// every content is trusted or given up on (left to Materialize).
+func (db *DB) Ready(ctx context.Context, contents []Content) (ReadyStats, error) {
+	if err := db.check(); err != nil {
+		return ReadyStats{}, err
 	}
+	return db.fc.Ready(ctx, contents)
 }
 
-// has reports whether the cache holds content id, and counts it as
-// skipped if so.
-func (f *CacheFill) has(id ID) bool {
-	if _, err := os.Lstat(f.db.CachePath(id)); err == nil {
-		f.stats.skipped.Add(1)
-		return true
+// Trust is Ready without the fetch: the contents the cache lacks are left
+// to Materialize (counted in Missing).
+func (db *DB) Trust(ctx context.Context, contents []Content) (ReadyStats, error) {
+	if err := db.check(); err != nil {
+		return ReadyStats{}, err
 	}
-	return false
+	return db.fc.Trust(ctx, contents)
 }
 
-// Put places data, the whole content named id (a content of one chunk:
-// id is Hash(KindChunk, data)), from a copy: the caller may reuse data
-// once Put returns. isNew says the Store did not hold the content before
-// this capture, so neither can its cache (but for a file an aborted
-// capture left, which the link then keeps).
-func (f *CacheFill) Put(id ID, data []byte, isNew bool) {
-	if f == nil || !isNew && f.has(id) {
-		return
-	}
-	if f.full.Load() {
-		f.dropped()
-		return
-	}
-	if _, queued := f.queued.LoadOrStore(id, struct{}{}); queued {
-		f.stats.skipped.Add(1) // a file of this capture with the same content
-		return
-	}
-	buf := f.db.contentBuffer(len(data))
-	*buf = append((*buf)[:0], data...)
-	if !f.db.fills.add(fillJob{fill: f, id: id, data: buf}) {
-		f.db.putBuffer(buf)
-		f.dropped()
-	}
-}
+// fillSource is what the cache's fills read of db (fill.Source).
+type fillSource struct{ db *DB }
 
-// put writes a queued content.
-func (f *CacheFill) put(id ID, data []byte) {
-	c, err := f.start(id)
-	if err != nil {
-		f.dropped()
-		return
-	}
-	defer c.Abort()
-	if _, err := c.File().Write(data); err != nil {
-		f.failed(err)
-		f.dropped()
-		return
-	}
-	if !f.place(c, int64(len(data)), false) {
-		f.dropped()
-	}
-}
-
-// Clone places the content id by cloning the open file src, whose bytes
-// the caller read and hashed to id, when the file system can share
-// blocks. unchanged is asked once the clone is made (maybe after Clone
-// returns: src is duplicated) and must say whether the file still holds
-// the bytes that were hashed. It reports whether the content is, or will
-// be, placed so (false: Put it instead, or leave it).
-func (f *CacheFill) Clone(id ID, src int, unchanged func(fd int) bool) bool {
-	if f == nil || f.noClone.Load() || f.full.Load() {
-		return false
-	}
-	if f.has(id) {
-		return true
-	}
-	fd, err := unix.FcntlInt(uintptr(src), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	j := fillJob{fill: f, id: id, src: fd, unchanged: unchanged}
-	if !f.cloneProbed.Load() {
-		// The first clone, here: whether the file system shares blocks
-		// decides how every other content of the capture is placed.
-		f.probe.Lock()
-		defer f.probe.Unlock()
-		if !f.cloneProbed.Load() {
-			j.clone()
-			f.cloneProbed.Store(true)
-			return !f.noClone.Load()
-		}
-	}
-	if f.noClone.Load() { // found out meanwhile
-		unix.Close(fd)
-		return false
-	}
-	if !f.db.fills.add(j) {
-		j.clone() // no room in the queue: here
-	}
-	return !f.noClone.Load()
-}
-
-// CanClone reports whether Clone can place contents of the capture, which
-// reads the open file src: before any clone was tried, a clone of src
-// tells (and is dropped).
-func (f *CacheFill) CanClone(src int) bool {
-	if f == nil || f.noClone.Load() {
-		return false
-	}
-	if !f.cloneProbed.Load() {
-		f.probe.Lock()
-		defer f.probe.Unlock()
-		if !f.cloneProbed.Load() {
-			if c, err := f.start(ZeroID); err == nil {
-				if unix.IoctlFileClone(int(c.File().Fd()), src) != nil {
-					f.noClone.Store(true)
-				}
-				c.Abort()
-			}
-			f.cloneProbed.Store(true)
-		}
-	}
-	return !f.noClone.Load()
-}
-
-// clone is a Clone's job. A content it cannot place counts as dropped,
-// unless it is the first clone (whose caller puts the content instead).
-func (j fillJob) clone() {
-	defer unix.Close(j.src)
-	f := j.fill
-	if !j.cloneTry() && f.cloneProbed.Load() {
-		f.dropped()
-	}
-}
-
-// cloneTry clones and places, and reports whether the content is placed.
-func (j fillJob) cloneTry() bool {
-	f := j.fill
-	c, err := f.start(j.id)
-	if err != nil {
-		return false
-	}
-	defer c.Abort()
-	if err := unix.IoctlFileClone(int(c.File().Fd()), j.src); err != nil {
-		// EXDEV (another file system), EOPNOTSUPP or EINVAL (no
-		// reflinks here): none of the capture's files will clone.
-		f.noClone.Store(true)
-		return false
-	}
-	if !j.unchanged(j.src) {
-		return false
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(c.File().Fd()), &st); err != nil {
-		return false
-	}
-	return f.place(c, st.Size, true)
-}
-
-// Start begins a content written as it is read (a chunked file, whose ID
-// is known once it is read whole): Write and Skip in order, then Place or
-// Abort. It returns nil, which takes writes and places nothing, when f is
-// nil or the disk is full.
-func (f *CacheFill) Start() *FillWriter {
-	if f == nil {
-		return nil
-	}
-	var c *cache.File
-	var err error
-	if f.full.Load() {
-		err = unix.ENOSPC
-	} else {
-		c, err = f.start(ZeroID)
-	}
-	if err != nil {
-		f.dropped()
-		return nil
-	}
-	return &FillWriter{fill: f, c: c}
-}
-
-// FillWriter writes one content into the cache as a capture reads it, in
-// runs of up to writeruns.Size (see package writeruns) written by the
-// fill queue; the last of them to be written places the content.
-type FillWriter struct {
-	fill *CacheFill
-	run  *[]byte // the run being gathered; nil: none
-	off  int64   // the file offset where run starts
-
-	mu      sync.Mutex  // guards the rest, which the queue's workers share
-	c       *cache.File // nil once placed or given up
-	pending int         // runs queued, not written
-	sealed  bool        // Place or Abort was called
-	id      ID
-	size    int64
-	failed  error
-}
-
-// Write appends data.
-func (w *FillWriter) Write(data []byte) {
-	for w != nil && len(data) > 0 {
-		if w.run == nil {
-			w.run = w.fill.db.runBuffer()
-			*w.run = (*w.run)[:0]
-		}
-		b := *w.run
-		n := copy(b[len(b):cap(b)], data)
-		*w.run, data = b[:len(b)+n], data[n:]
-		if len(*w.run) == cap(*w.run) {
-			w.flush()
-		}
-	}
-}
-
-// Skip leaves a hole of n bytes.
-func (w *FillWriter) Skip(n int64) {
-	if w != nil {
-		w.flush()
-		w.off += n
-	}
-}
-
-// flush queues the run gathered; a run the queue has no room for gives
-// the content up.
-func (w *FillWriter) flush() {
-	if w.run == nil {
-		return
-	}
-	run, off := w.run, w.off
-	w.run, w.off = nil, off+int64(len(*run))
-	if len(*run) == 0 {
-		w.fill.db.putBuffer(run)
-		return
-	}
-	w.mu.Lock()
-	w.pending++
-	w.mu.Unlock()
-	if !w.fill.db.fills.add(fillJob{fill: w.fill, w: w, data: run, off: off}) {
-		w.fill.db.putBuffer(run)
-		w.ran(errFillDropped)
-	}
-}
-
-var (
-	errFillDropped = errors.New("no room in the fill queue")
-	errFillAborted = errors.New("capture aborted")
-)
-
-// writeRun writes a queued run.
-func (w *FillWriter) writeRun(run []byte, off int64) {
-	w.mu.Lock()
-	c, failed := w.c, w.failed
-	w.mu.Unlock()
-	var err error
-	if c != nil && failed == nil {
-		_, err = c.File().WriteAt(run, off)
-	}
-	w.ran(err)
-}
-
-// ran notes a run written (or not: err), and places the content once it
-// is sealed and its last run is written.
-func (w *FillWriter) ran(err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.pending--
-	if err != nil && w.failed == nil {
-		w.failed = err
-	}
-	w.finishLocked()
-}
-
-// Place puts what was written in the cache as the content id of size
-// bytes, once its runs are written (maybe after Place returns).
-func (w *FillWriter) Place(id ID, size int64) {
-	if w == nil {
-		return
-	}
-	w.flush()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.sealed, w.id, w.size = true, id, size
-	w.finishLocked()
-}
-
-// Abort drops what was written (instead of Place).
-func (w *FillWriter) Abort() {
-	if w == nil {
-		return
-	}
-	if w.run != nil {
-		w.fill.db.putBuffer(w.run)
-		w.run = nil
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.sealed = true
-	if w.failed == nil {
-		w.failed = errFillAborted
-	}
-	w.finishLocked()
-}
-
-// finishLocked places or drops the content once it is sealed and nothing
-// is left to write; w.mu held.
-func (w *FillWriter) finishLocked() {
-	if !w.sealed || w.pending > 0 || w.c == nil {
-		return
-	}
-	c := w.c
-	w.c = nil
-	defer c.Abort()
-	f := w.fill
-	err := w.failed
-	switch {
-	case errors.Is(err, errFillAborted):
-		return
-	case errors.Is(err, errFillDropped):
-		f.dropped()
-		return
-	}
-	if err == nil {
-		err = c.File().Truncate(w.size)
-	}
-	if err != nil {
-		f.failed(err)
-		f.dropped()
-		return
-	}
-	if f.has(w.id) {
-		return
-	}
-	c.SetPath(f.db.CachePath(w.id))
-	if !f.place(c, w.size, false) {
-		f.dropped()
-	}
-}
-
-// start makes the cache file of id (ZeroID: named when placed).
-func (f *CacheFill) start(id ID) (*cache.File, error) {
-	c, err := f.db.cache.Create(f.db.CachePath(id))
-	if err != nil {
-		f.failed(err)
-	}
-	return c, err
-}
-
-func (f *CacheFill) place(c *cache.File, size int64, cloned bool) bool {
-	placed, err := c.Place(size)
-	if err != nil {
-		f.failed(err)
-		return false
-	}
-	if !placed {
-		f.stats.skipped.Add(1)
-		return true
-	}
-	f.stats.placed.Add(1)
-	f.stats.bytes.Add(size)
-	// Placed behind the capture, after its request may have answered: in
-	// the totals only, so that a receipt does not depend on the queue.
-	f.db.total.Add(account.CacheBytes, size)
-	if cloned {
-		f.stats.cloned.Add(1)
-	}
-	return true
-}
-
-// dropped counts a content left out for want of room.
-func (f *CacheFill) dropped() {
-	f.stats.dropped.Add(1)
-	f.db.fillDropped.Add(1)
-}
-
-// failed notes a fill's error: a full disk stops the fill, anything else
-// costs the one content.
-func (f *CacheFill) failed(err error) {
-	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
-		if !f.full.Swap(true) {
-			f.db.log.Warn("the Store's cache is not filled by captures while the disk is full", "err", err)
-		}
-		return
-	}
-	f.db.log.Debug("fill the Store's cache", "err", err)
-}
-
-// fillJob is a content (id and data), a run of a FillWriter (w, data and
-// off) or a clone (id, src and unchanged) to write; data is a buffer of
-// the DB's pool, returned after.
-type fillJob struct {
-	fill      *CacheFill
-	id        ID
-	w         *FillWriter
-	data      *[]byte
-	off       int64
-	src       int // a clone's file, closed after
-	unchanged func(fd int) bool
-}
-
-func (j fillJob) run() {
-	switch {
-	case j.w != nil:
-		j.w.writeRun(*j.data, j.off)
-	case j.data != nil:
-		j.fill.put(j.id, *j.data)
-	default:
-		j.clone()
-		return
-	}
-	j.fill.db.putBuffer(j.data)
-}
-
-// isContent reports whether j writes a whole content from its data.
-func (j fillJob) isContent() bool { return j.w == nil && j.data != nil }
-
-// drop gives the job up: its content is left out of the cache.
-func (j fillJob) drop() {
-	switch {
-	case j.w != nil:
-		j.w.ran(errFillAborted)
-	case j.data == nil:
-		unix.Close(j.src)
-	}
-	if j.data != nil {
-		j.fill.db.putBuffer(j.data)
-	}
-	if j.w == nil {
-		j.fill.dropped()
-	}
-}
-
-// bytes is the memory the job holds.
-func (j fillJob) bytes() int64 {
-	if j.data == nil {
-		return 0
-	}
-	return int64(cap(*j.data))
-}
-
-// fillQueue runs fill jobs on up to fillWorkers goroutines, started as
-// jobs come and ended when there are none, each on a thread of the lowest
-// priority.
-type fillQueue struct {
-	mu   sync.Mutex
-	jobs []fillJob
-	// contents are the queued jobs of whole contents, by ID: a read that
-	// needs one takes it out and writes it at once (serve); the worker
-	// that comes to a job taken so skips it.
-	contents map[ID]fillJob
-	bytes    int64 // held by the jobs queued
-	files    int   // clones queued
-	running  int
-	idle     *sync.Cond // signalled when the queue empties and its workers end
-}
-
-// add queues j and reports whether there was room.
-func (q *fillQueue) add(j fillJob) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	clone := j.data == nil
-	if q.bytes+j.bytes() > fillQueueBytes || clone && q.files >= fillQueueFiles {
-		return false
-	}
-	q.bytes += j.bytes()
-	if clone {
-		q.files++
-	}
-	if j.isContent() {
-		if q.contents == nil {
-			q.contents = map[ID]fillJob{}
-		}
-		q.contents[j.id] = j
-	}
-	if j.fill.hold {
-		j.fill.held = append(j.fill.held, j)
-		return true
-	}
-	q.jobs = append(q.jobs, j)
-	q.startLocked()
-	return true
-}
-
-// startLocked starts workers for the jobs queued; q.mu held.
-func (q *fillQueue) startLocked() {
-	for q.running < min(fillWorkers, len(q.jobs)) {
-		q.running++
-		go q.work()
-	}
-}
-
-// release queues what f held.
-func (q *fillQueue) release(f *CacheFill) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.jobs = append(q.jobs, f.held...)
-	f.held = nil
-	q.startLocked()
-}
-
-// discard drops what f held.
-func (q *fillQueue) discard(f *CacheFill) {
-	q.mu.Lock()
-	held := f.held
-	f.held = nil
-	var drop []fillJob
-	for _, j := range held {
-		q.bytes -= j.bytes()
-		if j.data == nil {
-			q.files--
-		}
-		if q.take(j) {
-			drop = append(drop, j)
-		}
-	}
-	q.mu.Unlock()
-	for _, j := range drop {
-		j.drop()
-	}
-}
-
-// take reports whether the job j is still its worker's to run (not a
-// content a read took) and takes it out of contents; q.mu held.
-func (q *fillQueue) take(j fillJob) bool {
-	if !j.isContent() {
-		return true
-	}
-	if got, ok := q.contents[j.id]; !ok || got.data != j.data {
-		return false
-	}
-	delete(q.contents, j.id)
-	return true
-}
-
-// serve writes the content id now if a job of the queue holds it, and
-// reports whether it is in the cache.
-func (q *fillQueue) serve(id ID) bool {
-	q.mu.Lock()
-	j, ok := q.contents[id]
-	if ok {
-		delete(q.contents, id)
-	}
-	q.mu.Unlock()
-	if !ok {
-		return false
-	}
-	j.fill.put(j.id, *j.data)
-	j.fill.db.putBuffer(j.data)
-	_, err := os.Lstat(j.fill.db.CachePath(id))
-	return err == nil
-}
-
-func (q *fillQueue) work() { lowPriority(q.jobsLoop) }
-
-// jobsLoop runs jobs until there are none.
-func (q *fillQueue) jobsLoop() {
-	for {
-		q.mu.Lock()
-		if len(q.jobs) == 0 {
-			q.running--
-			if q.running == 0 && q.idle != nil {
-				q.idle.Broadcast()
-			}
-			q.mu.Unlock()
-			return
-		}
-		j := q.jobs[0]
-		q.jobs[0] = fillJob{}
-		q.jobs = q.jobs[1:]
-		q.bytes -= j.bytes()
-		if j.data == nil {
-			q.files--
-		}
-		mine := q.take(j)
-		q.mu.Unlock()
-		if mine {
-			j.run()
-		}
-	}
-}
-
-// wait waits until the queue is empty and its workers ended, or ctx ends.
-func (q *fillQueue) wait(ctx context.Context) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.idle == nil {
-		q.idle = sync.NewCond(&q.mu)
-	}
-	stop := context.AfterFunc(ctx, func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		q.idle.Broadcast()
-	})
-	defer stop()
-	for q.running > 0 || len(q.jobs) > 0 {
-		if err := ctx.Err(); err != nil {
+func (s fillSource) Manifests(ctx context.Context, ids []ID, each func(ID, []byte) error) error {
+	q := fmt.Sprintf(`SELECT id, data FROM objects WHERE kind = %d AND id IN `, KindManifest)
+	return s.db.inBatches(ctx, ids, q, func(r scanner) error {
+		var id, data []byte
+		if err := r.Scan(&id, &data); err != nil {
 			return err
 		}
-		q.idle.Wait()
-	}
-	return nil
+		return each(toID(id), data)
+	})
 }
 
-// Buffers of fill jobs come from pools of the DB: runs of writeruns.Size,
-// and contents of one chunk in classes of up to 4, 16 and 64 KiB (the
-// queue's bound counts what they hold); a larger content of one chunk
-// gets a buffer of its own.
-var contentClasses = [...]int{4 << 10, 16 << 10, 64 << 10}
-
-// runBuffer returns a buffer of writeruns.Size for a FillWriter's runs.
-func (db *DB) runBuffer() *[]byte {
-	if b, ok := db.runBufs.Get().(*[]byte); ok {
-		return b
-	}
-	b := make([]byte, 0, writeruns.Size)
-	return &b
+func (s fillSource) Chunks(ctx context.Context, ids []ID, each func(id ID, num, off, n int64) error) error {
+	return s.db.inBatches(ctx, ids, `SELECT id, pack, off, len FROM chunks WHERE id IN `, func(r scanner) error {
+		var id []byte
+		var num, off, n int64
+		if err := r.Scan(&id, &num, &off, &n); err != nil {
+			return err
+		}
+		return each(toID(id), num, off, n)
+	})
 }
 
-// contentBuffer returns a buffer with room for n bytes.
-func (db *DB) contentBuffer(n int) *[]byte {
-	for i, c := range contentClasses {
-		if n <= c {
-			if b, ok := db.contentBufs[i].Get().(*[]byte); ok {
-				return b
+func (s fillSource) ReadRange(ctx context.Context, num, off, n int64) ([]byte, error) {
+	return s.db.content.ReadRange(ctx, num, off, n)
+}
+
+func (s fillSource) Manifest(ctx context.Context, id ID) (*object.Manifest, error) {
+	return s.db.Manifest(ctx, id)
+}
+
+func (s fillSource) ReadLock() func() {
+	s.db.gcMu.RLock()
+	return s.db.gcMu.RUnlock
+}
+
+// How many IDs one statement of inBatches looks up: as parameters
+// (SQLite), or in one array parameter (PostgreSQL).
+const (
+	locateBatch = 256
+	arrayBatch  = 8192
+)
+
+// inBatches runs q (a statement ending in "IN ") with ids, calling each
+// for every row. On PostgreSQL a batch is one array parameter (id =
+// ANY($1)) of up to arrayBatch IDs: one statement parsed and planned per
+// batch, where a list of parameters costs its planning per ID. On SQLite,
+// in process, a batch is locateBatch parameters, the last batch padded
+// with its first ID so that every batch is one statement text.
+func (db *DB) inBatches(ctx context.Context, ids []ID, q string, each func(scanner) error) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	size, stmt := locateBatch, q+"("+strings.TrimSuffix(strings.Repeat("?, ", locateBatch), ", ")+")"
+	if db.d.Postgres {
+		size, stmt = arrayBatch, strings.TrimSuffix(q, "IN ")+"= ANY(?)"
+	}
+	return db.withTx(ctx, txRead, func(tx *tx) error {
+		for i := 0; i < len(ids); i += size {
+			batch := ids[i:min(i+size, len(ids))]
+			r, err := tx.Query(ctx, stmt, db.batchArgs(batch, size)...)
+			if err != nil {
+				return err
 			}
-			b := make([]byte, 0, c)
-			return &b
+			for r.Next() {
+				if err := each(r); err != nil {
+					r.Close()
+					return err
+				}
+			}
+			if err := r.Close(); err != nil {
+				return err
+			}
 		}
-	}
-	b := make([]byte, 0, n)
-	return &b
+		return nil
+	})
 }
 
-// putBuffer returns a buffer to its pool.
-func (db *DB) putBuffer(b *[]byte) {
-	if cap(*b) == writeruns.Size {
-		db.runBufs.Put(b)
-		return
-	}
-	for i, c := range contentClasses {
-		if cap(*b) == c {
-			db.contentBufs[i].Put(b)
+// batchArgs are the arguments of one batch of inBatches: an array on
+// PostgreSQL, else size IDs, padded with the batch's first.
+func (db *DB) batchArgs(batch []ID, size int) []any {
+	if db.d.Postgres {
+		arr := make([][]byte, len(batch))
+		for j := range batch {
+			arr[j] = batch[j][:]
 		}
+		return []any{arr}
 	}
+	args := make([]any, size)
+	for j := range args {
+		id := batch[0]
+		if j < len(batch) {
+			id = batch[j]
+		}
+		args[j] = id[:]
+	}
+	return args
 }

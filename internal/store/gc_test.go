@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"layerfs.dev/layerfs/internal/diskusage"
 )
 
 func TestGCReclaimsDeletedBranch(t *testing.T) {
@@ -58,10 +60,10 @@ func TestGCReclaimsDeletedBranch(t *testing.T) {
 	require.NoError(t, err, "dry run")
 	require.GreaterOrEqual(t, dry.DeadChunkBytes, int64(50<<20), "dry run: %+v", dry)
 	require.Equal(t, packsBefore, packBytes(t, db), "pack bytes after a dry run")
-	usageBefore, _ := diskUsage(db.PacksDir())
+	usageBefore, _ := diskusage.Tree(db.PacksDir())
 	st, err = db.GC(ctx, GCOptions{})
 	require.NoError(t, err)
-	usageAfter, _ := diskUsage(db.PacksDir())
+	usageAfter, _ := diskusage.Tree(db.PacksDir())
 	t.Logf("gc: %+v; packs on disk %d -> %d", st, usageBefore, usageAfter)
 	require.GreaterOrEqual(t, usageBefore-usageAfter, int64(45<<20), "bytes the packs shrank by on disk")
 	require.GreaterOrEqual(t, st.Reclaimed, int64(45<<20), "GC stats: %+v", st)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"layerfs.dev/layerfs/internal/store/pack"
 	"layerfs.dev/layerfs/internal/testenv"
 )
 
@@ -204,4 +205,27 @@ func parentsOf(p ID) []ID {
 		return nil
 	}
 	return []ID{p}
+}
+
+// livePackBytes is each pack's live bytes (its chunks' records, headers
+// included) as the index has them.
+func livePackBytes(t testing.TB, db *DB) map[int64]int64 {
+	out := map[int64]int64{}
+	err := db.withTx(t.Context(), txRead, func(tx *tx) error {
+		r, err := tx.Query(t.Context(), `SELECT pack, len FROM chunks`)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var num, n int64
+			if err := r.Scan(&num, &n); err != nil {
+				return err
+			}
+			out[num] += pack.HeaderSize + n
+		}
+		return r.Err()
+	})
+	require.NoError(t, err)
+	return out
 }

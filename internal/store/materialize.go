@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/account"
-	"layerfs.dev/layerfs/internal/store/cache"
 	"layerfs.dev/layerfs/internal/writeruns"
 )
 
@@ -41,8 +39,7 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 	if p, ok := db.cache.InMemory(e.Object); ok {
 		return p, nil
 	}
-	db.fg.begin()
-	defer db.fg.end()
+	defer db.fc.Foreground()()
 	p, err := db.mat.do(e.Object.String(), func() (string, error) {
 		err := db.trust(ctx, contentOf(e))
 		if err == nil {
@@ -52,7 +49,7 @@ func (db *DB) Materialize(ctx context.Context, e *Entry) (string, error) {
 			return "", err
 		}
 		// From what a capture's fill or a prefetch holds, if they hold it.
-		if !db.fills.serve(e.Object) && !db.prefetches.serve(e.Object) {
+		if !db.fc.Serve(e.Object) {
 			err = db.materialize(ctx, e, path)
 			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 				// A full disk must not stop reads of committed data.
@@ -186,31 +183,4 @@ func (db *DB) writeManifest(ctx context.Context, f *os.File, m *Manifest) error 
 		}
 	}
 	return w.Flush()
-}
-
-// diskUsage returns the bytes the files under root take on disk. The
-// cache's trusted layers are hard links to its files, not counted twice.
-func diskUsage(root string) (int64, error) {
-	var total int64
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if d.IsDir() && d.Name() == cache.TrustedDir {
-			return filepath.SkipDir
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				return nil
-			}
-			return err
-		}
-		total += st.Blocks * 512
-		return nil
-	})
-	return total, err
 }

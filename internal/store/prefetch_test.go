@@ -137,35 +137,3 @@ func reopen(t *testing.T, db *DB) *DB {
 	t.Cleanup(func() { again.Close() })
 	return again
 }
-
-// TestPrefetchServes: a read that needs a content a running prefetch has
-// read but not written yet is served from the prefetch's bytes, with no
-// read of its own; one whose span is not read yet goes its own way.
-func TestPrefetchServes(t *testing.T) {
-	ctx := t.Context()
-	db := newDB(t)
-	cs, bytesOf := prefetchContents(t, db, 3)
-	p := &prefetch{db: db, uses: map[ID][]chunkUse{}, byID: map[ID]*want{}, limits: packSpans}
-	p.missing(cs)
-	require.NoError(t, p.resolve(ctx))
-	p.cut()
-	db.prefetches.add(p)
-	defer db.prefetches.remove(p)
-
-	big := cs[len(cs)-2] // the chunked content
-	r := p.where[p.locs[0].id]
-	p.read(ctx, r.s)
-	close(r.s.ready)
-	for _, s := range p.spans[1:] {
-		close(s.ready) // unread: no bytes
-		s.err = context.Canceled
-	}
-	e := Entry{Name: "big", Type: TypeFile, Size: big.Size, Object: big.ID, ObjectKind: big.Kind}
-	before := db.Counters()
-	path, err := db.Materialize(ctx, &e)
-	require.NoError(t, err)
-	assert.Zero(t, db.Counters().Sub(before).ChunksRead, "the read read chunks of its own")
-	got, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(bytesOf[big.ID], got))
-}

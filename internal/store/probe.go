@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"layerfs.dev/layerfs/internal/account"
+	"layerfs.dev/layerfs/internal/store/maintenance"
 	"layerfs.dev/layerfs/internal/store/schema"
 )
 
@@ -35,7 +36,7 @@ func (db *DB) openProbe(ctx context.Context, a *account.Account) (dedupProbe, er
 // snapshot (its pack bytes become dead bytes). pgx prepares and caches the
 // statements per connection.
 //
-// A row it finds older than probeRefresh it makes young again (one UPDATE,
+// A row it finds older than maintenance.ProbeRefresh it makes young again (one UPDATE,
 // which fails to find the row if GC deleted it meanwhile: then the id is
 // not stored), so that fleet GC, which spares young rows, keeps what this
 // batch is about to name (gcshared.go).
@@ -55,7 +56,7 @@ func (p *pgProbe) has(id ID, objects bool) (bool, error) {
 	ctx := context.Background()
 	var stale bool
 	err := p.db.r.QueryRowContext(ctx, `SELECT created < `+schema.NowNs+` - $2 FROM `+table+` WHERE id = $1`,
-		id[:], probeRefresh.Nanoseconds()).Scan(&stale)
+		id[:], maintenance.ProbeRefresh.Nanoseconds()).Scan(&stale)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}

@@ -192,6 +192,7 @@ func openRemote(ctx context.Context, dir string, opts Options, create bool) (_ *
 		return nil, err
 	}
 	db.content = db.bucket
+	db.fc = db.newFill()
 	db.trees = newTreeCache(opts.TreeCacheBytes)
 	if err := db.keepLease(ctx); err != nil {
 		return nil, err

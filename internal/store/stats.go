@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"layerfs.dev/layerfs/internal/diskusage"
+	"layerfs.dev/layerfs/internal/store/cache"
 	"layerfs.dev/layerfs/internal/store/object"
 )
 
@@ -134,7 +136,7 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 // cacheStats fills in the cache's figures.
 func (db *DB) cacheStats(st *Stats) error {
 	var err error
-	if st.CacheBytes, err = diskUsage(filepath.Join(db.dir, cacheDir)); err != nil {
+	if st.CacheBytes, err = diskusage.Tree(db.CacheDir(), cache.TrustedDir); err != nil {
 		return err
 	}
 	if st.CacheFiles, err = db.cache.Count(); err != nil {

@@ -87,15 +87,12 @@ func (db *DB) countTally(a *account.Account, t *account.Tally) {
 	a.AddTally(t)
 }
 
-type txMode int
+type txMode = sqltx.Mode
 
 const (
-	txRead  txMode = iota // a read-only snapshot on the reader pool
-	txWrite               // BEGIN IMMEDIATE on the single writer connection
-	// txInsert inserts immutable, content-addressed rows only: the same as
-	// txWrite on SQLite; on PostgreSQL it skips the reference lock, since
-	// two such transactions cannot conflict (ON CONFLICT DO NOTHING).
-	txInsert
+	txRead   = sqltx.Read
+	txWrite  = sqltx.Write
+	txInsert = sqltx.Insert
 )
 
 // refLock is the PostgreSQL advisory lock every txWrite takes first: it
@@ -173,4 +170,10 @@ func readOne[T any](ctx context.Context, db *DB, scan func(scanner) (T, error), 
 		err = ErrNotFound
 	}
 	return v, err
+}
+
+func toID(b []byte) ID {
+	var id ID
+	copy(id[:], b)
+	return id
 }

@@ -8,6 +8,21 @@ import (
 	"layerfs.dev/layerfs/internal/store/schema"
 )
 
+// Mode is what a transaction may do, which decides where it runs.
+type Mode int
+
+const (
+	// Read is a read-only snapshot on the reader pool.
+	Read Mode = iota
+	// Write is a serialised write: BEGIN IMMEDIATE on SQLite's one writer
+	// connection; on PostgreSQL it takes the reference lock first.
+	Write
+	// Insert inserts immutable, content-addressed rows only: the same as
+	// Write on SQLite; on PostgreSQL it skips the reference lock, since
+	// two such transactions cannot conflict (ON CONFLICT DO NOTHING).
+	Insert
+)
+
 // Tx is a transaction whose statements are counted (see the package
 // comment).
 type Tx struct {

@@ -1,14 +1,16 @@
-package store
+package maintenance
 
 import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"layerfs.dev/layerfs/internal/diskusage"
 	"layerfs.dev/layerfs/internal/store/bucketpack"
+	"layerfs.dev/layerfs/internal/store/cache"
+	"layerfs.dev/layerfs/internal/store/object"
 	"layerfs.dev/layerfs/internal/store/schema"
 	"layerfs.dev/layerfs/internal/store/sqltx"
 )
@@ -27,11 +29,11 @@ import (
 //     Flush, the branch moves after, and a dedup probe may find an old,
 //     unreachable chunk or object that the batch then names. So every row
 //     carries the time (the database's clock) it was stored, refreshed
-//     when a probe finds it older than probeRefresh; rows younger than the
+//     when a probe finds it older than ProbeRefresh; rows younger than the
 //     grace period (DefaultGCGrace) are roots of the mark and are never
 //     deleted, and every DELETE checks that age again on the row's latest
 //     version, so a probe that refreshed a row after the mark keeps it.
-//     A batch therefore has DefaultGCGrace - probeRefresh (90 minutes)
+//     A batch therefore has DefaultGCGrace - ProbeRefresh (90 minutes)
 //     between finding a row and publishing what names it. This is a grace
 //     period on rows, not on packs, because a dedup probe can revive a
 //     chunk of any age; and not an upload-intent record, because a row's
@@ -47,10 +49,10 @@ import (
 // found by a dedup probe, even when nothing reaches them.
 const DefaultGCGrace = 2 * time.Hour
 
-// probeRefresh: a dedup probe that finds a row older than this makes it
+// ProbeRefresh: a dedup probe (package store's) that finds a row older than this makes it
 // young again (one UPDATE); younger rows it leaves alone, to keep re-imports
 // of recent content from writing every row they find.
-const probeRefresh = DefaultGCGrace / 4
+const ProbeRefresh = DefaultGCGrace / 4
 
 // deleteGroup is how many rows one DELETE names.
 const deleteGroup = 1000
@@ -59,7 +61,7 @@ const deleteGroup = 1000
 const liveWorkspaces = `(SELECT r.id, r.base, r.head, r.image FROM workspace_records r
 	JOIN leases l ON l.node = r.node WHERE l.expires > ` + schema.NowNs + `)`
 
-func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GCStats, error) {
+func (s *Store) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GCStats, error) {
 	grace := opts.Grace
 	if grace == 0 {
 		grace = DefaultGCGrace
@@ -67,11 +69,11 @@ func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GC
 	grace = max(grace, 0)
 	st := GCStats{}
 	var err error
-	if st.DiskBefore, err = db.sharedFootprint(ctx); err != nil {
+	if st.DiskBefore, err = s.sharedFootprint(ctx); err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	live := newLiveSet()
-	err = db.withTx(ctx, txWrite, func(tx *tx) error {
+	err = s.WithTx(ctx, sqltx.Write, func(tx *sqltx.Tx) error {
 		var cutoff int64
 		if err := tx.Row(ctx, `SELECT `+schema.NowNs+` - ?`, grace.Nanoseconds()).Scan(&cutoff); err != nil {
 			return err
@@ -96,33 +98,33 @@ func (db *DB) gcShared(ctx context.Context, opts GCOptions, start time.Time) (GC
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	if !opts.DryRun {
-		if err := db.deleteDeadPacks(ctx, &st); err != nil {
+		if err := s.deleteDeadPacks(ctx, &st); err != nil {
 			return st, fmt.Errorf("gc: %w", err)
 		}
-		if err := db.deleteOrphanPacks(ctx, grace, &st); err != nil {
+		if err := s.deleteOrphanPacks(ctx, grace, &st); err != nil {
 			return st, fmt.Errorf("gc: %w", err)
 		}
-		if err := db.sweepCache(live, &st); err != nil {
+		if err := s.sweepCache(live, &st); err != nil {
 			return st, fmt.Errorf("gc: cache: %w", err)
 		}
 	}
-	if st.DiskAfter, err = db.sharedFootprint(ctx); err != nil {
+	if st.DiskAfter, err = s.sharedFootprint(ctx); err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	st.Reclaimed = st.DiskBefore - st.DiskAfter
 	st.Duration = time.Since(start)
-	db.log.Info("gc done", "node", db.node, "reclaimed", st.Reclaimed, "dead_objects", st.DeadObjects,
+	s.Log.Info("gc done", "node", s.Node, "reclaimed", st.Reclaimed, "dead_objects", st.DeadObjects,
 		"dead_chunks", st.DeadChunks, "packs_deleted", st.PacksDeleted, "orphan_packs", st.OrphanPacks)
 	return st, nil
 }
 
 // youngRoots lists the objects stored (or found by a probe) since cutoff.
-func youngRoots(ctx context.Context, tx *tx, cutoff int64) ([]root, error) {
-	return sqltx.ScanAll(ctx, tx, func(s scanner) (root, error) {
+func youngRoots(ctx context.Context, tx *sqltx.Tx, cutoff int64) ([]root, error) {
+	return sqltx.ScanAll(ctx, tx, func(s sqltx.Scanner) (root, error) {
 		var b []byte
 		var k int64
 		err := s.Scan(&b, &k)
-		r := root{k: Kind(k), via: "an object stored within the grace period"}
+		r := root{k: object.Kind(k), via: "an object stored within the grace period"}
 		copy(r.id[:], b)
 		return r, err
 	}, `SELECT id, kind FROM objects WHERE created >= ?`, cutoff)
@@ -130,9 +132,9 @@ func youngRoots(ctx context.Context, tx *tx, cutoff int64) ([]root, error) {
 
 // sweepShared deletes the rows older than cutoff that live does not hold,
 // each DELETE checking the age again on the row's latest version.
-func sweepShared(ctx context.Context, tx *tx, live *liveSet, cutoff int64, st *GCStats, dryRun bool) error {
-	ids := func(q string, keep func(ID) bool) ([][]byte, error) {
-		all, err := sqltx.ScanAll(ctx, tx, func(s scanner) ([]byte, error) {
+func sweepShared(ctx context.Context, tx *sqltx.Tx, live *liveSet, cutoff int64, st *GCStats, dryRun bool) error {
+	ids := func(q string, keep func(object.ID) bool) ([][]byte, error) {
+		all, err := sqltx.ScanAll(ctx, tx, func(s sqltx.Scanner) ([]byte, error) {
 			var b []byte
 			return b, s.Scan(&b)
 		}, q, cutoff)
@@ -141,7 +143,7 @@ func sweepShared(ctx context.Context, tx *tx, live *liveSet, cutoff int64, st *G
 		}
 		var dead [][]byte
 		for _, b := range all {
-			var id ID
+			var id object.ID
 			copy(id[:], b)
 			if !keep(id) {
 				dead = append(dead, b)
@@ -149,11 +151,11 @@ func sweepShared(ctx context.Context, tx *tx, live *liveSet, cutoff int64, st *G
 		}
 		return dead, nil
 	}
-	deadObjs, err := ids(`SELECT id FROM objects WHERE created < ?`, func(id ID) bool { _, ok := live.objects[id]; return ok })
+	deadObjs, err := ids(`SELECT id FROM objects WHERE created < ?`, func(id object.ID) bool { _, ok := live.objects[id]; return ok })
 	if err != nil {
 		return err
 	}
-	deadChunks, err := ids(`SELECT id FROM chunks WHERE created < ?`, func(id ID) bool { _, ok := live.chunks[id]; return ok })
+	deadChunks, err := ids(`SELECT id FROM chunks WHERE created < ?`, func(id object.ID) bool { _, ok := live.chunks[id]; return ok })
 	if err != nil {
 		return err
 	}
@@ -187,15 +189,15 @@ func sweepShared(ctx context.Context, tx *tx, live *liveSet, cutoff int64, st *G
 // deleteDeadPacks deletes the pack objects no chunk row names, then their
 // rows. Chunk rows commit with their pack's row, never later, so a pack
 // without chunk rows stays without them.
-func (db *DB) deleteDeadPacks(ctx context.Context, st *GCStats) error {
+func (s *Store) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 	type pack struct {
 		num int64
 		key string
 	}
 	var dead []pack
-	err := db.withTx(ctx, txRead, func(tx *tx) error {
+	err := s.WithTx(ctx, sqltx.Read, func(tx *sqltx.Tx) error {
 		var err error
-		dead, err = sqltx.ScanAll(ctx, tx, func(s scanner) (pack, error) {
+		dead, err = sqltx.ScanAll(ctx, tx, func(s sqltx.Scanner) (pack, error) {
 			var p pack
 			return p, s.Scan(&p.num, &p.key)
 		}, `SELECT num, key FROM packs p WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.pack = p.num) ORDER BY num`)
@@ -208,18 +210,18 @@ func (db *DB) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 		if err := checkContext(ctx); err != nil {
 			return err
 		}
-		if err := db.bucket.S3().Delete(ctx, p.key); err != nil {
+		if err := s.Bucket.S3().Delete(ctx, p.key); err != nil {
 			return fmt.Errorf("delete pack %d: %w", p.num, err)
 		}
-		err := db.withTx(ctx, txInsert, func(tx *tx) error {
+		err := s.WithTx(ctx, sqltx.Insert, func(tx *sqltx.Tx) error {
 			_, err := tx.Exec(ctx, `DELETE FROM packs WHERE num = ?`, p.num)
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("unindex pack %d: %w", p.num, err)
 		}
-		db.bucket.Forget(p.num)
-		db.log.Debug("gc removed pack", "pack", p.key)
+		s.Bucket.Forget(p.num)
+		s.Log.Debug("gc removed pack", "pack", p.key)
 		st.PacksDeleted++
 	}
 	return nil
@@ -229,14 +231,14 @@ func (db *DB) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 // older than grace: uploads whose batch never committed (its host died, or
 // its Flush failed after the upload). A younger one may belong to a flush
 // about to commit.
-func (db *DB) deleteOrphanPacks(ctx context.Context, grace time.Duration, st *GCStats) error {
-	objs, err := db.bucket.S3().List(ctx, bucketpack.KeyPrefix)
+func (s *Store) deleteOrphanPacks(ctx context.Context, grace time.Duration, st *GCStats) error {
+	objs, err := s.Bucket.S3().List(ctx, bucketpack.KeyPrefix)
 	if err != nil {
 		return err
 	}
 	named := map[string]bool{}
-	err = db.withTx(ctx, txRead, func(tx *tx) error {
-		keys, err := sqltx.ScanAll(ctx, tx, func(s scanner) (string, error) {
+	err = s.WithTx(ctx, sqltx.Read, func(tx *sqltx.Tx) error {
+		keys, err := sqltx.ScanAll(ctx, tx, func(s sqltx.Scanner) (string, error) {
 			var k string
 			return k, s.Scan(&k)
 		}, `SELECT key FROM packs`)
@@ -252,10 +254,10 @@ func (db *DB) deleteOrphanPacks(ctx context.Context, grace time.Duration, st *GC
 		if named[o.Key] || !strings.HasSuffix(o.Key, ".pack") || time.Since(o.Modified) < grace {
 			continue
 		}
-		if err := db.bucket.S3().Delete(ctx, o.Key); err != nil {
+		if err := s.Bucket.S3().Delete(ctx, o.Key); err != nil {
 			return fmt.Errorf("delete orphan pack: %w", err)
 		}
-		db.log.Debug("gc removed orphan pack", "pack", o.Key)
+		s.Log.Debug("gc removed orphan pack", "pack", o.Key)
 		st.OrphanPacks++
 	}
 	return nil
@@ -263,8 +265,8 @@ func (db *DB) deleteOrphanPacks(ctx context.Context, grace time.Duration, st *GC
 
 // sharedFootprint is the bytes of the pack objects in the bucket and of
 // this host's cache of materialised files.
-func (db *DB) sharedFootprint(ctx context.Context) (int64, error) {
-	objs, err := db.bucket.S3().List(ctx, bucketpack.KeyPrefix)
+func (s *Store) sharedFootprint(ctx context.Context) (int64, error) {
+	objs, err := s.Bucket.S3().List(ctx, bucketpack.KeyPrefix)
 	if err != nil {
 		return 0, err
 	}
@@ -272,7 +274,7 @@ func (db *DB) sharedFootprint(ctx context.Context) (int64, error) {
 	for _, o := range objs {
 		total += o.Size
 	}
-	n, err := diskUsage(filepath.Join(db.dir, cacheDir))
+	n, err := diskusage.Tree(s.CacheDir, cache.TrustedDir)
 	if err != nil && !os.IsNotExist(err) {
 		return 0, err
 	}

@@ -1,4 +1,4 @@
-package store
+package maintenance
 
 import (
 	"errors"
@@ -41,7 +41,7 @@ func (c *checker) cacheFiles() error {
 			}
 		})
 	}
-	err := c.db.cache.Each(func(id object.ID, path string) error {
+	err := c.s.Cache.Each(func(id object.ID, path string) error {
 		if err := checkContext(c.ctx); err != nil {
 			return err
 		}
@@ -70,19 +70,19 @@ func (c *checker) cacheFile(ct Content, path string) (string, bool) {
 		return "open: " + err.Error(), false
 	}
 	defer f.Close()
-	if err := c.db.checkCacheFile(c.ctx, ct, f); err != nil && c.ctx.Err() == nil {
+	if err := c.s.CheckCacheFile(c.ctx, ct, f); err != nil && c.ctx.Err() == nil {
 		return err.Error(), true
 	}
 	return "", true
 }
 
 // content is the content named id, as the index has it.
-func (c *checker) content(id ID) (Content, bool) {
+func (c *checker) content(id object.ID) (Content, bool) {
 	if ch, ok := c.chunks[id]; ok {
-		return Content{ID: id, Kind: KindChunk, Size: ch.len}, true
+		return Content{ID: id, Kind: object.KindChunk, Size: ch.len}, true
 	}
 	if n, ok := c.manifestSize[id]; ok {
-		return Content{ID: id, Kind: KindManifest, Size: n}, true
+		return Content{ID: id, Kind: object.KindManifest, Size: n}, true
 	}
 	return Content{}, false
 }
@@ -90,19 +90,16 @@ func (c *checker) content(id ID) (Content, bool) {
 // RepairCache evicts the cache files rep found damaged (problems of kind
 // "cache"), so that their contents are made again from the packs on next
 // use, and returns how many it evicted.
-func (db *DB) RepairCache(rep FsckReport) (int, error) {
-	if err := db.check(); err != nil {
-		return 0, err
-	}
+func (s *Store) RepairCache(rep FsckReport) (int, error) {
 	n := 0
 	for _, p := range rep.Problems {
 		if p.Kind != "cache" {
 			continue
 		}
-		if err := db.cache.Remove(p.Object); err != nil {
+		if err := s.Cache.Remove(p.Object); err != nil {
 			return n, err
 		}
-		db.log.Warn("evicted a damaged cache file: it will be made again from the packs", "content", p.Object.String(), "path", p.Where)
+		s.Log.Warn("evicted a damaged cache file: it will be made again from the packs", "content", p.Object.String(), "path", p.Where)
 		n++
 	}
 	return n, nil

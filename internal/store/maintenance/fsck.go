@@ -1,4 +1,4 @@
-package store
+package maintenance
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"layerfs.dev/layerfs/internal/s3bucket"
 	"layerfs.dev/layerfs/internal/store/object"
 	"layerfs.dev/layerfs/internal/store/pack"
+	"layerfs.dev/layerfs/internal/store/sqltx"
 )
 
 // Problem is one thing Fsck found wrong.
@@ -21,10 +22,10 @@ type Problem struct {
 	// Kind is "integrity", "foreign-key", "missing", "hash", "decode",
 	// "size", "range", "pack" or "cache" (a damaged file of the cache of
 	// contents, which RepairCache evicts).
-	Kind   string `json:"kind"`
-	Object ID     `json:"object"` // the object concerned, zero for store-wide problems
-	Where  string `json:"where"`  // the table, ref or pack file
-	Detail string `json:"detail"`
+	Kind   string    `json:"kind"`
+	Object object.ID `json:"object"` // the object concerned, zero for store-wide problems
+	Where  string    `json:"where"`  // the table, ref or pack file
+	Detail string    `json:"detail"`
 }
 
 func (p Problem) String() string {
@@ -51,7 +52,7 @@ type FsckReport struct {
 // OK reports whether no problem was found.
 func (r *FsckReport) OK() bool { return len(r.Problems) == 0 }
 
-// Err returns nil for a clean report, else an error wrapping ErrCorrupt
+// Err returns nil for a clean report, else an error wrapping object.ErrCorrupt
 // that names the first problems.
 func (r *FsckReport) Err() error {
 	if r.OK() {
@@ -68,10 +69,10 @@ func (r *FsckReport) Err() error {
 		}
 		b.WriteString(p.String())
 	}
-	return fmt.Errorf("fsck found %d problems: %s: %w", len(r.Problems), b.String(), ErrCorrupt)
+	return fmt.Errorf("fsck found %d problems: %s: %w", len(r.Problems), b.String(), object.ErrCorrupt)
 }
 
-func (r *FsckReport) add(kind string, id ID, where, format string, args ...any) {
+func (r *FsckReport) add(kind string, id object.ID, where, format string, args ...any) {
 	r.Problems = append(r.Problems, Problem{Kind: kind, Object: id, Where: where, Detail: fmt.Sprintf(format, args...)})
 }
 
@@ -86,8 +87,8 @@ func (r *FsckReport) add(kind string, id ID, where, format string, args ...any) 
 // nil, is called with the objects and chunks checked so far and their
 // total. Fsck reads one consistent snapshot and may run while other
 // processes write.
-func (db *DB) Fsck(ctx context.Context, progress func(done, total int)) (FsckReport, error) {
-	return db.FsckWith(ctx, FsckOptions{Progress: progress})
+func (s *Store) Fsck(ctx context.Context, progress func(done, total int)) (FsckReport, error) {
+	return s.FsckWith(ctx, FsckOptions{Progress: progress})
 }
 
 // FsckOptions tune FsckWith.
@@ -100,15 +101,15 @@ type FsckOptions struct {
 }
 
 // FsckWith is Fsck with opts.
-func (db *DB) FsckWith(ctx context.Context, opts FsckOptions) (FsckReport, error) {
+func (s *Store) FsckWith(ctx context.Context, opts FsckOptions) (FsckReport, error) {
 	var rep FsckReport
-	c := &checker{ctx: ctx, db: db, rep: &rep, progress: opts.Progress}
-	db.gcMu.RLock()
-	err := db.withTx(ctx, txRead, func(tx *tx) error {
+	c := &checker{ctx: ctx, s: s, rep: &rep, progress: opts.Progress}
+	unlock := s.ReadLock()
+	err := s.WithTx(ctx, sqltx.Read, func(tx *sqltx.Tx) error {
 		c.tx = tx
 		return c.run()
 	})
-	db.gcMu.RUnlock()
+	unlock()
 	if err == nil && !opts.SkipCache {
 		err = c.cacheFiles()
 	}
@@ -123,23 +124,23 @@ func (db *DB) FsckWith(ctx context.Context, opts FsckOptions) (FsckReport, error
 // calls them in an order in which each finds what it needs learnt.
 type checker struct {
 	ctx      context.Context
-	db       *DB
-	tx       *tx
+	s        *Store
+	tx       *sqltx.Tx
 	rep      *FsckReport
 	progress func(done, total int)
 	done     int // objects and chunks checked
 	total    int // objects and chunks in the index
 
-	kinds        map[ID]Kind     // every object's kind
-	chunks       map[ID]chunkRow // every chunk's place
-	order        []chunkRow      // the chunks, in pack order
-	manifestSize map[ID]int64    // the size of every manifest that decodes
-	graph        commitGraph     // every commit that decodes
+	kinds        map[object.ID]object.Kind // every object's kind
+	chunks       map[object.ID]chunkRow    // every chunk's place
+	order        []chunkRow                // the chunks, in pack order
+	manifestSize map[object.ID]int64       // the size of every manifest that decodes
+	graph        commitGraph               // every commit that decodes
 }
 
 func (c *checker) run() error {
 	checks := []func() error{c.engine, c.index, c.refs, c.objects, c.packFiles}
-	if c.db.bucket != nil {
+	if c.s.Bucket != nil {
 		checks[len(checks)-1] = c.packObjects
 	}
 	for _, check := range checks {
@@ -161,7 +162,7 @@ func (c *checker) tick() {
 // engine runs SQLite's own checks (PostgreSQL keeps its constraints
 // itself).
 func (c *checker) engine() error {
-	for _, q := range sqliteChecks(c.db.d.Postgres) {
+	for _, q := range sqliteChecks(c.tx.Postgres()) {
 		r, err := c.tx.Query(c.ctx, q.sql)
 		if err != nil {
 			return err
@@ -183,7 +184,7 @@ func (c *checker) engine() error {
 			for _, v := range vals[1:] {
 				s += " " + fmt.Sprint(*(v.(*any)))
 			}
-			c.rep.add(q.kind, ZeroID, dbFile, "%s", s)
+			c.rep.add(q.kind, object.ZeroID, c.s.IndexFile, "%s", s)
 		}
 		if err := r.Close(); err != nil {
 			return err
@@ -195,7 +196,7 @@ func (c *checker) engine() error {
 // index reads the index into memory: the kinds of the objects and the
 // places of the chunks.
 func (c *checker) index() error {
-	c.kinds, c.chunks = map[ID]Kind{}, map[ID]chunkRow{}
+	c.kinds, c.chunks = map[object.ID]object.Kind{}, map[object.ID]chunkRow{}
 	if err := c.tx.Row(c.ctx, `SELECT (SELECT count(*) FROM objects) + (SELECT count(*) FROM chunks)`).Scan(&c.total); err != nil {
 		return err
 	}
@@ -210,7 +211,7 @@ func (c *checker) index() error {
 			r.Close()
 			return err
 		}
-		c.kinds[toID(b)] = Kind(k)
+		c.kinds[toID(b)] = object.Kind(k)
 	}
 	if err := r.Close(); err != nil {
 		return err
@@ -242,7 +243,7 @@ func (c *checker) refs() error {
 	}
 	for _, rt := range roots {
 		c.rep.Refs++
-		if c.kinds[rt.id] != KindCommit {
+		if c.kinds[rt.id] != object.KindCommit {
 			c.rep.add("missing", rt.id, rt.via, "names a commit the store does not hold")
 		}
 	}
@@ -254,7 +255,7 @@ func (c *checker) refs() error {
 // trees can check file sizes against them; generations are checked once
 // every commit is read.
 func (c *checker) objects() error {
-	c.manifestSize, c.graph = map[ID]int64{}, commitGraph{}
+	c.manifestSize, c.graph = map[object.ID]int64{}, commitGraph{}
 	r, err := c.tx.Query(c.ctx, `SELECT id, kind, data FROM objects ORDER BY kind`)
 	if err != nil {
 		return err
@@ -279,21 +280,21 @@ func (c *checker) objects() error {
 }
 
 // object checks one row (id, kind k, data) of the objects table.
-func (c *checker) object(id ID, k int64, data []byte) {
-	kind := Kind(k)
+func (c *checker) object(id object.ID, k int64, data []byte) {
+	kind := object.Kind(k)
 	c.rep.Objects++
 	c.tick()
-	where := "objects table of " + dbFile
-	if Hash(kind, data) != id {
-		c.rep.add("hash", id, where, "%s content hashes to %s", kind, Hash(kind, data))
+	where := "objects table of " + c.s.IndexFile
+	if object.Hash(kind, data) != id {
+		c.rep.add("hash", id, where, "%s content hashes to %s", kind, object.Hash(kind, data))
 		return
 	}
 	switch kind {
-	case KindManifest:
+	case object.KindManifest:
 		c.manifest(id, data, where)
-	case KindTree:
+	case object.KindTree:
 		c.tree(id, data, where)
-	case KindCommit:
+	case object.KindCommit:
 		c.commit(id, data, where)
 	default:
 		c.rep.add("decode", id, where, "unknown kind %d", k)
@@ -302,7 +303,7 @@ func (c *checker) object(id ID, k int64, data []byte) {
 
 // manifest checks that a manifest's chunks are indexed with the lengths
 // its extents say.
-func (c *checker) manifest(id ID, data []byte, where string) {
+func (c *checker) manifest(id object.ID, data []byte, where string) {
 	m, err := object.DecodeManifest(data)
 	if err != nil {
 		c.rep.add("decode", id, where, "manifest: %v", err)
@@ -324,7 +325,7 @@ func (c *checker) manifest(id ID, data []byte, where string) {
 
 // tree checks that a tree decodes and that each entry names what it
 // should.
-func (c *checker) tree(id ID, data []byte, where string) {
+func (c *checker) tree(id object.ID, data []byte, where string) {
 	t, err := object.DecodeTree(data)
 	if err != nil {
 		c.rep.add("decode", id, where, "tree: %v", err)
@@ -337,28 +338,28 @@ func (c *checker) tree(id ID, data []byte, where string) {
 
 // entry checks that a directory names a stored tree and a file its
 // content, of the size the entry says.
-func (c *checker) entry(tree ID, e *Entry) {
+func (c *checker) entry(tree object.ID, e *object.Entry) {
 	where := fmt.Sprintf("tree %s entry %q", tree, e.Name)
 	switch e.Type {
-	case TypeDir:
-		if c.kinds[e.Object] != KindTree {
+	case object.TypeDir:
+		if c.kinds[e.Object] != object.KindTree {
 			c.rep.add("missing", e.Object, where, "directory's tree is not in the store")
 		}
-	case TypeFile:
+	case object.TypeFile:
 		switch {
 		case e.Object.IsZero():
 			if e.Size != 0 {
 				c.rep.add("size", e.Object, where, "empty content for a %d-byte file", e.Size)
 			}
-		case e.ObjectKind == KindChunk:
+		case e.ObjectKind == object.KindChunk:
 			ch, ok := c.chunks[e.Object]
 			if !ok {
 				c.rep.add("missing", e.Object, where, "file's chunk is not in the index")
 			} else if ch.len != e.Size {
 				c.rep.add("size", e.Object, where, "chunk has %d bytes, entry says %d", ch.len, e.Size)
 			}
-		case e.ObjectKind == KindManifest:
-			if c.kinds[e.Object] != KindManifest {
+		case e.ObjectKind == object.KindManifest:
+			if c.kinds[e.Object] != object.KindManifest {
 				c.rep.add("missing", e.Object, where, "file's manifest is not in the store")
 			} else if n, ok := c.manifestSize[e.Object]; ok && n != e.Size {
 				c.rep.add("size", e.Object, where, "manifest has %d bytes, entry says %d", n, e.Size)
@@ -369,17 +370,17 @@ func (c *checker) entry(tree ID, e *Entry) {
 
 // commit checks that a commit's root tree and parents are stored, and
 // keeps it for the generation check.
-func (c *checker) commit(id ID, data []byte, where string) {
+func (c *checker) commit(id object.ID, data []byte, where string) {
 	cm, err := object.DecodeCommit(data)
 	if err != nil {
 		c.rep.add("decode", id, where, "commit: %v", err)
 		return
 	}
-	if c.kinds[cm.Root] != KindTree {
+	if c.kinds[cm.Root] != object.KindTree {
 		c.rep.add("missing", cm.Root, "commit "+id.String(), "root tree is not in the store")
 	}
 	for _, p := range cm.Parents {
-		if c.kinds[p] != KindCommit {
+		if c.kinds[p] != object.KindCommit {
 			c.rep.add("missing", p, "commit "+id.String(), "parent commit is not in the store")
 		}
 	}
@@ -428,7 +429,7 @@ func (c *checker) packFiles() error {
 // openPack moves p to pack num and checks the pack's magic.
 func (c *checker) openPack(p *packFile, num int64) error {
 	p.close()
-	*p = packFile{num: num, path: c.db.packs.Path(num)}
+	*p = packFile{num: num, path: c.s.Packs.Path(num)}
 	c.rep.Packs++
 	f, err := os.Open(p.path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -445,7 +446,7 @@ func (c *checker) openPack(p *packFile, num int64) error {
 	p.size = fi.Size()
 	var magic [len(pack.Magic)]byte
 	if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != pack.Magic {
-		c.rep.add("pack", ZeroID, p.path, "bad pack header")
+		c.rep.add("pack", object.ZeroID, p.path, "bad pack header")
 	}
 	return nil
 }
@@ -473,8 +474,8 @@ func (c *checker) packChunk(p *packFile, ch chunkRow) error {
 		return fmt.Errorf("read %s: %w", p.path, err)
 	}
 	c.rep.Bytes += ch.len
-	c.db.total.Add(account.PackBytesRead, ch.len)
-	if got := Hash(KindChunk, data); got != ch.id {
+	c.s.Total.Add(account.PackBytesRead, ch.len)
+	if got := object.Hash(object.KindChunk, data); got != ch.id {
 		c.rep.add("hash", ch.id, p.path, "chunk at offset %d hashes to %s", ch.off, got)
 	}
 	return nil
@@ -501,7 +502,7 @@ func (c *checker) packObjects() error {
 
 // packObjectChunk checks chunk ch of a pack object.
 func (c *checker) packObjectChunk(ch chunkRow) {
-	bp := c.db.bucket
+	bp := c.s.Bucket
 	key, err := bp.Key(c.ctx, ch.pack)
 	if err != nil {
 		c.rep.add("pack", ch.id, fmt.Sprintf("pack %d", ch.pack), "%v", err)
@@ -525,16 +526,10 @@ func (c *checker) packObjectChunk(ch chunkRow) {
 		return
 	}
 	c.rep.Bytes += ch.len
-	c.db.total.Add(account.PackBytesRead, ch.len)
-	if got := Hash(KindChunk, data[pack.HeaderSize:]); got != ch.id {
+	c.s.Total.Add(account.PackBytesRead, ch.len)
+	if got := object.Hash(object.KindChunk, data[pack.HeaderSize:]); got != ch.id {
 		c.rep.add("hash", ch.id, key, "chunk at offset %d hashes to %s", ch.off, got)
 	}
-}
-
-func toID(b []byte) ID {
-	var id ID
-	copy(id[:], b)
-	return id
 }
 
 type sqliteCheck struct{ kind, sql string }
@@ -549,24 +544,26 @@ func sqliteChecks(postgres bool) []sqliteCheck {
 
 // commitGraph is what fsck keeps of each commit to check generations once
 // every commit is read.
-type commitGraph map[ID]graphNode
+type commitGraph map[object.ID]graphNode
 
 type graphNode struct {
 	gen     uint64
-	parents []ID
+	parents []object.ID
 }
 
-func (g commitGraph) add(id ID, c *Commit) { g[id] = graphNode{gen: c.Generation, parents: c.Parents} }
+func (g commitGraph) add(id object.ID, c *object.Commit) {
+	g[id] = graphNode{gen: c.Generation, parents: c.Parents}
+}
 
 // check reports commits whose generation breaks its rule: a commit with a
 // generation is above every parent, and exactly one above the highest when
 // every parent has one (version 1 commits have none).
 func (g commitGraph) check(rep *FsckReport) {
-	ids := make([]ID, 0, len(g))
+	ids := make([]object.ID, 0, len(g))
 	for id := range g {
 		ids = append(ids, id)
 	}
-	slices.SortFunc(ids, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(ids, func(a, b object.ID) int { return bytes.Compare(a[:], b[:]) })
 	for _, id := range ids {
 		n := g[id]
 		if n.gen == 0 {

@@ -1,4 +1,4 @@
-package store
+package maintenance
 
 import (
 	"context"
@@ -12,9 +12,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"layerfs.dev/layerfs/internal/account"
-	"layerfs.dev/layerfs/internal/flock"
+	"layerfs.dev/layerfs/internal/diskusage"
+	"layerfs.dev/layerfs/internal/store/cache"
 	"layerfs.dev/layerfs/internal/store/object"
 	"layerfs.dev/layerfs/internal/store/pack"
+	"layerfs.dev/layerfs/internal/store/sqltx"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // GCOptions tune a collection.
@@ -61,7 +64,7 @@ type GCStats struct {
 // reaches, following commit parents, trees, manifests and chunks; rewrites
 // packs whose dead bytes exceed the threshold, deleting the old files; and
 // removes cache files of unreachable content. On the embedded Store it needs
-// the store to itself: it fails fast with ErrBusy when another process has
+// the store to itself: it fails fast with errclass.Busy when another process has
 // the store open or a batch of this process holds unflushed work. On a
 // shared Store it runs beside every host's work (gcshared.go). It refuses
 // to delete anything when a reachable object is missing or corrupt (run
@@ -71,118 +74,76 @@ type GCStats struct {
 // pack is fsynced before the index points at it, and a pack file is removed
 // only once no row names it, so an interrupted GC leaves at most files that
 // the next GC removes.
-func (db *DB) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
+func (s *Store) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 	start := time.Now()
 	if opts.CompactRatio <= 0 {
 		opts.CompactRatio = DefaultCompactRatio
 	}
-	if err := db.check(); err != nil {
-		return GCStats{}, err
+	if s.Bucket != nil {
+		return s.gcShared(ctx, opts, start)
 	}
-	if db.bucket != nil {
-		return db.gcShared(ctx, opts, start)
-	}
-	unlock, err := db.lockExclusive(ctx)
+	unlock, err := s.LockExclusive(ctx)
 	if err != nil {
 		return GCStats{}, fmt.Errorf("gc: %w", err)
 	}
 	defer unlock()
 
 	st := GCStats{}
-	st.DiskBefore, err = db.diskFootprint()
+	st.DiskBefore, err = s.diskFootprint()
 	if err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
-	live, err := db.mark(ctx, &st)
+	live, err := s.mark(ctx, &st)
 	if err != nil {
 		return st, fmt.Errorf("gc: mark: %w", err)
 	}
-	if err := db.sweep(ctx, live, &st, opts.DryRun); err != nil {
+	if err := s.sweep(ctx, live, &st, opts.DryRun); err != nil {
 		return st, fmt.Errorf("gc: sweep: %w", err)
 	}
 	if !opts.DryRun {
-		if err := db.compact(ctx, opts.CompactRatio, &st); err != nil {
+		if err := s.compact(ctx, opts.CompactRatio, &st); err != nil {
 			return st, fmt.Errorf("gc: compact: %w", err)
 		}
-		if err := db.sweepCache(live, &st); err != nil {
+		if err := s.sweepCache(live, &st); err != nil {
 			return st, fmt.Errorf("gc: cache: %w", err)
 		}
 		if opts.Vacuum {
-			if _, err := db.w.ExecContext(ctx, `VACUUM`); err != nil {
+			if err := s.ExecWriter(ctx, `VACUUM`); err != nil {
 				return st, fmt.Errorf("gc: vacuum: %w", err)
 			}
-			db.count(ctx, account.Statements, 1)
+			account.Charge(ctx, s.Total, account.Statements, 1)
 		}
-		if _, err := db.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		if err := s.ExecWriter(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 			return st, fmt.Errorf("gc: checkpoint: %w", err)
 		}
-		db.count(ctx, account.Statements, 1)
+		account.Charge(ctx, s.Total, account.Statements, 1)
 	}
-	st.DiskAfter, err = db.diskFootprint()
+	st.DiskAfter, err = s.diskFootprint()
 	if err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	st.Reclaimed = st.DiskBefore - st.DiskAfter
 	st.Duration = time.Since(start)
-	db.log.Info("gc done", "dir", db.dir, "reclaimed", st.Reclaimed, "dead_objects", st.DeadObjects,
+	s.Log.Info("gc done", "dir", s.Dir, "reclaimed", st.Reclaimed, "dead_objects", st.DeadObjects,
 		"dead_chunks", st.DeadChunks, "packs_rewritten", st.PacksRewritten, "packs_deleted", st.PacksDeleted)
 	return st, nil
 }
 
-// lockExclusive takes the store for GC: no unflushed batch in this process
-// (and none can start until unlock), no other process with the store open.
-func (db *DB) lockExclusive(ctx context.Context) (unlock func(), err error) {
-	// Readers hold gcMu only briefly; batches hold it until Flush, so a
-	// batch in progress makes this fail rather than wait.
-	deadline := time.Now().Add(2 * time.Second)
-	for !db.gcMu.TryLock() {
-		if db.batches.Load() > 0 || time.Now().After(deadline) {
-			return nil, fmt.Errorf("a batch of this process has unflushed work: %w", ErrBusy)
-		}
-		if err := checkContext(ctx); err != nil {
-			return nil, err
-		}
-		time.Sleep(time.Millisecond)
-	}
-	db.lockMu.Lock()
-	fd := int(db.lock.Fd())
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		// A failed conversion may have dropped our shared lock: take it back.
-		serr := flock.Lock(context.Background(), db.lock, unix.LOCK_SH)
-		db.lockMu.Unlock()
-		db.gcMu.Unlock()
-		if serr != nil {
-			return nil, errors.Join(err, serr)
-		}
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another process has the store open: %w", ErrBusy)
-		}
-		return nil, err
-	}
-	return func() {
-		if err := unix.Flock(fd, unix.LOCK_SH); err != nil {
-			db.log.Warn("gc: downgrade store lock", "err", err)
-		}
-		db.lockMu.Unlock()
-		db.gcMu.Unlock()
-	}, nil
-}
-
 // liveSet is what mark found reachable.
 type liveSet struct {
-	objects map[ID]Kind     // manifests, trees and commits
-	chunks  map[ID]struct{} // chunk ids
-	content map[ID]struct{} // file content ids (cache keys), including ZeroID
+	objects map[object.ID]object.Kind // manifests, trees and commits
+	chunks  map[object.ID]struct{}    // chunk ids
+	content map[object.ID]struct{}    // file content ids (cache keys), including object.ZeroID
 }
 
 func newLiveSet() *liveSet {
-	return &liveSet{objects: map[ID]Kind{}, chunks: map[ID]struct{}{}, content: map[ID]struct{}{ZeroID: {}}}
+	return &liveSet{objects: map[object.ID]object.Kind{}, chunks: map[object.ID]struct{}{}, content: map[object.ID]struct{}{object.ZeroID: {}}}
 }
 
 // mark walks the object graph from every ref in one read transaction.
-func (db *DB) mark(ctx context.Context, st *GCStats) (*liveSet, error) {
+func (s *Store) mark(ctx context.Context, st *GCStats) (*liveSet, error) {
 	live := newLiveSet()
-	err := db.withTx(ctx, txRead, func(tx *tx) error {
+	err := s.WithTx(ctx, sqltx.Read, func(tx *sqltx.Tx) error {
 		roots, err := refRoots(ctx, tx, "workspaces")
 		if err != nil {
 			return err
@@ -193,30 +154,30 @@ func (db *DB) mark(ctx context.Context, st *GCStats) (*liveSet, error) {
 }
 
 // markFrom adds to live everything roots reach, in tx.
-func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCStats) error {
+func markFrom(ctx context.Context, tx *sqltx.Tx, roots []root, live *liveSet, st *GCStats) error {
 	get, err := tx.Prepare(ctx, `SELECT kind, data FROM objects WHERE id = ?`)
 	if err != nil {
 		return err
 	}
 	defer get.Close()
-	load := func(k Kind, id ID, via string) ([]byte, error) {
+	load := func(k object.Kind, id object.ID, via string) ([]byte, error) {
 		var kind int64
 		var data []byte
 		err := get.Row(ctx, id[:]).Scan(&kind, &data)
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && Kind(kind) != k) {
-			return nil, fmt.Errorf("%s %s (reached from %s) is missing; run fsck: %w", k, id, via, ErrNotFound)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && object.Kind(kind) != k) {
+			return nil, fmt.Errorf("%s %s (reached from %s) is missing; run fsck: %w", k, id, via, errclass.NotFound)
 		}
 		if err != nil {
 			return nil, err
 		}
-		if Hash(k, data) != id {
-			return nil, fmt.Errorf("%s %s (reached from %s) does not match its id; run fsck: %w", k, id, via, ErrCorrupt)
+		if object.Hash(k, data) != id {
+			return nil, fmt.Errorf("%s %s (reached from %s) does not match its id; run fsck: %w", k, id, via, object.ErrCorrupt)
 		}
 		return data, nil
 	}
 	type item struct {
-		k   Kind
-		id  ID
+		k   object.Kind
+		id  object.ID
 		via string
 	}
 	var stack []item
@@ -229,7 +190,7 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 		}
 		it := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if it.k == KindChunk {
+		if it.k == object.KindChunk {
 			if _, ok := live.chunks[it.id]; !ok {
 				live.chunks[it.id] = struct{}{}
 				st.LiveChunks++
@@ -246,17 +207,17 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 		live.objects[it.id] = it.k
 		via := it.k.String() + " " + it.id.Short()
 		switch it.k {
-		case KindCommit:
+		case object.KindCommit:
 			st.LiveCommits++
 			c, err := object.DecodeCommit(data)
 			if err != nil {
 				return fmt.Errorf("commit %s: %w", it.id, err)
 			}
-			stack = append(stack, item{KindTree, c.Root, via})
+			stack = append(stack, item{object.KindTree, c.Root, via})
 			for _, p := range c.Parents {
-				stack = append(stack, item{KindCommit, p, via})
+				stack = append(stack, item{object.KindCommit, p, via})
 			}
-		case KindTree:
+		case object.KindTree:
 			st.LiveTrees++
 			t, err := object.DecodeTree(data)
 			if err != nil {
@@ -265,16 +226,16 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 			for i := range t.Entries {
 				e := &t.Entries[i]
 				switch {
-				case e.Type == TypeDir:
-					stack = append(stack, item{KindTree, e.Object, via})
-				case e.Type == TypeFile:
+				case e.Type == object.TypeDir:
+					stack = append(stack, item{object.KindTree, e.Object, via})
+				case e.Type == object.TypeFile:
 					live.content[e.Object] = struct{}{}
-					if e.ObjectKind == KindChunk || e.ObjectKind == KindManifest {
+					if e.ObjectKind == object.KindChunk || e.ObjectKind == object.KindManifest {
 						stack = append(stack, item{e.ObjectKind, e.Object, via})
 					}
 				}
 			}
-		case KindManifest:
+		case object.KindManifest:
 			st.LiveManifests++
 			m, err := object.DecodeManifest(data)
 			if err != nil {
@@ -282,7 +243,7 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 			}
 			for _, x := range m.Extents {
 				if !x.Chunk.IsZero() {
-					stack = append(stack, item{KindChunk, x.Chunk, via})
+					stack = append(stack, item{object.KindChunk, x.Chunk, via})
 				}
 			}
 		}
@@ -291,15 +252,15 @@ func markFrom(ctx context.Context, tx *tx, roots []root, live *liveSet, st *GCSt
 }
 
 type root struct {
-	k   Kind
-	id  ID
+	k   object.Kind
+	id  object.ID
 	via string
 }
 
 // refRoots lists every commit a ref names: branch heads, layers, images,
 // checkpoints, and the base, head and root image of each workspace of the
 // table (or subquery) workspaces.
-func refRoots(ctx context.Context, tx *tx, workspaces string) ([]root, error) {
+func refRoots(ctx context.Context, tx *sqltx.Tx, workspaces string) ([]root, error) {
 	var out []root
 	r, err := tx.Query(ctx, `
 		SELECT head, 'branch ' || project || '/' || name FROM branches
@@ -319,19 +280,19 @@ func refRoots(ctx context.Context, tx *tx, workspaces string) ([]root, error) {
 		if err := r.Scan(&b, &via); err != nil {
 			return nil, err
 		}
-		var id ID
+		var id object.ID
 		copy(id[:], b)
 		if !id.IsZero() {
-			out = append(out, root{KindCommit, id, via})
+			out = append(out, root{object.KindCommit, id, via})
 		}
 	}
 	return out, r.Err()
 }
 
 // sweep deletes unmarked rows in one write transaction.
-func (db *DB) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool) error {
-	return db.withTx(ctx, txWrite, func(tx *tx) error {
-		var deadObjs, deadChunks []ID
+func (s *Store) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool) error {
+	return s.WithTx(ctx, sqltx.Write, func(tx *sqltx.Tx) error {
+		var deadObjs, deadChunks []object.ID
 		r, err := tx.Query(ctx, `SELECT id FROM objects`)
 		if err != nil {
 			return err
@@ -342,7 +303,7 @@ func (db *DB) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool
 				r.Close()
 				return err
 			}
-			var id ID
+			var id object.ID
 			copy(id[:], b)
 			if _, ok := live.objects[id]; !ok {
 				deadObjs = append(deadObjs, id)
@@ -362,7 +323,7 @@ func (db *DB) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool
 				r.Close()
 				return err
 			}
-			var id ID
+			var id object.ID
 			copy(id[:], b)
 			if _, ok := live.chunks[id]; !ok {
 				deadChunks = append(deadChunks, id)
@@ -378,7 +339,7 @@ func (db *DB) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool
 		}
 		for _, del := range []struct {
 			q   string
-			ids []ID
+			ids []object.ID
 		}{{`DELETE FROM objects WHERE id = ?`, deadObjs}, {`DELETE FROM chunks WHERE id = ?`, deadChunks}} {
 			if len(del.ids) == 0 {
 				continue
@@ -401,7 +362,7 @@ func (db *DB) sweep(ctx context.Context, live *liveSet, st *GCStats, dryRun bool
 
 // dropDeadDerivations forgets the derivations whose commit a sweep
 // deleted: they are a memo, not a root.
-func dropDeadDerivations(ctx context.Context, tx *tx) error {
+func dropDeadDerivations(ctx context.Context, tx *sqltx.Tx) error {
 	_, err := tx.Exec(ctx, `DELETE FROM derivations WHERE commit_id NOT IN (SELECT id FROM objects)`)
 	return err
 }
@@ -414,9 +375,9 @@ type packLive struct {
 }
 
 // livePacks groups the chunk index by pack.
-func (db *DB) livePacks(ctx context.Context) (map[int64]*packLive, error) {
+func (s *Store) livePacks(ctx context.Context) (map[int64]*packLive, error) {
 	out := map[int64]*packLive{}
-	err := db.withTx(ctx, txRead, func(tx *tx) error {
+	err := s.WithTx(ctx, sqltx.Read, func(tx *sqltx.Tx) error {
 		r, err := tx.Query(ctx, `SELECT id, pack, off, len FROM chunks ORDER BY pack, off`)
 		if err != nil {
 			return err
@@ -444,36 +405,36 @@ func (db *DB) livePacks(ctx context.Context) (map[int64]*packLive, error) {
 
 // compact deletes packs with no live chunk and rewrites those with too many
 // dead bytes into new packs.
-func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
-	if err := db.packs.DropIdle(); err != nil {
+func (s *Store) compact(ctx context.Context, ratio float64, st *GCStats) error {
+	if err := s.Packs.DropIdle(); err != nil {
 		return err
 	}
-	live, err := db.livePacks(ctx)
+	live, err := s.livePacks(ctx)
 	if err != nil {
 		return err
 	}
-	nums, err := db.packs.List()
+	nums, err := s.Packs.List()
 	if err != nil {
 		return err
 	}
 	var out *pack.Writer // the pack live chunks are copied into
 	defer func() {
 		if out != nil {
-			db.packs.Discard(out)
+			s.Packs.Discard(out)
 		}
 	}()
 	for _, num := range nums {
 		if err := checkContext(ctx); err != nil {
 			return err
 		}
-		path := db.packs.Path(num)
+		path := s.Packs.Path(num)
 		fi, err := os.Stat(path)
 		if err != nil {
 			return err
 		}
 		p := live[num]
 		if p == nil {
-			if err := db.removePack(num); err != nil {
+			if err := s.removePack(num); err != nil {
 				return err
 			}
 			st.PacksDeleted++
@@ -487,18 +448,18 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 		// durable, then point the index at them.
 		moved := make([]chunkRow, 0, len(p.chunks))
 		for _, c := range p.chunks {
-			data, err := db.readChunk(ctx, c.id, c.pack, c.off, c.len)
+			data, err := s.ReadChunk(ctx, c.id, c.pack, c.off, c.len)
 			if err != nil {
 				return fmt.Errorf("pack %s: %w", path, err)
 			}
-			if out == nil || out.End()+pack.HeaderSize+c.len > db.opts.MaxPackSize {
+			if out == nil || out.End()+pack.HeaderSize+c.len > s.MaxPackSize {
 				if out != nil {
 					if err := out.Sync(); err != nil {
 						return err
 					}
-					db.packs.Discard(out)
+					s.Packs.Discard(out)
 				}
-				out, err = db.packs.Create()
+				out, err = s.Packs.Create()
 				if err != nil {
 					return err
 				}
@@ -507,14 +468,14 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 			if err != nil {
 				return err
 			}
-			db.count(ctx, account.PackBytesWritten, pack.HeaderSize+c.len)
+			account.Charge(ctx, s.Total, account.PackBytesWritten, pack.HeaderSize+c.len)
 			moved = append(moved, chunkRow{id: c.id, pack: out.Number(), off: off, len: c.len})
 		}
 		if err := out.Sync(); err != nil {
 			return err
 		}
-		db.count(ctx, account.PackSyncs, 1)
-		err = db.withTx(ctx, txWrite, func(tx *tx) error {
+		account.Charge(ctx, s.Total, account.PackSyncs, 1)
+		err = s.WithTx(ctx, sqltx.Write, func(tx *sqltx.Tx) error {
 			s, err := tx.Prepare(ctx, `UPDATE chunks SET pack = ?, off = ? WHERE id = ? AND pack = ?`)
 			if err != nil {
 				return err
@@ -530,7 +491,7 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 		if err != nil {
 			return err
 		}
-		if err := db.removePack(num); err != nil {
+		if err := s.removePack(num); err != nil {
 			return err
 		}
 		st.PacksRewritten++
@@ -538,18 +499,18 @@ func (db *DB) compact(ctx context.Context, ratio float64, st *GCStats) error {
 	return nil
 }
 
-func (db *DB) removePack(num int64) error {
-	if err := db.packs.Remove(num); err != nil {
+func (s *Store) removePack(num int64) error {
+	if err := s.Packs.Remove(num); err != nil {
 		return err
 	}
-	db.log.Debug("gc removed pack", "pack", db.packs.Path(num))
+	s.Log.Debug("gc removed pack", "pack", s.Packs.Path(num))
 	return nil
 }
 
 // sweepCache removes cache files whose content no live tree names, and
 // temporary files a crashed materialization left behind.
-func (db *DB) sweepCache(live *liveSet, st *GCStats) error {
-	n, err := db.cache.Sweep(func(id ID) bool {
+func (s *Store) sweepCache(live *liveSet, st *GCStats) error {
+	n, err := s.Cache.Sweep(func(id object.ID) bool {
 		_, ok := live.content[id]
 		return ok
 	})
@@ -559,22 +520,20 @@ func (db *DB) sweepCache(live *liveSet, st *GCStats) error {
 
 // diskFootprint is the bytes on disk of the packs, the cache and the
 // database files.
-func (db *DB) diskFootprint() (int64, error) {
+func (s *Store) diskFootprint() (int64, error) {
 	var total int64
-	for _, d := range []string{packsDir, cacheDir} {
-		n, err := diskUsage(filepath.Join(db.dir, d))
+	for _, d := range []string{s.PacksDir, s.CacheDir} {
+		n, err := diskusage.Tree(d, cache.TrustedDir)
 		if err != nil {
 			return 0, err
 		}
 		total += n
 	}
-	for _, f := range dbFiles() {
-		var s unix.Stat_t
-		if err := unix.Stat(filepath.Join(db.dir, f), &s); err == nil {
-			total += s.Blocks * 512
+	for _, f := range s.indexFiles() {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(s.Dir, f), &st); err == nil {
+			total += st.Blocks * 512
 		}
 	}
 	return total, nil
 }
-
-func dbFiles() []string { return []string{dbFile, dbFile + "-wal", dbFile + "-shm"} }

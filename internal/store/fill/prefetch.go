@@ -1,4 +1,4 @@
-package store
+package fill
 
 import (
 	"cmp"
@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/store/cache"
 	"layerfs.dev/layerfs/internal/store/object"
+	"layerfs.dev/layerfs/wire/errclass"
 )
 
 // Prefetch puts the contents a commit needs in the cache ahead of its
@@ -35,8 +35,8 @@ import (
 // Content names a file content: its object (a chunk or a manifest), its
 // kind and its size.
 type Content struct {
-	ID   ID
-	Kind Kind
+	ID   object.ID
+	Kind object.Kind
 	Size int64
 }
 
@@ -65,29 +65,16 @@ var (
 	bucketSpans = spanLimits{maxSpan: 8 << 20, maxGap: 1 << 20, workers: 8}
 )
 
-// How many IDs one statement of inBatches looks up: as parameters
-// (SQLite), or in one array parameter (PostgreSQL).
-const (
-	locateBatch = 256
-	arrayBatch  = 8192
-)
-
 // Prefetch puts those of contents the cache lacks in it; see above. It
 // returns when every content is placed or given up on (an error other
 // than the context's is reported, and the contents that failed are left
 // to Materialize).
-func (db *DB) Prefetch(ctx context.Context, contents []Content) (PrefetchStats, error) {
+func (fc *Cache) Prefetch(ctx context.Context, contents []Content) (PrefetchStats, error) {
 	t0 := time.Now()
-	if err := db.check(); err != nil {
-		return PrefetchStats{}, err
-	}
-	p := &prefetch{db: db, uses: map[ID][]chunkUse{}, byID: map[ID]*want{}, limits: packSpans, acct: account.From(ctx)}
-	if db.bucket != nil {
-		p.limits = bucketSpans
-	}
+	p := &prefetch{fc: fc, uses: map[object.ID][]chunkUse{}, byID: map[object.ID]*want{}, limits: fc.spans, acct: account.From(ctx)}
 	p.stats.Contents = len(contents)
 	// What captures are writing into the cache is not missing.
-	if err := db.WaitFill(ctx); err != nil {
+	if err := fc.Wait(ctx); err != nil {
 		return p.stats, fmt.Errorf("prefetch: %w", err)
 	}
 	p.missing(contents)
@@ -95,8 +82,7 @@ func (db *DB) Prefetch(ctx context.Context, contents []Content) (PrefetchStats, 
 		p.stats.Took = time.Since(t0)
 		return p.stats, nil
 	}
-	db.gcMu.RLock()
-	defer db.gcMu.RUnlock()
+	defer fc.src.ReadLock()()
 	err := p.resolve(ctx)
 	if err == nil {
 		err = p.fetch(ctx)
@@ -112,14 +98,14 @@ func (db *DB) Prefetch(ctx context.Context, contents []Content) (PrefetchStats, 
 
 // prefetch is one run of Prefetch.
 type prefetch struct {
-	db     *DB
+	fc     *Cache
 	limits spanLimits
 	wants  []*want
-	byID   map[ID]*want
-	uses   map[ID][]chunkUse // where each chunk needed goes
-	locs   []chunkLoc        // the chunks needed, in pack order
+	byID   map[object.ID]*want
+	uses   map[object.ID][]chunkUse // where each chunk needed goes
+	locs   []chunkLoc               // the chunks needed, in pack order
 	spans  []*span
-	where  map[ID]locRef // each chunk's span
+	where  map[object.ID]locRef // each chunk's span
 	stats  PrefetchStats
 
 	placed atomic.Int64
@@ -136,7 +122,7 @@ type prefetch struct {
 // data not written yet, written which are.
 type want struct {
 	c       Content
-	m       *Manifest // nil: a content of one chunk
+	m       *object.Manifest // nil: a content of one chunk
 	mu      sync.Mutex
 	file    *cache.File // opened with its first chunk
 	left    int
@@ -152,19 +138,19 @@ type chunkUse struct {
 }
 
 type chunkLoc struct {
-	id             ID
+	id             object.ID
 	pack, off, len int64
 }
 
 // missing keeps the contents the cache lacks, each once.
 func (p *prefetch) missing(contents []Content) {
-	seen := make(map[ID]bool, len(contents))
+	seen := make(map[object.ID]bool, len(contents))
 	for _, c := range contents {
 		if c.Size == 0 || c.ID.IsZero() || seen[c.ID] {
 			continue
 		}
 		seen[c.ID] = true
-		if _, err := os.Lstat(p.db.CachePath(c.ID)); err == nil {
+		if _, err := os.Lstat(p.fc.dir.Path(c.ID)); err == nil {
 			continue
 		}
 		w := &want{c: c}
@@ -178,39 +164,34 @@ func (p *prefetch) missing(contents []Content) {
 // of every chunk needed, a batch of IDs per statement, and sorts the
 // chunks in pack order.
 func (p *prefetch) resolve(ctx context.Context) error {
-	var manifests []ID
-	byID := map[ID]*want{}
+	var manifests []object.ID
+	byID := map[object.ID]*want{}
 	for _, w := range p.wants {
 		switch w.c.Kind {
-		case KindChunk:
+		case object.KindChunk:
 			p.uses[w.c.ID] = append(p.uses[w.c.ID], chunkUse{w: w})
 			w.left, w.written = 1, make([]bool, 1)
-		case KindManifest:
+		case object.KindManifest:
 			manifests = append(manifests, w.c.ID)
 			byID[w.c.ID] = w
 		default:
-			return fmt.Errorf("content %s: object kind %s: %w", w.c.ID.Short(), w.c.Kind, ErrCorrupt)
+			return fmt.Errorf("content %s: object kind %s: %w", w.c.ID.Short(), w.c.Kind, object.ErrCorrupt)
 		}
 	}
-	q := fmt.Sprintf(`SELECT id, data FROM objects WHERE kind = %d AND id IN `, KindManifest)
-	err := p.db.inBatches(ctx, manifests, q, func(s scanner) error {
-		var id, data []byte
-		if err := s.Scan(&id, &data); err != nil {
-			return err
-		}
-		w := byID[toID(id)]
+	err := p.fc.src.Manifests(ctx, manifests, func(id object.ID, data []byte) error {
+		w := byID[id]
 		if w == nil {
 			return nil
 		}
-		if got := Hash(KindManifest, data); got != w.c.ID {
-			return fmt.Errorf("manifest %s in the objects table hashes to %s: %w", w.c.ID, got, ErrCorrupt)
+		if got := object.Hash(object.KindManifest, data); got != w.c.ID {
+			return fmt.Errorf("manifest %s in the objects table hashes to %s: %w", w.c.ID, got, object.ErrCorrupt)
 		}
 		m, err := object.DecodeManifest(data)
 		if err != nil {
 			return fmt.Errorf("manifest %s: %w", w.c.ID, err)
 		}
 		if m.Size != w.c.Size {
-			return fmt.Errorf("manifest %s has %d bytes, the tree says %d: %w", w.c.ID, m.Size, w.c.Size, ErrCorrupt)
+			return fmt.Errorf("manifest %s has %d bytes, the tree says %d: %w", w.c.ID, m.Size, w.c.Size, object.ErrCorrupt)
 		}
 		w.m = m
 		w.written = make([]bool, len(m.Extents))
@@ -229,89 +210,27 @@ func (p *prefetch) resolve(ctx context.Context) error {
 	}
 	for _, w := range byID {
 		if w.m == nil {
-			return fmt.Errorf("manifest %s: %w", w.c.ID, ErrNotFound)
+			return fmt.Errorf("manifest %s: %w", w.c.ID, errclass.NotFound)
 		}
 	}
-	ids := make([]ID, 0, len(p.uses))
+	ids := make([]object.ID, 0, len(p.uses))
 	for id := range p.uses {
 		ids = append(ids, id)
 	}
-	err = p.db.inBatches(ctx, ids, `SELECT id, pack, off, len FROM chunks WHERE id IN `, func(s scanner) error {
-		var id []byte
-		var l chunkLoc
-		if err := s.Scan(&id, &l.pack, &l.off, &l.len); err != nil {
-			return err
-		}
-		l.id = toID(id)
-		p.locs = append(p.locs, l)
+	err = p.fc.src.Chunks(ctx, ids, func(id object.ID, num, off, n int64) error {
+		p.locs = append(p.locs, chunkLoc{id: id, pack: num, off: off, len: n})
 		return nil
 	})
 	if err != nil {
 		return err
 	}
 	if len(p.locs) != len(ids) {
-		return fmt.Errorf("%d of %d chunks are not indexed: %w", len(ids)-len(p.locs), len(ids), ErrNotFound)
+		return fmt.Errorf("%d of %d chunks are not indexed: %w", len(ids)-len(p.locs), len(ids), errclass.NotFound)
 	}
 	slices.SortFunc(p.locs, func(a, b chunkLoc) int {
 		return cmp.Or(cmp.Compare(a.pack, b.pack), cmp.Compare(a.off, b.off))
 	})
 	return nil
-}
-
-// inBatches runs q (a statement ending in "IN ") with ids, calling each
-// for every row. On PostgreSQL a batch is one array parameter (id =
-// ANY($1)) of up to arrayBatch IDs: one statement parsed and planned per
-// batch, where a list of parameters costs its planning per ID. On SQLite,
-// in process, a batch is locateBatch parameters, the last batch padded
-// with its first ID so that every batch is one statement text.
-func (db *DB) inBatches(ctx context.Context, ids []ID, q string, each func(scanner) error) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	size, stmt := locateBatch, q+"("+strings.TrimSuffix(strings.Repeat("?, ", locateBatch), ", ")+")"
-	if db.d.Postgres {
-		size, stmt = arrayBatch, strings.TrimSuffix(q, "IN ")+"= ANY(?)"
-	}
-	return db.withTx(ctx, txRead, func(tx *tx) error {
-		for i := 0; i < len(ids); i += size {
-			batch := ids[i:min(i+size, len(ids))]
-			r, err := tx.Query(ctx, stmt, db.batchArgs(batch, size)...)
-			if err != nil {
-				return err
-			}
-			for r.Next() {
-				if err := each(r); err != nil {
-					r.Close()
-					return err
-				}
-			}
-			if err := r.Close(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// batchArgs are the arguments of one batch of inBatches: an array on
-// PostgreSQL, else size IDs, padded with the batch's first.
-func (db *DB) batchArgs(batch []ID, size int) []any {
-	if db.d.Postgres {
-		arr := make([][]byte, len(batch))
-		for j := range batch {
-			arr[j] = batch[j][:]
-		}
-		return []any{arr}
-	}
-	args := make([]any, size)
-	for j := range args {
-		id := batch[0]
-		if j < len(batch) {
-			id = batch[j]
-		}
-		args[j] = id[:]
-	}
-	return args
 }
 
 // span is a run of chunks of one pack read at once. Its bytes stay until
@@ -322,7 +241,7 @@ type span struct {
 	ready          chan struct{} // closed once read: buf or err set
 	mu             sync.RWMutex  // guards buf, which a foreground read may use
 	buf            []byte
-	bad            []bool // by loc: the chunk's bytes do not hash to its ID
+	bad            []bool // by loc: the chunk's bytes do not hash to its object.ID
 	err            error
 	left           atomic.Int64 // locs not written yet
 }
@@ -373,7 +292,7 @@ func (p *prefetch) cut() {
 		}
 		p.spans = append(p.spans, &span{pack: l.pack, off: l.off, end: l.off + l.len, locs: []chunkLoc{l}, ready: make(chan struct{})})
 	}
-	p.where = make(map[ID]locRef, len(p.locs))
+	p.where = make(map[object.ID]locRef, len(p.locs))
 	for _, s := range p.spans {
 		s.left.Store(int64(len(s.locs)))
 		s.bad = make([]bool, len(s.locs))
@@ -401,8 +320,8 @@ func (p *prefetch) fetch(ctx context.Context) error {
 	for _, s := range p.spans {
 		p.stats.ReadBytes += s.end - s.off
 	}
-	p.db.prefetches.add(p)
-	defer p.db.prefetches.remove(p)
+	p.fc.prefetches.add(p)
+	defer p.fc.prefetches.remove(p)
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -458,7 +377,7 @@ func (p *prefetch) readSpans(ctx context.Context, next *atomic.Int64, ahead chan
 			return
 		}
 		s := p.spans[i]
-		p.db.fg.yield(ctx)
+		p.fc.fg.yield(ctx)
 		p.read(ctx, s)
 		close(s.ready)
 	}
@@ -466,21 +385,21 @@ func (p *prefetch) readSpans(ctx context.Context, next *atomic.Int64, ahead chan
 
 // read reads one span and checks its chunks.
 func (p *prefetch) read(ctx context.Context, s *span) {
-	buf, err := p.db.content.ReadRange(ctx, s.pack, s.off, s.end-s.off)
+	buf, err := p.fc.src.ReadRange(ctx, s.pack, s.off, s.end-s.off)
 	if err != nil {
 		s.err = fmt.Errorf("read pack %d at %d+%d: %w", s.pack, s.off, s.end-s.off, err)
 		p.fail(s.err)
 		return
 	}
-	p.db.count(ctx, account.PackBytesRead, int64(len(buf)))
+	account.Charge(ctx, p.fc.total, account.PackBytesRead, int64(len(buf)))
 	for i, l := range s.locs {
 		data := buf[l.off-s.off : l.off-s.off+l.len]
-		if got := Hash(KindChunk, data); got != l.id {
-			p.fail(fmt.Errorf("chunk %s in pack %d at offset %d hashes to %s: %w", l.id, l.pack, l.off, got, ErrCorrupt))
+		if got := object.Hash(object.KindChunk, data); got != l.id {
+			p.fail(fmt.Errorf("chunk %s in pack %d at offset %d hashes to %s: %w", l.id, l.pack, l.off, got, object.ErrCorrupt))
 			s.bad[i] = true
 			continue
 		}
-		p.db.count(ctx, account.ChunksRead, 1)
+		account.Charge(ctx, p.fc.total, account.ChunksRead, 1)
 	}
 	s.mu.Lock()
 	s.buf = buf
@@ -530,7 +449,7 @@ func (p *prefetch) fail(err error) {
 }
 
 // drop gives up the contents chunk id was to go into.
-func (p *prefetch) drop(id ID) {
+func (p *prefetch) drop(id object.ID) {
 	for _, u := range p.uses[id] {
 		u.w.mu.Lock()
 		u.w.dead = true
@@ -554,7 +473,7 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 	if w.file == nil {
 		// A content a read of the workspace materialized meanwhile is
 		// found at Place, which keeps the file in place.
-		f, err := p.db.cache.Create(p.db.CachePath(w.c.ID))
+		f, err := p.fc.dir.Create(p.fc.dir.Path(w.c.ID))
 		if err != nil {
 			w.dead = true
 			return fmt.Errorf("content %s: %w", w.c.ID.Short(), err)
@@ -575,7 +494,7 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 		return nil
 	}
 	if w.m == nil && int64(len(data)) != w.c.Size {
-		return fail(fmt.Errorf("chunk has %d bytes, the tree says %d: %w", len(data), w.c.Size, ErrCorrupt))
+		return fail(fmt.Errorf("chunk has %d bytes, the tree says %d: %w", len(data), w.c.Size, object.ErrCorrupt))
 	}
 	// Truncate sets the size where a chunked content ends in a hole; a
 	// content of one chunk has its size from its one write.
@@ -592,7 +511,7 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 	if placed {
 		p.placed.Add(1)
 		p.bytes.Add(w.c.Size)
-		p.db.countIn(p.acct, account.CacheBytes, w.c.Size)
+		p.fc.countIn(p.acct, account.CacheBytes, w.c.Size)
 	}
 	return nil
 }
@@ -600,7 +519,7 @@ func (p *prefetch) write(u chunkUse, data []byte) error {
 // serve places the content id now, for a read of a workspace, if this
 // prefetch wants it and holds every chunk of it (read, not yet written),
 // and reports whether the content is in the cache.
-func (p *prefetch) serve(id ID) bool {
+func (p *prefetch) serve(id object.ID) bool {
 	w := p.byID[id]
 	if w == nil {
 		return false
@@ -611,7 +530,7 @@ func (p *prefetch) serve(id ID) bool {
 		data []byte
 	}
 	var parts []part
-	add := func(chunk ID, ext int, off int64) bool {
+	add := func(chunk object.ID, ext int, off int64) bool {
 		r, ok := p.where[chunk]
 		if !ok {
 			return false
@@ -638,7 +557,7 @@ func (p *prefetch) serve(id ID) bool {
 			return false
 		}
 	}
-	_, err := os.Lstat(p.db.CachePath(id))
+	_, err := os.Lstat(p.fc.dir.Path(id))
 	return err == nil
 }
 
@@ -662,7 +581,7 @@ func (ps *prefetches) remove(p *prefetch) {
 
 // serve places content id from the chunks a running prefetch read, and
 // reports whether it did (or the content is in the cache anyway).
-func (ps *prefetches) serve(id ID) bool {
+func (ps *prefetches) serve(id object.ID) bool {
 	ps.mu.Lock()
 	all := slices.Clone(ps.all)
 	ps.mu.Unlock()
