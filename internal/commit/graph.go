@@ -10,8 +10,9 @@ import (
 	"layerfs.dev/layerfs/internal/store"
 )
 
-// CommitReader reads commits; *store.DB implements it.
-type CommitReader interface {
+// History reads commits by ID: the graph a walk follows; *store.DB
+// implements it.
+type History interface {
 	Commit(ctx context.Context, id store.ID) (*store.Commit, error)
 }
 
@@ -20,7 +21,7 @@ type CommitReader interface {
 // question costs each commit one read. It serves one call and is then
 // dropped: nothing of it outlives the question.
 type graph struct {
-	r     CommitReader
+	r     History
 	nodes map[store.ID]*gnode
 }
 
@@ -30,7 +31,7 @@ type gnode struct {
 	gen uint64 // the commit's generation, computed for version 1 commits
 }
 
-func newGraph(r CommitReader) *graph { return &graph{r: r, nodes: map[store.ID]*gnode{}} }
+func newGraph(r History) *graph { return &graph{r: r, nodes: map[store.ID]*gnode{}} }
 
 // node reads commit id, with its generation.
 func (g *graph) node(ctx context.Context, id store.ID) (*gnode, error) {
@@ -76,7 +77,7 @@ func (g *graph) node(ctx context.Context, id store.ID) (*gnode, error) {
 
 // Generation is the generation a commit whose parents are parents gets:
 // one more than the highest of theirs (1 without parents).
-func Generation(ctx context.Context, r CommitReader, parents []store.ID) (uint64, error) {
+func Generation(ctx context.Context, r History, parents []store.ID) (uint64, error) {
 	g := newGraph(r)
 	var top uint64
 	for _, p := range parents {
@@ -114,7 +115,7 @@ func (q *queue) Pop() any {
 // parent, each once, a commit before all of its ancestors (by generation,
 // then time, then id: a deterministic order). fn returning false stops the
 // walk.
-func Walk(ctx context.Context, r CommitReader, heads []store.ID, fn func(id store.ID, c *store.Commit) bool) error {
+func Walk(ctx context.Context, r History, heads []store.ID, fn func(id store.ID, c *store.Commit) bool) error {
 	g := newGraph(r)
 	q := &queue{}
 	seen := map[store.ID]bool{}
@@ -166,7 +167,7 @@ const (
 // stops as soon as every commit left to visit lies below a common ancestor
 // already found: it reads the commits between the two heads and their
 // bases, not the whole history.
-func MergeBases(ctx context.Context, r CommitReader, a, b store.ID) ([]store.ID, error) {
+func MergeBases(ctx context.Context, r History, a, b store.ID) ([]store.ID, error) {
 	g := newGraph(r)
 	cands, err := g.paint(ctx, []store.ID{a}, []store.ID{b})
 	if err != nil {
@@ -324,7 +325,7 @@ func (g *graph) isAncestor(ctx context.Context, a, b store.ID) (bool, error) {
 }
 
 // IsAncestor reports whether a is b or one of b's ancestors.
-func IsAncestor(ctx context.Context, r CommitReader, a, b store.ID) (bool, error) {
+func IsAncestor(ctx context.Context, r History, a, b store.ID) (bool, error) {
 	return newGraph(r).isAncestor(ctx, a, b)
 }
 

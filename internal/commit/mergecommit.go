@@ -233,11 +233,11 @@ const maxVirtualDepth = 4
 // the conflict markers (a text) or the first base's entry: a later merge
 // against it then conflicts there too, rather than take either base's
 // version silently. Its objects go to w (and are read back through r).
-func MergeBase(ctx context.Context, w Writer, r Reader, cr CommitReader, bases []store.ID) (store.ID, error) {
+func MergeBase(ctx context.Context, w Writer, r Reader, cr History, bases []store.ID) (store.ID, error) {
 	return mergeBase(ctx, w, r, cr, bases, 0)
 }
 
-func mergeBase(ctx context.Context, w Writer, r Reader, cr CommitReader, bases []store.ID, depth int) (store.ID, error) {
+func mergeBase(ctx context.Context, w Writer, r Reader, cr History, bases []store.ID, depth int) (store.ID, error) {
 	if len(bases) == 0 {
 		return store.ZeroID, nil
 	}

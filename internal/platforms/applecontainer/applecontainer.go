@@ -27,10 +27,10 @@ const MinVersion = "1.1.0"
 
 var minVersion = guest.Semver{1, 1, 0}
 
-// DefaultImage is the guest's root file system when Config.Image is empty.
+// DefaultImage is the guest's root file system when Options.Image is empty.
 const DefaultImage = "docker.io/library/debian:bookworm-slim"
 
-// Defaults for Config fields left zero.
+// Defaults for Options fields left zero.
 const DefaultDaemonTimeout = 60 * time.Second
 
 // Paths inside the container. The socket sits on the root file system, not
@@ -48,8 +48,8 @@ const (
 // unixPathMax is macOS's limit on a socket path (sun_path is 104 bytes).
 const unixPathMax = 104
 
-// Config says which container to run and how.
-type Config struct {
+// Options say which container to run and how.
+type Options struct {
 	// Project names the LayerFS project; the container is "layerfs-" and
 	// the project's name (see ContainerName). Required.
 	Project string
@@ -77,7 +77,7 @@ type Config struct {
 // Platform runs layerfsd in one container (one lightweight VM) of Apple's
 // container CLI. See the package doc.
 type Platform struct {
-	cfg        Config
+	cfg        Options
 	name       string
 	hostSocket string
 	cli        *guest.Tool // the container CLI
@@ -94,7 +94,7 @@ var (
 )
 
 // New checks cfg and returns a platform; it runs nothing.
-func New(cfg Config) (*Platform, error) {
+func New(cfg Options) (*Platform, error) {
 	name, err := ContainerName(cfg.Project)
 	if err != nil {
 		return nil, err
@@ -322,7 +322,7 @@ func (p *Platform) startOrFail(ctx context.Context, args ...string) error {
 
 func (p *Platform) startDaemon(ctx context.Context) error {
 	if p.cfg.Daemon == "" {
-		return fmt.Errorf("applecontainer: Config.Daemon (a layerfsd built for linux/arm64) is not set: %w", platforms.ErrConfig)
+		return fmt.Errorf("applecontainer: Options.Daemon (a layerfsd built for linux/arm64) is not set: %w", platforms.ErrConfig)
 	}
 	// container copy resolves a relative host path against / (issue 1738).
 	daemon, err := filepath.Abs(p.cfg.Daemon)

@@ -32,9 +32,9 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) platform(t *testing.T, r Runner, mod func(*Config)) *Platform {
+func (f *fixture) platform(t *testing.T, r Runner, mod func(*Options)) *Platform {
 	t.Helper()
-	cfg := Config{Project: "demo", Daemon: f.daemon, RunDir: f.runDir, CPUs: 4, Memory: "4G", Runner: r, DaemonTimeout: 5 * time.Second}
+	cfg := Options{Project: "demo", Daemon: f.daemon, RunDir: f.runDir, CPUs: 4, Memory: "4G", Runner: r, DaemonTimeout: 5 * time.Second}
 	return guesttest.New(t, New, cfg, mod)
 }
 
@@ -91,14 +91,14 @@ func TestUpFailures(t *testing.T) {
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			f := newFixture(t)
-			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
+			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), func(c *Options) { c.DaemonTimeout = time.Second })
 			guesttest.WantError(t, p.Up(t.Context()), tc.want, tc.mentions...)
 		})
 	}
 }
 
 func TestRunArgs(t *testing.T) {
-	p, err := New(Config{Project: "demo", RunDir: "/tmp/l", NoNetwork: true, Image: "ghcr.io/acme/guest:1"})
+	p, err := New(Options{Project: "demo", RunDir: "/tmp/l", NoNetwork: true, Image: "ghcr.io/acme/guest:1"})
 	require.NoError(t, err)
 	got := strings.Join(p.runArgs(), " ")
 	want := "run --detach --name layerfs-demo --cap-add ALL --label layerfs.project=demo --network none " +
@@ -110,7 +110,7 @@ func TestRunArgs(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	for _, cfg := range []Config{
+	for _, cfg := range []Options{
 		{},
 		{Project: "demo", RunDir: "relative"},
 		{Project: "demo", RunDir: "/" + strings.Repeat("d", 100)},

@@ -11,6 +11,6 @@ import (
 // silicon); elsewhere it skips.
 func TestConformance(t *testing.T) {
 	guesttest.Conformance(t, "container", "Apple's container CLI not installed", func(t *testing.T, project, daemon string) (*Platform, error) {
-		return New(Config{Project: project, Daemon: daemon})
+		return New(Options{Project: project, Daemon: daemon})
 	})
 }

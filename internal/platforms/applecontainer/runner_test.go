@@ -13,7 +13,7 @@ import (
 func TestUpWithFakeCLI(t *testing.T) {
 	log := guesttest.FakeBin(t, "FAKE_CONTAINER_LOG")
 	f := newFixture(t)
-	p := f.platform(t, nil, func(c *Config) { c.CPUs, c.Memory = 0, "" })
+	p := f.platform(t, nil, func(c *Options) { c.CPUs, c.Memory = 0, "" })
 	guesttest.WantError(t, p.Up(t.Context()), platforms.ErrStart, "nested virtualization is not available")
 	guesttest.WantLog(t, log, strings.Join([]string{"--version", "--", "system", "status", "--", "list", "--all", "--format", "json", "--",
 		"run", "--detach", "--name", "layerfs-demo", "--cap-add", "ALL", "--label", "layerfs.project=demo",
@@ -25,5 +25,5 @@ func TestUpWithFakeCLI(t *testing.T) {
 // container CLI on PATH. (ExecRunner itself is tested in
 // platforms/internal/guest.)
 func TestUpWithoutCLI(t *testing.T) {
-	guesttest.UpWithoutTool(t, New, Config{Project: "demo"}, "not in PATH")
+	guesttest.UpWithoutTool(t, New, Options{Project: "demo"}, "not in PATH")
 }

@@ -37,7 +37,7 @@ func New(name string, o Options) (platforms.Platform, error) {
 	}
 	switch name {
 	case "lima":
-		cfg := lima.Config{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger}
+		cfg := lima.Options{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger}
 		// On Linux, the installation scripts/ensure-lima makes (limactl
 		// built from source, a local image, software emulation) when it
 		// is there; otherwise the limactl on PATH with Lima's defaults.
@@ -50,9 +50,9 @@ func New(name string, o Options) (platforms.Platform, error) {
 		}
 		return lima.New(cfg)
 	case "applecontainer":
-		return applecontainer.New(applecontainer.Config{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger})
+		return applecontainer.New(applecontainer.Options{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger})
 	case "libkrun":
-		return libkrun.New(libkrun.Config{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger})
+		return libkrun.New(libkrun.Options{Project: o.Project, Daemon: o.GuestDaemon, Logger: o.Logger})
 	}
 	return nil, fmt.Errorf("unknown platform %q (known: %s)", name, strings.Join(Names, ", "))
 }

@@ -11,6 +11,6 @@ import (
 // macOS); this project's CI machines have no usable KVM, so there it skips.
 func TestConformance(t *testing.T) {
 	guesttest.Conformance(t, "msb", "msb (microsandbox) not installed", func(t *testing.T, project, daemon string) (*Platform, error) {
-		return New(Config{Project: project, Daemon: daemon, StateDir: t.TempDir()})
+		return New(Options{Project: project, Daemon: daemon, StateDir: t.TempDir()})
 	})
 }

@@ -32,7 +32,7 @@ const MinVersion = "0.7.3"
 
 var minVersion = guest.Semver{0, 7, 3}
 
-// DefaultImage is the guest's root file system when Config.Image is empty.
+// DefaultImage is the guest's root file system when Options.Image is empty.
 const DefaultImage = "debian:bookworm-slim"
 
 // DefaultDaemonTimeout bounds the wait for the daemon after boot.
@@ -49,8 +49,8 @@ const (
 	guestLog    = "/var/log/layerfsd.log"
 )
 
-// Config says which microVM to run and how.
-type Config struct {
+// Options say which microVM to run and how.
+type Options struct {
 	// Project names the LayerFS project; the sandbox is "layerfs-" and the
 	// project's name (see SandboxName). Required.
 	Project string
@@ -83,7 +83,7 @@ type state struct {
 // Platform runs layerfsd in a libkrun microVM managed by microsandbox's
 // msb. See the package doc.
 type Platform struct {
-	cfg  Config
+	cfg  Options
 	name string
 	msb  *guest.Tool
 	log  *slog.Logger
@@ -99,7 +99,7 @@ var (
 )
 
 // New checks cfg and returns a platform; it runs nothing.
-func New(cfg Config) (*Platform, error) {
+func New(cfg Options) (*Platform, error) {
 	name, err := SandboxName(cfg.Project)
 	if err != nil {
 		return nil, err
@@ -313,7 +313,7 @@ func (p *Platform) Up(ctx context.Context) error {
 		}
 	}
 	if p.cfg.Daemon == "" {
-		return fmt.Errorf("libkrun: Config.Daemon (a layerfsd built for the guest) is not set: %w", platforms.ErrConfig)
+		return fmt.Errorf("libkrun: Options.Daemon (a layerfsd built for the guest) is not set: %w", platforms.ErrConfig)
 	}
 	daemon, err := filepath.Abs(p.cfg.Daemon)
 	if err != nil {

@@ -40,9 +40,9 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) platform(t *testing.T, r Runner, mod func(*Config)) *Platform {
+func (f *fixture) platform(t *testing.T, r Runner, mod func(*Options)) *Platform {
 	t.Helper()
-	cfg := Config{Project: "demo", Daemon: f.daemon, StateDir: f.stateDir, HostPort: f.port, CPUs: 2, Memory: "2G", Runner: r, DaemonTimeout: 5 * time.Second}
+	cfg := Options{Project: "demo", Daemon: f.daemon, StateDir: f.stateDir, HostPort: f.port, CPUs: 2, Memory: "2G", Runner: r, DaemonTimeout: 5 * time.Second}
 	return guesttest.New(t, New, cfg, mod)
 }
 
@@ -93,8 +93,8 @@ func TestUpReusesAnsweringDaemon(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(f.stateDir, "layerfs-demo.json"), b, 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(f.stateDir, "layerfs-demo.token"), []byte(st.Token+"\n"), 0o600))
 	f.serveDaemon(t)
-	// Another process: no port in its Config, it reads the saved one.
-	p := f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), func(c *Config) { c.HostPort = 0 })
+	// Another process: no port in its Options, it reads the saved one.
+	p := f.platform(t, guesttest.NewReplayer(t, "up-running.json", f.vars), func(c *Options) { c.HostPort = 0 })
 	guesttest.Up(t, p, 2)
 	if _, tok, _ := p.Endpoint(t.Context()); tok != st.Token {
 		t.Errorf("Endpoint token %q, want the saved %q", tok, st.Token)
@@ -121,14 +121,14 @@ func TestUpFailures(t *testing.T) {
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			f := newFixture(t)
-			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
+			p := f.platform(t, guesttest.NewReplayer(t, tc.scenario, f.vars), func(c *Options) { c.DaemonTimeout = time.Second })
 			guesttest.WantError(t, p.Up(t.Context()), tc.want, tc.mentions...)
 		})
 	}
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	for _, cfg := range []Config{
+	for _, cfg := range []Options{
 		{},
 		{Project: "demo", StateDir: "relative"},
 		{Project: "demo", HostPort: 70000},

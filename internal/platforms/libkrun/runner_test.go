@@ -18,7 +18,7 @@ import (
 func TestUpWithFakeMsb(t *testing.T) {
 	log := guesttest.FakeBin(t, "FAKE_MSB_LOG")
 	f := newFixture(t)
-	p := f.platform(t, nil, func(c *Config) { c.CPUs, c.Memory = 0, "" })
+	p := f.platform(t, nil, func(c *Options) { c.CPUs, c.Memory = 0, "" })
 	guesttest.WantError(t, p.Up(t.Context()), platforms.ErrStart, "KVM is not available")
 	boot, err := os.ReadFile("testdata/boot.sh")
 	require.NoError(t, err)
@@ -33,5 +33,5 @@ func TestUpWithFakeMsb(t *testing.T) {
 // TestUpWithoutMsb runs Up through the real os/exec runner with no msb on
 // PATH. (ExecRunner itself is tested in platforms/internal/guest.)
 func TestUpWithoutMsb(t *testing.T) {
-	guesttest.UpWithoutTool(t, New, Config{Project: "demo"}, "msb (microsandbox) not found")
+	guesttest.UpWithoutTool(t, New, Options{Project: "demo"}, "msb (microsandbox) not found")
 }

@@ -48,7 +48,7 @@ func TestConformance(t *testing.T) {
 	}
 	daemon := guesttest.GuestDaemon(t)
 	platformtest.Run(t, func(t *testing.T) platforms.Platform {
-		cfg := Config{
+		cfg := Options{
 			Project: guesttest.Project(),
 			Daemon:  daemon,
 			Image:   os.Getenv("LAYERFS_LIMA_IMAGE"), // a local qcow2 saves the download

@@ -56,7 +56,7 @@
 // scripts/ensure-lima builds everything the platform needs from the package
 // registries (QEMU from apt, limactl and its guest agent from source, a
 // guest image from Debian packages with mmdebstrap); Install describes that
-// installation and Configure points a Config at it: the image booted
+// installation and Configure points Options at it: the image booted
 // directly with its own kernel and initrd, QEMU under TCG
 // (SoftwareEmulation, for hosts whose KVM does not work), and limactl run as
 // the user layerfs-lima when this process is root. Lima picks KVM for a

@@ -9,7 +9,7 @@ import (
 // The instance definition is generated from the configuration; Up hands it
 // to `limactl create` after Lima's own validation.
 func ExampleTemplate() {
-	cfg := lima.Config{Project: "demo", Image: "/images/debian-12-arm64.qcow2", Arch: "aarch64", CPUs: 2, Memory: "4GiB"}
+	cfg := lima.Options{Project: "demo", Image: "/images/debian-12-arm64.qcow2", Arch: "aarch64", CPUs: 2, Memory: "4GiB"}
 	y, err := lima.Template(cfg, "/Users/dev/.lima/layerfs-demo/sock/layerfsd.sock")
 	if err != nil {
 		panic(err)

@@ -131,7 +131,7 @@ func WaitInstall(ctx context.Context, dir string) (Install, error) {
 // the local image booted directly, under software emulation (this is for
 // Linux hosts whose KVM may not work), limactl run from Dir as User with
 // its own Lima directory.
-func (in Install) Configure(cfg *Config) error {
+func (in Install) Configure(cfg *Options) error {
 	cfg.Image, cfg.Kernel, cfg.Initrd, cfg.KernelCmdline = in.Disk, in.Kernel, in.Initrd, kernelCmdline
 	cfg.Arch = "x86_64"
 	if runtime.GOARCH != "amd64" {
@@ -216,7 +216,7 @@ func withEnv(r Runner, env ...string) (Runner, error) {
 	return er, nil
 }
 
-// instanceDir is where Lima keeps the instance: under Config.LimaHome, or
+// instanceDir is where Lima keeps the instance: under Options.LimaHome, or
 // where Lima's own packages say.
 func (p *Platform) instanceDir() (string, error) {
 	if p.cfg.LimaHome != "" {

@@ -40,7 +40,7 @@ func TestInstallConfigure(t *testing.T) {
 		t.Skipf("user %s missing (scripts/ensure-lima makes it): %v", InstallUser, err)
 	}
 	require.NoError(t, err)
-	cfg := Config{Project: "demo"}
+	cfg := Options{Project: "demo"}
 	require.NoError(t, in.Configure(&cfg))
 	assert.Equal(t, filepath.Join(dir, "image/disk.qcow2"), cfg.Image)
 	assert.Equal(t, filepath.Join(dir, "image/vmlinuz"), cfg.Kernel)

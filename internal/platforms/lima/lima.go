@@ -30,7 +30,7 @@ const MinVersion = "1.0.0"
 
 var minVersion = guest.Semver{1, 0, 0}
 
-// Defaults for Config fields left zero.
+// Defaults for Options fields left zero.
 const (
 	DefaultBootTimeout = 10 * time.Minute // limactl start's own default
 	// DefaultEmulatedBootTimeout is the boot timeout under
@@ -44,8 +44,8 @@ const (
 	DefaultEmulatedDaemonTimeout = 3 * time.Minute
 )
 
-// Config says which instance to run and how.
-type Config struct {
+// Options say which instance to run and how.
+type Options struct {
 	// Project names the LayerFS project; the instance is "layerfs-" and
 	// the project's name (see InstanceName). Required.
 	Project string
@@ -102,7 +102,7 @@ type Config struct {
 
 // Platform runs layerfsd in a Lima instance. See the package doc.
 type Platform struct {
-	cfg     Config
+	cfg     Options
 	inst    string
 	limactl *guest.Tool
 	ssh     *guest.Tool // the socket forward under SoftwareEmulation (plain mode)
@@ -122,7 +122,7 @@ var (
 )
 
 // New checks cfg and returns a platform; it runs nothing.
-func New(cfg Config) (*Platform, error) {
+func New(cfg Options) (*Platform, error) {
 	name, err := InstanceName(cfg.Project)
 	if err != nil {
 		return nil, err
@@ -455,7 +455,7 @@ var stopScript = "if [ -f " + guestPID + " ] && kill -0 \"$(cat " + guestPID + "
 // startDaemon copies layerfsd into the guest and starts it.
 func (p *Platform) startDaemon(ctx context.Context) error {
 	if p.cfg.Daemon == "" {
-		return fmt.Errorf("lima: Config.Daemon (a layerfsd built for the guest) is not set: %w", platforms.ErrConfig)
+		return fmt.Errorf("lima: Options.Daemon (a layerfsd built for the guest) is not set: %w", platforms.ErrConfig)
 	}
 	daemon, err := filepath.Abs(p.cfg.Daemon)
 	if err != nil {

@@ -35,9 +35,9 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) platform(t *testing.T, r Runner, mod func(*Config)) *Platform {
+func (f *fixture) platform(t *testing.T, r Runner, mod func(*Options)) *Platform {
 	t.Helper()
-	cfg := Config{Project: "demo", Daemon: f.daemon, WorkDir: f.workDir, Runner: r, DaemonTimeout: 5 * time.Second}
+	cfg := Options{Project: "demo", Daemon: f.daemon, WorkDir: f.workDir, Runner: r, DaemonTimeout: 5 * time.Second}
 	return guesttest.New(t, New, cfg, mod)
 }
 
@@ -107,7 +107,7 @@ func TestUpReportsBootFailureWithStderr(t *testing.T) {
 
 func TestUpReportsSilentDaemonWithGuestLog(t *testing.T) {
 	f := newFixture(t)
-	p := f.platform(t, guesttest.NewReplayer(t, "daemon-timeout.json", f.vars), func(c *Config) { c.DaemonTimeout = time.Second })
+	p := f.platform(t, guesttest.NewReplayer(t, "daemon-timeout.json", f.vars), func(c *Options) { c.DaemonTimeout = time.Second })
 	start := time.Now()
 	err := p.Up(t.Context())
 	if d := time.Since(start); d > 10*time.Second {
@@ -135,13 +135,13 @@ func TestUnavailable(t *testing.T) {
 
 func TestDownKeepStopsWithoutDeleting(t *testing.T) {
 	f := newFixture(t)
-	p := f.platform(t, guesttest.NewReplayer(t, "down-keep.json", f.vars), func(c *Config) { c.Keep = true })
+	p := f.platform(t, guesttest.NewReplayer(t, "down-keep.json", f.vars), func(c *Options) { c.Keep = true })
 	require.NoError(t, p.Down(t.Context()), "Down")
 }
 
 // goldenTemplate renders the template for cfg, compares it with the golden
 // file (where $LIMA_HOME stands for the fixture's) and returns it.
-func (f *fixture) goldenTemplate(t *testing.T, cfg Config, golden string) []byte {
+func (f *fixture) goldenTemplate(t *testing.T, cfg Options, golden string) []byte {
 	t.Helper()
 	y, err := Template(cfg, f.hostSocket())
 	require.NoError(t, err)
@@ -155,12 +155,12 @@ func (f *fixture) goldenTemplate(t *testing.T, cfg Config, golden string) []byte
 
 func TestTemplateLocalImage(t *testing.T) {
 	f := newFixture(t)
-	cfg := Config{Project: "demo", Image: "/Users/dev/images/debian-12-arm64.qcow2", Arch: "aarch64", VMType: "vz",
+	cfg := Options{Project: "demo", Image: "/Users/dev/images/debian-12-arm64.qcow2", Arch: "aarch64", VMType: "vz",
 		CPUs: 2, Memory: "3GiB", Disk: "20GiB", Networks: []string{"vzNAT"}}
 	f.goldenTemplate(t, cfg, "testdata/template-local-image.golden.yaml")
 	// vz needs the host's architecture, so Lima's validation only accepts
 	// this one on an arm64 host; the default template must pass anywhere.
-	def, err := Template(Config{Project: "demo"}, f.hostSocket())
+	def, err := Template(Options{Project: "demo"}, f.hostSocket())
 	require.NoError(t, err)
 	b, err := MarshalTemplate(def)
 	require.NoError(t, err)
@@ -171,13 +171,13 @@ func TestTemplateRejectedByLimaValidation(t *testing.T) {
 	f := newFixture(t)
 	for _, tc := range []struct {
 		name     string
-		cfg      Config
+		cfg      Options
 		socket   string
 		mentions string
 	}{
-		{"memory", Config{Project: "demo", Memory: "lots"}, f.hostSocket(), "field `memory` has an invalid value"},
-		{"disk", Config{Project: "demo", Disk: "-"}, f.hostSocket(), "field `disk` has an invalid value"},
-		{"socket path", Config{Project: "demo"}, "/" + strings.Repeat("s", 120) + "/layerfsd.sock", "UNIX_PATH_MAX"},
+		{"memory", Options{Project: "demo", Memory: "lots"}, f.hostSocket(), "field `memory` has an invalid value"},
+		{"disk", Options{Project: "demo", Disk: "-"}, f.hostSocket(), "field `disk` has an invalid value"},
+		{"socket path", Options{Project: "demo"}, "/" + strings.Repeat("s", 120) + "/layerfsd.sock", "UNIX_PATH_MAX"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			y, err := Template(tc.cfg, tc.socket)
@@ -190,7 +190,7 @@ func TestTemplateRejectedByLimaValidation(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	for _, cfg := range []Config{
+	for _, cfg := range []Options{
 		{},
 		{Project: "demo", Networks: []string{"bridged"}},
 		{Project: "demo", Networks: []string{"socket:relative/path"}},
@@ -211,7 +211,7 @@ func TestInstanceName(t *testing.T) {
 // CPU model for software emulation. Lima's validation must accept it.
 func TestTemplateEmulatedDirectBoot(t *testing.T) {
 	f := newFixture(t)
-	cfg := Config{Project: "demo", Image: "/cache/image/disk.raw", Kernel: "/cache/image/vmlinuz",
+	cfg := Options{Project: "demo", Image: "/cache/image/disk.raw", Kernel: "/cache/image/vmlinuz",
 		Initrd: "/cache/image/initrd.img", KernelCmdline: kernelCmdline, Arch: "x86_64", SoftwareEmulation: true}
 	b := f.goldenTemplate(t, cfg, "testdata/template-emulated.golden.yaml")
 	assert.NoError(t, ValidateTemplate(b, filepath.Join(f.limaHome, "layerfs-demo")), "emulated direct-boot template fails Lima's validation")
@@ -221,7 +221,7 @@ func TestTemplateEmulatedDirectBoot(t *testing.T) {
 // SoftwareEmulation: Lima's QEMU override carrying -machine and -accel tcg,
 // and LIMA_HOME.
 func TestEmulationKeepsQEMUOffKVM(t *testing.T) {
-	p, err := New(Config{Project: "demo", SoftwareEmulation: true, LimaHome: "/srv/lima"})
+	p, err := New(Options{Project: "demo", SoftwareEmulation: true, LimaHome: "/srv/lima"})
 	require.NoError(t, err)
 	r, ok := p.cfg.Runner.(ExecRunner)
 	require.True(t, ok, "runner is %T, want ExecRunner", p.cfg.Runner)
@@ -318,7 +318,7 @@ func TestEmulatedUpForwardsTheSocket(t *testing.T) {
 	// the socket is where the platform puts it.
 	require.NoError(t, os.MkdirAll(filepath.Join(f.limaHome, "layerfs-demo"), 0o700))
 	r := &forwardRunner{list: list, serve: func() { f.serveDaemon(t) }}
-	p := f.platform(t, r, func(c *Config) { c.SoftwareEmulation = true })
+	p := f.platform(t, r, func(c *Options) { c.SoftwareEmulation = true })
 	require.NoError(t, p.Up(t.Context()), "Up")
 	want := "ssh -F " + filepath.Join(f.limaHome, "layerfs-demo", "ssh.config") + " -O forward -L " +
 		f.hostSocket() + ":" + guestSocket + " lima-layerfs-demo"
@@ -338,7 +338,7 @@ func TestEmulatedUpForwardsTheSocket(t *testing.T) {
 	assert.Equal(t, 1, r.forward, "forwards")
 
 	r2 := &forwardRunner{list: list, serve: func() { t.Error("forwarded again") }}
-	p2 := f.platform(t, r2, func(c *Config) { c.SoftwareEmulation = true })
+	p2 := f.platform(t, r2, func(c *Options) { c.SoftwareEmulation = true })
 	require.NoError(t, p2.Up(t.Context()), "second Up")
 	for _, line := range r2.argvs {
 		if strings.Contains(line, "sudo sh -c") || strings.HasPrefix(line, "ssh ") {

@@ -18,7 +18,7 @@ import (
 // cmd/limactl/list.go), run here on instances as store.Inspect fills them.
 func TestParseListOfLimaPrintInstances(t *testing.T) {
 	t.Setenv("LIMA_HOME", t.TempDir())
-	y, err := Template(Config{Project: "demo"}, "/h/.lima/layerfs-demo/sock/layerfsd.sock")
+	y, err := Template(Options{Project: "demo"}, "/h/.lima/layerfs-demo/sock/layerfsd.sock")
 	require.NoError(t, err)
 	b, err := MarshalTemplate(y)
 	require.NoError(t, err)

@@ -15,7 +15,7 @@ import (
 // TestUpWithoutLimactl runs Up through the real os/exec runner with no
 // limactl on PATH.
 func TestUpWithoutLimactl(t *testing.T) {
-	guesttest.UpWithoutTool(t, New, Config{Project: "demo"}, "brew install lima")
+	guesttest.UpWithoutTool(t, New, Options{Project: "demo"}, "brew install lima")
 }
 
 // TestUpWithFakeLimactl runs Up through the real os/exec runner against the

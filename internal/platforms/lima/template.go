@@ -27,7 +27,7 @@ const (
 
 // defaultImages are Debian 12 generic cloud images, the distribution LayerFS
 // is developed on; Lima's own templates/_images/debian-12.yaml lists the same
-// "latest" locations. Used when Config.Image is empty.
+// "latest" locations. Used when Options.Image is empty.
 var defaultImages = []limayaml.Image{
 	{File: limayaml.File{Location: "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2", Arch: limayaml.X8664}},
 	{File: limayaml.File{Location: "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-arm64.qcow2", Arch: limayaml.AARCH64}},
@@ -45,7 +45,7 @@ mkdir -p /run/layerfs /var/lib/layerfs
 // hostSocket is where Lima forwards the guest daemon's socket on this host.
 // The result is what `limactl create` gets; Validate checks it as limactl
 // would.
-func Template(cfg Config, hostSocket string) (*limayaml.LimaYAML, error) {
+func Template(cfg Options, hostSocket string) (*limayaml.LimaYAML, error) {
 	y := &limayaml.LimaYAML{}
 	if cfg.VMType != "" {
 		y.VMType = ptr(cfg.VMType)
@@ -110,7 +110,7 @@ func Template(cfg Config, hostSocket string) (*limayaml.LimaYAML, error) {
 	return y, nil
 }
 
-// parseNetwork turns a Config.Networks entry into Lima's network type:
+// parseNetwork turns an Options.Networks entry into Lima's network type:
 // "lima:NAME" (a network of Lima's networks.yaml, e.g. lima:shared),
 // "socket:PATH" (a socket_vmnet or QEMU socket) or "vzNAT".
 func parseNetwork(s string) (limayaml.Network, error) {
