@@ -68,7 +68,7 @@ func StartDaemonIn(ctx context.Context, mode DaemonMode, dir, url string, plats 
 	switch mode {
 	case Ready:
 	case Lazy:
-		opts.NoCacheFill, cfg.NoPrefetch, cfg.NoImageAhead = true, true, true
+		opts.NoCacheFill, opts.NoPrefetch, cfg.NoPrefetch, cfg.NoImageAhead = true, true, true, true
 	default:
 		return nil, fmt.Errorf("daemon mode %q: want %s or %s", mode, Ready, Lazy)
 	}

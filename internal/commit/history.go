@@ -42,6 +42,7 @@ func captureRoot(ctx context.Context, db *store.DB, dir string, opts *Options) (
 	if err != nil {
 		return root, st, err
 	}
+	b.FillBehind(root)
 	if err := b.Flush(ctx); err != nil {
 		return root, st, err
 	}
@@ -159,6 +160,7 @@ func FromChanges(ctx context.Context, db *store.DB, project, branch string, base
 	defer b.Abort()
 	root, st, err := Build(ctx, b, db, baseRoot, changes, opts)
 	if err == nil {
+		b.FillBehind(root)
 		err = b.Flush(ctx)
 	}
 	if err != nil {

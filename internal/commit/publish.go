@@ -29,6 +29,9 @@ type Published struct {
 	Commit store.ID `json:"commit"`
 	// Head is the branch head after the call.
 	Head store.ID `json:"head"`
+	// Root is the commit's root tree (UpToDate: the head's, the same
+	// tree), so that a caller need not read the commit again.
+	Root store.ID `json:"root"`
 }
 
 // Err is nil unless the head moved.
@@ -57,7 +60,7 @@ func Publish(ctx context.Context, db *store.DB, project, branch string, expect s
 			return Published{}, fmt.Errorf("publish: %w", err)
 		}
 		if hc.Root == c.Root {
-			return Published{Result: UpToDate, Commit: b.Head, Head: b.Head}, nil
+			return Published{Result: UpToDate, Commit: b.Head, Head: b.Head, Root: c.Root}, nil
 		}
 	}
 	c.Parents = nil
@@ -73,9 +76,9 @@ func Publish(ctx context.Context, db *store.DB, project, branch string, expect s
 	}
 	res, err := db.SetBranchHead(ctx, project, branch, expect, id)
 	if err != nil {
-		return Published{Commit: id}, fmt.Errorf("publish: %w", err)
+		return Published{Commit: id, Root: c.Root}, fmt.Errorf("publish: %w", err)
 	}
-	p := Published{Result: res, Commit: id, Head: id}
+	p := Published{Result: res, Commit: id, Head: id, Root: c.Root}
 	if res == HeadMoved {
 		if b, err = db.Branch(ctx, project, branch); err != nil {
 			return p, fmt.Errorf("publish: %w", err)

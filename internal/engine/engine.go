@@ -18,6 +18,7 @@ import (
 	"layerfs.dev/layerfs/internal/kerneloverlay"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/platforms"
+	"layerfs.dev/layerfs/internal/serial"
 	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/wire"
 	"layerfs.dev/layerfs/wire/errclass"
@@ -80,11 +81,7 @@ type Engine struct {
 	// background is work started ahead of need (metadata images of new
 	// commits); Shutdown waits for it.
 	background sync.WaitGroup
-	ahead      struct {
-		mu      sync.Mutex
-		next    store.ID // the root to build next; zero: none (an empty tree's image costs nothing on open)
-		running bool
-	}
+	ahead      *serial.Queue[store.ID] // roots whose metadata images to build (buildMetaAhead)
 
 	// rootLowers are the shared lowers of image roots (imageroot.go).
 	rootsMu    sync.Mutex
@@ -133,6 +130,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
+	e.startBackground()
 	if e.now == nil {
 		e.now = time.Now
 	}

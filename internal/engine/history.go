@@ -105,12 +105,11 @@ func (e *Engine) CreateProject(ctx context.Context, req wire.CreateProject) (wir
 	if msg == "" {
 		msg = "first layer"
 	}
-	dropped := e.db.FillDropped()
 	p, id, _, err := commit.CreateProject(ctx, e.db, req.Name, from, e.meta(msg, ""), nil)
 	if err != nil {
 		return wire.Project{}, classify(err)
 	}
-	e.readyImage(ctx, id, dropped)
+	e.readyImage(ctx, id)
 	return wireProject(p), nil
 }
 
@@ -287,13 +286,12 @@ func (e *Engine) CommitDir(ctx context.Context, project, branch string, req wire
 		return wire.CommitResult{}, err
 	}
 	t0 := time.Now()
-	dropped := e.db.FillDropped()
 	p, st, err := commit.FromDir(ctx, e.db, project, branch, dir, e.meta(req.Message, req.Author), nil)
 	if err != nil {
 		return wire.CommitResult{}, classify(err)
 	}
 	if p.Result != store.PublishUpToDate {
-		e.readyImage(ctx, p.Commit, dropped)
+		e.readyImage(ctx, p.Commit)
 	}
 	r := storeReceipt(acct, st)
 	r.WallNs = time.Since(t0).Nanoseconds()

@@ -49,7 +49,7 @@ func TestFirstRead(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			testenv.RequireFUSE(t)
 			ctx := context.Background()
-			db, err := store.Init(ctx, filepath.Join(t.TempDir(), "store"), store.Options{NoCacheFill: !tc.fill})
+			db, err := store.Init(ctx, filepath.Join(t.TempDir(), "store"), store.Options{NoCacheFill: !tc.fill, NoPrefetch: !tc.prefetch})
 			require.NoError(t, err)
 			p := local.New(local.Options{})
 			require.NoError(t, p.Up(ctx))

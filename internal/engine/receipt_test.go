@@ -147,7 +147,7 @@ func assertNoStoreWork(t *testing.T, r wire.Receipt, what string) {
 // once (which their receipts say).
 func TestReceiptsCountTheirReads(t *testing.T) {
 	onEachStore(t, func(t *testing.T, opts store.Options, path string) {
-		opts.NoCacheFill = true // the contents are left to the readers
+		opts.NoCacheFill, opts.NoPrefetch = true, true // the contents are left to the readers
 		e, db := newEngineOnStore(t, opts, engine.Config{DataPath: path, NoPrefetch: true})
 		testReceiptsCountTheirReads(t, e, db)
 	})
@@ -239,7 +239,7 @@ func testReceiptsCountTheirReads(t *testing.T, e *engine.Engine, db *store.DB) {
 // Store's totals and GET /metrics counted meanwhile: no figure counted
 // twice, none lost.
 func TestReceiptsAddUpToTheTotals(t *testing.T) {
-	e, db := newEngineOnStore(t, store.Options{NoCacheFill: true},
+	e, db := newEngineOnStore(t, store.Options{NoCacheFill: true, NoPrefetch: true},
 		engine.Config{DataPath: wire.DataPathFUSE, NoPrefetch: true, NoImageAhead: true})
 	ctx := t.Context()
 	_, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"})

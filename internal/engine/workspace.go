@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +22,7 @@ import (
 	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/commit"
 	"layerfs.dev/layerfs/internal/dirfd"
+	"layerfs.dev/layerfs/internal/diskusage"
 	"layerfs.dev/layerfs/internal/fusefs"
 	"layerfs.dev/layerfs/internal/hostview"
 	"layerfs.dev/layerfs/internal/kerneloverlay"
@@ -557,32 +557,16 @@ func (e *Engine) platIDMap(platform string) *kerneloverlay.IDMap {
 // stays O(changes). An image is O(tree), so one builder runs at a time and
 // builds only the latest root asked for: of a burst of commits, the last.
 func (e *Engine) buildMetaAhead(w *workspace, root store.ID) {
-	if m, ok := w.mnt.(*kerneloverlay.Mount); !ok || !m.HasMeta() {
-		return
+	if m, ok := w.mnt.(*kerneloverlay.Mount); ok && m.HasMeta() && !root.IsZero() {
+		e.ahead.Add(root)
 	}
-	e.ahead.mu.Lock()
-	defer e.ahead.mu.Unlock()
-	e.ahead.next = root
-	if e.ahead.running {
-		return
+}
+
+// buildMeta is a job of buildMetaAhead.
+func (e *Engine) buildMeta(ctx context.Context, root store.ID) {
+	if err := e.readyOpen(ctx, root); err != nil {
+		e.log.Warn("metadata image of a new commit", "root", root.Short(), "err", err)
 	}
-	e.ahead.running = true
-	e.background.Go(func() {
-		for {
-			e.ahead.mu.Lock()
-			root := e.ahead.next
-			e.ahead.next = store.ZeroID
-			if root.IsZero() {
-				e.ahead.running = false
-				e.ahead.mu.Unlock()
-				return
-			}
-			e.ahead.mu.Unlock()
-			if err := e.readyOpen(context.Background(), root); err != nil {
-				e.log.Warn("metadata image of a new commit", "root", root.Short(), "err", err)
-			}
-		}
-	})
 }
 
 // idmap is the mapping w's mount shows its files with, or nil.
@@ -750,7 +734,7 @@ func (e *Engine) WorkspaceStatus(ctx context.Context, id string) (wire.Workspace
 	defer w.mu.RUnlock()
 	st := wire.WorkspaceStatus{Workspace: w.info(), Changes: []wire.Change{}}
 	if w.opts.Native {
-		st.UpperBytes, _ = diskUsage(w.rec.MountPath)
+		st.UpperBytes, _ = diskusage.Tree(w.rec.MountPath)
 		return st, nil
 	}
 	st.Conflicts = e.unresolved(w)
@@ -868,7 +852,6 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	}
 	tCapture := time.Now()
 	meta := e.meta(req.Message, req.Author)
-	dropped := e.db.FillDropped()
 	p, st, err := commit.FromChanges(ctx, e.db, w.rec.Project, w.rec.Branch, w.rec.Head, cs.Changes, meta, nil)
 	if err != nil {
 		return wire.CommitResult{}, classify(err)
@@ -877,15 +860,10 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	res := wire.CommitResult{Commit: p.Commit.String(), Result: publishResult(p.Result), Head: p.Head.String()}
 	switch {
 	case p.Result != store.PublishHeadMoved:
-		c, err := e.db.Commit(ctx, p.Commit)
-		if err != nil {
-			return res, err
-		}
-		w.mnt.MarkCommitted(c.Root, cs)
-		e.buildMetaAhead(w, c.Root)
-		e.prefetchLeft(c.Root, dropped)
+		w.mnt.MarkCommitted(p.Root, cs)
+		e.buildMetaAhead(w, p.Root)
 		w.rec.Head = p.Commit
-		w.opts.HeadRoot = c.Root
+		w.opts.HeadRoot = p.Root
 		w.opts.Conflicts = nil
 		if err := e.save(ctx, w); err != nil {
 			return res, err
@@ -1137,30 +1115,8 @@ func (e *Engine) upperNow(ctx context.Context, w *workspace, scanned *overlay.Up
 	if err := overlay.CountCopyUps(ctx, e.db, w.opts.Root, u); err != nil {
 		e.log.Warn("count copy-ups", "id", w.rec.ID, "err", err)
 	}
-	disk, _ := diskUsage(w.mnt.UpperDir())
+	disk, _ := diskusage.Tree(w.mnt.UpperDir())
 	return u.UpperSummary, disk
-}
-
-// diskUsage is the space the files under root take on disk.
-func diskUsage(root string) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			n += st.Blocks * 512
-		}
-		return nil
-	})
-	return n, err
 }
 
 // splitPath splits a clean relative path into its names ("" has none).

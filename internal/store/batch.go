@@ -49,6 +49,7 @@ type Batch struct {
 	probe   dedupProbe    // dedup probes, open while active
 	stats   BatchStats
 	fill    *CacheFill // nil: the Store fills its cache on first read only
+	behind  ID         // the tree to fetch what fill left out of (FillBehind)
 	// acct is the account of the request that made the batch: what the
 	// batch does is its work, whichever goroutine does it.
 	acct *account.Account
@@ -286,6 +287,29 @@ func (b *Batch) PutCommit(c *Commit) (ID, error) {
 	return id, nil
 }
 
+// FillBehind names root, the tree the batch's capture stores: once Flush
+// has made the batch durable, the Store fetches into its cache, in the
+// background, the contents of root the batch's fill left out (all of
+// them where captures do not fill the cache), unless Options.NoPrefetch.
+// A workspace opened on the capture's commit then finds its contents in
+// the cache.
+func (b *Batch) FillBehind(root ID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.behind = root
+}
+
+// fetchBehind starts the fetch FillBehind asked for, if the fill left
+// anything out; b.mu held.
+func (b *Batch) fetchBehind() {
+	root := b.behind
+	b.behind = ZeroID
+	if root.IsZero() || b.db.opts.NoPrefetch || b.fill != nil && b.fill.Stats().Dropped == 0 {
+		return
+	}
+	b.db.fc.Behind(root)
+}
+
 // Flush makes everything put since the last Flush durable and visible:
 // pack data is fsynced, then all index rows and objects are inserted in
 // one transaction. On error nothing of the unit becomes visible and the
@@ -299,6 +323,7 @@ func (b *Batch) Flush(ctx context.Context) error {
 	}
 	if !b.active {
 		b.fill.Release()
+		b.fetchBehind()
 		return nil
 	}
 	err := b.flush(ctx)
@@ -309,6 +334,7 @@ func (b *Batch) Flush(ctx context.Context) error {
 		b.releaseWriters()
 		b.stats.Flushes++
 		b.fill.Release() // the cache's copies, once the contents are durable
+		b.fetchBehind()
 	}
 	b.reset()
 	b.end()

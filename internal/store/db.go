@@ -86,6 +86,11 @@ type Options struct {
 	// NoCacheFill leaves the cache of contents to be filled on first read
 	// (Materialize) instead of by the captures that store them (CacheFill).
 	NoCacheFill bool
+	// NoPrefetch leaves the contents a capture's fill left out of the
+	// cache (all of them, with NoCacheFill) to be fetched when they are
+	// read or readied (Ready), instead of behind the capture
+	// (Batch.FillBehind).
+	NoPrefetch bool
 	// LeaseTTL is how long a shared Store's host stays alive for GC
 	// without renewing its lease (lease.go); 0 means DefaultLeaseTTL.
 	LeaseTTL time.Duration
@@ -336,7 +341,7 @@ func (db *DB) closeAll() error {
 	var errs []error
 	db.stopLease()
 	if db.fc != nil {
-		db.fc.Wait(context.Background())
+		db.fc.Close()
 	}
 	if db.cache != nil {
 		db.cache.Close()

@@ -40,15 +40,6 @@ func (db *DB) NewCacheFill() *CacheFill { return db.fc.NewCacheFill() }
 // flushed (CacheFill.Release).
 func (db *DB) newHeldFill() *CacheFill { return db.fc.NewHeldFill() }
 
-// FillsCache reports whether captures fill the cache (Options.NoCacheFill
-// unset).
-func (db *DB) FillsCache() bool { return db.fc.Fills() }
-
-// FillDropped counts the contents captures' fills left out of the cache
-// (the fill queue had no room), ever: a caller that sees it unchanged
-// over a capture knows every content of it was placed, or is queued.
-func (db *DB) FillDropped() int64 { return db.fc.Dropped() }
-
 // WaitFill waits until the fill queue has written what captures gave it
 // so far, or ctx ends.
 func (db *DB) WaitFill(ctx context.Context) error { return db.fc.Wait(ctx) }
@@ -116,6 +107,33 @@ func (s fillSource) ReadRange(ctx context.Context, num, off, n int64) ([]byte, e
 
 func (s fillSource) Manifest(ctx context.Context, id ID) (*object.Manifest, error) {
 	return s.db.Manifest(ctx, id)
+}
+
+// Contents walks the tree root, depth first.
+func (s fillSource) Contents(ctx context.Context, root ID) ([]Content, error) {
+	var out []Content
+	seen := map[ID]bool{}
+	var walk func(id ID) error
+	walk = func(id ID) error {
+		t, err := s.db.Tree(ctx, id)
+		if err != nil {
+			return err
+		}
+		for i := range t.Entries {
+			e := &t.Entries[i]
+			switch {
+			case e.Type == TypeDir:
+				if err := walk(e.Object); err != nil {
+					return err
+				}
+			case e.Type == TypeFile && e.Size > 0 && !seen[e.Object]:
+				seen[e.Object] = true
+				out = append(out, contentOf(e))
+			}
+		}
+		return nil
+	}
+	return out, walk(root)
 }
 
 func (s fillSource) ReadLock() func() {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -152,4 +153,40 @@ func TestFillServes(t *testing.T) {
 	require.NoError(t, db.WaitFill(ctx))
 	assert.NoFileExists(t, db.CachePath(oid))
 	assert.Equal(t, int64(1), b.CacheFill().Stats().Dropped)
+}
+
+// TestFillBehind: the contents a capture's fill left out (all of them,
+// where captures do not fill the cache) are fetched into the cache behind
+// the capture once its batch is flushed; with NoPrefetch they are left
+// to their first read.
+func TestFillBehind(t *testing.T) {
+	for _, noPrefetch := range []bool{false, true} {
+		db := initTestDB(t, Options{NoCacheFill: true, NoPrefetch: noPrefetch})
+		ctx := t.Context()
+		b, err := db.NewBatch(ctx)
+		require.NoError(t, err)
+		small, big := randBytes(1, 3000), randBytes(2, 3*testChunkSize+5)
+		es := []Entry{putContent(t, b, "big", big), putContent(t, b, "small", small)}
+		root, err := b.PutTree(&Tree{Entries: es})
+		require.NoError(t, err)
+		b.FillBehind(root)
+		require.NoError(t, b.Flush(ctx))
+		b.Abort()
+		if noPrefetch {
+			require.NoError(t, db.Close()) // waits for any fetch behind
+			for _, e := range es {
+				assert.NoFileExists(t, db.CachePath(e.Object), "NoPrefetch: %s fetched", e.Name)
+			}
+			continue
+		}
+		for _, e := range es {
+			require.Eventually(t, func() bool {
+				_, err := os.Stat(db.CachePath(e.Object))
+				return err == nil
+			}, 10*time.Second, 5*time.Millisecond, "%s was not fetched behind the capture", e.Name)
+			got, err := os.ReadFile(db.CachePath(e.Object))
+			require.NoError(t, err)
+			require.Equal(t, map[string][]byte{"big": big, "small": small}[e.Name], got, e.Name)
+		}
+	}
 }

@@ -22,7 +22,8 @@ type packStore interface {
 	// Read returns chunk id's payload at off/length in pack num, verified.
 	Read(ctx context.Context, id ID, num, off, length int64) ([]byte, error)
 	// ReadRange returns length bytes of pack num at off, as they are: a
-	// span of records, whose payloads the caller verifies (prefetch.go).
+	// span of records, whose payloads the caller verifies (package fill's
+	// prefetch).
 	ReadRange(ctx context.Context, num, off, length int64) ([]byte, error)
 	Close() error
 }

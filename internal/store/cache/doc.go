@@ -24,9 +24,9 @@
 //     linked into the process's trusted layer (Layer, the overlay's data
 //     layer) once Trust has checked it, with the check the Store gives,
 //     or once this process placed it from checked bytes and it has not
-//     changed since (trust.go). Where the file system has fs-verity, the
-//     files are also sealed, and the kernel checks every page read
-//     (seal.go).
+//     changed since (package fill's trust.go). Where the file system has
+//     fs-verity, the files are also sealed, and the kernel checks every
+//     page read (seal.go).
 //
 // The package knows nothing of the index or of packs: it stores bytes it
 // is given under the IDs it is told.

@@ -15,10 +15,10 @@ import (
 // anyone, and the kernel checks every page read from it against the
 // Merkle tree built when it was sealed, so a page damaged on disk reads
 // as EIO in the sandbox, never as wrong bytes, even after the file was
-// trusted (trust.go). A file is sealed once in place (Place) or, placed
-// by a process that could not seal it, once trusted (Trust). Where the
-// file system has no fs-verity, nothing is sealed and trust alone
-// guards what the kernel reads.
+// trusted (package fill's trust.go). A file is sealed once in place
+// (Place) or, placed by a process that could not seal it, once trusted
+// (Trust). Where the file system has no fs-verity, nothing is sealed
+// and trust alone guards what the kernel reads.
 //
 // An overlay that checks its contents' digests (package kerneloverlay,
 // verity=on) cannot read one through the daemon's FUSE view, which

@@ -4,9 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 
 	"layerfs.dev/layerfs/internal/account"
+	"layerfs.dev/layerfs/internal/serial"
 	"layerfs.dev/layerfs/internal/store/cache"
 	"layerfs.dev/layerfs/internal/store/object"
 )
@@ -25,6 +25,8 @@ type Source interface {
 	Manifest(ctx context.Context, id object.ID) (*object.Manifest, error)
 	// ReadLock keeps the packs from being rewritten (by GC) until unlock.
 	ReadLock() (unlock func())
+	// Contents lists the file contents of the tree root, each once.
+	Contents(ctx context.Context, root object.ID) ([]Content, error)
 }
 
 // Config is what a Cache is made with.
@@ -56,10 +58,13 @@ type Cache struct {
 	spans  spanLimits
 	noFill bool
 
-	queue      fillQueue    // the cache fills behind captures (fill.go)
-	dropped    atomic.Int64 // contents fills left out (fill.go)
-	prefetches prefetches   // running (prefetch.go), whose reads Serve may use
-	fg         foreground   // materializations reads wait for (prefetch.go)
+	queue      fillQueue  // the cache fills behind captures (fill.go)
+	prefetches prefetches // running (prefetch.go), whose reads Serve may use
+	fg         foreground // materializations reads wait for (prefetch.go)
+	// behind fetches, one root at a time, the contents captures' fills
+	// left out (Behind); bg is its goroutine.
+	behind *serial.Queue[object.ID]
+	bg     sync.WaitGroup
 
 	runBufs     sync.Pool // *[]byte buffers of CacheFill's jobs (fill.go)
 	contentBufs [len(contentClasses)]sync.Pool
@@ -74,7 +79,31 @@ func New(cfg Config) *Cache {
 	if cfg.Bucket {
 		fc.spans = bucketSpans
 	}
+	fc.behind = serial.New(fc.fetchBehind, serial.Go(fc.bg.Go))
 	return fc
+}
+
+// Behind fetches into the cache, in the background, the contents of root,
+// a tree a capture just stored, that the cache lacks: those the
+// capture's fill left out. Roots are fetched one at a time, in order.
+func (fc *Cache) Behind(root object.ID) { fc.behind.Add(root) }
+
+func (fc *Cache) fetchBehind(ctx context.Context, root object.ID) {
+	contents, err := fc.src.Contents(ctx, root)
+	if err == nil {
+		_, err = fc.Prefetch(ctx, contents)
+	}
+	if err != nil && ctx.Err() == nil {
+		fc.log.Warn("fetch the contents a capture left out of the cache", "root", root.Short(), "err", err)
+	}
+}
+
+// Close stops the fetches behind captures and waits until the fill queue
+// has written what it holds.
+func (fc *Cache) Close() {
+	fc.behind.Stop()
+	fc.bg.Wait()
+	fc.queue.wait(context.Background())
 }
 
 // Serve places the content id now from what a capture's fill or a

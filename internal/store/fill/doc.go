@@ -4,8 +4,8 @@
 //   - Behind a capture (CacheFill, fill.go): the contents a capture
 //     stores are placed from the bytes it read, by a bounded queue of
 //     low-priority workers, so that a workspace opened on the commit
-//     finds them; what the queue has no room for is dropped and left to
-//     the prefetch.
+//     finds them; what the queue has no room for is dropped, and fetched
+//     from the packs behind the capture (Behind), one capture at a time.
 //   - Ahead of a workspace's reads (Prefetch, prefetch.go): the contents
 //     a commit needs that the cache lacks are read from the packs in
 //     spans of many chunks, in pack order, checked, and placed, while

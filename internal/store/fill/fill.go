@@ -26,11 +26,13 @@ import (
 // hands them to the DB's fill queue (at most fillQueueBytes of data held)
 // and goes on; a batch's fill holds them until the batch is flushed (its
 // syncs then carry none of them, and an aborted capture writes nothing),
-// and the queue's workers write them at the lowest CPU and I/O priority. Making a file per content costs about what capturing it
-// costs (an inode and a directory entry each), so a capture that waited
-// for them would take twice as long. A content the queue has no room for
-// is dropped and left to the Prefetch of the commit, which reads it back
-// from its pack; Prefetch waits for the queue first (Wait).
+// and the queue's workers write them at the lowest CPU and I/O priority.
+// Making a file per content costs about what capturing it costs (an
+// inode and a directory entry each), so a capture that waited for them
+// would take twice as long. A content the queue has no room for is
+// dropped and left to the fetch behind the capture (Behind: package
+// store's Batch.FillBehind starts it when its fill dropped any), which
+// reads it back from its pack once the queue is written (Wait).
 //
 // Filling is best effort: a content that cannot be placed (a full disk,
 // an error) is left to Prefetch or Materialize, and nothing the fill does
@@ -108,14 +110,6 @@ func (f *CacheFill) Discard() {
 		f.fc.queue.discard(f)
 	}
 }
-
-// Fills reports whether captures fill the cache (Config.NoFill unset).
-func (fc *Cache) Fills() bool { return !fc.noFill }
-
-// Dropped counts the contents captures' fills left out of the cache
-// (the fill queue had no room), ever: a caller that sees it unchanged
-// over a capture knows every content of it was placed, or is queued.
-func (fc *Cache) Dropped() int64 { return fc.dropped.Load() }
 
 // Wait waits until the fill queue has written what captures gave it
 // so far, or ctx ends.
@@ -498,7 +492,6 @@ func (f *CacheFill) place(c *cache.File, size int64, cloned bool) bool {
 // dropped counts a content left out for want of room.
 func (f *CacheFill) dropped() {
 	f.stats.dropped.Add(1)
-	f.fc.dropped.Add(1)
 }
 
 // failed notes a fill's error: a full disk stops the fill, anything else

@@ -61,6 +61,8 @@ func (s *packSource) Manifest(_ context.Context, id object.ID) (*object.Manifest
 
 func (s *packSource) ReadLock() func() { return func() {} }
 
+func (s *packSource) Contents(context.Context, object.ID) ([]Content, error) { return nil, nil }
+
 // newPackSource writes a chunked content (two chunks and a hole) and two
 // contents of one chunk into a pack, and returns the contents and their
 // bytes.

@@ -203,7 +203,7 @@ CREATE VIEW workspaces AS
 	FROM workspace_records WHERE node = current_setting('layerfs.node')
 	WITH CASCADED CHECK OPTION;
 `,
-	// Fleet GC (package store's gcshared.go): chunk and object rows carry
+	// Fleet GC (package maintenance's gcshared.go): chunk and object rows carry
 	// the time (the database's clock, ns) they were stored or last found by
 	// a batch's dedup probe, and GC spares rows younger than its grace
 	// period; leases (lease.go) say which hosts are alive, and only their
