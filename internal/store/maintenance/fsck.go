@@ -262,7 +262,7 @@ func (c *checker) objects() error {
 	}
 	defer r.Close()
 	for r.Next() {
-		if err := checkContext(c.ctx); err != nil {
+		if err := c.ctx.Err(); err != nil {
 			return err
 		}
 		var b, data []byte
@@ -409,7 +409,7 @@ func (c *checker) packFiles() error {
 	cur := packFile{num: -1}
 	defer cur.close()
 	for _, ch := range c.order {
-		if err := checkContext(c.ctx); err != nil {
+		if err := c.ctx.Err(); err != nil {
 			return err
 		}
 		c.rep.Chunks++
@@ -486,7 +486,7 @@ func (c *checker) packChunk(p *packFile, ch chunkRow) error {
 func (c *checker) packObjects() error {
 	packs := map[int64]bool{}
 	for _, ch := range c.order {
-		if err := checkContext(c.ctx); err != nil {
+		if err := c.ctx.Err(); err != nil {
 			return err
 		}
 		c.rep.Chunks++

@@ -42,7 +42,7 @@ func (c *checker) cacheFiles() error {
 		})
 	}
 	err := c.s.Cache.Each(func(id object.ID, path string) error {
-		if err := checkContext(c.ctx); err != nil {
+		if err := c.ctx.Err(); err != nil {
 			return err
 		}
 		if ct, ok := c.content(id); ok {
@@ -53,7 +53,7 @@ func (c *checker) cacheFiles() error {
 	close(files)
 	wg.Wait()
 	if err == nil {
-		err = checkContext(c.ctx)
+		err = c.ctx.Err()
 	}
 	return err
 }

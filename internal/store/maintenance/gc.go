@@ -185,7 +185,7 @@ func markFrom(ctx context.Context, tx *sqltx.Tx, roots []root, live *liveSet, st
 		stack = append(stack, item(r))
 	}
 	for len(stack) > 0 {
-		if err := checkContext(ctx); err != nil {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		it := stack[len(stack)-1]
@@ -424,7 +424,7 @@ func (s *Store) compact(ctx context.Context, ratio float64, st *GCStats) error {
 		}
 	}()
 	for _, num := range nums {
-		if err := checkContext(ctx); err != nil {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		path := s.Packs.Path(num)

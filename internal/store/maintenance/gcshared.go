@@ -207,7 +207,7 @@ func (s *Store) deleteDeadPacks(ctx context.Context, st *GCStats) error {
 		return fmt.Errorf("list dead packs: %w", err)
 	}
 	for _, p := range dead {
-		if err := checkContext(ctx); err != nil {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if err := s.Bucket.S3().Delete(ctx, p.key); err != nil {

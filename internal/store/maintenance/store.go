@@ -81,13 +81,3 @@ func toID(b []byte) object.ID {
 	copy(id[:], b)
 	return id
 }
-
-// checkContext is a cheap cancellation check for long loops.
-func checkContext(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	default:
-		return nil
-	}
-}
