@@ -14,11 +14,11 @@ import (
 // vocabulary.
 type (
 	// CacheFill puts the contents a capture stores into the cache as well
-	// (see fill.CacheFill); a nil *CacheFill places nothing.
-	CacheFill = fill.CacheFill
+	// (see fill.Capture); a nil *CacheFill places nothing.
+	CacheFill = fill.Capture
 	// FillWriter writes one content into the cache as a capture reads it.
-	FillWriter = fill.FillWriter
-	FillStats  = fill.FillStats
+	FillWriter = fill.Writer
+	FillStats  = fill.Stats
 	// Content names a file content: its object (a chunk or a manifest),
 	// its kind and its size.
 	Content       = fill.Content
@@ -34,11 +34,11 @@ func (db *DB) newFill() *fill.Cache {
 
 // NewCacheFill returns a fill of db's cache for a capture, or nil when
 // the Store fills its cache on first read only (Options.NoCacheFill).
-func (db *DB) NewCacheFill() *CacheFill { return db.fc.NewCacheFill() }
+func (db *DB) NewCacheFill() *CacheFill { return db.fc.NewCapture() }
 
 // newHeldFill is a batch's fill: its writes wait until the batch is
 // flushed (CacheFill.Release).
-func (db *DB) newHeldFill() *CacheFill { return db.fc.NewHeldFill() }
+func (db *DB) newHeldFill() *CacheFill { return db.fc.NewHeldCapture() }
 
 // WaitFill waits until the fill queue has written what captures gave it
 // so far, or ctx ends.

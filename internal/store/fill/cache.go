@@ -42,7 +42,7 @@ type Config struct {
 	// ranged GETs: the prefetch reads longer spans, more at a time.
 	Bucket bool
 	// NoFill leaves the cache to be filled on first read only: captures
-	// get no CacheFill.
+	// get no Capture.
 	NoFill bool
 }
 
@@ -66,7 +66,7 @@ type Cache struct {
 	behind *serial.Queue[object.ID]
 	bg     sync.WaitGroup
 
-	runBufs     sync.Pool // *[]byte buffers of CacheFill's jobs (fill.go)
+	runBufs     sync.Pool // *[]byte buffers of Capture's jobs (fill.go)
 	contentBufs [len(contentClasses)]sync.Pool
 }
 

@@ -1,7 +1,7 @@
 // Package fill is the policy of a Store's cache of contents (package
 // cache holds the files): what goes in, when, and what is trusted.
 //
-//   - Behind a capture (CacheFill, fill.go): the contents a capture
+//   - Behind a capture (Capture, fill.go): the contents a capture
 //     stores are placed from the bytes it read, by a bounded queue of
 //     low-priority workers, so that a workspace opened on the commit
 //     finds them; what the queue has no room for is dropped, and fetched
@@ -17,8 +17,8 @@
 //
 // Package store makes one Cache per DB and reads the packs and the index
 // for it (Source); its DB methods (NewCacheFill, Prefetch, Ready, ...)
-// are the entry points, and re-export the types (store.CacheFill,
-// store.Content, ...). Filling is best effort: nothing it does fails a
+// are the entry points, and re-export the types (store.CacheFill is a
+// Capture, store.Content a Content, ...). Filling is best effort: nothing it does fails a
 // capture, and a content it does not place is made on first read
 // (store's Materialize).
 package fill

@@ -15,8 +15,9 @@ import (
 	"layerfs.dev/layerfs/internal/writeruns"
 )
 
-// CacheFill puts the contents a capture stores into the cache as well,
-// from the bytes the capture read, so that a workspace opened on the
+// Capture is the fill of the cache behind one capture: it puts the
+// contents the capture stores into the cache as well, from the bytes the
+// capture read, so that a workspace opened on the
 // commit reads them from the cache instead of through a first
 // materialization: a content of one chunk from a copy of the capture's
 // buffer, a larger one in runs as it is read, and, where the file system
@@ -38,8 +39,8 @@ import (
 // an error) is left to Prefetch or Materialize, and nothing the fill does
 // fails the capture. Only bytes the capture hashed to the content's ID
 // are placed: a clone is kept only if the file is unchanged since it was
-// read. A CacheFill is safe for concurrent use.
-type CacheFill struct {
+// read. A Capture is safe for concurrent use.
+type Capture struct {
 	fc      *Cache
 	noClone atomic.Bool // a clone failed: this file system shares no blocks
 	// cloneProbed: a first clone was tried, under probe.
@@ -58,8 +59,8 @@ type fillCounters struct {
 	placed, bytes, cloned, skipped, dropped atomic.Int64
 }
 
-// FillStats count what a CacheFill placed.
-type FillStats struct {
+// Stats count what a Capture placed.
+type Stats struct {
 	Placed  int64 `json:"placed"`  // contents placed in the cache
 	Bytes   int64 `json:"bytes"`   // their bytes
 	Cloned  int64 `json:"cloned"`  // of them, placed by a reflink
@@ -75,22 +76,22 @@ const (
 	fillQueueFiles = 256
 )
 
-// NewCacheFill returns a fill of the cache, or nil when the Store fills
-// its cache on first read only (Config.NoFill); a nil *CacheFill
+// NewCapture returns a fill of the cache, or nil when the Store fills
+// its cache on first read only (Config.NoFill); a nil *Capture
 // places nothing.
-func (fc *Cache) NewCacheFill() *CacheFill {
+func (fc *Cache) NewCapture() *Capture {
 	if fc.noFill {
 		return nil
 	}
-	return &CacheFill{fc: fc}
+	return &Capture{fc: fc}
 }
 
-// NewHeldFill is a batch's fill: its writes wait until the batch is
+// NewHeldCapture is a batch's fill: its writes wait until the batch is
 // flushed (Release), so that the flush's syncs (the pack's, the index's)
 // carry none of them, and a capture's last bytes are not held up by
 // them.
-func (fc *Cache) NewHeldFill() *CacheFill {
-	f := fc.NewCacheFill()
+func (fc *Cache) NewHeldCapture() *Capture {
+	f := fc.NewCapture()
 	if f != nil {
 		f.hold = true
 	}
@@ -98,14 +99,14 @@ func (fc *Cache) NewHeldFill() *CacheFill {
 }
 
 // Release hands what f held to the fill queue's workers.
-func (f *CacheFill) Release() {
+func (f *Capture) Release() {
 	if f != nil {
 		f.fc.queue.release(f)
 	}
 }
 
 // Discard drops what f held: its contents are left to the prefetch.
-func (f *CacheFill) Discard() {
+func (f *Capture) Discard() {
 	if f != nil {
 		f.fc.queue.discard(f)
 	}
@@ -116,16 +117,16 @@ func (f *CacheFill) Discard() {
 func (fc *Cache) Wait(ctx context.Context) error { return fc.queue.wait(ctx) }
 
 // Stats tells what f placed so far.
-func (f *CacheFill) Stats() FillStats {
+func (f *Capture) Stats() Stats {
 	if f == nil {
-		return FillStats{}
+		return Stats{}
 	}
-	return FillStats{Placed: f.stats.placed.Load(), Bytes: f.stats.bytes.Load(),
+	return Stats{Placed: f.stats.placed.Load(), Bytes: f.stats.bytes.Load(),
 		Cloned: f.stats.cloned.Load(), Skipped: f.stats.skipped.Load(), Dropped: f.stats.dropped.Load()}
 }
 
 // Wait waits until every content f was given is placed or dropped.
-func (f *CacheFill) Wait() {
+func (f *Capture) Wait() {
 	if f != nil {
 		f.fc.queue.wait(context.Background())
 	}
@@ -133,7 +134,7 @@ func (f *CacheFill) Wait() {
 
 // has reports whether the cache holds content id, and counts it as
 // skipped if so.
-func (f *CacheFill) has(id object.ID) bool {
+func (f *Capture) has(id object.ID) bool {
 	if _, err := os.Lstat(f.fc.dir.Path(id)); err == nil {
 		f.stats.skipped.Add(1)
 		return true
@@ -146,7 +147,7 @@ func (f *CacheFill) has(id object.ID) bool {
 // once Put returns. isNew says the Store did not hold the content before
 // this capture, so neither can its cache (but for a file an aborted
 // capture left, which the link then keeps).
-func (f *CacheFill) Put(id object.ID, data []byte, isNew bool) {
+func (f *Capture) Put(id object.ID, data []byte, isNew bool) {
 	if f == nil || !isNew && f.has(id) {
 		return
 	}
@@ -167,7 +168,7 @@ func (f *CacheFill) Put(id object.ID, data []byte, isNew bool) {
 }
 
 // put writes a queued content.
-func (f *CacheFill) put(id object.ID, data []byte) {
+func (f *Capture) put(id object.ID, data []byte) {
 	c, err := f.start(id)
 	if err != nil {
 		f.dropped()
@@ -190,7 +191,7 @@ func (f *CacheFill) put(id object.ID, data []byte) {
 // returns: src is duplicated) and must say whether the file still holds
 // the bytes that were hashed. It reports whether the content is, or will
 // be, placed so (false: Put it instead, or leave it).
-func (f *CacheFill) Clone(id object.ID, src int, unchanged func(fd int) bool) bool {
+func (f *Capture) Clone(id object.ID, src int, unchanged func(fd int) bool) bool {
 	if f == nil || f.noClone.Load() || f.full.Load() {
 		return false
 	}
@@ -226,7 +227,7 @@ func (f *CacheFill) Clone(id object.ID, src int, unchanged func(fd int) bool) bo
 // CanClone reports whether Clone can place contents of the capture, which
 // reads the open file src: before any clone was tried, a clone of src
 // tells (and is dropped).
-func (f *CacheFill) CanClone(src int) bool {
+func (f *Capture) CanClone(src int) bool {
 	if f == nil || f.noClone.Load() {
 		return false
 	}
@@ -284,7 +285,7 @@ func (j fillJob) cloneTry() bool {
 // is known once it is read whole): Write and Skip in order, then Place or
 // Abort. It returns nil, which takes writes and places nothing, when f is
 // nil or the disk is full.
-func (f *CacheFill) Start() *FillWriter {
+func (f *Capture) Start() *Writer {
 	if f == nil {
 		return nil
 	}
@@ -299,14 +300,14 @@ func (f *CacheFill) Start() *FillWriter {
 		f.dropped()
 		return nil
 	}
-	return &FillWriter{fill: f, c: c}
+	return &Writer{fill: f, c: c}
 }
 
-// FillWriter writes one content into the cache as a capture reads it, in
+// Writer writes one content into the cache as a capture reads it, in
 // runs of up to writeruns.Size (see package writeruns) written by the
 // fill queue; the last of them to be written places the content.
-type FillWriter struct {
-	fill *CacheFill
+type Writer struct {
+	fill *Capture
 	run  *[]byte // the run being gathered; nil: none
 	off  int64   // the file offset where run starts
 
@@ -320,7 +321,7 @@ type FillWriter struct {
 }
 
 // Write appends data.
-func (w *FillWriter) Write(data []byte) {
+func (w *Writer) Write(data []byte) {
 	for w != nil && len(data) > 0 {
 		if w.run == nil {
 			w.run = w.fill.fc.runBuffer()
@@ -336,7 +337,7 @@ func (w *FillWriter) Write(data []byte) {
 }
 
 // Skip leaves a hole of n bytes.
-func (w *FillWriter) Skip(n int64) {
+func (w *Writer) Skip(n int64) {
 	if w != nil {
 		w.flush()
 		w.off += n
@@ -345,7 +346,7 @@ func (w *FillWriter) Skip(n int64) {
 
 // flush queues the run gathered; a run the queue has no room for gives
 // the content up.
-func (w *FillWriter) flush() {
+func (w *Writer) flush() {
 	if w.run == nil {
 		return
 	}
@@ -370,7 +371,7 @@ var (
 )
 
 // writeRun writes a queued run.
-func (w *FillWriter) writeRun(run []byte, off int64) {
+func (w *Writer) writeRun(run []byte, off int64) {
 	w.mu.Lock()
 	c, failed := w.c, w.failed
 	w.mu.Unlock()
@@ -383,7 +384,7 @@ func (w *FillWriter) writeRun(run []byte, off int64) {
 
 // ran notes a run written (or not: err), and places the content once it
 // is sealed and its last run is written.
-func (w *FillWriter) ran(err error) {
+func (w *Writer) ran(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.pending--
@@ -395,7 +396,7 @@ func (w *FillWriter) ran(err error) {
 
 // Place puts what was written in the cache as the content id of size
 // bytes, once its runs are written (maybe after Place returns).
-func (w *FillWriter) Place(id object.ID, size int64) {
+func (w *Writer) Place(id object.ID, size int64) {
 	if w == nil {
 		return
 	}
@@ -407,7 +408,7 @@ func (w *FillWriter) Place(id object.ID, size int64) {
 }
 
 // Abort drops what was written (instead of Place).
-func (w *FillWriter) Abort() {
+func (w *Writer) Abort() {
 	if w == nil {
 		return
 	}
@@ -426,7 +427,7 @@ func (w *FillWriter) Abort() {
 
 // finishLocked places or drops the content once it is sealed and nothing
 // is left to write; w.mu held.
-func (w *FillWriter) finishLocked() {
+func (w *Writer) finishLocked() {
 	if !w.sealed || w.pending > 0 || w.c == nil {
 		return
 	}
@@ -460,7 +461,7 @@ func (w *FillWriter) finishLocked() {
 }
 
 // start makes the cache file of id (ZeroID: named when placed).
-func (f *CacheFill) start(id object.ID) (*cache.File, error) {
+func (f *Capture) start(id object.ID) (*cache.File, error) {
 	c, err := f.fc.dir.Create(f.fc.dir.Path(id))
 	if err != nil {
 		f.failed(err)
@@ -468,7 +469,7 @@ func (f *CacheFill) start(id object.ID) (*cache.File, error) {
 	return c, err
 }
 
-func (f *CacheFill) place(c *cache.File, size int64, cloned bool) bool {
+func (f *Capture) place(c *cache.File, size int64, cloned bool) bool {
 	placed, err := c.Place(size)
 	if err != nil {
 		f.failed(err)
@@ -490,13 +491,13 @@ func (f *CacheFill) place(c *cache.File, size int64, cloned bool) bool {
 }
 
 // dropped counts a content left out for want of room.
-func (f *CacheFill) dropped() {
+func (f *Capture) dropped() {
 	f.stats.dropped.Add(1)
 }
 
 // failed notes a fill's error: a full disk stops the fill, anything else
 // costs the one content.
-func (f *CacheFill) failed(err error) {
+func (f *Capture) failed(err error) {
 	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 		if !f.full.Swap(true) {
 			f.fc.log.Warn("the Store's cache is not filled by captures while the disk is full", "err", err)
@@ -506,13 +507,13 @@ func (f *CacheFill) failed(err error) {
 	f.fc.log.Debug("fill the Store's cache", "err", err)
 }
 
-// fillJob is a content (id and data), a run of a FillWriter (w, data and
+// fillJob is a content (id and data), a run of a Writer (w, data and
 // off) or a clone (id, src and unchanged) to write; data is a buffer of
 // the DB's pool, returned after.
 type fillJob struct {
-	fill      *CacheFill
+	fill      *Capture
 	id        object.ID
-	w         *FillWriter
+	w         *Writer
 	data      *[]byte
 	off       int64
 	src       int // a clone's file, closed after
@@ -611,7 +612,7 @@ func (q *fillQueue) startLocked() {
 }
 
 // release queues what f held.
-func (q *fillQueue) release(f *CacheFill) {
+func (q *fillQueue) release(f *Capture) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.jobs = append(q.jobs, f.held...)
@@ -620,7 +621,7 @@ func (q *fillQueue) release(f *CacheFill) {
 }
 
 // discard drops what f held.
-func (q *fillQueue) discard(f *CacheFill) {
+func (q *fillQueue) discard(f *Capture) {
 	q.mu.Lock()
 	held := f.held
 	f.held = nil
@@ -728,7 +729,7 @@ func (q *fillQueue) wait(ctx context.Context) error {
 // gets a buffer of its own.
 var contentClasses = [...]int{4 << 10, 16 << 10, 64 << 10}
 
-// runBuffer returns a buffer of writeruns.Size for a FillWriter's runs.
+// runBuffer returns a buffer of writeruns.Size for a Writer's runs.
 func (fc *Cache) runBuffer() *[]byte {
 	if b, ok := fc.runBufs.Get().(*[]byte); ok {
 		return b
