@@ -149,6 +149,26 @@
 // job together. It ends once neither a service nor an exec runs in it, or
 // with the Session.
 //
+// # Checkpoints
+//
+// Session.Checkpoint dumps a Session's resident sandbox (its init and
+// every service, with their memory, /tmp and /dev/shm, IPC objects and
+// sockets on the sandbox's lo) with CRIU (package criu), left running or
+// stopped; Session.Restore makes a fresh sandbox of the images: new PID,
+// network, IPC, UTS and mount namespaces, a new cgroup with the
+// checkpoint's limits, the same seccomp filter, a user namespace of its
+// own with the launcher's mapping (CRIU cannot restore into an existing
+// one) and another workspace at /workspace. The runtime, the device nodes
+// and the workspace are external mounts, cloned anew for a restore; the
+// init's control socket and the services' output pipes are handed over in
+// place of those the dump saw (checkpoint_linux.go and
+// checkpoint_restore_linux.go say how). What CRIU cannot hold is refused
+// before anything is frozen, naming the process and the resource, and so
+// is an exec running beside the services; a restore that fails leaves no
+// process, mount or cgroup. The init's binary must be linked statically
+// (CGO_ENABLED=0, as the Makefile builds it): a dynamically linked one maps
+// libraries from outside the sandbox.
+//
 // # The binary that is re-executed
 //
 // Go runs every linked package's init functions before main, so

@@ -72,6 +72,9 @@ func InitMain() (handled bool) {
 	if len(os.Args) > 0 && os.Args[0] == spawnerArg0 {
 		spawnerMain()
 	}
+	if len(os.Args) > 0 && os.Args[0] == restorerArg0 {
+		restorerMain()
+	}
 	if !IsInit() {
 		return false
 	}

@@ -137,10 +137,16 @@ func (c childInit) wait() (unix.WaitStatus, time.Duration, error) {
 // (SOCK_SEQPACKET, non-blocking, so that waiting on it takes no thread)
 // and what a reader goroutine has received on it.
 type initConn struct {
-	ctl     *os.File
-	readies atomic.Uint64   // ready messages received
-	ready   chan struct{}   // a ready message came (capacity 1)
-	reports chan initReport // the reports, in order
+	// ctl is the launcher's end; a resident init renews its control
+	// socket (renewControl), so its users take it with conn.
+	ctlMu     sync.Mutex
+	ctl       *os.File
+	ctlClosed bool
+	sendMu    sync.Mutex      // held by a resident init's senders and its renewal
+	renewed   chan struct{}   // a renewed socket came (capacity 1)
+	readies   atomic.Uint64   // ready messages received
+	ready     chan struct{}   // a ready message came (capacity 1)
+	reports   chan initReport // the reports, in order
 	// ptys are the terminal masters of execs with one (ptyMessage), each
 	// received before its exec's report.
 	ptys chan *os.File
@@ -168,7 +174,7 @@ func newInitConn() (*initConn, error) {
 	return &initConn{
 		ctl: os.NewFile(uintptr(fds[0]), "init"), theirs: os.NewFile(uintptr(fds[1]), "init"),
 		ready: make(chan struct{}, 1), reports: make(chan initReport, 4), done: make(chan struct{}),
-		ptys: make(chan *os.File, 1),
+		ptys: make(chan *os.File, 1), renewed: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -183,13 +189,18 @@ func (c *initConn) closeChild() {
 // closeParent closes the launcher's end (closing twice is harmless).
 func (c *initConn) closeParent() {
 	c.closeChild()
-	c.closing.Do(func() { c.ctl.Close() })
+	c.closing.Do(func() {
+		c.ctlMu.Lock()
+		c.ctl.Close()
+		c.ctlClosed = true
+		c.ctlMu.Unlock()
+	})
 }
 
 // read receives the init's messages until its socket ends.
 func (c *initConn) read() {
 	defer close(c.done)
-	rc, err := c.ctl.SyscallConn()
+	rc, err := c.conn().SyscallConn()
 	if err != nil {
 		return
 	}
@@ -204,6 +215,12 @@ func (c *initConn) read() {
 		})
 		if err != nil || rerr != nil || n == 0 {
 			return
+		}
+		if oobn > 0 && string(buf[:n]) == controlMessage {
+			if rc = c.takeControl(oob[:oobn]); rc == nil {
+				return
+			}
+			continue
 		}
 		if oobn > 0 {
 			if !c.takePty(buf[:n], oob[:oobn]) {
@@ -644,7 +661,9 @@ func sendExec(f *os.File, hostname string, fds []int) error {
 // do). GOGC=off: an init allocates little before its first exec, so a
 // collection would only cost it time (an init kept for more execs turns
 // collection on); updatemaxprocs=0 keeps the runtime from stopping the
-// world to follow a change of the exec cgroup's CPU limit.
+// world to follow a change of the exec cgroup's CPU limit, and
+// containermaxprocs=0 from holding the host's cgroup files open (which a
+// checkpoint of the sandbox could not hold).
 func initEnv() []string {
-	return []string{"HOME=/", "GOGC=off", "GODEBUG=updatemaxprocs=0"}
+	return []string{"HOME=/", "GOGC=off", "GODEBUG=updatemaxprocs=0,containermaxprocs=0"}
 }

@@ -55,6 +55,8 @@ import (
 type residentSignal struct {
 	Job    uint64 `json:"job"`
 	Signal int    `json:"signal"`
+	// Renew asks for a new control socket instead (renewControl).
+	Renew bool `json:"renew,omitempty"`
 }
 
 // resident is a resident init's jobs.
@@ -88,8 +90,29 @@ func (in *sandboxInit) becomeResident(cfg *initConfig, x *execFDs) {
 	// A resident init lives long and allocates with every job.
 	debug.SetGCPercent(100)
 	in.res = &resident{in: in, byPid: map[int]*job{}, byID: map[uint64]*job{}, forked: make(chan struct{}, 1)}
+	in.holdNothingOfTheHost()
 	go in.res.reap()
 	in.res.startJob(cfg, x)
+}
+
+// holdNothingOfTheHost lets go of what the init still holds of the
+// host's (its standard descriptors, the host's /dev/null; the mqueue mount
+// a reset would use, which a resident init never does), so that its
+// sandbox can be checkpointed: everything it holds then is the sandbox's
+// own, but for the control socket.
+func (in *sandboxInit) holdNothingOfTheHost() {
+	if in.mqueue >= 0 {
+		unix.Close(in.mqueue)
+		in.mqueue = -1
+	}
+	null, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	for fd := range 3 {
+		_ = unix.Dup3(null, fd, 0)
+	}
+	unix.Close(null)
 }
 
 // loop serves the resident init's jobs and signals until the launcher
@@ -104,6 +127,10 @@ func (r *resident) loop() int {
 		if err != nil {
 			_ = unix.Kill(-1, unix.SIGKILL)
 			return 1
+		}
+		if sig != nil && sig.Renew {
+			r.renewControl()
+			continue
 		}
 		if sig != nil {
 			r.signal(*sig)

@@ -54,7 +54,9 @@ type Service struct {
 	job     uint64
 	pid     int
 	started time.Time
-	oom0    int64 // the cgroup's OOM kills when it started
+	oom0    int64
+	outIno  uint64 // the output pipes' inodes (a checkpoint names them)
+	errIno  uint64 // the cgroup's OOM kills when it started
 	stdout  io.Writer
 	stderr  io.Writer
 	done    chan struct{}
@@ -298,7 +300,9 @@ func (r *residentInit) signal(job uint64, sig syscall.Signal) error {
 	if err != nil {
 		return err
 	}
-	if err := sendSignal(r.ip.p.ctl, b); err != nil {
+	ctl, done := r.ip.p.sending()
+	defer done()
+	if err := sendSignal(ctl, b); err != nil {
 		return fmt.Errorf("%w: signal a service: %w", platforms.ErrClosed, err)
 	}
 	return nil
@@ -321,7 +325,9 @@ func (r *residentInit) send(ic initConfigX, first bool, ends *execEnds, stdin *o
 	for _, f := range ends.theirs[msgConfig:] {
 		fds = append(fds, int(f.Fd()))
 	}
-	err := sendExec(r.ip.p.ctl, ic.Hostname, fds)
+	ctl, done := r.ip.p.sending()
+	err := sendExec(ctl, ic.Hostname, fds)
+	done()
 	ends.closeTheirs(stdin)
 	if err == nil {
 		err = json.NewEncoder(ends.cfgW).Encode(ic)
@@ -366,7 +372,8 @@ func (r *residentInit) start(ctx context.Context, ic initConfigX, first bool, st
 	ends.inW.Close() // a service reads EOF, as from /dev/null
 	ends.inW = nil
 	ch := r.ip.p.job(ic.Job)
-	sv := &Service{r: r, job: ic.Job, done: make(chan struct{}), oom0: r.ip.cg.oomKills(), stdout: stdout, stderr: stderr}
+	sv := &Service{r: r, job: ic.Job, done: make(chan struct{}), oom0: r.ip.cg.oomKills(), stdout: stdout, stderr: stderr,
+		outIno: fileInode(ends.outR), errIno: fileInode(ends.errR)}
 	if err := r.send(ic, first, ends, nil); err != nil {
 		r.ip.p.dropJob(ic.Job)
 		ends.closeOurs()
