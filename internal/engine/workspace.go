@@ -838,6 +838,12 @@ func (e *Engine) CommitWorkspace(ctx context.Context, id string, req wire.Commit
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return e.commitLocked(ctx, acct, w, id, req)
+}
+
+// commitLocked is CommitWorkspace's work, w.mu held (also by a checkpoint,
+// which commits while the sandbox is frozen).
+func (e *Engine) commitLocked(ctx context.Context, acct *account.Account, w *workspace, id string, req wire.CommitRequest) (wire.CommitResult, error) {
 	if w.opts.Native {
 		return wire.CommitResult{}, fmt.Errorf("%w: workspace %s is native: it has no history", errclass.Invalid, id)
 	}
