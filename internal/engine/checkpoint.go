@@ -231,3 +231,58 @@ func (e *Engine) RestoreCheckpoint(ctx context.Context, id, ckpt string) ([]wire
 	e.log.Info("workspace restore", "id", id, "checkpoint", ckpt, "services", len(out), "ms", float64(took)/1e6)
 	return out, took, nil
 }
+
+// OpenCheckpoint opens a new workspace on the checkpoint's project and
+// branch at its files' commit and restores its processes there (`ws
+// create --at CHECKPOINT`); spec's Project and At are the checkpoint's.
+// A restore that fails ends the new workspace again.
+func (e *Engine) OpenCheckpoint(ctx context.Context, ckpt string, spec wire.WorkspaceSpec) (wire.Workspace, []wire.Service, error) {
+	rec, err := e.db.Checkpoint(ctx, ckpt)
+	if err != nil {
+		return wire.Workspace{}, nil, fmt.Errorf("open %s: %w", ckpt, err)
+	}
+	if spec.Branch == "" {
+		if src, err := e.db.Workspace(ctx, rec.Workspace); err == nil {
+			spec.Branch = src.Branch
+		} else {
+			spec.Branch = "main"
+		}
+	}
+	spec.Project, spec.At = rec.Project, rec.Files.String()
+	ws, err := e.CreateWorkspace(ctx, spec)
+	if err != nil {
+		return ws, nil, err
+	}
+	svcs, _, err := e.RestoreCheckpoint(ctx, ws.ID, ckpt)
+	if err != nil {
+		_ = e.EndWorkspace(context.WithoutCancel(ctx), ws.ID, true)
+		return wire.Workspace{}, nil, err
+	}
+	return ws, svcs, nil
+}
+
+// ForkWithProcesses checkpoints workspace id, left running, and opens
+// count workspaces from the checkpoint, each with the source's files (as
+// the checkpoint committed them) and its services restored in a sandbox
+// of its own. Forks made before a failure are ended again.
+func (e *Engine) ForkWithProcesses(ctx context.Context, id string, count int) (CheckpointInfo, []wire.Workspace, error) {
+	if count < 1 || count > wire.MaxForkCount {
+		return CheckpointInfo{}, nil, fmt.Errorf("%w: count %d: want 1 to %d", errclass.Invalid, count, wire.MaxForkCount)
+	}
+	ck, err := e.CheckpointWorkspace(ctx, id, "fork", false)
+	if err != nil {
+		return ck, nil, err
+	}
+	var out []wire.Workspace
+	for range count {
+		ws, _, err := e.OpenCheckpoint(ctx, ck.ID, wire.WorkspaceSpec{})
+		if err != nil {
+			for _, w := range out {
+				_ = e.EndWorkspace(context.WithoutCancel(ctx), w.ID, true)
+			}
+			return ck, nil, fmt.Errorf("fork %s with its processes: %w", id, err)
+		}
+		out = append(out, ws)
+	}
+	return ck, out, nil
+}

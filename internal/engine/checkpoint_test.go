@@ -77,13 +77,11 @@ func TestCheckpointWorkspace(t *testing.T) {
 	out, _ = run(t, e, ws.ID, askCounter)
 	require.Equal(t, "2\n", out, "the source runs on")
 
-	for i := range 2 {
-		fork, err := e.CreateWorkspace(ctx, wire.WorkspaceSpec{Project: "p", Branch: "main", At: rec.Files.String()})
-		require.NoError(t, err)
+	for i := range 2 { // ws create --at CHECKPOINT
 		t0 := time.Now()
-		svcs, took, err := e.RestoreCheckpoint(ctx, fork.ID, ck.ID)
+		fork, svcs, err := e.OpenCheckpoint(ctx, ck.ID, wire.WorkspaceSpec{})
 		require.NoError(t, err)
-		t.Logf("restore %d: %v (criu and sandbox), %v in all", i, took, time.Since(t0))
+		t.Logf("open %d: %v", i, time.Since(t0))
 		require.Len(t, svcs, 1)
 		assert.Equal(t, "web", svcs[0].Name)
 		out, _ = run(t, e, fork.ID, askCounter)
@@ -92,6 +90,20 @@ func TestCheckpointWorkspace(t *testing.T) {
 		assert.Equal(t, "state\n", out, "fork %d: the checkpoint's files", i)
 		require.NoError(t, e.EndWorkspace(ctx, fork.ID, true))
 	}
+
+	// Fork with processes: a checkpoint of the source now (its count is 2).
+	t0 := time.Now()
+	_, forks, err := e.ForkWithProcesses(ctx, ws.ID, 2)
+	require.NoError(t, err)
+	t.Logf("fork 2 with processes: %v", time.Since(t0))
+	require.Len(t, forks, 2)
+	for _, f := range forks {
+		out, _ = run(t, e, f.ID, askCounter)
+		assert.Equal(t, "3\n", out)
+		require.NoError(t, e.EndWorkspace(ctx, f.ID, true))
+	}
+	out, _ = run(t, e, ws.ID, askCounter)
+	require.Equal(t, "3\n", out)
 
 	// Pause: checkpoint and stop; resume into the same workspace.
 	pause, err := e.CheckpointWorkspace(ctx, ws.ID, "pause", true)
@@ -107,6 +119,6 @@ func TestCheckpointWorkspace(t *testing.T) {
 	_, _, err = e.RestoreCheckpoint(ctx, ws.ID, pause.ID)
 	require.NoError(t, err)
 	out, _ = run(t, e, ws.ID, askCounter)
-	assert.Equal(t, "3\n", out, "resumed from the pause")
+	assert.Equal(t, "4\n", out, "resumed from the pause")
 	require.NoError(t, e.EndWorkspace(ctx, ws.ID, true))
 }
