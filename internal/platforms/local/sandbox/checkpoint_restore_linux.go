@@ -277,7 +277,7 @@ func (rs *restore) run(ctx context.Context) error {
 	// A directory the restored user namespace's root can reach (criu
 	// opens the staged mounts once in it); what the helper mounts on it
 	// stays in the helper's mount namespace.
-	stage, err := os.MkdirTemp("", "layerfs-restore-")
+	stage, err := os.MkdirTemp("", "layerfs-restore-"+strconv.Itoa(os.Getpid())+"-")
 	if err == nil {
 		rs.stageDir = stage
 		err = os.Chmod(stage, 0o755)

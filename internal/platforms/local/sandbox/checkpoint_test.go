@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -174,7 +175,7 @@ func TestRestoreFailsClean(t *testing.T) {
 	t.Logf("restore fails: %v", err)
 	assert.Empty(t, s.Services())
 	assert.Empty(t, ours(), "no mount left")
-	left, _ := filepath.Glob("/tmp/layerfs-restore-*")
+	left, _ := filepath.Glob(filepath.Join(os.TempDir(), "layerfs-restore-"+strconv.Itoa(os.Getpid())+"-*"))
 	assert.Empty(t, left, "no staging directory left")
 	require.NoError(t, l.Settle(t.Context()))
 	leaks, err := l.Leaks(t.Context())
