@@ -399,6 +399,9 @@ func (r *residentInit) checkpointMeta(svcs []*Service) (checkpointMeta, error) {
 		return m, fmt.Errorf("%w: checkpoint: the sandbox's root: %w", ErrSetup, err)
 	}
 	for _, e := range ents {
+		if "/"+e.Name() == restoredExe { // a restored sandbox's: a restore puts it back
+			continue
+		}
 		ce := checkpointEntry{Name: e.Name(), File: e.Type().IsRegular()}
 		if e.Type()&os.ModeSymlink != 0 {
 			ce.Link, _ = os.Readlink("/proc/" + strconv.Itoa(r.ip.pid) + "/root/" + e.Name())

@@ -103,6 +103,36 @@ func TestCheckpointRestore(t *testing.T) {
 	require.Equal(t, "3", ask(t, src, ws))
 }
 
+// TestCheckpointOfARestore: a restored sandbox is checkpointed in turn
+// (its control socket renewed again) and restored: the fork of a fork
+// answers from its parent's state; ending them all leaves nothing.
+func TestCheckpointOfARestore(t *testing.T) {
+	l := checkpointLauncher(t)
+	src := l.NewSession()
+	ws := t.TempDir()
+	startService(t, src, ws, counterServer)
+	require.Equal(t, "1", ask(t, src, ws))
+	parent, all := src, []*Session{src}
+	for gen := range 2 {
+		dir := filepath.Join(t.TempDir(), "img")
+		_, err := parent.Checkpoint(t.Context(), CheckpointOptions{Dir: dir, WorkDir: t.TempDir()})
+		require.NoError(t, err, "generation %d", gen)
+		child := l.NewSession()
+		all = append(all, child)
+		_, _, err = child.Restore(t.Context(), Config{Workspace: t.TempDir()}, RestoreOptions{Dir: dir, WorkDir: t.TempDir()})
+		require.NoError(t, err, "generation %d", gen)
+		require.Equal(t, strconv.Itoa(gen+2), ask(t, child, ws), "generation %d", gen)
+		parent = child
+	}
+	for _, s := range all {
+		require.NoError(t, s.Close(context.Background()))
+	}
+	require.NoError(t, l.Settle(t.Context()))
+	leaks, err := l.Leaks(t.Context())
+	require.NoError(t, err)
+	assert.Empty(t, leaks)
+}
+
 // TestCheckpointRefuses: a service holding what CRIU cannot checkpoint (an
 // MPTCP socket) is refused before anything is frozen, naming the process
 // and the resource; the service runs on, untouched, and no image is
