@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"debug/elf"
 	"testing"
 	"time"
 
@@ -30,20 +29,15 @@ http.server.HTTPServer(("127.0.0.1", 8000), H).serve_forever()'`
 
 const askCounter = `for i in $(seq 200); do python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8000/").read().decode())' 2>/dev/null && exit; sleep 0.02; done; echo no answer`
 
-func requireCheckpoints(t *testing.T) {
+// checkpointPlatform is a local platform whose sandboxes run from a
+// statically linked init, where criu runs.
+func checkpointPlatform(t *testing.T) *local.Platform {
 	t.Helper()
 	testenv.RequireRoot(t)
 	if _, err := criu.Binary(); err != nil {
 		testenv.Skip(t, err.Error())
 	}
-	f, err := elf.Open("/proc/self/exe")
-	require.NoError(t, err)
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			testenv.Skip(t, "the test binary, the sandboxes' init, is linked dynamically: run with CGO_ENABLED=0")
-		}
-	}
+	return local.New(local.Options{Exe: testenv.StaticInit(t)})
 }
 
 // TestCheckpointWorkspace: a workspace with a running service and an
@@ -53,8 +47,7 @@ func requireCheckpoints(t *testing.T) {
 // the file; a pause (checkpoint and stop) ends the services as stopped,
 // and a resume into the same workspace brings them back.
 func TestCheckpointWorkspace(t *testing.T) {
-	requireCheckpoints(t)
-	p := local.New(local.Options{})
+	p := checkpointPlatform(t)
 	e, db := newEngineWith(t, "", p)
 	ctx := t.Context()
 	_, err := e.CreateProject(ctx, wire.CreateProject{Name: "p"})

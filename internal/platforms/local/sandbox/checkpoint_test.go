@@ -4,7 +4,6 @@ package sandbox
 
 import (
 	"context"
-	"debug/elf"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,25 +16,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"layerfs.dev/layerfs/internal/criu"
+	"layerfs.dev/layerfs/internal/seccomp"
 	"layerfs.dev/layerfs/internal/testenv"
 )
 
-// checkpointLauncher is sessionLauncher's, where criu runs and the test
-// binary (the sandboxes' init) is linked statically.
+// checkpointLauncher is sessionLauncher's, where criu runs, with a
+// statically linked init (a test binary is linked dynamically when cgo
+// is on, and a checkpoint refuses that).
 func checkpointLauncher(t *testing.T) *Launcher {
 	t.Helper()
-	l := sessionLauncher(t, &keptTracer{})
+	testenv.RequireRoot(t)
 	if _, err := criu.Binary(); err != nil {
 		testenv.Skip(t, err.Error())
 	}
-	f, err := elf.Open("/proc/self/exe")
+	filter, err := seccomp.BPF()
 	require.NoError(t, err)
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			testenv.Skip(t, "the test binary, the sandboxes' init, is linked dynamically: run with CGO_ENABLED=0")
-		}
+	r := DefaultIDRange
+	l := &Launcher{Exe: testenv.StaticInit(t), SyscallFilter: filter, UserNamespace: &r, Warm: 1}
+	if _, err := l.UserNS(); err != nil {
+		testenv.Skip(t, "no user namespace: "+err.Error())
 	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
 }
 
