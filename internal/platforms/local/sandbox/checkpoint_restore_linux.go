@@ -245,7 +245,10 @@ type restore struct {
 }
 
 // run restores the sandbox: pid and proc are its init once it returns nil.
-func (rs *restore) run(ctx context.Context) error {
+// handOver makes the restore's cgroup and the descriptors the restored
+// tree takes in place of those it held outside itself: a new control
+// socket for the init, new output pipes for each service.
+func (rs *restore) handOver() error {
 	l, meta := rs.l, rs.meta
 	var err error
 	if rs.cg, err = l.cg.create(l.cgroupName(), true, meta.Limits.MilliCPUs > 0); err != nil {
@@ -262,6 +265,9 @@ func (rs *restore) run(ctx context.Context) error {
 		for i, ino := range []uint64{j.Stdout, j.Stderr} {
 			r, w, err := os.Pipe()
 			if err != nil {
+				if i == 1 {
+					ends[0].Close()
+				}
 				return fmt.Errorf("%w: restore: %w", ErrSetup, err)
 			}
 			rs.files = append(rs.files, w)
@@ -269,6 +275,14 @@ func (rs *restore) run(ctx context.Context) error {
 			rs.criu.Inherit = append(rs.criu.Inherit, criu.Inherit{File: w, Resource: "pipe:[" + strconv.FormatUint(ino, 10) + "]"})
 		}
 		rs.pipes[j.Job] = ends
+	}
+	return nil
+}
+
+func (rs *restore) run(ctx context.Context) error {
+	l, meta := rs.l, rs.meta
+	if err := rs.handOver(); err != nil {
+		return err
 	}
 	staged, err := rs.stage()
 	if err != nil {
