@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -27,7 +26,7 @@ func StaticInit(t testing.TB) string {
 	staticInit.once.Do(func() {
 		goBin, err := exec.LookPath("go")
 		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+			goBin = "/usr/local/go/bin/go" // where the project's scripts install Go
 		}
 		dir := filepath.Join(os.TempDir(), "layerfs-static-init")
 		if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -87,17 +87,6 @@ func mountKey(point string) string {
 	return strings.ReplaceAll(strings.TrimPrefix(point, "/"), "/", ".")
 }
 
-// externalMounts are the mounts of ms a dump names as external.
-func externalMounts(ms []sandboxMount) []criu.ExternalMount {
-	var out []criu.ExternalMount
-	for _, m := range ms {
-		if !ownFS[m.fstype] {
-			out = append(out, criu.ExternalMount{Mountpoint: m.point, Key: mountKey(m.point)})
-		}
-	}
-	return out
-}
-
 // controlMessage carries a resident init's renewed control socket.
 const controlMessage = "ctl"
 

@@ -358,7 +358,8 @@ func (rs *restore) run(ctx context.Context) error {
 	for _, sm := range staged {
 		sm.f.Close()
 	}
-	if err := rs.cg.add(cmd.Process.Pid); err == nil && meta.Limits.MilliCPUs > 0 {
+	err = rs.cg.add(cmd.Process.Pid)
+	if err == nil && meta.Limits.MilliCPUs > 0 {
 		err = rs.cg.addCPU(cmd.Process.Pid)
 	}
 	if err == nil {
