@@ -153,6 +153,11 @@ func (a *Attached) frame(typ byte, p []byte) error {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
 	err := wire.WriteFrame(a.conn, typ, p)
+	if err != nil {
+		// The connection is ending (the exec's end closes it, as may its
+		// peer): the reader ends too, and tells whether the exec ended.
+		<-a.done
+	}
 	select {
 	case <-a.done:
 		if typ != wire.FrameStdin {
