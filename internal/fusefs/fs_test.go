@@ -592,3 +592,27 @@ func testSymlinkCaching(t *testing.T, path string) {
 		t.Fatalf("readlink of the replaced symlink: %q %v", target, err)
 	}
 }
+
+// TestUnmountOfAHeldMount: a mount that something else still holds (here a
+// bind of it; a lazily detached overlay stacked on it, or another mount
+// namespace, hold it the same way) keeps its connection after an unmount,
+// so the server's loops never end by themselves. Unmount aborts the
+// connection after a grace and returns; the holder's requests then fail.
+func TestUnmountOfAHeldMount(t *testing.T) {
+	e := newEnv(t, true)
+	m, mnt := e.mount(e.Root)
+	held := filepath.Join(t.TempDir(), "held")
+	require.NoError(t, os.Mkdir(held, 0o755))
+	require.NoError(t, unix.Mount(mnt, held, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { unix.Unmount(held, unix.MNT_DETACH) })
+	done := make(chan error, 1)
+	go func() { done <- m.Unmount(context.Background()) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("the unmount of a mount held elsewhere did not return")
+	}
+	_, err := os.ReadDir(held)
+	assert.Error(t, err, "the held mount still answers: its connection was not aborted")
+}

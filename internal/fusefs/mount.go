@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +19,7 @@ import (
 
 	"layerfs.dev/layerfs/internal/account"
 	"layerfs.dev/layerfs/internal/cloexec"
+	"layerfs.dev/layerfs/internal/mountinfo"
 	"layerfs.dev/layerfs/internal/overlay"
 	"layerfs.dev/layerfs/internal/store"
 	"layerfs.dev/layerfs/wire/errclass"
@@ -81,6 +84,9 @@ type Server struct {
 	pending     sync.Map     // request cancel channel -> backing id for its OPEN reply
 	unmountOnce sync.Once
 	unmountErr  error
+	// device is the mount's anonymous device ("0:N"), for aborting its
+	// connection when an unmount does not end the server ("" unknown).
+	device string
 }
 
 // ErrStale is wrapped when a mountpoint is left over from a dead server.
@@ -179,6 +185,7 @@ func Mount(ctx context.Context, dir string, ov *overlay.Overlay, opts Options) (
 		server.Unmount()
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
+	m.device = MountDevice(dir)
 	return m, nil
 }
 
@@ -251,6 +258,15 @@ func (m *Server) Unmount(ctx context.Context) error {
 				err = unix.Unmount(m.dir, unix.MNT_DETACH)
 			}
 			m.unmountErr = err
+		case <-time.After(UnmountGrace):
+			// The kernel keeps a connection while anything still holds
+			// its mount (a lazily detached overlay stacked on it, another
+			// mount namespace): the server's loops then never end.
+			// Aborting the connection ends them.
+			m.unmountErr = m.abort()
+			if m.unmountErr == nil {
+				m.unmountErr = <-done
+			}
 		case <-ctx.Done():
 			m.unmountErr = errors.Join(ctx.Err(), unix.Unmount(m.dir, unix.MNT_DETACH))
 		}
@@ -260,6 +276,55 @@ func (m *Server) Unmount(ctx context.Context) error {
 		}
 	})
 	return m.unmountErr
+}
+
+// UnmountGrace is how long an unmount may wait for a server's loops
+// before its connection is aborted.
+const UnmountGrace = 10 * time.Second
+
+// abort aborts the mount's connection, so that its server ends.
+func (m *Server) abort() error {
+	if err := Abort(m.dir, m.device); err != nil {
+		return fmt.Errorf("unmount %s: the server does not end: %w", m.dir, err)
+	}
+	if m.log != nil {
+		m.log.Warn("fuse server did not end at its unmount; its connection was aborted", "dir", m.dir, "device", m.device)
+	}
+	return nil
+}
+
+// MountDevice is the anonymous device ("0:N") of the mount at dir, asked
+// of the VFS without a request to its server (statx without sync); ""
+// when it is not known.
+func MountDevice(dir string) string {
+	var stx unix.Statx_t
+	if unix.Statx(unix.AT_FDCWD, dir, unix.AT_STATX_DONT_SYNC, 0, &stx) != nil || stx.Dev_major != 0 {
+		return ""
+	}
+	return "0:" + strconv.FormatUint(uint64(stx.Dev_minor), 10)
+}
+
+// Abort aborts the FUSE connection on device (as MountDevice gave it)
+// through the fuse control file system, so that every request to it
+// fails and its server's loops end, and detaches dir if that file system
+// is still mounted there. A server whose unmount left its connection held
+// (a lazily detached overlay stacked on it, a bind, another mount
+// namespace) never ends otherwise.
+func Abort(dir, device string) error {
+	if device == "" {
+		return fmt.Errorf("abort the fuse connection at %s: its device is unknown", dir)
+	}
+	ms, err := mountinfo.Read(mountinfo.Self)
+	if err == nil {
+		err = abortConnection(ms, device)
+	}
+	if err != nil {
+		return err
+	}
+	if top, ok := topMountAt(ms, filepath.Clean(dir)); ok && top.Device == device {
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+	}
+	return nil
 }
 
 // Wait blocks until the mount is unmounted (by Unmount or from outside).

@@ -39,8 +39,9 @@ type Options struct {
 // Server serves one view; Mount returns it.
 type Server struct {
 	target string
-	root   int // the inner mount's root, O_PATH
-	upper  int // the overlay's upper directory, O_PATH; -1: none
+	device string // the view's own mount's, for aborting its connection
+	root   int    // the inner mount's root, O_PATH
+	upper  int    // the overlay's upper directory, O_PATH; -1: none
 	uids   idMap
 	gids   idMap
 	// umask is the daemon's, which the kernel applies again to what the
@@ -135,6 +136,7 @@ func Mount(ctx context.Context, target string, root int, opts Options) (*Server,
 		s.server.Unmount()
 		return fail(err)
 	}
+	s.device = fusefs.MountDevice(target)
 	return s, nil
 }
 
@@ -190,6 +192,13 @@ func (s *Server) Unmount(ctx context.Context) error {
 			go func() { s.server.Wait(); close(done) }()
 			select {
 			case <-done:
+			case <-time.After(fusefs.UnmountGrace):
+				// Held elsewhere, the connection outlives the unmount.
+				if err = fusefs.Abort(s.target, s.device); err == nil {
+					<-done
+				} else {
+					err = fmt.Errorf("host view at %s: the server did not stop: %w", s.target, err)
+				}
 			case <-ctx.Done():
 				err = fmt.Errorf("host view at %s: the server did not stop: %w", s.target, ctx.Err())
 			}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -252,4 +253,25 @@ func TestModeZero(t *testing.T) {
 	st, err := os.Lstat(filepath.Join(e.view, "z"))
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0), st.Mode().Perm())
+}
+
+// TestUnmountOfAHeldView: a view held elsewhere (a bind of it, as another
+// mount namespace would) keeps its connection after the unmount; Unmount
+// aborts it after a grace and returns instead of waiting forever.
+func TestUnmountOfAHeldView(t *testing.T) {
+	e := newEnv(t, hostview.Owner{UID: 0, GID: 0})
+	held := filepath.Join(t.TempDir(), "held")
+	require.NoError(t, os.Mkdir(held, 0o755))
+	require.NoError(t, unix.Mount(e.view, held, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { unix.Unmount(held, unix.MNT_DETACH) })
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Unmount(context.Background()) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("the unmount of a view held elsewhere did not return")
+	}
+	_, err := os.ReadDir(held)
+	assert.Error(t, err, "the held view still answers: its connection was not aborted")
 }
