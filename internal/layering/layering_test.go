@@ -121,6 +121,12 @@ var storeParts = map[string][]string{
 	"internal/store/pack":       {"internal/store/object", "internal/account", "wire/errclass"},
 	"internal/store/bucketpack": {"internal/store/object", "internal/store/pack", "internal/account", "internal/s3bucket", "wire/errclass"},
 	"internal/store/cache":      {"internal/store/object", "internal/flock", "internal/fsverity", "wire/errclass"},
+	"internal/store/sqltx":      {"internal/store/schema", "internal/account"},
+	"internal/store/fill": {"internal/store/object", "internal/store/cache", "internal/account", "internal/serial",
+		"internal/flock", "internal/fsverity", "internal/writeruns", "wire/errclass"},
+	"internal/store/maintenance": {"internal/store/object", "internal/store/pack", "internal/store/bucketpack",
+		"internal/store/cache", "internal/store/schema", "internal/store/sqltx", "internal/account", "internal/diskusage",
+		"internal/s3bucket", "internal/flock", "internal/fsverity", "wire/errclass"},
 }
 
 // leaves are packages that import nothing of the module.

@@ -464,6 +464,33 @@ func (rs *restore) cleanup() {
 		}
 		_ = rs.cg.remove()
 	}
+	reapCriuZombies()
+}
+
+// reapCriuZombies reaps this process's children that ended as criu's own
+// (its loader's name): a partly restored root of a failed restore is this
+// process's child (criu's --restore-sibling) that nothing waits for. A
+// restored init has its program's name by then, and the criu commands a
+// dump runs are reaped by their own Wait before they could be listed here
+// for long; so only what a failed restore left is taken.
+func reapCriuZombies() {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			st, _ := os.ReadFile("/proc/" + f + "/stat")
+			// pid (comm) state ...
+			if i := strings.LastIndexByte(string(st), ')'); i > 0 && strings.HasPrefix(string(st[i:]), ") Z") &&
+				strings.Contains(string(st[:i]), "(ld-linux") {
+				var ws unix.WaitStatus
+				_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+			}
+		}
+	}
 }
 
 // restoredInit is a restored init: the launcher's child (criu's
